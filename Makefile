@@ -1,0 +1,51 @@
+# stratctl: every command a developer or CI needs. `make demo` and `make test` are the two
+# the README starts with; both set up what they need on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STUDY  ?= examples/demo.yaml
+
+.PHONY: venv test unit e2e lint demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+## The test command (README, .ci/run): unit tests, the import contract, then end-to-end
+## tests on the local testbed (built and started by the session fixture if needed).
+test: venv
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q tests
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+e2e: venv
+	$(BIN)/python -m pytest -q -m e2e tests/e2e
+
+lint: venv
+	$(BIN)/lint-imports
+
+completions: venv
+	$(BIN)/python -m stratctl.cli.completions completions
+
+testbed-build:
+	bash testbed/build.sh
+
+testbed-up:
+	bash testbed/up.sh
+
+testbed-down:
+	bash testbed/down.sh
+
+testbed-apf-on:
+	bash testbed/apf.sh on
+
+testbed-apf-off:
+	bash testbed/apf.sh off
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,3 @@
+from stratctl.cli.main import main
+
+main()

@@ -1,0 +1,104 @@
+"""The one error hierarchy of stratctl and the exit codes the CLI maps it to.
+
+Every failure a user can cause or meet is a `StratctlError` with a readable message;
+the CLI turns it into one line (or one line per problem) on stderr and an `ExitCode`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILURE = 1  # some trials failed, or an unexpected error
+    INVALID_INPUT = 2  # the study file or the command line is wrong
+    CLUSTER = 3  # the cluster refused or could not be reached
+    CONFLICT = 4  # objects in the cluster disagree with the study (spec-hash mismatch)
+    INTERRUPTED = 130  # Ctrl-C: stopped cleanly, rerun the same command to resume
+
+
+class StratctlError(Exception):
+    """Base of every error stratctl reports to a user."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input file, located for editors (`FILE:LINE:COL`)."""
+
+    file: str
+    line: int | None
+    column: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.message}"
+
+
+class StudyError(StratctlError):
+    """The study file (or a template it uses) is invalid; carries every problem found."""
+
+    exit_code = ExitCode.INVALID_INPUT
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class UsageError(StratctlError):
+    """A command-line option or combination of options is wrong."""
+
+    exit_code = ExitCode.INVALID_INPUT
+
+
+class ClusterError(StratctlError):
+    """The API server refused a request or could not be reached."""
+
+    exit_code = ExitCode.CLUSTER
+
+    def __init__(self, message: str, status: int | None = None, reason: str | None = None):
+        self.status = status
+        self.reason = reason
+        super().__init__(message)
+
+
+class Throttled(ClusterError):
+    """HTTP 429 (or 503) from the API server; `retry_after` is its Retry-After in seconds."""
+
+    def __init__(self, message: str, status: int = 429, retry_after: float | None = None):
+        self.retry_after = retry_after
+        super().__init__(message, status=status, reason="TooManyRequests")
+
+
+class Unavailable(ClusterError):
+    """A transient failure: connection error, timeout or a 5xx other than throttling."""
+
+
+class AlreadyExists(ClusterError):
+    """HTTP 409: an object of that name exists."""
+
+    def __init__(self, message: str):
+        super().__init__(message, status=409, reason="AlreadyExists")
+
+
+class Invalid(ClusterError):
+    """HTTP 422 (or another permanent 4xx): the server rejected the object; retrying won't help."""
+
+
+class NotFound(ClusterError):
+    def __init__(self, message: str):
+        super().__init__(message, status=404, reason="NotFound")
+
+
+class SpecConflict(StratctlError):
+    """A trial of the same name exists in the cluster with a different spec hash."""
+
+    exit_code = ExitCode.CONFLICT

@@ -1,0 +1,29 @@
+"""The names stratctl writes into the cluster: label and annotation keys, env var names.
+
+These are the contract between rendering (which writes them), the controller and status
+(which read them back to rebuild state from the cluster alone) and the trial's own code.
+"""
+
+PREFIX = "stratctl.io"
+
+# Labels (selectable): every object stratctl creates carries study and trial.
+STUDY = f"{PREFIX}/study"
+TRIAL = f"{PREFIX}/trial"  # the trial's base name (attempt-independent)
+ATTEMPT = f"{PREFIX}/attempt"  # "0", "1", ...
+SPEC_HASH = f"{PREFIX}/spec-hash"  # hash of the rendered manifests of this attempt
+CRITICAL = f"{PREFIX}/critical"  # "true" | "false"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "stratctl"
+
+# Annotations (free text).
+PARAMS = f"{PREFIX}/params"  # JSON object of the trial's parameters
+TRIAL_INDEX = f"{PREFIX}/trial-index"
+CHECKPOINT = f"{PREFIX}/checkpoint"  # the trial's checkpoint location
+
+# Environment variables injected into every container of a trial.
+ENV_STUDY = "STRATCTL_STUDY"
+ENV_TRIAL = "STRATCTL_TRIAL"
+ENV_ATTEMPT = "STRATCTL_ATTEMPT"
+ENV_CHECKPOINT = "STRATCTL_CHECKPOINT_DIR"
+ENV_RESUME = "STRATCTL_RESUME"  # "1" when the attempt should resume from its checkpoint
+ENV_PARAMS = "STRATCTL_PARAMS"  # JSON object of the trial's parameters
