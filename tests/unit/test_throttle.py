@@ -1,0 +1,110 @@
+import random
+
+import pytest
+
+from stratctl.errors import Invalid, Throttled, Unavailable
+from stratctl.throttle import Backoff, Throttle, TokenBucket, retry_wait
+from tests.unit.fakes import FakeClock, MaxRng
+
+
+def test_bucket_spends_burst_then_paces_at_qps():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=5, burst=3, clock=clock, sleep=clock.sleep)
+    waits = [bucket.acquire() for _ in range(6)]
+    # three banked tokens, then one every 1/5 s
+    assert waits == [0, 0, 0, pytest.approx(0.2), pytest.approx(0.2), pytest.approx(0.2)]
+    assert clock.now == pytest.approx(1000.6)
+    assert bucket.waits == 3
+
+
+def test_bucket_refills_while_idle_but_never_above_burst():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=2, clock=clock, sleep=clock.sleep)
+    bucket.acquire(), bucket.acquire()
+    clock.now += 60  # a long idle period banks only `burst` tokens
+    assert [bucket.acquire() for _ in range(3)] == [0, 0, pytest.approx(0.1)]
+
+
+def test_reserved_tokens_queue_up_for_concurrent_callers():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=2, burst=1, clock=clock, sleep=clock.sleep)
+    # four callers reserve at the same instant: they are spaced 0.5 s apart
+    assert [bucket.reserve() for _ in range(4)] == [0, 0.5, 1.0, 1.5]
+
+
+def test_unlimited_bucket_never_waits_but_honours_holds():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=0, burst=1, clock=clock, sleep=clock.sleep)
+    assert sum(bucket.acquire() for _ in range(1000)) == 0
+    bucket.hold_until(clock.now + 7)
+    assert bucket.acquire() == 7
+    assert bucket.acquire() == 0
+
+
+def test_retry_wait_is_full_jitter_exponential_and_capped():
+    backoff = Backoff(base=0.5, cap=4.0)
+    rng = MaxRng()
+    assert [retry_wait(backoff, Unavailable("x"), n, rng) for n in range(1, 7)] == [0.5, 1, 2, 4, 4, 4]
+    # full jitter: with a real rng every wait lies in [0, ceiling]
+    real = random.Random(7)
+    waits = [retry_wait(backoff, Unavailable("x"), 3, real) for _ in range(200)]
+    assert 0 <= min(waits) < 0.2 and 1.8 < max(waits) <= 2.0
+
+
+def test_retry_after_wins_over_a_shorter_backoff_even_above_the_cap():
+    backoff = Backoff(base=0.5, cap=4.0)
+    assert retry_wait(backoff, Throttled("slow down", retry_after=9), 1, MaxRng()) == 9
+    assert retry_wait(backoff, Throttled("slow down", retry_after=1), 4, MaxRng()) == 4
+
+
+def test_throttle_retries_429_honouring_retry_after_and_holds_the_bucket():
+    clock = FakeClock()
+    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=0.5, cap=8), clock=clock, sleep=clock.sleep, rng=MaxRng())
+    answers = [Throttled("429", retry_after=3), Throttled("429", retry_after=1), "created"]
+
+    def create():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert throttle.call(create) == "created"
+    # first retry: max(3, 0.5); second: max(1, 1.0)
+    assert clock.sleeps == [3, 1]
+    assert throttle.stats.throttled == 2
+    assert throttle.stats.retry_after_seconds == [3, 1]
+    assert throttle.bucket.held_until == pytest.approx(1004.0)
+
+
+def test_throttle_does_not_retry_permanent_errors():
+    clock = FakeClock()
+    throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep)
+    calls = []
+
+    def create():
+        calls.append(1)
+        raise Invalid("spec.tasks: Required value", status=422)
+
+    with pytest.raises(Invalid, match="Required value"):
+        throttle.call(create)
+    assert calls == [1] and clock.sleeps == []
+
+
+def test_throttle_gives_up_after_max_attempts_with_the_last_error():
+    clock = FakeClock()
+    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=1, cap=100, max_attempts=4), clock=clock, sleep=clock.sleep, rng=MaxRng())
+
+    def create():
+        raise Unavailable("connection refused")
+
+    with pytest.raises(Unavailable, match="connection refused"):
+        throttle.call(create)
+    assert clock.sleeps == [1, 2, 4]
+
+
+def test_each_request_takes_a_token():
+    clock = FakeClock()
+    throttle = Throttle(qps=10, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
+    for _ in range(3):
+        throttle.call(lambda: None)
+    assert clock.sleeps == [0.1, 0.1]
