@@ -1,0 +1,319 @@
+"""The submit loop: reconcile a study's trials with the cluster, at the pace it can absorb.
+
+Each cycle observes the study's jobs (one paginated list), asks the policy how many
+trials may be in flight, creates that many more through the throttle, and sleeps. The
+cluster is the source of truth: a rerun after a crash lists what exists and creates only
+what is missing; a 409 whose spec-hash label matches counts as already submitted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from stratctl import labels
+from stratctl.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
+from stratctl.policy import Decision, Observed, StaticPolicy
+from stratctl.record import StudyRecord, parse_record, record_data, record_manifest, record_name
+from stratctl.render import Renderer
+from stratctl.space import Trial
+from stratctl.spec import Study
+from stratctl.state import TrialState, classify, latest_attempts, spec_hash_of
+from stratctl.throttle import Throttle
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    max_inflight: int | None = None  # None: the study's parallelism.max
+    dry_run: str | None = None  # None | "client" | "server"
+    detach: bool = False
+    poll_interval: float = 2.0
+    workers: int = 16
+
+
+@dataclass
+class Progress:
+    """Everything the live display, the log lines and the final summary show."""
+
+    study: str
+    total: int
+    created: int = 0  # created by this run
+    existing: int = 0  # found already submitted (rerun, or another launcher)
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    waiting: int = 0
+    target: int = 0
+    hold: bool = False
+    reason: str = ""
+    throttle_waits: int = 0
+    throttle_wait_seconds: float = 0.0
+    throttled_429: int = 0
+    api_writes: int = 0
+    api_requests: int = 0
+    errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted
+    interrupted: bool = False
+    detached: bool = False
+
+    @property
+    def in_flight(self) -> int:
+        return self.pending + self.running
+
+    @property
+    def done(self) -> bool:
+        return self.succeeded + self.failed + len(self.errors) >= self.total
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items()}
+        out["in_flight"] = self.in_flight
+        return out
+
+
+class Reporter(Protocol):
+    def update(self, progress: Progress) -> None: ...
+
+    def event(self, message: str) -> None: ...
+
+
+class _Silent:
+    def update(self, progress: Progress) -> None:
+        pass
+
+    def event(self, message: str) -> None:
+        pass
+
+
+def job_kind(study: Study) -> tuple[str, str]:
+    return VOLCANO_JOB if study.workload == "volcano" else BATCH_JOB
+
+
+class Submitter:
+    """Runs one study to completion (or until detached / interrupted)."""
+
+    def __init__(
+        self,
+        study: Study,
+        trials: list[Trial],
+        renderer: Renderer,
+        cluster: Cluster,
+        throttle: Throttle,
+        options: SubmitOptions = SubmitOptions(),
+        policy=None,
+        reporter: Reporter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        source: str = "",
+    ):
+        self.study = study
+        self.trials = {t.name: t for t in trials}
+        self.order = [t.name for t in trials]
+        self.renderer = renderer
+        self.cluster = cluster
+        self.throttle = throttle
+        self.options = options
+        cap = options.max_inflight or study.throttle.parallelism.max
+        self.policy = policy or StaticPolicy(cap)
+        self.reporter = reporter or _Silent()
+        self.clock = clock
+        self.sleep = sleep
+        self.source = source
+        self.namespace = study.namespace or cluster.namespace
+        self.progress = Progress(study=study.name, total=len(trials))
+        self.record = StudyRecord(
+            study=study.name,
+            spec_hash=study.spec_hash,
+            trials=len(trials),
+            critical=study.critical,
+            source=source,
+        )
+        self._kind = job_kind(study)
+        self._last_decision: Decision | None = None
+
+    # -- the study record -----------------------------------------------------------
+
+    def ensure_record(self) -> None:
+        """Create the study record, or adopt the one a previous run left (keeping its flags)."""
+        try:
+            self.cluster.create(record_manifest(self.record, self.namespace))
+            self.reporter.event(f"recorded study {self.study.name} in ConfigMap {record_name(self.study.name)}")
+        except AlreadyExists:
+            existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
+            self.record = replace(
+                self.record, drained=existing.drained, finished=existing.finished, target=existing.target
+            )
+            if existing.spec_hash != self.record.spec_hash:
+                self.reporter.event(
+                    f"study {self.study.name} changed since it was last submitted "
+                    f"(spec {existing.spec_hash} → {self.record.spec_hash}); trials whose parameters are "
+                    "unchanged keep their names"
+                )
+            self._save_record()
+
+    def _save_record(self) -> None:
+        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": record_data(self.record)}, self.namespace)
+
+    def _refresh_flags(self) -> None:
+        try:
+            cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
+        except NotFound:
+            return
+        self.record = replace(self.record, drained=parse_record(cm).drained)
+
+    # -- observe --------------------------------------------------------------------
+
+    def observe(self) -> dict[str, TrialState]:
+        jobs, _ = self.cluster.list(
+            self._kind, self.namespace, label_selector=f"{labels.STUDY}={self.study.name}"
+        )
+        latest = latest_attempts(jobs)
+        states: dict[str, TrialState] = {}
+        for name in self.order:
+            if name in latest:
+                states[name] = classify(latest[name])
+            elif name in self.record.finished:
+                states[name] = TrialState(self.record.finished[name])
+            else:
+                states[name] = TrialState.WAITING
+        self._jobs = latest
+        return states
+
+    # -- act --------------------------------------------------------------------------
+
+    def submit_trial(self, trial: Trial, dry_run: bool = False) -> str:
+        """Create every manifest of the trial's first attempt; 'created' or 'existing'.
+
+        A 409 is success when the object there carries the same spec hash.
+        """
+        outcome = "created"
+        for manifest in self.renderer.render(trial, attempt=0):
+            try:
+                self.cluster.create(manifest, dry_run=dry_run)
+            except AlreadyExists:
+                kind = (manifest["apiVersion"], manifest["kind"])
+                there = self.cluster.get(kind, manifest["metadata"]["name"], self._ns(manifest))
+                ours = manifest["metadata"]["labels"][labels.SPEC_HASH]
+                if spec_hash_of(there) != ours:
+                    raise SpecConflict(
+                        f"{manifest['kind']} {manifest['metadata']['name']} exists with spec hash "
+                        f"{spec_hash_of(there)}, the study renders {ours}: delete it or rename the study"
+                    ) from None
+                outcome = "existing"
+        return outcome
+
+    def _ns(self, manifest: dict) -> str:
+        return manifest.get("metadata", {}).get("namespace") or self.namespace
+
+    def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> None:
+        futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run) for name in names}
+        for name, future in futures.items():
+            try:
+                outcome = future.result()
+            except (ClusterError, SpecConflict) as exc:
+                self.progress.errors[name] = str(exc)
+                self.reporter.event(f"trial {name}: {exc}")
+                continue
+            if outcome == "created":
+                self.progress.created += 1
+            else:
+                self.progress.existing += 1
+
+    def cleanup(self, states: dict[str, TrialState]) -> None:
+        """Delete finished jobs (study setting `cleanup: delete`), remembering outcomes first."""
+        done = {n: s.value for n, s in states.items() if s.finished and n in self._jobs}
+        if not done:
+            return
+        self.record = replace(self.record, finished={**self.record.finished, **done})
+        self._save_record()
+        for name in done:
+            job = self._jobs[name]
+            self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
+            if self._kind == BATCH_JOB:
+                self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _tally(self, states: dict[str, TrialState]) -> None:
+        p = self.progress
+        counts = {s: 0 for s in TrialState}
+        for name, state in states.items():
+            if name not in p.errors:
+                counts[state] += 1
+        p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
+        p.succeeded, p.failed, p.waiting = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED], counts[TrialState.WAITING]
+        stats, bucket, metrics = self.throttle.stats, self.throttle.bucket, self.cluster.metrics
+        p.throttle_waits, p.throttle_wait_seconds = bucket.waits, bucket.waited_seconds
+        p.throttled_429 = stats.throttled
+        p.api_writes, p.api_requests = metrics.writes, metrics.requests
+
+    def _decide(self) -> Decision:
+        p = self.progress
+        observed = Observed(
+            in_flight=p.in_flight,
+            pending=p.pending,
+            waiting=p.waiting,
+            drained=self.record.drained,
+            throttled_until=self.throttle.bucket.held_until,
+        )
+        decision = self.policy.decide(observed, self.clock())
+        last = self._last_decision
+        if last is None or (decision.target, decision.hold) != (last.target, last.hold):
+            self.reporter.event(
+                f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}"
+            )
+            self.record = replace(self.record, target=decision.target, reason=decision.reason)
+            self._save_record()
+        self._last_decision = decision
+        p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
+        return decision
+
+    def dry_run(self) -> Progress:
+        """Send every manifest with dryRun=All (server) or only render them (client)."""
+        names = list(self.order)
+        if self.options.dry_run == "server":
+            with ThreadPoolExecutor(self.options.workers) as pool:
+                self._submit_batch(names, pool, dry_run=True)
+        else:
+            for name in names:
+                self.renderer.render(self.trials[name], attempt=0)
+            self.progress.created = len(names)
+        self._tally({n: TrialState.WAITING for n in names})
+        return self.progress
+
+    def run(self) -> Progress:
+        if self.options.dry_run:
+            return self.dry_run()
+        self.ensure_record()
+        pool = ThreadPoolExecutor(self.options.workers)
+        try:
+            while True:
+                self._refresh_flags()
+                states = self.observe()
+                self._tally(states)
+                decision = self._decide()
+                waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
+                admit = decision.admit(Observed(self.progress.in_flight, self.progress.pending, len(waiting)))
+                if admit:
+                    batch = waiting[:admit]
+                    self._submit_batch(batch, pool)
+                    states.update({n: TrialState.PENDING for n in batch if n not in self.progress.errors})
+                    self._tally(states)
+                if self.study.cleanup == "delete":
+                    self.cleanup(states)
+                self.reporter.update(self.progress)
+                if self.progress.done:
+                    break
+                if self.options.detach and not self.progress.waiting:
+                    self.progress.detached = True
+                    break
+                self.sleep(self.options.poll_interval)
+        except KeyboardInterrupt:
+            self.progress.interrupted = True
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        self.reporter.update(self.progress)
+        return self.progress

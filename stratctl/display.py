@@ -1,0 +1,122 @@
+"""How a running submission shows itself: a live rich panel on a terminal, log lines in CI.
+
+Both take `Progress` snapshots from the submit loop; the picture is a pure function of
+the snapshot (`progress_table`), so it is tested without a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from stratctl.controller import Progress
+
+
+def progress_table(p: Progress) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    finished = p.succeeded + p.failed
+    table.add_row("study", p.study)
+    table.add_row("trials", f"{finished}/{p.total} finished ({p.succeeded} succeeded, {p.failed} failed)")
+    table.add_row(
+        "in flight",
+        f"{p.in_flight} of target {p.target} ({p.running} running, {p.pending} pending gangs), {p.waiting} waiting"
+        + ("  [yellow]holding[/]" if p.hold else ""),
+    )
+    table.add_row("decision", p.reason or "-")
+    table.add_row("submitted", f"{p.created} created, {p.existing} already there, {len(p.errors)} refused")
+    table.add_row(
+        "throttle",
+        f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), {p.throttled_429} × HTTP 429, "
+        f"{p.api_requests} requests, {p.api_writes} writes",
+    )
+    return table
+
+
+def render_progress(p: Progress):
+    finished = p.succeeded + p.failed + len(p.errors)
+    bar = ProgressBar(total=max(p.total, 1), completed=finished, width=60)
+    return Group(progress_table(p), bar)
+
+
+class LiveDisplay:
+    """A rich Live panel, refreshed on every update; events scroll above it."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.live: Live | None = None
+
+    def __enter__(self) -> LiveDisplay:
+        self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def update(self, progress: Progress) -> None:
+        if self.live:
+            self.live.update(render_progress(progress))
+
+    def event(self, message: str) -> None:
+        self.console.log(Text(message))
+
+
+class LogDisplay:
+    """Plain timestamped lines for CI logs: one per event, one per change of counts."""
+
+    def __init__(self, stream: TextIO = sys.stderr, clock=time.time):
+        self.stream = stream
+        self.clock = clock
+        self._last: tuple | None = None
+
+    def __enter__(self) -> LogDisplay:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def _line(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S", time.localtime(self.clock()))
+        print(f"{stamp} {text}", file=self.stream, flush=True)
+
+    def update(self, p: Progress) -> None:
+        key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, len(p.errors), p.throttled_429)
+        if key == self._last:
+            return
+        self._last = key
+        self._line(
+            f"{p.study}: {p.succeeded + p.failed}/{p.total} finished ({p.failed} failed), "
+            f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
+            f"{p.created} created, {p.throttled_429} x 429"
+        )
+
+    def event(self, message: str) -> None:
+        self._line(message)
+
+
+def summary(p: Progress) -> str:
+    lines = [
+        f"study {p.study}: {p.succeeded} succeeded, {p.failed} failed, {p.in_flight} in flight, "
+        f"{p.waiting} not yet submitted, of {p.total} trials",
+        f"created {p.created}, already there {p.existing}; {p.api_writes} API writes "
+        f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "
+        f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
+    ]
+    for trial, message in sorted(p.errors.items()):
+        lines.append(f"  {trial}: {message}")
+    return "\n".join(lines)
+
+
+def summary_json(p: Progress) -> str:
+    return json.dumps(p.as_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,85 @@
+"""The study record: one ConfigMap per study that makes the cluster the source of truth.
+
+It holds the study file as submitted, its spec hash, and the control flags other
+terminals steer with (drained, target parallelism), plus the outcomes of trials whose
+jobs were cleaned up. `submit`, `status` and `drain` on any machine read the same record.
+Building and parsing are pure; the controller does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from stratctl import labels
+
+PREFIX = "stratctl-study-"
+
+
+def record_name(study_name: str) -> str:
+    return f"{PREFIX}{study_name}"[:253]
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    study: str
+    spec_hash: str
+    trials: int
+    critical: bool = False
+    drained: bool = False
+    target: int | None = None  # the submit loop's latest target in flight
+    reason: str = ""  # why the target is what it is
+    finished: dict[str, str] = field(default_factory=dict)  # cleaned-up trial -> "succeeded" | "failed"
+    source: str = ""  # the study file's text
+
+
+def record_manifest(record: StudyRecord, namespace: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": record_name(record.study),
+            "namespace": namespace,
+            "labels": {
+                labels.STUDY: record.study,
+                labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+                labels.CRITICAL: "true" if record.critical else "false",
+                labels.SPEC_HASH: record.spec_hash,
+            },
+        },
+        "data": record_data(record),
+    }
+
+
+def record_data(record: StudyRecord) -> dict[str, str]:
+    return {
+        "study.yaml": record.source,
+        "spec-hash": record.spec_hash,
+        "trials": str(record.trials),
+        "critical": "true" if record.critical else "false",
+        "drained": "true" if record.drained else "false",
+        "target": "" if record.target is None else str(record.target),
+        "reason": record.reason,
+        "finished": json.dumps(record.finished, sort_keys=True),
+    }
+
+
+def parse_record(configmap: dict) -> StudyRecord:
+    data = configmap.get("data") or {}
+    meta_labels = (configmap.get("metadata") or {}).get("labels") or {}
+    target = data.get("target") or ""
+    try:
+        finished = json.loads(data.get("finished") or "{}")
+    except ValueError:
+        finished = {}
+    return StudyRecord(
+        study=meta_labels.get(labels.STUDY, ""),
+        spec_hash=data.get("spec-hash", ""),
+        trials=int(data.get("trials") or 0),
+        critical=data.get("critical") == "true",
+        drained=data.get("drained") == "true",
+        target=int(target) if target.isdigit() else None,
+        reason=data.get("reason", ""),
+        finished=finished if isinstance(finished, dict) else {},
+        source=data.get("study.yaml", ""),
+    )
