@@ -9,7 +9,7 @@
 #   ${STRATCTL_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stratctl/testbed}/<key>/bin
 # plus the Volcano CRDs (<key>/crds) read from the pinned volcano.sh/volcano module.
 # A second run with everything present only prints the cached path.
-# The last line of output is the cache directory (<key>).
+# Progress goes to stderr; stdout is only the cache directory (<key>).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +30,7 @@ complete() {
 }
 
 if complete; then
-  echo "testbed: cached binaries at $OUT/bin"
+  echo "testbed: cached binaries at $OUT/bin" >&2
   echo "$OUT"
   exit 0
 fi
@@ -41,7 +41,7 @@ mkdir -p "$OUT"
 exec 9>"$OUT/.lock"
 flock 9
 if complete; then
-  echo "testbed: cached binaries at $OUT/bin"
+  echo "testbed: cached binaries at $OUT/bin" >&2
   echo "$OUT"
   exit 0
 fi
@@ -51,7 +51,7 @@ PAR=${STRATCTL_TESTBED_BUILD_JOBS:-$(nproc)}
 TMP=$OUT/bin.partial
 mkdir -p "$TMP"
 start=$(date +%s)
-log() { echo "testbed: [$(( $(date +%s) - start ))s] $*"; }
+log() { echo "testbed: [$(( $(date +%s) - start ))s] $*" >&2; }
 
 K8S_VERSION=v1.35.4
 BUILD_DATE=2026-01-01T00:00:00Z
@@ -64,7 +64,7 @@ done
 gobuild() { # dir ldflags out pkg
   local dir=$1 ldflags=$2 out=$3 pkg=$4
   log "building $out ($pkg)"
-  (cd "$HERE/build/$dir" && go build -p "$PAR" -trimpath -ldflags "$ldflags" -o "$TMP/$out" "$pkg")
+  (cd "$HERE/build/$dir" && go build >&2 -p "$PAR" -trimpath -ldflags "$ldflags" -o "$TMP/$out" "$pkg")
 }
 
 [[ -x $TMP/etcd ]] || gobuild etcd "-s -w" etcd go.etcd.io/etcd/server/v3
@@ -86,5 +86,5 @@ rm -rf "$OUT/bin" && mv "$TMP" "$OUT/bin"
 secs=$(( $(date +%s) - start ))
 echo "$secs" > "$OUT/build-seconds"
 log "done in ${secs}s; $(du -sh "$OUT" | cut -f1) in $OUT"
-echo "testbed: binaries at $OUT/bin"
+echo "testbed: binaries at $OUT/bin" >&2
 echo "$OUT"

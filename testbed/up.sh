@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# Start the local testbed: etcd -> kube-apiserver -> CRDs/RBAC/APF/queues ->
+# kube-controller-manager -> vc-controller-manager -> vc-scheduler -> kwok -> fake GPU nodes.
+# Builds the binaries first when the cache is empty (testbed/build.sh).
+# The last line of output is the kubeconfig path. See testbed/README.md.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+T0=${EPOCHREALTIME/./}
+elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0) / 100000 )); printf '%d.%ds' $(( d / 10 )) $(( d % 10 )); }
+
+resolve_bin_dir
+
+mkdir -p "$RUN_DIR"
+exec 8>"$RUN_DIR/.lock"
+flock 8
+
+# ---------------------------------------------------------------- already up?
+healthy() {
+  local c
+  for c in "${COMPONENTS[@]}"; do pid_alive "$(component_pid "$c")" || return 1; done
+  [[ -s $KUBECONFIG_PATH ]] || return 1
+  [[ $(cat "$RUN_DIR/bin-dir" 2>/dev/null) == "$BIN_DIR" ]] || return 1
+  kc get --raw /readyz >/dev/null 2>&1 || return 1
+  # Everything we create last must be there.
+  [[ $(kc get nodes -l type=kwok -o name 2>/dev/null | wc -l) -eq $(cat "$RUN_DIR/node-count" 2>/dev/null || echo -1) ]]
+}
+if healthy; then
+  tb_log "already up (state in $RUN_DIR)"
+  echo "$KUBECONFIG_PATH"
+  exit 0
+fi
+if compgen -G "$RUN_DIR/pids/*.pid" >/dev/null; then
+  tb_log "stale testbed state in $RUN_DIR: stopping it first"
+  bash "$TESTBED_SRC/down.sh" >&2
+fi
+
+# ---------------------------------------------------------------- fresh state
+rm -rf "$RUN_DIR/etcd" "$RUN_DIR/pki" "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/kwok-home" "$RUN_DIR"/*.kubeconfig
+mkdir -p "$RUN_DIR"/{pki,logs,pids,kwok-home,etc}
+echo "$BIN_DIR" > "$RUN_DIR/bin-dir"
+
+port_free() { ! (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$VC_CM_HEALTHZ_PORT" \
+         "$VC_CM_METRICS_PORT" "$VC_SCHED_HEALTHZ_PORT" "$VC_SCHED_METRICS_PORT" "$KWOK_PORT"; do
+  port_free "$p" || { tb_log "port 127.0.0.1:$p is in use (override with STRATCTL_TESTBED_*_PORT)"; exit 1; }
+done
+
+# ---------------------------------------------------------------- certificates and tokens
+PKI=$RUN_DIR/pki
+(
+  cd "$PKI"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+    -subj "/CN=stratctl-testbed-ca" 2>/dev/null
+  cat > server.ext <<EOF
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth
+keyUsage=digitalSignature,keyEncipherment
+EOF
+  openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=kube-apiserver" 2>/dev/null
+  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 3650 \
+    -extfile server.ext 2>/dev/null
+  # A client certificate for the admin (alternative to the token; user admin-cert in the kubeconfig).
+  printf 'extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' > client.ext
+  openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin" 2>/dev/null
+  openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt -days 3650 \
+    -extfile client.ext 2>/dev/null
+  openssl genrsa -out sa.key 2048 2>/dev/null
+  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+)
+tok() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+ADMIN_TOKEN=$(tok); RESTRICTED_TOKEN=$(tok); KCM_TOKEN=$(tok); VC_CM_TOKEN=$(tok); VC_SCHED_TOKEN=$(tok); KWOK_TOKEN=$(tok)
+# token,user,uid,"groups". Control-plane components are system:masters, hence exempt from APF.
+cat > "$PKI/tokens.csv" <<EOF
+$ADMIN_TOKEN,admin,uid-admin,"system:masters"
+$RESTRICTED_TOKEN,$RESTRICTED_USER,uid-$RESTRICTED_USER,"stratctl:trial-runners"
+$KCM_TOKEN,system:kube-controller-manager,uid-kcm,"system:masters"
+$VC_CM_TOKEN,volcano-controllers,uid-vc-cm,"system:masters"
+$VC_SCHED_TOKEN,volcano-scheduler,uid-vc-sched,"system:masters"
+$KWOK_TOKEN,kwok-controller,uid-kwok,"system:masters"
+EOF
+chmod 600 "$PKI"/*.key "$PKI/tokens.csv"
+
+write_kubeconfig() { # file user token [context]
+  local ctx=${4:-default}
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: stratctl-testbed
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: $ctx
+  context:
+    cluster: stratctl-testbed
+    user: $2
+current-context: $ctx
+EOF
+  chmod 600 "$1"
+}
+write_kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" system:kube-controller-manager "$KCM_TOKEN"
+write_kubeconfig "$RUN_DIR/vc-controller-manager.kubeconfig" volcano-controllers "$VC_CM_TOKEN"
+write_kubeconfig "$RUN_DIR/vc-scheduler.kubeconfig" volcano-scheduler "$VC_SCHED_TOKEN"
+write_kubeconfig "$RUN_DIR/kwok.kubeconfig" kwok-controller "$KWOK_TOKEN"
+cat > "$KUBECONFIG_PATH.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: stratctl-testbed
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority: $PKI/ca.crt
+users:
+- name: admin
+  user:
+    token: $ADMIN_TOKEN
+- name: admin-cert
+  user:
+    client-certificate: $PKI/admin.crt
+    client-key: $PKI/admin.key
+- name: $RESTRICTED_USER
+  user:
+    token: $RESTRICTED_TOKEN
+contexts:
+- name: admin
+  context:
+    cluster: stratctl-testbed
+    user: admin
+- name: restricted
+  context:
+    cluster: stratctl-testbed
+    user: $RESTRICTED_USER
+    namespace: $NAMESPACE
+current-context: admin
+EOF
+chmod 600 "$KUBECONFIG_PATH.tmp"
+mv "$KUBECONFIG_PATH.tmp" "$KUBECONFIG_PATH"
+
+# ---------------------------------------------------------------- process helpers
+start() { # name args...  (own session => own process group; down kills the group)
+  local name=$1; shift
+  setsid "$@" >"$RUN_DIR/logs/$name.log" 2>&1 < /dev/null &
+  echo $! > "$RUN_DIR/pids/$name.pid"
+}
+fail() {
+  tb_log "$1 did not become healthy; last lines of $RUN_DIR/logs/$1.log:"
+  tail -n 30 "$RUN_DIR/logs/$1.log" >&2 || true
+  bash "$TESTBED_SRC/down.sh" >&2 || true
+  exit 1
+}
+wait_for() { # name timeout-seconds command...
+  local name=$1 timeout=$2; shift 2
+  local deadline=$(( $(date +%s) + timeout ))
+  until "$@" >/dev/null 2>&1; do
+    pid_alive "$(component_pid "$name")" || fail "$name"
+    (( $(date +%s) < deadline )) || fail "$name"
+    sleep 0.2
+  done
+  tb_log "$name ready ($(elapsed))"
+}
+curl_ok() { curl -sf --max-time 2 "$@"; }
+
+# ---------------------------------------------------------------- etcd
+start etcd "$BIN_DIR/etcd" --name testbed --data-dir "$RUN_DIR/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "testbed=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+wait_for etcd 20 curl_ok "http://127.0.0.1:$ETCD_PORT/health"
+
+# ---------------------------------------------------------------- kube-apiserver
+# In-flight limits: APF splits max-requests-inflight + max-mutating-requests-inflight
+# between priority levels by nominalConcurrencyShares (see testbed/README.md, APF).
+start kube-apiserver "$BIN_DIR/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+  --tls-cert-file "$PKI/server.crt" --tls-private-key-file "$PKI/server.key" \
+  --client-ca-file "$PKI/ca.crt" --token-auth-file "$PKI/tokens.csv" \
+  --authorization-mode RBAC \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+  --api-audiences https://kubernetes.default.svc.cluster.local \
+  --service-cluster-ip-range 10.96.0.0/16 \
+  --disable-admission-plugins ServiceAccount \
+  --allow-privileged=true \
+  --max-requests-inflight 150 --max-mutating-requests-inflight 50 \
+  --enable-priority-and-fairness=true \
+  --profiling=false --v=1
+wait_for kube-apiserver 60 curl_ok --cacert "$PKI/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$APISERVER_URL/readyz"
+
+# ---------------------------------------------------------------- CRDs and objects
+kc apply --server-side -f "$CRD_DIR" >/dev/null
+kc wait --for condition=Established --timeout 30s crd --all >/dev/null
+tb_log "Volcano CRDs established ($(elapsed))"
+kc apply --server-side -f "$TESTBED_SRC/objects.yaml" >/dev/null
+tb_log "namespace, RBAC, priority classes, APF objects applied ($(elapsed))"
+
+# ---------------------------------------------------------------- kube-controller-manager
+start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+  --kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
+  --controllers garbage-collector-controller,namespace-controller,job-controller,ttl-after-finished-controller,pod-garbage-collector-controller \
+  --leader-elect=false --use-service-account-credentials=false \
+  --concurrent-gc-syncs 5 --profiling=false --v=1
+wait_for kube-controller-manager 30 curl_ok -k "https://127.0.0.1:$KCM_PORT/healthz"
+
+# ---------------------------------------------------------------- Volcano
+start vc-controller-manager "$BIN_DIR/vc-controller-manager" \
+  --kubeconfig "$RUN_DIR/vc-controller-manager.kubeconfig" \
+  --leader-elect=false \
+  --controllers job-controller,pg-controller,queue-controller,gc-controller \
+  --enable-healthz=true --healthz-address "127.0.0.1:$VC_CM_HEALTHZ_PORT" \
+  --listen-address "127.0.0.1:$VC_CM_METRICS_PORT" \
+  --kube-api-qps 200 --kube-api-burst 400 --worker-threads 8 \
+  --logtostderr -v 2
+wait_for vc-controller-manager 30 curl_ok "http://127.0.0.1:$VC_CM_HEALTHZ_PORT/healthz"
+
+start vc-scheduler "$BIN_DIR/vc-scheduler" \
+  --kubeconfig "$RUN_DIR/vc-scheduler.kubeconfig" \
+  --scheduler-conf "$TESTBED_SRC/volcano-scheduler.conf" \
+  --leader-elect=false --schedule-period 500ms \
+  --enable-healthz=true --healthz-address "127.0.0.1:$VC_SCHED_HEALTHZ_PORT" \
+  --listen-address "127.0.0.1:$VC_SCHED_METRICS_PORT" \
+  --cache-dumper=false --logtostderr -v 2
+wait_for vc-scheduler 30 curl_ok "http://127.0.0.1:$VC_SCHED_HEALTHZ_PORT/healthz"
+
+# Queues once Volcano runs (its controllers may create "default" themselves).
+kc apply --server-side --force-conflicts -f "$TESTBED_SRC/queues.yaml" >/dev/null
+
+# ---------------------------------------------------------------- kwok and nodes
+start kwok env HOME="$RUN_DIR/kwok-home" "$BIN_DIR/kwok" \
+  --kubeconfig "$RUN_DIR/kwok.kubeconfig" \
+  --config "$TESTBED_SRC/kwok-stages.yaml" \
+  --manage-all-nodes=true \
+  --server-address "127.0.0.1:$KWOK_PORT" \
+  --cidr 10.244.0.1/16 --node-ip 10.0.0.1
+wait_for kwok 30 curl_ok "http://127.0.0.1:$KWOK_PORT/healthz"
+
+nodes_yaml() {
+  local i zone
+  for (( i = 0; i < NODES; i++ )); do
+    if (( i < (NODES + 1) / 2 )); then zone=zone-a; else zone=zone-b; fi
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    type: kwok
+    kubernetes.io/hostname: gpu-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    node.kubernetes.io/instance-type: fake-gpu-$GPUS_PER_NODE
+    topology.kubernetes.io/zone: $zone
+    topology.kubernetes.io/region: testbed
+spec: {}
+status:
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
+  capacity: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "$GPUS_PER_NODE"}
+EOF
+  done
+}
+nodes_yaml | kc apply -f - >/dev/null
+echo "$NODES" > "$RUN_DIR/node-count"
+deadline=$(( $(date +%s) + 30 ))
+until [[ $(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True) -ge $NODES ]]; do
+  (( $(date +%s) < deadline )) || fail kwok
+  sleep 0.2
+done
+tb_log "$NODES fake nodes x $GPUS_PER_NODE nvidia.com/gpu Ready ($(elapsed))"
+
+bash "$TESTBED_SRC/apf.sh" "${STRATCTL_TESTBED_APF:-off}" >&2
+tb_log "up in $(elapsed); logs in $RUN_DIR/logs; contexts: admin (default), restricted (namespace $NAMESPACE)"
+echo "$KUBECONFIG_PATH"
