@@ -1,0 +1,198 @@
+"""A YAML document read together with the position of every key and value.
+
+Study files are written by hand, so every problem must point at `FILE:LINE:COL`. PyYAML
+throws positions away when it builds Python objects and silently keeps the last of two
+equal keys; here the node tree is composed with the safe loader and walked by hand so
+that positions survive, duplicate keys are reported, and alias bombs are refused before
+anything is expanded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stratctl.errors import Problem, StudyError
+
+MAX_BYTES = 1 << 20  # a study file is a page of YAML; a megabyte is already suspicious
+MAX_ALIASES = 64  # anchors are handy for sharing a block or two, not for thousands
+MAX_NODES = 200_000  # budget for the expanded tree (aliases count again each time used)
+
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int  # 1-based, as editors count
+    column: int  # 1-based
+
+    @classmethod
+    def of(cls, mark: yaml.Mark) -> Position:
+        return cls(mark.line + 1, mark.column + 1)
+
+
+@dataclass
+class Document:
+    """Plain data (dicts, lists, scalars) plus where each piece came from."""
+
+    file: str
+    data: Any
+    keys: dict[Path_, Position] = field(default_factory=dict)  # where a key is written
+    values: dict[Path_, Position] = field(default_factory=dict)  # where its value starts
+    problems: list[Problem] = field(default_factory=list)  # duplicate keys, unsupported tags
+
+    def problem(self, path: Path_, message: str, at_key: bool = False) -> Problem:
+        """A problem located at `path`, or at its nearest ancestor that exists."""
+        path = tuple(path)
+        while path:
+            table = self.keys if at_key else self.values
+            if path in table:
+                pos = table[path]
+                return Problem(self.file, pos.line, pos.column, message)
+            # a missing field is reported at the mapping that lacks it: its key
+            path, at_key = path[:-1], True
+        pos = self.values.get((), Position(1, 1))
+        return Problem(self.file, pos.line, pos.column, message)
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, counting aliases while composing (before any expansion)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.aliases = 0
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise _Refused(
+                    self.peek_event().start_mark,
+                    f"too many YAML aliases (more than {MAX_ALIASES}); refusing to expand them",
+                )
+        return super().compose_node(parent, index)
+
+
+class _Refused(Exception):
+    def __init__(self, mark: yaml.Mark, message: str):
+        self.mark = mark
+        self.message = message
+
+
+def read(path: str | Path) -> Document:
+    """Read and parse a YAML file; raises StudyError with located problems."""
+    name = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise StudyError([Problem(name, None, None, f"cannot read the file: {e.strerror or e}")])
+    if len(raw) > MAX_BYTES:
+        raise StudyError([Problem(name, None, None, f"the file is larger than {MAX_BYTES} bytes")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise StudyError([Problem(name, None, None, f"the file is not UTF-8 text ({e.reason})")])
+    return parse(text, name)
+
+
+def parse(text: str, file: str = "<string>") -> Document:
+    """Parse YAML text into a Document.
+
+    Raises StudyError when the text cannot be read as YAML at all; lesser problems
+    (duplicate keys, unsupported tags) are collected in `Document.problems` so that they
+    are reported together with the validation problems of the rest.
+    """
+    loader = _Loader(text)
+    try:
+        try:
+            root = loader.get_single_node()
+        except _Refused as e:
+            raise StudyError([Problem(file, e.mark.line + 1, e.mark.column + 1, e.message)])
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            what = e.problem or e.context or "malformed YAML"
+            line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+            raise StudyError([Problem(file, line, col, f"malformed YAML: {what}")])
+        except yaml.YAMLError as e:
+            raise StudyError([Problem(file, None, None, f"malformed YAML: {e}")])
+        if root is None:
+            raise StudyError([Problem(file, 1, 1, "the file is empty: expected a study mapping")])
+        walker = _Walker(loader, file)
+        doc = Document(file, None)
+        doc.data = walker.build(root, (), doc)
+        doc.problems = walker.problems
+        return doc
+    finally:
+        loader.dispose()
+
+
+class _Walker:
+    def __init__(self, loader: _Loader, file: str):
+        self.loader = loader
+        self.file = file
+        self.nodes = 0
+        self.problems: list[Problem] = []
+
+    def _problem(self, mark: yaml.Mark, message: str) -> None:
+        self.problems.append(Problem(self.file, mark.line + 1, mark.column + 1, message))
+
+    def build(self, node: yaml.Node, path: Path_, doc: Document) -> Any:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise StudyError(
+                [
+                    Problem(
+                        self.file,
+                        node.start_mark.line + 1,
+                        node.start_mark.column + 1,
+                        f"the document expands to more than {MAX_NODES} nodes (an alias bomb?)",
+                    )
+                ]
+            )
+        doc.values.setdefault(path, Position.of(node.start_mark))
+        if isinstance(node, yaml.MappingNode):
+            if node.tag != _MAP:
+                self._problem(node.start_mark, f"unsupported YAML tag {node.tag!r}")
+                return None
+            return self._mapping(node, path, doc)
+        if isinstance(node, yaml.SequenceNode):
+            if node.tag != _SEQ:
+                self._problem(node.start_mark, f"unsupported YAML tag {node.tag!r}")
+                return None
+            return [self.build(item, path + (i,), doc) for i, item in enumerate(node.value)]
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as e:
+            self._problem(node.start_mark, f"cannot read this value: {getattr(e, 'problem', e)}")
+            return None
+
+    def _mapping(self, node: yaml.MappingNode, path: Path_, doc: Document) -> dict:
+        out: dict[str, Any] = {}
+        first: dict[str, yaml.Mark] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                self._problem(key_node.start_mark, "a key must be a plain string")
+                continue
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                self._problem(key_node.start_mark, "YAML merge keys (<<) are not supported")
+                continue
+            # Keys stay as written: YAML 1.1 would turn `on:` or `no:` into booleans.
+            key = str(key_node.value)
+            if key in first:
+                what = "parameter" if path == ("space",) else "key"
+                self._problem(
+                    key_node.start_mark,
+                    f"duplicate {what} {key!r} (first defined at line {first[key].line + 1})",
+                )
+                continue
+            first[key] = key_node.start_mark
+            doc.keys[path + (key,)] = Position.of(key_node.start_mark)
+            out[key] = self.build(value_node, path + (key,), doc)
+        return out

@@ -1,0 +1,636 @@
+"""The study: what a user writes in a study file, validated as a whole.
+
+`load_study(path)` reads the YAML with positions (document.py), validates it with the
+pydantic models below, checks every template string statically (sandbox.py), and raises
+one StudyError listing every problem as `FILE:LINE:COL: message`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+import re
+import types
+import typing
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from stratctl import document, sandbox
+from stratctl.errors import Problem, StudyError
+
+GPU = "nvidia.com/gpu"
+# Trial names are `<study>-<8 hex>` plus `-aNNN` for re-submissions; Volcano then appends
+# `-<task>-<index>` for pod names, which must stay within a 63-character hostname.
+MAX_NAME = 40
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _bad(kind: str, message: str, field: str | None = None, **ctx: Any) -> PydanticCustomError:
+    """A validation error; `field` (dotted, relative) moves its location onto that field."""
+    # Formatted here: pydantic's own templating knows no `!r`, and values may hold braces.
+    text = message.format(**ctx).replace("{", "(").replace("}", ")") if ctx else message
+    return PydanticCustomError(kind, text, {"field": field} if field else None)
+
+
+def _dns_label(value: str, what: str, limit: int = 63) -> str:
+    if len(value) > limit:
+        raise _bad("too_long", "{what} {value!r} is {n} characters; at most {limit} allowed",
+                   what=what, value=value, n=len(value), limit=limit)
+    if not _DNS_LABEL.match(value):
+        raise _bad("dns_label", "{what} {value!r} is not a DNS-1123 label (lowercase letters, digits and '-', "
+                   "starting and ending with a letter or digit)", what=what, value=value)
+    return value
+
+
+def parse_duration(value: float | int | str) -> float:
+    """Seconds from a number of seconds or a duration like "2h", "1h30m", "45s"."""
+    if isinstance(value, bool):
+        raise ValueError("expected seconds or a duration like '2h'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip()
+        parts = _DURATION.findall(text)
+        if not text or "".join(n + u for n, u in parts) != text:
+            raise ValueError(f"{value!r} is not a duration (examples: 45s, 90m, 2h, 1h30m)")
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("the duration must be positive")
+    return seconds
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+# ---------------------------------------------------------------- the search space
+
+Scalar = Union[bool, int, float, str]
+
+
+class Choice(_Model):
+    """One of a list of values; enumerable, so usable in a grid."""
+
+    type: Literal["choice"]
+    values: list[Scalar] = Field(min_length=1)
+    grid: bool = False
+
+    @field_validator("values")
+    @classmethod
+    def _plain(cls, values: list[Scalar]) -> list[Scalar]:
+        for v in values:
+            if isinstance(v, str) and sandbox.is_template(v):
+                raise _bad("template_value", "parameter values may not contain template delimiters: {v!r}", v=v)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise _bad("not_finite", "parameter values must be finite numbers")
+        return values
+
+    def grid_values(self) -> list[Scalar]:
+        return list(self.values)
+
+
+class Uniform(_Model):
+    """A float drawn uniformly from [low, high]; `grid: N` gives N evenly spaced points."""
+
+    type: Literal["uniform"]
+    low: float = Field(allow_inf_nan=False)
+    high: float = Field(allow_inf_nan=False)
+    grid: int | None = Field(default=None, ge=2, le=100_000, strict=True)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.low >= self.high:
+            raise _bad("bounds", "low ({low}) must be below high ({high})", field="low", low=self.low, high=self.high)
+        return self
+
+    def grid_values(self) -> list[float]:
+        n = self.grid or 0
+        return [self.low + (self.high - self.low) * i / (n - 1) for i in range(n)]
+
+
+class LogUniform(Uniform):
+    """A positive float whose logarithm is uniform in [log low, log high]."""
+
+    type: Literal["loguniform"]  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if self.low <= 0:
+            raise _bad("bounds", "loguniform needs low > 0 (got {low})", field="low", low=self.low)
+        return self
+
+    def grid_values(self) -> list[float]:
+        n = self.grid or 0
+        lo, hi = math.log(self.low), math.log(self.high)
+        return [math.exp(lo + (hi - lo) * i / (n - 1)) for i in range(n)]
+
+
+class IntRange(_Model):
+    """An integer in [low, high] (both included) on a `step` lattice starting at low."""
+
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+    grid: bool = False
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.low > self.high:
+            raise _bad("bounds", "low ({low}) must not be above high ({high})", field="low", low=self.low, high=self.high)
+        return self
+
+    @property
+    def size(self) -> int:
+        return (self.high - self.low) // self.step + 1
+
+    def grid_values(self) -> range:
+        return range(self.low, self.high + 1, self.step)
+
+
+Param = Annotated[Union[Choice, Uniform, LogUniform, IntRange], Field(discriminator="type")]
+
+
+def grid_size(param: Choice | Uniform | LogUniform | IntRange) -> int:
+    """How many values a parameter contributes to a grid (computed, never materialised)."""
+    if isinstance(param, Choice):
+        return len(param.values)
+    if isinstance(param, IntRange):
+        return param.size
+    return param.grid or 0
+
+
+def in_grid(param: Choice | Uniform | LogUniform | IntRange) -> bool:
+    return bool(param.grid)
+
+
+class Strategy(_Model):
+    kind: Literal["grid", "random", "quasi-random"]
+    seed: int = 0
+    trials: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _trials(self):
+        if self.kind == "grid" and self.trials is not None:
+            raise _bad("grid_trials", "the grid strategy takes every combination; remove 'trials'", field="trials")
+        if self.kind != "grid" and self.trials is None:
+            raise _bad("missing_trials", "strategy {kind!r} needs 'trials' (how many to sample)", kind=self.kind)
+        return self
+
+
+# ---------------------------------------------------------------- the trial template
+
+Quantity = Union[int, float, str]
+
+
+class Resources(_Model):
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+
+    def gpus(self) -> int:
+        value = self.limits.get(GPU, self.requests.get(GPU, 0))
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return 0
+
+    @field_validator("limits", "requests")
+    @classmethod
+    def _gpu_whole(cls, values: dict[str, Quantity]) -> dict[str, Quantity]:
+        gpu = values.get(GPU)
+        if gpu is not None:
+            try:
+                ok = float(gpu) >= 0 and float(gpu) == int(float(gpu))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise _bad("gpu", "{gpu} must be a whole number (got {v!r})", gpu=GPU, v=gpu)
+        return values
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None
+
+
+class Policy(_Model):
+    """A Volcano lifecycle policy: on an event (or a container exit code) take an action."""
+
+    event: Literal["PodEvicted", "PodFailed", "TaskCompleted", "TaskFailed", "Unknown", "OutOfSync",
+                   "CommandIssued", "JobUpdated", "*"] | None = None
+    exit_code: int | None = None
+    action: Literal["AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob", "CompleteJob",
+                    "ResumeJob", "SyncJob"]
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.event is None) == (self.exit_code is None):
+            raise _bad("policy", "a policy needs exactly one of 'event' or 'exit_code'")
+        return self
+
+
+DEFAULT_POLICIES = (
+    # Preemption and eviction restart the whole gang (a partial gang is useless); the
+    # trial resumes from its checkpoint. A failed pod fails the attempt: submit decides
+    # whether to retry it as a new attempt (retries.max_failures).
+    Policy(event="PodEvicted", action="RestartJob"),
+    Policy(event="PodFailed", action="AbortJob"),
+)
+
+
+def _env(value: Any) -> Any:
+    # Kubernetes env values are strings; YAML makes `1`, `true` and `0.5` into numbers.
+    if isinstance(value, dict):
+        return {k: ("true" if v is True else "false" if v is False else str(v))
+                if isinstance(v, int | float) else v for k, v in value.items()}
+    return value
+
+
+EnvMap = Annotated[dict[str, str], Field(default_factory=dict)]
+
+
+class Task(_Model):
+    """A role in the gang (workers, parameter servers, evaluators): replicas of one pod."""
+
+    name: str
+    replicas: int = Field(default=1, ge=1, le=10_000)
+    min_available: int | None = Field(default=None, ge=0)
+    image: str | None = None
+    command: list[str] | None = None
+    args: list[str] | None = None
+    env: EnvMap
+    resources: Resources | None = None
+
+    _env = field_validator("env", mode="before")(classmethod(lambda cls, v: _env(v)))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _dns_label(v, "task name", 20)
+
+    @model_validator(mode="after")
+    def _min(self):
+        if self.min_available is not None and self.min_available > self.replicas:
+            raise _bad("min_available", "min_available ({m}) exceeds replicas ({r})", field="min_available",
+                       m=self.min_available, r=self.replicas)
+        return self
+
+    @property
+    def gang(self) -> int:
+        return self.replicas if self.min_available is None else self.min_available
+
+
+class TrialSpec(_Model):
+    """What every trial runs; string fields are templates over the trial's variables."""
+
+    image: str | None = None
+    command: list[str] | None = None
+    args: list[str] = []
+    env: EnvMap
+    resources: Resources = Resources()
+    restart_policy: Literal["Never", "OnFailure"] = "Never"
+    tasks: list[Task] = Field(default_factory=lambda: [Task(name="worker")], min_length=1)
+    min_available: int | None = Field(default=None, ge=1)
+    node_selector: dict[str, str] = {}
+    tolerations: list[Toleration] = []
+    topology_spread_constraints: list[dict[str, Any]] = []
+    annotations: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    service_account: str | None = None
+    policies: list[Policy] | None = None
+    template: str | None = None  # a file in the templates directory
+
+    _env = field_validator("env", "annotations", "labels", "node_selector", mode="before")(
+        classmethod(lambda cls, v: _env(v)))
+
+    @field_validator("template")
+    @classmethod
+    def _inside(cls, v: str | None) -> str | None:
+        if v is not None:
+            p = PurePosixPath(v.replace("\\", "/"))
+            if p.is_absolute() or ".." in p.parts or not p.parts:
+                raise _bad("template_path", "template path {v!r} escapes the templates directory", v=v)
+        return v
+
+    @model_validator(mode="after")
+    def _tasks(self):
+        names = [t.name for t in self.tasks]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise _bad("task_name", "duplicate task name {name!r}", field=f"tasks.{i}.name", name=name)
+        for i, t in enumerate(self.tasks):
+            if (t.image or self.image) is None:
+                raise _bad("image", "task {name!r} has no image (set trial.image or the task's image)",
+                           field=f"tasks.{i}", name=t.name)
+        total = sum(t.replicas for t in self.tasks)
+        if self.min_available is not None and self.min_available > total:
+            raise _bad("min_available", "min_available ({m}) exceeds the {n} pods of a trial",
+                       field="min_available", m=self.min_available, n=total)
+        return self
+
+    @property
+    def effective_policies(self) -> tuple[Policy, ...]:
+        return DEFAULT_POLICIES if self.policies is None else tuple(self.policies)
+
+
+# ---------------------------------------------------------------- operations
+
+
+class Checkpoint(_Model):
+    location: str = ""  # template, e.g. "s3://bucket/{{ study }}/{{ trial }}"
+
+
+class Retries(_Model):
+    max_failures: int = Field(default=2, ge=0)  # failed attempts of one trial before it is given up
+    max_preemptions: int = Field(default=10, ge=0)  # preemptions resumed before the trial is given up
+    max_retry: int = Field(default=3, ge=0)  # Volcano maxRetry of each job
+
+
+class Parallelism(_Model):
+    min: int = Field(default=1, ge=1)
+    initial: int = Field(default=4, ge=1)
+    max: int = Field(default=32, ge=1)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if not self.min <= self.initial <= self.max:
+            raise _bad("order", "need min <= initial <= max (got {a}, {b}, {c})", field="initial",
+                       a=self.min, b=self.initial, c=self.max)
+        return self
+
+
+class Throttle(_Model):
+    qps: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    burst: int = Field(default=10, ge=1)
+    parallelism: Parallelism = Parallelism()
+
+
+class Cost(_Model):
+    expected_duration: float | str = "1h"  # seconds, or "2h", "90m", "1h30m"
+    gpu_hour_price: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    retry_factor: float = Field(default=1.0, ge=1.0, le=100, allow_inf_nan=False)
+    currency: str = "USD"
+
+    @field_validator("expected_duration")
+    @classmethod
+    def _duration(cls, v: float | str) -> float | str:
+        try:
+            parse_duration(v)
+        except ValueError as e:
+            raise _bad("duration", str(e)) from None
+        return v
+
+    @property
+    def expected_seconds(self) -> float:
+        return parse_duration(self.expected_duration)
+
+
+# ---------------------------------------------------------------- the study
+
+
+class Study(_Model):
+    """A whole study file."""
+
+    name: str
+    namespace: str = "default"
+    queue: str = "default"
+    priority_class: str | None = None
+    critical: bool = False
+    workload: Literal["volcano", "batch"] = "volcano"
+    space: dict[str, Param] = Field(min_length=1)
+    strategy: Strategy
+    trial: TrialSpec
+    checkpoint: Checkpoint = Checkpoint()
+    retries: Retries = Retries()
+    throttle: Throttle = Throttle()
+    cost: Cost = Cost()
+    cleanup: Literal["keep", "delete"] = "keep"
+    templates_dir: str | None = None
+
+    _source: Path | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _dns_label(v, "study name", MAX_NAME)
+
+    @field_validator("namespace", "queue")
+    @classmethod
+    def _label(cls, v: str, info) -> str:  # noqa: ANN001
+        return _dns_label(v, info.field_name)
+
+    @field_validator("space")
+    @classmethod
+    def _params(cls, space: dict[str, Any]) -> dict[str, Any]:
+        for name in space:
+            if not _PARAM_NAME.match(name):
+                raise _bad("param_name", "parameter name {name!r} must be a letter then letters, digits or '_'",
+                           name=name)
+        return space
+
+    @model_validator(mode="after")
+    def _whole(self):
+        if self.strategy.kind == "grid":
+            for name, p in self.space.items():
+                if not isinstance(p, Choice | IntRange) and not p.grid:
+                    raise _bad("grid", "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
+                               field=f"space.{name}", name=name)
+        if self.workload == "batch" and len(self.trial.tasks) != 1:
+            raise _bad("batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed",
+                       field="trial.tasks")
+        return self
+
+    @property
+    def source(self) -> Path | None:
+        """The study file this was loaded from."""
+        return self._source
+
+    @property
+    def templates_path(self) -> Path | None:
+        """The user templates directory, resolved relative to the study file."""
+        if self.templates_dir is None:
+            return None
+        base = self._source.parent if self._source else Path.cwd()
+        return (base / self.templates_dir).resolve()
+
+    def task_resources(self, task: Task) -> Resources:
+        return task.resources or self.trial.resources
+
+    @property
+    def gpus_per_trial(self) -> int:
+        return sum(t.replicas * self.task_resources(t).gpus() for t in self.trial.tasks)
+
+    @property
+    def gang_size(self) -> int:
+        """Pods that must start together (Volcano minAvailable)."""
+        return self.trial.min_available or sum(t.gang for t in self.trial.tasks) or 1
+
+    @cached_property
+    def spec_hash(self) -> str:
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_study(path: str | Path) -> Study:
+    """Read, validate and check a study file; raises StudyError listing every problem."""
+    doc = document.read(path)
+    return study_from_document(doc, Path(path))
+
+
+def study_from_document(doc: document.Document, source: Path | None = None) -> Study:
+    if not isinstance(doc.data, dict):
+        raise StudyError([*doc.problems, doc.problem((), f"expected a mapping of study fields, got {_kind(doc.data)}")])
+    try:
+        study = Study.model_validate(doc.data)
+    except ValidationError as e:
+        problems = {_problem(doc, err) for err in e.errors()} | set(doc.problems)
+        raise StudyError(sorted(problems, key=_order)) from None
+    study._source = source
+    problems = doc.problems + _template_problems(study, doc)
+    if problems:
+        raise StudyError(sorted(set(problems), key=_order))
+    return study
+
+
+def _order(p: Problem) -> tuple:
+    return (p.line or 0, p.column or 0, p.message)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _problem(doc: document.Document, err: dict) -> Problem:
+    loc = tuple(err["loc"])
+    field = (err.get("ctx") or {}).get("field")
+    path = _data_path(doc.data, loc, named_last=not field)
+    if field:
+        path = path + tuple(int(p) if p.isdigit() else p for p in field.split("."))
+    where = ".".join(str(p) for p in path) or "study"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = path[-1]
+        known = _known_keys(loc)
+        hint = difflib.get_close_matches(str(key), known, n=1)
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else (f" (known: {', '.join(known)})" if known else "")
+        parent = ".".join(str(p) for p in path[:-1]) or "the study"
+        return doc.problem(path, f"unknown key {key!r} in {parent}{suggestion}", at_key=True)
+    if kind == "missing":
+        return doc.problem(path, f"{where}: required field missing")
+    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        return doc.problem(path + ("type",) if kind == "union_tag_invalid" else path,
+                           f"{where}: 'type' must be one of choice, uniform, loguniform, int")
+    message = err["msg"]
+    if kind not in ("value_error",) and not isinstance(err.get("ctx", {}).get("field"), str) and "input" in err:
+        shown = err["input"]
+        if isinstance(shown, str | int | float | bool) and kind.endswith(("_type", "_parsing")):
+            message += f", got {shown!r}"
+    message = message.removeprefix("Value error, ")
+    return doc.problem(path, f"{where}: {message}")
+
+
+def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:
+    """The part of a pydantic `loc` that exists in the data; union tags are dropped.
+
+    With `named_last`, a last segment absent from the data is kept: it names a missing
+    or an unknown key.
+    """
+    path: list = []
+    node = data
+    for i, seg in enumerate(loc):
+        if isinstance(node, dict) and seg in node:
+            path.append(seg)
+            node = node[seg]
+        elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
+            path.append(seg)
+            node = node[seg]
+        elif named_last and i == len(loc) - 1:
+            path.append(seg)
+    return tuple(path)
+
+
+def _known_keys(loc: tuple) -> list[str]:
+    """The keys the model at `loc[:-1]` accepts, following pydantic's loc through unions."""
+    t: Any = Study
+    for seg in loc[:-1]:
+        t = _unwrap(t)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            f = t.model_fields.get(seg) if isinstance(seg, str) else None
+            if f is None:
+                return []
+            t = f.annotation
+        elif typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+        elif typing.get_origin(t) is list:
+            t = typing.get_args(t)[0]
+        elif typing.get_origin(t) in (Union, types.UnionType):
+            members = [_unwrap(a) for a in typing.get_args(t)]
+            match = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)
+                     and seg in (typing.get_args(m.model_fields["type"].annotation) if "type" in m.model_fields else ())]
+            if not match:
+                return []
+            t = match[0]
+    t = _unwrap(t)
+    if isinstance(t, type) and issubclass(t, BaseModel):
+        return sorted(t.model_fields)
+    return []
+
+
+def _unwrap(t: Any) -> Any:
+    while True:
+        origin = typing.get_origin(t)
+        if origin is Annotated:
+            t = typing.get_args(t)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(t) if a is not type(None)]
+            if len(args) == 1:
+                t = args[0]
+            else:
+                return t
+        else:
+            return t
+
+
+def _template_problems(study: Study, doc: document.Document) -> list[Problem]:
+    """Check every template string of the study without rendering any."""
+    env = sandbox.environment()
+    problems = []
+    allowed = set(sandbox.VARIABLES)
+    for path, text in _strings(doc.data, ()):
+        if path[0] not in ("trial", "checkpoint") or not sandbox.is_template(text):
+            continue
+        if path[:2] == ("trial", "template"):
+            continue
+        scope = allowed - {"checkpoint"} if path[0] == "checkpoint" else allowed
+        for line, message in sandbox.check(env, text, scope, study.space):
+            suffix = f" (line {line} of the template)" if line > 1 else ""
+            problems.append(doc.problem(path, f"{'.'.join(map(str, path))}: {message}{suffix}"))
+    return problems
+
+
+def _strings(node: Any, path: tuple):
+    if isinstance(node, str):
+        yield path, node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(k, str) and sandbox.is_template(k) and path and path[0] == "trial":
+                yield path + (k,), k
+            yield from _strings(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, path + (i,))
