@@ -122,7 +122,7 @@ class Submitter:
         self.clock = clock
         self.sleep = sleep
         self.source = source
-        self.namespace = study.namespace or cluster.namespace
+        self.namespace = study.namespace
         self.progress = Progress(study=study.name, total=len(trials))
         self.record = StudyRecord(
             study=study.name,
@@ -245,10 +245,11 @@ class Submitter:
                 counts[state] += 1
         p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
         p.succeeded, p.failed, p.waiting = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED], counts[TrialState.WAITING]
-        stats, bucket, metrics = self.throttle.stats, self.throttle.bucket, self.cluster.metrics
+        stats, bucket = self.throttle.stats, self.throttle.bucket
         p.throttle_waits, p.throttle_wait_seconds = bucket.waits, bucket.waited_seconds
         p.throttled_429 = stats.throttled
-        p.api_writes, p.api_requests = metrics.writes, metrics.requests
+        if self.cluster is not None:
+            p.api_writes, p.api_requests = self.cluster.metrics.writes, self.cluster.metrics.requests
 
     def _decide(self) -> Decision:
         p = self.progress
@@ -317,3 +318,60 @@ class Submitter:
             pool.shutdown(wait=True, cancel_futures=True)
         self.reporter.update(self.progress)
         return self.progress
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where to submit: kubectl's flags."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+
+
+def prepare(path, namespace: str | None = None) -> tuple[Study, list[Trial], Renderer]:
+    """Load, expand and render the whole study before anything touches the cluster.
+
+    Rendering every trial up front is what makes a bad template or value fail the
+    command with nothing created, instead of failing trial 173 after 172 were submitted.
+    """
+    from stratctl.space import expand
+    from stratctl.spec import load_study
+
+    study = load_study(path)
+    if namespace and namespace != study.namespace:
+        source = study.source
+        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
+        study._source = source
+    trials = expand(study)
+    renderer = Renderer(study)
+    for trial in trials:
+        renderer.render(trial, attempt=0)
+    return study, trials, renderer
+
+
+def submit_study(
+    path,
+    connection: Connection = Connection(),
+    options: SubmitOptions = SubmitOptions(),
+    qps: float | None = None,
+    burst: int | None = None,
+    reporter: Reporter | None = None,
+    policy=None,
+) -> Progress:
+    """`stratctl submit`: validate and render everything, then run the submit loop."""
+    study, trials, renderer = prepare(path, connection.namespace)
+    source = study.source.read_text() if study.source else ""
+    qps = study.throttle.qps if qps is None else qps
+    burst = study.throttle.burst if burst is None else burst
+    throttle = Throttle(qps=qps, burst=max(1, burst))
+    if options.dry_run == "client":
+        return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter).dry_run()
+    cluster = Cluster.connect(connection.kubeconfig, connection.context, study.namespace, gate=throttle.call,
+                              pool_size=max(options.workers, 4) * 2)
+    try:
+        submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
+                              reporter=reporter, source=source)
+        return submitter.run()
+    finally:
+        cluster.close()

@@ -1,0 +1,79 @@
+"""`stratctl submit`: parse kubectl-style flags, run the submit loop, show it, summarise."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from stratctl.controller import Connection, SubmitOptions, submit_study
+from stratctl.display import LiveDisplay, LogDisplay, summary, summary_json
+from stratctl.errors import ExitCode
+
+
+class DryRun(str, Enum):
+    client = "client"
+    server = "server"
+
+
+class Output(str, Enum):
+    text = "text"
+    json = "json"
+
+
+KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")]
+ContextOpt = Annotated[Optional[str], typer.Option("--context", help="The kubeconfig context to use.")]
+NamespaceOpt = Annotated[Optional[str], typer.Option("-n", "--namespace", help="Namespace for the study's objects (default: the study's).")]
+
+
+def submit(
+    file: Annotated[Path, typer.Argument(help="The study file.", exists=False)],
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+    qps: Annotated[Optional[float], typer.Option(help="Client-side requests per second (0: unlimited; default: the study's throttle.qps).")] = None,
+    burst: Annotated[Optional[int], typer.Option(help="Token-bucket burst (default: the study's throttle.burst).")] = None,
+    max_inflight: Annotated[Optional[int], typer.Option("--max-inflight", min=1, help="Upper bound on trials in flight (default: the study's parallelism.max).")] = None,
+    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: render only; server: send every manifest with dryRun=All, create nothing.")] = None,
+    detach: Annotated[bool, typer.Option("--detach", help="Return once every trial is submitted instead of waiting for them to finish.")] = False,
+    poll_interval: Annotated[float, typer.Option("--poll-interval", min=0.1, help="Seconds between reconcile cycles.")] = 2.0,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Concurrent create requests.")] = 16,
+    output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
+) -> None:
+    """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
+
+    Safe to rerun at any time: trials already in the cluster are recognised, never duplicated.
+    """
+    options = SubmitOptions(
+        max_inflight=max_inflight,
+        dry_run=dry_run.value if dry_run else None,
+        detach=detach,
+        poll_interval=poll_interval,
+        workers=workers,
+    )
+    err = Console(stderr=True)
+    display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
+    with display:
+        progress = submit_study(
+            file, Connection(kubeconfig, context, namespace), options, qps=qps, burst=burst, reporter=display
+        )
+    if output is Output.json:
+        typer.echo(summary_json(progress))
+    else:
+        typer.echo(summary(progress))
+    if progress.interrupted:
+        err.print(
+            f"[yellow]interrupted[/]: no more trials submitted. Run the same command again to resume; "
+            f"trials already in the cluster are recognised, never duplicated."
+        )
+        raise typer.Exit(ExitCode.INTERRUPTED)
+    if progress.errors or progress.failed:
+        raise typer.Exit(ExitCode.FAILURE)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(submit)

@@ -1,0 +1,171 @@
+"""The submit loop against an in-memory cluster, in virtual time."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from stratctl import labels
+from stratctl.controller import Submitter, SubmitOptions
+from stratctl.errors import Invalid
+from stratctl.policy import Decision
+from stratctl.render import Renderer
+from stratctl.space import expand
+from stratctl.spec import load_study
+from stratctl.throttle import Throttle
+from tests.unit.fake_cluster import FakeCluster
+from tests.unit.fakes import FakeClock, MaxRng
+
+STUDY = """\
+name: loop
+namespace: stratctl-e2e
+queue: default
+space:
+  lr: {type: choice, values: [0.1, 0.01, 0.001, 0.0001, 0.00001]}
+  layers: {type: choice, values: [2, 4]}
+strategy: {kind: grid}
+trial:
+  image: busybox
+  command: ["train", "--lr={{ params.lr }}", "--layers={{ params.layers }}"]
+  resources: {requests: {nvidia.com/gpu: 1}}
+  tasks: [{name: worker, replicas: 2}]
+throttle: {qps: 100, burst: 10, parallelism: {min: 1, initial: 3, max: 3}}
+"""
+
+
+@pytest.fixture
+def study_file(tmp_path):
+    def write(extra: str = "") -> str:
+        path = tmp_path / "study.yaml"
+        path.write_text(STUDY + textwrap.dedent(extra))
+        return str(path)
+
+    return write
+
+
+def make(path, cluster, clock, **options):
+    study = load_study(path)
+    trials = expand(study)
+    throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        cluster.advance()
+
+    opts = SubmitOptions(poll_interval=1.0, workers=1, **options)
+    return Submitter(study, trials, Renderer(study), cluster, throttle, opts, clock=clock, sleep=sleep), trials
+
+
+def test_keeps_the_cap_in_flight_until_every_trial_finishes(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    progress = submitter.run()
+    assert len(trials) == 10
+    assert progress.succeeded == 10 and progress.failed == 0 and progress.created == 10
+    assert sorted(cluster.creates) == sorted(t.name for t in trials)  # each created exactly once
+    assert cluster.max_in_flight_seen == 3
+    record = cluster.record("loop")
+    assert record["data"]["trials"] == "10" and record["data"]["target"] == "3"
+
+
+def test_a_rerun_recognises_what_exists_and_creates_only_the_rest(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    first, trials = make(study_file(), cluster, clock, detach=True, max_inflight=4)
+    first.run()
+    assert len(cluster.creates) == 4
+    # the launcher died; the rerun must not create those four again
+    second, _ = make(study_file(), cluster, clock)
+    progress = second.run()
+    assert sorted(cluster.creates) == sorted(t.name for t in trials)
+    assert progress.created == 6 and progress.succeeded == 10
+
+
+def test_409_with_the_same_spec_hash_is_success(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    # another launcher created the trial between our list and our create
+    manifest = submitter.renderer.render(trials[0])[0]
+    cluster.create(manifest)
+    assert submitter.submit_trial(trials[0]) == "existing"
+
+
+def test_409_with_another_spec_hash_is_reported_and_the_rest_go_on(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    # an object of the trial's name that this study did not render (another study, edited by hand)
+    manifest = submitter.renderer.render(trials[0])[0]
+    manifest["metadata"]["labels"].update({labels.SPEC_HASH: "someoneelse", labels.STUDY: "other"})
+    cluster.create(manifest)
+    progress = submitter.run()
+    assert list(progress.errors) == [trials[0].name]
+    assert "spec hash someoneelse" in progress.errors[trials[0].name]
+    assert progress.succeeded == 9 and progress.done
+
+
+def test_a_permanent_error_is_reported_per_trial_with_the_server_message(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    cluster.fail[trials[3].name] = Invalid("create Job x: spec.queue: queue 'nope' not found", status=422)
+    progress = submitter.run()
+    assert progress.errors == {trials[3].name: "create Job x: spec.queue: queue 'nope' not found"}
+    assert progress.succeeded == 9 and progress.done
+
+
+def test_a_drained_study_holds_new_submissions(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    submitter.ensure_record()
+    cluster.record("loop")["data"]["drained"] = "true"
+    decisions = []
+    original = submitter.policy.decide
+
+    def spy(observed, now):
+        decision = original(observed, now)
+        decisions.append(decision)
+        if len(decisions) == 3:
+            cluster.record("loop")["data"]["drained"] = "false"
+        return decision
+
+    submitter.policy.decide = spy
+    progress = submitter.run()
+    assert [d.hold for d in decisions[:3]] == [True, True, True]
+    assert decisions[0].reason == "study drained"
+    assert progress.succeeded == 10
+
+
+def test_cleanup_delete_removes_finished_jobs_and_remembers_outcomes(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file("cleanup: delete\n"), cluster, clock)
+    progress = submitter.run()
+    assert progress.succeeded == 10
+    assert cluster.jobs() == []
+    rerun, _ = make(study_file("cleanup: delete\n"), cluster, clock)
+    again = rerun.run()
+    assert again.created == 0 and again.succeeded == 10
+    assert len(cluster.creates) == 10
+
+
+def test_failed_trials_count_as_finished_not_resubmitted(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    study = load_study(study_file())
+    trials = expand(study)
+    throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep)
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        cluster.advance(finish="Failed")
+
+    submitter = Submitter(study, trials, Renderer(study), cluster, throttle, SubmitOptions(poll_interval=1, workers=1),
+                          clock=clock, sleep=sleep)
+    progress = submitter.run()
+    assert progress.failed == 10 and len(cluster.creates) == 10
+
+
+def test_policy_decides_how_many_to_admit():
+    from stratctl.policy import Observed
+
+    assert Decision(5, False, "").admit(Observed(in_flight=3, pending=0, waiting=10)) == 2
+    assert Decision(5, False, "").admit(Observed(in_flight=3, pending=0, waiting=1)) == 1
+    assert Decision(5, False, "").admit(Observed(in_flight=7, pending=0, waiting=10)) == 0
+    assert Decision(5, True, "").admit(Observed(in_flight=0, pending=0, waiting=10)) == 0
