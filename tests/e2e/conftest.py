@@ -1,0 +1,158 @@
+"""Session fixture for end-to-end tests: a real Kubernetes API server with Volcano and
+KWOK fake GPU nodes.
+
+By default the local testbed (testbed/up.sh: etcd, kube-apiserver,
+kube-controller-manager, Volcano, KWOK as local processes) is started once per session,
+built first if its binaries are not cached, and stopped at the end unless it was already
+running or STRATCTL_TESTBED_KEEP=1.
+
+With STRATCTL_TEST_KUBECONFIG set, that cluster (kind or any other, with Volcano installed)
+is used as is and nothing is started or stopped. Its contexts and namespace default to the
+testbed's names and can be overridden with STRATCTL_TEST_ADMIN_CONTEXT,
+STRATCTL_TEST_RESTRICTED_CONTEXT and STRATCTL_TEST_NAMESPACE.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TESTBED_DIR = REPO / "testbed"
+
+APF_NAME = "stratctl-trial-runner"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "e2e: end-to-end test against a real Kubernetes + Volcano cluster "
+        "(the local testbed or STRATCTL_TEST_KUBECONFIG)",
+    )
+
+
+def _run_dir() -> Path:
+    if os.environ.get("STRATCTL_TESTBED_DIR"):
+        return Path(os.environ["STRATCTL_TESTBED_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "stratctl" / "testbed-run"
+
+
+@dataclass
+class Testbed:
+    """What end-to-end tests get from the ``testbed`` fixture."""
+
+    kubeconfig: str
+    admin_context: str = "admin"
+    restricted_context: str = "restricted"
+    namespace: str = "stratctl-e2e"
+    kubectl: str | None = None
+    #: True when the fixture runs the local testbed (testbed/*.sh), False for an external cluster.
+    local: bool = True
+    _clients: dict = field(default_factory=dict, repr=False)
+
+    def api_client(self, context: str | None = None):
+        """A kubernetes.client.ApiClient for a context (default: admin)."""
+        from kubernetes import config
+
+        ctx = context or self.admin_context
+        if ctx not in self._clients:
+            self._clients[ctx] = config.new_client_from_config(config_file=self.kubeconfig, context=ctx)
+        return self._clients[ctx]
+
+    def admin(self):
+        return self.api_client(self.admin_context)
+
+    def restricted(self):
+        return self.api_client(self.restricted_context)
+
+    def apf(self, on: bool) -> None:
+        """Turn the APF limit for the restricted user on (one seat, Reject) or off."""
+        if self.local:
+            subprocess.run(
+                ["bash", str(TESTBED_DIR / "apf.sh"), "on" if on else "off"], check=True, env=_testbed_env()
+            )
+            return
+        _apf_external(self, on)
+
+
+def _testbed_env() -> dict:
+    return dict(os.environ)
+
+
+def _apf_external(tb: Testbed, on: bool) -> None:
+    """APF switch for an external cluster: same objects as testbed/objects.yaml + apf-flowschema.yaml."""
+    import yaml
+    from kubernetes import client, utils
+    from kubernetes.client.rest import ApiException
+
+    api = client.FlowcontrolApiserverV1Api(tb.admin())
+    if on:
+        docs = [d for d in yaml.safe_load_all((TESTBED_DIR / "objects.yaml").read_text()) if d]
+        plc = [d for d in docs if d["kind"] == "PriorityLevelConfiguration"]
+        fs = yaml.safe_load((TESTBED_DIR / "apf-flowschema.yaml").read_text())
+        for obj in plc + [fs]:
+            try:
+                utils.create_from_dict(tb.admin(), obj)
+            except utils.FailToCreateError as exc:
+                if not all(getattr(e, "status", None) == 409 for e in exc.api_exceptions):
+                    raise
+    else:
+        try:
+            api.delete_flow_schema(APF_NAME)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    time.sleep(2)
+
+
+def _testbed_up() -> tuple[str, bool]:
+    """Run testbed/up.sh; returns (kubeconfig, started_by_us)."""
+    proc = subprocess.run(
+        ["bash", str(TESTBED_DIR / "up.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_testbed_env(),
+    )
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"testbed/up.sh failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}", pytrace=False)
+    kubeconfig = proc.stdout.strip().splitlines()[-1]
+    return kubeconfig, "already up" not in proc.stderr
+
+
+@pytest.fixture(scope="session")
+def testbed():
+    external = os.environ.get("STRATCTL_TEST_KUBECONFIG")
+    if external:
+        yield Testbed(
+            kubeconfig=external,
+            admin_context=os.environ.get("STRATCTL_TEST_ADMIN_CONTEXT", "admin"),
+            restricted_context=os.environ.get("STRATCTL_TEST_RESTRICTED_CONTEXT", "restricted"),
+            namespace=os.environ.get("STRATCTL_TEST_NAMESPACE", "stratctl-e2e"),
+            kubectl=shutil.which("kubectl"),
+            local=False,
+        )
+        return
+
+    kubeconfig, started = _testbed_up()
+    bin_dir = (_run_dir() / "bin-dir").read_text().strip()
+    kubectl = Path(bin_dir) / "kubectl"
+    tb = Testbed(kubeconfig=kubeconfig, kubectl=str(kubectl) if kubectl.exists() else None)
+    try:
+        yield tb
+    finally:
+        try:
+            tb.apf(False)
+        except Exception:  # noqa: BLE001 - best effort before teardown
+            pass
+        if started and os.environ.get("STRATCTL_TESTBED_KEEP") != "1":
+            subprocess.run(["bash", str(TESTBED_DIR / "down.sh")], check=False, env=_testbed_env())

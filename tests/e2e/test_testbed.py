@@ -1,0 +1,338 @@
+"""The testbed is real: Volcano gang scheduling, KWOK pod lifecycles, priority preemption
+and API Priority and Fairness 429s, observed through the Kubernetes API."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+pytestmark = pytest.mark.e2e
+
+GPU = "nvidia.com/gpu"
+RUN_DURATION = "testbed.stratctl.io/run-duration"
+
+
+# ----------------------------------------------------------------------------- helpers
+def vcjob(name, *, replicas, min_available, gpus=1, duration=None, priority_class=None, queue="default"):
+    """A batch.volcano.sh Job with everything explicit (the testbed has no admission webhook)."""
+    annotations = {RUN_DURATION: duration} if duration else {}
+    pod_spec = {
+        "schedulerName": "volcano",
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "trial",
+                "image": "stratctl.invalid/fake-trial:0",
+                "resources": {
+                    "requests": {GPU: str(gpus), "cpu": "100m", "memory": "128Mi"},
+                    "limits": {GPU: str(gpus)},
+                },
+            }
+        ],
+    }
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
+    spec = {
+        "schedulerName": "volcano",
+        "queue": queue,
+        "minAvailable": min_available,
+        "maxRetry": 3,
+        "tasks": [
+            {
+                "name": "worker",
+                "replicas": replicas,
+                "minAvailable": min_available,
+                "template": {"metadata": {"annotations": annotations}, "spec": pod_spec},
+            }
+        ],
+    }
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def wait_until(predicate, timeout, interval=0.2, message="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
+
+
+class Cluster:
+    def __init__(self, tb, api_client):
+        self.ns = tb.namespace
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    def create_job(self, body):
+        return self.custom.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", self.ns, "jobs", body)
+
+    def get_job(self, name):
+        return self.custom.get_namespaced_custom_object("batch.volcano.sh", "v1alpha1", self.ns, "jobs", name)
+
+    def delete_job(self, name):
+        try:
+            self.custom.delete_namespaced_custom_object(
+                "batch.volcano.sh", "v1alpha1", self.ns, "jobs", name, propagation_policy="Background"
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def job_phase(self, name):
+        return (self.get_job(name).get("status") or {}).get("state", {}).get("phase")
+
+    def podgroup(self, job_name):
+        pgs = self.custom.list_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", self.ns, "podgroups")
+        for pg in pgs["items"]:
+            owners = pg["metadata"].get("ownerReferences") or []
+            if any(o.get("kind") == "Job" and o.get("name") == job_name for o in owners):
+                return pg
+        return None
+
+    def pods(self, job_name):
+        return self.core.list_namespaced_pod(self.ns, label_selector=f"volcano.sh/job-name={job_name}").items
+
+    def running_pods(self, job_name):
+        return [p for p in self.pods(job_name) if p.status.phase == "Running" and p.metadata.deletion_timestamp is None]
+
+    def wait_gone(self, job_name, timeout=60):
+        wait_until(
+            lambda: not self.pods(job_name) and self.podgroup(job_name) is None,
+            timeout,
+            message=f"pods and podgroup of {job_name} to be garbage-collected",
+        )
+
+
+def total_gpus(core):
+    return sum(int(n.status.allocatable.get(GPU, "0")) for n in core.list_node().items)
+
+
+class PodGroupPhases:
+    """Records every phase a job's PodGroup goes through (watch, so short phases are seen)."""
+
+    def __init__(self, tb, api_client, job_name):
+        self.phases: list[str] = []
+        self._job = job_name
+        self._ns = tb.namespace
+        self._custom = client.CustomObjectsApi(api_client)
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            for ev in self._watch.stream(
+                self._custom.list_namespaced_custom_object,
+                "scheduling.volcano.sh",
+                "v1beta1",
+                self._ns,
+                "podgroups",
+                timeout_seconds=120,
+            ):
+                pg = ev["object"]
+                owners = pg.get("metadata", {}).get("ownerReferences") or []
+                if not any(o.get("name") == self._job for o in owners):
+                    continue
+                phase = (pg.get("status") or {}).get("phase")
+                if phase and (not self.phases or self.phases[-1] != phase):
+                    self.phases.append(phase)
+        except Exception:  # noqa: BLE001 - watch ends when the test stops it
+            pass
+
+    def stop(self):
+        self._watch.stop()
+
+
+@pytest.fixture
+def admin(testbed):
+    return Cluster(testbed, testbed.admin())
+
+
+@pytest.fixture
+def restricted(testbed):
+    return Cluster(testbed, testbed.restricted())
+
+
+@pytest.fixture
+def jobs(admin):
+    """Names of Volcano Jobs to delete (and wait for) after the test."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        admin.delete_job(name)
+    for name in names:
+        admin.wait_gone(name)
+
+
+# ----------------------------------------------------------------------------- tests
+def test_fake_gpu_nodes(testbed, admin):
+    nodes = admin.core.list_node(label_selector="type=kwok").items
+    assert nodes, "no KWOK nodes"
+    for n in nodes:
+        assert int(n.status.allocatable[GPU]) > 0
+        ready = [c.status for c in n.status.conditions if c.type == "Ready"]
+        assert ready == ["True"], n.metadata.name
+    zones = {n.metadata.labels.get("topology.kubernetes.io/zone") for n in nodes}
+    assert len(zones) >= 2
+
+
+def test_gang_runs_and_completes(testbed, admin, restricted, jobs):
+    """(a) 4 one-GPU pods: PodGroup Inqueue -> Running, pods Running on KWOK nodes,
+    Job Completed after the annotated run duration."""
+    name = unique("gang4")
+    phases = PodGroupPhases(testbed, testbed.admin(), name)
+    jobs.append(name)
+    restricted.create_job(vcjob(name, replicas=4, min_available=4, duration="5s"))
+    try:
+        running = wait_until(lambda: len(restricted.running_pods(name)) == 4 and restricted.running_pods(name), 60,
+                             message="4 running pods")
+        started = time.monotonic()
+        node_names = {p.spec.node_name for p in running}
+        kwok_nodes = {n.metadata.name for n in admin.core.list_node(label_selector="type=kwok").items}
+        assert node_names <= kwok_nodes
+        for p in running:
+            assert p.spec.scheduler_name == "volcano"
+        wait_until(lambda: restricted.job_phase(name) == "Completed", 60, message="job Completed")
+        took = time.monotonic() - started
+        # Completed only after the annotated 5s (minus the time it took us to see them Running).
+        assert took >= 3.5, f"job completed {took:.1f}s after its pods ran, before the 5s run duration"
+        wait_until(lambda: "Running" in phases.phases, 10, message="PodGroup phase Running")
+    finally:
+        phases.stop()
+    assert "Inqueue" in phases.phases, phases.phases
+    assert phases.phases.index("Inqueue") < phases.phases.index("Running"), phases.phases
+    pods = restricted.pods(name)
+    assert pods and all(p.status.phase == "Succeeded" for p in pods)
+    term = pods[0].status.container_statuses[0].state.terminated
+    assert term is not None and term.exit_code == 0
+
+
+def test_failed_exit_code(testbed, admin, jobs):
+    """KWOK stage: a pod with exit-code annotation fails with that exit code."""
+    name = unique("fail")
+    body = vcjob(name, replicas=1, min_available=1, duration="1s")
+    body["spec"]["maxRetry"] = 1
+    body["spec"]["tasks"][0]["template"]["metadata"]["annotations"]["testbed.stratctl.io/exit-code"] = "3"
+    jobs.append(name)
+    admin.create_job(body)
+
+    def failed_pod():
+        for p in admin.pods(name):
+            if p.status.phase == "Failed":
+                return p
+        return None
+
+    pod = wait_until(failed_pod, 60, message="a Failed pod")
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 3
+
+
+def test_gang_larger_than_cluster_stays_pending(testbed, admin, restricted, jobs):
+    """(b) a gang needing more GPUs than the cluster has: no pod runs, PodGroup Pending."""
+    size = total_gpus(admin.core) + 16
+    name = unique("huge")
+    jobs.append(name)
+    restricted.create_job(vcjob(name, replicas=size, min_available=size))
+    pg = wait_until(lambda: admin.podgroup(name), 30, message="podgroup")
+    # Several scheduling cycles (period 0.5s).
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        assert not admin.running_pods(name)
+        time.sleep(0.5)
+    pg = admin.podgroup(name)
+    status = pg.get("status") or {}
+    assert status.get("phase") == "Pending", status
+    assert not status.get("running"), status
+    assert not admin.running_pods(name)
+    assert admin.job_phase(name) in ("Pending", None), admin.job_phase(name)
+
+
+def test_high_priority_preempts_low(testbed, admin, jobs):
+    """(c) a low-priority job fills every GPU; a high-priority gang takes GPUs from it."""
+    gpus = total_gpus(admin.core)
+    low = unique("low")
+    high = unique("high")
+    jobs.extend([high, low])
+    # minAvailable < replicas: the low job's extra pods are elastic, so the proportion plugin
+    # lets the high job be enqueued and the preempt action evicts low pods for it.
+    admin.create_job(vcjob(low, replicas=gpus, min_available=8, priority_class="stratctl-low"))
+    wait_until(lambda: len(admin.running_pods(low)) == gpus, 90, message=f"{gpus} low-priority pods running")
+    low_pods = {p.metadata.name for p in admin.running_pods(low)}
+
+    admin.create_job(vcjob(high, replicas=8, min_available=8, priority_class="stratctl-high"))
+    wait_until(lambda: len(admin.running_pods(high)) == 8, 90, message="8 high-priority pods running")
+
+    def evicted():
+        events = admin.core.list_namespaced_event(admin.ns).items
+        names = {e.involved_object.name for e in events if e.reason == "Evict" and e.involved_object.kind == "Pod"}
+        disrupted = {
+            p.metadata.name
+            for p in admin.pods(low)
+            for c in (p.status.conditions or [])
+            if c.type == "DisruptionTarget" and c.status == "True"
+        }
+        return (names | disrupted) & low_pods
+
+    victims = wait_until(evicted, 30, message="Evict events / DisruptionTarget on low-priority pods")
+    assert len(victims) >= 1
+    assert len(admin.running_pods(low)) <= gpus - 8
+
+
+def _burst(api_client, namespace, prefix, n=60, threads=30):
+    core = client.CoreV1Api(api_client)
+    results = []
+
+    def create(i):
+        body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"{prefix}-{i}"), data={"i": str(i)})
+        try:
+            core.create_namespaced_config_map(namespace, body)
+            return (201, None)
+        except ApiException as exc:
+            return (exc.status, (exc.headers or {}).get("Retry-After"))
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(create, range(n)))
+    return results
+
+
+def _cleanup_configmaps(testbed, prefix):
+    core = client.CoreV1Api(testbed.admin())
+    for cm in core.list_namespaced_config_map(testbed.namespace).items:
+        if cm.metadata.name.startswith(prefix):
+            core.delete_namespaced_config_map(cm.metadata.name, testbed.namespace)
+
+
+def test_apf_rejects_restricted_burst(testbed):
+    """(d) with the APF limit on, a burst by trial-runner gets 429 + Retry-After; admin none."""
+    prefix = unique("apf")
+    testbed.apf(True)
+    try:
+        restricted = _burst(testbed.restricted(), testbed.namespace, f"{prefix}-r")
+        admin = _burst(testbed.admin(), testbed.namespace, f"{prefix}-a")
+    finally:
+        testbed.apf(False)
+        _cleanup_configmaps(testbed, prefix)
+    throttled = [r for r in restricted if r[0] == 429]
+    assert throttled, f"no 429 for the restricted user: {restricted}"
+    assert all(r[1] for r in throttled), f"429 without Retry-After: {throttled}"
+    assert {s for s, _ in restricted} <= {201, 429}, restricted
+    assert all(s == 201 for s, _ in admin), admin
