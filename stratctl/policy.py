@@ -1,12 +1,29 @@
 """Decisions about how many trials may be in flight: pure functions of what was observed.
 
-`decide(observed, now) -> Decision`. The submit loop calls it every cycle and acts on the
-result; nothing here does I/O or reads a clock.
+`decide(observed, config, state, now) -> Decision`. The submit loop calls it every cycle
+and acts on the result; nothing here does I/O or reads a clock.
+
+The adaptive rule (AIMD with a dead band, like TCP congestion control):
+
+- **hold** while the API server's `Retry-After` is open or the etcd-latency breaker is
+  tripped: nothing new is created until the server has recovered;
+- **multiplicative decrease** (×`decrease`) on fresh 429s, on API latency above
+  `latency_high`, or when more than `pending_high` of the study's gangs are pending: the
+  cluster is telling us it cannot absorb what we already sent;
+- **additive increase** only when no gang of the study is pending and the free GPUs can
+  hold at least one more whole gang (fragmentation-aware): raise the target by the
+  number of whole gangs that fit, so the study fills freed GPUs in one cycle but never
+  admits a gang that would sit half-placed;
+- **persistence**: stuck gangs and slow answers must last `persist` cycles to count;
+- **dead band**: with any gang pending but at most `pending_high` stuck, keep the target; and no increase
+  within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
+  most once per cooldown instead of every cycle.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -16,8 +33,14 @@ class Observed:
     in_flight: int  # trials created and not finished
     pending: int  # of those, gangs not yet scheduled
     waiting: int  # trials not yet created
+    stuck: int = 0  # pending gangs older than the scheduler's grace period
     drained: bool = False  # the study record says hold
     throttled_until: float = 0.0  # clock time before which the API server asked for quiet
+    gangs_fit: int | None = None  # whole gangs of the study's shape the free GPUs could hold; None: unknown
+    free_gpus: int | None = None
+    new_429s: int = 0  # 429s received since the previous cycle
+    latency_p90: float | None = None  # seconds, client-observed API latency
+    etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
 
 
 @dataclass(frozen=True)
@@ -31,6 +54,95 @@ class Decision:
         if self.hold:
             return 0
         return max(0, min(observed.waiting, self.target - observed.in_flight))
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    min: int = 1
+    initial: int = 4
+    max: int = 32
+    decrease: float = 0.5
+    pending_high: int = 2  # pending gangs tolerated before backing off
+    latency_high: float = 1.0  # seconds, p90 of API requests
+    etcd_high: float = 0.25  # seconds, p99 etcd backend commit: the breaker
+    cooldown: float = 10.0  # seconds after a decrease before any change
+    persist: int = 2  # cycles stuck gangs or high latency must last before they count
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    target: int
+    last_decrease: float = -math.inf
+    congested: int = 0  # consecutive cycles with stuck gangs or high latency
+
+
+def _bounded(target: int, config: AdaptiveConfig) -> int:
+    return max(config.min, min(config.max, target))
+
+
+def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
+    """The adaptive rule (see the module docstring); returns the decision and the next state."""
+    target = state.target
+    if observed.drained:
+        return Decision(target, True, "study drained"), state
+    cooling = now - state.last_decrease < config.cooldown
+
+    def decrease(why: str) -> tuple[Decision, PolicyState]:
+        if cooling:  # one decrease per cooldown: a burst of bad news halves once
+            return Decision(target, hold, f"{why}; already backed off {now - state.last_decrease:.0f}s ago"), state
+        # halve what is really in flight, not a target the study never reached
+        base = min(target, max(observed.in_flight, 1))
+        new = _bounded(math.floor(base * config.decrease), config)
+        return Decision(new, hold, f"{why}: target {target} → {new}"), replace(state, target=new, last_decrease=now, congested=0)
+
+    hold = False
+    if observed.throttled_until > now:
+        hold = True
+        if observed.new_429s:
+            return decrease(f"{observed.new_429s} × HTTP 429, holding {observed.throttled_until - now:.1f}s for Retry-After")
+        return Decision(target, True, f"holding {observed.throttled_until - now:.1f}s for Retry-After"), state
+    if observed.etcd_commit_p99 is not None and observed.etcd_commit_p99 > config.etcd_high:
+        hold = True
+        return decrease(f"etcd commit p99 {observed.etcd_commit_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms")
+    if observed.new_429s:
+        return decrease(f"{observed.new_429s} × HTTP 429")
+    slow = observed.latency_p90 is not None and observed.latency_p90 > config.latency_high
+    stuck = observed.stuck > config.pending_high
+    if slow or stuck:
+        # slow answers and stuck gangs count only when they persist: one slow list or one
+        # gang the scheduler has not reached yet is noise, not congestion
+        state = replace(state, congested=state.congested + 1)
+        if state.congested >= config.persist:
+            if slow:
+                return decrease(f"API latency p90 {observed.latency_p90 * 1000:.0f}ms above {config.latency_high * 1000:.0f}ms")
+            return decrease(f"{observed.stuck} gangs pending (more than {config.pending_high})")
+        return Decision(target, False, f"congestion signal ({'latency' if slow else 'pending gangs'}), watching"), state
+    state = replace(state, congested=0)
+    if observed.pending > 0:
+        return Decision(target, False, f"{observed.pending} gang(s) pending: keeping target {target}"), state
+    if cooling:
+        return Decision(target, False, f"cooling down after a decrease: keeping target {target}"), state
+    fits = observed.gangs_fit
+    if fits is None:
+        return Decision(target, False, f"target {target} (no GPU signal)"), state
+    if fits >= 1 and observed.in_flight >= target and target < config.max:
+        new = _bounded(target + fits, config)
+        return Decision(new, False, f"{fits} more gang(s) fit in free GPUs: target {target} → {new}"), replace(state, target=new)
+    if fits < 1:
+        return Decision(target, False, f"no free GPUs for another gang: keeping target {target}"), state
+    return Decision(target, False, f"target {target}"), state
+
+
+class AdaptivePolicy:
+    """Carries the policy state between cycles for the submit loop."""
+
+    def __init__(self, config: AdaptiveConfig):
+        self.config = config
+        self.state = PolicyState(target=_bounded(config.initial, config))
+
+    def decide(self, observed: Observed, now: float) -> Decision:
+        decision, self.state = decide(observed, self.config, self.state, now)
+        return decision
 
 
 @dataclass

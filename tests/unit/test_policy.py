@@ -1,0 +1,129 @@
+"""The adaptive policy on scripted signal traces, in virtual time."""
+
+from stratctl.policy import AdaptiveConfig, AdaptivePolicy, Observed, PolicyState, StaticPolicy, decide
+
+CONFIG = AdaptiveConfig(min=1, initial=4, max=32, pending_high=2, cooldown=10)
+
+
+def obs(**kw):
+    base = dict(in_flight=4, pending=0, waiting=100, gangs_fit=0, free_gpus=0)
+    base.update(kw)
+    return Observed(**base)
+
+
+def run(trace, config=CONFIG, start=0.0, step=2.0):
+    """Feed one observation per cycle (every `step` s); return the targets and holds."""
+    policy = AdaptivePolicy(config)
+    targets, holds, reasons = [], [], []
+    for i, o in enumerate(trace):
+        d = policy.decide(o(policy.state.target) if callable(o) else o, start + i * step)
+        targets.append(d.target)
+        holds.append(d.hold)
+        reasons.append(d.reason)
+    return targets, holds, reasons
+
+
+def test_freed_gpus_raise_the_target_by_the_gangs_that_fit():
+    targets, holds, reasons = run([
+        lambda t: obs(in_flight=t, gangs_fit=0),
+        lambda t: obs(in_flight=t, gangs_fit=3),  # a competing job released GPUs: 3 gangs fit
+        lambda t: obs(in_flight=t, pending=3, gangs_fit=0),  # the 3 are being placed
+        lambda t: obs(in_flight=t, gangs_fit=1),
+    ])
+    assert targets == [4, 7, 7, 8]
+    assert holds == [False] * 4
+    assert reasons[1] == "3 more gang(s) fit in free GPUs: target 4 → 7"
+
+
+def test_no_increase_while_any_gang_of_the_study_is_pending():
+    d, _ = decide(obs(in_flight=4, pending=1, gangs_fit=10), CONFIG, PolicyState(4), 0)
+    assert d.target == 4 and "pending" in d.reason
+
+
+def test_increase_is_bounded_by_max_and_needs_the_cap_to_be_used():
+    d, s = decide(obs(in_flight=30, gangs_fit=50), CONFIG, PolicyState(30), 0)
+    assert d.target == 32
+    d, _ = decide(obs(in_flight=5, gangs_fit=50), CONFIG, PolicyState(20), 0)
+    assert d.target == 20  # 15 slots unused already: more headroom would not help
+
+
+def test_a_429_burst_halves_once_and_holds_for_retry_after():
+    now = 100.0
+    state = PolicyState(16)
+    d, state = decide(obs(in_flight=16, new_429s=5, throttled_until=now + 4), CONFIG, state, now)
+    assert (d.target, d.hold) == (8, True)
+    assert d.reason == "5 × HTTP 429, holding 4.0s for Retry-After: target 16 → 8"
+    # more 429s within the cooldown: still holding, no second halving
+    d, state = decide(obs(in_flight=16, new_429s=3, throttled_until=now + 6), CONFIG, state, now + 2)
+    assert (d.target, d.hold) == (8, True)
+    # Retry-After over, cooldown not: keep, admit again
+    d, state = decide(obs(in_flight=8, gangs_fit=4), CONFIG, state, now + 7)
+    assert (d.target, d.hold) == (8, False)
+    # after the cooldown the free GPUs are used again
+    d, state = decide(obs(in_flight=8, gangs_fit=4), CONFIG, state, now + 11)
+    assert (d.target, d.hold) == (12, False)
+
+
+def test_stuck_pending_gangs_decrease_to_half_of_what_is_in_flight():
+    d, state = decide(obs(in_flight=10, pending=6, stuck=5), CONFIG, PolicyState(20), 48)
+    assert d.target == 20 and "watching" in d.reason  # one cycle is noise
+    d, state = decide(obs(in_flight=10, pending=6, stuck=5), CONFIG, state, 50)
+    assert d.target == 5 and not d.hold
+    assert d.reason == "5 gangs pending (more than 2): target 20 → 5"
+    assert state.last_decrease == 50
+
+
+def test_persistent_high_api_latency_decreases():
+    d, state = decide(obs(in_flight=8, latency_p90=2.5, gangs_fit=3), CONFIG, PolicyState(8), 0)
+    assert d.target == 8
+    d, state = decide(obs(in_flight=8, latency_p90=2.5, gangs_fit=3), CONFIG, state, 2)
+    assert d.target == 4 and d.reason == "API latency p90 2500ms above 1000ms: target 8 → 4"
+
+
+def test_etcd_breaker_holds_new_submissions():
+    d, _ = decide(obs(in_flight=8, etcd_commit_p99=0.8, gangs_fit=3), CONFIG, PolicyState(8), 0)
+    assert d.hold and d.target == 4 and "etcd" in d.reason
+
+
+def test_never_below_min():
+    cfg = AdaptiveConfig(min=3, initial=4, max=32)
+    d, _ = decide(obs(in_flight=1, new_429s=1), cfg, PolicyState(4), 0)
+    assert d.target == 3
+
+
+def test_flapping_signals_do_not_oscillate():
+    # pending gangs flap between stuck and clear every cycle, GPUs flap between free and full
+    trace = []
+    for i in range(30):
+        if i % 2:
+            trace.append(lambda t: obs(in_flight=t, pending=4, stuck=4, gangs_fit=0))
+        else:
+            trace.append(lambda t: obs(in_flight=t, pending=0, gangs_fit=2))
+    targets, _, _ = run(trace, step=2.0)
+    moves = [b - a for a, b in zip(targets, targets[1:]) if b != a]
+    reversals = sum(1 for m1, m2 in zip(moves, moves[1:]) if (m1 > 0) != (m2 > 0))
+    assert reversals == 0, targets  # one-cycle blips never push the target down and up again
+    assert min(targets) >= 4 and max(targets) <= 32
+
+
+def test_persistent_congestion_then_relief_changes_direction_once_per_cooldown():
+    congested = [lambda t: obs(in_flight=t, pending=5, stuck=5, gangs_fit=0)] * 10
+    relieved = [lambda t: obs(in_flight=t, pending=0, gangs_fit=2)] * 10
+    targets, _, _ = run([lambda t: obs(in_flight=16)] + congested + relieved, config=AdaptiveConfig(initial=16))
+    assert targets[0] == 16
+    assert min(targets) == 4  # 20 s of congestion halve twice (once per 10 s cooldown): 16, 8, 4
+    assert targets[-1] > min(targets)  # and climbed back once GPUs were free
+    moves = [b - a for a, b in zip(targets, targets[1:]) if b != a]
+    assert sum(1 for m1, m2 in zip(moves, moves[1:]) if (m1 > 0) != (m2 > 0)) == 1
+
+
+def test_drained_holds():
+    d, _ = decide(obs(drained=True, gangs_fit=10), CONFIG, PolicyState(8), 0)
+    assert d.hold and d.reason == "study drained"
+
+
+def test_static_policy_is_a_fixed_cap_that_still_honours_retry_after():
+    p = StaticPolicy(5)
+    assert p.decide(obs(), 0).target == 5
+    assert p.decide(obs(throttled_until=3), 0).hold
+    assert p.decide(obs(drained=True), 0).hold
