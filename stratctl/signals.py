@@ -1,0 +1,218 @@
+"""Pressure signals: what the cluster can absorb right now, kept current by watches.
+
+Nodes and pods are mirrored with one list and then a watch each (not a full list every
+cycle), so observing a 1,000-node cluster costs the API server almost nothing. From the
+mirrors come free GPUs per node (allocatable `nvidia.com/gpu` minus the requests of the
+node's non-terminated pods, as `kubectl describe node` sums them) and how many more gangs
+of the study's shape those free GPUs could hold: fragmentation-aware, so 8 free GPUs
+spread one per node hold no gang of two 4-GPU pods.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from stratctl.cluster import NODE, POD, Cluster
+from stratctl.errors import ClusterError
+
+GPU = "nvidia.com/gpu"
+log = logging.getLogger(__name__)
+
+
+def _quantity(value) -> int:
+    """Whole units of an extended resource such as nvidia.com/gpu ("2", 2)."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def pod_gpus(pod: dict) -> int:
+    """GPUs a pod holds: the sum over containers, or the largest init container if larger."""
+    spec = pod.get("spec") or {}
+
+    def req(container: dict) -> int:
+        resources = container.get("resources") or {}
+        return _quantity((resources.get("requests") or {}).get(GPU) or (resources.get("limits") or {}).get(GPU) or 0)
+
+    main = sum(req(c) for c in spec.get("containers") or [])
+    init = max((req(c) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def _ready(node: dict) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return True
+
+
+def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
+    """Node name → GPUs not requested by any non-terminated pod bound to it."""
+    free = {
+        n["metadata"]["name"]: _quantity(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0))
+        for n in nodes
+        if _ready(n)
+    }
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in free and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            free[node] -= pod_gpus(pod)
+    return {name: max(0, gpus) for name, gpus in free.items()}
+
+
+def gangs_fit(free: dict[str, int], shape: list[int], limit: int = 10_000) -> int:
+    """How many whole gangs of `shape` (GPUs per pod) the free GPUs could place.
+
+    Places pods largest first, each on the node with the least room that still takes it
+    (best fit), which is what a bin-packing scheduler does; stops at the first gang that
+    does not fit whole.
+    """
+    pods = sorted((g for g in shape if g > 0), reverse=True)
+    if not pods:
+        return limit  # a gang that needs no GPU is never blocked by GPUs
+    room = sorted(v for v in free.values() if v > 0)
+    gangs = 0
+    while gangs < limit:
+        trial = list(room)
+        for need in pods:
+            fits = [i for i, r in enumerate(trial) if r >= need]
+            if not fits:
+                return gangs
+            best = min(fits, key=lambda i: trial[i])
+            trial[best] -= need
+        room = sorted(r for r in trial if r > 0)
+        gangs += 1
+    return gangs
+
+
+def fragmentation(free: dict[str, int], shape: list[int]) -> float:
+    """Share of free GPUs that cannot serve one more gang of `shape` (0: none wasted)."""
+    total = sum(free.values())
+    if total == 0:
+        return 0.0
+    usable = gangs_fit(free, shape) * sum(shape)
+    return max(0.0, (total - min(total, usable)) / total)
+
+
+class Mirror:
+    """A list-then-watch cache of one kind of object, refreshed by a background thread."""
+
+    def __init__(self, cluster: Cluster, kind: tuple[str, str], all_namespaces: bool = True,
+                 label_selector: str | None = None, watch_timeout: int = 60):
+        self.cluster = cluster
+        self.kind = kind
+        self.all_namespaces = all_namespaces
+        self.label_selector = label_selector
+        self.watch_timeout = watch_timeout
+        self._objects: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._version = ""
+        self.events = 0
+        self.relists = 0
+
+    def _key(self, obj: dict) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+    def relist(self) -> None:
+        items, version = self.cluster.list(self.kind, label_selector=self.label_selector,
+                                           all_namespaces=self.all_namespaces)
+        with self._lock:
+            self._objects = {self._key(o): o for o in items}
+            self._version = version
+        self.relists += 1
+
+    def start(self) -> Mirror:
+        self.relist()
+        self._thread = threading.Thread(target=self._run, name=f"mirror-{self.kind[1]}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for kind, obj in self.cluster.watch(self.kind, self._version, label_selector=self.label_selector,
+                                                   timeout_seconds=self.watch_timeout,
+                                                   all_namespaces=self.all_namespaces):
+                    if self._stop.is_set():
+                        return
+                    self._apply(kind, obj)
+            except ClusterError as exc:
+                if self._stop.is_set():
+                    return
+                log.debug("watch %s ended: %s; relisting", self.kind[1], exc)
+                self._stop.wait(1.0)
+                try:
+                    self.relist()
+                except ClusterError:
+                    continue
+
+    def _apply(self, kind: str, obj: dict) -> None:
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        with self._lock:
+            if version:
+                self._version = version
+            if kind == "BOOKMARK":
+                return
+            self.events += 1
+            if kind == "DELETED":
+                self._objects.pop(self._key(obj), None)
+            else:
+                self._objects[self._key(obj)] = obj
+
+    def items(self) -> list[dict]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclass(frozen=True)
+class Capacity:
+    free_gpus: int
+    gangs_fit: int
+    fragmentation: float
+    nodes: int
+
+
+class ClusterSignals:
+    """GPU capacity from mirrored nodes and pods, and API health from the client's own requests."""
+
+    def __init__(self, cluster: Cluster, shape: list[int]):
+        self.cluster = cluster
+        self.shape = shape
+        self.nodes = Mirror(cluster, NODE)
+        self.pods = Mirror(cluster, POD, label_selector=None)
+        self._seen_429 = 0
+
+    def start(self) -> ClusterSignals:
+        self.nodes.start()
+        self.pods.start()
+        return self
+
+    def stop(self) -> None:
+        self.nodes.stop()
+        self.pods.stop()
+
+    def capacity(self) -> Capacity:
+        nodes = self.nodes.items()
+        free = free_gpus(nodes, self.pods.items())
+        return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes))
+
+    def new_429s(self, total: int) -> int:
+        """429s since the previous call, from a running total (the throttle's count)."""
+        fresh, self._seen_429 = max(0, total - self._seen_429), total
+        return fresh
+
+    def latency_p90(self) -> float | None:
+        return self.cluster.metrics.latency_quantile(0.9)
+

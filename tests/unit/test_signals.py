@@ -1,0 +1,54 @@
+from stratctl.signals import fragmentation, free_gpus, gangs_fit, pod_gpus
+
+
+def node(name, gpus, ready=True, unschedulable=False):
+    return {
+        "metadata": {"name": name},
+        "spec": {"unschedulable": unschedulable},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "32"},
+                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def pod(node_name, gpus, phase="Running", init_gpus=0):
+    spec = {"nodeName": node_name, "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}
+    if init_gpus:
+        spec["initContainers"] = [{"resources": {"limits": {"nvidia.com/gpu": init_gpus}}}]
+    return {"metadata": {"name": "p"}, "spec": spec, "status": {"phase": phase}}
+
+
+def test_free_gpus_subtract_requests_of_non_terminated_pods_only():
+    nodes = [node("a", 8), node("b", 8), node("c", 8, ready=False), node("d", 8, unschedulable=True)]
+    pods = [pod("a", 3), pod("a", 2, phase="Pending"), pod("a", 4, phase="Succeeded"), pod("b", 1, phase="Failed"),
+            pod(None, 8), pod("zz", 8)]
+    assert free_gpus(nodes, pods) == {"a": 3, "b": 8}
+
+
+def test_pod_gpus_counts_the_larger_of_containers_and_init():
+    assert pod_gpus(pod("a", 2)) == 2
+    assert pod_gpus(pod("a", 1, init_gpus=4)) == 4
+    assert pod_gpus({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}, {}]}}) == 2
+
+
+def test_gangs_fit_is_fragmentation_aware():
+    # 8 free GPUs, one per node: no gang of two 4-GPU pods fits, eight 1-GPU gangs do
+    spread = {f"n{i}": 1 for i in range(8)}
+    assert gangs_fit(spread, [4, 4]) == 0
+    assert gangs_fit(spread, [1]) == 8
+    assert gangs_fit(spread, [1, 1]) == 4
+    assert fragmentation(spread, [4, 4]) == 1.0
+    assert fragmentation(spread, [1, 1]) == 0.0
+    # two nodes with 8 free hold two 2×4 gangs, pods of one gang may share a node
+    assert gangs_fit({"a": 8, "b": 8}, [4, 4]) == 2
+    assert gangs_fit({"a": 8, "b": 7}, [4, 4]) == 1
+    assert fragmentation({"a": 8, "b": 7}, [4, 4]) == 7 / 15
+
+
+def test_best_fit_keeps_big_holes_for_big_pods():
+    # a 3-GPU pod should go to the 3-GPU node, leaving 8 for the next gang
+    assert gangs_fit({"a": 3, "b": 8}, [3, 8]) == 1
+    assert gangs_fit({"a": 3, "b": 8, "c": 3}, [3]) == 4
+
+
+def test_gpu_free_gangs_are_never_blocked():
+    assert gangs_fit({}, [0, 0], limit=50) == 50
