@@ -29,7 +29,15 @@ VARIABLES = {
     "resume": "true when the attempt resumes from a checkpoint",
 }
 # The manifest templates (templates/*.j2) also see the study model itself.
-MANIFEST_VARIABLES = {"spec": "the study model", "tasks": "the tasks, resolved", **VARIABLES}
+MANIFEST_VARIABLES = {
+    "spec": "the study file's fields, with defaults filled in",
+    "tasks": "the tasks with trial-level defaults applied (image, command, args, env, resources)",
+    "gang_size": "pods that must start together (minAvailable)",
+    "policies": "Volcano lifecycle policies",
+    "tolerations": "the tolerations, as Kubernetes objects",
+    "min_resources": "resources of the gang's minAvailable pods, summed (PodGroup minResources)",
+    **VARIABLES,
+}
 
 _DELIMITERS = ("{{", "{%", "{#")
 

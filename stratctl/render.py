@@ -1,0 +1,450 @@
+"""Rendering: one trial attempt → the Kubernetes manifests that run it, as dicts.
+
+The manifest templates (templates/*.j2, or a user templates directory) are Jinja2 run in
+the sandbox with StrictUndefined; their output is parsed with safe YAML. Rendering is a
+pure function of (study, trial, attempt, resume).
+
+It is also fast, because a study submits thousands of trials: when a template uses
+trial-level values only as `{{ x | tojson }}` (the bundled ones do), it is rendered and
+parsed once per study with placeholders, and each trial only fills in the holes. Other
+templates are rendered per trial. Either way the study's own template strings (args,
+env, annotations, ...) are then rendered per trial, and stratctl stamps its labels,
+annotations and STRATCTL_* env vars in Python, so user templates cannot forget them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from decimal import Decimal, InvalidOperation
+from importlib import resources
+from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+from jinja2 import FileSystemLoader, Template, TemplateNotFound, TemplateSyntaxError, meta, nodes
+from jinja2.exceptions import TemplateError
+
+from stratctl import labels, sandbox
+from stratctl.errors import Problem, StudyError
+from stratctl.space import Trial, attempt_name, bulk, expand
+from stratctl.spec import Study, load_study
+
+try:
+    _YamlLoader = yaml.CSafeLoader
+except AttributeError:  # PyYAML built without libyaml
+    _YamlLoader = yaml.SafeLoader
+
+DEFAULT_TEMPLATES = {"volcano": "volcano-job.yaml.j2", "batch": "batch-job.yaml.j2"}
+# Variables whose value changes from trial to trial (the rest are per study).
+TRIAL_VARIABLES = frozenset(sandbox.VARIABLES) - {"study", "namespace"}
+_GROUP_NAME = "scheduling.k8s.io/group-name"
+
+
+def bundled_templates() -> Path:
+    return Path(str(resources.files("stratctl.templates")))
+
+
+def validate(path: str | Path) -> tuple[Study, list[Trial]]:
+    """Everything short of the cluster: load the study, expand it, render its first trial."""
+    study = load_study(path)
+    trials = expand(study)
+    renderer = Renderer(study)
+    if trials:
+        renderer.render(trials[0])
+    return study, trials
+
+
+def spec_hash(manifests: list[dict]) -> str:
+    """Stable short hash of manifests, ignoring the spec-hash labels themselves."""
+    return _digest(_without_hash(manifests))
+
+
+class Renderer:
+    """Renders the attempts of one study's trials; build once, call `render` per attempt."""
+
+    def __init__(self, study: Study, templates_dir: Path | None = None):
+        self.study = study
+        self.dir = Path(templates_dir or study.templates_path or bundled_templates()).resolve()
+        self.env = sandbox.environment(FileSystemLoader(str(self.dir)))
+        self.env.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
+        name = study.trial.template or DEFAULT_TEMPLATES[study.workload]
+        self.template = self._load(name)
+        self._strings: dict[str, Template] = {}
+        self._checkpoint = self._string(study.checkpoint.location) if study.checkpoint.location else None
+        self._stamp_labels = {
+            labels.STUDY: study.name,
+            labels.CRITICAL: "true" if study.critical else "false",
+            labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+        }
+        self._study_context = _study_context(study)
+        self._nonce = secrets.token_hex(4)
+        self._dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+        self._compiled: tuple[list[str], list[str]] | None = None
+        if self._per_study(self.template):
+            self._prepare_skeleton()
+
+    # ------------------------------------------------------------ public
+
+    def render(self, trial: Trial, attempt: int = 0, resume: bool = False) -> list[dict]:
+        ctx = self._trial_context(trial, attempt, resume)
+        if self._compiled is not None:
+            return self._fill(ctx)
+        docs = self._parse(self._run(self.template, {**self._study_context, **ctx}))
+        for path, template in _find_holes(docs, self._string):
+            _set(docs, path, self._run(template, ctx))
+        self._stamp(docs, self._stamp_values(ctx))
+        digest = _digest(docs)
+        for labels_map in _label_maps(docs):
+            labels_map[labels.SPEC_HASH] = digest
+        return docs
+
+    def render_all(self, trials: Iterable[Trial], attempt: int = 0, resume: bool = False) -> list[list[dict]]:
+        """`render` for many trials at once (the collector paused: see space.bulk)."""
+        with bulk():
+            return [self.render(t, attempt, resume) for t in trials]
+
+    def _fill(self, ctx: dict) -> list[dict]:
+        """The per-study fast path: JSON text with holes, filled, hashed and parsed."""
+        dumps = self._dumps
+        values = {key: dumps(ctx[key]) for key in self._natives}
+        for name in self._param_natives:
+            values[f"params.{name}"] = dumps(ctx["params"][name])
+        for key, template in self._holes:
+            values[key] = dumps(self._run(template, ctx))
+        for key, value in self._stamp_values(ctx).items():
+            values[key] = dumps(value)
+        without, with_hash = (parts.copy() for parts in self._compiled)
+        without[1::2] = [values[k] for k in self._keys_without]
+        values["spec_hash"] = dumps(_sha("".join(without)))
+        with_hash[1::2] = [values[k] for k in self._keys_with]
+        return json.loads("".join(with_hash))
+
+    # ------------------------------------------------------------ templates
+
+    def _load(self, name: str) -> Template:
+        file = (self.dir / name).resolve()
+        if not file.is_relative_to(self.dir):
+            raise StudyError([self.study.problem(("trial", "template"),
+                                                 f"template {name!r} escapes the templates directory {self.dir}")])
+        try:
+            source, filename, _ = self.env.loader.get_source(self.env, name)
+        except TemplateNotFound:
+            raise StudyError([self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")])
+        allowed = set(sandbox.MANIFEST_VARIABLES)
+        problems = [Problem(filename, line, None, msg)
+                    for line, msg in sandbox.check(self.env, source, allowed, self.study.space, name=name)]
+        if problems:
+            raise StudyError(problems)
+        try:
+            return self.env.get_template(name)
+        except TemplateSyntaxError as e:  # already reported by check(); kept for includes
+            raise StudyError([Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")])
+
+    def _string(self, text: str) -> Template:
+        template = self._strings.get(text)
+        if template is None:
+            problems = sandbox.check(self.env, text, sandbox.VARIABLES, self.study.space)
+            if problems:
+                raise StudyError([self._string_problem(text, msg) for _, msg in problems])
+            template = self._strings[text] = self.env.from_string(text)
+        return template
+
+    def _string_problem(self, text: str, message: str) -> Problem:
+        return Problem(str(self.study.source or "<study>"), None, None, f"in template {text!r}: {message}")
+
+    def _run(self, template: Template, ctx: dict) -> str:
+        try:
+            return template.render(ctx)
+        except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError) as e:
+            kind = "not allowed" if isinstance(e, sandbox.SecurityError) else "failed"
+            message = f"rendering {kind}: {e}"
+            if template.filename:
+                raise StudyError([Problem(template.filename, _template_line(e, template.filename), None, message)])
+            raise StudyError([self._string_problem(_source_of(template, self._strings), message)])
+
+    def _per_study(self, template: Template) -> bool:
+        """Whether the template uses trial-level values only as `{{ x | tojson }}` (and
+        includes nothing), so that it can be rendered once per study."""
+        source, _, _ = self.env.loader.get_source(self.env, template.name)
+        ast = self.env.parse(source)
+        if list(meta.find_referenced_templates(ast)):
+            return False
+        plain: set[int] = set()
+        for output in ast.find_all(nodes.Output):
+            for expr in output.nodes:
+                if isinstance(expr, nodes.Filter) and expr.name == "tojson" and not expr.args:
+                    target = expr.node
+                    if isinstance(target, nodes.Getattr | nodes.Getitem) and _is_name(target.node, "params"):
+                        plain.add(id(target.node))
+                    elif isinstance(target, nodes.Name):
+                        plain.add(id(target))
+        return all(id(n) in plain for n in ast.find_all(nodes.Name) if n.name in TRIAL_VARIABLES)
+
+    def _prepare_skeleton(self) -> None:
+        """Render the template once with placeholders and compile it to JSON fragments."""
+        token = f"@@{self._nonce}:"
+
+        def mark(key: str) -> str:
+            return f"{token}{key}@@"
+
+        scalars = TRIAL_VARIABLES - {"params"}
+        ctx = {**self._study_context, **{v: mark(v) for v in scalars},
+               "params": {p: mark(f"params.{p}") for p in self.study.space}}
+        docs = self._parse(self._run(self.template, ctx))
+        self._natives: list[str] = []
+        self._param_natives: list[str] = []
+        self._holes: list[tuple[str, Template]] = []
+        for path, value in list(_leaves(docs, ())):
+            if not isinstance(value, str):
+                continue
+            if value.startswith(token) and value.endswith("@@") and value.count(token) == 1:
+                key = value[len(token):-2]
+                (self._param_natives.append(key[7:]) if key.startswith("params.") else self._natives.append(key))
+            elif token in value:  # a placeholder inside a larger string: render per trial
+                return
+            elif sandbox.is_template(value):
+                key = f"hole{len(self._holes)}"
+                self._holes.append((key, self._string(value)))
+                _set(docs, path, mark(key))
+        if any(isinstance(k, str) and token in k for d in docs for k in _keys(d)):
+            return
+        self._natives = sorted(set(self._natives))
+        self._param_natives = sorted(set(self._param_natives))
+        self._stamp(docs, {k: mark(k) for k in _STAMPED})
+        for labels_map in _label_maps(docs):
+            labels_map[labels.SPEC_HASH] = mark("spec_hash")
+        pattern = re.compile(r'"(' + re.escape(token) + r'[A-Za-z0-9_.]+@@)"')
+
+        def split(text: str) -> tuple[list[str], list[str]]:
+            parts = pattern.split(text)
+            return parts, [p[len(token):-2] for p in parts[1::2]]
+
+        without, self._keys_without = split(_canonical(_without_hash(docs)))
+        with_hash, self._keys_with = split(json.dumps(docs, ensure_ascii=False, separators=(",", ":")))
+        self._compiled = (without, with_hash)
+
+    def _parse(self, text: str) -> list[dict]:
+        try:
+            docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            raise StudyError([Problem(self.template.filename or "<template>", mark.line + 1 if mark else None, None,
+                                      f"the rendered template is not valid YAML: {getattr(e, 'problem', e)}")])
+        bad = [d for d in docs if not isinstance(d, dict) or "kind" not in d or "metadata" not in d]
+        if bad or not docs:
+            raise StudyError([Problem(self.template.filename or "<template>", None, None,
+                                      "the template must render Kubernetes objects (mappings with kind and metadata)")])
+        return docs
+
+    # ------------------------------------------------------------ per trial
+
+    def _trial_context(self, trial: Trial, attempt: int, resume: bool) -> dict[str, Any]:
+        ctx = {
+            "study": self.study.name,
+            "namespace": self.study.namespace,
+            "trial": trial.name,
+            "job": attempt_name(trial, attempt),
+            "attempt": attempt,
+            "index": trial.index,
+            "params": dict(trial.params),
+            "resume": resume,
+        }
+        ctx["checkpoint"] = self._run(self._checkpoint, ctx) if self._checkpoint else ""
+        return ctx
+
+    @staticmethod
+    def _stamp_values(ctx: dict) -> dict[str, str]:
+        return {
+            "trial": ctx["trial"],
+            "attempt_text": str(ctx["attempt"]),
+            "index_text": str(ctx["index"]),
+            "checkpoint": ctx["checkpoint"],
+            "resume_text": "1" if ctx["resume"] else "0",
+            "params_json": json.dumps(ctx["params"], sort_keys=True, separators=(",", ":")),
+        }
+
+    def _stamp(self, docs: list[dict], v: dict[str, str]) -> None:
+        """Add stratctl's labels, annotations and env vars (values from `_stamp_values`)."""
+        stamp_labels = {**self._stamp_labels, labels.TRIAL: v["trial"], labels.ATTEMPT: v["attempt_text"]}
+        stamp_annotations = {labels.PARAMS: v["params_json"], labels.TRIAL_INDEX: v["index_text"],
+                             labels.CHECKPOINT: v["checkpoint"]}
+        env = [
+            {"name": labels.ENV_STUDY, "value": self.study.name},
+            {"name": labels.ENV_TRIAL, "value": v["trial"]},
+            {"name": labels.ENV_ATTEMPT, "value": v["attempt_text"]},
+            {"name": labels.ENV_CHECKPOINT, "value": v["checkpoint"]},
+            {"name": labels.ENV_RESUME, "value": v["resume_text"]},
+            {"name": labels.ENV_PARAMS, "value": v["params_json"]},
+        ]
+        ours = {e["name"] for e in env}
+        pods = _pods(docs)
+        for meta_ in [d.setdefault("metadata", {}) for d in docs] + [p.setdefault("metadata", {}) for p in pods]:
+            meta_["labels"] = {**(meta_.get("labels") or {}), **stamp_labels}
+            meta_["annotations"] = {**(meta_.get("annotations") or {}), **stamp_annotations}
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+                user = [e for e in (container.get("env") or []) if e.get("name") not in ours]
+                container["env"] = [dict(e) for e in env] + user
+
+
+_STAMPED = ("trial", "attempt_text", "index_text", "checkpoint", "resume_text", "params_json")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _study_context(study: Study) -> dict[str, Any]:
+    t = study.trial
+    tasks = []
+    for task in t.tasks:
+        res = study.task_resources(task)
+        env = {**t.env, **task.env}
+        tasks.append({
+            "name": task.name,
+            "replicas": task.replicas,
+            "min_available": task.gang,
+            "image": task.image or t.image,
+            "command": task.command if task.command is not None else t.command,
+            "args": task.args if task.args is not None else t.args,
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            "resources": {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v},
+        })
+    policies = [{"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
+                for p in t.effective_policies]
+    return {
+        "spec": study.model_dump(mode="json"),
+        "study": study.name,
+        "namespace": study.namespace,
+        "tasks": tasks,
+        "gang_size": study.gang_size,
+        "policies": policies,
+        "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
+        "min_resources": min_resources(study),
+    }
+
+
+def min_resources(study: Study) -> dict[str, str]:
+    """What the gang needs at least: the requests (or limits) of its minAvailable pods."""
+    total: dict[str, Decimal] = {}
+    for task in study.trial.tasks:
+        res = study.task_resources(task)
+        for name, value in {**res.limits, **res.requests}.items():
+            amount = _quantity(value)
+            if amount is not None:
+                total[name] = total.get(name, Decimal(0)) + amount * task.gang
+    return {k: _format_quantity(v) for k, v in total.items()}
+
+
+_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+             "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def _quantity(value: Any) -> Decimal | None:
+    text = str(value).strip()
+    for suffix, factor in _SUFFIXES.items():
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)], Decimal(factor)
+            break
+    else:
+        scale = Decimal(1)
+    try:
+        return Decimal(text) * scale
+    except InvalidOperation:
+        return None
+
+
+def _format_quantity(value: Decimal) -> str:
+    if value == value.to_integral_value():
+        return str(int(value))
+    return f"{int(value * 1000)}m"
+
+
+def _is_name(node: nodes.Node, name: str) -> bool:
+    return isinstance(node, nodes.Name) and node.name == name
+
+
+def _leaves(node: Any, path: tuple):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, node
+
+
+def _find_holes(docs: list[dict], compile_: Any) -> list[tuple[tuple, Template]]:
+    return [(p, compile_(v)) for p, v in _leaves(docs, ()) if isinstance(v, str) and sandbox.is_template(v)]
+
+
+def _set(root: Any, path: tuple, value: Any) -> None:
+    node = root
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def _pods(docs: list[dict]) -> list[dict]:
+    """The pod templates inside workload manifests."""
+    pods = []
+    for d in docs:
+        spec = d.get("spec") or {}
+        if d.get("kind") == "Job" and str(d.get("apiVersion", "")).startswith("batch.volcano.sh/"):
+            pods += [t["template"] for t in spec.get("tasks") or [] if isinstance(t.get("template"), dict)]
+        elif isinstance(spec.get("template"), dict):
+            pods.append(spec["template"])
+    return pods
+
+
+def _label_maps(docs: list[dict]) -> list[dict]:
+    return [d["metadata"]["labels"] for d in docs] + [p["metadata"]["labels"] for p in _pods(docs)]
+
+
+def _canonical(docs: Any) -> str:
+    return json.dumps(docs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _digest(docs: Any) -> str:
+    return _sha(_canonical(docs))
+
+
+def _keys(node: Any):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _keys(v)
+
+
+def _without_hash(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_hash(v) for k, v in node.items() if k != labels.SPEC_HASH}
+    if isinstance(node, list):
+        return [_without_hash(v) for v in node]
+    return node
+
+
+def _template_line(exc: BaseException, filename: str) -> int | None:
+    line = getattr(exc, "lineno", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _source_of(template: Template, cache: dict[str, Template]) -> str:
+    return next((text for text, t in cache.items() if t is template), "<template>")
