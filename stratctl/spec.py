@@ -420,6 +420,7 @@ class Study(_Model):
     templates_dir: str | None = None
 
     _source: Path | None = PrivateAttr(default=None)
+    _doc: document.Document | None = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
@@ -456,6 +457,12 @@ class Study(_Model):
     def source(self) -> Path | None:
         """The study file this was loaded from."""
         return self._source
+
+    def problem(self, path: tuple, message: str) -> Problem:
+        """A problem located at a field of the study file (for checks made after loading)."""
+        if self._doc is not None:
+            return self._doc.problem(path, message)
+        return Problem(str(self._source or "<study>"), None, None, message)
 
     @property
     def templates_path(self) -> Path | None:
@@ -501,6 +508,7 @@ def study_from_document(doc: document.Document, source: Path | None = None) -> S
         problems = {_problem(doc, err) for err in e.errors()} | set(doc.problems)
         raise StudyError(sorted(problems, key=_order)) from None
     study._source = source
+    study._doc = doc
     problems = doc.problems + _template_problems(study, doc)
     if problems:
         raise StudyError(sorted(set(problems), key=_order))
