@@ -17,9 +17,10 @@ from typing import Protocol
 from stratctl import labels
 from stratctl.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
-from stratctl.policy import Decision, Observed, StaticPolicy
+from stratctl.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.record import StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.render import Renderer
+from stratctl.signals import ClusterSignals
 from stratctl.space import Trial
 from stratctl.spec import Study
 from stratctl.state import TrialState, classify, latest_attempts, spec_hash_of
@@ -33,6 +34,8 @@ class SubmitOptions:
     detach: bool = False
     poll_interval: float = 2.0
     workers: int = 16
+    parallelism: str = "adaptive"  # "adaptive" | "static"
+    pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
 
 
 @dataclass
@@ -56,6 +59,11 @@ class Progress:
     throttled_429: int = 0
     api_writes: int = 0
     api_requests: int = 0
+    stuck: int = 0  # gangs pending longer than the grace period
+    free_gpus: int | None = None
+    gangs_fit: int | None = None
+    fragmentation: float | None = None
+    latency_p90: float | None = None
     errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted
     interrupted: bool = False
     detached: bool = False
@@ -88,6 +96,20 @@ class _Silent:
         pass
 
 
+def gang_shape(study: Study) -> list[int]:
+    """GPUs of each pod of one trial: the shape free GPUs must hold for it to start."""
+    return [study.task_resources(t).gpus() for t in study.trial.tasks for _ in range(t.replicas)]
+
+
+def default_policy(study: Study, options: SubmitOptions):
+    """Adaptive within the study's parallelism bounds; `--max-inflight` caps it."""
+    bounds = study.throttle.parallelism
+    cap = options.max_inflight or bounds.max
+    if options.parallelism == "static":
+        return StaticPolicy(cap)
+    return AdaptivePolicy(AdaptiveConfig(min=min(bounds.min, cap), initial=min(bounds.initial, cap), max=cap))
+
+
 def job_kind(study: Study) -> tuple[str, str]:
     return VOLCANO_JOB if study.workload == "volcano" else BATCH_JOB
 
@@ -116,8 +138,9 @@ class Submitter:
         self.cluster = cluster
         self.throttle = throttle
         self.options = options
-        cap = options.max_inflight or study.throttle.parallelism.max
-        self.policy = policy or StaticPolicy(cap)
+        self.policy = policy or default_policy(study, options)
+        self.signals: ClusterSignals | None = None
+        self._pending_since: dict[str, float] = {}
         self.reporter = reporter or _Silent()
         self.clock = clock
         self.sleep = sleep
@@ -251,15 +274,35 @@ class Submitter:
         if self.cluster is not None:
             p.api_writes, p.api_requests = self.cluster.metrics.writes, self.cluster.metrics.requests
 
-    def _decide(self) -> Decision:
-        p = self.progress
-        observed = Observed(
+    def _observe_pressure(self, states: dict[str, TrialState]) -> Observed:
+        p, now = self.progress, self.clock()
+        for name, state in states.items():
+            if state is TrialState.PENDING:
+                self._pending_since.setdefault(name, now)
+            else:
+                self._pending_since.pop(name, None)
+        p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
+        new_429s = 0
+        if self.signals is not None:
+            capacity = self.signals.capacity()
+            p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
+            p.latency_p90 = self.signals.latency_p90()
+            new_429s = self.signals.new_429s(self.throttle.stats.throttled)
+        return Observed(
             in_flight=p.in_flight,
             pending=p.pending,
             waiting=p.waiting,
+            stuck=p.stuck,
             drained=self.record.drained,
             throttled_until=self.throttle.bucket.held_until,
+            gangs_fit=p.gangs_fit,
+            free_gpus=p.free_gpus,
+            new_429s=new_429s,
+            latency_p90=p.latency_p90,
         )
+
+    def _decide(self, observed: Observed) -> Decision:
+        p = self.progress
         decision = self.policy.decide(observed, self.clock())
         last = self._last_decision
         if last is None or (decision.target, decision.hold) != (last.target, last.hold):
@@ -295,9 +338,10 @@ class Submitter:
                 self._refresh_flags()
                 states = self.observe()
                 self._tally(states)
-                decision = self._decide()
+                observed = self._observe_pressure(states)
+                decision = self._decide(observed)
                 waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
-                admit = decision.admit(Observed(self.progress.in_flight, self.progress.pending, len(waiting)))
+                admit = decision.admit(replace(observed, waiting=len(waiting)))
                 if admit:
                     batch = waiting[:admit]
                     self._submit_batch(batch, pool)
@@ -372,6 +416,12 @@ def submit_study(
     try:
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source)
-        return submitter.run()
+        if options.parallelism == "adaptive" and not options.detach:
+            submitter.signals = ClusterSignals(cluster, gang_shape(study)).start()
+        try:
+            return submitter.run()
+        finally:
+            if submitter.signals:
+                submitter.signals.stop()
     finally:
         cluster.close()

@@ -19,7 +19,7 @@ class FakeCluster:
         self.namespace = namespace
         self.objects: dict[tuple, dict] = {}
         self.metrics = ApiMetrics()
-        self.creates: list[str] = []  # names, in order, of objects actually created
+        self.creates: list[str] = []  # names, in order, of trial objects actually created (not records)
         self.fail: dict[str, Exception] = {}  # name -> error raised by its create
         self.max_in_flight_seen = 0
 
@@ -39,7 +39,8 @@ class FakeCluster:
         obj = copy.deepcopy(manifest)
         obj.setdefault("status", {})
         self.objects[key] = obj
-        self.creates.append(name)
+        if manifest["kind"] != "ConfigMap":
+            self.creates.append(name)
         self.max_in_flight_seen = max(self.max_in_flight_seen, len(self.jobs(lambda p: p in ("Pending", "Running"))))
         return obj
 

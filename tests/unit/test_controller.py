@@ -69,16 +69,34 @@ def test_keeps_the_cap_in_flight_until_every_trial_finishes(study_file):
     assert record["data"]["trials"] == "10" and record["data"]["target"] == "3"
 
 
+class Killed(BaseException):
+    """The launcher dying mid-run (SIGKILL): nothing after it runs."""
+
+
 def test_a_rerun_recognises_what_exists_and_creates_only_the_rest(study_file):
     cluster, clock = FakeCluster(), FakeClock()
-    first, trials = make(study_file(), cluster, clock, detach=True, max_inflight=4)
-    first.run()
-    assert len(cluster.creates) == 4
-    # the launcher died; the rerun must not create those four again
+    first, trials = make(study_file(), cluster, clock, max_inflight=4)
+
+    def die(seconds):
+        raise Killed()
+
+    first.sleep = die
+    with pytest.raises(Killed):
+        first.run()
+    assert len(cluster.creates) == 3  # the study's parallelism.initial
+    # the rerun must not create those three again
     second, _ = make(study_file(), cluster, clock)
     progress = second.run()
     assert sorted(cluster.creates) == sorted(t.name for t in trials)
-    assert progress.created == 6 and progress.succeeded == 10
+    assert progress.created == 7 and progress.existing == 0 and progress.succeeded == 10
+
+
+def test_detach_returns_once_every_trial_is_submitted(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock, detach=True, max_inflight=4)
+    progress = submitter.run()
+    assert progress.detached and progress.waiting == 0 and progress.created == 10
+    assert progress.succeeded < 10  # it did not wait for them to finish
 
 
 def test_409_with_the_same_spec_hash_is_success(study_file):
