@@ -33,6 +33,13 @@ def progress_table(p: Progress) -> Table:
         + ("  [yellow]holding[/]" if p.hold else ""),
     )
     table.add_row("decision", p.reason or "-")
+    if p.free_gpus is not None:
+        table.add_row(
+            "cluster",
+            f"{p.free_gpus} free GPUs, room for {p.gangs_fit} more gang(s), "
+            f"{(p.fragmentation or 0) * 100:.0f}% fragmented"
+            + (f", API p90 {p.latency_p90 * 1000:.0f}ms" if p.latency_p90 is not None else ""),
+        )
     table.add_row("submitted", f"{p.created} created, {p.existing} already there, {len(p.errors)} refused")
     table.add_row(
         "throttle",

@@ -13,11 +13,17 @@ from rich.console import Console
 from stratctl.controller import Connection, SubmitOptions, submit_study
 from stratctl.display import LiveDisplay, LogDisplay, summary, summary_json
 from stratctl.errors import ExitCode
+from stratctl.metrics import Fanout, MetricsReporter
 
 
 class DryRun(str, Enum):
     client = "client"
     server = "server"
+
+
+class Parallelism(str, Enum):
+    adaptive = "adaptive"
+    static = "static"
 
 
 class Output(str, Enum):
@@ -42,6 +48,8 @@ def submit(
     detach: Annotated[bool, typer.Option("--detach", help="Return once every trial is submitted instead of waiting for them to finish.")] = False,
     poll_interval: Annotated[float, typer.Option("--poll-interval", min=0.1, help="Seconds between reconcile cycles.")] = 2.0,
     workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Concurrent create requests.")] = 16,
+    parallelism: Annotated[Parallelism, typer.Option("--parallelism", help="adaptive: follow cluster pressure within the study's bounds; static: keep --max-inflight.")] = Parallelism.adaptive,
+    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
 ) -> None:
     """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
@@ -54,12 +62,15 @@ def submit(
         detach=detach,
         poll_interval=poll_interval,
         workers=workers,
+        parallelism=parallelism.value,
     )
     err = Console(stderr=True)
     display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
+    metrics = MetricsReporter().serve(metrics_port) if metrics_port else None
     with display:
         progress = submit_study(
-            file, Connection(kubeconfig, context, namespace), options, qps=qps, burst=burst, reporter=display
+            file, Connection(kubeconfig, context, namespace), options, qps=qps, burst=burst,
+            reporter=Fanout(display, metrics),
         )
     if output is Output.json:
         typer.echo(summary_json(progress))
@@ -71,6 +82,8 @@ def submit(
             f"trials already in the cluster are recognised, never duplicated."
         )
         raise typer.Exit(ExitCode.INTERRUPTED)
+    if progress.errors and options.dry_run:
+        raise typer.Exit(ExitCode.INVALID_INPUT)  # the server refused manifests: the study needs fixing
     if progress.errors or progress.failed:
         raise typer.Exit(ExitCode.FAILURE)
 

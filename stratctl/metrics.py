@@ -1,0 +1,76 @@
+"""Prometheus metrics of a running submission, served on `--metrics-port`.
+
+A reporter like the displays: it turns each `Progress` snapshot into gauges, so a
+Grafana panel can show target against in-flight trials and why the target moved.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from stratctl.controller import Progress
+
+
+class MetricsReporter:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        labels = ["study"]
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"stratctl_{name}", doc, labels, registry=self.registry)
+
+        self.target = gauge("target_in_flight", "Trials the policy allows in flight")
+        self.in_flight = gauge("trials_in_flight", "Trials created and not finished")
+        self.pending = gauge("gangs_pending", "In-flight trials whose gang is not scheduled yet")
+        self.stuck = gauge("gangs_stuck", "Gangs pending longer than the grace period")
+        self.waiting = gauge("trials_waiting", "Trials not yet created")
+        self.succeeded = gauge("trials_succeeded", "Trials finished successfully")
+        self.failed = gauge("trials_failed", "Trials that failed")
+        self.hold = gauge("admission_held", "1 while new submissions are held")
+        self.free_gpus = gauge("cluster_free_gpus", "Free nvidia.com/gpu summed over ready nodes")
+        self.gangs_fit = gauge("cluster_gangs_fit", "Whole gangs of the study's shape the free GPUs could hold")
+        self.latency = gauge("api_latency_p90_seconds", "p90 of the client's recent API request latency")
+        self.throttled = Counter("stratctl_http_429", "HTTP 429 responses received", labels, registry=self.registry)
+        self.decisions = Counter("stratctl_target_changes", "Changes of the in-flight target", labels,
+                                 registry=self.registry)
+        self._seen_429 = 0
+        self._last_target: int | None = None
+
+    def serve(self, port: int) -> MetricsReporter:
+        start_http_server(port, registry=self.registry)
+        return self
+
+    def update(self, p: Progress) -> None:
+        s = p.study
+        for gauge, value in (
+            (self.target, p.target), (self.in_flight, p.in_flight), (self.pending, p.pending),
+            (self.stuck, p.stuck), (self.waiting, p.waiting), (self.succeeded, p.succeeded),
+            (self.failed, p.failed), (self.hold, int(p.hold)), (self.free_gpus, p.free_gpus),
+            (self.gangs_fit, p.gangs_fit), (self.latency, p.latency_p90),
+        ):
+            if value is not None:
+                gauge.labels(s).set(value)
+        if p.throttled_429 > self._seen_429:
+            self.throttled.labels(s).inc(p.throttled_429 - self._seen_429)
+            self._seen_429 = p.throttled_429
+        if self._last_target is not None and p.target != self._last_target:
+            self.decisions.labels(s).inc()
+        self._last_target = p.target
+
+    def event(self, message: str) -> None:
+        pass
+
+
+class Fanout:
+    """Send every update and event to several reporters (display, metrics)."""
+
+    def __init__(self, *reporters):
+        self.reporters = [r for r in reporters if r is not None]
+
+    def update(self, progress: Progress) -> None:
+        for r in self.reporters:
+            r.update(progress)
+
+    def event(self, message: str) -> None:
+        for r in self.reporters:
+            r.event(message)

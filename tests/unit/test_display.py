@@ -1,0 +1,50 @@
+import io
+
+from rich.console import Console
+
+from stratctl.controller import Progress
+from stratctl.display import LogDisplay, progress_table, summary
+
+
+def text_of(renderable) -> str:
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def sample():
+    return Progress(study="sweep", total=40, created=12, existing=3, pending=2, running=5, succeeded=7, failed=1,
+                    waiting=25, target=8, reason="2 more gang(s) fit in free GPUs: target 6 → 8", throttled_429=4,
+                    throttle_waits=9, throttle_wait_seconds=3.5, api_requests=60, api_writes=16, free_gpus=10,
+                    gangs_fit=2, fragmentation=0.2, latency_p90=0.031)
+
+
+def test_live_panel_shows_what_the_loop_is_doing():
+    out = text_of(progress_table(sample()))
+    assert "8/40 finished (7 succeeded, 1 failed)" in out
+    assert "7 of target 8 (5 running, 2 pending gangs), 25 waiting" in out
+    assert "2 more gang(s) fit in free GPUs: target 6 → 8" in out
+    assert "10 free GPUs, room for 2 more gang(s), 20% fragmented, API p90 31ms" in out
+    assert "4 × HTTP 429" in out
+
+
+def test_log_lines_only_when_counts_change():
+    stream = io.StringIO()
+    log = LogDisplay(stream, clock=lambda: 0)
+    p = sample()
+    log.update(p)
+    log.update(p)
+    p.succeeded += 1
+    log.update(p)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith("sweep: 8/40 finished (1 failed), 7/8 in flight (2 pending), 25 waiting, 12 created, 4 x 429")
+
+
+def test_summary_lists_refused_trials_with_the_servers_message():
+    p = sample()
+    p.errors = {"sweep-abc": "create Job stratctl-e2e/sweep-abc: spec.queue: Invalid value"}
+    out = summary(p)
+    assert "7 succeeded, 1 failed, 7 in flight, 25 not yet submitted, of 40 trials" in out
+    assert "sweep-abc: create Job stratctl-e2e/sweep-abc: spec.queue: Invalid value" in out
+    assert "16 API writes (1.33 per created trial)" in out
