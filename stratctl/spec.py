@@ -642,3 +642,9 @@ def _strings(node: Any, path: tuple):
     elif isinstance(node, list):
         for i, v in enumerate(node):
             yield from _strings(v, path + (i,))
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a study file (what `stratctl schema` prints)."""
+    schema = Study.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "stratctl study", **schema}

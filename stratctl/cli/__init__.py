@@ -1,0 +1,1 @@
+"""The command line: Typer only. Each command parses, makes one core call and prints."""

@@ -1,0 +1,133 @@
+"""The `stratctl` application: registers the commands and turns errors into exit codes.
+
+Every StratctlError becomes its message on stderr (red on a terminal) and the exit code
+of its class, without a traceback; `--traceback` or STRATCTL_TRACEBACK=1 re-raises it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from stratctl import __version__
+from stratctl.errors import ExitCode, StratctlError, StudyError
+
+# Command modules, each exposing a function of the same name (`plan.plan`, ...).
+# A module that cannot be imported yet (work in progress) is left out, not fatal.
+COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "resume", "clean"]
+
+
+def report(error: StratctlError, console: Console | None = None) -> None:
+    console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+    if isinstance(error, StudyError):
+        lines = [str(p) for p in error.problems]
+        if len(lines) > 1:
+            lines.append(f"{len(lines)} problems")
+    else:
+        lines = [f"error: {error}"]
+    for line in lines:
+        console.print(line, style="red", markup=False)
+
+
+class _Group(TyperGroup):
+    """Maps errors raised by any command to a message and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except StratctlError as e:
+            if _wants_traceback(ctx):
+                raise
+            report(e)
+            raise typer.Exit(int(e.exit_code)) from None
+        except KeyboardInterrupt:
+            if _wants_traceback(ctx):
+                raise
+            Console(stderr=True).print("interrupted: rerun the same command to resume", style="yellow")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+def _wants_traceback(ctx: click.Context) -> bool:
+    return bool((ctx.obj or {}).get("traceback")) or os.environ.get("STRATCTL_TRACEBACK") == "1"
+
+
+app = typer.Typer(
+    name="stratctl",
+    cls=_Group,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Launch strategy-parallel searches (hyperparameter sweeps) onto Volcano-scheduled Kubernetes clusters.",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"stratctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    traceback: Annotated[bool, typer.Option("--traceback", envvar="STRATCTL_TRACEBACK",
+                                            help="Show the Python traceback of errors (for bug reports).")] = False,
+) -> None:
+    ctx.obj = {"traceback": traceback}
+
+
+def _register() -> None:
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"stratctl.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"stratctl.cli.{name}":
+                continue
+            raise
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(app)
+        else:
+            app.command(name=name)(getattr(module, name))
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    args = sys.argv[1:] if argv is None else argv
+    traceback = "--traceback" in args or os.environ.get("STRATCTL_TRACEBACK") == "1"
+    try:
+        app(args=args, prog_name="stratctl")
+    except SystemExit:
+        raise
+    except StratctlError as e:  # raised outside a command (e.g. while parsing)
+        if traceback:
+            raise
+        report(e)
+        sys.exit(int(e.exit_code))
+    except KeyboardInterrupt:
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except BrokenPipeError:  # `stratctl render ... | head`: the reader has had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(int(ExitCode.FAILURE))
+    except Exception as e:  # a bug: say so briefly, keep the traceback for --traceback
+        if traceback:
+            raise
+        Console(stderr=True).print(f"internal error: {type(e).__name__}: {e} (rerun with --traceback to see where)",
+                                   style="red", markup=False)
+        sys.exit(int(ExitCode.FAILURE))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""`stratctl plan FILE`: the trials a study expands to and what they will cost."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from stratctl.plan import as_json, make_plan, table
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def plan(
+    file: Annotated[Path, typer.Argument(help="The study file.", show_default=False)],
+    output: Annotated[Format, typer.Option("-o", "--output", help="Output format.")] = Format.table,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=0, help="Trials shown in the table (0: all).")] = 50,
+) -> None:
+    """Show the trials with their parameters and the cost estimate."""
+    result = make_plan(file)
+    if output is Format.json:
+        typer.echo(json.dumps(as_json(result), indent=2))
+    else:
+        Console(soft_wrap=False).print(table(result, max_rows or None))

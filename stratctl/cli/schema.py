@@ -1,0 +1,14 @@
+"""`stratctl schema`: the JSON Schema of study files, for editors and CI."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from stratctl.spec import json_schema
+
+
+def schema() -> None:
+    """Print the JSON Schema of the study file (e.g. for the YAML language server)."""
+    typer.echo(json.dumps(json_schema(), indent=2))

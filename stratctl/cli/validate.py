@@ -1,0 +1,30 @@
+"""`stratctl validate FILE...`: check study files without touching a cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from stratctl.errors import StudyError
+from stratctl.render import validate as check
+
+
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Study files to check.", show_default=False)],
+) -> None:
+    """Check study files: schema, values, templates, expansion and a trial render.
+
+    Exits 0 when every file is valid, else 2 with every problem on stderr as FILE:LINE:COL: message.
+    """
+    problems = []
+    for file in files:
+        try:
+            study, trials = check(file)
+        except StudyError as e:
+            problems += e.problems
+        else:
+            typer.echo(f"{file}: valid: study {study.name}, {len(trials)} trials")
+    if problems:
+        raise StudyError(problems)

@@ -1,0 +1,94 @@
+"""The plan of a study: the trials it expands to and what they will cost, as data, a
+table or JSON. Nothing here touches a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from stratctl.cost import Estimate, estimate
+from stratctl.render import validate
+from stratctl.space import Trial, size
+from stratctl.spec import Study
+
+
+@dataclass(frozen=True)
+class Plan:
+    study: Study
+    trials: Sequence[Trial]
+    drawn: int  # combinations drawn by the strategy, before duplicates were merged
+    estimate: Estimate
+
+    @property
+    def duplicates(self) -> int:
+        return self.drawn - len(self.trials)
+
+
+def make_plan(path: str | Path) -> Plan:
+    """Load, expand and render-check a study, and estimate its cost."""
+    study, trials = validate(path)
+    return Plan(study, trials, size(study), estimate(study, trials))
+
+
+def _value(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def table(plan: Plan, max_rows: int | None = 50) -> Group:
+    s, e = plan.study, plan.estimate
+    trials = Table(title=f"study {s.name}: {len(plan.trials)} trials", title_justify="left")
+    trials.add_column("#", justify="right")
+    trials.add_column("trial")
+    for name in s.space:
+        trials.add_column(name, justify="right")
+    shown = plan.trials if max_rows is None else plan.trials[:max_rows]
+    for t in shown:
+        trials.add_row(str(t.index), t.name, *(_value(t.params[k]) for k in s.space))
+    lines = []
+    if len(shown) < len(plan.trials):
+        lines.append(f"… {len(plan.trials) - len(shown)} more trials (use --max-rows 0 or -o json to see all)")
+    if plan.duplicates:
+        lines.append(f"{plan.drawn} combinations drawn, {plan.duplicates} duplicates merged: "
+                     f"{len(plan.trials)} distinct trials")
+    lines.append(
+        f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {s.queue}; "
+        f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
+    )
+    lines.append(
+        f"each trial: a gang of {s.gang_size} pods ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
+        f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
+    )
+    cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {e.expected_seconds / 3600:.3g} h × " \
+           f"{e.trials} trials × retry factor {e.retry_factor:g}"
+    if e.money is not None:
+        cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
+    lines.append(cost)
+    return Group(trials, *(Text(line) for line in lines))
+
+
+def as_json(plan: Plan) -> dict:
+    return {
+        "study": plan.study.name,
+        "namespace": plan.study.namespace,
+        "spec_hash": plan.study.spec_hash,
+        "strategy": plan.study.strategy.model_dump(),
+        "drawn": plan.drawn,
+        "duplicates": plan.duplicates,
+        "gang_size": plan.study.gang_size,
+        "trials": [{"index": t.index, "name": t.name, "params": dict(t.params)} for t in plan.trials],
+        "estimate": plan.estimate.as_dict(),
+    }
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
