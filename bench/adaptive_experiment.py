@@ -1,0 +1,303 @@
+"""Adaptive parallelism against static limits, on a real cluster with a competing workload.
+
+One study of N trials (gangs of 2–4 one-GPU pods, durations drawn from a distribution)
+is run to completion four times, in sequence, while a high-priority workload takes and
+releases GPUs on the same schedule each time:
+
+  submit-all   every trial at once (what `kubectl apply -f DIR` does)
+  static-small a small fixed cap
+  static-large a large fixed cap
+  adaptive     stratctl's default policy
+
+For each it reports the makespan, its lower bound (the trials' GPU-seconds over the GPU
+capacity the competing load leaves), the GPU idle fraction while trials waited, the peak
+of Pending pods, 429s and API writes per trial.
+
+    python bench/adaptive_experiment.py [--trials 100] [--only adaptive,submit-all]
+
+`measure()` is also used by the smaller CI version in tests/e2e/test_adaptive.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from stratctl import labels  # noqa: E402
+from stratctl.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.controller import Connection, SubmitOptions, submit_study  # noqa: E402
+from stratctl.policy import StaticPolicy  # noqa: E402
+from stratctl.signals import free_gpus, pod_gpus  # noqa: E402
+from stratctl.space import expand  # noqa: E402
+from stratctl.spec import load_study  # noqa: E402
+
+
+def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int) -> str:
+    return textwrap.dedent(
+        f"""\
+        name: {name}
+        namespace: {namespace}
+        queue: default
+        priority_class: stratctl-low
+        space:
+          lr: {{type: loguniform, low: 1.0e-5, high: 1.0e-1}}
+          workers: {{type: int, low: 2, high: 4}}
+          duration: {{type: int, low: 8, high: 24}}
+        strategy: {{kind: random, seed: {seed}, trials: {trials}}}
+        trial:
+          image: busybox
+          command: ["train", "--lr={{{{ params.lr }}}}"]
+          annotations:
+            testbed.stratctl.io/run-duration: "{{{{ params.duration }}}}s"
+          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
+          tasks: [{{name: worker, replicas: "{{{{ params.workers }}}}"}}]
+        throttle: {{qps: 20, burst: 20, parallelism: {{min: 1, initial: 4, max: {max_inflight}}}}}
+        """
+    )
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The competing workload: from `start` to `end` seconds it holds `gpus` GPUs."""
+
+    start: float
+    end: float
+    gpus: int
+
+
+def competing_schedule(total_gpus: int, horizon: float) -> list[Phase]:
+    """Half the cluster for 30 s, released for 30 s, three quarters for 30 s, and so on."""
+    phases, t, shares = [], 5.0, [0.5, 0.75, 0.5, 0.25]
+    i = 0
+    while t < horizon:
+        phases.append(Phase(t, t + 30, int(total_gpus * shares[i % len(shares)])))
+        t += 60
+        i += 1
+    return phases
+
+
+def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
+    pods = gpus  # one GPU each, spread by the scheduler
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"bench.stratctl.io/competing": "true"}},
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": "default",
+            "priorityClassName": "stratctl-high",
+            "minAvailable": pods,
+            "maxRetry": 1,
+            "tasks": [{
+                "name": "prod",
+                "replicas": pods,
+                "minAvailable": pods,
+                "template": {
+                    "metadata": {"annotations": {"testbed.stratctl.io/run-duration": f"{int(seconds)}s"}},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "schedulerName": "volcano",
+                        "priorityClassName": "stratctl-high",
+                        "containers": [{"name": "prod", "image": "busybox",
+                                        "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
+                                                      "limits": {"nvidia.com/gpu": "1"}}}],
+                    },
+                },
+            }],
+        },
+    }
+
+
+@dataclass
+class Samples:
+    idle_while_waiting: list[float] = field(default_factory=list)
+    peak_pending_pods: int = 0
+
+
+class Sampler(threading.Thread):
+    """Once a second: free GPUs and the study's Pending pods, while trials wait."""
+
+    def __init__(self, admin: Cluster, study: str, total_gpus: int, waiting):
+        super().__init__(daemon=True)
+        self.admin, self.study, self.total, self.waiting = admin, study, total_gpus, waiting
+        self.samples = Samples()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                nodes, _ = self.admin.list(NODE)
+                pods, _ = self.admin.list(POD, all_namespaces=True)
+            except Exception:
+                continue
+            ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) == self.study]
+            pending = sum(1 for p in ours if p.get("status", {}).get("phase") == "Pending")
+            self.samples.peak_pending_pods = max(self.samples.peak_pending_pods, pending)
+            if self.waiting():
+                free = sum(free_gpus(nodes, pods).values())
+                self.samples.idle_while_waiting.append(free / self.total)
+
+
+@dataclass
+class Result:
+    strategy: str
+    makespan: float
+    lower_bound: float
+    idle_fraction: float
+    peak_pending_pods: int
+    throttled_429: int
+    writes_per_trial: float
+    succeeded: int
+    failed: int
+    total: int
+
+
+def lower_bound(gpu_seconds: float, total_gpus: int, schedule: list[Phase]) -> float:
+    """Smallest T with ∫₀ᵀ (capacity − competing load) dt ≥ the trials' GPU-seconds."""
+    t, done, step = 0.0, 0.0, 0.1
+    while done < gpu_seconds:
+        busy = sum(p.gpus for p in schedule if p.start <= t < p.end)
+        done += (total_gpus - busy) * step
+        t += step
+    return t
+
+
+def cleanup(admin: Cluster, study: str) -> None:
+    for kind in (VOLCANO_JOB, CONFIGMAP):
+        items, _ = admin.list(kind, label_selector=f"{labels.STUDY}={study}")
+        for item in items:
+            admin.delete(kind, item["metadata"]["name"])
+    jobs, _ = admin.list(VOLCANO_JOB, label_selector="bench.stratctl.io/competing=true")
+    for job in jobs:
+        admin.delete(VOLCANO_JOB, job["metadata"]["name"])
+    # wait until the pods are gone so the next run starts from an empty cluster
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods, _ = admin.list(POD, all_namespaces=True)
+        if not [p for p in pods if pod_gpus(p) and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]:
+            return
+        time.sleep(1)
+
+
+def measure(strategy: str, policy, target, trials: int, seed: int, tag: str, max_inflight: int,
+            schedule_factory=competing_schedule, horizon: float = 900) -> Result:
+    admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
+    nodes, _ = admin.list(NODE)
+    total_gpus = sum(free_gpus(nodes, []).values())
+    name = f"exp-{strategy}-{tag}"[:40].rstrip("-")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "study.yaml"
+        path.write_text(study_text(name, target.namespace, trials, seed, max_inflight))
+        study = load_study(path)
+        study_trials = expand(study)
+        gpu_seconds = sum(t.params["workers"] * t.params["duration"] for t in study_trials)
+        schedule = schedule_factory(total_gpus, horizon)
+        progress_box = {}
+
+        class Watch:
+            def update(self, p):
+                progress_box["p"] = p
+
+            def event(self, message):
+                print(f"  [{strategy}] {message}", flush=True)
+
+        sampler = Sampler(admin, name, total_gpus,
+                          lambda: (progress_box.get("p") and (progress_box["p"].waiting + progress_box["p"].pending) > 0))
+        started = time.monotonic()
+
+        def competitor():
+            for i, phase in enumerate(schedule):
+                delay = started + phase.start - time.monotonic()
+                if delay > 0 and stop.wait(delay):
+                    return
+                if stop.is_set():
+                    return
+                admin.create(competing_job(f"prod-{tag}-{strategy}-{i}"[:60], target.namespace, phase.gpus,
+                                           phase.end - phase.start))
+
+        stop = threading.Event()
+        comp = threading.Thread(target=competitor, daemon=True)
+        comp.start()
+        sampler.start()
+        try:
+            progress = submit_study(
+                path,
+                Connection(target.kubeconfig, target.restricted_context or target.admin_context, target.namespace),
+                SubmitOptions(poll_interval=1.0, workers=16, max_inflight=max_inflight,
+                              parallelism="static" if policy is not None else "adaptive"),
+                reporter=Watch(),
+                policy=policy,
+            )
+        finally:
+            makespan = time.monotonic() - started
+            stop.set()
+            sampler.stop.set()
+        idle = sampler.samples.idle_while_waiting
+        result = Result(
+            strategy=strategy,
+            makespan=makespan,
+            lower_bound=lower_bound(gpu_seconds, total_gpus, schedule),
+            idle_fraction=sum(idle) / len(idle) if idle else 0.0,
+            peak_pending_pods=sampler.samples.peak_pending_pods,
+            throttled_429=progress.throttled_429,
+            writes_per_trial=progress.api_writes / max(1, progress.total),
+            succeeded=progress.succeeded,
+            failed=progress.failed,
+            total=progress.total,
+        )
+    cleanup(admin, name)
+    admin.close()
+    return result
+
+
+def main() -> None:
+    from bench.testbed import testbed_target
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--small", type=int, default=4)
+    parser.add_argument("--large", type=int, default=20)
+    parser.add_argument("--only", default="submit-all,static-small,static-large,adaptive")
+    args = parser.parse_args()
+    target = testbed_target()
+    tag = str(int(time.time()))[-5:]
+    strategies = {
+        "submit-all": (StaticPolicy(args.trials), args.trials),
+        "static-small": (StaticPolicy(args.small), args.small),
+        "static-large": (StaticPolicy(args.large), args.large),
+        "adaptive": (None, args.trials),
+    }
+    results = []
+    for strategy in args.only.split(","):
+        policy, cap = strategies[strategy]
+        print(f"running {strategy} ...", flush=True)
+        results.append(measure(strategy, policy, target, args.trials, args.seed, tag, cap))
+    best_static = min((r.makespan for r in results if r.strategy != "adaptive"), default=None)
+    print(f"\n{args.trials} trials, gangs of 2–4 one-GPU pods, 8–24 s each, against a competing high-priority load\n")
+    header = f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending pods':>18} {'429s':>5} {'writes/trial':>13} {'done':>8}"
+    print(header)
+    for r in results:
+        print(f"{r.strategy:13} {r.makespan:10.1f} {r.lower_bound:8.1f} {r.makespan / r.lower_bound:6.2f} "
+              f"{r.idle_fraction * 100:5.1f}% {r.peak_pending_pods:18d} {r.throttled_429:5d} {r.writes_per_trial:13.2f} "
+              f"{r.succeeded}/{r.total}")
+    adaptive = next((r for r in results if r.strategy == "adaptive"), None)
+    submit_all = next((r for r in results if r.strategy == "submit-all"), None)
+    if adaptive and best_static:
+        print(f"\nadaptive makespan / lower bound: {adaptive.makespan / adaptive.lower_bound:.2f} (target ≤ 1.15)")
+        print(f"adaptive makespan / best static: {adaptive.makespan / best_static:.2f} (target ≤ 1.00)")
+    if adaptive and submit_all:
+        print(f"adaptive peak pending pods / submit-all's: {adaptive.peak_pending_pods}/{submit_all.peak_pending_pods} "
+              f"(target ≤ 1/5)")
+
+
+if __name__ == "__main__":
+    main()
