@@ -44,7 +44,7 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
     s, e = plan.study, plan.estimate
     trials = Table(title=f"study {s.name}: {len(plan.trials)} trials", title_justify="left")
     trials.add_column("#", justify="right")
-    trials.add_column("trial")
+    trials.add_column("trial", no_wrap=True)
     for name in s.space:
         trials.add_column(name, justify="right")
     shown = plan.trials if max_rows is None else plan.trials[:max_rows]

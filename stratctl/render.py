@@ -337,7 +337,7 @@ def min_resources(study: Study) -> dict[str, str]:
             amount = _quantity(value)
             if amount is not None:
                 total[name] = total.get(name, Decimal(0)) + amount * task.gang
-    return {k: _format_quantity(v) for k, v in total.items()}
+    return {k: _format_quantity(v, binary="memory" in k or "storage" in k) for k, v in total.items()}
 
 
 _SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -358,10 +358,14 @@ def _quantity(value: Any) -> Decimal | None:
         return None
 
 
-def _format_quantity(value: Decimal) -> str:
-    if value == value.to_integral_value():
-        return str(int(value))
-    return f"{int(value * 1000)}m"
+def _format_quantity(value: Decimal, binary: bool = False) -> str:
+    if value != value.to_integral_value():
+        return f"{int(value * 1000)}m"
+    if binary:
+        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            if value >= _SUFFIXES[suffix] and value % _SUFFIXES[suffix] == 0:
+                return f"{int(value / _SUFFIXES[suffix])}{suffix}"
+    return str(int(value))
 
 
 def _is_name(node: nodes.Node, name: str) -> bool:
