@@ -67,6 +67,7 @@ class Progress:
     errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted
     interrupted: bool = False
     detached: bool = False
+    dry_run: str | None = None  # "client" | "server" when nothing was created
 
     @property
     def in_flight(self) -> int:
@@ -318,6 +319,7 @@ class Submitter:
     def dry_run(self) -> Progress:
         """Send every manifest with dryRun=All (server) or only render them (client)."""
         names = list(self.order)
+        self.progress.dry_run = self.options.dry_run
         if self.options.dry_run == "server":
             with ThreadPoolExecutor(self.options.workers) as pool:
                 self._submit_batch(names, pool, dry_run=True)

@@ -113,6 +113,12 @@ class LogDisplay:
 
 
 def summary(p: Progress) -> str:
+    if p.dry_run:
+        verb = "accepted by the API server (dryRun=All)" if p.dry_run == "server" else "rendered"
+        lines = [f"dry run ({p.dry_run}): {p.created + p.existing} of {p.total} trials {verb}, "
+                 f"{len(p.errors)} refused; nothing was created"]
+        lines += [f"  {trial}: {message}" for trial, message in sorted(p.errors.items())]
+        return "\n".join(lines)
     lines = [
         f"study {p.study}: {p.succeeded} succeeded, {p.failed} failed, {p.in_flight} in flight, "
         f"{p.waiting} not yet submitted, of {p.total} trials",
