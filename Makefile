@@ -29,6 +29,16 @@ e2e: venv
 lint: venv
 	$(BIN)/lint-imports
 
+## Until the testbed demo lands: plan and render an example study (no cluster needed).
+demo: venv
+	$(BIN)/stratctl validate examples/*.yaml
+	$(BIN)/stratctl plan $(STUDY)
+	$(BIN)/stratctl render $(STUDY) | head -n 60
+
+bench: venv
+	$(BIN)/python bench/render_bench.py
+
+## Regenerate completions/stratctl.{bash,zsh,fish} from the CLI definition.
 completions: venv
 	$(BIN)/python -m stratctl.cli.completions completions
 

@@ -1,0 +1,1 @@
+complete --command stratctl --no-files --arguments "(env _STRATCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) stratctl)" --condition "env _STRATCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) stratctl"
