@@ -27,3 +27,12 @@ ENV_ATTEMPT = "STRATCTL_ATTEMPT"
 ENV_CHECKPOINT = "STRATCTL_CHECKPOINT_DIR"
 ENV_RESUME = "STRATCTL_RESUME"  # "1" when the attempt should resume from its checkpoint
 ENV_PARAMS = "STRATCTL_PARAMS"  # JSON object of the trial's parameters
+
+# Annotations on a re-submitted attempt carrying the totals of the trial's earlier
+# attempts, so `status` reads a trial's history from its latest job alone (older attempts
+# may have been cleaned up).
+PREEMPTIONS = f"{PREFIX}/preemptions"  # preemptions before this attempt
+GPU_SECONDS = f"{PREFIX}/gpu-seconds"  # GPU-seconds used by earlier attempts
+GPU_SECONDS_LOST = f"{PREFIX}/gpu-seconds-lost"  # of those, lost to preemption
+SUSPENSIONS = f"{PREFIX}/suspensions"  # times `drain` suspended the trial before this attempt
+GIVEN_UP = f"{PREFIX}/given-up"  # set on the last attempt when recovery gives the trial up: why

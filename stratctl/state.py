@@ -6,6 +6,7 @@ A Volcano Job reports `status.state.phase`; a plain batch Job reports conditions
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import Enum
 
 from stratctl import labels
@@ -17,6 +18,11 @@ class TrialState(str, Enum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    # The attempt ended because its pods were evicted (preempted, reclaimed): not a
+    # failure; the next attempt resumes it from its checkpoint (recovery.py).
+    PREEMPTED = "preempted"
+    # `stratctl drain` deleted the attempt; `stratctl resume` brings the trial back.
+    SUSPENDED = "suspended"
 
     @property
     def finished(self) -> bool:
@@ -36,7 +42,7 @@ VOLCANO_PHASES = {
     "Aborting": TrialState.RUNNING,
     "Terminating": TrialState.RUNNING,
     "Completed": TrialState.SUCCEEDED,
-    "Failed": TrialState.FAILED,
+    "Failed": TrialState.FAILED,  # or PREEMPTED: see ended_by_eviction
     "Aborted": TrialState.FAILED,
     "Terminated": TrialState.FAILED,
 }
@@ -49,7 +55,10 @@ def volcano_phase(job: dict) -> str:
 def classify(job: dict) -> TrialState:
     """The state of one trial attempt from its Volcano Job or batch/v1 Job."""
     if job.get("apiVersion", "").startswith("batch.volcano.sh/"):
-        return VOLCANO_PHASES.get(volcano_phase(job), TrialState.PENDING)
+        state = VOLCANO_PHASES.get(volcano_phase(job), TrialState.PENDING)
+        if state is TrialState.FAILED and restarted_out(job):
+            return TrialState.PREEMPTED
+        return state
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         if condition.get("status") != "True":
@@ -86,3 +95,108 @@ def latest_attempts(jobs: list[dict]) -> dict[str, dict]:
         if trial not in latest or attempt_of(job) > attempt_of(latest[trial]):
             latest[trial] = job
     return latest
+
+
+# ------------------------------------------------------------------ preemption evidence
+#
+# Volcano gives three signs that a trial's pods were taken away rather than failing:
+# the job restarts (the default policy maps PodEvicted to RestartJob; once `maxRetry`
+# restarts are used up the job goes Restarting -> Failed), the scheduler records an
+# `Evict` event on the job's PodGroup, and it marks the pod `DisruptionTarget=True`
+# (reason PreemptionByScheduler) just before deleting it.
+
+
+def timestamp(text: str | None) -> float | None:
+    """Seconds since the epoch from an RFC 3339 time as the API writes it."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def conditions(job: dict) -> list[dict]:
+    """The job's phase transitions, oldest first (Volcano keeps the latest of each phase)."""
+    found = (job.get("status") or {}).get("conditions") or []
+    return sorted(found, key=lambda c: timestamp(c.get("lastTransitionTime")) or 0.0)
+
+
+def transition(job: dict, phase: str) -> str | None:
+    """When the job last entered `phase` (RFC 3339), if it did."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") == phase:
+            return condition.get("lastTransitionTime")
+    return None
+
+
+def restarted_out(job: dict) -> bool:
+    """Failed while restarting: Volcano's restarts (evictions) exhausted `maxRetry`."""
+    if volcano_phase(job) != "Failed":
+        return False
+    phases = [c.get("status") for c in conditions(job)]
+    return len(phases) >= 2 and phases[-1] == "Failed" and phases[-2] == "Restarting"
+
+
+def restarts(job: dict) -> int:
+    return int((job.get("status") or {}).get("retryCount") or 0)
+
+
+def disrupted(pod: dict) -> bool:
+    """The pod is being (or was) evicted: DisruptionTarget=True, any reason."""
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def podgroup_name(job: dict) -> str:
+    """The PodGroup Volcano creates for a job: `<job name>-<job uid>`."""
+    meta = job.get("metadata") or {}
+    return f"{meta.get('name')}-{meta.get('uid')}"
+
+
+def eviction_times(events: list[dict]) -> list[float]:
+    """When `Evict` events happened (their last occurrence), for the objects they name."""
+    out = []
+    for event in events:
+        if event.get("reason") == "Evict":
+            when = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
+                "creationTimestamp"
+            )
+            if timestamp(when) is not None:
+                out.append(timestamp(when))
+    return out
+
+
+def classify_attempt(job: dict, pods: list[dict] = (), events: list[dict] = ()) -> TrialState:
+    """The state of one attempt from its job and what else the cluster says about it.
+
+    `pods` are the attempt's pods, `events` the events about its PodGroup or pods. An
+    attempt that ended without completing is PREEMPTED when it was restarted out, or
+    when an eviction happened after it last started running (an eviction before that
+    was survived by an in-place restart, and the job then failed for its own reasons).
+    """
+    state = classify(job)
+    if state is not TrialState.FAILED:
+        return state
+    if any(disrupted(p) for p in pods):
+        return TrialState.PREEMPTED
+    started = timestamp(transition(job, "Running")) or 0.0
+    if any(when >= started for when in eviction_times(list(events))):
+        return TrialState.PREEMPTED
+    return state
+
+
+def preemptions(job: dict, state: TrialState | None = None) -> int:
+    """How many times this attempt was preempted.
+
+    Volcano's restart count (the default policies restart only on eviction), plus one
+    when the attempt ended by an eviction that did not go through a restart (a job
+    aborted on PodEvicted by a user policy).
+    """
+    state = state or classify(job)
+    count = restarts(job)
+    if state is TrialState.PREEMPTED and not restarted_out(job):
+        count += 1
+    return count

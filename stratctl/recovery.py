@@ -1,0 +1,208 @@
+"""Recovery: what to do about trials that were preempted or suspended, as pure decisions.
+
+A trial is a sequence of attempts (Volcano Jobs named by `space.attempt_name`). When an
+attempt ends because its pods were evicted, or `drain` deleted it, the trial is not
+finished: its next attempt resumes from the same checkpoint location with
+STRATCTL_RESUME=1. Preemptions count against `retries.max_preemptions`, never against
+the failure limit; suspensions count against nothing. A real failure stays a failure.
+
+`next_actions(views, limits, drained) -> list[Action]` decides; `requeue.py` acts.
+`usage(job, now)` accounts the GPU time an attempt used and lost, from the job alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from stratctl import labels
+from stratctl.state import (
+    TrialState,
+    attempt_of,
+    classify,
+    preemptions,
+    timestamp,
+    transition,
+    volcano_phase,
+)
+
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Totals of a trial's earlier attempts, carried as annotations on its latest job."""
+
+    preemptions: int = 0
+    gpu_seconds: float = 0.0
+    gpu_seconds_lost: float = 0.0
+    suspensions: int = 0
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            labels.PREEMPTIONS: str(self.preemptions),
+            labels.GPU_SECONDS: f"{self.gpu_seconds:.0f}",
+            labels.GPU_SECONDS_LOST: f"{self.gpu_seconds_lost:.0f}",
+            labels.SUSPENSIONS: str(self.suspensions),
+        }
+
+
+def carried(job: dict | None) -> Carried:
+    notes = ((job or {}).get("metadata") or {}).get("annotations") or {}
+
+    def number(key: str) -> float:
+        try:
+            return float(notes.get(key) or 0)
+        except ValueError:
+            return 0.0
+
+    return Carried(
+        int(number(labels.PREEMPTIONS)),
+        number(labels.GPU_SECONDS),
+        number(labels.GPU_SECONDS_LOST),
+        int(number(labels.SUSPENSIONS)),
+    )
+
+
+# ------------------------------------------------------------------ GPU accounting
+
+
+def job_gpus(job: dict) -> int:
+    """GPUs a trial attempt holds while running: every pod of every task."""
+    spec = job.get("spec") or {}
+    templates = [(t.get("replicas") or 1, t.get("template") or {}) for t in spec.get("tasks") or []]
+    if not templates and isinstance(spec.get("template"), dict):  # batch/v1 Job
+        templates = [(spec.get("parallelism") or 1, spec["template"])]
+    total = 0
+    for replicas, template in templates:
+        for container in (template.get("spec") or {}).get("containers") or []:
+            resources = container.get("resources") or {}
+            value = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(GPU) or 0
+            try:
+                total += replicas * int(float(value))
+            except (TypeError, ValueError):
+                pass
+    return total
+
+
+@dataclass(frozen=True)
+class Usage:
+    gpu_seconds: float = 0.0
+    gpu_seconds_lost: float = 0.0
+
+
+ENDED = ("Completed", "Failed", "Aborted", "Terminated")
+
+
+def usage(job: dict, now: float, state: TrialState | None = None) -> Usage:
+    """GPU time of this attempt's current (or last) run, and how much of it preemption lost.
+
+    A run lasts from the job's last transition to Running until it ended (or now). A run
+    ended by preemption is counted lost as a whole: an upper bound, since what survives
+    in the last checkpoint is not lost; stratctl cannot see the trial's storage.
+    Volcano keeps only the latest transition of each phase, so runs restarted in place
+    before the current one are counted as preemptions but not as time.
+    """
+    state = state or classify(job)
+    started = timestamp(transition(job, "Running"))
+    if started is None:
+        return Usage()
+    gpus = job_gpus(job)
+    restarting = timestamp(transition(job, "Restarting"))
+    if restarting is not None and restarting >= started:
+        # the latest run ended in a restart (an eviction) and none has started since
+        seconds = (restarting - started) * gpus
+        return Usage(seconds, seconds)
+    if state.finished or state is TrialState.PREEMPTED or volcano_phase(job) in ENDED:
+        ended = timestamp(((job.get("status") or {}).get("state") or {}).get("lastTransitionTime")) or now
+    else:
+        ended = now
+    seconds = max(0.0, ended - started) * gpus
+    return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
+
+
+# ------------------------------------------------------------------ decisions
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """What recovery needs to know about one trial."""
+
+    trial: str
+    attempt: int  # the latest attempt (-1: never submitted)
+    state: TrialState  # of the latest attempt; SUSPENDED when drain deleted it
+    preemptions: int = 0  # over every attempt, the latest included
+    given_up: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_preemptions: int = 10
+
+
+class Kind(str, Enum):
+    RESUBMIT = "resubmit"  # create the next attempt, resuming from the checkpoint
+    GIVE_UP = "give-up"  # the trial is failed: preempted more often than allowed
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Kind
+    trial: str
+    attempt: int  # the attempt to create (RESUBMIT) or the one that ends the trial (GIVE_UP)
+    reason: str
+    resume: bool = True
+
+
+def next_action(view: TrialView, limits: Limits, drained: bool) -> Action | None:
+    if view.given_up:
+        return None
+    if view.state is TrialState.SUSPENDED:
+        if drained:
+            return None  # stays suspended until `stratctl resume`
+        return Action(Kind.RESUBMIT, view.trial, view.attempt + 1, f"resumed after drain (attempt {view.attempt})")
+    if view.state is TrialState.PREEMPTED:
+        if view.preemptions > limits.max_preemptions:
+            return Action(
+                Kind.GIVE_UP,
+                view.trial,
+                view.attempt,
+                f"preempted {view.preemptions} times, more than retries.max_preemptions={limits.max_preemptions}",
+                resume=False,
+            )
+        if drained:
+            return None  # a preempted trial of a drained study waits like a suspended one
+        return Action(
+            Kind.RESUBMIT,
+            view.trial,
+            view.attempt + 1,
+            f"preempted (attempt {view.attempt}, {view.preemptions} of {limits.max_preemptions} preemptions)",
+        )
+    return None
+
+
+def next_actions(views: list[TrialView], limits: Limits, drained: bool = False) -> list[Action]:
+    """What to do now about every trial that recovery is responsible for, in view order."""
+    return [a for a in (next_action(v, limits, drained) for v in views) if a is not None]
+
+
+def view_of(trial: str, job: dict | None, suspended_attempt: int | None, state: TrialState | None = None) -> TrialView:
+    """A trial's view from its latest job (None: none in the cluster) and the record's
+    suspension mark (the attempt `drain` deleted, if any)."""
+    if job is None:
+        if suspended_attempt is None:
+            return TrialView(trial, -1, TrialState.WAITING)
+        return TrialView(trial, suspended_attempt, TrialState.SUSPENDED)
+    attempt = attempt_of(job)
+    if suspended_attempt is not None and suspended_attempt >= attempt:
+        # drain deleted this attempt; the job may still be terminating
+        state = TrialState.SUSPENDED
+    state = state or classify(job)
+    notes = (job.get("metadata") or {}).get("annotations") or {}
+    total = carried(job).preemptions + preemptions(job, state)
+    return TrialView(trial, attempt, state, total, given_up=bool(notes.get(labels.GIVEN_UP)))
+
+
+def effective_state(view: TrialView) -> TrialState:
+    """The trial's state as users see it: a trial given up is failed."""
+    return TrialState.FAILED if view.given_up else view.state
