@@ -34,11 +34,12 @@ _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _bad(kind: str, message: str, field: str | None = None, **ctx: Any) -> PydanticCustomError:
+def _bad(code: str, message: str, field: str | None = None, **ctx: Any) -> PydanticCustomError:
     """A validation error; `field` (dotted, relative) moves its location onto that field."""
-    # Formatted here: pydantic's own templating knows no `!r`, and values may hold braces.
-    text = message.format(**ctx).replace("{", "(").replace("}", ")") if ctx else message
-    return PydanticCustomError(kind, text, {"field": field} if field else None)
+    # Formatted here: pydantic's templating knows no `!r`. It substitutes only the keys
+    # of its context, so braces in the values shown stay as they are.
+    text = message.format(**ctx) if ctx else message
+    return PydanticCustomError(code, text, {"field": field} if field else None)
 
 
 def _dns_label(value: str, what: str, limit: int = 63) -> str:
