@@ -37,7 +37,7 @@ class Trial:
 
 
 def param_hash(params: Mapping[str, Any]) -> str:
-    blob = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    blob = json.dumps(dict(params), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:HASH_CHARS]
 
 
