@@ -83,3 +83,27 @@ def parse_record(configmap: dict) -> StudyRecord:
         finished=finished if isinstance(finished, dict) else {},
         source=data.get("study.yaml", ""),
     )
+
+
+# -- suspension marks ------------------------------------------------------------------
+#
+# `drain` deletes the running attempts of a study and marks each trial here, under a key
+# the submit loop never writes: {trial: {"attempt": n, <carried totals>}}. The next
+# attempt (created by `resume` or by a submit loop once the study is no longer drained)
+# resumes from the checkpoint; `resume` clears the marks it has acted on.
+
+SUSPENDED_KEY = "suspended"
+
+
+def suspended_of(configmap: dict) -> dict[str, dict]:
+    try:
+        marks = json.loads((configmap.get("data") or {}).get(SUSPENDED_KEY) or "{}")
+    except ValueError:
+        return {}
+    return {k: v for k, v in marks.items() if isinstance(v, dict) and isinstance(v.get("attempt"), int)} if isinstance(
+        marks, dict
+    ) else {}
+
+
+def suspended_patch(marks: dict[str, dict]) -> dict:
+    return {"data": {SUSPENDED_KEY: json.dumps(marks, sort_keys=True)}}
