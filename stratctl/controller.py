@@ -20,6 +20,7 @@ from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
 from stratctl.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.record import StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.render import Renderer
+from stratctl.requeue import Requeue
 from stratctl.signals import ClusterSignals
 from stratctl.space import Trial
 from stratctl.spec import Study
@@ -335,10 +336,13 @@ class Submitter:
             return self.dry_run()
         self.ensure_record()
         pool = ThreadPoolExecutor(self.options.workers)
+        # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
+        requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter)
         try:
             while True:
                 self._refresh_flags()
                 states = self.observe()
+                states = requeue.step(states, self._jobs, self.record.drained)
                 self._tally(states)
                 observed = self._observe_pressure(states)
                 decision = self._decide(observed)
