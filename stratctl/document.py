@@ -109,19 +109,17 @@ def parse(text: str, file: str = "<string>") -> Document:
     (duplicate keys, unsupported tags) are collected in `Document.problems` so that they
     are reported together with the validation problems of the rest.
     """
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader already refuses control characters here
+    except yaml.YAMLError as e:
+        raise StudyError([_yaml_problem(file, e, text)])
     try:
         try:
             root = loader.get_single_node()
         except _Refused as e:
             raise StudyError([Problem(file, e.mark.line + 1, e.mark.column + 1, e.message)])
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark or e.context_mark
-            what = e.problem or e.context or "malformed YAML"
-            line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-            raise StudyError([Problem(file, line, col, f"malformed YAML: {what}")])
         except yaml.YAMLError as e:
-            raise StudyError([Problem(file, None, None, f"malformed YAML: {e}")])
+            raise StudyError([_yaml_problem(file, e, text)])
         if root is None:
             raise StudyError([Problem(file, 1, 1, "the file is empty: expected a study mapping")])
         walker = _Walker(loader, file)
@@ -131,6 +129,20 @@ def parse(text: str, file: str = "<string>") -> Document:
         return doc
     finally:
         loader.dispose()
+
+
+def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        what = e.problem or e.context or "malformed YAML"
+        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+        return Problem(file, line, col, f"malformed YAML: {what}")
+    if isinstance(e, yaml.reader.ReaderError):
+        # the reader counts characters from the start; editors want a line and a column
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        return Problem(file, line, column, f"malformed YAML: {e.reason} (character {e.character!r})")
+    return Problem(file, None, None, f"malformed YAML: {e}")
 
 
 class _Walker:

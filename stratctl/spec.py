@@ -503,16 +503,17 @@ def load_study(path: str | Path) -> Study:
 def study_from_document(doc: document.Document, source: Path | None = None) -> Study:
     if not isinstance(doc.data, dict):
         raise StudyError([*doc.problems, doc.problem((), f"expected a mapping of study fields, got {_kind(doc.data)}")])
+    space = doc.data.get("space")
+    problems = set(doc.problems) | set(_template_problems(doc, list(space) if isinstance(space, dict) else None))
     try:
         study = Study.model_validate(doc.data)
     except ValidationError as e:
-        problems = {_problem(doc, err) for err in e.errors()} | set(doc.problems)
+        problems |= {_problem(doc, err) for err in e.errors()}
         raise StudyError(sorted(problems, key=_order)) from None
+    if problems:
+        raise StudyError(sorted(problems, key=_order))
     study._source = source
     study._doc = doc
-    problems = doc.problems + _template_problems(study, doc)
-    if problems:
-        raise StudyError(sorted(set(problems), key=_order))
     return study
 
 
@@ -615,8 +616,8 @@ def _unwrap(t: Any) -> Any:
             return t
 
 
-def _template_problems(study: Study, doc: document.Document) -> list[Problem]:
-    """Check every template string of the study without rendering any."""
+def _template_problems(doc: document.Document, params: list[str] | None) -> list[Problem]:
+    """Check every template string of the study file without rendering any."""
     env = sandbox.environment()
     problems = []
     allowed = set(sandbox.VARIABLES)
@@ -626,7 +627,7 @@ def _template_problems(study: Study, doc: document.Document) -> list[Problem]:
         if path[:2] == ("trial", "template"):
             continue
         scope = allowed - {"checkpoint"} if path[0] == "checkpoint" else allowed
-        for line, message in sandbox.check(env, text, scope, study.space):
+        for line, message in sandbox.check(env, text, scope, params):
             suffix = f" (line {line} of the template)" if line > 1 else ""
             problems.append(doc.problem(path, f"{'.'.join(map(str, path))}: {message}{suffix}"))
     return problems
@@ -648,4 +649,4 @@ def _strings(node: Any, path: tuple):
 def json_schema() -> dict:
     """The JSON Schema of a study file (what `stratctl schema` prints)."""
     schema = Study.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "stratctl study", **schema}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "stratctl study"}

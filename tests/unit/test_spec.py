@@ -36,6 +36,12 @@ def test_malformed_yaml(tmp_path):
     assert p.startswith("study.yaml:4:1: malformed YAML:")
 
 
+def test_control_characters(tmp_path):
+    assert problems(tmp_path, "name: tiny\nqueue: a\x0cb\n") == [
+        "study.yaml:2:9: malformed YAML: special characters are not allowed (character '\\x0c')"
+    ]
+
+
 def test_unknown_key_suggests_the_closest(tmp_path):
     text = MINIMAL.replace("  image: busybox", "  imgae: busybox\n  image: busybox")
     assert problems(tmp_path, text) == ["study.yaml:8:3: unknown key 'imgae' in trial (did you mean 'image'?)"]

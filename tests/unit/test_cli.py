@@ -1,0 +1,162 @@
+"""The study commands as a user runs them: exit codes, stdout and stderr."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from stratctl import __version__, labels
+from stratctl.cli.main import app, main
+from stratctl.errors import ExitCode
+
+from .studies import MINIMAL, write
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"stratctl {__version__}"
+
+
+def test_every_example_is_valid():
+    assert EXAMPLES, "examples/ is empty"
+    result = run("validate", *EXAMPLES)
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert result.stdout.count(": valid: study ") == len(EXAMPLES)
+    assert result.stderr == ""
+
+
+def test_validate_reports_every_problem_of_every_file_and_exits_2(tmp_path):
+    good = write(tmp_path, MINIMAL, "good.yaml")
+    bad = write(tmp_path, MINIMAL.replace("name: tiny", "name: Tiny").replace("replicas: 2", "replicas: x"), "bad.yaml")
+    empty = write(tmp_path, "", "empty.yaml")
+    result = run("validate", good, bad, empty)
+    assert result.exit_code == ExitCode.INVALID_INPUT == 2
+    assert result.stdout == f"{good}: valid: study tiny, 5 trials\n"
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"{bad}:1:7: name: study name 'Tiny' is not a DNS-1123 label")
+    assert lines[1].startswith(f"{bad}:12:17: trial.tasks.0.replicas: Input should be a valid integer")
+    assert lines[2] == f"{empty}:1:1: the file is empty: expected a study mapping"
+    assert lines[3] == "3 problems"
+    assert "Traceback" not in result.stderr
+
+
+def test_validate_missing_file(tmp_path):
+    result = run("validate", tmp_path / "nope.yaml")
+    assert result.exit_code == 2
+    assert "nope.yaml: cannot read the file: No such file or directory" in result.stderr
+
+
+def test_hostile_file_exits_2_without_executing(tmp_path):
+    marker = tmp_path / "pwned"
+    text = MINIMAL.replace("image: busybox", "image: !!python/object/apply:os.system ['touch " + str(marker) + "']")
+    text = text.replace("--lr={{ params.lr }}", "{{ cycler.__init__.__globals__.os.system('touch " + str(marker) + "') }}")
+    result = run("validate", write(tmp_path, text))
+    assert result.exit_code == 2
+    assert not marker.exists()
+    assert "unsupported YAML tag" in result.stderr and "private attributes are not allowed" in result.stderr
+
+
+def test_render_writes_multi_document_yaml(tmp_path):
+    result = run("render", write(tmp_path, MINIMAL))
+    assert result.exit_code == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert len(docs) == 5
+    assert {d["kind"] for d in docs} == {"Job"}
+    assert all(d["metadata"]["labels"][labels.ATTEMPT] == "0" for d in docs)
+
+
+def test_render_one_trial_attempt_into_a_directory(tmp_path):
+    study = write(tmp_path, MINIMAL)
+    out = tmp_path / "out"
+    result = run("render", study, "-o", out, "--attempt", "2", "--resume", "--trial", "1")
+    assert result.exit_code == 0, result.stderr
+    [file] = out.iterdir()
+    assert file.name.endswith("-a2.yaml")
+    [job] = yaml.safe_load_all(file.read_text())
+    env = {e["name"]: e["value"] for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+    assert env[labels.ENV_ATTEMPT] == "2" and env[labels.ENV_RESUME] == "1"
+    assert job["metadata"]["annotations"][labels.TRIAL_INDEX] == "1"
+
+
+def test_render_unknown_trial_is_a_usage_error(tmp_path):
+    result = run("render", write(tmp_path, MINIMAL), "--trial", "nope")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: no trial of study tiny matches nope"
+
+
+def test_render_bad_option_is_exit_2(tmp_path):
+    result = run("render", write(tmp_path, MINIMAL), "--attempt", "-1")
+    assert result.exit_code == 2
+
+
+def test_plan_table_shows_trials_and_cost(tmp_path):
+    text = MINIMAL + "cost: {expected_duration: 30m, gpu_hour_price: 2.0, retry_factor: 1.5}\n"
+    result = run("plan", write(tmp_path, text))
+    assert result.exit_code == 0, result.stderr
+    assert "study tiny: 5 trials" in result.stdout
+    # 2 GPUs × 0.5 h × 5 trials × 1.5 = 7.5 GPU-hours, at 2.0/GPU-hour = 15.00
+    assert "7.50 GPU-hours" in result.stdout and "15.00 USD" in result.stdout
+
+
+def test_plan_json(tmp_path):
+    text = MINIMAL.replace("values: [16, 32]", "values: [16]").replace("{type: loguniform, low: 1.0e-4, high: 1.0e-1}",
+                                                                    "{type: choice, values: [0.1, 0.2]}")
+    result = run("plan", write(tmp_path, text), "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["drawn"] == 5 and plan["duplicates"] == 3 and len(plan["trials"]) == 2
+    assert plan["estimate"]["gpu_hours"] == 4.0 and plan["estimate"]["money"] is None
+    assert {t["params"]["lr"] for t in plan["trials"]} == {0.1, 0.2}
+
+
+def test_plan_says_when_duplicates_were_merged(tmp_path):
+    text = MINIMAL.replace("{type: loguniform, low: 1.0e-4, high: 1.0e-1}", "{type: choice, values: [0.1]}")
+    result = run("plan", write(tmp_path, text))
+    assert "5 combinations drawn, 3 duplicates merged: 2 distinct trials" in result.stdout
+
+
+def test_plan_refuses_a_huge_grid(tmp_path):
+    text = MINIMAL.replace("{kind: random, seed: 3, trials: 5}", "{kind: grid}").replace(
+        "{type: loguniform, low: 1.0e-4, high: 1.0e-1}", "{type: int, low: 1, high: 1000000000}")
+    result = run("plan", write(tmp_path, text))
+    assert result.exit_code == 2
+    assert ":6:11: the study expands to 2,000,000,000 trials, above the limit of 100,000" in result.stderr
+
+
+def test_schema_is_json_schema_of_the_study():
+    result = run("schema")
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["title"] == "stratctl study"
+    assert {"name", "space", "strategy", "trial", "throttle", "cost"} <= set(schema["properties"])
+    assert schema["additionalProperties"] is False
+
+
+def test_traceback_flag_reraises(tmp_path):
+    result = run("--traceback", "validate", write(tmp_path, ""))
+    assert result.exit_code == 1 and result.exception is not None
+    assert type(result.exception).__name__ == "StudyError"
+
+
+def test_main_maps_errors_to_exit_codes(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["validate", str(write(tmp_path, "name: [\n"))])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "malformed YAML" in err and "Traceback" not in err
+
+
+def test_no_arguments_shows_help():
+    result = run()
+    assert "validate" in result.output and "render" in result.output and "plan" in result.output
