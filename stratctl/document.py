@@ -141,7 +141,8 @@ def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
         # the reader counts characters from the start; editors want a line and a column
         line = text.count("\n", 0, e.position) + 1
         column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
-        return Problem(file, line, column, f"malformed YAML: {e.reason} (character {e.character!r})")
+        what = f" (character U+{e.character:04X})" if isinstance(e.character, int) else ""
+        return Problem(file, line, column, f"malformed YAML: {e.reason}{what}")
     return Problem(file, None, None, f"malformed YAML: {e}")
 
 

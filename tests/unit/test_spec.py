@@ -38,7 +38,7 @@ def test_malformed_yaml(tmp_path):
 
 def test_control_characters(tmp_path):
     assert problems(tmp_path, "name: tiny\nqueue: a\x0cb\n") == [
-        "study.yaml:2:9: malformed YAML: special characters are not allowed (character '\\x0c')"
+        "study.yaml:2:9: malformed YAML: special characters are not allowed (character U+000C)"
     ]
 
 
