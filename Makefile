@@ -29,14 +29,22 @@ e2e: venv
 lint: venv
 	$(BIN)/lint-imports
 
-## Until the testbed demo lands: plan and render an example study (no cluster needed).
+## The end-to-end demo: bring up the local testbed (building it on first use), show the
+## plan of an example study, then submit it as the restricted user and follow it live.
 demo: venv
-	$(BIN)/stratctl validate examples/*.yaml
 	$(BIN)/stratctl plan $(STUDY)
-	$(BIN)/stratctl render $(STUDY) | head -n 60
+	@kubeconfig=$$(bash testbed/up.sh | tail -n 1) && \
+	  echo "testbed kubeconfig: $$kubeconfig" && \
+	  $(BIN)/stratctl submit $(STUDY) --kubeconfig "$$kubeconfig" --context restricted --poll-interval 1 && \
+	  if $(BIN)/stratctl status --help >/dev/null 2>&1; then \
+	    $(BIN)/stratctl status $$($(BIN)/python -c "import yaml,sys; print(yaml.safe_load(open('$(STUDY)'))['name'])") \
+	      --kubeconfig "$$kubeconfig" --context restricted; fi
 
+## Benchmarks: rendering (no cluster), then submission, status and the adaptive experiment
+## on the local testbed. Each prints its figures against a baseline run side by side.
 bench: venv
 	$(BIN)/python bench/render_bench.py
+	$(BIN)/python bench/submit_bench.py
 
 ## Regenerate completions/stratctl.{bash,zsh,fish} from the CLI definition.
 completions: venv
