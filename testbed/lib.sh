@@ -36,6 +36,10 @@ component_pid() { cat "$RUN_DIR/pids/$1.pid" 2>/dev/null || true; }
 # Locate the cached binaries, building them if needed (prints nothing on stdout).
 resolve_bin_dir() {
   local out
+  if [[ -n ${STRATCTL_TESTBED_BIN_DIR:-} ]]; then # prebuilt binaries (and ../crds)
+    BIN_DIR=$STRATCTL_TESTBED_BIN_DIR; OUT_DIR=$(dirname "$BIN_DIR"); CRD_DIR=$OUT_DIR/crds
+    return 0
+  fi
   out=$(bash "$TESTBED_SRC/build.sh" | tail -n 1) || return 1
   OUT_DIR=$out
   BIN_DIR=$out/bin
