@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import re
 import secrets
 from decimal import Decimal, InvalidOperation
@@ -82,7 +83,6 @@ class Renderer:
         }
         self._study_context = _study_context(study)
         self._nonce = secrets.token_hex(4)
-        self._dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
         self._compiled: tuple[list[str], list[str]] | None = None
         if self._per_study(self.template):
             self._prepare_skeleton()
@@ -108,20 +108,27 @@ class Renderer:
             return [self.render(t, attempt, resume) for t in trials]
 
     def _fill(self, ctx: dict) -> list[dict]:
-        """The per-study fast path: JSON text with holes, filled, hashed and parsed."""
-        dumps = self._dumps
-        values = {key: dumps(ctx[key]) for key in self._natives}
+        """The per-study fast path: fill the holes of the skeleton; hash from fragments."""
+        params = ctx["params"]
+        values = {key: ctx[key] for key in self._natives}
         for name in self._param_natives:
-            values[f"params.{name}"] = dumps(ctx["params"][name])
+            values[f"params.{name}"] = params[name]
         for key, template in self._holes:
-            values[key] = dumps(self._run(template, ctx))
-        for key, value in self._stamp_values(ctx).items():
-            values[key] = dumps(value)
-        without, with_hash = (parts.copy() for parts in self._compiled)
-        without[1::2] = [values[k] for k in self._keys_without]
-        values["spec_hash"] = dumps(_sha("".join(without)))
-        with_hash[1::2] = [values[k] for k in self._keys_with]
-        return json.loads("".join(with_hash))
+            values[key] = self._run(template, ctx)
+        values.update(self._stamp_values(ctx))
+        fragments, skeleton, slots = self._compiled
+        encoded = {k: _encode(v) for k, v in values.items()}
+        canonical = fragments.copy()
+        canonical[1::2] = [encoded[k] for k in self._keys_without]
+        values["spec_hash"] = _sha("".join(canonical))
+        docs = marshal.loads(skeleton)
+        for parent_path, assignments in slots:
+            node = docs
+            for step in parent_path:
+                node = node[step]
+            for key, name in assignments:
+                node[key] = values[name]
+        return docs
 
     # ------------------------------------------------------------ templates
 
@@ -144,13 +151,15 @@ class Renderer:
         except TemplateSyntaxError as e:  # already reported by check(); kept for includes
             raise StudyError([Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")])
 
-    def _string(self, text: str) -> Template:
+    def _string(self, text: str) -> Template | _Interpolation:
         template = self._strings.get(text)
         if template is None:
             problems = sandbox.check(self.env, text, sandbox.VARIABLES, self.study.space)
             if problems:
                 raise StudyError([self._string_problem(text, msg) for _, msg in problems])
-            template = self._strings[text] = self.env.from_string(text)
+            parts = sandbox.simple(self.env, text)
+            template = _Interpolation(parts) if parts is not None else self.env.from_string(text)
+            self._strings[text] = template
         return template
 
     def _string_problem(self, text: str, message: str) -> Problem:
@@ -185,7 +194,9 @@ class Renderer:
         return all(id(n) in plain for n in ast.find_all(nodes.Name) if n.name in TRIAL_VARIABLES)
 
     def _prepare_skeleton(self) -> None:
-        """Render the template once with placeholders and compile it to JSON fragments."""
+        """Render the template once with placeholders: keep the parsed result (marshalled,
+        copied per trial, placeholders replaced in place) and its canonical JSON cut at
+        the placeholders (joined per trial with the values, for the spec hash)."""
         token = f"@@{self._nonce}:"
 
         def mark(key: str) -> str:
@@ -223,9 +234,13 @@ class Renderer:
             parts = pattern.split(text)
             return parts, [p[len(token):-2] for p in parts[1::2]]
 
-        without, self._keys_without = split(_canonical(_without_hash(docs)))
-        with_hash, self._keys_with = split(json.dumps(docs, ensure_ascii=False, separators=(",", ":")))
-        self._compiled = (without, with_hash)
+        fragments, self._keys_without = split(_canonical(_without_hash(docs)))
+        # Where each placeholder sits, grouped by the dict or list that holds it.
+        slots: dict[tuple, list[tuple[Any, str]]] = {}
+        for path, value in _leaves(docs, ()):
+            if isinstance(value, str) and value.startswith(token):
+                slots.setdefault(path[:-1], []).append((path[-1], value[len(token):-2]))
+        self._compiled = (fragments, marshal.dumps(docs), list(slots.items()))
 
     def _parse(self, text: str) -> list[dict]:
         try:
@@ -264,7 +279,7 @@ class Renderer:
             "index_text": str(ctx["index"]),
             "checkpoint": ctx["checkpoint"],
             "resume_text": "1" if ctx["resume"] else "0",
-            "params_json": json.dumps(ctx["params"], sort_keys=True, separators=(",", ":")),
+            "params_json": _params_json(ctx["params"]),
         }
 
     def _stamp(self, docs: list[dict], v: dict[str, str]) -> None:
@@ -296,6 +311,27 @@ _STAMPED = ("trial", "attempt_text", "index_text", "checkpoint", "resume_text", 
 
 
 # ---------------------------------------------------------------- helpers
+
+
+class _Interpolation:
+    """A template string that only interpolates variables, rendered without Jinja
+    (see sandbox.simple); renders exactly what Jinja would."""
+
+    filename = None
+
+    def __init__(self, parts: list[str | tuple[str, ...]]):
+        self.parts = parts
+
+    def render(self, ctx: dict) -> str:
+        out = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+            elif len(part) == 1:
+                out.append(str(ctx[part[0]]))
+            else:
+                out.append(str(ctx["params"][part[1]]))
+        return "".join(out)
 
 
 def _study_context(study: Study) -> dict[str, Any]:
@@ -410,8 +446,27 @@ def _label_maps(docs: list[dict]) -> list[dict]:
     return [d["metadata"]["labels"] for d in docs] + [p["metadata"]["labels"] for p in _pods(docs)]
 
 
-def _canonical(docs: Any) -> str:
-    return json.dumps(docs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _encode(value: Any) -> str:
+    """One JSON scalar exactly as json.dumps(..., ensure_ascii=False) writes it."""
+    if isinstance(value, str):
+        return _encode_str(value)
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    return _json_float(value)
+
+
+_encode_str = json.encoder.encode_basestring  # the C version when available
+_json_float = json.JSONEncoder(ensure_ascii=False).encode
+
+
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_params_json = _canonical
 
 
 def _sha(text: str) -> str:

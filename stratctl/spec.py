@@ -440,6 +440,9 @@ class Study(_Model):
             if not _PARAM_NAME.match(name):
                 raise _bad("param_name", "parameter name {name!r} must be a letter then letters, digits or '_'",
                            name=name)
+            if hasattr(dict, name):  # in Jinja, params.items would be the dict method, not the parameter
+                raise _bad("param_name", "parameter name {name!r} is reserved (templates would read params.{name} "
+                           "as a method of the parameters mapping); rename it", name=name)
         return space
 
     @model_validator(mode="after")
