@@ -101,15 +101,18 @@ def _fill_strings(node, env, ctx):
 
 
 def timed(fn, repeat):
-    best = float("inf")
+    """Best wall-clock seconds of `repeat` runs, the CPU seconds of that run, the result."""
+    best, cpu = float("inf"), float("inf")
     result = None
     for _ in range(repeat):
         result = None
         gc.collect()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         result = fn()
-        best = min(best, time.perf_counter() - started)
-    return best, result
+        wall = time.perf_counter() - started
+        if wall < best:
+            best, cpu = wall, time.process_time() - started_cpu
+    return best, cpu, result
 
 
 def peak(fn):
@@ -135,13 +138,13 @@ def main() -> None:
         study = load_study(path)
 
     n = args.trials
-    fast_s, docs = timed(lambda: run_fast(study), args.repeat)
+    fast_s, fast_cpu, docs = timed(lambda: run_fast(study), args.repeat)
     assert len(docs) == n
     manifest_bytes = len(yaml.dump(docs[0], Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
     del docs
-    slow_s, _ = timed(lambda: run_per_trial(study), 1)
+    slow_s, slow_cpu, _ = timed(lambda: run_per_trial(study), 1)
     m = min(args.baseline_trials, n)
-    naive_s, _ = timed(lambda: run_naive(study, m), 1)
+    naive_s, naive_cpu, _ = timed(lambda: run_naive(study, m), 1)
     fast_peak = peak(lambda: run_fast(study))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 
@@ -150,20 +153,22 @@ def main() -> None:
           f"(other work on the machine slows every figure)")
     print(f"study: {n:,} trials, Volcano Job with 2 tasks (3 pods) per trial, ~{manifest_bytes:,} bytes of YAML each")
     print()
-    print(f"{'':34}{'seconds':>10}{'trials/s':>12}{'vs naive':>10}")
+    print(f"{'':40}{'wall s':>9}{'CPU s':>9}{'trials/s':>11}{'vs naive':>10}")
     naive_rate = m / naive_s
-    for label, seconds, count in [
-        (f"stratctl, per-study compiled ({n:,})", fast_s, n),
-        (f"stratctl, per-trial render ({n:,})", slow_s, n),
-        (f"naive baseline ({m:,})", naive_s, m),
+    for label, seconds, cpu, count in [
+        (f"stratctl, per-study compiled ({n:,})", fast_s, fast_cpu, n),
+        (f"stratctl, per-trial render ({n:,})", slow_s, slow_cpu, n),
+        (f"naive baseline ({m:,})", naive_s, naive_cpu, m),
     ]:
         rate = count / seconds
-        print(f"{label:34}{seconds:>10.3f}{rate:>12,.0f}{rate / naive_rate:>9.1f}x")
+        print(f"{label:40}{seconds:>9.3f}{cpu:>9.3f}{rate:>11,.0f}{rate / naive_rate:>9.1f}x")
     print()
     print(f"peak traced memory (expand + render {n:,}, manifests kept): {fast_peak / 2**20:,.1f} MiB; "
           f"process max RSS: {rss / 1024:,.1f} MiB")
     verdict = "meets" if fast_s < 1.0 else "MISSES"
-    print(f"target: {n:,} trials in < 1 s: {verdict} ({fast_s:.3f} s, best of {args.repeat})")
+    print(f"target: {n:,} trials in < 1 s: {verdict} ({fast_s:.3f} s wall, {fast_cpu:.3f} s CPU, best of {args.repeat})")
+    if fast_cpu < 0.8 * fast_s:
+        print("note: CPU time well below wall time: this process was waiting for a CPU (a busy machine)")
 
 
 if __name__ == "__main__":
