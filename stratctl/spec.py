@@ -325,6 +325,14 @@ class TrialSpec(_Model):
                 raise _bad("template_path", "template path {v!r} escapes the templates directory", v=v)
         return v
 
+    @field_validator("annotations", "labels")
+    @classmethod
+    def _reserved(cls, values: dict[str, str]) -> dict[str, str]:
+        for key in values:
+            if key.split("/")[0] == "stratctl.io":
+                raise _bad("reserved", "{key!r}: keys under stratctl.io/ are set by stratctl", key=key)
+        return values
+
     @model_validator(mode="after")
     def _tasks(self):
         names = [t.name for t in self.tasks]
@@ -439,10 +447,10 @@ class Study(_Model):
         for name in space:
             if not _PARAM_NAME.match(name):
                 raise _bad("param_name", "parameter name {name!r} must be a letter then letters, digits or '_'",
-                           name=name)
+                           field=name, name=name)
             if hasattr(dict, name):  # in Jinja, params.items would be the dict method, not the parameter
                 raise _bad("param_name", "parameter name {name!r} is reserved (templates would read params.{name} "
-                           "as a method of the parameters mapping); rename it", name=name)
+                           "as a method of the parameters mapping); rename it", field=name, name=name)
         return space
 
     @model_validator(mode="after")

@@ -258,3 +258,15 @@ def test_bad_durations(text):
 
 def test_file_written_by_write_helper_is_dedented(tmp_path):
     assert write(tmp_path, "  a: 1\n").read_text() == "a: 1\n"
+
+
+def test_stratctl_label_keys_are_reserved(tmp_path):
+    text = MINIMAL.replace("  image: busybox", "  image: busybox\n  labels: {stratctl.io/trial: mine}")
+    assert problems(tmp_path, text) == [
+        "study.yaml:9:11: trial.labels: 'stratctl.io/trial': keys under stratctl.io/ are set by stratctl"
+    ]
+
+
+def test_parameter_names_shadowing_dict_methods_are_refused(tmp_path):
+    [p] = problems(tmp_path, MINIMAL.replace("  bs:", "  items:"))
+    assert p.startswith("study.yaml:5:10: space.items: parameter name 'items' is reserved")
