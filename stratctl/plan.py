@@ -64,7 +64,7 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
         f"each trial: a gang of {s.gang_size} pods ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
         f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
     )
-    cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {e.expected_seconds / 3600:.3g} h × " \
+    cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {_duration(e.expected_seconds)} × " \
            f"{e.trials} trials × retry factor {e.retry_factor:g}"
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"

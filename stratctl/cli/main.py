@@ -11,7 +11,6 @@ import os
 import sys
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -39,7 +38,7 @@ def report(error: StratctlError, console: Console | None = None) -> None:
 class _Group(TyperGroup):
     """Maps errors raised by any command to a message and an exit code."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except StratctlError as e:
@@ -54,7 +53,7 @@ class _Group(TyperGroup):
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
 
-def _wants_traceback(ctx: click.Context) -> bool:
+def _wants_traceback(ctx: typer.Context) -> bool:
     return bool((ctx.obj or {}).get("traceback")) or os.environ.get("STRATCTL_TRACEBACK") == "1"
 
 
