@@ -1,0 +1,181 @@
+"""Drain and resume: hand a study's GPUs back to production without losing its work.
+
+`drain` marks the study record drained, so every submit loop (on any machine: they
+re-read the record each cycle) holds new trials, then suspends the study's running and
+pending attempts by deleting their jobs: pods get SIGTERM and their grace period to
+write a checkpoint. Each suspended trial is marked in the record with the attempt that
+was deleted and its accounting. `resume` creates each marked trial's next attempt with
+STRATCTL_RESUME=1 and clears the flag. Critical studies are never drained.
+
+Delete-and-requeue rather than Volcano's AbortJob/ResumeJob Commands: see the README
+section "Checkpoints and preemption".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import yaml
+
+from stratctl import document, labels
+from stratctl.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB
+from stratctl.errors import ClusterError, NotFound, SpecConflict, StratctlError, UsageError
+from stratctl.record import PREFIX, parse_record, record_name, suspended_of, suspended_patch
+from stratctl.requeue import carried_of_mark, carry_forward, submit_attempt
+from stratctl.state import classify, latest_attempts
+
+MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
+
+
+@dataclass
+class Outcome:
+    """What drain or resume did to one study."""
+
+    study: str
+    critical: bool = False
+    skipped: str = ""  # why nothing was done
+    suspended: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # still suspended: a submit loop will resume them
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def workload_kind(source: str) -> tuple[str, str]:
+    """The job kind a study runs as, from the study text kept in its record."""
+    try:
+        data = yaml.safe_load(source) or {}
+    except yaml.YAMLError:
+        data = {}
+    return BATCH_JOB if isinstance(data, dict) and data.get("workload") == "batch" else VOLCANO_JOB
+
+
+def records(cluster, namespace: str, study: str | None) -> list[dict]:
+    if study:
+        try:
+            return [cluster.get(CONFIGMAP, record_name(study), namespace)]
+        except NotFound:
+            raise UsageError(f"no study {study!r} in namespace {namespace} (no ConfigMap {record_name(study)})") from None
+    items, _ = cluster.list(CONFIGMAP, namespace, label_selector=MANAGED)
+    mine = [cm for cm in items if cm["metadata"]["name"].startswith(PREFIX)]
+    return sorted(mine, key=lambda cm: cm["metadata"]["name"])
+
+
+def _suspend(cluster, namespace: str, name: str, kind, now: float) -> list[str]:
+    """Mark then delete every running or pending attempt of the study; the trials marked."""
+    jobs, _ = cluster.list(kind, namespace, label_selector=f"{labels.STUDY}={name}")
+    cm = cluster.get(CONFIGMAP, record_name(name), namespace)
+    marks = suspended_of(cm)
+    victims = {}
+    for trial, job in latest_attempts(jobs).items():
+        attempt = int(job["metadata"]["labels"].get(labels.ATTEMPT, "0"))
+        if not classify(job).in_flight or (trial in marks and marks[trial]["attempt"] >= attempt):
+            continue
+        carry = carry_forward(job, now, suspended=True)
+        victims[trial] = job
+        marks[trial] = {
+            "attempt": attempt,
+            "preemptions": carry.preemptions,
+            "gpu_seconds": round(carry.gpu_seconds),
+            "gpu_seconds_lost": round(carry.gpu_seconds_lost),
+            "suspensions": carry.suspensions,
+        }
+    if not victims:
+        return []
+    # The marks go in before the jobs go: a loop that sees a job gone must see its mark.
+    cluster.patch(CONFIGMAP, record_name(name), suspended_patch(marks), namespace)
+    for job in victims.values():
+        cluster.delete(kind, job["metadata"]["name"], namespace)
+        if kind == BATCH_JOB:
+            cluster.delete(PODGROUP, job["metadata"]["name"], namespace)
+    return sorted(victims)
+
+
+def drain(
+    cluster,
+    namespace: str,
+    study: str | None = None,
+    all_noncritical: bool = False,
+    settle: float = 3.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.time,
+) -> list[Outcome]:
+    """Drain one study, or every non-critical study of the namespace.
+
+    After `settle` seconds a second pass suspends what a submit loop created in the
+    meantime (it read the record just before it was drained) and re-asserts the flag.
+    """
+    if bool(study) == bool(all_noncritical):
+        raise UsageError("name a study, or pass --all-noncritical")
+    outcomes = []
+    for cm in records(cluster, namespace, study):
+        record = parse_record(cm)
+        outcome = Outcome(record.study, critical=record.critical)
+        outcomes.append(outcome)
+        if record.critical:
+            if study:
+                raise UsageError(f"study {record.study} is critical: drain leaves critical studies running")
+            outcome.skipped = "critical"
+            continue
+        cluster.patch(CONFIGMAP, record_name(record.study), {"data": {"drained": "true"}}, namespace)
+        outcome.suspended = _suspend(cluster, namespace, record.study, workload_kind(record.source), clock())
+    if settle and any(not o.skipped for o in outcomes):
+        sleep(settle)
+        for outcome in outcomes:
+            if outcome.skipped:
+                continue
+            cluster.patch(CONFIGMAP, record_name(outcome.study), {"data": {"drained": "true"}}, namespace)
+            cm = cluster.get(CONFIGMAP, record_name(outcome.study), namespace)
+            late = _suspend(cluster, namespace, outcome.study, workload_kind(parse_record(cm).source), clock())
+            outcome.suspended = sorted(set(outcome.suspended) | set(late))
+    return outcomes
+
+
+def _study_from_record(cm: dict, namespace: str):
+    """The study, its trials by name and a renderer, rebuilt from the text in its record."""
+    from stratctl.render import Renderer
+    from stratctl.space import expand
+    from stratctl.spec import Study, study_from_document
+
+    record = parse_record(cm)
+    study = study_from_document(document.parse(record.source, f"<record {record_name(record.study)}>"))
+    if study.namespace != namespace:
+        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
+    return study, {t.name: t for t in expand(study)}, Renderer(study)
+
+
+def resume(cluster, namespace: str, study: str) -> Outcome:
+    """Bring a drained study's suspended trials back from their checkpoints; undrain it."""
+    [cm] = records(cluster, namespace, study)
+    record = parse_record(cm)
+    outcome = Outcome(record.study, critical=record.critical)
+    marks = suspended_of(cm)
+    remaining = dict(marks)
+    if marks:
+        try:
+            spec, trials, renderer = _study_from_record(cm, namespace)
+        except StratctlError as exc:
+            spec = None
+            outcome.note = f"cannot render the study from its record ({exc}); a running submit loop resumes them"
+        if spec is not None:
+            for trial, mark in sorted(marks.items()):
+                if trial not in trials:
+                    continue
+                try:
+                    submit_attempt(cluster, renderer, trials[trial], mark["attempt"] + 1, carried_of_mark(mark),
+                                   namespace)
+                except (ClusterError, SpecConflict) as exc:
+                    outcome.note = f"trial {trial}: {exc}"
+                    continue
+                outcome.resumed.append(trial)
+                del remaining[trial]
+    # New attempts first, then the flag: a loop that sees the study undrained sees them.
+    patch = suspended_patch(remaining)
+    patch["data"]["drained"] = "false"
+    cluster.patch(CONFIGMAP, record_name(record.study), patch, namespace)
+    outcome.left = sorted(remaining)
+    return outcome
