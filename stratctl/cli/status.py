@@ -1,0 +1,68 @@
+"""`stratctl status`: studies and trials of a namespace as a table, JSON or YAML; `--watch` live."""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+
+from stratctl import status as core
+from stratctl.cli.submit import ContextOpt, KubeconfigOpt, NamespaceOpt
+from stratctl.cluster import Cluster
+from stratctl.yamlout import dump_all
+
+
+class Output(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+def status(
+    study: Annotated[Optional[str], typer.Argument(help="One study (default: every study in the namespace).")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+    output: Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.")] = Output.table,
+    sort: Annotated[Optional[str], typer.Option(
+        "--sort", metavar="METRIC",
+        help="Best trials first by a result metric: 'loss' lowest first, '-accuracy' highest first.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="Trials shown in the table (0: all).")] = 50,
+    watch: Annotated[bool, typer.Option("-w", "--watch", help="Keep the table updated.")] = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between updates with --watch.")] = 2.0,
+) -> None:
+    """Show studies (trials by state, in flight against target, attempts, preemptions, GPU-hours)
+    and their trials (parameters, state, attempt, age, why pending, result)."""
+    cluster = Cluster.connect(kubeconfig, context, namespace, pool_size=8)
+    ns = cluster.namespace
+
+    def picture():
+        snap = core.collect(cluster, ns, study)
+        trials = core.sort_trials(snap.trials, sort)
+        return Group(core.studies_table(snap.studies), core.table(trials, snap.taken_at, limit or None))
+
+    try:
+        if watch and output is Output.table:
+            with Live(picture(), console=Console(), auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(picture(), refresh=True)
+        snap = core.collect(cluster, ns, study)
+        snap.trials = core.sort_trials(snap.trials, sort)
+        if output is Output.json:
+            typer.echo(json.dumps(snap.as_dict(), indent=2))
+        elif output is Output.yaml:
+            typer.echo(dump_all([snap.as_dict()]), nl=False)
+        else:
+            Console().print(picture())
+    finally:
+        cluster.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(status)
