@@ -146,7 +146,8 @@ mv "$KUBECONFIG_PATH.tmp" "$KUBECONFIG_PATH"
 # ---------------------------------------------------------------- process helpers
 start() { # name args...  (own session => own process group; down kills the group)
   local name=$1; shift
-  setsid "$@" >"$RUN_DIR/logs/$name.log" 2>&1 < /dev/null &
+  # 8>&-: the components must not inherit (and hold) the lock of this script.
+  setsid "$@" >"$RUN_DIR/logs/$name.log" 2>&1 </dev/null 8>&- &
   echo $! > "$RUN_DIR/pids/$name.pid"
 }
 fail() {
