@@ -1,4 +1,5 @@
-"""A YAML document read together with the position of every key and value.
+"""A YAML document read together with the position of every key and value, and the
+validation errors of its content located in it.
 
 Study files are written by hand, so every problem must point at `FILE:LINE:COL`. PyYAML
 throws positions away when it builds Python objects and silently keeps the last of two
@@ -9,11 +10,18 @@ anything is expanded.
 
 from __future__ import annotations
 
+import difflib
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import types
+import typing
+from typing import Annotated, Union
+
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from stratctl.errors import Problem, StudyError
 
@@ -209,3 +217,107 @@ class _Walker:
             doc.keys[path + (key,)] = Position.of(key_node.start_mark)
             out[key] = self.build(value_node, path + (key,), doc)
         return out
+
+
+# ---------------------------------------------------------------- validation errors, located
+
+
+def validation_problems(doc: Document, error: ValidationError, root: type) -> set[Problem]:
+    """The errors of validating `doc.data` against the pydantic model `root`, located.
+
+    A validator may name the offending field with `ctx={"field": "a.b"}` (relative to
+    the error's location), so that e.g. "low must be below high" points at `low`.
+    """
+    return {_problem(doc, err, root) for err in error.errors()}
+
+
+def _problem(doc: Document, err: dict, root: type) -> Problem:
+    loc = tuple(err["loc"])
+    field = (err.get("ctx") or {}).get("field")
+    path = _data_path(doc.data, loc, named_last=not field)
+    if field:
+        path = path + tuple(int(p) if p.isdigit() else p for p in field.split("."))
+    where = ".".join(str(p) for p in path) or "study"
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = path[-1]
+        known = _known_keys(root, loc)
+        hint = difflib.get_close_matches(str(key), known, n=1)
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else (f" (known: {', '.join(known)})" if known else "")
+        parent = ".".join(str(p) for p in path[:-1]) or "the study"
+        return doc.problem(path, f"unknown key {key!r} in {parent}{suggestion}", at_key=True)
+    if kind == "missing":
+        return doc.problem(path, f"{where}: required field missing")
+    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        return doc.problem(path + ("type",) if kind == "union_tag_invalid" else path,
+                           f"{where}: 'type' must be one of choice, uniform, loguniform, int")
+    message = err["msg"]
+    if kind not in ("value_error",) and not isinstance(err.get("ctx", {}).get("field"), str) and "input" in err:
+        shown = err["input"]
+        if isinstance(shown, str | int | float | bool) and kind.endswith(("_type", "_parsing")):
+            message += f", got {shown!r}"
+    message = message.removeprefix("Value error, ")
+    return doc.problem(path, f"{where}: {message}")
+
+
+def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:
+    """The part of a pydantic `loc` that exists in the data; union tags are dropped.
+
+    With `named_last`, a last segment absent from the data is kept: it names a missing
+    or an unknown key.
+    """
+    path: list = []
+    node = data
+    for i, seg in enumerate(loc):
+        if isinstance(node, dict) and seg in node:
+            path.append(seg)
+            node = node[seg]
+        elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
+            path.append(seg)
+            node = node[seg]
+        elif named_last and i == len(loc) - 1:
+            path.append(seg)
+    return tuple(path)
+
+
+def _known_keys(root: type, loc: tuple) -> list[str]:
+    """The keys the model at `loc[:-1]` accepts, following pydantic's loc through unions."""
+    t: Any = root
+    for seg in loc[:-1]:
+        t = _unwrap(t)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            f = t.model_fields.get(seg) if isinstance(seg, str) else None
+            if f is None:
+                return []
+            t = f.annotation
+        elif typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+        elif typing.get_origin(t) is list:
+            t = typing.get_args(t)[0]
+        elif typing.get_origin(t) in (Union, types.UnionType):
+            members = [_unwrap(a) for a in typing.get_args(t)]
+            match = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)
+                     and seg in (typing.get_args(m.model_fields["type"].annotation) if "type" in m.model_fields else ())]
+            if not match:
+                return []
+            t = match[0]
+    t = _unwrap(t)
+    if isinstance(t, type) and issubclass(t, BaseModel):
+        return sorted(t.model_fields)
+    return []
+
+
+def _unwrap(t: Any) -> Any:
+    while True:
+        origin = typing.get_origin(t)
+        if origin is Annotated:
+            t = typing.get_args(t)[0]
+        elif origin in (Union, types.UnionType):
+            args = [a for a in typing.get_args(t) if a is not type(None)]
+            if len(args) == 1:
+                t = args[0]
+            else:
+                return t
+        else:
+            return t
+

@@ -1,192 +1,41 @@
 """The study: what a user writes in a study file, validated as a whole.
 
 `load_study(path)` reads the YAML with positions (document.py), validates it with the
-pydantic models below, checks every template string statically (sandbox.py), and raises
+pydantic models below (the search space's are in distributions.py), checks every template string statically (sandbox.py), and raises
 one StudyError listing every problem as `FILE:LINE:COL: message`.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import math
 import re
-import types
-import typing
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from stratctl import document, sandbox
+from stratctl.distributions import (  # noqa: F401 - part of the study's public surface
+    Choice,
+    IntRange,
+    LogUniform,
+    Param,
+    Strategy,
+    Uniform,
+    grid_size,
+    in_grid,
+)
 from stratctl.errors import Problem, StudyError
+from stratctl.model import Model as _Model
+from stratctl.model import dns_label, invalid as _bad, parse_duration  # noqa: F401
 
 GPU = "nvidia.com/gpu"
-# Trial names are `<study>-<8 hex>` plus `-aNNN` for re-submissions; Volcano then appends
+# Trial names are `<study>-<10 hex>` plus `-aNNN` for re-submissions; Volcano then appends
 # `-<task>-<index>` for pod names, which must stay within a 63-character hostname.
 MAX_NAME = 40
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _bad(code: str, message: str, field: str | None = None, **ctx: Any) -> PydanticCustomError:
-    """A validation error; `field` (dotted, relative) moves its location onto that field."""
-    # Formatted here: pydantic's templating knows no `!r`. It substitutes only the keys
-    # of its context, so braces in the values shown stay as they are.
-    text = message.format(**ctx) if ctx else message
-    return PydanticCustomError(code, text, {"field": field} if field else None)
-
-
-def _dns_label(value: str, what: str, limit: int = 63) -> str:
-    if len(value) > limit:
-        raise _bad("too_long", "{what} {value!r} is {n} characters; at most {limit} allowed",
-                   what=what, value=value, n=len(value), limit=limit)
-    if not _DNS_LABEL.match(value):
-        raise _bad("dns_label", "{what} {value!r} is not a DNS-1123 label (lowercase letters, digits and '-', "
-                   "starting and ending with a letter or digit)", what=what, value=value)
-    return value
-
-
-def parse_duration(value: float | int | str) -> float:
-    """Seconds from a number of seconds or a duration like "2h", "1h30m", "45s"."""
-    if isinstance(value, bool):
-        raise ValueError("expected seconds or a duration like '2h'")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        text = value.strip()
-        parts = _DURATION.findall(text)
-        if not text or "".join(n + u for n, u in parts) != text:
-            raise ValueError(f"{value!r} is not a duration (examples: 45s, 90m, 2h, 1h30m)")
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError("the duration must be positive")
-    return seconds
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-# ---------------------------------------------------------------- the search space
-
-Scalar = Union[bool, int, float, str]
-
-
-class Choice(_Model):
-    """One of a list of values; enumerable, so usable in a grid."""
-
-    type: Literal["choice"]
-    values: list[Scalar] = Field(min_length=1)
-    grid: bool = False
-
-    @field_validator("values")
-    @classmethod
-    def _plain(cls, values: list[Scalar]) -> list[Scalar]:
-        for v in values:
-            if isinstance(v, str) and sandbox.is_template(v):
-                raise _bad("template_value", "parameter values may not contain template delimiters: {v!r}", v=v)
-            if isinstance(v, float) and not math.isfinite(v):
-                raise _bad("not_finite", "parameter values must be finite numbers")
-        return values
-
-    def grid_values(self) -> list[Scalar]:
-        return list(self.values)
-
-
-class Uniform(_Model):
-    """A float drawn uniformly from [low, high]; `grid: N` gives N evenly spaced points."""
-
-    type: Literal["uniform"]
-    low: float = Field(allow_inf_nan=False)
-    high: float = Field(allow_inf_nan=False)
-    grid: int | None = Field(default=None, ge=2, le=100_000, strict=True)
-
-    @model_validator(mode="after")
-    def _bounds(self):
-        if self.low >= self.high:
-            raise _bad("bounds", "low ({low}) must be below high ({high})", field="low", low=self.low, high=self.high)
-        return self
-
-    def grid_values(self) -> list[float]:
-        n = self.grid or 0
-        return [self.low + (self.high - self.low) * i / (n - 1) for i in range(n)]
-
-
-class LogUniform(Uniform):
-    """A positive float whose logarithm is uniform in [log low, log high]."""
-
-    type: Literal["loguniform"]  # type: ignore[assignment]
-
-    @model_validator(mode="after")
-    def _positive(self):
-        if self.low <= 0:
-            raise _bad("bounds", "loguniform needs low > 0 (got {low})", field="low", low=self.low)
-        return self
-
-    def grid_values(self) -> list[float]:
-        n = self.grid or 0
-        lo, hi = math.log(self.low), math.log(self.high)
-        return [math.exp(lo + (hi - lo) * i / (n - 1)) for i in range(n)]
-
-
-class IntRange(_Model):
-    """An integer in [low, high] (both included) on a `step` lattice starting at low."""
-
-    type: Literal["int"]
-    low: int
-    high: int
-    step: int = Field(default=1, ge=1)
-    grid: bool = False
-
-    @model_validator(mode="after")
-    def _bounds(self):
-        if self.low > self.high:
-            raise _bad("bounds", "low ({low}) must not be above high ({high})", field="low", low=self.low, high=self.high)
-        return self
-
-    @property
-    def size(self) -> int:
-        return (self.high - self.low) // self.step + 1
-
-    def grid_values(self) -> range:
-        return range(self.low, self.high + 1, self.step)
-
-
-Param = Annotated[Union[Choice, Uniform, LogUniform, IntRange], Field(discriminator="type")]
-
-
-def grid_size(param: Choice | Uniform | LogUniform | IntRange) -> int:
-    """How many values a parameter contributes to a grid (computed, never materialised)."""
-    if isinstance(param, Choice):
-        return len(param.values)
-    if isinstance(param, IntRange):
-        return param.size
-    return param.grid or 0
-
-
-def in_grid(param: Choice | Uniform | LogUniform | IntRange) -> bool:
-    return bool(param.grid)
-
-
-class Strategy(_Model):
-    kind: Literal["grid", "random", "quasi-random"]
-    seed: int = 0
-    trials: int | None = Field(default=None, ge=1)
-
-    @model_validator(mode="after")
-    def _trials(self):
-        if self.kind == "grid" and self.trials is not None:
-            raise _bad("grid_trials", "the grid strategy takes every combination; remove 'trials'", field="trials")
-        if self.kind != "grid" and self.trials is None:
-            raise _bad("missing_trials", "strategy {kind!r} needs 'trials' (how many to sample)", kind=self.kind)
-        return self
-
 
 # ---------------------------------------------------------------- the trial template
 
@@ -279,7 +128,7 @@ class Task(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _dns_label(v, "task name", 20)
+        return dns_label(v, "task name", 20)
 
     @model_validator(mode="after")
     def _min(self):
@@ -434,12 +283,12 @@ class Study(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _dns_label(v, "study name", MAX_NAME)
+        return dns_label(v, "study name", MAX_NAME)
 
     @field_validator("namespace", "queue")
     @classmethod
     def _label(cls, v: str, info) -> str:  # noqa: ANN001
-        return _dns_label(v, info.field_name)
+        return dns_label(v, info.field_name)
 
     @field_validator("space")
     @classmethod
@@ -519,7 +368,7 @@ def study_from_document(doc: document.Document, source: Path | None = None) -> S
     try:
         study = Study.model_validate(doc.data)
     except ValidationError as e:
-        problems |= {_problem(doc, err) for err in e.errors()}
+        problems |= document.validation_problems(doc, e, Study)
         raise StudyError(sorted(problems, key=_order)) from None
     if problems:
         raise StudyError(sorted(problems, key=_order))
@@ -534,97 +383,6 @@ def _order(p: Problem) -> tuple:
 
 def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(type(value), type(value).__name__)
-
-
-def _problem(doc: document.Document, err: dict) -> Problem:
-    loc = tuple(err["loc"])
-    field = (err.get("ctx") or {}).get("field")
-    path = _data_path(doc.data, loc, named_last=not field)
-    if field:
-        path = path + tuple(int(p) if p.isdigit() else p for p in field.split("."))
-    where = ".".join(str(p) for p in path) or "study"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        key = path[-1]
-        known = _known_keys(loc)
-        hint = difflib.get_close_matches(str(key), known, n=1)
-        suggestion = f" (did you mean {hint[0]!r}?)" if hint else (f" (known: {', '.join(known)})" if known else "")
-        parent = ".".join(str(p) for p in path[:-1]) or "the study"
-        return doc.problem(path, f"unknown key {key!r} in {parent}{suggestion}", at_key=True)
-    if kind == "missing":
-        return doc.problem(path, f"{where}: required field missing")
-    if kind == "union_tag_invalid" or kind == "union_tag_not_found":
-        return doc.problem(path + ("type",) if kind == "union_tag_invalid" else path,
-                           f"{where}: 'type' must be one of choice, uniform, loguniform, int")
-    message = err["msg"]
-    if kind not in ("value_error",) and not isinstance(err.get("ctx", {}).get("field"), str) and "input" in err:
-        shown = err["input"]
-        if isinstance(shown, str | int | float | bool) and kind.endswith(("_type", "_parsing")):
-            message += f", got {shown!r}"
-    message = message.removeprefix("Value error, ")
-    return doc.problem(path, f"{where}: {message}")
-
-
-def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:
-    """The part of a pydantic `loc` that exists in the data; union tags are dropped.
-
-    With `named_last`, a last segment absent from the data is kept: it names a missing
-    or an unknown key.
-    """
-    path: list = []
-    node = data
-    for i, seg in enumerate(loc):
-        if isinstance(node, dict) and seg in node:
-            path.append(seg)
-            node = node[seg]
-        elif isinstance(node, list) and isinstance(seg, int) and 0 <= seg < len(node):
-            path.append(seg)
-            node = node[seg]
-        elif named_last and i == len(loc) - 1:
-            path.append(seg)
-    return tuple(path)
-
-
-def _known_keys(loc: tuple) -> list[str]:
-    """The keys the model at `loc[:-1]` accepts, following pydantic's loc through unions."""
-    t: Any = Study
-    for seg in loc[:-1]:
-        t = _unwrap(t)
-        if isinstance(t, type) and issubclass(t, BaseModel):
-            f = t.model_fields.get(seg) if isinstance(seg, str) else None
-            if f is None:
-                return []
-            t = f.annotation
-        elif typing.get_origin(t) is dict:
-            t = typing.get_args(t)[1]
-        elif typing.get_origin(t) is list:
-            t = typing.get_args(t)[0]
-        elif typing.get_origin(t) in (Union, types.UnionType):
-            members = [_unwrap(a) for a in typing.get_args(t)]
-            match = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)
-                     and seg in (typing.get_args(m.model_fields["type"].annotation) if "type" in m.model_fields else ())]
-            if not match:
-                return []
-            t = match[0]
-    t = _unwrap(t)
-    if isinstance(t, type) and issubclass(t, BaseModel):
-        return sorted(t.model_fields)
-    return []
-
-
-def _unwrap(t: Any) -> Any:
-    while True:
-        origin = typing.get_origin(t)
-        if origin is Annotated:
-            t = typing.get_args(t)[0]
-        elif origin in (Union, types.UnionType):
-            args = [a for a in typing.get_args(t) if a is not type(None)]
-            if len(args) == 1:
-                t = args[0]
-            else:
-                return t
-        else:
-            return t
 
 
 def _template_problems(doc: document.Document, params: list[str] | None) -> list[Problem]:

@@ -1,0 +1,126 @@
+"""The search space's distributions (`choice`, `uniform`, `loguniform`, `int`) and the
+strategy that draws from them."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from stratctl import sandbox
+from stratctl.model import Model as _Model
+from stratctl.model import invalid as _bad
+
+
+Scalar = Union[bool, int, float, str]
+
+
+class Choice(_Model):
+    """One of a list of values; enumerable, so usable in a grid."""
+
+    type: Literal["choice"]
+    values: list[Scalar] = Field(min_length=1)
+    grid: bool = False
+
+    @field_validator("values")
+    @classmethod
+    def _plain(cls, values: list[Scalar]) -> list[Scalar]:
+        for v in values:
+            if isinstance(v, str) and sandbox.is_template(v):
+                raise _bad("template_value", "parameter values may not contain template delimiters: {v!r}", v=v)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise _bad("not_finite", "parameter values must be finite numbers")
+        return values
+
+    def grid_values(self) -> list[Scalar]:
+        return list(self.values)
+
+
+class Uniform(_Model):
+    """A float drawn uniformly from [low, high]; `grid: N` gives N evenly spaced points."""
+
+    type: Literal["uniform"]
+    low: float = Field(allow_inf_nan=False)
+    high: float = Field(allow_inf_nan=False)
+    grid: int | None = Field(default=None, ge=2, le=100_000, strict=True)
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.low >= self.high:
+            raise _bad("bounds", "low ({low}) must be below high ({high})", field="low", low=self.low, high=self.high)
+        return self
+
+    def grid_values(self) -> list[float]:
+        n = self.grid or 0
+        return [self.low + (self.high - self.low) * i / (n - 1) for i in range(n)]
+
+
+class LogUniform(Uniform):
+    """A positive float whose logarithm is uniform in [log low, log high]."""
+
+    type: Literal["loguniform"]  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _positive(self):
+        if self.low <= 0:
+            raise _bad("bounds", "loguniform needs low > 0 (got {low})", field="low", low=self.low)
+        return self
+
+    def grid_values(self) -> list[float]:
+        n = self.grid or 0
+        lo, hi = math.log(self.low), math.log(self.high)
+        return [math.exp(lo + (hi - lo) * i / (n - 1)) for i in range(n)]
+
+
+class IntRange(_Model):
+    """An integer in [low, high] (both included) on a `step` lattice starting at low."""
+
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+    grid: bool = False
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.low > self.high:
+            raise _bad("bounds", "low ({low}) must not be above high ({high})", field="low", low=self.low, high=self.high)
+        return self
+
+    @property
+    def size(self) -> int:
+        return (self.high - self.low) // self.step + 1
+
+    def grid_values(self) -> range:
+        return range(self.low, self.high + 1, self.step)
+
+
+Param = Annotated[Union[Choice, Uniform, LogUniform, IntRange], Field(discriminator="type")]
+
+
+def grid_size(param: Choice | Uniform | LogUniform | IntRange) -> int:
+    """How many values a parameter contributes to a grid (computed, never materialised)."""
+    if isinstance(param, Choice):
+        return len(param.values)
+    if isinstance(param, IntRange):
+        return param.size
+    return param.grid or 0
+
+
+def in_grid(param: Choice | Uniform | LogUniform | IntRange) -> bool:
+    return bool(param.grid)
+
+
+class Strategy(_Model):
+    kind: Literal["grid", "random", "quasi-random"]
+    seed: int = 0
+    trials: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _trials(self):
+        if self.kind == "grid" and self.trials is not None:
+            raise _bad("grid_trials", "the grid strategy takes every combination; remove 'trials'", field="trials")
+        if self.kind != "grid" and self.trials is None:
+            raise _bad("missing_trials", "strategy {kind!r} needs 'trials' (how many to sample)", kind=self.kind)
+        return self
