@@ -160,3 +160,21 @@ def test_main_maps_errors_to_exit_codes(tmp_path, capsys):
 def test_no_arguments_shows_help():
     result = run()
     assert "validate" in result.output and "render" in result.output and "plan" in result.output
+
+
+def test_completion_scripts_are_generated(tmp_path):
+    from stratctl.cli.completions import write_all
+
+    paths = {p.name: p.read_text() for p in write_all(tmp_path)}
+    assert set(paths) == {"stratctl.bash", "_stratctl", "stratctl.fish"}
+    assert "_STRATCTL_COMPLETE=complete_bash" in paths["stratctl.bash"]
+    assert "#compdef stratctl" in paths["_stratctl"]
+    assert "complete --command stratctl" in paths["stratctl.fish"]
+
+
+def test_committed_completion_scripts_are_current(tmp_path):
+    from stratctl.cli.completions import write_all
+
+    committed = Path(__file__).parents[2] / "completions"
+    for path in write_all(tmp_path):
+        assert path.read_text() == (committed / path.name).read_text(), f"run `make completions` ({path.name})"
