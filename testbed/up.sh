@@ -188,7 +188,7 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
   --api-audiences https://kubernetes.default.svc.cluster.local \
   --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
-  --disable-admission-plugins ServiceAccount \
+  --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
   --allow-privileged=true \
   --max-requests-inflight 150 --max-mutating-requests-inflight 50 \
   --enable-priority-and-fairness=true \
