@@ -127,6 +127,17 @@ def total_gpus(core):
     return sum(int(n.status.allocatable.get(GPU, "0")) for n in core.list_node().items)
 
 
+def used_gpus(core):
+    """GPUs requested by pods bound to a node and not finished (other tests may share the cluster)."""
+    used = 0
+    for p in core.list_pod_for_all_namespaces().items:
+        if not p.spec.node_name or p.status.phase in ("Succeeded", "Failed"):
+            continue
+        for c in p.spec.containers:
+            used += int(((c.resources and c.resources.requests) or {}).get(GPU, "0"))
+    return used
+
+
 class PodGroupPhases:
     """Records every phase a job's PodGroup goes through (watch, so short phases are seen)."""
 
@@ -268,7 +279,8 @@ def test_gang_larger_than_cluster_stays_pending(testbed, admin, restricted, jobs
 
 def test_high_priority_preempts_low(testbed, admin, jobs):
     """(c) a low-priority job fills every GPU; a high-priority gang takes GPUs from it."""
-    gpus = total_gpus(admin.core)
+    gpus = total_gpus(admin.core) - used_gpus(admin.core)
+    assert gpus >= 16, f"only {gpus} free GPUs"
     low = unique("low")
     high = unique("high")
     jobs.extend([high, low])
