@@ -1,0 +1,264 @@
+"""Preemption, drain/resume and status against the real testbed (Volcano + KWOK GPU nodes).
+
+Every wait is on a condition with a deadline; the stratctl commands run as separate
+processes, as a user (or a CI job) runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from stratctl import labels
+from stratctl.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster
+from stratctl.state import TrialState, classify, latest_attempts
+
+pytestmark = pytest.mark.e2e
+
+GPU = "nvidia.com/gpu"
+
+
+def study_yaml(name, namespace, trials, duration, *, critical=False, replicas=1, min_available=None,
+               parallelism=None, extra=""):
+    gang = f", min_available: {min_available}" if min_available else ""
+    cap = parallelism or trials
+    return textwrap.dedent(f"""\
+        name: {name}
+        namespace: {namespace}
+        priority_class: stratctl-low
+        critical: {str(critical).lower()}
+        space:
+          seed: {{type: int, low: 0, high: {trials - 1}}}
+        strategy: {{kind: grid}}
+        trial:
+          image: stratctl.invalid/fake-trial:0
+          annotations: {{testbed.stratctl.io/run-duration: "{duration}"}}
+          resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
+          tasks: [{{name: worker, replicas: {replicas}{gang}}}]
+        checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
+        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
+        """) + textwrap.dedent(extra)
+
+
+def wait_until(predicate, timeout, interval=0.5, message="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
+
+
+class Stratctl:
+    """The CLI as separate processes, pointed at the testbed."""
+
+    def __init__(self, testbed):
+        self.tb = testbed
+        self.env = {**os.environ, "KUBECONFIG": testbed.kubeconfig, "STRATCTL_TRACEBACK": "1"}
+
+    def args(self, *args):
+        return [sys.executable, "-m", "stratctl", *args, "--context", self.tb.admin_context,
+                "-n", self.tb.namespace]
+
+    def start(self, *args) -> subprocess.Popen:
+        return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+
+    def run(self, *args, timeout=60) -> str:
+        done = subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, f"stratctl {' '.join(args)} failed ({done.returncode}):\n{done.stderr}"
+        return done.stdout
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"submit exited {proc.returncode}:\n{err[-3000:]}"
+    return json.loads(out)
+
+
+@pytest.fixture
+def api(testbed):
+    cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def cli(testbed):
+    return Stratctl(testbed)
+
+
+@pytest.fixture
+def studies(api, tmp_path):
+    """Write study files; delete their jobs and records afterwards, and wait for the GPUs."""
+    names = []
+
+    def write(name, text):
+        names.append(name)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        return str(path)
+
+    yield write
+    extra = [n for n in names]
+    for name in extra:
+        for kind in (VOLCANO_JOB, CONFIGMAP):
+            items, _ = api.list(kind, label_selector=f"{labels.STUDY}={name}")
+            for item in items:
+                api.delete(kind, item["metadata"]["name"])
+    for name in extra:
+        wait_until(lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0], 60,
+                   message=f"pods of {name} gone")
+
+
+def jobs_of(api, study):
+    items, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={study}")
+    return items
+
+
+def running_pods(api, selector):
+    pods, _ = api.list(POD, label_selector=selector)
+    return [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def env_of(job):
+    container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:5]}"
+
+
+def test_preempted_trials_resume_from_checkpoints_and_all_complete(testbed, api, cli, studies):
+    """(a) a high-priority gang reclaims GPUs from a study filling the cluster; the victims'
+    next attempts run with STRATCTL_RESUME=1; every trial completes; preemptions are not failures."""
+    name = unique("pre")
+    nodes, _ = api.list(("v1", "Node"), label_selector="type=kwok")
+    gpus = sum(int(n["status"]["allocatable"].get(GPU, "0")) for n in nodes)
+    trials = gpus // 8
+    # 8-pod trials whose last 4 pods are elastic (what lets Volcano preempt for a queued gang);
+    # maxRetry 1: the first eviction ends the attempt, so the trial resumes as its next one.
+    path = studies(name, study_yaml(name, testbed.namespace, trials, "30s", replicas=8, min_available=4,
+                                    extra="retries: {max_retry: 1}\n"))
+    submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
+    high = unique("prod")
+    try:
+        wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus, 90,
+                   message=f"the study holding all {gpus} GPUs")
+        api.create({
+            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+            "metadata": {"name": high, "namespace": testbed.namespace},
+            "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": 8, "maxRetry": 1,
+                     "priorityClassName": "stratctl-high",
+                     "tasks": [{"name": "serve", "replicas": 8, "minAvailable": 8, "template": {
+                         "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "5s"}},
+                         "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
+                                  "priorityClassName": "stratctl-high",
+                                  "containers": [{"name": "serve", "image": "stratctl.invalid/prod:0",
+                                                  "resources": {"requests": {GPU: "1", "cpu": "100m"},
+                                                                "limits": {GPU: "1"}}}]}}}]},
+        })
+        wait_until(lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8, 60,
+                   message="the high-priority gang running on reclaimed GPUs")
+        progress = finish(submit, timeout=150)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+        api.delete(VOLCANO_JOB, high)
+    assert progress["succeeded"] == trials and progress["failed"] == 0, progress
+    jobs = jobs_of(api, name)
+    latest = latest_attempts(jobs)
+    assert all(classify(j) is TrialState.SUCCEEDED for j in latest.values())
+    resumed = [j for j in jobs if int(j["metadata"]["labels"][labels.ATTEMPT]) > 0]
+    assert resumed, "no trial was preempted and resumed"
+    for job in resumed:
+        env = env_of(job)
+        assert env["STRATCTL_RESUME"] == "1"
+        first = next(j for j in jobs if j["metadata"]["name"] == job["metadata"]["labels"][labels.TRIAL])
+        assert env["STRATCTL_CHECKPOINT_DIR"] == env_of(first)["STRATCTL_CHECKPOINT_DIR"]
+        assert env_of(first)["STRATCTL_RESUME"] == "0"
+        assert classify(first) is TrialState.PREEMPTED
+    snap = json.loads(cli.run("status", name, "-o", "json"))
+    [study] = snap["studies"]
+    assert study["states"]["succeeded"] == trials and study["states"]["failed"] == 0
+    assert study["preemptions"] >= len(resumed)
+    assert study["gpu_hours_lost"] > 0
+
+
+def test_drain_suspends_noncritical_trials_and_resume_brings_them_back(testbed, api, cli, studies):
+    """(b) `drain --all-noncritical` from another process while `submit` runs."""
+    sweep, prod = unique("sweep"), unique("crit")
+    sweep_path = studies(sweep, study_yaml(sweep, testbed.namespace, 6, "15s", parallelism=3))
+    prod_path = studies(prod, study_yaml(prod, testbed.namespace, 2, "25s", critical=True))
+    sweep_run = cli.start("submit", sweep_path, "-o", "json", "--poll-interval", "1")
+    prod_run = cli.start("submit", prod_path, "-o", "json", "--poll-interval", "1")
+    try:
+        wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={sweep}")) == 3
+                   and len(running_pods(api, f"{labels.STUDY}={prod}")) == 2, 60, message="both studies running")
+        prod_jobs = {j["metadata"]["uid"] for j in jobs_of(api, prod)}
+        started = time.monotonic()
+        drained = json.loads(cli.run("drain", "--all-noncritical", "--settle", "2", "--json"))
+        by = {o["study"]: o for o in drained}
+        assert by[prod]["skipped"] == "critical"
+        assert len(by[sweep]["suspended"]) == 3
+        wait_until(lambda: not running_pods(api, f"{labels.STUDY}={sweep}"), 20, message="sweep pods gone")
+        assert time.monotonic() - started < 20
+        # the critical study is untouched: same jobs, still running
+        assert {j["metadata"]["uid"] for j in jobs_of(api, prod)} == prod_jobs
+        assert len(running_pods(api, f"{labels.STUDY}={prod}")) == 2
+        # the submit loop holds: nothing new for several of its cycles
+        time.sleep(4)
+        assert not jobs_of(api, sweep), [j["metadata"]["name"] for j in jobs_of(api, sweep)]
+        resumed = json.loads(cli.run("resume", sweep, "--json"))
+        assert sorted(resumed["resumed"]) == sorted(by[sweep]["suspended"]) and resumed["left"] == []
+        back = jobs_of(api, sweep)
+        assert {j["metadata"]["labels"][labels.ATTEMPT] for j in back} == {"1"}
+        assert all(env_of(j)["STRATCTL_RESUME"] == "1" for j in back)
+        sweep_progress = finish(sweep_run, timeout=120)
+        prod_progress = finish(prod_run, timeout=60)
+    finally:
+        for proc in (sweep_run, prod_run):
+            if proc.poll() is None:
+                proc.kill()
+    assert sweep_progress["succeeded"] == 6 and sweep_progress["failed"] == 0
+    assert prod_progress["succeeded"] == 2 and prod_progress["failed"] == 0
+    assert all(j["metadata"]["labels"][labels.ATTEMPT] == "0" for j in jobs_of(api, prod))
+
+
+def test_status_json_agrees_with_the_cluster(testbed, api, cli, studies):
+    """(c) trials, states, attempts and parameters in `status -o json` match the jobs."""
+    name = unique("stat")
+    path = studies(name, study_yaml(name, testbed.namespace, 5, "6s", parallelism=5))
+    cli.run("submit", path, "--detach", "-o", "json", timeout=90)
+
+    def compare():
+        snap = json.loads(cli.run("status", name, "-o", "json"))
+        jobs = latest_attempts(jobs_of(api, name))
+        rows = {t["trial"]: t for t in snap["trials"]}
+        assert set(rows) == set(jobs)
+        for trial, job in jobs.items():
+            row = rows[trial]
+            assert row["state"] == classify(job).value
+            assert row["attempt"] == int(job["metadata"]["labels"][labels.ATTEMPT])
+            assert row["job"] == job["metadata"]["name"]
+            assert row["params"] == json.loads(job["metadata"]["annotations"][labels.PARAMS])
+        [study] = snap["studies"]
+        assert study["trials"] == 5
+        assert sum(study["states"].values()) == 5
+        return snap
+
+    compare()
+    wait_until(lambda: all(classify(j) is TrialState.SUCCEEDED for j in jobs_of(api, name)), 90,
+               message="every trial completed")
+    snap = compare()
+    assert snap["studies"][0]["states"]["succeeded"] == 5 and snap["studies"][0]["gpu_hours"] > 0
