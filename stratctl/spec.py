@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from stratctl import document, sandbox
 from stratctl.distributions import (  # noqa: F401 - part of the study's public surface
@@ -108,7 +108,14 @@ def _env(value: Any) -> Any:
     return value
 
 
-EnvMap = Annotated[dict[str, str], Field(default_factory=dict)]
+def _own_env(values: dict[str, str]) -> dict[str, str]:
+    for name in values:
+        if name.startswith("STRATCTL_"):
+            raise _bad("reserved_env", "{name!r}: STRATCTL_* variables are set by stratctl", name=name)
+    return values
+
+
+EnvMap = Annotated[dict[str, str], Field(default_factory=dict), AfterValidator(_own_env)]
 
 
 class Task(_Model):

@@ -270,3 +270,10 @@ def test_stratctl_label_keys_are_reserved(tmp_path):
 def test_parameter_names_shadowing_dict_methods_are_refused(tmp_path):
     [p] = problems(tmp_path, MINIMAL.replace("  bs:", "  items:"))
     assert p.startswith("study.yaml:5:10: space.items: parameter name 'items' is reserved")
+
+
+def test_stratctl_env_vars_are_reserved(tmp_path):
+    text = MINIMAL.replace("  image: busybox", "  image: busybox\n  env: {STRATCTL_TRIAL: mine}")
+    assert problems(tmp_path, text) == [
+        "study.yaml:9:8: trial.env: 'STRATCTL_TRIAL': STRATCTL_* variables are set by stratctl"
+    ]
