@@ -275,6 +275,13 @@ def test_gang_larger_than_cluster_stays_pending(testbed, admin, restricted, jobs
     assert not status.get("running"), status
     assert not admin.running_pods(name)
     assert admin.job_phase(name) in ("Pending", None), admin.job_phase(name)
+    # The scheduler says why: an Unschedulable event on the PodGroup (e.g. "queue resource
+    # quota insufficient: insufficient nvidia.com/gpu").
+    events = admin.core.list_namespaced_event(admin.ns).items
+    reasons = [
+        e.message for e in events if e.involved_object.name == pg["metadata"]["name"] and e.reason == "Unschedulable"
+    ]
+    assert reasons, "no Unschedulable event on the PodGroup"
 
 
 def test_high_priority_preempts_low(testbed, admin, jobs):
