@@ -35,5 +35,13 @@ while :; do
   fi
   sleep 0.2
 done
+# Stopped components are orphans; wait (briefly) until init has reaped them too, so that
+# `pgrep` does not even see zombies.
+for _ in $(seq 50); do
+  z=0
+  for pid in "${pids[@]}"; do [[ -e /proc/$pid ]] && z=1; done
+  (( z == 0 )) && break
+  sleep 0.1
+done
 rm -f "$RUN_DIR"/pids/*.pid
 tb_log "down (stopped ${#pids[@]} processes)"

@@ -29,7 +29,13 @@ tb_log() { echo "testbed: $*" >&2; }
 # admin kubectl (binary from the build cache)
 kc() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" --context admin "$@"; }
 
-pid_alive() { [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null; }
+# Alive and not a zombie (orphaned components may be reparented to a pid 1 that never reaps).
+pid_alive() {
+  [[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null || return 1
+  local state
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 0
+  [[ $state != Z ]]
+}
 
 component_pid() { cat "$RUN_DIR/pids/$1.pid" 2>/dev/null || true; }
 

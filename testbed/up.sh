@@ -23,6 +23,11 @@ healthy() {
   [[ -s $KUBECONFIG_PATH ]] || return 1
   [[ $(cat "$RUN_DIR/bin-dir" 2>/dev/null) == "$BIN_DIR" ]] || return 1
   kc get --raw /readyz >/dev/null 2>&1 || return 1
+  curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" >/dev/null || return 1
+  curl -sfk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz" >/dev/null || return 1
+  curl -sf --max-time 2 "http://127.0.0.1:$VC_CM_HEALTHZ_PORT/healthz" >/dev/null || return 1
+  curl -sf --max-time 2 "http://127.0.0.1:$VC_SCHED_HEALTHZ_PORT/healthz" >/dev/null || return 1
+  curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null || return 1
   # Everything we create last must be there.
   [[ $(kc get nodes -l type=kwok -o name 2>/dev/null | wc -l) -eq $(cat "$RUN_DIR/node-count" 2>/dev/null || echo -1) ]]
 }
