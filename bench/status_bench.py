@@ -1,0 +1,149 @@
+"""`stratctl status` on 10,000 trial jobs against `kubectl get` of the same objects.
+
+Creates N Volcano Jobs of one study (as admin, concurrently) whose gang can never be
+scheduled (one pod asking for 1000 GPUs), so the cluster holds N jobs and N PodGroups and
+no pods; then times `stratctl status STUDY -o json` and `-o table`, and kubectl listing
+the same objects (jobs; jobs + podgroups + pods), each as a separate process, reporting
+wall time (median of --repeat runs) and peak RSS. Cleans up at the end.
+
+    python bench/status_bench.py [--trials 10000] [--repeat 3] [--keep]
+
+Target (issue 6): status ≤ 2 s and ≤ 2× kubectl get.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.testbed import testbed_target  # noqa: E402
+from stratctl import labels  # noqa: E402
+from stratctl.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.errors import AlreadyExists  # noqa: E402
+from stratctl.record import StudyRecord, record_manifest  # noqa: E402
+
+STUDY = "bench-status"
+
+
+def job(i: int, namespace: str) -> dict:
+    name = f"{STUDY}-{i:010x}"
+    meta_labels = {labels.STUDY: STUDY, labels.TRIAL: name, labels.ATTEMPT: "0", labels.SPEC_HASH: "bench",
+                   labels.CRITICAL: "false", labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+    notes = {labels.PARAMS: json.dumps({"lr": 10 ** -(i % 5), "seed": i}), labels.CHECKPOINT: f"/ckpt/{name}"}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": meta_labels, "annotations": notes},
+        "spec": {
+            "schedulerName": "volcano", "queue": "default", "minAvailable": 1, "maxRetry": 3,
+            "tasks": [{"name": "worker", "replicas": 1, "minAvailable": 1, "template": {
+                "metadata": {"labels": meta_labels, "annotations": notes},
+                "spec": {"schedulerName": "volcano", "restartPolicy": "Never", "containers": [{
+                    "name": "worker", "image": "stratctl.invalid/never:0",
+                    "env": [{"name": "STRATCTL_TRIAL", "value": name}],
+                    "resources": {"requests": {"nvidia.com/gpu": "1000"}, "limits": {"nvidia.com/gpu": "1000"}},
+                }]}}}],
+        },
+    }
+
+
+def create_all(cluster: Cluster, n: int, namespace: str) -> float:
+    started = time.monotonic()
+
+    def one(i):
+        try:
+            cluster.create(job(i, namespace))
+        except AlreadyExists:
+            pass
+
+    with ThreadPoolExecutor(48) as pool:
+        list(pool.map(one, range(n)))
+    try:
+        cluster.create(record_manifest(StudyRecord(study=STUDY, spec_hash="bench", trials=n), namespace))
+    except AlreadyExists:
+        pass
+    return time.monotonic() - started
+
+
+def run(argv: list[str], env: dict, repeat: int) -> dict:
+    times, rss, size = [], [], 0
+    for _ in range(repeat):
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        chunks = []
+        while True:
+            chunk = proc.stdout.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        err = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        times.append(time.monotonic() - started)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv[:6])} failed ({proc.returncode}): {err.decode()[-2000:]}")
+        rss.append(usage.ru_maxrss / 1024)
+        size = sum(len(c) for c in chunks)
+    return {"seconds": round(statistics.median(times), 3), "min_seconds": round(min(times), 3),
+            "peak_rss_mib": round(max(rss), 1), "output_bytes": size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="leave the jobs in the cluster")
+    args = parser.parse_args()
+
+    target = testbed_target()
+    ns = target.namespace
+    env = {**os.environ, "KUBECONFIG": target.kubeconfig}
+    cluster = Cluster.connect(target.kubeconfig, target.admin_context, ns, pool_size=64)
+    try:
+        have = len(cluster.list(VOLCANO_JOB, ns, label_selector=f"{labels.STUDY}={STUDY}")[0])
+        made = create_all(cluster, args.trials, ns) if have < args.trials else 0.0
+        # wait for Volcano to create the PodGroups (status reads them too)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            pgs = len(cluster.list(PODGROUP, ns, label_selector=f"{labels.STUDY}={STUDY}")[0])
+            if pgs >= args.trials:
+                break
+            time.sleep(2)
+        ctx = ["--context", target.admin_context] if target.admin_context else []
+        stratctl = [sys.executable, "-m", "stratctl", "status", STUDY, "-n", ns, *ctx]
+        kubectl = [target.kubectl or "kubectl", "-n", ns, *ctx, "get"]
+        sel = ["-l", f"{labels.STUDY}={STUDY}"]
+        results = {
+            "trials": args.trials,
+            "podgroups": pgs,
+            "create_seconds": round(made, 1),
+            "stratctl status -o json": run(stratctl + ["-o", "json"], env, args.repeat),
+            "stratctl status (table, 50 rows)": run(stratctl, {**env, "COLUMNS": "200"}, args.repeat),
+            "kubectl get jobs.batch.volcano.sh": run(kubectl + ["jobs.batch.volcano.sh", *sel], env, args.repeat),
+            "kubectl get jobs.batch.volcano.sh -o json": run(kubectl + ["jobs.batch.volcano.sh", *sel, "-o", "json"],
+                                                             env, args.repeat),
+            "kubectl get jobs,podgroups,pods": run(
+                kubectl + ["jobs.batch.volcano.sh,podgroups.scheduling.volcano.sh,pods", *sel], env, args.repeat),
+        }
+        base = results["kubectl get jobs.batch.volcano.sh"]["seconds"]
+        results["status_json_vs_kubectl_get"] = round(results["stratctl status -o json"]["seconds"] / base, 2)
+        print(json.dumps(results, indent=2))
+    finally:
+        if not args.keep:
+            subprocess.run([target.kubectl or "kubectl", "--kubeconfig", target.kubeconfig, "-n", ns,
+                            *(["--context", target.admin_context] if target.admin_context else []),
+                            "delete", "jobs.batch.volcano.sh,configmaps", "-l", f"{labels.STUDY}={STUDY}",
+                            "--wait=false"], check=False, capture_output=True)
+        cluster.close()
+
+
+if __name__ == "__main__":
+    main()
