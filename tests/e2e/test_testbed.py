@@ -147,6 +147,9 @@ class PodGroupPhases:
         self._ns = tb.namespace
         self._custom = client.CustomObjectsApi(api_client)
         self._watch = watch.Watch()
+        # List first (synchronously), then watch from that resourceVersion: no update is missed.
+        listed = self._custom.list_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", self._ns, "podgroups")
+        self._rv = listed["metadata"]["resourceVersion"]
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -158,6 +161,7 @@ class PodGroupPhases:
                 "v1beta1",
                 self._ns,
                 "podgroups",
+                resource_version=self._rv,
                 timeout_seconds=120,
             ):
                 pg = ev["object"]
