@@ -12,7 +12,8 @@ pids=()
 for (( i = ${#COMPONENTS[@]} - 1; i >= 0; i-- )); do
   c=${COMPONENTS[$i]}
   pid=$(component_pid "$c")
-  if pid_alive "$pid"; then
+  # Only if that pid is still ours (its command line names our state dir): pids get reused.
+  if pid_alive "$pid" && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$RUN_DIR/"; then
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
     pids+=("$pid")
   fi
