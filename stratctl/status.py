@@ -25,7 +25,7 @@ from stratctl.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
 from stratctl.drain import records
 from stratctl.record import parse_record, suspended_of
 from stratctl.recovery import carried, effective_state, usage, view_of
-from stratctl.state import TrialState, attempt_of, timestamp
+from stratctl.state import TrialState, attempt_of, podgroup_name, timestamp
 
 PAGE = 500
 ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
@@ -48,6 +48,7 @@ class TrialRow:
     gpu_seconds: float = 0.0
     gpu_seconds_lost: float = 0.0
     checkpoint: str = ""
+    podgroup: str = ""  # of the latest attempt (Volcano names it <job>-<uid>)
 
 
 @dataclass
@@ -146,8 +147,13 @@ def _result(pod: dict) -> dict | None:
     return None
 
 
-def collect(cluster, namespace: str, study: str | None = None, now: float | None = None) -> Snapshot:
-    """One consistent-enough picture of the namespace's studies (or one study)."""
+def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
+            reasons_for_all: bool = True) -> Snapshot:
+    """One consistent-enough picture of the namespace's studies (or one study).
+
+    With `reasons_for_all` false the PodGroups are not listed (the list costs as much as
+    the jobs'); `explain_pending` then fetches the reasons of the few rows shown.
+    """
     now = time.time() if now is None else now
     cms = records(cluster, namespace, study)
     selector = f"{labels.STUDY}={study}" if study else labels.STUDY
@@ -181,8 +187,9 @@ def collect(cluster, namespace: str, study: str | None = None, now: float | None
                 if job and value is not None and job not in results:
                     results[job] = value
 
-    with ThreadPoolExecutor(3) as pool:
-        for future in [pool.submit(read_jobs), pool.submit(read_podgroups), pool.submit(read_results)]:
+    readers = [read_jobs, read_results] + ([read_podgroups] if reasons_for_all else [])
+    with ThreadPoolExecutor(len(readers)) as pool:
+        for future in [pool.submit(reader) for reader in readers]:
             future.result()
     return build(namespace, now, cms, jobs, reasons, results)
 
@@ -217,7 +224,7 @@ def build(namespace, now, cms, jobs, reasons, results) -> Snapshot:
                 pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
                 result=results.get(job["metadata"]["name"]), preemptions=view.preemptions,
                 gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
-                checkpoint=notes.get(labels.CHECKPOINT, ""),
+                checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
             ))
         for trial, mark in sorted(marks.items()):
             if trial in seen:
@@ -245,6 +252,23 @@ def build(namespace, now, cms, jobs, reasons, results) -> Snapshot:
         ))
         trials.extend(rows)
     return Snapshot(namespace, now, studies, trials)
+
+
+def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
+    """Fill in why the given pending trials wait, one PodGroup read each (concurrently)."""
+    from stratctl.errors import ClusterError
+
+    todo = [r for r in rows if r.state == TrialState.PENDING.value and not r.pending and r.podgroup]
+
+    def one(row: TrialRow) -> None:
+        try:
+            row.pending = _pending_reason(cluster.get(PODGROUP, row.podgroup, namespace))
+        except ClusterError:
+            row.pending = "no PodGroup yet: the Volcano job controller has not caught up"
+
+    if todo:
+        with ThreadPoolExecutor(min(8, len(todo))) as pool:
+            list(pool.map(one, todo))
 
 
 # ------------------------------------------------------------------ ordering and pictures

@@ -41,25 +41,31 @@ def status(
     cluster = Cluster.connect(kubeconfig, context, namespace, pool_size=8)
     ns = cluster.namespace
 
-    def picture():
-        snap = core.collect(cluster, ns, study)
-        trials = core.sort_trials(snap.trials, sort)
-        return Group(core.studies_table(snap.studies), core.table(trials, snap.taken_at, limit or None))
+    def snapshot():
+        # A table shows `limit` trials: ask their PodGroups why they wait, not every PodGroup.
+        everything = output is not Output.table or not limit
+        snap = core.collect(cluster, ns, study, reasons_for_all=everything)
+        snap.trials = core.sort_trials(snap.trials, sort)
+        if not everything:
+            core.explain_pending(cluster, ns, snap.trials[:limit])
+        return snap
+
+    def picture(snap):
+        return Group(core.studies_table(snap.studies), core.table(snap.trials, snap.taken_at, limit or None))
 
     try:
         if watch and output is Output.table:
-            with Live(picture(), console=Console(), auto_refresh=False) as live:
+            with Live(picture(snapshot()), console=Console(), auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)
-                    live.update(picture(), refresh=True)
-        snap = core.collect(cluster, ns, study)
-        snap.trials = core.sort_trials(snap.trials, sort)
+                    live.update(picture(snapshot()), refresh=True)
+        snap = snapshot()
         if output is Output.json:
             typer.echo(json.dumps(snap.as_dict(), indent=2))
         elif output is Output.yaml:
             typer.echo(dump_all([snap.as_dict()]), nl=False)
         else:
-            Console().print(picture())
+            Console().print(picture(snap))
     finally:
         cluster.close()
 
