@@ -177,10 +177,14 @@ class Submitter:
                     f"(spec {existing.spec_hash} → {self.record.spec_hash}); trials whose parameters are "
                     "unchanged keep their names"
                 )
-            self._save_record()
+            self._save_record("study.yaml", "spec-hash", "trials", "critical")
 
-    def _save_record(self) -> None:
-        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": record_data(self.record)}, self.namespace)
+    def _save_record(self, *keys: str) -> None:
+        """Write only the named keys of the record: `drained` and the suspension marks belong
+        to `drain`/`resume` in other processes, and a stale copy must never overwrite them."""
+        data = record_data(self.record)
+        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": {k: data[k] for k in keys}},
+                           self.namespace)
 
     def _refresh_flags(self) -> None:
         try:
@@ -253,7 +257,7 @@ class Submitter:
         if not done:
             return
         self.record = replace(self.record, finished={**self.record.finished, **done})
-        self._save_record()
+        self._save_record("finished")
         for name in done:
             job = self._jobs[name]
             self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
@@ -312,7 +316,7 @@ class Submitter:
                 f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}"
             )
             self.record = replace(self.record, target=decision.target, reason=decision.reason)
-            self._save_record()
+            self._save_record("target", "reason")
         self._last_decision = decision
         p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
         return decision
