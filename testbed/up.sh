@@ -31,13 +31,14 @@ healthy() {
   # Everything we create last must be there.
   [[ $(kc get nodes -l type=kwok -o name 2>/dev/null | wc -l) -eq $(cat "$RUN_DIR/node-count" 2>/dev/null || echo -1) ]]
 }
-if healthy; then
+# STRATCTL_TESTBED_FRESH=1: always start from scratch (CI), even when already up.
+if [[ ${STRATCTL_TESTBED_FRESH:-0} != 1 ]] && healthy; then
   tb_log "already up (state in $RUN_DIR)"
   echo "$KUBECONFIG_PATH"
   exit 0
 fi
 if compgen -G "$RUN_DIR/pids/*.pid" >/dev/null; then
-  tb_log "stale testbed state in $RUN_DIR: stopping it first"
+  tb_log "stale testbed state in $RUN_DIR (or STRATCTL_TESTBED_FRESH=1): stopping it first"
   bash "$TESTBED_SRC/down.sh" >&2
 fi
 

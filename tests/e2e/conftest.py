@@ -4,7 +4,8 @@ KWOK fake GPU nodes.
 By default the local testbed (testbed/up.sh: etcd, kube-apiserver,
 kube-controller-manager, Volcano, KWOK as local processes) is started once per session,
 built first if its binaries are not cached, and stopped at the end unless it was already
-running or STRATCTL_TESTBED_KEEP=1.
+running or STRATCTL_TESTBED_KEEP=1. A testbed that is already up is reused, except in CI
+(CI=true) or with STRATCTL_TESTBED_FRESH=1, where it is restarted from scratch.
 
 With STRATCTL_TEST_KUBECONFIG set, that cluster (kind or any other, with Volcano installed)
 is used as is and nothing is started or stopped. Its contexts and namespace default to the
@@ -87,6 +88,14 @@ def _testbed_env() -> dict:
     return dict(os.environ)
 
 
+def _fresh() -> bool:
+    """In CI start from a clean testbed even if one is already running (hermetic runs);
+    STRATCTL_TESTBED_FRESH=0/1 overrides."""
+    if "STRATCTL_TESTBED_FRESH" in os.environ:
+        return os.environ["STRATCTL_TESTBED_FRESH"] == "1"
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def _apf_external(tb: Testbed, on: bool) -> None:
     """APF switch for an external cluster: same objects as testbed/objects.yaml + apf-flowschema.yaml."""
     import yaml
@@ -115,12 +124,14 @@ def _apf_external(tb: Testbed, on: bool) -> None:
 
 def _testbed_up() -> tuple[str, bool]:
     """Run testbed/up.sh; returns (kubeconfig, started_by_us)."""
+    env = _testbed_env()
+    env["STRATCTL_TESTBED_FRESH"] = "1" if _fresh() else "0"
     proc = subprocess.run(
         ["bash", str(TESTBED_DIR / "up.sh")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_testbed_env(),
+        env=env,
     )
     sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
