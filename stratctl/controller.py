@@ -418,7 +418,7 @@ def submit_study(
     source = study.source.read_text() if study.source else ""
     qps = study.throttle.qps if qps is None else qps
     burst = study.throttle.burst if burst is None else burst
-    throttle = Throttle(qps=qps, burst=max(1, burst))
+    throttle = Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers)
     if options.dry_run == "client":
         return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter).dry_run()
     cluster = Cluster.connect(connection.kubeconfig, connection.context, study.namespace, gate=throttle.call,

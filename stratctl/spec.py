@@ -42,6 +42,14 @@ _PARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 Quantity = Union[int, float, str]
 
 
+def _extended(name: str) -> bool:
+    """An extended resource: a domain-qualified name outside kubernetes.io, or hugepages."""
+    if name.startswith("hugepages-"):
+        return True
+    domain = name.split("/", 1)[0] if "/" in name else ""
+    return bool(domain) and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
 class Resources(_Model):
     requests: dict[str, Quantity] = {}
     limits: dict[str, Quantity] = {}
@@ -52,6 +60,27 @@ class Resources(_Model):
             return int(float(value))
         except (TypeError, ValueError):
             return 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _extended_limits(cls, data: Any) -> Any:
+        """Extended resources (nvidia.com/gpu, ...) cannot be overcommitted: Kubernetes
+        refuses a pod that requests one without the same limit, which only shows when the
+        job controller creates pods. Fill the limit from the request."""
+        if isinstance(data, dict) and isinstance(data.get("requests"), dict):
+            limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
+            missing = {k: v for k, v in data["requests"].items() if _extended(k) and k not in limits}
+            if missing and (isinstance(data.get("limits"), dict) or data.get("limits") is None):
+                data = {**data, "limits": {**limits, **missing}}
+        return data
+
+    @model_validator(mode="after")
+    def _extended_equal(self):
+        for key, value in self.requests.items():
+            if _extended(key) and key in self.limits and str(self.limits[key]) != str(value):
+                raise _bad("extended", "{key} cannot be overcommitted: its limit ({l}) must equal its request ({r})",
+                           field="limits", key=key, l=self.limits[key], r=value)
+        return self
 
     @field_validator("limits", "requests")
     @classmethod

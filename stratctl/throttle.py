@@ -6,6 +6,13 @@ reaches the API server at `qps` with at most `burst` at once. When the server an
 workers do not keep hammering a server that just asked for a pause; the failed request
 itself is retried with full-jitter exponential backoff, never sooner than `Retry-After`.
 
+A token bucket bounds the *rate*; a server that rejects by concurrency (API Priority and
+Fairness gives each priority level a few seats and answers 429 past them) also needs the
+*number of requests in flight* bounded. So requests also take a slot in a congestion
+window, as TCP does: every 429 halves it, every success widens it by 1/size (one slot
+per window's worth of successes), so a launcher with 48 workers facing a one-seat
+priority level settles at about one request at a time instead of retrying in a storm.
+
 Time is injected (`clock`, `sleep`, `rng`) so tests assert exact schedules.
 """
 
@@ -82,13 +89,41 @@ class TokenBucket:
         return self._held_until
 
 
+class Window:
+    """An AIMD bound on concurrent requests: halve on 429, grow by 1/size per success."""
+
+    def __init__(self, size: int):
+        self.max = max(1, size)
+        self.size = float(self.max)
+        self.in_use = 0
+        self.smallest = self.max
+        self._cond = threading.Condition()
+
+    def acquire(self) -> None:
+        with self._cond:
+            while self.in_use >= int(self.size):
+                self._cond.wait()
+            self.in_use += 1
+
+    def release(self, throttled: bool) -> None:
+        with self._cond:
+            self.in_use -= 1
+            if throttled:
+                self.size = max(1.0, self.size / 2)
+                self.smallest = min(self.smallest, int(self.size))
+            else:
+                self.size = min(float(self.max), self.size + 1.0 / self.size)
+            self._cond.notify_all()
+
+
 @dataclass(frozen=True)
 class Backoff:
     """Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base·2^(n-1)))."""
 
     base: float = 0.5
     cap: float = 30.0
-    max_attempts: int = 10
+    max_attempts: int = 10  # for transient errors (connection, 5xx)
+    max_throttled_attempts: int = 60  # a 429 says "come back later": keep coming back, for longer
 
     def ceiling(self, attempt: int) -> float:
         return min(self.cap, self.base * 2 ** (attempt - 1))
@@ -133,11 +168,13 @@ class Throttle:
         qps: float,
         burst: int,
         backoff: Backoff = Backoff(),
+        concurrency: int = 64,
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
         rng: random.Random | None = None,
     ):
         self.bucket = TokenBucket(qps, burst, clock=clock, sleep=sleep)
+        self.window = Window(concurrency)
         self.backoff = backoff
         self.stats = RetryStats()
         self._clock = clock
@@ -163,12 +200,25 @@ class Throttle:
 
         def admitted() -> T:
             self.bucket.acquire()
-            return fn()
+            self.window.acquire()
+            throttled = False
+            try:
+                return fn()
+            except Throttled:
+                throttled = True
+                raise
+            finally:
+                self.window.release(throttled)
+
+        def stop(state: tenacity.RetryCallState) -> bool:
+            error = state.outcome.exception() if state.outcome else None
+            limit = self.backoff.max_throttled_attempts if isinstance(error, Throttled) else self.backoff.max_attempts
+            return state.attempt_number >= limit
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type((Throttled, Unavailable)),
             wait=self._wait,
-            stop=tenacity.stop_after_attempt(self.backoff.max_attempts),
+            stop=stop,
             sleep=self._sleep,
             reraise=True,
         )

@@ -108,3 +108,62 @@ def test_each_request_takes_a_token():
     for _ in range(3):
         throttle.call(lambda: None)
     assert clock.sleeps == [0.1, 0.1]
+
+
+def test_window_halves_on_429_and_grows_by_one_per_window_of_successes():
+    from stratctl.throttle import Window
+
+    w = Window(16)
+    for _ in range(3):
+        w.acquire()
+        w.release(throttled=True)
+    assert int(w.size) == 2 and w.smallest == 2
+    for _ in range(2):  # about a window's worth of successes widens it by one slot
+        w.acquire()
+        w.release(throttled=False)
+    assert w.size == pytest.approx(2 + 1 / 2 + 1 / 2.5)
+    w.acquire()
+    w.release(throttled=False)
+    assert int(w.size) == 3
+    for _ in range(1000):
+        w.acquire()
+        w.release(throttled=False)
+    assert w.size == 16  # never past its maximum
+
+
+def test_window_bounds_requests_in_flight():
+    import threading
+
+    from stratctl.throttle import Window
+
+    w = Window(4)
+    w.acquire(), w.acquire(), w.acquire()
+    w.release(throttled=True)  # 4 → 2 slots, 2 in use: the next caller must wait
+    got = threading.Event()
+
+    def caller():
+        w.acquire()
+        got.set()
+
+    t = threading.Thread(target=caller, daemon=True)
+    t.start()
+    assert not got.wait(0.2)
+    w.release(throttled=False)
+    assert got.wait(2)
+
+
+def test_throttled_requests_keep_retrying_longer_than_transient_errors():
+    clock = FakeClock()
+    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=0.1, cap=1, max_attempts=3, max_throttled_attempts=20),
+                        clock=clock, sleep=clock.sleep, rng=MaxRng())
+    calls = []
+
+    def create():
+        calls.append(1)
+        if len(calls) < 15:
+            raise Throttled("429", retry_after=1)
+        return "created"
+
+    assert throttle.call(create) == "created"
+    assert len(calls) == 15
+    assert throttle.window.smallest == 1
