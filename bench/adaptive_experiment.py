@@ -1,7 +1,8 @@
 """Adaptive parallelism against static limits, on a real cluster with a competing workload.
 
-One study of N trials (gangs of 2–4 one-GPU pods, durations drawn from a distribution)
-is run to completion four times, in sequence, while a high-priority workload takes and
+N trials in three studies submitted side by side (gangs of 2, 3 and 4 one-GPU pods,
+durations drawn from a distribution; three launchers sharing a cluster, as teams do) are
+run to completion four times, in sequence, while a high-priority workload takes and
 releases GPUs on the same schedule each time:
 
   submit-all   every trial at once (what `kubectl apply -f DIR` does)
@@ -34,13 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stratctl import labels  # noqa: E402
 from stratctl.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.controller import Connection, SubmitOptions, submit_study  # noqa: E402
-from stratctl.policy import StaticPolicy  # noqa: E402
 from stratctl.signals import free_gpus, pod_gpus  # noqa: E402
 from stratctl.space import expand  # noqa: E402
 from stratctl.spec import load_study  # noqa: E402
 
 
-def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int) -> str:
+def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int, gang: int) -> str:
     return textwrap.dedent(
         f"""\
         name: {name}
@@ -49,7 +49,6 @@ def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: 
         priority_class: stratctl-low
         space:
           lr: {{type: loguniform, low: 1.0e-5, high: 1.0e-1}}
-          workers: {{type: int, low: 2, high: 4}}
           duration: {{type: int, low: 8, high: 24}}
         strategy: {{kind: random, seed: {seed}, trials: {trials}}}
         trial:
@@ -58,7 +57,7 @@ def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: 
           annotations:
             testbed.stratctl.io/run-duration: "{{{{ params.duration }}}}s"
           resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
-          tasks: [{{name: worker, replicas: "{{{{ params.workers }}}}"}}]
+          tasks: [{{name: worker, replicas: {gang}}}]
         throttle: {{qps: 20, burst: 20, parallelism: {{min: 1, initial: 4, max: {max_inflight}}}}}
         """
     )
@@ -120,14 +119,16 @@ def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
 class Samples:
     idle_while_waiting: list[float] = field(default_factory=list)
     peak_pending_pods: int = 0
+    max_pending_age: float = 0.0  # seconds the longest-waiting pending pod of ours had waited
 
 
 class Sampler(threading.Thread):
     """Once a second: free GPUs and the study's Pending pods, while trials wait."""
 
-    def __init__(self, admin: Cluster, study: str, total_gpus: int, waiting):
+    def __init__(self, admin: Cluster, studies: list[str], total_gpus: int, waiting):
         super().__init__(daemon=True)
-        self.admin, self.study, self.total, self.waiting = admin, study, total_gpus, waiting
+        self.admin, self.studies, self.total, self.waiting = admin, set(studies), total_gpus, waiting
+        self.first_pending: dict[str, float] = {}
         self.samples = Samples()
         self.stop = threading.Event()
 
@@ -138,9 +139,17 @@ class Sampler(threading.Thread):
                 pods, _ = self.admin.list(POD, all_namespaces=True)
             except Exception:
                 continue
-            ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) == self.study]
-            pending = sum(1 for p in ours if p.get("status", {}).get("phase") == "Pending")
-            self.samples.peak_pending_pods = max(self.samples.peak_pending_pods, pending)
+            ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies]
+            pending = [p["metadata"]["name"] for p in ours if p.get("status", {}).get("phase") == "Pending"]
+            self.samples.peak_pending_pods = max(self.samples.peak_pending_pods, len(pending))
+            now = time.monotonic()
+            for name in pending:
+                self.first_pending.setdefault(name, now)
+            for name in list(self.first_pending):
+                if name not in pending:
+                    del self.first_pending[name]
+            self.samples.max_pending_age = max([self.samples.max_pending_age] +
+                                               [now - t for t in self.first_pending.values()])
             if self.waiting():
                 free = sum(free_gpus(nodes, pods).values())
                 self.samples.idle_while_waiting.append(free / self.total)
@@ -158,6 +167,7 @@ class Result:
     succeeded: int
     failed: int
     total: int
+    max_pending_age: float = 0.0
 
 
 def lower_bound(gpu_seconds: float, total_gpus: int, schedule: list[Phase]) -> float:
@@ -187,30 +197,48 @@ def cleanup(admin: Cluster, study: str) -> None:
         time.sleep(1)
 
 
-def measure(strategy: str, policy, target, trials: int, seed: int, tag: str, max_inflight: int,
-            schedule_factory=competing_schedule, horizon: float = 900) -> Result:
+GANGS = (2, 3, 4)
+
+
+def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag: str,
+            schedule_factory=competing_schedule, horizon: float = 900, gangs=GANGS,
+            duration: tuple[int, int] = (8, 24)) -> Result:
+    """Run `trials` trials split over one study per gang size, side by side, to the end.
+
+    `cap` None is the adaptive policy (bounded by the study size); otherwise a static cap
+    per study (the total cap split evenly)."""
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     nodes, _ = admin.list(NODE)
     total_gpus = sum(free_gpus(nodes, []).values())
-    name = f"exp-{strategy}-{tag}"[:40].rstrip("-")
+    names = [f"exp-{strategy}-{tag}-g{g}"[:40] for g in gangs]
+    per_study = [trials // len(gangs) + (1 if i < trials % len(gangs) else 0) for i in range(len(gangs))]
+    progress: dict[str, object] = {}
+    errors: list[BaseException] = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "study.yaml"
-        path.write_text(study_text(name, target.namespace, trials, seed, max_inflight))
-        study = load_study(path)
-        study_trials = expand(study)
-        gpu_seconds = sum(t.params["workers"] * t.params["duration"] for t in study_trials)
+        paths, gpu_seconds = [], 0.0
+        for name, gang, n in zip(names, gangs, per_study):
+            path = Path(tmp) / f"{name}.yaml"
+            path.write_text(study_text(name, target.namespace, n, seed, n, gang).replace(
+                "low: 8, high: 24", f"low: {duration[0]}, high: {duration[1]}"))
+            paths.append(path)
+            gpu_seconds += sum(gang * t.params["duration"] for t in expand(load_study(path)))
         schedule = schedule_factory(total_gpus, horizon)
-        progress_box = {}
 
         class Watch:
+            def __init__(self, name):
+                self.name = name
+
             def update(self, p):
-                progress_box["p"] = p
+                progress[self.name] = p
 
             def event(self, message):
-                print(f"  [{strategy}] {message}", flush=True)
+                print(f"  [{self.name}] {message}", flush=True)
 
-        sampler = Sampler(admin, name, total_gpus,
-                          lambda: (progress_box.get("p") and (progress_box["p"].waiting + progress_box["p"].pending) > 0))
+        def waiting() -> bool:
+            return any(p.waiting + p.pending > 0 for p in progress.values()) or len(progress) < len(names)
+
+        sampler = Sampler(admin, names, total_gpus, waiting)
+        stop = threading.Event()
         started = time.monotonic()
 
         def competitor():
@@ -218,42 +246,52 @@ def measure(strategy: str, policy, target, trials: int, seed: int, tag: str, max
                 delay = started + phase.start - time.monotonic()
                 if delay > 0 and stop.wait(delay):
                     return
-                if stop.is_set():
-                    return
                 admin.create(competing_job(f"prod-{tag}-{strategy}-{i}"[:60], target.namespace, phase.gpus,
                                            phase.end - phase.start))
 
-        stop = threading.Event()
+        def launcher(name, path, n):
+            try:
+                study_cap = None if cap is None else max(1, round(cap * n / trials))
+                progress[name] = submit_study(
+                    path,
+                    Connection(target.kubeconfig, target.restricted_context or target.admin_context, target.namespace),
+                    SubmitOptions(poll_interval=1.0, workers=8, max_inflight=study_cap,
+                                  parallelism="adaptive" if cap is None else "static"),
+                    reporter=Watch(name),
+                )
+            except BaseException as exc:  # reported after the run
+                errors.append(exc)
+
+        threads = [threading.Thread(target=launcher, args=args, daemon=True) for args in zip(names, paths, per_study)]
         comp = threading.Thread(target=competitor, daemon=True)
         comp.start()
         sampler.start()
-        try:
-            progress = submit_study(
-                path,
-                Connection(target.kubeconfig, target.restricted_context or target.admin_context, target.namespace),
-                SubmitOptions(poll_interval=1.0, workers=16, max_inflight=max_inflight,
-                              parallelism="static" if policy is not None else "adaptive"),
-                reporter=Watch(),
-                policy=policy,
-            )
-        finally:
-            makespan = time.monotonic() - started
-            stop.set()
-            sampler.stop.set()
-        idle = sampler.samples.idle_while_waiting
-        result = Result(
-            strategy=strategy,
-            makespan=makespan,
-            lower_bound=lower_bound(gpu_seconds, total_gpus, schedule),
-            idle_fraction=sum(idle) / len(idle) if idle else 0.0,
-            peak_pending_pods=sampler.samples.peak_pending_pods,
-            throttled_429=progress.throttled_429,
-            writes_per_trial=progress.api_writes / max(1, progress.total),
-            succeeded=progress.succeeded,
-            failed=progress.failed,
-            total=progress.total,
-        )
-    cleanup(admin, name)
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        makespan = time.monotonic() - started
+        stop.set()
+        sampler.stop.set()
+    if errors:
+        raise errors[0]
+    done = list(progress.values())
+    idle = sampler.samples.idle_while_waiting
+    result = Result(
+        strategy=strategy,
+        makespan=makespan,
+        lower_bound=lower_bound(gpu_seconds, total_gpus, schedule),
+        idle_fraction=sum(idle) / len(idle) if idle else 0.0,
+        peak_pending_pods=sampler.samples.peak_pending_pods,
+        throttled_429=sum(p.throttled_429 for p in done),
+        writes_per_trial=sum(p.api_writes for p in done) / max(1, trials),
+        succeeded=sum(p.succeeded for p in done),
+        failed=sum(p.failed for p in done),
+        total=sum(p.total for p in done),
+        max_pending_age=sampler.samples.max_pending_age,
+    )
+    for name in names:
+        cleanup(admin, name)
     admin.close()
     return result
 
@@ -270,19 +308,14 @@ def main() -> None:
     args = parser.parse_args()
     target = testbed_target()
     tag = str(int(time.time()))[-5:]
-    strategies = {
-        "submit-all": (StaticPolicy(args.trials), args.trials),
-        "static-small": (StaticPolicy(args.small), args.small),
-        "static-large": (StaticPolicy(args.large), args.large),
-        "adaptive": (None, args.trials),
-    }
+    caps = {"submit-all": args.trials, "static-small": args.small, "static-large": args.large, "adaptive": None}
     results = []
     for strategy in args.only.split(","):
-        policy, cap = strategies[strategy]
         print(f"running {strategy} ...", flush=True)
-        results.append(measure(strategy, policy, target, args.trials, args.seed, tag, cap))
+        results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag))
     best_static = min((r.makespan for r in results if r.strategy != "adaptive"), default=None)
-    print(f"\n{args.trials} trials, gangs of 2–4 one-GPU pods, 8–24 s each, against a competing high-priority load\n")
+    print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods), 8–24 s each, "
+          f"against a competing high-priority load\n")
     header = f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending pods':>18} {'429s':>5} {'writes/trial':>13} {'done':>8}"
     print(header)
     for r in results:

@@ -9,9 +9,11 @@ itself is retried with full-jitter exponential backoff, never sooner than `Retry
 A token bucket bounds the *rate*; a server that rejects by concurrency (API Priority and
 Fairness gives each priority level a few seats and answers 429 past them) also needs the
 *number of requests in flight* bounded. So requests also take a slot in a congestion
-window, as TCP does: every 429 halves it, every success widens it by 1/size (one slot
-per window's worth of successes), so a launcher with 48 workers facing a one-seat
-priority level settles at about one request at a time instead of retrying in a storm.
+window, as TCP does: every 429 halves it, every success widens it by `growth`/size (one
+slot per ten windows' worth of successes), so a launcher with 48 workers facing a
+one-seat priority level settles at about one request at a time instead of retrying in a
+storm, and probes for more only slowly: each probe that fails costs everyone a
+Retry-After.
 
 Time is injected (`clock`, `sleep`, `rng`) so tests assert exact schedules.
 """
@@ -90,10 +92,11 @@ class TokenBucket:
 
 
 class Window:
-    """An AIMD bound on concurrent requests: halve on 429, grow by 1/size per success."""
+    """An AIMD bound on concurrent requests: halve on 429, grow by `growth`/size per success."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, growth: float = 0.1):
         self.max = max(1, size)
+        self.growth = growth
         self.size = float(self.max)
         self.in_use = 0
         self.smallest = self.max
@@ -112,7 +115,7 @@ class Window:
                 self.size = max(1.0, self.size / 2)
                 self.smallest = min(self.smallest, int(self.size))
             else:
-                self.size = min(float(self.max), self.size + 1.0 / self.size)
+                self.size = min(float(self.max), self.size + self.growth / self.size)
             self._cond.notify_all()
 
 

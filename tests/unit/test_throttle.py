@@ -113,7 +113,7 @@ def test_each_request_takes_a_token():
 def test_window_halves_on_429_and_grows_by_one_per_window_of_successes():
     from stratctl.throttle import Window
 
-    w = Window(16)
+    w = Window(16, growth=1.0)
     for _ in range(3):
         w.acquire()
         w.release(throttled=True)
@@ -129,6 +129,24 @@ def test_window_halves_on_429_and_grows_by_one_per_window_of_successes():
         w.acquire()
         w.release(throttled=False)
     assert w.size == 16  # never past its maximum
+
+
+def test_window_probes_slowly_by_default():
+    from stratctl.throttle import Window
+
+    w = Window(8)
+    for _ in range(3):
+        w.acquire()
+        w.release(throttled=True)
+    assert int(w.size) == 1
+    for _ in range(9):
+        w.acquire()
+        w.release(throttled=False)
+    assert int(w.size) == 1  # nine successes at one slot: not yet a second request in flight
+    for _ in range(11):
+        w.acquire()
+        w.release(throttled=False)
+    assert int(w.size) == 2
 
 
 def test_window_bounds_requests_in_flight():
