@@ -22,7 +22,7 @@ import textwrap
 import time
 from pathlib import Path
 
-import yaml
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -30,6 +30,7 @@ from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.cluster import CONFIGMAP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.controller import Connection, SubmitOptions, prepare, submit_study  # noqa: E402
+from stratctl.yamlout import dump_all  # noqa: E402
 
 
 
@@ -70,7 +71,7 @@ def write_trial_files(path: Path, namespace: str, directory: Path) -> list[Path]
     files = []
     for trial in trials:
         f = directory / f"{trial.name}.yaml"
-        f.write_text(yaml.safe_dump_all(renderer.render(trial)))
+        f.write_text(dump_all(renderer.render(trial)))
         files.append(f)
     return files
 
