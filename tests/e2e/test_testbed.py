@@ -360,3 +360,51 @@ def test_apf_rejects_restricted_burst(testbed):
     assert all(r[1] for r in throttled), f"429 without Retry-After: {throttled}"
     assert {s for s, _ in restricted} <= {201, 429}, restricted
     assert all(s == 201 for s, _ in admin), admin
+
+
+def test_restricted_user_rbac(testbed):
+    """The restricted context can do a trial's work in its namespace, and little else."""
+    api = client.AuthorizationV1Api(testbed.restricted())
+
+    def can(verb, resource, group="", namespace=None, subresource=None):
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    verb=verb, resource=resource, group=group, namespace=namespace, subresource=subresource
+                )
+            )
+        )
+        return api.create_self_subject_access_review(review).status.allowed
+
+    ns = testbed.namespace
+    assert can("create", "jobs", "batch.volcano.sh", ns)
+    assert can("delete", "podgroups", "scheduling.volcano.sh", ns)
+    assert can("create", "commands", "bus.volcano.sh", ns)
+    assert can("create", "jobs", "batch", ns)
+    assert can("create", "configmaps", "", ns)
+    assert can("get", "pods", "", ns, subresource="log")
+    assert can("list", "nodes")
+    assert can("list", "pods")  # all namespaces, for GPU accounting
+    assert can("watch", "queues", "scheduling.volcano.sh")
+    assert can("list", "priorityclasses", "scheduling.k8s.io")
+    assert not can("create", "pods", "", ns)
+    assert not can("get", "secrets", "", ns)
+    assert not can("create", "jobs", "batch.volcano.sh", "default")
+    assert not can("create", "queues", "scheduling.volcano.sh")
+    assert not can("delete", "nodes")
+
+
+def test_capped_queue_holds_back_a_gang_above_its_capability(testbed, admin, jobs):
+    """Queue `capped` (nvidia.com/gpu: 16): a 17-GPU gang there waits although the cluster has room."""
+    queue = client.CustomObjectsApi(testbed.admin()).get_cluster_custom_object(
+        "scheduling.volcano.sh", "v1beta1", "queues", "capped"
+    )
+    cap = int(queue["spec"]["capability"][GPU])
+    assert total_gpus(admin.core) - used_gpus(admin.core) > cap
+    name = unique("capped")
+    jobs.append(name)
+    admin.create_job(vcjob(name, replicas=cap + 1, min_available=cap + 1, queue="capped"))
+    wait_until(lambda: admin.podgroup(name), 30, message="podgroup")
+    time.sleep(4)
+    assert not admin.running_pods(name)
+    assert (admin.podgroup(name).get("status") or {}).get("phase") == "Pending"
