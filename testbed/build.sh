@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the local testbed binaries from the pinned Go modules in testbed/build/*.
+# Build the local testbed binaries from the pinned Go modules in testbed/modules/*.
 #
 #   etcd, kube-apiserver, kube-controller-manager, kubectl,
 #   vc-scheduler, vc-controller-manager, kwok
@@ -17,7 +17,7 @@ CACHE_ROOT=${STRATCTL_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stratctl/te
 
 # Everything that determines the binaries goes into the key.
 testbed_key() {
-  (cd "$HERE" && cat build.sh build/*/go.mod build/*/go.sum build/*/*.go) | sha256sum | cut -c1-16
+  (cd "$HERE" && cat build.sh modules/*/go.mod modules/*/go.sum modules/*/*.go) | sha256sum | cut -c1-16
 }
 KEY=$(testbed_key)
 OUT=$CACHE_ROOT/$KEY
@@ -64,7 +64,7 @@ done
 gobuild() { # dir ldflags out pkg
   local dir=$1 ldflags=$2 out=$3 pkg=$4
   log "building $out ($pkg)"
-  (cd "$HERE/build/$dir" && go build >&2 -p "$PAR" -trimpath -ldflags "$ldflags" -o "$TMP/$out" "$pkg")
+  (cd "$HERE/modules/$dir" && go build >&2 -p "$PAR" -trimpath -ldflags "$ldflags" -o "$TMP/$out" "$pkg")
 }
 
 [[ -x $TMP/etcd ]] || gobuild etcd "-s -w" etcd go.etcd.io/etcd/server/v3
@@ -76,7 +76,7 @@ gobuild() { # dir ldflags out pkg
 [[ -x $TMP/kwok ]] || gobuild kwok "-s -w" kwok sigs.k8s.io/kwok/cmd/kwok
 
 # Volcano CRDs straight from the pinned module.
-vdir=$(cd "$HERE/build/volcano" && go list -m -f '{{.Dir}}' volcano.sh/volcano)
+vdir=$(cd "$HERE/modules/volcano" && go list -m -f '{{.Dir}}' volcano.sh/volcano)
 rm -rf "$OUT/crds.partial" && mkdir -p "$OUT/crds.partial"
 cp "$vdir"/installer/helm/chart/volcano/crd/bases/*.yaml "$OUT/crds.partial/"
 chmod -R u+w "$OUT/crds.partial"
