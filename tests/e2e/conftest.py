@@ -167,3 +167,13 @@ def testbed():
             pass
         if started and os.environ.get("STRATCTL_TESTBED_KEEP") != "1":
             subprocess.run(["bash", str(TESTBED_DIR / "down.sh")], check=False, env=_testbed_env())
+
+
+@pytest.fixture
+def api(testbed):
+    """stratctl's own cluster adapter as the admin, for tests to look at and clean up the cluster."""
+    from stratctl.cluster import Cluster
+
+    cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
+    yield cluster
+    cluster.close()

@@ -19,6 +19,7 @@ import pytest
 from stratctl import labels
 from stratctl.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster
 from stratctl.state import TrialState, classify, latest_attempts
+from tests.e2e.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -47,17 +48,6 @@ def study_yaml(name, namespace, trials, duration, *, critical=False, replicas=1,
         """) + textwrap.dedent(extra)
 
 
-def wait_until(predicate, timeout, interval=0.5, message="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
-
-
 class Stratctl:
     """The CLI as separate processes, pointed at the testbed."""
 
@@ -83,13 +73,6 @@ def finish(proc: subprocess.Popen, timeout: float) -> dict:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, f"submit exited {proc.returncode}:\n{err[-3000:]}"
     return json.loads(out)
-
-
-@pytest.fixture
-def api(testbed):
-    cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
-    yield cluster
-    cluster.close()
 
 
 @pytest.fixture

@@ -45,10 +45,8 @@ def study_yaml(name: str, namespace: str, trials: int, duration: str = "2s", ext
 
 
 @pytest.fixture
-def admin(testbed):
-    cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
-    yield cluster
-    cluster.close()
+def admin(api):
+    return api
 
 
 @pytest.fixture

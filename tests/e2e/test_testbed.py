@@ -12,6 +12,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from tests.e2e.support import wait_until
+
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
@@ -64,17 +66,6 @@ def vcjob(name, *, replicas, min_available, gpus=1, duration=None, priority_clas
 
 def unique(prefix):
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def wait_until(predicate, timeout, interval=0.2, message="condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {last!r})")
 
 
 class Cluster:
