@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from stratctl import labels
-from stratctl.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster
+from stratctl.cluster import CONFIGMAP, POD, VOLCANO_JOB
 from stratctl.state import TrialState, classify, latest_attempts
 from tests.e2e.support import wait_until
 
