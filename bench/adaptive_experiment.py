@@ -11,7 +11,7 @@ releases GPUs on the same schedule each time:
   adaptive     stratctl's default policy
 
 For each it reports the makespan, its lower bound (the trials' GPU-seconds over the GPU
-capacity the competing load leaves), the GPU idle fraction while trials waited, the peak
+capacity the competing load left, as sampled during that run), the GPU idle fraction while trials waited, the peak
 of Pending pods, 429s and API writes per trial.
 
     python bench/adaptive_experiment.py [--trials 100] [--only adaptive,submit-all]
@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stratctl import labels  # noqa: E402
-from stratctl.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.cluster import CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.controller import Connection, SubmitOptions, submit_study  # noqa: E402
 from stratctl.signals import free_gpus, pod_gpus  # noqa: E402
 from stratctl.space import expand  # noqa: E402
@@ -63,6 +63,9 @@ def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: 
     )
 
 
+COMPETING = "bench.stratctl.io/competing"
+
+
 @dataclass(frozen=True)
 class Phase:
     """The competing workload: from `start` to `end` seconds it holds `gpus` GPUs."""
@@ -88,7 +91,7 @@ def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"bench.stratctl.io/competing": "true"}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {COMPETING: "true"}},
         "spec": {
             "schedulerName": "volcano",
             "queue": "default",
@@ -100,7 +103,8 @@ def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
                 "replicas": pods,
                 "minAvailable": pods,
                 "template": {
-                    "metadata": {"annotations": {"testbed.stratctl.io/run-duration": f"{int(seconds)}s"}},
+                    "metadata": {"labels": {COMPETING: "true"},
+                                 "annotations": {"testbed.stratctl.io/run-duration": f"{int(seconds)}s"}},
                     "spec": {
                         "restartPolicy": "Never",
                         "schedulerName": "volcano",
@@ -117,8 +121,10 @@ def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
 
 @dataclass
 class Samples:
+    competing: list[tuple[float, int]] = field(default_factory=list)  # (seconds since start, GPUs held)
     idle_while_waiting: list[float] = field(default_factory=list)
     peak_pending_pods: int = 0  # unscheduled pods of ours, in transit included
+    peak_pending_gangs: int = 0  # PodGroups of ours waiting in Volcano's queue (Pending or Inqueue)
     peak_stuck_pods: int = 0  # of those, pods that had waited 2 s or more (four scheduler periods)
     max_pending_age: float = 0.0  # seconds the longest-waiting pending pod of ours had waited
 
@@ -130,6 +136,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.admin, self.studies, self.total, self.waiting = admin, set(studies), total_gpus, waiting
         self.first_pending: dict[str, float] = {}
+        self.started = time.monotonic()
         self.samples = Samples()
         self.stop = threading.Event()
 
@@ -138,9 +145,20 @@ class Sampler(threading.Thread):
             try:
                 nodes, _ = self.admin.list(NODE)
                 pods, _ = self.admin.list(POD, all_namespaces=True)
+                groups, _ = self.admin.list(PODGROUP)
             except Exception:
                 continue
+            held = sum(pod_gpus(p) for p in pods
+                       if (p["metadata"].get("labels") or {}).get(COMPETING) == "true"
+                       and p.get("spec", {}).get("nodeName")
+                       and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
+            self.samples.competing.append((time.monotonic() - self.started, held))
             ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies]
+            waiting_gangs = sum(1 for g in groups
+                                if any(o.get("name", "").startswith(tuple(self.studies))
+                                       for o in g["metadata"].get("ownerReferences") or [])
+                                and (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue"))
+            self.samples.peak_pending_gangs = max(self.samples.peak_pending_gangs, waiting_gangs)
             # Pending pods as the scheduler counts them: created, not yet bound to a node
             pending = [p["metadata"]["name"] for p in ours
                        if p.get("status", {}).get("phase") == "Pending" and not p.get("spec", {}).get("nodeName")]
@@ -174,13 +192,18 @@ class Result:
     max_pending_age: float = 0.0
     peak_stuck_pods: int = 0
     total_gpus: int = 0
+    peak_pending_gangs: int = 0
 
 
-def lower_bound(gpu_seconds: float, total_gpus: int, schedule: list[Phase]) -> float:
-    """Smallest T with ∫₀ᵀ (capacity − competing load) dt ≥ the trials' GPU-seconds."""
-    t, done, step = 0.0, 0.0, 0.1
+def lower_bound(gpu_seconds: float, total_gpus: int, competing: list[tuple[float, int]]) -> float:
+    """Smallest T with ∫₀ᵀ (capacity − GPUs the competing load really held) dt ≥ the trials'
+    GPU-seconds; `competing` is the sampled (time, GPUs held) series, zero after it ends."""
+    t, done, step = 0.0, 0.0, 0.05
+    i = 0
     while done < gpu_seconds:
-        busy = sum(p.gpus for p in schedule if p.start <= t < p.end)
+        while i + 1 < len(competing) and competing[i + 1][0] <= t:
+            i += 1
+        busy = competing[i][1] if competing and competing[0][0] <= t <= competing[-1][0] else 0
         done += (total_gpus - busy) * step
         t += step
     return t
@@ -191,7 +214,7 @@ def cleanup(admin: Cluster, study: str) -> None:
         items, _ = admin.list(kind, label_selector=f"{labels.STUDY}={study}")
         for item in items:
             admin.delete(kind, item["metadata"]["name"])
-    jobs, _ = admin.list(VOLCANO_JOB, label_selector="bench.stratctl.io/competing=true")
+    jobs, _ = admin.list(VOLCANO_JOB, label_selector=f"{COMPETING}=true")
     for job in jobs:
         admin.delete(VOLCANO_JOB, job["metadata"]["name"])
     # wait until the pods are gone so the next run starts from an empty cluster
@@ -286,7 +309,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
     result = Result(
         strategy=strategy,
         makespan=makespan,
-        lower_bound=lower_bound(gpu_seconds, total_gpus, schedule),
+        lower_bound=lower_bound(gpu_seconds, total_gpus, sampler.samples.competing),
         idle_fraction=sum(idle) / len(idle) if idle else 0.0,
         peak_pending_pods=sampler.samples.peak_pending_pods,
         throttled_429=sum(p.throttled_429 for p in done),
@@ -296,6 +319,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         total=sum(p.total for p in done),
         max_pending_age=sampler.samples.max_pending_age,
         peak_stuck_pods=sampler.samples.peak_stuck_pods,
+        peak_pending_gangs=sampler.samples.peak_pending_gangs,
         total_gpus=total_gpus,
     )
     for name in names:
@@ -325,14 +349,16 @@ def main() -> None:
     print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods), 8–24 s each, "
           f"against a competing high-priority load\n")
     header = (f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending':>13} "
-              f"{'peak >2s':>9} {'longest wait s':>15} {'429s':>5} {'writes/trial':>13} {'done':>8}")
+              f"{'peak >2s':>9} {'longest wait s':>15} {'queued gangs':>13} {'429s':>5} {'writes/trial':>13} {'done':>8}")
     print(header)
     for r in results:
         print(f"{r.strategy:13} {r.makespan:10.1f} {r.lower_bound:8.1f} {r.makespan / r.lower_bound:6.2f} "
               f"{r.idle_fraction * 100:5.1f}% {r.peak_pending_pods:13d} {r.peak_stuck_pods:9d} {r.max_pending_age:15.1f} "
+              f"{r.peak_pending_gangs:13d} "
               f"{r.throttled_429:5d} {r.writes_per_trial:13.2f} {r.succeeded}/{r.total}")
     print("\npeak pending: most unscheduled pods of the studies at once (in transit included); "
-          "peak >2s: of those, pods that had waited 2 s or more; idle: free GPU share while trials waited")
+          "peak >2s: of those, pods that had waited 2 s or more; queued gangs: most PodGroups of the studies "
+          "waiting in Volcano's queue; idle: free GPU share while trials waited")
     adaptive = next((r for r in results if r.strategy == "adaptive"), None)
     submit_all = next((r for r in results if r.strategy == "submit-all"), None)
     if adaptive and best_static:
@@ -341,6 +367,7 @@ def main() -> None:
     if adaptive and submit_all:
         print(f"adaptive peak pending pods / submit-all's: {adaptive.peak_pending_pods}/{submit_all.peak_pending_pods} "
               f"(target ≤ 1/5)")
+        print(f"adaptive peak queued gangs / submit-all's: {adaptive.peak_pending_gangs}/{submit_all.peak_pending_gangs}")
 
 
 if __name__ == "__main__":

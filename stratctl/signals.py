@@ -4,8 +4,10 @@ Nodes and pods are mirrored with one list and then a watch each (not a full list
 cycle), so observing a 1,000-node cluster costs the API server almost nothing. From the
 mirrors come free GPUs per node (allocatable `nvidia.com/gpu` minus the requests of the
 node's non-terminated pods, as `kubectl describe node` sums them) and how many more gangs
-of the study's shape those free GPUs could hold: fragmentation-aware, so 8 free GPUs
-spread one per node hold no gang of two 4-GPU pods.
+of the study's shape those free GPUs could hold once the pods already waiting for a node
+are placed: fragmentation-aware, so 8 free GPUs spread one per node hold no gang of two
+4-GPU pods, and demand-aware, so launchers sharing a cluster do not all count the same
+free GPUs.
 """
 
 from __future__ import annotations
@@ -89,6 +91,37 @@ def gangs_fit(free: dict[str, int], shape: list[int], limit: int = 10_000) -> in
         room = sorted(r for r in trial if r > 0)
         gangs += 1
     return gangs
+
+
+def pending_demand(pods: Iterable[dict]) -> list[int]:
+    """GPUs asked for by pods that are waiting for a node (created, not yet bound)."""
+    return [
+        g
+        for pod in pods
+        if not (pod.get("spec") or {}).get("nodeName")
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+        and (g := pod_gpus(pod)) > 0
+    ]
+
+
+def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
+    """Free GPUs left once the pods already waiting are placed (largest first, best fit).
+
+    Other launchers' gangs that were admitted a moment ago are not on a node yet; without
+    this, every launcher would count the same free GPUs and all of them would admit into
+    them at once.
+    """
+    room = dict(free)
+    for need in sorted(demand, reverse=True):
+        fits = [n for n, r in room.items() if r >= need]
+        if fits:
+            best = min(fits, key=lambda n: room[n])
+            room[best] -= need
+        else:  # it will wait for GPUs to free up anywhere: count it against the largest hole
+            largest = max(room, key=lambda n: room[n], default=None)
+            if largest is not None:
+                room[largest] = max(0, room[largest] - need)
+    return room
 
 
 def fragmentation(free: dict[str, int], shape: list[int]) -> float:
@@ -204,8 +237,8 @@ class ClusterSignals:
         self.pods.stop()
 
     def capacity(self) -> Capacity:
-        nodes = self.nodes.items()
-        free = free_gpus(nodes, self.pods.items())
+        nodes, pods = self.nodes.items(), self.pods.items()
+        free = after_demand(free_gpus(nodes, pods), pending_demand(pods))
         return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes))
 
     def new_429s(self, total: int) -> int:

@@ -52,3 +52,17 @@ def test_best_fit_keeps_big_holes_for_big_pods():
 
 def test_gpu_free_gangs_are_never_blocked():
     assert gangs_fit({}, [0, 0], limit=50) == 50
+
+
+def test_pods_waiting_for_a_node_take_their_gpus_first():
+    from stratctl.signals import after_demand, pending_demand
+
+    waiting = [pod(None, 4, phase="Pending"), pod(None, 2, phase="Pending"), pod("a", 8, phase="Pending"),
+               pod(None, 1, phase="Failed"), pod(None, 0, phase="Pending")]
+    assert sorted(pending_demand(waiting)) == [2, 4]  # bound or terminated pods are not demand
+    free = {"a": 8, "b": 4, "c": 2}
+    # best fit: the 4-GPU pod takes b, the 2-GPU pod takes c; a stays whole
+    assert after_demand(free, [4, 2]) == {"a": 8, "b": 0, "c": 0}
+    assert gangs_fit(after_demand(free, [4, 2]), [4, 4]) == 1
+    # demand larger than any hole still counts against the free GPUs
+    assert sum(after_demand({"a": 2, "b": 2}, [8]).values()) == 2
