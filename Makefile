@@ -34,11 +34,10 @@ lint: venv
 demo: venv
 	$(BIN)/stratctl plan $(STUDY)
 	@kubeconfig=$$(bash testbed/up.sh | tail -n 1) && \
+	  study=$$($(BIN)/python -c "import yaml; print(yaml.safe_load(open('$(STUDY)'))['name'])") && \
 	  echo "testbed kubeconfig: $$kubeconfig" && \
 	  $(BIN)/stratctl submit $(STUDY) --kubeconfig "$$kubeconfig" --context restricted --poll-interval 1 && \
-	  if $(BIN)/stratctl status --help >/dev/null 2>&1; then \
-	    $(BIN)/stratctl status $$($(BIN)/python -c "import yaml,sys; print(yaml.safe_load(open('$(STUDY)'))['name'])") \
-	      --kubeconfig "$$kubeconfig" --context restricted; fi
+	  $(BIN)/stratctl status "$$study" --kubeconfig "$$kubeconfig" --context restricted -n stratctl-e2e
 
 ## Benchmarks: rendering (no cluster), then submission, status and the adaptive experiment
 ## on the local testbed. Each prints its figures against a baseline run side by side.
