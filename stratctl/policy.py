@@ -12,8 +12,8 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   cluster is telling us it cannot absorb what we already sent;
 - **additive increase** only when no gang of the study is pending and the free GPUs can
   hold at least one more whole gang (fragmentation-aware): raise the target by the
-  number of whole gangs that fit, so the study fills freed GPUs in one cycle but never
-  admits a gang that would sit half-placed;
+  number of whole gangs that fit, at most doubling it per cycle, so the study fills freed
+  GPUs in a few cycles but never admits a gang that would sit half-placed;
 - **persistence**: stuck gangs and slow answers must last `persist` cycles to count;
 - **dead band**: with any gang pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
@@ -126,7 +126,9 @@ def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: 
     if fits is None:
         return Decision(target, False, f"target {target} (no GPU signal)"), state
     if fits >= 1 and observed.in_flight >= target and target < config.max:
-        new = _bounded(target + fits, config)
+        # at most doubling per cycle (TCP's slow start): gangs admitted by other launchers
+        # sharing the cluster become visible as pending pods before the next step
+        new = _bounded(target + min(fits, target), config)
         return Decision(new, False, f"{fits} more gang(s) fit in free GPUs: target {target} → {new}"), replace(state, target=new)
     if fits < 1:
         return Decision(target, False, f"no free GPUs for another gang: keeping target {target}"), state

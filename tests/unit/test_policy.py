@@ -40,6 +40,13 @@ def test_no_increase_while_any_gang_of_the_study_is_pending():
     assert d.target == 4 and "pending" in d.reason
 
 
+def test_increase_at_most_doubles_per_cycle():
+    d, state = decide(obs(in_flight=4, gangs_fit=30), CONFIG, PolicyState(4), 0)
+    assert d.target == 8
+    d, state = decide(obs(in_flight=8, gangs_fit=26), CONFIG, state, 1)
+    assert d.target == 16
+
+
 def test_increase_is_bounded_by_max_and_needs_the_cap_to_be_used():
     d, s = decide(obs(in_flight=30, gangs_fit=50), CONFIG, PolicyState(30), 0)
     assert d.target == 32
