@@ -116,40 +116,30 @@ def main() -> None:
         results.append(("stratctl submit --detach", seconds, progress.api_requests, progress.api_writes))
         delete_study(admin, name)
 
-        # 2. kubectl apply -f DIR
-        name = f"bench-a-{stamp}"
-        path = tmpdir / "apply.yaml"
-        path.write_text(study_text(name, target.namespace, n))
-        directory = tmpdir / "apply"
-        directory.mkdir()
-        write_trial_files(path, target.namespace, directory)
-        started = time.perf_counter()
-        out = subprocess.run(kubectl + ["apply", "-f", str(directory), "-v=6"], capture_output=True, text=True)
-        seconds = time.perf_counter() - started
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert count(admin, name) == n
-        reqs, writes = kubectl_requests(out.stderr)
-        results.append(("kubectl apply -f DIR", seconds, reqs, writes))
-        delete_study(admin, name)
+        def kubectl_run(label: str, key: str, per_file: bool) -> None:
+            """Render the same study into one file per trial, create them with kubectl, time it."""
+            name = f"bench-{key}-{stamp}"
+            path = tmpdir / f"{key}.yaml"
+            path.write_text(study_text(name, target.namespace, n))
+            directory = tmpdir / key
+            directory.mkdir()
+            files = write_trial_files(path, target.namespace, directory)
+            commands = ([kubectl + ["create", "-f", str(f), "-v=6"] for f in files] if per_file
+                        else [kubectl + ["apply", "-f", str(directory), "-v=6"]])
+            reqs = writes = 0
+            started = time.perf_counter()
+            for command in commands:
+                out = subprocess.run(command, capture_output=True, text=True)
+                assert out.returncode == 0, out.stderr[-2000:]
+                r, w = kubectl_requests(out.stderr)
+                reqs, writes = reqs + r, writes + w
+            seconds = time.perf_counter() - started
+            assert count(admin, name) == n
+            results.append((label, seconds, reqs, writes))
+            delete_study(admin, name)
 
-        # 3. kubectl create -f FILE, once per trial
-        name = f"bench-c-{stamp}"
-        path = tmpdir / "create.yaml"
-        path.write_text(study_text(name, target.namespace, n))
-        directory = tmpdir / "create"
-        directory.mkdir()
-        files = write_trial_files(path, target.namespace, directory)
-        reqs = writes = 0
-        started = time.perf_counter()
-        for f in files:
-            out = subprocess.run(kubectl + ["create", "-f", str(f), "-v=6"], capture_output=True, text=True)
-            assert out.returncode == 0, out.stderr[-2000:]
-            r, w = kubectl_requests(out.stderr)
-            reqs, writes = reqs + r, writes + w
-        seconds = time.perf_counter() - started
-        assert count(admin, name) == n
-        results.append(("kubectl create -f FILE (per trial)", seconds, reqs, writes))
-        delete_study(admin, name)
+        kubectl_run("kubectl apply -f DIR", "a", per_file=False)
+        kubectl_run("kubectl create -f FILE (per trial)", "c", per_file=True)
 
     base = results[0][1]
     print(f"\nsubmission of {n} Volcano Jobs (gangs of 2), client-side limits off\n")
