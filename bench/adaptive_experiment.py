@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stratctl import labels  # noqa: E402
 from stratctl.cluster import CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.controller import Connection, SubmitOptions, submit_study  # noqa: E402
+from stratctl.controller import SubmitOptions  # noqa: E402
+from stratctl.launch import Connection, submit_study  # noqa: E402
 from stratctl.signals import free_gpus, pod_gpus  # noqa: E402
 from stratctl.space import expand  # noqa: E402
 from stratctl.spec import load_study  # noqa: E402

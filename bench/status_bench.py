@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.errors import AlreadyExists  # noqa: E402
 from stratctl.record import StudyRecord, record_manifest  # noqa: E402
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from dataclasses import dataclass, replace
 
 from stratctl import labels
 from stratctl.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
@@ -21,6 +20,7 @@ from stratctl.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, 
 from stratctl.record import StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.render import Renderer
 from stratctl.requeue import Requeue
+from stratctl.progress import Progress, Reporter, Silent
 from stratctl.signals import ClusterSignals
 from stratctl.space import Trial
 from stratctl.spec import Study
@@ -37,65 +37,6 @@ class SubmitOptions:
     workers: int = 16
     parallelism: str = "adaptive"  # "adaptive" | "static"
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
-
-
-@dataclass
-class Progress:
-    """Everything the live display, the log lines and the final summary show."""
-
-    study: str
-    total: int
-    created: int = 0  # created by this run
-    existing: int = 0  # found already submitted (rerun, or another launcher)
-    pending: int = 0
-    running: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    waiting: int = 0
-    target: int = 0
-    hold: bool = False
-    reason: str = ""
-    throttle_waits: int = 0
-    throttle_wait_seconds: float = 0.0
-    throttled_429: int = 0
-    api_writes: int = 0
-    api_requests: int = 0
-    stuck: int = 0  # gangs pending longer than the grace period
-    free_gpus: int | None = None
-    gangs_fit: int | None = None
-    fragmentation: float | None = None
-    latency_p90: float | None = None
-    errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted
-    interrupted: bool = False
-    detached: bool = False
-    dry_run: str | None = None  # "client" | "server" when nothing was created
-
-    @property
-    def in_flight(self) -> int:
-        return self.pending + self.running
-
-    @property
-    def done(self) -> bool:
-        return self.succeeded + self.failed + len(self.errors) >= self.total
-
-    def as_dict(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items()}
-        out["in_flight"] = self.in_flight
-        return out
-
-
-class Reporter(Protocol):
-    def update(self, progress: Progress) -> None: ...
-
-    def event(self, message: str) -> None: ...
-
-
-class _Silent:
-    def update(self, progress: Progress) -> None:
-        pass
-
-    def event(self, message: str) -> None:
-        pass
 
 
 def gang_shape(study: Study) -> list[int]:
@@ -143,7 +84,7 @@ class Submitter:
         self.policy = policy or default_policy(study, options)
         self.signals: ClusterSignals | None = None
         self._pending_since: dict[str, float] = {}
-        self.reporter = reporter or _Silent()
+        self.reporter = reporter or Silent()
         self.clock = clock
         self.sleep = sleep
         self.source = source
@@ -372,66 +313,3 @@ class Submitter:
             pool.shutdown(wait=True, cancel_futures=True)
         self.reporter.update(self.progress)
         return self.progress
-
-
-@dataclass(frozen=True)
-class Connection:
-    """Where to submit: kubectl's flags."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None
-
-
-def prepare(path, namespace: str | None = None) -> tuple[Study, list[Trial], Renderer]:
-    """Load, expand and render the whole study before anything touches the cluster.
-
-    Rendering every trial up front is what makes a bad template or value fail the
-    command with nothing created, instead of failing trial 173 after 172 were submitted.
-    """
-    from stratctl.space import expand
-    from stratctl.spec import load_study
-
-    study = load_study(path)
-    if namespace and namespace != study.namespace:
-        source = study.source
-        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
-        study._source = source
-    trials = expand(study)
-    renderer = Renderer(study)
-    for trial in trials:
-        renderer.render(trial, attempt=0)
-    return study, trials, renderer
-
-
-def submit_study(
-    path,
-    connection: Connection = Connection(),
-    options: SubmitOptions = SubmitOptions(),
-    qps: float | None = None,
-    burst: int | None = None,
-    reporter: Reporter | None = None,
-    policy=None,
-) -> Progress:
-    """`stratctl submit`: validate and render everything, then run the submit loop."""
-    study, trials, renderer = prepare(path, connection.namespace)
-    source = study.source.read_text() if study.source else ""
-    qps = study.throttle.qps if qps is None else qps
-    burst = study.throttle.burst if burst is None else burst
-    throttle = Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers)
-    if options.dry_run == "client":
-        return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter).dry_run()
-    cluster = Cluster.connect(connection.kubeconfig, connection.context, study.namespace, gate=throttle.call,
-                              pool_size=max(options.workers, 4) * 2)
-    try:
-        submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
-                              reporter=reporter, source=source)
-        if options.parallelism == "adaptive" and not options.detach:
-            submitter.signals = ClusterSignals(cluster, gang_shape(study)).start()
-        try:
-            return submitter.run()
-        finally:
-            if submitter.signals:
-                submitter.signals.stop()
-    finally:
-        cluster.close()

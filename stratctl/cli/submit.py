@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from stratctl.controller import Connection, SubmitOptions, submit_study
+from stratctl.controller import SubmitOptions
+from stratctl.launch import Connection, submit_study
 from stratctl.display import LiveDisplay, LogDisplay, summary, summary_json
 from stratctl.errors import ExitCode
 from stratctl.metrics import Fanout, MetricsReporter
@@ -78,8 +79,8 @@ def submit(
         typer.echo(summary(progress))
     if progress.interrupted:
         err.print(
-            f"[yellow]interrupted[/]: no more trials submitted. Run the same command again to resume; "
-            f"trials already in the cluster are recognised, never duplicated."
+            "[yellow]interrupted[/]: no more trials submitted. Run the same command again to resume; "
+            "trials already in the cluster are recognised, never duplicated."
         )
         raise typer.Exit(ExitCode.INTERRUPTED)
     if progress.errors and options.dry_run:

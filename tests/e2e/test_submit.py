@@ -14,7 +14,8 @@ import pytest
 
 from stratctl import labels
 from stratctl.cluster import VOLCANO_JOB, BATCH_JOB, CONFIGMAP, Cluster
-from stratctl.controller import Connection, SubmitOptions, submit_study
+from stratctl.controller import SubmitOptions
+from stratctl.launch import Connection, submit_study
 from stratctl.errors import Throttled
 from stratctl.space import expand
 from stratctl.spec import load_study

@@ -2,7 +2,7 @@ import io
 
 from rich.console import Console
 
-from stratctl.controller import Progress
+from stratctl.progress import Progress
 from stratctl.display import LogDisplay, progress_table, summary
 
 

@@ -1,6 +1,6 @@
 from prometheus_client import generate_latest
 
-from stratctl.controller import Progress
+from stratctl.progress import Progress
 from stratctl.metrics import MetricsReporter
 
 

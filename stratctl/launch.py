@@ -1,0 +1,79 @@
+"""`stratctl submit` wired end to end: load, expand and render everything, connect, run.
+
+The one core call the CLI makes; everything it assembles (throttle, cluster adapter,
+signals, submit loop) is built here, so each of those stays ignorant of the others'
+construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratctl.cluster import Cluster
+from stratctl.controller import Submitter, SubmitOptions, gang_shape
+from stratctl.progress import Progress, Reporter
+from stratctl.render import Renderer
+from stratctl.signals import ClusterSignals
+from stratctl.space import Trial, expand
+from stratctl.spec import Study, load_study
+from stratctl.throttle import Throttle
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where to submit: kubectl's flags."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+
+
+def prepare(path, namespace: str | None = None) -> tuple[Study, list[Trial], Renderer]:
+    """Load, expand and render the whole study before anything touches the cluster.
+
+    Rendering every trial up front is what makes a bad template or value fail the
+    command with nothing created, instead of failing trial 173 after 172 were submitted.
+    """
+    study = load_study(path)
+    if namespace and namespace != study.namespace:
+        source = study.source
+        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
+        study._source = source
+    trials = expand(study)
+    renderer = Renderer(study)
+    for trial in trials:
+        renderer.render(trial, attempt=0)
+    return study, trials, renderer
+
+
+def submit_study(
+    path,
+    connection: Connection = Connection(),
+    options: SubmitOptions = SubmitOptions(),
+    qps: float | None = None,
+    burst: int | None = None,
+    reporter: Reporter | None = None,
+    policy=None,
+) -> Progress:
+    """`stratctl submit`: validate and render everything, then run the submit loop."""
+    study, trials, renderer = prepare(path, connection.namespace)
+    source = study.source.read_text() if study.source else ""
+    qps = study.throttle.qps if qps is None else qps
+    burst = study.throttle.burst if burst is None else burst
+    throttle = Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers)
+    if options.dry_run == "client":
+        return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter).dry_run()
+    cluster = Cluster.connect(connection.kubeconfig, connection.context, study.namespace, gate=throttle.call,
+                              pool_size=max(options.workers, 4) * 2)
+    try:
+        submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
+                              reporter=reporter, source=source)
+        if options.parallelism == "adaptive" and not options.detach:
+            submitter.signals = ClusterSignals(cluster, gang_shape(study)).start()
+        try:
+            return submitter.run()
+        finally:
+            if submitter.signals:
+                submitter.signals.stop()
+    finally:
+        cluster.close()

@@ -1,0 +1,70 @@
+"""What a running submission reports: one `Progress` snapshot per cycle, to any `Reporter`.
+
+The submit loop fills it; the live display, the CI log lines, the Prometheus exporter and
+the final summary read it. Keeping it apart from the loop lets presentation depend on
+this data alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class Progress:
+    """Everything the live display, the log lines and the final summary show."""
+
+    study: str
+    total: int
+    created: int = 0  # created by this run
+    existing: int = 0  # found already submitted (rerun, or another launcher)
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    waiting: int = 0
+    target: int = 0
+    hold: bool = False
+    reason: str = ""
+    throttle_waits: int = 0
+    throttle_wait_seconds: float = 0.0
+    throttled_429: int = 0
+    api_writes: int = 0
+    api_requests: int = 0
+    stuck: int = 0  # gangs pending longer than the grace period
+    free_gpus: int | None = None
+    gangs_fit: int | None = None
+    fragmentation: float | None = None
+    latency_p90: float | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted
+    interrupted: bool = False
+    detached: bool = False
+    dry_run: str | None = None  # "client" | "server" when nothing was created
+
+    @property
+    def in_flight(self) -> int:
+        return self.pending + self.running
+
+    @property
+    def done(self) -> bool:
+        return self.succeeded + self.failed + len(self.errors) >= self.total
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items()}
+        out["in_flight"] = self.in_flight
+        return out
+
+
+class Reporter(Protocol):
+    def update(self, progress: Progress) -> None: ...
+
+    def event(self, message: str) -> None: ...
+
+
+class Silent:
+    def update(self, progress: Progress) -> None:
+        pass
+
+    def event(self, message: str) -> None:
+        pass
