@@ -224,9 +224,17 @@ def test_status_json_agrees_with_the_cluster(testbed, api, cli, studies):
     path = studies(name, study_yaml(name, testbed.namespace, 5, "6s", parallelism=5))
     cli.run("submit", path, "--detach", "-o", "json", timeout=90)
 
+    def states(jobs):
+        return {trial: (classify(job).value, job["metadata"]["name"]) for trial, job in jobs.items()}
+
     def compare():
+        """Status against the jobs listed just before and just after it; while trials are
+        moving, a snapshot taken between two different listings proves nothing: try again."""
+        before = latest_attempts(jobs_of(api, name))
         snap = json.loads(cli.run("status", name, "-o", "json"))
         jobs = latest_attempts(jobs_of(api, name))
+        if states(before) != states(jobs):
+            return None
         rows = {t["trial"]: t for t in snap["trials"]}
         assert set(rows) == set(jobs)
         for trial, job in jobs.items():
@@ -240,8 +248,9 @@ def test_status_json_agrees_with_the_cluster(testbed, api, cli, studies):
         assert sum(study["states"].values()) == 5
         return snap
 
-    compare()
+    wait_until(compare, 60, interval=0.2, message="a status snapshot between two equal listings")
     wait_until(lambda: all(classify(j) is TrialState.SUCCEEDED for j in jobs_of(api, name)), 90,
                message="every trial completed")
     snap = compare()
+    assert snap is not None
     assert snap["studies"][0]["states"]["succeeded"] == 5 and snap["studies"][0]["gpu_hours"] > 0
