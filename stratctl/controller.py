@@ -21,6 +21,7 @@ from stratctl.record import StudyRecord, parse_record, record_data, record_manif
 from stratctl.render import Renderer
 from stratctl.requeue import Requeue
 from stratctl.progress import Progress, Reporter, Silent
+from stratctl.prometheus import Prometheus
 from stratctl.signals import ClusterSignals
 from stratctl.space import Trial
 from stratctl.spec import Study
@@ -37,6 +38,7 @@ class SubmitOptions:
     workers: int = 16
     parallelism: str = "adaptive"  # "adaptive" | "static"
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
+    prometheus_url: str | None = None  # etcd and scheduler metrics, when the cluster has Prometheus
 
 
 def gang_shape(study: Study) -> list[int]:
@@ -83,6 +85,7 @@ class Submitter:
         self.options = options
         self.policy = policy or default_policy(study, options)
         self.signals: ClusterSignals | None = None
+        self.prometheus = Prometheus(options.prometheus_url) if options.prometheus_url else None
         self._pending_since: dict[str, float] = {}
         self.reporter = reporter or Silent()
         self.clock = clock
@@ -235,7 +238,13 @@ class Submitter:
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             p.latency_p90 = self.signals.latency_p90()
             new_429s = self.signals.new_429s(self.throttle.stats.throttled)
+        etcd_p99 = None
+        if self.prometheus is not None:
+            control = self.prometheus.control_plane()
+            p.etcd_commit_p99, p.scheduler_pending_pods = control.etcd_commit_p99, control.scheduler_pending_pods
+            etcd_p99 = control.etcd_commit_p99
         return Observed(
+            etcd_commit_p99=etcd_p99,
             in_flight=p.in_flight,
             pending=p.pending,
             waiting=p.waiting,

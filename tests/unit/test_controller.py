@@ -187,3 +187,28 @@ def test_policy_decides_how_many_to_admit():
     assert Decision(5, False, "").admit(Observed(in_flight=3, pending=0, waiting=1)) == 1
     assert Decision(5, False, "").admit(Observed(in_flight=7, pending=0, waiting=10)) == 0
     assert Decision(5, True, "").admit(Observed(in_flight=0, pending=0, waiting=10)) == 0
+
+
+def test_a_slow_etcd_reported_by_prometheus_holds_new_submissions(study_file):
+    from stratctl.prometheus import ControlPlane
+
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    readings = [ControlPlane(0.9, 40, 2.0), ControlPlane(0.9, 40, 2.0)]
+
+    created_when_asked = []
+
+    class Slow:
+        def control_plane(self):
+            created_when_asked.append(len(cluster.creates))
+            return readings.pop(0) if readings else ControlPlane(0.01, 0, 0.1)
+
+    submitter.prometheus = Slow()
+    events = []
+    submitter.reporter = type("R", (), {"update": lambda self, p: None, "event": lambda self, m: events.append(m)})()
+    progress = submitter.run()
+    decisions = [e for e in events if e.startswith("target in flight")]
+    assert "etcd commit p99 900ms above 250ms" in decisions[0] and "(holding)" in decisions[0]
+    assert created_when_asked[:3] == [0, 0, 0]  # nothing was created while etcd was slow
+    assert progress.succeeded == 10  # once etcd recovered, every trial ran
+    assert progress.etcd_commit_p99 == pytest.approx(0.01)
