@@ -68,11 +68,10 @@ def count(admin: Cluster, name: str) -> int:
 
 
 def write_trial_files(path: Path, namespace: str, directory: Path) -> list[Path]:
-    _, trials, renderer = prepare(path, namespace)
     files = []
-    for trial in trials:
-        f = directory / f"{trial.name}.yaml"
-        f.write_text(dump_all(renderer.render(trial)))
+    for name, manifests in prepare(path, namespace).manifests.items():
+        f = directory / f"{name}.yaml"
+        f.write_text(dump_all(manifests))
         files.append(f)
     return files
 

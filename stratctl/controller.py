@@ -75,11 +75,13 @@ class Submitter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         source: str = "",
+        manifests: dict[str, list[dict]] | None = None,
     ):
         self.study = study
         self.trials = {t.name: t for t in trials}
         self.order = [t.name for t in trials]
         self.renderer = renderer
+        self._manifests = manifests or {}  # first attempts rendered up front (launch.prepare)
         self.cluster = cluster
         self.throttle = throttle
         self.options = options
@@ -163,7 +165,8 @@ class Submitter:
         A 409 is success when the object there carries the same spec hash.
         """
         outcome = "created"
-        for manifest in self.renderer.render(trial, attempt=0):
+        manifests = self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
+        for manifest in manifests:
             try:
                 self.cluster.create(manifest, dry_run=dry_run)
             except AlreadyExists:
@@ -280,7 +283,8 @@ class Submitter:
                 self._submit_batch(names, pool, dry_run=True)
         else:
             for name in names:
-                self.renderer.render(self.trials[name], attempt=0)
+                if name not in self._manifests:
+                    self._manifests[name] = self.renderer.render(self.trials[name], attempt=0)
             self.progress.created = len(names)
         self._tally({n: TrialState.WAITING for n in names})
         return self.progress

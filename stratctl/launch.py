@@ -28,11 +28,22 @@ class Connection:
     namespace: str | None = None
 
 
-def prepare(path, namespace: str | None = None) -> tuple[Study, list[Trial], Renderer]:
+@dataclass(frozen=True)
+class Prepared:
+    """A study loaded, expanded and rendered: everything `submit` needs before the cluster."""
+
+    study: Study
+    trials: list[Trial]
+    renderer: Renderer
+    manifests: dict[str, list[dict]]  # trial name -> manifests of its first attempt
+
+
+def prepare(path, namespace: str | None = None) -> Prepared:
     """Load, expand and render the whole study before anything touches the cluster.
 
     Rendering every trial up front is what makes a bad template or value fail the
-    command with nothing created, instead of failing trial 173 after 172 were submitted.
+    command with nothing created, instead of failing trial 173 after 172 were submitted;
+    the manifests are kept, so nothing is rendered twice.
     """
     study = load_study(path)
     if namespace and namespace != study.namespace:
@@ -41,9 +52,8 @@ def prepare(path, namespace: str | None = None) -> tuple[Study, list[Trial], Ren
         study._source = source
     trials = expand(study)
     renderer = Renderer(study)
-    for trial in trials:
-        renderer.render(trial, attempt=0)
-    return study, trials, renderer
+    rendered = renderer.render_all(trials, attempt=0)
+    return Prepared(study, trials, renderer, {t.name: m for t, m in zip(trials, rendered)})
 
 
 def submit_study(
@@ -56,18 +66,20 @@ def submit_study(
     policy=None,
 ) -> Progress:
     """`stratctl submit`: validate and render everything, then run the submit loop."""
-    study, trials, renderer = prepare(path, connection.namespace)
+    prepared = prepare(path, connection.namespace)
+    study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
     source = study.source.read_text() if study.source else ""
     qps = study.throttle.qps if qps is None else qps
     burst = study.throttle.burst if burst is None else burst
     throttle = Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers)
     if options.dry_run == "client":
-        return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter).dry_run()
+        return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
+                         manifests=prepared.manifests).dry_run()
     cluster = Cluster.connect(connection.kubeconfig, connection.context, study.namespace, gate=throttle.call,
                               pool_size=max(options.workers, 4) * 2)
     try:
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
-                              reporter=reporter, source=source)
+                              reporter=reporter, source=source, manifests=prepared.manifests)
         if options.parallelism == "adaptive" and not options.detach:
             submitter.signals = ClusterSignals(cluster, gang_shape(study)).start()
         try:
