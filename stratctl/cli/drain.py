@@ -8,9 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from stratctl import drain as core
-from stratctl.cli.submit import ContextOpt, KubeconfigOpt, NamespaceOpt
-from stratctl.cluster import Cluster
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
 
 
 def drain(
@@ -28,6 +26,9 @@ def drain(
     Suspended trials keep their checkpoints; `stratctl resume STUDY` brings them back.
     Critical studies are never touched.
     """
+    from stratctl import drain as core
+    from stratctl.cluster import Cluster
+
     cluster = Cluster.connect(kubeconfig, context, namespace)
     try:
         outcomes = core.drain(cluster, cluster.namespace, study, all_noncritical, settle=settle)
@@ -52,6 +53,9 @@ def resume(
     output_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
 ) -> None:
     """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again."""
+    from stratctl import drain as core
+    from stratctl.cluster import Cluster
+
     cluster = Cluster.connect(kubeconfig, context, namespace)
     try:
         outcome = core.resume(cluster, cluster.namespace, study)

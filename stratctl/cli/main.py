@@ -18,7 +18,9 @@ from typer.core import TyperGroup
 from stratctl import __version__
 from stratctl.errors import ExitCode, StratctlError, StudyError
 
-# Command modules, each exposing a function of the same name (`plan.plan`, ...).
+# Command modules, each exposing a function of the same name (`plan.plan`, ...). They import
+# their work inside the command, so `stratctl --help` and `status` do not load the renderer,
+# pydantic models and the submit loop.
 # A module that cannot be imported yet (work in progress) is left out, not fatal.
 COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "resume", "clean"]
 

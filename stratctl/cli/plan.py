@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from stratctl.plan import as_json, make_plan, table
 
 
 class Format(str, Enum):
@@ -24,6 +23,8 @@ def plan(
     max_rows: Annotated[int, typer.Option("--max-rows", min=0, help="Trials shown in the table (0: all).")] = 50,
 ) -> None:
     """Show the trials with their parameters and the cost estimate."""
+    from stratctl.plan import as_json, make_plan, table
+
     result = make_plan(file)
     if output is Format.json:
         typer.echo(json.dumps(as_json(result), indent=2))

@@ -7,11 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from stratctl.errors import UsageError
-from stratctl.render import Renderer
-from stratctl.space import attempt_name, expand
-from stratctl.spec import load_study
-from stratctl.yamlout import dump_all
 
 
 def render(
@@ -24,6 +19,12 @@ def render(
                                                        help="Only this trial (name or index); repeatable.")] = None,
 ) -> None:
     """Render the manifests of every trial as multi-document YAML."""
+    from stratctl.errors import UsageError
+    from stratctl.render import Renderer
+    from stratctl.space import attempt_name, expand
+    from stratctl.spec import load_study
+    from stratctl.yamlout import dump_all
+
     study = load_study(file)
     trials = expand(study)
     if trial:

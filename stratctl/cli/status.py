@@ -11,10 +11,7 @@ import typer
 from rich.console import Console, Group
 from rich.live import Live
 
-from stratctl import status as core
-from stratctl.cli.submit import ContextOpt, KubeconfigOpt, NamespaceOpt
-from stratctl.cluster import Cluster
-from stratctl.yamlout import dump_all
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
 
 
 class Output(str, Enum):
@@ -38,6 +35,10 @@ def status(
 ) -> None:
     """Show studies (trials by state, in flight against target, attempts, preemptions, GPU-hours)
     and their trials (parameters, state, attempt, age, why pending, result)."""
+    from stratctl import status as core
+    from stratctl.cluster import Cluster
+    from stratctl.yamlout import dump_all
+
     cluster = Cluster.connect(kubeconfig, context, namespace, pool_size=8)
     ns = cluster.namespace
 

@@ -10,11 +10,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from stratctl.controller import SubmitOptions
-from stratctl.launch import Connection, submit_study
-from stratctl.display import LiveDisplay, LogDisplay, summary, summary_json
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
 from stratctl.errors import ExitCode
-from stratctl.metrics import Fanout, MetricsReporter
 
 
 class DryRun(str, Enum):
@@ -32,9 +29,6 @@ class Output(str, Enum):
     json = "json"
 
 
-KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")]
-ContextOpt = Annotated[Optional[str], typer.Option("--context", help="The kubeconfig context to use.")]
-NamespaceOpt = Annotated[Optional[str], typer.Option("-n", "--namespace", help="Namespace for the study's objects (default: the study's).")]
 
 
 def submit(
@@ -58,6 +52,11 @@ def submit(
 
     Safe to rerun at any time: trials already in the cluster are recognised, never duplicated.
     """
+    from stratctl.controller import SubmitOptions
+    from stratctl.launch import Connection, submit_study
+    from stratctl.display import LiveDisplay, LogDisplay, summary, summary_json
+    from stratctl.metrics import Fanout, MetricsReporter
+
     options = SubmitOptions(
         max_inflight=max_inflight,
         dry_run=dry_run.value if dry_run else None,

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from stratctl.errors import StudyError
-from stratctl.render import validate as check
 
 
 def validate(
@@ -18,6 +17,8 @@ def validate(
 
     Exits 0 when every file is valid, else 2 with every problem on stderr as FILE:LINE:COL: message.
     """
+    from stratctl.render import validate as check
+
     problems = []
     for file in files:
         try:
