@@ -8,6 +8,11 @@ wall time (median of --repeat runs) and peak RSS. Cleans up at the end.
 
     python bench/status_bench.py [--trials 10000] [--repeat 3] [--keep]
 
+The table is timed twice: for a study no submit loop is following (status lists every
+job, as JSON does) and for one whose loop keeps a summary in the study record (status
+reads that summary and the first page of jobs). The bench writes that summary the way
+the loop does (summary.build over every job, then one patch) and reports what it costs.
+
 Target (issue 6): status ≤ 2 s and ≤ 2× kubectl get.
 """
 
@@ -29,7 +34,9 @@ from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.errors import AlreadyExists  # noqa: E402
-from stratctl.record import StudyRecord, record_manifest  # noqa: E402
+from stratctl.record import StudyRecord, record_manifest, record_name  # noqa: E402
+from stratctl.cluster import CONFIGMAP  # noqa: E402
+from stratctl.summary import build, latest_slim, summary_data  # noqa: E402
 
 STUDY = "bench-status"
 
@@ -71,6 +78,19 @@ def create_all(cluster: Cluster, n: int, namespace: str) -> float:
     except AlreadyExists:
         pass
     return time.monotonic() - started
+
+
+def write_summary(cluster: Cluster, namespace: str) -> dict:
+    """What a submit loop following the study does every few seconds, timed."""
+    jobs, _ = cluster.list(VOLCANO_JOB, namespace, label_selector=f"{labels.STUDY}={STUDY}")
+    cm = cluster.get(CONFIGMAP, record_name(STUDY), namespace)
+    started = time.perf_counter()
+    at = time.time()
+    (row,), _ = build(at, [cm], latest_slim(jobs, at))
+    data = summary_data(row, at)
+    built = time.perf_counter() - started
+    cluster.patch(CONFIGMAP, record_name(STUDY), {"data": data}, namespace)
+    return {"build_seconds": round(built, 3), "bytes": len(data["summary"])}
 
 
 def run(argv: list[str], env: dict, repeat: int) -> dict:
@@ -126,7 +146,10 @@ def main() -> None:
             "podgroups": pgs,
             "create_seconds": round(made, 1),
             "stratctl status -o json": run(stratctl + ["-o", "json"], env, args.repeat),
-            "stratctl status (table, 50 rows)": run(stratctl, {**env, "COLUMNS": "200"}, args.repeat),
+            "stratctl status (table, 50 rows), no submit loop": run(stratctl, {**env, "COLUMNS": "200"}, args.repeat),
+            "submit loop summary": write_summary(cluster, ns),
+            "stratctl status (table, 50 rows), summary kept by submit": run(stratctl, {**env, "COLUMNS": "200"},
+                                                                            args.repeat),
             "kubectl get jobs.batch.volcano.sh": run(kubectl + ["jobs.batch.volcano.sh", *sel], env, args.repeat),
             "kubectl get jobs.batch.volcano.sh -o json": run(kubectl + ["jobs.batch.volcano.sh", *sel, "-o", "json"],
                                                              env, args.repeat),
@@ -135,6 +158,8 @@ def main() -> None:
         }
         base = results["kubectl get jobs.batch.volcano.sh"]["seconds"]
         results["status_json_vs_kubectl_get"] = round(results["stratctl status -o json"]["seconds"] / base, 2)
+        results["status_table_with_summary_vs_kubectl_get"] = round(
+            results["stratctl status (table, 50 rows), summary kept by submit"]["seconds"] / base, 2)
         print(json.dumps(results, indent=2))
     finally:
         if not args.keep:

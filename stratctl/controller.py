@@ -26,6 +26,7 @@ from stratctl.signals import ClusterSignals
 from stratctl.space import Trial
 from stratctl.spec import Study
 from stratctl.state import TrialState, classify, latest_attempts, spec_hash_of
+from stratctl.summary import build, latest_slim, summary_data
 from stratctl.throttle import Throttle
 
 
@@ -39,6 +40,10 @@ class SubmitOptions:
     parallelism: str = "adaptive"  # "adaptive" | "static"
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
     prometheus_url: str | None = None  # etcd and scheduler metrics, when the cluster has Prometheus
+
+
+SUMMARY_EVERY = 5.0  # seconds between two summaries in the study record, at least
+SUMMARY_REFRESH = 15.0  # ... and at most, while the loop runs
 
 
 def gang_shape(study: Study) -> list[int]:
@@ -76,6 +81,7 @@ class Submitter:
         sleep: Callable[[float], None] = time.sleep,
         source: str = "",
         manifests: dict[str, list[dict]] | None = None,
+        wall: Callable[[], float] = time.time,
     ):
         self.study = study
         self.trials = {t.name: t for t in trials}
@@ -104,6 +110,9 @@ class Submitter:
         )
         self._kind = job_kind(study)
         self._last_decision: Decision | None = None
+        self.wall = wall
+        self._record_cm: dict | None = None  # the record as last read (suspension marks included)
+        self._summary: tuple[float, dict] | None = None  # (clock, data) of the last summary written
 
     # -- the study record -----------------------------------------------------------
 
@@ -137,7 +146,26 @@ class Submitter:
             cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
         except NotFound:
             return
+        self._record_cm = cm
         self.record = replace(self.record, drained=parse_record(cm).drained)
+
+    def save_summary(self, force: bool = False) -> None:
+        """Keep the study's row (trials by state, attempts, GPU-hours) in its record, so
+        `status` shows this study without listing its jobs: when it changed, at most every
+        SUMMARY_EVERY seconds, and at least every SUMMARY_REFRESH (status trusts it for 30)."""
+        if self._record_cm is None:
+            return
+        now, at = self.clock(), self.wall()
+        last_time, last_text = self._summary or (float("-inf"), {})
+        if not force and now - last_time < SUMMARY_EVERY:
+            return
+        cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
+        (row,), _ = build(at, [cm], latest_slim(self._jobs.values(), at))
+        text = summary_data(row, 0.0)  # compared without the time it was taken
+        if not force and text == last_text and now - last_time < SUMMARY_REFRESH:
+            return
+        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": summary_data(row, at)}, self.namespace)
+        self._summary = (now, text)
 
     # -- observe --------------------------------------------------------------------
 
@@ -302,6 +330,7 @@ class Submitter:
                 states = self.observe()
                 states = requeue.step(states, self._jobs, self.record.drained)
                 self._tally(states)
+                self.save_summary(force=self.progress.done)  # the cluster as just observed
                 observed = self._observe_pressure(states)
                 decision = self._decide(observed)
                 waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]

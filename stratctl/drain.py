@@ -83,6 +83,7 @@ def _suspend(cluster, namespace: str, name: str, kind, now: float) -> list[str]:
             "gpu_seconds": round(carry.gpu_seconds),
             "gpu_seconds_lost": round(carry.gpu_seconds_lost),
             "suspensions": carry.suspensions,
+            "failures": carry.failures,
         }
     if not victims:
         return []

@@ -32,6 +32,7 @@ ENV_PARAMS = "STRATCTL_PARAMS"  # JSON object of the trial's parameters
 # attempts, so `status` reads a trial's history from its latest job alone (older attempts
 # may have been cleaned up).
 PREEMPTIONS = f"{PREFIX}/preemptions"  # preemptions before this attempt
+FAILURES = f"{PREFIX}/failures"  # failed attempts before this attempt
 GPU_SECONDS = f"{PREFIX}/gpu-seconds"  # GPU-seconds used by earlier attempts
 GPU_SECONDS_LOST = f"{PREFIX}/gpu-seconds-lost"  # of those, lost to preemption
 SUSPENSIONS = f"{PREFIX}/suspensions"  # times `drain` suspended the trial before this attempt

@@ -1,10 +1,12 @@
-"""Recovery: what to do about trials that were preempted or suspended, as pure decisions.
+"""Recovery: what to do about trials that were preempted, suspended or failed, as pure decisions.
 
 A trial is a sequence of attempts (Volcano Jobs named by `space.attempt_name`). When an
-attempt ends because its pods were evicted, or `drain` deleted it, the trial is not
-finished: its next attempt resumes from the same checkpoint location with
-STRATCTL_RESUME=1. Preemptions count against `retries.max_preemptions`, never against
-the failure limit; suspensions count against nothing. A real failure stays a failure.
+attempt ends because its pods were evicted, or `drain` deleted it, or it failed, the
+trial is not finished yet: its next attempt resumes from the same checkpoint location
+with STRATCTL_RESUME=1. Preemptions count against `retries.max_preemptions`, failures
+(an attempt ending without completing, not by eviction) against `retries.max_failures`,
+each never against the other; suspensions count against nothing. A trial preempted or
+failed more often than its limit is given up: failed.
 
 `next_actions(views, limits, drained) -> list[Action]` decides; `requeue.py` acts.
 `usage(job, now)` accounts the GPU time an attempt used and lost, from the job alone.
@@ -37,10 +39,12 @@ class Carried:
     gpu_seconds: float = 0.0
     gpu_seconds_lost: float = 0.0
     suspensions: int = 0
+    failures: int = 0
 
     def annotations(self) -> dict[str, str]:
         return {
             labels.PREEMPTIONS: str(self.preemptions),
+            labels.FAILURES: str(self.failures),
             labels.GPU_SECONDS: f"{self.gpu_seconds:.0f}",
             labels.GPU_SECONDS_LOST: f"{self.gpu_seconds_lost:.0f}",
             labels.SUSPENSIONS: str(self.suspensions),
@@ -61,6 +65,7 @@ def carried(job: dict | None) -> Carried:
         number(labels.GPU_SECONDS),
         number(labels.GPU_SECONDS_LOST),
         int(number(labels.SUSPENSIONS)),
+        int(number(labels.FAILURES)),
     )
 
 
@@ -133,16 +138,18 @@ class TrialView:
     state: TrialState  # of the latest attempt; SUSPENDED when drain deleted it
     preemptions: int = 0  # over every attempt, the latest included
     given_up: bool = False
+    failures: int = 0  # failed attempts, the latest included
 
 
 @dataclass(frozen=True)
 class Limits:
     max_preemptions: int = 10
+    max_failures: int = 2
 
 
 class Kind(str, Enum):
     RESUBMIT = "resubmit"  # create the next attempt, resuming from the checkpoint
-    GIVE_UP = "give-up"  # the trial is failed: preempted more often than allowed
+    GIVE_UP = "give-up"  # the trial is failed: preempted or failed more often than allowed
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,23 @@ def next_action(view: TrialView, limits: Limits, drained: bool) -> Action | None
             view.attempt + 1,
             f"preempted (attempt {view.attempt}, {view.preemptions} of {limits.max_preemptions} preemptions)",
         )
+    if view.state is TrialState.FAILED:
+        if view.failures > limits.max_failures:
+            return Action(
+                Kind.GIVE_UP,
+                view.trial,
+                view.attempt,
+                f"failed {view.failures} times, more than retries.max_failures={limits.max_failures}",
+                resume=False,
+            )
+        if drained:
+            return None  # retried once the study is resumed
+        return Action(
+            Kind.RESUBMIT,
+            view.trial,
+            view.attempt + 1,
+            f"failed (attempt {view.attempt}, {view.failures} of {limits.max_failures} failures)",
+        )
     return None
 
 
@@ -199,10 +223,22 @@ def view_of(trial: str, job: dict | None, suspended_attempt: int | None, state: 
         state = TrialState.SUSPENDED
     state = state or classify(job)
     notes = (job.get("metadata") or {}).get("annotations") or {}
-    total = carried(job).preemptions + preemptions(job, state)
-    return TrialView(trial, attempt, state, total, given_up=bool(notes.get(labels.GIVEN_UP)))
+    before = carried(job)
+    return TrialView(
+        trial,
+        attempt,
+        state,
+        before.preemptions + preemptions(job, state),
+        given_up=bool(notes.get(labels.GIVEN_UP)),
+        failures=before.failures + (1 if state is TrialState.FAILED else 0),
+    )
 
 
-def effective_state(view: TrialView) -> TrialState:
-    """The trial's state as users see it: a trial given up is failed."""
-    return TrialState.FAILED if view.given_up else view.state
+def effective_state(view: TrialView, limits: Limits | None = None) -> TrialState:
+    """The trial's state as users see it: a trial given up is failed. Given the limits, a
+    failed attempt with failures left is RETRYING (its trial is not finished)."""
+    if view.given_up:
+        return TrialState.FAILED
+    if limits is not None and view.state is TrialState.FAILED and view.failures <= limits.max_failures:
+        return TrialState.RETRYING
+    return view.state

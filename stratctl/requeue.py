@@ -1,7 +1,8 @@
 """Requeue: carry out recovery's decisions against the cluster.
 
-Creates a trial's next attempt (rendered with resume=1, the same checkpoint location,
-the totals of earlier attempts carried as annotations), or marks a trial given up. The
+Creates a trial's next attempt after a preemption, a suspension or a failure (rendered
+with resume=1, the same checkpoint location, the totals of earlier attempts carried as
+annotations), or marks a trial given up. The
 submit loop calls `Requeue.step` once per cycle; `stratctl resume` calls
 `submit_attempt` directly. Names are deterministic, so two launchers doing the same
 resubmission create it once: a 409 with the same spec hash is success.
@@ -16,7 +17,7 @@ from stratctl import labels
 from stratctl.cluster import CONFIGMAP
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
 from stratctl.record import record_name, suspended_of
-from stratctl.recovery import Carried, Kind, Limits, carried, next_actions, usage, view_of
+from stratctl.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
 from stratctl.state import TrialState, classify, classify_attempt, podgroup_name, preemptions, spec_hash_of
 
 EVENT = ("v1", "Event")
@@ -32,6 +33,7 @@ def carry_forward(job: dict, now: float, state: TrialState | None = None, suspen
         gpu_seconds=before.gpu_seconds + used.gpu_seconds,
         gpu_seconds_lost=before.gpu_seconds_lost + used.gpu_seconds_lost,
         suspensions=before.suspensions + (1 if suspended else 0),
+        failures=before.failures + (1 if state is TrialState.FAILED else 0),
     )
 
 
@@ -41,6 +43,7 @@ def carried_of_mark(mark: dict) -> Carried:
         float(mark.get("gpu_seconds") or 0),
         float(mark.get("gpu_seconds_lost") or 0),
         int(mark.get("suspensions") or 0),
+        int(mark.get("failures") or 0),
     )
 
 
@@ -66,7 +69,7 @@ def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, names
 
 
 class Requeue:
-    """The submit loop's recovery step: preempted and suspended trials come back."""
+    """The submit loop's recovery step: preempted, suspended and failed trials come back."""
 
     def __init__(self, cluster, renderer, study, trials: dict, kind: tuple[str, str], reporter,
                  clock: Callable[[], float] = time.time):
@@ -77,7 +80,7 @@ class Requeue:
         self.kind = kind
         self.reporter = reporter
         self.clock = clock
-        self.limits = Limits(max_preemptions=study.retries.max_preemptions)
+        self.limits = Limits(max_preemptions=study.retries.max_preemptions, max_failures=study.retries.max_failures)
         self._evictions: dict[str, list[dict]] = {}  # ended job's uid -> Evict events on its PodGroup
 
     def _marks(self) -> dict[str, dict]:
@@ -103,7 +106,12 @@ class Requeue:
         return classify_attempt(job, events=self._evictions[uid])
 
     def step(self, states: dict[str, TrialState], latest: dict[str, dict], drained: bool) -> dict[str, TrialState]:
-        """Update the loop's trial states (preempted, suspended, given up) and act on them."""
+        """Update the loop's trial states (preempted, suspended, retrying, given up) and act on them.
+
+        A trial left RETRYING, PREEMPTED or SUSPENDED is not finished: the loop goes on
+        until its next attempt exists (a drained study holds it, a failed create is tried
+        again next cycle).
+        """
         marks = self._marks()
         views = {}
         for name, state in states.items():
@@ -116,7 +124,7 @@ class Requeue:
             real = self._state(job, state) if job is not None else state
             view = view_of(name, job, mark["attempt"] if mark else None, real)
             views[name] = view
-            states[name] = TrialState.FAILED if view.given_up else view.state
+            states[name] = effective_state(view, self.limits)
         for action in next_actions(list(views.values()), self.limits, drained):
             name = action.trial
             job = latest.get(name)

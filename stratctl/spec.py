@@ -247,7 +247,7 @@ class Checkpoint(_Model):
 
 
 class Retries(_Model):
-    max_failures: int = Field(default=2, ge=0)  # failed attempts of one trial before it is given up
+    max_failures: int = Field(default=2, ge=0)  # failures retried as new attempts; the next one gives the trial up
     max_preemptions: int = Field(default=10, ge=0)  # preemptions resumed before the trial is given up
     max_retry: int = Field(default=3, ge=0)  # Volcano maxRetry of each job
 

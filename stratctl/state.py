@@ -23,6 +23,9 @@ class TrialState(str, Enum):
     PREEMPTED = "preempted"
     # `stratctl drain` deleted the attempt; `stratctl resume` brings the trial back.
     SUSPENDED = "suspended"
+    # The latest attempt failed and the trial has failures left (retries.max_failures):
+    # its next attempt is due. Only recovery, which knows the limit, says so (recovery.py).
+    RETRYING = "retrying"
 
     @property
     def finished(self) -> bool:

@@ -1,10 +1,15 @@
 """Status: what every study and trial of a namespace is doing, read from the cluster alone.
 
-`collect(cluster, namespace, study, now)` lists the study records, the trials' jobs,
-their PodGroups (why a gang is pending) and their finished pods (results), page by page,
-keeping only a small row per object: raw objects never accumulate, so 10,000 trials
-stay fast and small. Rows are plain data; `table(rows, now)` and `studies_table(rows)`
-turn them into pictures, `as_dict` into JSON/YAML.
+Two ways to read it, both built by `summary.build`:
+
+- `collect(..., shown=None)` lists every trial's jobs, their PodGroups (why a gang is
+  pending) and their finished pods (results), page by page with the next page already on
+  its way, keeping a small row per object: exact, for JSON/YAML and `--sort`.
+- `collect(..., shown=N)` is what the table needs: for a study whose submit loop keeps a
+  fresh summary in the study record (trials by state, attempts, GPU-hours; written every
+  few seconds, or final), that row plus the first N trials by name, read as the first
+  page of the study's jobs. A study without a fresh summary is listed in full. So a
+  10,000-trial study costs a few small requests instead of 25 MB of JSON.
 
 A trial's result is the JSON object its container wrote as termination message
 (/dev/termination-log); `sort_trials(rows, "-accuracy")` puts the best first.
@@ -15,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.table import Table
@@ -23,48 +28,13 @@ from rich.table import Table
 from stratctl import labels
 from stratctl.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
 from stratctl.drain import records
-from stratctl.record import parse_record, suspended_of
-from stratctl.recovery import carried, effective_state, usage, view_of
-from stratctl.state import TrialState, attempt_of, podgroup_name, timestamp
+from stratctl.record import parse_record
+from stratctl.state import TrialState
+from stratctl.summary import StudyRow, TrialRow, build, latest_slim, summary_of
 
 PAGE = 500
-ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
-                           TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.FAILED)]
-
-
-@dataclass
-class TrialRow:
-    study: str
-    trial: str
-    state: str
-    attempt: int
-    params: dict = field(default_factory=dict)
-    created: float | None = None  # of the latest attempt
-    job: str = ""
-    phase: str = ""  # Volcano's phase of the latest attempt
-    pending: str = ""  # why the gang is not running
-    result: dict | None = None
-    preemptions: int = 0
-    gpu_seconds: float = 0.0
-    gpu_seconds_lost: float = 0.0
-    checkpoint: str = ""
-    podgroup: str = ""  # of the latest attempt (Volcano names it <job>-<uid>)
-
-
-@dataclass
-class StudyRow:
-    study: str
-    critical: bool
-    drained: bool
-    trials: int
-    states: dict[str, int]
-    in_flight: int
-    target: int | None
-    decision: str
-    attempts: int
-    preemptions: int
-    gpu_hours: float
-    gpu_hours_lost: float
+FRESH = 30.0  # seconds a submit loop's summary is shown as is (the loop writes it every few)
+FINISHED_PODS = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
 
 
 @dataclass
@@ -73,6 +43,7 @@ class Snapshot:
     taken_at: float
     studies: list[StudyRow]
     trials: list[TrialRow]
+    total_trials: int | None = None  # rows the studies have when `trials` holds only the first ones
 
     def as_dict(self) -> dict:
         return {
@@ -86,38 +57,25 @@ class Snapshot:
 # ------------------------------------------------------------------ reading the cluster
 
 
-def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: str | None = None):
-    """Each page's items as the server sent them; only one page is held at a time."""
+def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: str | None = None,
+           page: int = PAGE):
+    """Each page's items as the server sent them, the next page requested while the caller
+    works on this one; at most two pages are held at a time."""
     path = resource_path(*kind, namespace)
-    token = None
-    while True:
-        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": PAGE, "continue": token}
-        page = cluster.request("GET", path, query, what=f"list {kind[1]}")
-        yield page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
-            return
 
+    def fetch(token):
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": page, "continue": token}
+        return cluster.request("GET", path, query, what=f"list {kind[1]}")
 
-def _slim_job(job: dict, now: float) -> tuple[str, int, dict]:
-    """What status keeps of a job: enough to classify, account and show it."""
-    meta = job.get("metadata") or {}
-    status = job.get("status") or {}
-    notes = meta.get("annotations") or {}
-    slim = {
-        "apiVersion": job.get("apiVersion"),
-        "metadata": {
-            "name": meta.get("name"),
-            "uid": meta.get("uid"),
-            "creationTimestamp": meta.get("creationTimestamp"),
-            "labels": meta.get("labels") or {},
-            "annotations": {k: v for k, v in notes.items() if k.startswith(labels.PREFIX)},
-        },
-        "status": {k: status.get(k) for k in ("state", "conditions", "retryCount") if k in status},
-    }
-    spent = usage(job, now)
-    slim["usage"] = (spent.gpu_seconds, spent.gpu_seconds_lost)
-    return (meta.get("labels") or {}).get(labels.TRIAL, ""), attempt_of(job), slim
+    with ThreadPoolExecutor(1) as ahead:
+        body = fetch(None)
+        while True:
+            token = (body.get("metadata") or {}).get("continue")
+            upcoming = ahead.submit(fetch, token) if token else None
+            yield body.get("items") or []
+            if upcoming is None:
+                return
+            body = upcoming.result()
 
 
 def _pending_reason(podgroup: dict) -> str:
@@ -147,111 +105,109 @@ def _result(pod: dict) -> dict | None:
     return None
 
 
+def _owner_job(pg: dict) -> str | None:
+    return next((o.get("name") for o in (pg.get("metadata") or {}).get("ownerReferences") or []
+                 if o.get("kind") == "Job"), None)
+
+
+def _read_results(cluster, namespace: str, selector: str, results: dict[str, dict]) -> None:
+    for items in _pages(cluster, POD, namespace, selector, FINISHED_PODS):
+        for pod in items:
+            job = ((pod.get("metadata") or {}).get("labels") or {}).get("volcano.sh/job-name")
+            value = _result(pod)
+            if job and value is not None and job not in results:
+                results[job] = value
+
+
 def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
-            reasons_for_all: bool = True) -> Snapshot:
+            reasons_for_all: bool = True, shown: int | None = None) -> Snapshot:
     """One consistent-enough picture of the namespace's studies (or one study).
 
+    `shown=None` reads every trial. `shown=N` reads only what a table of the first N
+    trials needs, using each study's fresh summary where there is one (module docstring).
     With `reasons_for_all` false the PodGroups are not listed (the list costs as much as
     the jobs'); `explain_pending` then fetches the reasons of the few rows shown.
     """
     now = time.time() if now is None else now
     cms = records(cluster, namespace, study)
-    selector = f"{labels.STUDY}={study}" if study else labels.STUDY
-    jobs: dict[tuple[str, str], tuple[int, dict]] = {}  # (study, trial) -> latest (attempt, slim job)
+    summaries = {id(cm): summary_of(cm, now, FRESH) for cm in cms} if shown else {}
+    full = [cm for cm in cms if summaries.get(id(cm)) is None]
+    studies: dict[str, StudyRow] = {}
+    trials: list[TrialRow] = []
+    total = 0
+    if full:
+        names = [parse_record(cm).study for cm in full]
+        selector = f"{labels.STUDY}={study}" if study else f"{labels.STUDY} in ({','.join(names)})"
+        rows_of_studies, rows = _read_all(cluster, namespace, full, selector, now, reasons_for_all)
+        studies.update((r.study, r) for r in rows_of_studies)
+        trials.extend(rows)
+        total += len(rows)
+    for cm in cms:
+        row = summaries.get(id(cm))
+        if row is None:
+            continue
+        studies[row.study] = row
+        total += row.trials - row.states.get(TrialState.WAITING.value, 0)
+        trials.extend(_first_trials(cluster, namespace, cm, now, shown))
+    ordered = [studies[parse_record(cm).study] for cm in cms if parse_record(cm).study in studies]
+    trials.sort(key=lambda r: (r.study, r.trial))
+    return Snapshot(namespace, now, ordered, trials, total_trials=total if shown else None)
+
+
+def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
+    """Every job, (PodGroup,) and finished pod of the studies, as rows."""
+    jobs: dict[tuple[str, str], tuple[int, dict]] = {}
     reasons: dict[str, str] = {}  # job name -> why pending
     results: dict[str, dict] = {}  # job name -> result
 
     def read_jobs():
         for items in _pages(cluster, VOLCANO_JOB, namespace, selector):
-            for job in items:
-                trial, attempt, slim = _slim_job(job, now)
-                key = ((slim["metadata"]["labels"]).get(labels.STUDY, ""), trial)
+            for key, (attempt, slim) in latest_slim(items, now).items():
                 if key not in jobs or attempt > jobs[key][0]:
                     jobs[key] = (attempt, slim)
 
     def read_podgroups():
         for items in _pages(cluster, PODGROUP, namespace, selector):
             for pg in items:
-                owner = next((o.get("name") for o in (pg.get("metadata") or {}).get("ownerReferences") or []
-                              if o.get("kind") == "Job"), None)
-                reason = _pending_reason(pg)
+                owner, reason = _owner_job(pg), _pending_reason(pg)
                 if owner and reason:
                     reasons[owner] = reason
 
-    def read_results():
-        finished = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
-        for items in _pages(cluster, POD, namespace, selector, finished):
-            for pod in items:
-                job = ((pod.get("metadata") or {}).get("labels") or {}).get("volcano.sh/job-name")
-                value = _result(pod)
-                if job and value is not None and job not in results:
-                    results[job] = value
-
-    readers = [read_jobs, read_results] + ([read_podgroups] if reasons_for_all else [])
+    readers = [read_jobs, lambda: _read_results(cluster, namespace, selector, results)]
+    readers += [read_podgroups] if reasons_for_all else []
     with ThreadPoolExecutor(len(readers)) as pool:
         for future in [pool.submit(reader) for reader in readers]:
             future.result()
-    return build(namespace, now, cms, jobs, reasons, results)
+    return build(now, cms, jobs, reasons, results)
 
 
-def build(namespace, now, cms, jobs, reasons, results) -> Snapshot:
-    """Rows from what `collect` read (pure)."""
-    studies, trials = [], []
-    by_study: dict[str, list[tuple[str, int, dict]]] = {}
-    for (study_name, trial), (attempt, job) in jobs.items():
-        by_study.setdefault(study_name, []).append((trial, attempt, job))
-    for cm in cms:
-        record = parse_record(cm)
-        marks = suspended_of(cm)
-        rows: list[TrialRow] = []
-        seen = set()
-        for trial, attempt, job in sorted(by_study.get(record.study, []), key=lambda x: x[0]):
-            seen.add(trial)
-            mark = marks.get(trial)
-            view = view_of(trial, job, mark["attempt"] if mark else None)
-            before = carried(job)
-            used, lost = job["usage"]
-            notes = job["metadata"]["annotations"]
-            try:
-                params = json.loads(notes.get(labels.PARAMS) or "{}")
-            except ValueError:
-                params = {}
-            state = effective_state(view)
-            rows.append(TrialRow(
-                study=record.study, trial=trial, state=state.value, attempt=attempt, params=params,
-                created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],
-                phase=((job["status"].get("state") or {}).get("phase") or "Pending"),
-                pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
-                result=results.get(job["metadata"]["name"]), preemptions=view.preemptions,
-                gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
-                checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
-            ))
-        for trial, mark in sorted(marks.items()):
-            if trial in seen:
-                continue
-            seen.add(trial)
-            rows.append(TrialRow(
-                study=record.study, trial=trial, state=TrialState.SUSPENDED.value, attempt=mark["attempt"],
-                preemptions=int(mark.get("preemptions") or 0), gpu_seconds=float(mark.get("gpu_seconds") or 0),
-                gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
-            ))
-        for trial, outcome in sorted(record.finished.items()):
-            if trial not in seen:
-                seen.add(trial)
-                rows.append(TrialRow(study=record.study, trial=trial, state=outcome, attempt=-1))
-        counts = {s: 0 for s in ORDER}
-        for row in rows:
-            counts[row.state] = counts.get(row.state, 0) + 1
-        counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
-        studies.append(StudyRow(
-            study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
-            states=counts, in_flight=counts["pending"] + counts["running"], target=record.target,
-            decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
-            preemptions=sum(r.preemptions for r in rows),
-            gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
-        ))
-        trials.extend(rows)
-    return Snapshot(namespace, now, studies, trials)
+def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> list[TrialRow]:
+    """The first `n` trials of a study by name, from the first page(s) of its jobs.
+
+    Jobs come in name order and a trial's attempts (`T`, `T-a1`, ...) are adjacent, so
+    once n + 1 trials are seen the first n are complete; trials known only to the record
+    (suspended, cleaned up) are merged in up to the last name read.
+    """
+    name = parse_record(cm).study
+    selector = f"{labels.STUDY}={name}"
+    jobs: dict[tuple[str, str], tuple[int, dict]] = {}
+    complete = True
+    for items in _pages(cluster, VOLCANO_JOB, namespace, selector, page=n + 10):
+        for key, (attempt, slim) in latest_slim(items, now).items():
+            if key not in jobs or attempt > jobs[key][0]:
+                jobs[key] = (attempt, slim)
+        if len(jobs) > n:
+            complete = False
+            break
+    last = max((trial for _, trial in jobs), default="") if not complete else None
+    results: dict[str, dict] = {}
+    finished = [slim["metadata"]["name"] for _, slim in jobs.values()
+                if (slim["status"].get("state") or {}).get("phase") in ("Completed", "Failed", "Aborted", "Terminated")]
+    if finished:
+        _read_results(cluster, namespace, f"volcano.sh/job-name in ({','.join(sorted(finished))})", results)
+    _, rows = build(now, [cm], jobs, {}, results)
+    rows = [r for r in rows if last is None or r.trial < last]
+    return sorted(rows, key=lambda r: r.trial)[:n]
 
 
 def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
@@ -312,7 +268,8 @@ def _brief(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def studies_table(rows: list[StudyRow]) -> Table:
+def studies_table(rows: list[StudyRow], now: float | None = None) -> Table:
+    """One line per study; a row the submit loop summarised says how old it is."""
     table = Table(title="studies", title_justify="left", header_style="bold")
     for column in ("study", "trials", "in flight", "attempts", "preemptions", "GPU-h used", "GPU-h lost", "decision"):
         table.add_column(column, justify="right" if column.startswith(("in", "att", "pre", "GPU")) else "left")
@@ -320,16 +277,18 @@ def studies_table(rows: list[StudyRow]) -> Table:
         states = ", ".join(f"[{STYLE.get(k, '')}]{v} {k}[/]" for k, v in s.states.items() if v)
         flags = (" [red]critical[/]" if s.critical else "") + (" [cyan]drained[/]" if s.drained else "")
         target = "-" if s.target is None else str(s.target)
+        if s.as_of is not None and now is not None:
+            flags += f" [dim](as of {age(now - s.as_of)} ago)[/]"
         table.add_row(f"{s.study}{flags}", f"{s.trials}: {states}", f"{s.in_flight}/{target}", str(s.attempts),
                       str(s.preemptions), f"{s.gpu_hours:.2f}", f"{s.gpu_hours_lost:.2f}", s.decision or "-")
     return table
 
 
-def table(rows: list[TrialRow], now: float, limit: int | None = None) -> Table:
-    """The trials, one line each, in the order given."""
+def table(rows: list[TrialRow], now: float, limit: int | None = None, total: int | None = None) -> Table:
+    """The trials, one line each, in the order given; `total` counts the rows not read."""
     shown = rows if not limit else rows[:limit]
-    out = Table(header_style="bold", caption=f"{len(rows) - len(shown)} more trials not shown (--limit)"
-                if len(shown) < len(rows) else None)
+    more = (len(rows) if total is None else max(total, len(rows))) - len(shown)
+    out = Table(header_style="bold", caption=f"{more} more trials not shown (--limit)" if more > 0 else None)
     for column in ("trial", "state", "attempt", "age", "params", "result / why pending"):
         out.add_column(column, justify="right" if column in ("attempt", "age") else "left",
                        overflow="fold" if column.startswith("result") else "ellipsis")

@@ -43,16 +43,18 @@ def status(
     ns = cluster.namespace
 
     def snapshot():
-        # A table shows `limit` trials: ask their PodGroups why they wait, not every PodGroup.
-        everything = output is not Output.table or not limit
-        snap = core.collect(cluster, ns, study, reasons_for_all=everything)
+        # A table of `limit` trials needs the studies' summaries and those trials only;
+        # JSON, YAML, --sort and --limit 0 need every trial.
+        everything = output is not Output.table or not limit or bool(sort)
+        snap = core.collect(cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit)
         snap.trials = core.sort_trials(snap.trials, sort)
         if not everything:
             core.explain_pending(cluster, ns, snap.trials[:limit])
         return snap
 
     def picture(snap):
-        return Group(core.studies_table(snap.studies), core.table(snap.trials, snap.taken_at, limit or None))
+        return Group(core.studies_table(snap.studies, snap.taken_at),
+                     core.table(snap.trials, snap.taken_at, limit or None, snap.total_trials))
 
     try:
         if watch and output is Output.table:

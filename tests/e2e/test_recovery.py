@@ -1,4 +1,5 @@
-"""Preemption, drain/resume and status against the real testbed (Volcano + KWOK GPU nodes).
+"""Preemption, failure retries, drain/resume and status against the real testbed
+(Volcano + KWOK GPU nodes).
 
 Every wait is on a condition with a deadline; the stratctl commands run as separate
 processes, as a user (or a CI job) runs them.
@@ -27,9 +28,11 @@ GPU = "nvidia.com/gpu"
 
 
 def study_yaml(name, namespace, trials, duration, *, critical=False, replicas=1, min_available=None,
-               parallelism=None, extra=""):
+               parallelism=None, annotations=None, extra=""):
     gang = f", min_available: {min_available}" if min_available else ""
     cap = parallelism or trials
+    notes = ", ".join(f"{key}: {json.dumps(value)}" for key, value in
+                      {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items())
     return textwrap.dedent(f"""\
         name: {name}
         namespace: {namespace}
@@ -40,7 +43,7 @@ def study_yaml(name, namespace, trials, duration, *, critical=False, replicas=1,
         strategy: {{kind: grid}}
         trial:
           image: stratctl.invalid/fake-trial:0
-          annotations: {{testbed.stratctl.io/run-duration: "{duration}"}}
+          annotations: {{{notes}}}
           resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
           tasks: [{{name: worker, replicas: {replicas}{gang}}}]
         checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
@@ -63,9 +66,9 @@ class Stratctl:
         return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
 
-    def run(self, *args, timeout=60) -> str:
+    def run(self, *args, timeout=60, code=0) -> str:
         done = subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == 0, f"stratctl {' '.join(args)} failed ({done.returncode}):\n{done.stderr}"
+        assert done.returncode == code, f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
         return done.stdout
 
 
@@ -254,3 +257,36 @@ def test_status_json_agrees_with_the_cluster(testbed, api, cli, studies):
     snap = compare()
     assert snap is not None
     assert snap["studies"][0]["states"]["succeeded"] == 5 and snap["studies"][0]["gpu_hours"] > 0
+
+
+def test_failing_trials_are_retried_max_failures_times_then_given_up(testbed, api, cli, studies):
+    """Every attempt exits 3: with max_failures 1 each trial fails twice (attempt 0 and its
+    retry, resuming from the checkpoint), is given up, and submit exits 1; nothing follows."""
+    name = unique("fail")
+    path = studies(name, study_yaml(name, testbed.namespace, 3, "2s", annotations={"testbed.stratctl.io/exit-code": "3"},
+                                    extra="retries: {max_failures: 1}\n"))
+    progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120, code=1))
+    assert (progress["succeeded"], progress["failed"], progress["created"], progress["errors"]) == (0, 3, 3, {})
+    jobs = jobs_of(api, name)
+    trials = sorted({j["metadata"]["labels"][labels.TRIAL] for j in jobs})
+    assert len(trials) == 3
+    assert sorted(j["metadata"]["name"] for j in jobs) == sorted(t + suffix for t in trials for suffix in ("", "-a1"))
+    by_name = {j["metadata"]["name"]: j for j in jobs}
+    for trial in trials:
+        first, retry = by_name[trial], by_name[f"{trial}-a1"]
+        assert classify(first) is TrialState.FAILED and classify(retry) is TrialState.FAILED
+        assert (env_of(first)["STRATCTL_RESUME"], env_of(retry)["STRATCTL_RESUME"]) == ("0", "1")
+        assert env_of(retry)["STRATCTL_ATTEMPT"] == "1"
+        assert env_of(retry)["STRATCTL_CHECKPOINT_DIR"] == env_of(first)["STRATCTL_CHECKPOINT_DIR"] == f"/ckpt/{name}/{trial}"
+        notes = retry["metadata"]["annotations"]
+        assert (notes[labels.FAILURES], notes[labels.PREEMPTIONS]) == ("1", "0")
+        assert notes[labels.GIVEN_UP] == "failed 2 times, more than retries.max_failures=1"
+        assert labels.GIVEN_UP not in first["metadata"]["annotations"]
+    # No more attempts: neither from the loop that gave up (it has exited) nor from a rerun.
+    again = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=60, code=1))
+    assert (again["failed"], again["created"], again["existing"]) == (3, 0, 0)
+    assert sorted(j["metadata"]["uid"] for j in jobs_of(api, name)) == sorted(j["metadata"]["uid"] for j in jobs)
+    snap = json.loads(cli.run("status", name, "-o", "json"))
+    [study] = snap["studies"]
+    assert study["states"]["failed"] == 3 and study["attempts"] == 6 and study["preemptions"] == 0
+    assert sorted((t["trial"], t["state"], t["attempt"]) for t in snap["trials"]) == [(t, "failed", 1) for t in trials]

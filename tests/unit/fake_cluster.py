@@ -8,10 +8,23 @@ tests use the real API server instead.
 from __future__ import annotations
 
 import copy
+import re
 
 from stratctl import labels
 from stratctl.cluster import ApiMetrics
 from stratctl.errors import AlreadyExists, NotFound
+
+
+def merge_patch(target: dict, patch: dict) -> None:
+    """A JSON merge patch (RFC 7386), as the API server applies `Cluster.patch`: nested
+    mappings merge, null deletes, anything else replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 class FakeCluster:
@@ -53,24 +66,44 @@ class FakeCluster:
 
     def list(self, kind, namespace=None, label_selector=None, **_) -> tuple[list[dict], str]:
         self.metrics.record("GET", 200, 0.001)
-        wanted = dict(part.split("=", 1) for part in label_selector.split(",")) if label_selector else {}
+        return [copy.deepcopy(o) for o in self._select(tuple(kind), namespace, label_selector)], "1"
+
+    def _select(self, kind, namespace, label_selector) -> list[dict]:
+        """Objects of a kind in name order (as the API server lists them), filtered by a
+        label selector of `k=v`, `k`, `k in (a,b)` terms."""
+        terms = re.findall(r"([^,=\s]+)(?:\s+in\s+\(([^)]*)\)|=([^,]*))?", label_selector or "")
         out = []
-        for (api_version, k, ns, _name), obj in self.objects.items():
-            if (api_version, k) != tuple(kind) or ns != (namespace or self.namespace):
+        for (api_version, k, ns, name), obj in sorted(self.objects.items(), key=lambda kv: kv[0][3]):
+            if (api_version, k) != kind or ns != (namespace or self.namespace):
                 continue
             have = obj["metadata"].get("labels") or {}
-            if all(have.get(a) == b for a, b in wanted.items()):
-                out.append(copy.deepcopy(obj))
-        return out, "1"
+            if all(key in have and (values == equal == "" or have[key] in (values.split(",") if values else [equal]))
+                   for key, values, equal in terms):
+                out.append(obj)
+        return out
+
+    PLURALS = {"jobs": ("batch.volcano.sh/v1alpha1", "Job"), "podgroups": ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+               "pods": ("v1", "Pod"), "configmaps": ("v1", "ConfigMap")}
+
+    def request(self, method, path, query=None, body=None, what="", content_type=""):
+        """Paginated GET of a collection, as `status` reads it: limit and continue (an offset)."""
+        assert method == "GET", method
+        self.metrics.record("GET", 200, 0.001)
+        parts = path.strip("/").split("/")
+        namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[parts[-1]]
+        query = query or {}
+        found = self._select(kind, namespace, query.get("labelSelector"))
+        self.pages_served = getattr(self, "pages_served", 0) + 1
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or 0) or len(found)
+        page = found[start:start + limit]
+        more = start + limit < len(found)
+        return {"items": copy.deepcopy(page), "metadata": {"continue": str(start + limit) if more else None}}
 
     def patch(self, kind, name, patch, namespace=None) -> dict:
         self.metrics.record("PATCH", 200, 0.001)
         obj = self.objects[self._key(*kind, namespace, name)]
-        for field, value in patch.items():
-            if isinstance(value, dict):
-                obj.setdefault(field, {}).update(value)
-            else:
-                obj[field] = value
+        merge_patch(obj, patch)
         return copy.deepcopy(obj)
 
     def delete(self, kind, name, namespace=None) -> None:

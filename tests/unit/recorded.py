@@ -114,9 +114,10 @@ def restarted_out_job(attempt: int = 0, annotations: dict | None = None) -> dict
     return job
 
 
-def aborted_job() -> dict:
+def aborted_job(attempt: int = 0, annotations: dict | None = None) -> dict:
     """A worker exited 1 at 10:20: PodFailed -> AbortJob. A real failure."""
-    return _job(TRIAL, 0, {
+    name = TRIAL if attempt == 0 else f"{TRIAL}-a{attempt}"
+    return _job(name, attempt, {
         "state": {"phase": "Aborted", "lastTransitionTime": "2025-05-01T10:20:02Z"},
         "conditions": [
             {"status": "Pending", "lastTransitionTime": "2025-05-01T10:00:01Z"},
@@ -125,7 +126,7 @@ def aborted_job() -> dict:
             {"status": "Aborted", "lastTransitionTime": "2025-05-01T10:20:02Z"},
         ],
         "minAvailable": 2, "failed": 1, "version": 2,
-    })
+    }, annotations)
 
 
 def completed_job() -> dict:

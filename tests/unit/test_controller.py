@@ -164,9 +164,9 @@ def test_cleanup_delete_removes_finished_jobs_and_remembers_outcomes(study_file)
     assert len(cluster.creates) == 10
 
 
-def test_failed_trials_count_as_finished_not_resubmitted(study_file):
+def test_failed_trials_are_retried_max_failures_times_then_count_as_finished(study_file):
     cluster, clock = FakeCluster(), FakeClock()
-    study = load_study(study_file())
+    study = load_study(study_file("retries: {max_failures: 2}\n"))
     trials = expand(study)
     throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep)
 
@@ -177,7 +177,9 @@ def test_failed_trials_count_as_finished_not_resubmitted(study_file):
     submitter = Submitter(study, trials, Renderer(study), cluster, throttle, SubmitOptions(poll_interval=1, workers=1),
                           clock=clock, sleep=sleep)
     progress = submitter.run()
-    assert progress.failed == 10 and len(cluster.creates) == 10
+    assert (progress.failed, progress.succeeded, progress.created) == (10, 0, 10)
+    assert len(cluster.creates) == 30  # every trial: attempts 0, 1 and 2
+    assert sorted(cluster.creates) == sorted(f"{t.name}{s}" for t in trials for s in ("", "-a1", "-a2"))
 
 
 def test_policy_decides_how_many_to_admit():

@@ -88,3 +88,20 @@ def test_drain_twice_suspends_once(tmp_path):
 def test_drain_needs_a_study_or_all_noncritical():
     with pytest.raises(UsageError):
         drain(FakeCluster(), "ns")
+
+
+def test_a_retried_trial_keeps_its_failure_count_through_drain_and_resume(tmp_path):
+    from stratctl.recovery import Carried
+
+    cluster = FakeCluster()
+    submitted(tmp_path, cluster, "sweep", inflight=1)
+    [job] = cluster.jobs()  # as if attempt 0 was a retry after one failure and one preemption
+    job["metadata"]["annotations"].update(Carried(preemptions=1, failures=1).annotations())
+    [drained] = drain(cluster, cluster.namespace, "sweep", settle=0)
+    [trial] = drained.suspended
+    mark = suspended_of(cluster.record("sweep"))[trial]
+    assert (mark["attempt"], mark["preemptions"], mark["failures"], mark["suspensions"]) == (0, 1, 1, 1)
+    resume(cluster, cluster.namespace, "sweep")
+    [back] = cluster.jobs()
+    notes = back["metadata"]["annotations"]
+    assert (notes[labels.PREEMPTIONS], notes[labels.FAILURES], notes[labels.SUSPENSIONS]) == ("1", "1", "1")

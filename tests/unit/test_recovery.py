@@ -1,9 +1,22 @@
-"""Preemption is not failure: recorded Volcano objects classified, recovery decided."""
+"""Preemption is not failure: recorded Volcano objects classified, recovery decided.
+Failures are retried too, but counted apart and against their own limit."""
 
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.recovery import Action, Carried, Kind, Limits, TrialView, carried, job_gpus, next_actions, usage, view_of
+from stratctl.recovery import (
+    Action,
+    Carried,
+    Kind,
+    Limits,
+    TrialView,
+    carried,
+    effective_state,
+    job_gpus,
+    next_actions,
+    usage,
+    view_of,
+)
 from stratctl.state import TrialState, classify, classify_attempt, preemptions, timestamp
 from tests.unit import recorded
 
@@ -67,7 +80,9 @@ def test_gpu_time_used_and_lost():
 
 
 def test_carried_totals_round_trip_through_annotations():
-    totals = Carried(preemptions=3, gpu_seconds=7200, gpu_seconds_lost=1800, suspensions=1)
+    totals = Carried(preemptions=3, gpu_seconds=7200, gpu_seconds_lost=1800, suspensions=1, failures=2)
+    assert totals.annotations() == {labels.PREEMPTIONS: "3", labels.FAILURES: "2", labels.GPU_SECONDS: "7200",
+                                     labels.GPU_SECONDS_LOST: "1800", labels.SUSPENSIONS: "1"}
     job = recorded.restarted_out_job(attempt=2, annotations=totals.annotations())
     assert carried(job) == totals
     assert carried(recorded.running_job()) == Carried()
@@ -104,10 +119,66 @@ def test_preemptions_beyond_the_limit_give_the_trial_up():
     assert next_actions([TrialView(T, 2, TrialState.PREEMPTED, 3, given_up=True)], Limits(2)) == []
 
 
-def test_failures_running_and_finished_trials_are_not_recovery_business():
-    views = [TrialView(T, 0, s) for s in (TrialState.FAILED, TrialState.RUNNING, TrialState.PENDING,
-                                           TrialState.SUCCEEDED, TrialState.WAITING)]
+def test_running_and_finished_trials_are_not_recovery_business():
+    views = [TrialView(T, 0, s) for s in (TrialState.RUNNING, TrialState.PENDING, TrialState.SUCCEEDED,
+                                           TrialState.WAITING)]
     assert next_actions(views, Limits()) == []
+    assert next_actions([TrialView(T, 1, TrialState.FAILED, failures=3, given_up=True)], Limits()) == []
+
+
+def test_view_counts_failures_over_every_attempt_apart_from_preemptions():
+    before = Carried(preemptions=2, failures=1).annotations()
+    failed = view_of(T, recorded.aborted_job(attempt=3, annotations=before), suspended_attempt=None)
+    assert failed == TrialView(T, 3, TrialState.FAILED, preemptions=2, failures=2)
+    preempted = view_of(T, recorded.restarted_out_job(attempt=3, annotations=before), suspended_attempt=None)
+    assert preempted == TrialView(T, 3, TrialState.PREEMPTED, preemptions=3, failures=1)
+    assert view_of(T, recorded.aborted_job(), suspended_attempt=None).failures == 1
+    assert view_of(T, recorded.running_job(), suspended_attempt=None).failures == 0
+
+
+def test_a_failed_trial_is_retried_as_its_next_attempt_with_resume():
+    views = [TrialView(T, 0, TrialState.FAILED, failures=1)]
+    assert next_actions(views, Limits(max_failures=1)) == [
+        Action(Kind.RESUBMIT, T, 1, "failed (attempt 0, 1 of 1 failures)", resume=True)
+    ]
+
+
+def test_failures_beyond_the_limit_give_the_trial_up():
+    views = [TrialView(T, 1, TrialState.FAILED, failures=2)]
+    assert next_actions(views, Limits(max_failures=1)) == [
+        Action(Kind.GIVE_UP, T, 1, "failed 2 times, more than retries.max_failures=1", resume=False)
+    ]
+    # max_failures 0: the first failure ends the trial
+    [action] = next_actions([TrialView(T, 0, TrialState.FAILED, failures=1)], Limits(max_failures=0))
+    assert (action.kind, action.attempt) == (Kind.GIVE_UP, 0)
+    # the default allows two retries: the third failure ends it
+    assert next_actions([TrialView(T, 1, TrialState.FAILED, failures=2)], Limits())[0].kind is Kind.RESUBMIT
+    assert next_actions([TrialView(T, 2, TrialState.FAILED, failures=3)], Limits())[0].kind is Kind.GIVE_UP
+
+
+def test_preemptions_and_failures_count_against_their_own_limits_only():
+    limits = Limits(max_preemptions=1, max_failures=1)
+    failed_often_preempted = TrialView(T, 6, TrialState.FAILED, preemptions=5, failures=1)
+    preempted_often_failed = TrialView("sweep-b", 6, TrialState.PREEMPTED, preemptions=1, failures=5)
+    actions = next_actions([failed_often_preempted, preempted_often_failed], limits)
+    assert [(a.kind, a.trial, a.attempt) for a in actions] == [(Kind.RESUBMIT, T, 7), (Kind.RESUBMIT, "sweep-b", 7)]
+
+
+def test_a_failed_trial_of_a_drained_study_waits_unless_it_is_out_of_failures():
+    views = [TrialView(T, 0, TrialState.FAILED, failures=1), TrialView("sweep-b", 2, TrialState.FAILED, failures=3)]
+    assert next_actions(views, Limits(max_failures=2), drained=True) == [
+        Action(Kind.GIVE_UP, "sweep-b", 2, "failed 3 times, more than retries.max_failures=2", resume=False)
+    ]
+
+
+def test_a_failed_trial_with_failures_left_is_retrying_not_finished():
+    limits = Limits(max_failures=1)
+    assert effective_state(TrialView(T, 0, TrialState.FAILED, failures=1), limits) is TrialState.RETRYING
+    assert effective_state(TrialView(T, 1, TrialState.FAILED, failures=2), limits) is TrialState.FAILED
+    assert effective_state(TrialView(T, 1, TrialState.FAILED, failures=1, given_up=True), limits) is TrialState.FAILED
+    assert effective_state(TrialView(T, 0, TrialState.FAILED, failures=1)) is TrialState.FAILED  # no limits known
+    assert effective_state(TrialView(T, 0, TrialState.PREEMPTED, preemptions=1), limits) is TrialState.PREEMPTED
+    assert not TrialState.RETRYING.finished and not TrialState.RETRYING.in_flight
 
 
 def test_suspended_trials_wait_while_drained_and_resume_after():
@@ -121,8 +192,6 @@ def test_suspended_trials_wait_while_drained_and_resume_after():
 
 
 def test_given_up_annotation_makes_the_trial_failed():
-    from stratctl.recovery import effective_state
-
     job = recorded.restarted_out_job(annotations={labels.GIVEN_UP: "preempted 11 times"})
     view = view_of(T, job, None)
     assert view.given_up and effective_state(view) is TrialState.FAILED

@@ -1,11 +1,14 @@
-"""The submit loop resumes preempted and drained trials as their next attempt (virtual time)."""
+"""The submit loop resumes preempted, drained and failed trials as their next attempt (virtual time)."""
 
 from __future__ import annotations
 
 import json
 
 from stratctl import labels
+from stratctl.errors import ClusterError
 from stratctl.record import suspended_patch
+from stratctl.requeue import Requeue
+from stratctl.state import TrialState
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.test_controller import make, study_file  # noqa: F401 - the fixture
@@ -27,6 +30,40 @@ def restart_out(job: dict) -> None:
         ],
         "retryCount": 1,
     }
+
+
+def abort(job: dict) -> None:
+    """What Volcano does to a running job whose worker exits non-zero (PodFailed -> AbortJob)."""
+    job["status"] = {
+        "state": {"phase": "Aborted", "lastTransitionTime": "2025-05-01T10:20:02Z"},
+        "conditions": [
+            {"status": "Running", "lastTransitionTime": "2025-05-01T10:01:00Z"},
+            {"status": "Aborting", "lastTransitionTime": "2025-05-01T10:20:01Z"},
+            {"status": "Aborted", "lastTransitionTime": "2025-05-01T10:20:02Z"},
+        ],
+    }
+
+
+def scripted(cluster: FakeCluster, script: dict[str, list]):
+    """A cluster step ending the named trials' running attempts as scripted, one entry per
+    attempt in order (`restart_out`, `abort`); attempts beyond the script complete."""
+    done: set[str] = set()
+
+    def step():
+        for job in cluster.jobs():
+            name, trial = job["metadata"]["name"], job["metadata"]["labels"][labels.TRIAL]
+            attempt = int(job["metadata"]["labels"][labels.ATTEMPT])
+            if name not in done and cluster.phase(job) == "Running" and attempt < len(script.get(trial, [])):
+                done.add(name)
+                script[trial][attempt](job)
+        cluster.advance()
+
+    return step
+
+
+def attempts_of(cluster: FakeCluster, trial: str) -> list[dict]:
+    jobs = [j for j in cluster.jobs() if j["metadata"]["labels"][labels.TRIAL] == trial]
+    return sorted(jobs, key=lambda j: int(j["metadata"]["labels"][labels.ATTEMPT]))
 
 
 def preempting(cluster: FakeCluster, victims: set[str], times: int = 1):
@@ -101,3 +138,70 @@ def test_drained_trials_wait_suspended_then_resume(study_file):  # noqa: F811
     assert env_of(made[0])["STRATCTL_RESUME"] == "1"
     assert made[0]["metadata"]["annotations"][labels.GPU_SECONDS] == "60"
     assert json.loads(record["data"]["suspended"])  # resume's business to clear, not the loop's
+
+
+def test_a_failed_trial_is_retried_up_to_max_failures_then_given_up(study_file):  # noqa: F811
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file("retries: {max_failures: 1}\n"), cluster, clock)
+    victim = trials[0].name
+    step = scripted(cluster, {victim: [abort, abort]})
+    submitter.sleep = lambda s: (clock.sleep(s), step())
+    progress = submitter.run()
+    assert (progress.succeeded, progress.failed, progress.created) == (9, 1, 10)
+    first, retry = attempts_of(cluster, victim)
+    assert (first["metadata"]["name"], retry["metadata"]["name"]) == (victim, f"{victim}-a1")
+    assert env_of(retry)["STRATCTL_RESUME"] == "1" and env_of(retry)["STRATCTL_ATTEMPT"] == "1"
+    assert env_of(retry)["STRATCTL_CHECKPOINT_DIR"] == env_of(first)["STRATCTL_CHECKPOINT_DIR"]
+    notes = retry["metadata"]["annotations"]
+    assert (notes[labels.FAILURES], notes[labels.PREEMPTIONS]) == ("1", "0")
+    assert notes[labels.GIVEN_UP] == "failed 2 times, more than retries.max_failures=1"
+    assert labels.GIVEN_UP not in first["metadata"]["annotations"]
+    assert len(cluster.creates) == 11  # ten first attempts, one retry: nothing after the trial was given up
+
+
+def test_a_trial_that_fails_once_succeeds_on_its_retry(study_file):  # noqa: F811
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)  # max_failures: 2 by default
+    victim = trials[3].name
+    step = scripted(cluster, {victim: [abort]})
+    submitter.sleep = lambda s: (clock.sleep(s), step())
+    progress = submitter.run()
+    assert (progress.succeeded, progress.failed) == (10, 0)
+    assert [j["metadata"]["name"] for j in attempts_of(cluster, victim)] == [victim, f"{victim}-a1"]
+    assert cluster.phase(attempts_of(cluster, victim)[1]) == "Completed"
+
+
+def test_preemptions_and_failures_are_carried_apart(study_file):  # noqa: F811
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file("retries: {max_failures: 1, max_preemptions: 1}\n"), cluster, clock)
+    victim = trials[0].name
+    step = scripted(cluster, {victim: [restart_out, abort, abort]})
+    submitter.sleep = lambda s: (clock.sleep(s), step())
+    progress = submitter.run()
+    assert (progress.succeeded, progress.failed) == (9, 1)
+    jobs = attempts_of(cluster, victim)
+    assert [j["metadata"]["name"] for j in jobs] == [victim, f"{victim}-a1", f"{victim}-a2"]
+    carried = [(j["metadata"]["annotations"].get(labels.PREEMPTIONS), j["metadata"]["annotations"].get(labels.FAILURES))
+               for j in jobs]
+    assert carried == [(None, None), ("1", "0"), ("1", "1")]
+    assert jobs[2]["metadata"]["annotations"][labels.GIVEN_UP] == "failed 2 times, more than retries.max_failures=1"
+
+
+def test_a_retrying_trial_is_not_finished_while_its_next_attempt_cannot_be_created(study_file):  # noqa: F811
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file("retries: {max_failures: 1}\n"), cluster, clock)
+    submitter.ensure_record()
+    name = trials[0].name
+    cluster.create(submitter.renderer.render(trials[0], attempt=0)[0])
+    [job] = cluster.jobs()
+    abort(job)
+    requeue = Requeue(cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter,
+                      clock=clock)
+    # drained: held, neither failed nor finished
+    assert requeue.step({name: TrialState.FAILED}, {name: job}, drained=True) == {name: TrialState.RETRYING}
+    # the create fails: tried again next cycle
+    cluster.fail[f"{name}-a1"] = ClusterError("connection refused")
+    assert requeue.step({name: TrialState.FAILED}, {name: job}, drained=False) == {name: TrialState.RETRYING}
+    del cluster.fail[f"{name}-a1"]
+    assert requeue.step({name: TrialState.FAILED}, {name: job}, drained=False) == {name: TrialState.PENDING}
+    assert [j["metadata"]["name"] for j in attempts_of(cluster, name)] == [name, f"{name}-a1"]

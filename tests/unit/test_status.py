@@ -11,15 +11,8 @@ from stratctl import labels
 from stratctl.record import StudyRecord, record_manifest, suspended_patch
 from stratctl.recovery import Carried
 from stratctl.state import timestamp
-from stratctl.status import (
-    _pending_reason,
-    _result,
-    _slim_job,
-    build,
-    sort_trials,
-    studies_table,
-    table,
-)
+from stratctl.status import Snapshot, _pending_reason, _result, sort_trials, studies_table, table
+from stratctl.summary import TrialRow, build, slim_job
 from tests.unit import recorded
 
 NOW = timestamp("2025-05-01T11:30:00Z")
@@ -38,9 +31,9 @@ def snapshot(jobs: list[dict], reasons=None, results=None, record=None, marks=No
         cm["data"].update(suspended_patch(marks)["data"])
     slim = {}
     for job in jobs:
-        trial, attempt, s = _slim_job(job, NOW)
+        trial, attempt, s = slim_job(job, NOW)
         slim[(recorded.STUDY, trial + job["metadata"]["name"][-3:])] = (attempt, s)
-    return build("stratctl-e2e", NOW, [cm], slim, reasons or {}, results or {})
+    return Snapshot("stratctl-e2e", NOW, *build(NOW, [cm], slim, reasons or {}, results or {}))
 
 
 def test_study_and_trial_rows_from_recorded_jobs():
@@ -84,8 +77,6 @@ def test_pending_reasons_and_results_from_recorded_objects():
 
 
 def test_sort_best_first_either_way_and_missing_metric_last():
-    from stratctl.status import TrialRow
-
     rows = [TrialRow("s", n, "succeeded", 0, result=r) for n, r in
             [("a", {"loss": 0.5, "acc": 0.7}), ("b", None), ("c", {"loss": 0.1, "acc": 0.9}), ("d", {"acc": "x"})]]
     assert [r.trial for r in sort_trials(rows, "loss")] == ["c", "a", "b", "d"]

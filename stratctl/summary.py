@@ -1,0 +1,189 @@
+"""What every trial and study amounts to: rows built from jobs and study records (pure).
+
+`build` turns the latest attempt of each trial (slimmed by `slim_job`) and the studies'
+records into a `TrialRow` per trial and a `StudyRow` per study: trials by state, in
+flight against target, attempts, preemptions, GPU-hours used and lost. `status` builds
+them from what it lists; the submit loop builds its study's row from the jobs it already
+holds and stores it in the study record (`summary_data`), so `status` can show a running
+study without listing its 10,000 jobs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from stratctl import labels
+from stratctl.record import parse_record, suspended_of
+from stratctl.recovery import carried, effective_state, usage, view_of
+from stratctl.state import TrialState, attempt_of, podgroup_name, timestamp
+
+ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
+                           TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.FAILED)]
+
+
+@dataclass
+class TrialRow:
+    study: str
+    trial: str
+    state: str
+    attempt: int
+    params: dict = field(default_factory=dict)
+    created: float | None = None  # of the latest attempt
+    job: str = ""
+    phase: str = ""  # Volcano's phase of the latest attempt
+    pending: str = ""  # why the gang is not running
+    result: dict | None = None
+    preemptions: int = 0
+    gpu_seconds: float = 0.0
+    gpu_seconds_lost: float = 0.0
+    checkpoint: str = ""
+    podgroup: str = ""  # of the latest attempt (Volcano names it <job>-<uid>)
+
+
+@dataclass
+class StudyRow:
+    study: str
+    critical: bool
+    drained: bool
+    trials: int
+    states: dict[str, int]
+    in_flight: int
+    target: int | None
+    decision: str
+    attempts: int
+    preemptions: int
+    gpu_hours: float
+    gpu_hours_lost: float
+    as_of: float | None = None  # when the submit loop computed it (None: just now, by status)
+
+
+def slim_job(job: dict, now: float) -> tuple[str, int, dict]:
+    """What status keeps of a job: enough to classify, account and show it."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    notes = meta.get("annotations") or {}
+    slim = {
+        "apiVersion": job.get("apiVersion"),
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "labels": meta.get("labels") or {},
+            "annotations": {k: v for k, v in notes.items() if k.startswith(labels.PREFIX)},
+        },
+        "status": {k: status.get(k) for k in ("state", "conditions", "retryCount") if k in status},
+    }
+    spent = usage(job, now)
+    slim["usage"] = (spent.gpu_seconds, spent.gpu_seconds_lost)
+    return (meta.get("labels") or {}).get(labels.TRIAL, ""), attempt_of(job), slim
+
+
+def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, dict]],
+          reasons: dict[str, str] | None = None, results: dict[str, dict] | None = None,
+          ) -> tuple[list[StudyRow], list[TrialRow]]:
+    """Rows from study records and the latest slim job of each (study, trial) (pure).
+
+    `reasons` (job name → why its gang waits) and `results` (job name → result) fill in
+    what only other objects tell.
+    """
+    reasons, results = reasons or {}, results or {}
+    studies, trials = [], []
+    by_study: dict[str, list[tuple[str, int, dict]]] = {}
+    for (study_name, trial), (attempt, job) in jobs.items():
+        by_study.setdefault(study_name, []).append((trial, attempt, job))
+    for cm in cms:
+        record = parse_record(cm)
+        marks = suspended_of(cm)
+        rows: list[TrialRow] = []
+        seen = set()
+        for trial, attempt, job in sorted(by_study.get(record.study, []), key=lambda x: x[0]):
+            seen.add(trial)
+            mark = marks.get(trial)
+            view = view_of(trial, job, mark["attempt"] if mark else None)
+            before = carried(job)
+            used, lost = job["usage"]
+            notes = job["metadata"]["annotations"]
+            try:
+                params = json.loads(notes.get(labels.PARAMS) or "{}")
+            except ValueError:
+                params = {}
+            state = effective_state(view)
+            rows.append(TrialRow(
+                study=record.study, trial=trial, state=state.value, attempt=attempt, params=params,
+                created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],
+                phase=((job["status"].get("state") or {}).get("phase") or "Pending"),
+                pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
+                result=results.get(job["metadata"]["name"]), preemptions=view.preemptions,
+                gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
+                checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
+            ))
+        for trial, mark in sorted(marks.items()):
+            if trial in seen:
+                continue
+            seen.add(trial)
+            rows.append(TrialRow(
+                study=record.study, trial=trial, state=TrialState.SUSPENDED.value, attempt=mark["attempt"],
+                preemptions=int(mark.get("preemptions") or 0), gpu_seconds=float(mark.get("gpu_seconds") or 0),
+                gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
+            ))
+        for trial, outcome in sorted(record.finished.items()):
+            if trial not in seen:
+                seen.add(trial)
+                rows.append(TrialRow(study=record.study, trial=trial, state=outcome, attempt=-1))
+        counts = {s: 0 for s in ORDER}
+        for row in rows:
+            counts[row.state] = counts.get(row.state, 0) + 1
+        counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
+        studies.append(StudyRow(
+            study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
+            states=counts, in_flight=counts["pending"] + counts["running"], target=record.target,
+            decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
+            preemptions=sum(r.preemptions for r in rows),
+            gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
+        ))
+        trials.extend(rows)
+    return studies, trials
+
+
+
+
+def latest_slim(jobs, now: float) -> dict[tuple[str, str], tuple[int, dict]]:
+    """(study, trial) → (attempt, slim job) of the highest attempt among `jobs`."""
+    latest: dict[tuple[str, str], tuple[int, dict]] = {}
+    for job in jobs:
+        trial, attempt, slim = slim_job(job, now)
+        key = (slim["metadata"]["labels"].get(labels.STUDY, ""), trial)
+        if key not in latest or attempt > latest[key][0]:
+            latest[key] = (attempt, slim)
+    return latest
+
+
+# -- the summary a submit loop keeps in its study record ---------------------------------
+
+SUMMARY_KEY = "summary"
+
+
+def summary_data(row: StudyRow, at: float) -> dict[str, str]:
+    """The record keys that carry a study row computed at wall time `at`."""
+    return {SUMMARY_KEY: json.dumps({**asdict(row), "as_of": at}, sort_keys=True)}
+
+
+def summary_of(configmap: dict, now: float, fresh: float) -> StudyRow | None:
+    """The study row a submit loop stored, if it is at most `fresh` seconds old, or final
+    (every trial finished: nothing changes any more), else None."""
+    try:
+        data = json.loads((configmap.get("data") or {}).get(SUMMARY_KEY) or "null")
+        row = StudyRow(**data) if isinstance(data, dict) else None
+    except (TypeError, ValueError):
+        return None
+    if row is None or row.as_of is None:
+        return None
+    record = parse_record(configmap)
+    finished = row.states.get(TrialState.SUCCEEDED.value, 0) + row.states.get(TrialState.FAILED.value, 0)
+    final = finished >= row.trials > 0
+    if not final and now - row.as_of > fresh:
+        return None
+    # flags other terminals set since the loop wrote it
+    row.drained, row.critical, row.target, row.decision = record.drained, record.critical, record.target, record.reason
+    return row
