@@ -2,7 +2,7 @@
 
 `build` turns the latest attempt of each trial (slimmed by `slim_job`) and the studies'
 records into a `TrialRow` per trial and a `StudyRow` per study: trials by state, in
-flight against target, attempts, preemptions, GPU-hours used and lost. `status` builds
+flight against target, attempts, preemptions, failures, GPU-hours used and lost. `status` builds
 them from what it lists; the submit loop builds its study's row from the jobs it already
 holds and stores it in the study record (`summary_data`), so `status` can show a running
 study without listing its 10,000 jobs.
@@ -35,6 +35,7 @@ class TrialRow:
     pending: str = ""  # why the gang is not running
     result: dict | None = None
     preemptions: int = 0
+    failures: int = 0  # failed attempts, retried or not
     gpu_seconds: float = 0.0
     gpu_seconds_lost: float = 0.0
     checkpoint: str = ""
@@ -56,6 +57,7 @@ class StudyRow:
     gpu_hours: float
     gpu_hours_lost: float
     as_of: float | None = None  # when the submit loop computed it (None: just now, by status)
+    failures: int = 0
 
 
 def slim_job(job: dict, now: float) -> tuple[str, int, dict]:
@@ -114,7 +116,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],
                 phase=((job["status"].get("state") or {}).get("phase") or "Pending"),
                 pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
-                result=results.get(job["metadata"]["name"]), preemptions=view.preemptions,
+                result=results.get(job["metadata"]["name"]), preemptions=view.preemptions, failures=view.failures,
                 gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
                 checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
             ))
@@ -124,7 +126,8 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             seen.add(trial)
             rows.append(TrialRow(
                 study=record.study, trial=trial, state=TrialState.SUSPENDED.value, attempt=mark["attempt"],
-                preemptions=int(mark.get("preemptions") or 0), gpu_seconds=float(mark.get("gpu_seconds") or 0),
+                preemptions=int(mark.get("preemptions") or 0), failures=int(mark.get("failures") or 0),
+                gpu_seconds=float(mark.get("gpu_seconds") or 0),
                 gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
             ))
         for trial, outcome in sorted(record.finished.items()):
@@ -139,7 +142,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
             states=counts, in_flight=counts["pending"] + counts["running"], target=record.target,
             decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
-            preemptions=sum(r.preemptions for r in rows),
+            preemptions=sum(r.preemptions for r in rows), failures=sum(r.failures for r in rows),
             gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
         ))
         trials.extend(rows)

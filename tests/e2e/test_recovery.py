@@ -288,5 +288,6 @@ def test_failing_trials_are_retried_max_failures_times_then_given_up(testbed, ap
     assert sorted(j["metadata"]["uid"] for j in jobs_of(api, name)) == sorted(j["metadata"]["uid"] for j in jobs)
     snap = json.loads(cli.run("status", name, "-o", "json"))
     [study] = snap["studies"]
-    assert study["states"]["failed"] == 3 and study["attempts"] == 6 and study["preemptions"] == 0
-    assert sorted((t["trial"], t["state"], t["attempt"]) for t in snap["trials"]) == [(t, "failed", 1) for t in trials]
+    assert (study["states"]["failed"], study["attempts"], study["failures"], study["preemptions"]) == (3, 6, 6, 0)
+    assert sorted((t["trial"], t["state"], t["attempt"], t["failures"]) for t in snap["trials"]) == [
+        (t, "failed", 1, 2) for t in trials]

@@ -98,3 +98,21 @@ def test_tables_show_what_a_user_looks_for():
     studies = text(studies_table(snap.studies))
     assert "sweep" in studies and "1 pending" in studies and "1 succeeded" in studies and "2/4" not in studies
     assert "1/4" in studies  # in flight against target
+
+
+def test_failures_are_counted_per_trial_and_study_apart_from_preemptions():
+    given_up = recorded.aborted_job(attempt=1, annotations={
+        **Carried(preemptions=2, failures=1).annotations(), labels.GIVEN_UP: "failed 2 times"})
+    retried = recorded.running_job()  # attempt 1 of another trial, after one failure
+    retried["metadata"]["name"] = "sweep-retry"
+    retried["metadata"]["labels"][labels.ATTEMPT] = "1"
+    retried["metadata"]["annotations"].update(Carried(failures=1).annotations())
+    snap = snapshot([given_up, retried], marks={"sweep-gone": {"attempt": 0, "failures": 2, "preemptions": 1}})
+    rows = {t.job or t.trial: (t.state, t.attempt, t.failures, t.preemptions) for t in snap.trials}
+    assert rows == {f"{recorded.TRIAL}-a1": ("failed", 1, 2, 2), "sweep-retry": ("running", 1, 1, 0),
+                    "sweep-gone": ("suspended", 0, 2, 1)}
+    [study] = snap.studies
+    assert (study.failures, study.preemptions, study.attempts) == (5, 3, 5)
+    out = snap.as_dict()
+    assert out["studies"][0]["failures"] == 5
+    assert sorted(t["failures"] for t in out["trials"]) == [1, 2, 2]
