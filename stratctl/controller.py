@@ -22,7 +22,7 @@ from stratctl.render import Renderer
 from stratctl.requeue import Requeue
 from stratctl.progress import Progress, Reporter, Silent
 from stratctl.prometheus import Prometheus
-from stratctl.signals import ClusterSignals
+from stratctl.signals import ClusterSignals, Mirror
 from stratctl.space import Trial
 from stratctl.spec import Study
 from stratctl.state import TrialState, classify, latest_attempts, spec_hash_of
@@ -60,6 +60,10 @@ def default_policy(study: Study, options: SubmitOptions):
     return AdaptivePolicy(AdaptiveConfig(min=min(bounds.min, cap), initial=min(bounds.initial, cap), max=cap))
 
 
+def study_selector(study: Study) -> str:
+    return f"{labels.STUDY}={study.name}"
+
+
 def job_kind(study: Study) -> tuple[str, str]:
     return VOLCANO_JOB if study.workload == "volcano" else BATCH_JOB
 
@@ -93,6 +97,8 @@ class Submitter:
         self.options = options
         self.policy = policy or default_policy(study, options)
         self.signals: ClusterSignals | None = None
+        # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
+        self.jobs: Mirror | None = None
         self.prometheus = Prometheus(options.prometheus_url) if options.prometheus_url else None
         self._pending_since: dict[str, float] = {}
         self.reporter = reporter or Silent()
@@ -112,7 +118,7 @@ class Submitter:
         self._last_decision: Decision | None = None
         self.wall = wall
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
-        self._summary: tuple[float, dict] | None = None  # (clock, data) of the last summary written
+        self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
 
     # -- the study record -----------------------------------------------------------
 
@@ -152,27 +158,32 @@ class Submitter:
     def save_summary(self, force: bool = False) -> None:
         """Keep the study's row (trials by state, attempts, GPU-hours) in its record, so
         `status` shows this study without listing its jobs: when it changed, at most every
-        SUMMARY_EVERY seconds, and at least every SUMMARY_REFRESH (status trusts it for 30)."""
+        SUMMARY_EVERY seconds (or 20 times what building it took, so a huge study spends at
+        most 5% of the loop on it), and at least every SUMMARY_REFRESH (status trusts a
+        summary for 30 s)."""
         if self._record_cm is None:
             return
-        now, at = self.clock(), self.wall()
-        last_time, last_text = self._summary or (float("-inf"), {})
-        if not force and now - last_time < SUMMARY_EVERY:
+        now = self.clock()
+        last_time, last_data, cost = self._summary or (float("-inf"), {}, 0.0)
+        if not force and now - last_time < max(SUMMARY_EVERY, 20 * cost):
             return
+        at, started = self.wall(), time.perf_counter()
         cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
         (row,), _ = build(at, [cm], latest_slim(self._jobs.values(), at))
-        text = summary_data(row, 0.0)  # compared without the time it was taken
-        if not force and text == last_text and now - last_time < SUMMARY_REFRESH:
+        cost = time.perf_counter() - started
+        data = summary_data(row, 0.0)  # compared without the time it was taken
+        if not force and data == last_data and now - last_time < SUMMARY_REFRESH:
             return
         self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": summary_data(row, at)}, self.namespace)
-        self._summary = (now, text)
+        self._summary = (now, data, cost)
 
     # -- observe --------------------------------------------------------------------
 
     def observe(self) -> dict[str, TrialState]:
-        jobs, _ = self.cluster.list(
-            self._kind, self.namespace, label_selector=f"{labels.STUDY}={self.study.name}"
-        )
+        if self.jobs is not None:
+            jobs = self.jobs.items()
+        else:
+            jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
         latest = latest_attempts(jobs)
         states: dict[str, TrialState] = {}
         for name in self.order:
@@ -196,7 +207,9 @@ class Submitter:
         manifests = self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
         for manifest in manifests:
             try:
-                self.cluster.create(manifest, dry_run=dry_run)
+                created = self.cluster.create(manifest, dry_run=dry_run)
+                if self.jobs is not None and not dry_run and created and created.get("kind") == self._kind[1]:
+                    self.jobs.add(created)  # so the next cycle sees it even if the watch lags
             except AlreadyExists:
                 kind = (manifest["apiVersion"], manifest["kind"])
                 there = self.cluster.get(kind, manifest["metadata"]["name"], self._ns(manifest))

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratctl.cluster import Cluster
-from stratctl.controller import Submitter, SubmitOptions, gang_shape
+from stratctl.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
 from stratctl.progress import Progress, Reporter
 from stratctl.render import Renderer
-from stratctl.signals import ClusterSignals
+from stratctl.signals import ClusterSignals, Mirror
 from stratctl.space import Trial, expand
 from stratctl.spec import Study, load_study
 from stratctl.throttle import Throttle
@@ -80,11 +80,14 @@ def submit_study(
     try:
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
+        submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
+                                label_selector=study_selector(study)).start()
         if options.parallelism == "adaptive" and not options.detach:
             submitter.signals = ClusterSignals(cluster, gang_shape(study)).start()
         try:
             return submitter.run()
         finally:
+            submitter.jobs.stop()
             if submitter.signals:
                 submitter.signals.stop()
     finally:

@@ -214,3 +214,45 @@ def test_a_slow_etcd_reported_by_prometheus_holds_new_submissions(study_file):
     assert created_when_asked[:3] == [0, 0, 0]  # nothing was created while etcd was slow
     assert progress.succeeded == 10  # once etcd recovered, every trial ran
     assert progress.etcd_commit_p99 == pytest.approx(0.01)
+
+
+class LaggingMirror:
+    """The study's jobs as a watch delivers them: one cycle late, plus what the loop added."""
+
+    def __init__(self, cluster: FakeCluster):
+        self.cluster = cluster
+        self.seen: list[dict] = []
+        self.added: dict[str, dict] = {}
+
+    def items(self) -> list[dict]:
+        now_seen = {j["metadata"]["name"]: j for j in self.seen}
+        out = list({**self.added, **now_seen}.values())
+        self.seen = [dict(j) for j in self.cluster.jobs()]  # what the next call will show
+        self.added = {k: v for k, v in self.added.items() if k not in now_seen}
+        return out
+
+    def add(self, obj: dict) -> None:
+        self.added.setdefault(obj["metadata"]["name"], obj)
+
+
+def test_jobs_from_a_lagging_watch_are_never_created_twice_nor_over_admitted(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    submitter.jobs = LaggingMirror(cluster)
+    calls = {"create": 0, "list": 0}
+    create, listing = cluster.create, cluster.list
+
+    def counted_create(manifest, dry_run=False):
+        calls["create"] += manifest["kind"] == "Job"
+        return create(manifest, dry_run)
+
+    def counted_list(kind, *args, **kwargs):
+        calls["list"] += kind[1] == "Job"
+        return listing(kind, *args, **kwargs)
+
+    cluster.create, cluster.list = counted_create, counted_list
+    progress = submitter.run()
+    assert progress.succeeded == 10 and progress.created == 10
+    assert sorted(cluster.creates) == sorted(t.name for t in trials)
+    assert calls == {"create": 10, "list": 0}  # no 409 round trips; every cycle read the watch's copy
+    assert cluster.max_in_flight_seen == 3
