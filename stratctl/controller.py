@@ -42,6 +42,7 @@ class SubmitOptions:
     prometheus_url: str | None = None  # etcd and scheduler metrics, when the cluster has Prometheus
 
 
+MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
 SUMMARY_EVERY = 5.0  # seconds between two summaries in the study record, at least
 SUMMARY_REFRESH = 15.0  # ... and at most, while the loop runs
 
@@ -117,6 +118,7 @@ class Submitter:
         self._kind = job_kind(study)
         self._last_decision: Decision | None = None
         self.wall = wall
+        self._flags_read = float("-inf")  # clock time the record's flags were last read
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
 
@@ -315,6 +317,17 @@ class Submitter:
         p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
         return decision
 
+    def _pause(self) -> None:
+        """Until the next cycle: the poll interval, or sooner when one of the study's jobs
+        changed (a trial that finished frees GPUs for the next one now, not a cycle later),
+        but at least MIN_CYCLE, so a busy study does not spin the loop."""
+        waits = getattr(self.jobs, "wait", None)
+        if waits is None or self.options.poll_interval <= MIN_CYCLE:
+            self.sleep(self.options.poll_interval)
+            return
+        self.sleep(MIN_CYCLE)
+        waits(self.options.poll_interval - MIN_CYCLE)
+
     def dry_run(self) -> Progress:
         """Send every manifest with dryRun=All (server) or only render them (client)."""
         names = list(self.order)
@@ -339,7 +352,9 @@ class Submitter:
         requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter)
         try:
             while True:
-                self._refresh_flags()
+                if self.clock() - self._flags_read >= self.options.poll_interval:
+                    self._refresh_flags()
+                    self._flags_read = self.clock()
                 states = self.observe()
                 states = requeue.step(states, self._jobs, self.record.drained)
                 self._tally(states)
@@ -361,7 +376,7 @@ class Submitter:
                 if self.options.detach and not self.progress.waiting:
                     self.progress.detached = True
                     break
-                self.sleep(self.options.poll_interval)
+                self._pause()
         except KeyboardInterrupt:
             self.progress.interrupted = True
         finally:

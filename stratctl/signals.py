@@ -162,6 +162,7 @@ class Mirror:
         self._thread: threading.Thread | None = None
         self._version = ""
         self.events = 0
+        self._changed = threading.Event()
         self.relists = 0
 
     def _key(self, obj: dict) -> str:
@@ -175,6 +176,7 @@ class Mirror:
             self._objects = {self._key(o): self.transform(o) for o in items}
             self._version = version
         self.relists += 1
+        self._changed.set()
 
     def start(self) -> Mirror:
         self.relist()
@@ -210,6 +212,7 @@ class Mirror:
             if kind == "BOOKMARK":
                 return
             self.events += 1
+            self._changed.set()
             if kind == "DELETED":
                 self._objects.pop(self._key(obj), None)
             else:
@@ -220,6 +223,12 @@ class Mirror:
         already brought it (then what is here is at least as new)."""
         with self._lock:
             self._objects.setdefault(self._key(obj), self.transform(obj))
+
+    def wait(self, timeout: float) -> bool:
+        """Block until an object changed since the last call (True) or `timeout` passed."""
+        fired = self._changed.wait(timeout)
+        self._changed.clear()
+        return fired
 
     def items(self) -> list[dict]:
         with self._lock:

@@ -256,3 +256,24 @@ def test_jobs_from_a_lagging_watch_are_never_created_twice_nor_over_admitted(stu
     assert sorted(cluster.creates) == sorted(t.name for t in trials)
     assert calls == {"create": 10, "list": 0}  # no 409 round trips; every cycle read the watch's copy
     assert cluster.max_in_flight_seen == 3
+
+
+def test_a_job_change_wakes_the_loop_early_but_never_sooner_than_min_cycle(study_file):
+    from stratctl.controller import MIN_CYCLE
+
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, _ = make(study_file(), cluster, clock)
+    slept, waited = [], []
+    submitter.sleep = slept.append
+
+    class Watched(LaggingMirror):
+        def wait(self, timeout):
+            waited.append(timeout)
+            return True
+
+    submitter.jobs = Watched(cluster)
+    submitter._pause()
+    assert slept == [MIN_CYCLE] and waited == [pytest.approx(1.0 - MIN_CYCLE)]
+    submitter.jobs = None  # no watch: the plain poll interval
+    submitter._pause()
+    assert slept == [MIN_CYCLE, 1.0]
