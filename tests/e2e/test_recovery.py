@@ -291,3 +291,23 @@ def test_failing_trials_are_retried_max_failures_times_then_given_up(testbed, ap
     assert (study["states"]["failed"], study["attempts"], study["failures"], study["preemptions"]) == (3, 6, 6, 0)
     assert sorted((t["trial"], t["state"], t["attempt"], t["failures"]) for t in snap["trials"]) == [
         (t, "failed", 1, 2) for t in trials]
+
+
+def test_status_shows_the_result_each_trial_reported_and_sorts_by_it(testbed, api, cli, studies):
+    """Each trial writes {"loss": ..., "seed": ...} as its termination message (on the testbed:
+    the pod annotation KWOK copies there); status keeps it as the result and ranks by it."""
+    name = unique("res")
+    message = '{"loss": {{ (params.seed - 2) * (params.seed - 2) + params.seed / 10 }}, "seed": {{ params.seed }}}'
+    path = studies(name, study_yaml(name, testbed.namespace, 4, "2s",
+                                    annotations={"testbed.stratctl.io/termination-message": message}))
+    progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120))
+    assert (progress["succeeded"], progress["failed"]) == (4, 0)
+    losses = {seed: (seed - 2) * (seed - 2) + seed / 10 for seed in range(4)}  # 4.0, 1.1, 0.2, 1.3
+    snap = json.loads(cli.run("status", name, "-o", "json"))
+    assert {t["params"]["seed"]: t["result"] for t in snap["trials"]} == {
+        seed: {"loss": loss, "seed": seed} for seed, loss in losses.items()}
+    ranked = json.loads(cli.run("status", name, "--sort", "loss", "-o", "json"))
+    assert [(t["params"]["seed"], t["result"]["loss"]) for t in ranked["trials"]] == [
+        (2, 0.2), (1, 1.1), (3, 1.3), (0, 4.0)]
+    highest_first = json.loads(cli.run("status", name, "--sort", "-loss", "-o", "json"))
+    assert [t["params"]["seed"] for t in highest_first["trials"]] == [0, 3, 1, 2]

@@ -235,11 +235,14 @@ def test_gang_runs_and_completes(testbed, admin, restricted, jobs):
 
 
 def test_failed_exit_code(testbed, admin, jobs):
-    """KWOK stage: a pod with exit-code annotation fails with that exit code."""
+    """KWOK stage: a pod with exit-code annotation fails with that exit code, and its
+    termination-message annotation becomes the terminated container's message."""
     name = unique("fail")
     body = vcjob(name, replicas=1, min_available=1, duration="1s")
     body["spec"]["maxRetry"] = 1
-    body["spec"]["tasks"][0]["template"]["metadata"]["annotations"]["testbed.stratctl.io/exit-code"] = "3"
+    notes = body["spec"]["tasks"][0]["template"]["metadata"]["annotations"]
+    notes["testbed.stratctl.io/exit-code"] = "3"
+    notes["testbed.stratctl.io/termination-message"] = '{"error": "diverged", "step": 70}'
     jobs.append(name)
     admin.create_job(body)
 
@@ -250,7 +253,8 @@ def test_failed_exit_code(testbed, admin, jobs):
         return None
 
     pod = wait_until(failed_pod, 60, message="a Failed pod")
-    assert pod.status.container_statuses[0].state.terminated.exit_code == 3
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.message) == (3, '{"error": "diverged", "step": 70}')
 
 
 def test_gang_larger_than_cluster_stays_pending(testbed, admin, restricted, jobs):
