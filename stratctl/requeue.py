@@ -16,7 +16,7 @@ from collections.abc import Callable
 from stratctl import labels
 from stratctl.cluster import CONFIGMAP
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
-from stratctl.record import record_name, suspended_of
+from stratctl.record import parse_record, record_name, suspended_of
 from stratctl.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
 from stratctl.state import TrialState, classify, classify_attempt, podgroup_name, preemptions, spec_hash_of
 
@@ -83,11 +83,17 @@ class Requeue:
         self.limits = Limits(max_preemptions=study.retries.max_preemptions, max_failures=study.retries.max_failures)
         self._evictions: dict[str, list[dict]] = {}  # ended job's uid -> Evict events on its PodGroup
 
-    def _marks(self) -> dict[str, dict]:
+    def _record(self, drained: bool) -> tuple[dict[str, dict], bool]:
+        """The suspension marks and the drained flag, from one read of the study record.
+
+        `drain` sets the flag before it writes marks and deletes jobs, so a loop that sees
+        a mark (or a job gone) must judge it by a flag at least as fresh: the loop's own
+        copy may be older. Without a record, the loop's flag stands."""
         try:
-            return suspended_of(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.study.namespace))
+            cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.study.namespace)
         except NotFound:
-            return {}
+            return {}, drained
+        return suspended_of(cm), parse_record(cm).drained
 
     def _state(self, job: dict, state: TrialState) -> TrialState:
         """The loop classified from the job alone; an ended Volcano job may still have been
@@ -110,9 +116,10 @@ class Requeue:
 
         A trial left RETRYING, PREEMPTED or SUSPENDED is not finished: the loop goes on
         until its next attempt exists (a drained study holds it, a failed create is tried
-        again next cycle).
+        again next cycle). Whether the study is drained is read from its record with the
+        marks; `drained` (the loop's copy) counts only when there is no record.
         """
-        marks = self._marks()
+        marks, drained = self._record(drained)
         views = {}
         for name, state in states.items():
             job = latest.get(name)

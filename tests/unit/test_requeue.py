@@ -198,10 +198,31 @@ def test_a_retrying_trial_is_not_finished_while_its_next_attempt_cannot_be_creat
     requeue = Requeue(cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter,
                       clock=clock)
     # drained: held, neither failed nor finished
+    cluster.record("loop")["data"]["drained"] = "true"
     assert requeue.step({name: TrialState.FAILED}, {name: job}, drained=True) == {name: TrialState.RETRYING}
+    cluster.record("loop")["data"]["drained"] = "false"
     # the create fails: tried again next cycle
     cluster.fail[f"{name}-a1"] = ClusterError("connection refused")
     assert requeue.step({name: TrialState.FAILED}, {name: job}, drained=False) == {name: TrialState.RETRYING}
     del cluster.fail[f"{name}-a1"]
     assert requeue.step({name: TrialState.FAILED}, {name: job}, drained=False) == {name: TrialState.PENDING}
     assert [j["metadata"]["name"] for j in attempts_of(cluster, name)] == [name, f"{name}-a1"]
+
+
+def test_a_suspended_trial_waits_while_the_record_says_drained_even_if_the_loop_has_not_read_it_yet(study_file):  # noqa: F811
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    submitter.ensure_record()
+    name = trials[0].name
+    record = cluster.record("loop")
+    # what `drain` leaves: the flag, then the mark; the job is gone
+    record["data"]["drained"] = "true"
+    record["data"].update(suspended_patch({name: {"attempt": 0}})["data"])
+    requeue = Requeue(cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter,
+                      clock=clock)
+    # the loop's own copy of the flag is older: not drained
+    assert requeue.step({name: TrialState.WAITING}, {}, drained=False) == {name: TrialState.SUSPENDED}
+    assert cluster.jobs() == []
+    record["data"]["drained"] = "false"  # `resume`, or drained no more
+    assert requeue.step({name: TrialState.WAITING}, {}, drained=True) == {name: TrialState.PENDING}
+    assert [j["metadata"]["name"] for j in cluster.jobs()] == [f"{name}-a1"]
