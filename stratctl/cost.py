@@ -1,7 +1,9 @@
 """What a study will cost before it runs: GPU-hours, and money when a price is given.
 
 GPU-hours = GPUs per trial × expected trial duration × trials × retry factor, the retry
-factor accounting for attempts lost to failures and preemptions.
+factor accounting for attempts lost to failures and preemptions. When the expected
+duration is a template over the trial's values, the durations of the trials (rendered by
+`Renderer.expected_seconds`) are summed instead.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ class Estimate:
     gpus_per_trial: int
     gpu_hours: float
     money: float | None  # None without cost.gpu_hour_price
-    expected_seconds: float  # of one trial
+    expected_seconds: float  # of one trial (the mean when trials differ)
     retry_factor: float
     currency: str = "USD"
 
@@ -35,9 +37,12 @@ class Estimate:
         }
 
 
-def estimate(study: Study, trials: Sequence[Trial] | int) -> Estimate:
+def estimate(study: Study, trials: Sequence[Trial] | int, seconds: Sequence[float] | None = None) -> Estimate:
+    """`seconds`: each trial's expected duration, when the study's differs per trial."""
     n = trials if isinstance(trials, int) else len(trials)
     c = study.cost
-    gpu_hours = study.gpus_per_trial * c.expected_seconds / 3600 * n * c.retry_factor
+    total = sum(seconds) if seconds is not None else c.expected_seconds * n
+    mean = total / n if seconds is not None and n else (0.0 if seconds is not None else c.expected_seconds)
+    gpu_hours = study.gpus_per_trial * total / 3600 * c.retry_factor
     money = None if c.gpu_hour_price is None else gpu_hours * c.gpu_hour_price
-    return Estimate(n, study.gpus_per_trial, gpu_hours, money, c.expected_seconds, c.retry_factor, c.currency)
+    return Estimate(n, study.gpus_per_trial, gpu_hours, money, mean, c.retry_factor, c.currency)

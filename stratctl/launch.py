@@ -53,7 +53,13 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     trials = expand(study)
     renderer = Renderer(study)
     rendered = renderer.render_all(trials, attempt=0)
-    return Prepared(study, trials, renderer, {t.name: m for t, m in zip(trials, rendered)})
+    manifests = {t.name: m for t, m in zip(trials, rendered)}
+    if study.cost.per_trial and study.throttle.order == "longest-first":
+        # Longest expected first (LPT): the last trials to start are short ones, so the
+        # study does not end with a few long trials running on an otherwise idle cluster.
+        seconds = {t.name: renderer.expected_seconds(t) for t in trials}
+        trials = sorted(trials, key=lambda t: -seconds[t.name])
+    return Prepared(study, trials, renderer, manifests)
 
 
 def submit_study(

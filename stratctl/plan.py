@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stratctl.cost import Estimate, estimate
-from stratctl.render import validate
+from stratctl.render import Renderer, validate
 from stratctl.space import Trial, size
 from stratctl.spec import Study
 
@@ -24,6 +24,7 @@ class Plan:
     trials: Sequence[Trial]
     drawn: int  # combinations drawn by the strategy, before duplicates were merged
     estimate: Estimate
+    seconds: Sequence[float] | None = None  # each trial's expected duration, when they differ
 
     @property
     def duplicates(self) -> int:
@@ -33,7 +34,11 @@ class Plan:
 def make_plan(path: str | Path) -> Plan:
     """Load, expand and render-check a study, and estimate its cost."""
     study, trials = validate(path)
-    return Plan(study, trials, size(study), estimate(study, trials))
+    seconds = None
+    if study.cost.per_trial:
+        renderer = Renderer(study)
+        seconds = [renderer.expected_seconds(t) for t in trials]
+    return Plan(study, trials, size(study), estimate(study, trials, seconds), seconds)
 
 
 def _value(v: Any) -> str:
@@ -47,9 +52,12 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
     trials.add_column("trial", no_wrap=True)
     for name in s.space:
         trials.add_column(name, justify="right")
+    if plan.seconds is not None:
+        trials.add_column("expected", justify="right")
     shown = plan.trials if max_rows is None else plan.trials[:max_rows]
-    for t in shown:
-        trials.add_row(str(t.index), t.name, *(_value(t.params[k]) for k in s.space))
+    for i, t in enumerate(shown):
+        expected = [_duration(plan.seconds[i])] if plan.seconds is not None else []
+        trials.add_row(str(t.index), t.name, *(_value(t.params[k]) for k in s.space), *expected)
     lines = []
     if len(shown) < len(plan.trials):
         lines.append(f"… {len(plan.trials) - len(shown)} more trials (use --max-rows 0 or -o json to see all)")
@@ -63,8 +71,10 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
     lines.append(
         f"each trial: a gang of {s.gang_size} pods ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
         f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
+        + (" on average" if plan.seconds is not None else "")
     )
-    cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {_duration(e.expected_seconds)} × " \
+    per_trial = f"{_duration(e.expected_seconds)} (mean)" if plan.seconds is not None else _duration(e.expected_seconds)
+    cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {per_trial} × " \
            f"{e.trials} trials × retry factor {e.retry_factor:g}"
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
@@ -81,7 +91,9 @@ def as_json(plan: Plan) -> dict:
         "drawn": plan.drawn,
         "duplicates": plan.duplicates,
         "gang_size": plan.study.gang_size,
-        "trials": [{"index": t.index, "name": t.name, "params": dict(t.params)} for t in plan.trials],
+        "trials": [{"index": t.index, "name": t.name, "params": dict(t.params),
+                    **({"expected_seconds": plan.seconds[i]} if plan.seconds is not None else {})}
+                   for i, t in enumerate(plan.trials)],
         "estimate": plan.estimate.as_dict(),
     }
 

@@ -31,6 +31,7 @@ from jinja2.exceptions import TemplateError
 
 from stratctl import labels, sandbox
 from stratctl.errors import Problem, StudyError
+from stratctl.model import parse_duration
 from stratctl.space import Trial, attempt_name, bulk, expand
 from stratctl.spec import Study, load_study
 
@@ -56,6 +57,9 @@ def validate(path: str | Path) -> tuple[Study, list[Trial]]:
     renderer = Renderer(study)
     if trials:
         renderer.render(trials[0])
+    if study.cost.per_trial:
+        for trial in trials:
+            renderer.expected_seconds(trial)
     return study, trials
 
 
@@ -101,6 +105,20 @@ class Renderer:
         for labels_map in _label_maps(docs):
             labels_map[labels.SPEC_HASH] = digest
         return docs
+
+    def expected_seconds(self, trial: Trial) -> float:
+        """How long the trial is expected to run: cost.expected_duration, rendered for the
+        trial when it is a template."""
+        cost = self.study.cost
+        if not cost.per_trial:
+            return cost.expected_seconds
+        text = self._run(self._string(cost.expected_duration), self._trial_context(trial, 0, False)).strip()
+        try:
+            return parse_duration(text)
+        except ValueError as e:
+            raise StudyError([self.study.problem(("cost", "expected_duration"),
+                                                 f"trial {trial.index} ({trial.name}): {e}")
+                              ]) from None
 
     def render_all(self, trials: Iterable[Trial], attempt: int = 0, resume: bool = False) -> list[list[dict]]:
         """`render` for many trials at once (the collector paused: see space.bulk)."""

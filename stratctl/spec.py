@@ -269,10 +269,15 @@ class Throttle(_Model):
     qps: float = Field(default=5.0, gt=0, allow_inf_nan=False)
     burst: int = Field(default=10, ge=1)
     parallelism: Parallelism = Parallelism()
+    # Which waiting trial goes first: the longest expected (cost.expected_duration as a
+    # template over params) or the order the strategy lists them in.
+    order: Literal["longest-first", "listed"] = "longest-first"
 
 
 class Cost(_Model):
-    expected_duration: float | str = "1h"  # seconds, or "2h", "90m", "1h30m"
+    # seconds, or "2h", "90m", "1h30m"; or a template over the trial's values that renders
+    # one, such as "{{ params.epochs * 6 }}m", when trials differ in length
+    expected_duration: float | str = "1h"
     gpu_hour_price: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     retry_factor: float = Field(default=1.0, ge=1.0, le=100, allow_inf_nan=False)
     currency: str = "USD"
@@ -280,6 +285,8 @@ class Cost(_Model):
     @field_validator("expected_duration")
     @classmethod
     def _duration(cls, v: float | str) -> float | str:
+        if isinstance(v, str) and sandbox.is_template(v):
+            return v  # checked and rendered per trial by the renderer
         try:
             parse_duration(v)
         except ValueError as e:
@@ -287,7 +294,15 @@ class Cost(_Model):
         return v
 
     @property
+    def per_trial(self) -> bool:
+        """Whether the expected duration is a template, different for each trial."""
+        return isinstance(self.expected_duration, str) and sandbox.is_template(self.expected_duration)
+
+    @property
     def expected_seconds(self) -> float:
+        """The expected duration of every trial (not defined when it is `per_trial`)."""
+        if self.per_trial:
+            raise ValueError("cost.expected_duration is a template: see Renderer.expected_seconds")
         return parse_duration(self.expected_duration)
 
 

@@ -120,6 +120,41 @@ def test_plan_json(tmp_path):
     assert {t["params"]["lr"] for t in plan["trials"]} == {0.1, 0.2}
 
 
+def test_plan_with_a_duration_per_trial_sums_them(tmp_path):
+    # bs 16 trials take 16 minutes, bs 32 trials 32 minutes
+    text = MINIMAL + 'cost: {expected_duration: "{{ params.bs }}m"}\n'
+    result = run("plan", write(tmp_path, text), "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    seconds = [t["expected_seconds"] for t in plan["trials"]]
+    assert seconds == [t["params"]["bs"] * 60 for t in plan["trials"]]
+    assert plan["estimate"]["gpu_hours"] == pytest.approx(2 * sum(seconds) / 3600)
+    table = run("plan", write(tmp_path, text))
+    assert "expected" in table.stdout and "on average" in table.stdout
+
+
+def test_a_duration_template_that_renders_no_duration_names_its_line(tmp_path):
+    text = MINIMAL + 'cost:\n  expected_duration: "{{ params.bs }} parsecs"\n'
+    result = run("plan", write(tmp_path, text))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert ":15:22: trial 0 (tiny-" in result.stderr and "'32 parsecs' is not a duration (examples" in result.stderr
+    assert run("validate", write(tmp_path, text)).exit_code == 2
+    unknown = MINIMAL + 'cost: {expected_duration: "{{ params.epochs }}m"}\n'
+    result = run("validate", write(tmp_path, unknown))
+    assert result.exit_code == 2 and "epochs" in result.stderr
+
+
+def test_submit_order_is_longest_expected_first_unless_listed(tmp_path):
+    from stratctl.launch import prepare
+
+    text = MINIMAL + 'cost: {expected_duration: "{{ params.bs }}m"}\n'
+    prepared = prepare(write(tmp_path, text))
+    listed = prepare(write(tmp_path, text + "throttle: {order: listed}\n", "listed.yaml"))
+    assert [t.params["bs"] for t in prepared.trials] == sorted((t.params["bs"] for t in listed.trials), reverse=True)
+    assert [t.index for t in listed.trials] == sorted(t.index for t in listed.trials)
+    assert {t.name for t in prepared.trials} == {t.name for t in listed.trials} == set(prepared.manifests)
+
+
 def test_plan_says_when_duplicates_were_merged(tmp_path):
     text = MINIMAL.replace("{type: loguniform, low: 1.0e-4, high: 1.0e-1}", "{type: choice, values: [0.1]}")
     result = run("plan", write(tmp_path, text))
