@@ -119,6 +119,7 @@ class Submitter:
         self._last_decision: Decision | None = None
         self.wall = wall
         self._flags_read = float("-inf")  # clock time the record's flags were last read
+        self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
 
@@ -150,6 +151,7 @@ class Submitter:
                            self.namespace)
 
     def _refresh_flags(self) -> None:
+        self._flags_read, self._deletions_read = self.clock(), self._deletions_seen
         try:
             cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
         except NotFound:
@@ -181,9 +183,17 @@ class Submitter:
 
     # -- observe --------------------------------------------------------------------
 
+    def _record_due(self) -> bool:
+        """Whether to read the study record (drained flag, suspension marks) this cycle:
+        every poll interval, and whenever one of the study's jobs was deleted since the last
+        read. `drain` sets the flag before it deletes jobs, so a read made after the loop
+        saw a job gone sees the flag: the loop never admits into a drain on a stale copy."""
+        return (self.jobs is None or self.clock() - self._flags_read >= self.options.poll_interval
+                or self._deletions_seen != self._deletions_read)
+
     def observe(self) -> dict[str, TrialState]:
         if self.jobs is not None:
-            jobs = self.jobs.items()
+            jobs, self._deletions_seen = self.jobs.snapshot()
         else:
             jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
         latest = latest_attempts(jobs)
@@ -352,11 +362,10 @@ class Submitter:
         requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter)
         try:
             while True:
-                if self.clock() - self._flags_read >= self.options.poll_interval:
-                    self._refresh_flags()
-                    self._flags_read = self.clock()
                 states = self.observe()
-                states = requeue.step(states, self._jobs, self.record.drained)
+                if self._record_due():
+                    self._refresh_flags()
+                states = requeue.step(states, self._jobs, self.record.drained, record=self._record_cm)
                 self._tally(states)
                 self.save_summary(force=self.progress.done)  # the cluster as just observed
                 observed = self._observe_pressure(states)

@@ -111,15 +111,17 @@ class Requeue:
                 return state
         return classify_attempt(job, events=self._evictions[uid])
 
-    def step(self, states: dict[str, TrialState], latest: dict[str, dict], drained: bool) -> dict[str, TrialState]:
+    def step(self, states: dict[str, TrialState], latest: dict[str, dict], drained: bool,
+             record: dict | None = None) -> dict[str, TrialState]:
         """Update the loop's trial states (preempted, suspended, retrying, given up) and act on them.
 
         A trial left RETRYING, PREEMPTED or SUSPENDED is not finished: the loop goes on
         until its next attempt exists (a drained study holds it, a failed create is tried
         again next cycle). Whether the study is drained is read from its record with the
-        marks; `drained` (the loop's copy) counts only when there is no record.
+        marks (`record`: the loop's latest read of it, else read here); `drained` (the
+        loop's copy) counts only when there is no record.
         """
-        marks, drained = self._record(drained)
+        marks, drained = self._record(drained) if record is None else (suspended_of(record), parse_record(record).drained)
         views = {}
         for name, state in states.items():
             job = latest.get(name)

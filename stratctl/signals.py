@@ -162,6 +162,7 @@ class Mirror:
         self._thread: threading.Thread | None = None
         self._version = ""
         self.events = 0
+        self.deletions = 0  # objects seen deleted, ever (relists included)
         self._changed = threading.Event()
         self.relists = 0
 
@@ -173,7 +174,9 @@ class Mirror:
         items, version = self.cluster.list(self.kind, self.namespace, label_selector=self.label_selector,
                                            all_namespaces=self.all_namespaces)
         with self._lock:
-            self._objects = {self._key(o): self.transform(o) for o in items}
+            fresh = {self._key(o): self.transform(o) for o in items}
+            self.deletions += len(self._objects.keys() - fresh.keys())
+            self._objects = fresh
             self._version = version
         self.relists += 1
         self._changed.set()
@@ -215,6 +218,7 @@ class Mirror:
             self._changed.set()
             if kind == "DELETED":
                 self._objects.pop(self._key(obj), None)
+                self.deletions += 1
             else:
                 self._objects[self._key(obj)] = self.transform(obj)
 
@@ -233,6 +237,11 @@ class Mirror:
     def items(self) -> list[dict]:
         with self._lock:
             return list(self._objects.values())
+
+    def snapshot(self) -> tuple[list[dict], int]:
+        """The objects and the deletion count they reflect, read together."""
+        with self._lock:
+            return list(self._objects.values()), self.deletions
 
     def stop(self) -> None:
         self._stop.set()

@@ -53,7 +53,7 @@ def make(path, cluster, clock, **options):
         clock.sleep(seconds)
         cluster.advance()
 
-    opts = SubmitOptions(poll_interval=1.0, workers=1, **options)
+    opts = SubmitOptions(**{"poll_interval": 1.0, "workers": 1, **options})
     return Submitter(study, trials, Renderer(study), cluster, throttle, opts, clock=clock, sleep=sleep), trials
 
 
@@ -234,6 +234,9 @@ class LaggingMirror:
     def add(self, obj: dict) -> None:
         self.added.setdefault(obj["metadata"]["name"], obj)
 
+    def snapshot(self) -> tuple[list[dict], int]:
+        return self.items(), 0
+
 
 def test_jobs_from_a_lagging_watch_are_never_created_twice_nor_over_admitted(study_file):
     cluster, clock = FakeCluster(), FakeClock()
@@ -277,3 +280,52 @@ def test_a_job_change_wakes_the_loop_early_but_never_sooner_than_min_cycle(study
     submitter.jobs = None  # no watch: the plain poll interval
     submitter._pause()
     assert slept == [MIN_CYCLE, 1.0]
+
+
+class WatchedJobs:
+    """The study's jobs as an up-to-date watch has them, with the deletions it saw, and a
+    `wait` that returns at once: every cycle is an early wake-up (the clock hardly moves)."""
+
+    def __init__(self, cluster: FakeCluster):
+        self.cluster = cluster
+        self.deletions = 0
+        self._names: set[str] = set()
+
+    def snapshot(self) -> tuple[list[dict], int]:
+        jobs = [dict(j) for j in self.cluster.jobs()]
+        names = {j["metadata"]["name"] for j in jobs}
+        self.deletions += len(self._names - names)
+        self._names = names
+        return jobs, self.deletions
+
+    def add(self, obj: dict) -> None:
+        pass
+
+    def wait(self, timeout: float) -> bool:
+        return True
+
+
+def test_a_drain_seen_as_deleted_jobs_is_read_from_the_record_before_the_loop_acts(study_file):
+    from stratctl.drain import drain
+
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock, poll_interval=30.0)
+    submitter.jobs = WatchedJobs(cluster)
+    start = clock()
+    cycles = {"n": 0}
+    created_at_drain = {}
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        cycles["n"] += 1
+        if cycles["n"] == 3:  # another terminal drains the study between two cycles
+            drain(cluster, cluster.namespace, "loop", settle=0)
+            created_at_drain["n"] = len(cluster.creates)
+        if cycles["n"] > 8:
+            raise KeyboardInterrupt
+
+    submitter.sleep = sleep
+    progress = submitter.run()
+    assert progress.interrupted and clock() - start < 30.0  # every read of the record came from a deletion
+    assert created_at_drain["n"] == 3 and len(cluster.creates) == 3  # nothing admitted into the drain
+    assert cluster.jobs() == [] and progress.target == 3
