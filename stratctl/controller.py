@@ -114,6 +114,7 @@ class Submitter:
             trials=len(trials),
             critical=study.critical,
             source=source,
+            max_failures=study.retries.max_failures,
         )
         self._kind = job_kind(study)
         self._last_decision: Decision | None = None
@@ -141,7 +142,7 @@ class Submitter:
                     f"(spec {existing.spec_hash} → {self.record.spec_hash}); trials whose parameters are "
                     "unchanged keep their names"
                 )
-            self._save_record("study.yaml", "spec-hash", "trials", "critical")
+            self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures")
 
     def _save_record(self, *keys: str) -> None:
         """Write only the named keys of the record: `drained` and the suspension marks belong

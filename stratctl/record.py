@@ -31,6 +31,7 @@ class StudyRecord:
     reason: str = ""  # why the target is what it is
     finished: dict[str, str] = field(default_factory=dict)  # cleaned-up trial -> "succeeded" | "failed"
     source: str = ""  # the study file's text
+    max_failures: int | None = None  # retries.max_failures, so status tells retrying from failed
 
 
 def record_manifest(record: StudyRecord, namespace: str) -> dict:
@@ -61,6 +62,7 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         "target": "" if record.target is None else str(record.target),
         "reason": record.reason,
         "finished": json.dumps(record.finished, sort_keys=True),
+        "max-failures": "" if record.max_failures is None else str(record.max_failures),
     }
 
 
@@ -82,6 +84,7 @@ def parse_record(configmap: dict) -> StudyRecord:
         reason=data.get("reason", ""),
         finished=finished if isinstance(finished, dict) else {},
         source=data.get("study.yaml", ""),
+        max_failures=int(data["max-failures"]) if (data.get("max-failures") or "").isdigit() else None,
     )
 
 

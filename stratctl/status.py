@@ -249,7 +249,7 @@ def sort_trials(rows: list[TrialRow], metric: str | None) -> list[TrialRow]:
     return sorted(rows, key=key)
 
 
-STYLE = {"running": "green", "pending": "yellow", "preempted": "magenta", "suspended": "cyan",
+STYLE = {"running": "green", "pending": "yellow", "preempted": "magenta", "suspended": "cyan", "retrying": "yellow",
          "succeeded": "bold green", "failed": "red", "waiting": "dim"}
 
 
@@ -271,8 +271,9 @@ def _brief(value: Any, width: int = 60) -> str:
 def studies_table(rows: list[StudyRow], now: float | None = None) -> Table:
     """One line per study; a row the submit loop summarised says how old it is."""
     table = Table(title="studies", title_justify="left", header_style="bold")
-    for column in ("study", "trials", "in flight", "attempts", "preemptions", "GPU-h used", "GPU-h lost", "decision"):
-        table.add_column(column, justify="right" if column.startswith(("in", "att", "pre", "GPU")) else "left")
+    for column in ("study", "trials", "in flight", "attempts", "preemptions", "failures", "GPU-h used", "GPU-h lost",
+                   "decision"):
+        table.add_column(column, justify="right" if column.startswith(("in", "att", "pre", "fail", "GPU")) else "left")
     for s in rows:
         states = ", ".join(f"[{STYLE.get(k, '')}]{v} {k}[/]" for k, v in s.states.items() if v)
         flags = (" [red]critical[/]" if s.critical else "") + (" [cyan]drained[/]" if s.drained else "")
@@ -280,7 +281,7 @@ def studies_table(rows: list[StudyRow], now: float | None = None) -> Table:
         if s.as_of is not None and now is not None:
             flags += f" [dim](as of {age(now - s.as_of)} ago)[/]"
         table.add_row(f"{s.study}{flags}", f"{s.trials}: {states}", f"{s.in_flight}/{target}", str(s.attempts),
-                      str(s.preemptions), f"{s.gpu_hours:.2f}", f"{s.gpu_hours_lost:.2f}", s.decision or "-")
+                      str(s.preemptions), str(s.failures), f"{s.gpu_hours:.2f}", f"{s.gpu_hours_lost:.2f}", s.decision or "-")
     return table
 
 
@@ -296,6 +297,8 @@ def table(rows: list[TrialRow], now: float, limit: int | None = None, total: int
         state = f"[{STYLE.get(r.state, '')}]{r.state}[/]"
         if r.preemptions:
             state += f" ({r.preemptions}× preempted)"
+        if r.failures:
+            state += f" ({r.failures}× failed)"
         detail = _brief(r.result) if r.result is not None else r.pending
         out.add_row(r.trial, state, "-" if r.attempt < 0 else str(r.attempt),
                     age(now - r.created) if r.created else "-", _brief(r.params, 40), detail or "")

@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 
 from stratctl import labels
 from stratctl.record import parse_record, suspended_of
-from stratctl.recovery import carried, effective_state, usage, view_of
+from stratctl.recovery import Limits, carried, effective_state, usage, view_of
 from stratctl.state import TrialState, attempt_of, podgroup_name, timestamp
 
 ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
+                           TrialState.RETRYING,
                            TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.FAILED)]
 
 
@@ -97,6 +98,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
     for cm in cms:
         record = parse_record(cm)
         marks = suspended_of(cm)
+        limits = None if record.max_failures is None else Limits(max_failures=record.max_failures)
         rows: list[TrialRow] = []
         seen = set()
         for trial, attempt, job in sorted(by_study.get(record.study, []), key=lambda x: x[0]):
@@ -110,7 +112,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 params = json.loads(notes.get(labels.PARAMS) or "{}")
             except ValueError:
                 params = {}
-            state = effective_state(view)
+            state = effective_state(view, limits)
             rows.append(TrialRow(
                 study=record.study, trial=trial, state=state.value, attempt=attempt, params=params,
                 created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],

@@ -52,7 +52,7 @@ def test_study_and_trial_rows_from_recorded_jobs():
         marks={"sweep-gone": {"attempt": 0, "gpu_seconds": 3600}},
     )
     [study] = snap.studies
-    assert study.states == {"waiting": 6, "pending": 1, "running": 1, "preempted": 0, "suspended": 1,
+    assert study.states == {"waiting": 6, "pending": 1, "running": 1, "preempted": 0, "retrying": 0, "suspended": 1,
                             "succeeded": 1, "failed": 0}
     assert study.in_flight == 2 and study.target == 4 and study.decision == "adaptive: 4"
     assert study.preemptions == 2  # 1 carried + 1 in-place restart of attempt 1
@@ -116,3 +116,19 @@ def test_failures_are_counted_per_trial_and_study_apart_from_preemptions():
     out = snap.as_dict()
     assert out["studies"][0]["failures"] == 5
     assert sorted(t["failures"] for t in out["trials"]) == [1, 2, 2]
+
+
+def test_a_failed_attempt_with_retries_left_is_retrying_not_failed():
+    from stratctl.recovery import Carried
+
+    first = recorded.aborted_job()  # failed, attempt 0: one failure
+    second = recorded.aborted_job(attempt=1, annotations=Carried(failures=1).annotations())  # the second failure
+    second["metadata"]["labels"][labels.TRIAL] = "other"
+
+    def states(max_failures):
+        record = StudyRecord(study=recorded.STUDY, spec_hash="x", trials=2, max_failures=max_failures)
+        return snapshot([first, second], record=record).studies[0].states
+
+    assert (states(1)["retrying"], states(1)["failed"]) == (1, 1)  # 1 failure ≤ 1 left; 2 > 1 given up
+    assert (states(2)["retrying"], states(2)["failed"]) == (2, 0)
+    assert (states(None)["retrying"], states(None)["failed"]) == (0, 2)  # a record from before: as the job says
