@@ -60,6 +60,7 @@ def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: 
           resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
           tasks: [{{name: worker, replicas: {gang}}}]
         throttle: {{qps: 20, burst: 20, parallelism: {{min: 1, initial: 4, max: {max_inflight}}}}}
+        cost: {{expected_duration: "{{{{ params.duration }}}}s"}}
         """
     )
 
@@ -128,6 +129,7 @@ class Samples:
     peak_pending_gangs: int = 0  # PodGroups of ours waiting in Volcano's queue (Pending or Inqueue)
     peak_stuck_pods: int = 0  # of those, pods that had waited 2 s or more (four scheduler periods)
     max_pending_age: float = 0.0  # seconds the longest-waiting pending pod of ours had waited
+    peak_pending_why: str = ""  # what the pending pods at the peak were waiting in
 
 
 class Sampler(threading.Thread):
@@ -163,6 +165,8 @@ class Sampler(threading.Thread):
             # Pending pods as the scheduler counts them: created, not yet bound to a node
             pending = [p["metadata"]["name"] for p in ours
                        if p.get("status", {}).get("phase") == "Pending" and not p.get("spec", {}).get("nodeName")]
+            if len(pending) > self.samples.peak_pending_pods:
+                self.samples.peak_pending_why = pending_breakdown(ours, groups, self.admin)
             self.samples.peak_pending_pods = max(self.samples.peak_pending_pods, len(pending))
             now = time.monotonic()
             for name in pending:
@@ -194,6 +198,29 @@ class Result:
     peak_stuck_pods: int = 0
     total_gpus: int = 0
     peak_pending_gangs: int = 0
+    peak_pending_why: str = ""
+
+
+def pending_breakdown(pods: list[dict], groups: list[dict], admin: Cluster) -> str:
+    """Pending pods of ours by why they exist: a gang restarted after an eviction (its job's
+    retryCount > 0) or a fresh gang, and the phase of its PodGroup."""
+    try:
+        jobs, _ = admin.list(VOLCANO_JOB)
+    except Exception:
+        return ""
+    restarted = {j["metadata"]["name"] for j in jobs if (j.get("status") or {}).get("retryCount")}
+    phase = {}
+    for g in groups:
+        for o in g["metadata"].get("ownerReferences") or []:
+            phase[o.get("name")] = (g.get("status") or {}).get("phase", "Pending")
+    counts: dict[str, int] = {}
+    for p in pods:
+        if p.get("status", {}).get("phase") != "Pending" or p.get("spec", {}).get("nodeName"):
+            continue
+        job = (p["metadata"].get("labels") or {}).get("volcano.sh/job-name", "")
+        key = f"{'restarted' if job in restarted else 'fresh'} gang, PodGroup {phase.get(job, '?')}"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def lower_bound(gpu_seconds: float, total_gpus: int, competing: list[tuple[float, int]]) -> float:
@@ -321,6 +348,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         max_pending_age=sampler.samples.max_pending_age,
         peak_stuck_pods=sampler.samples.peak_stuck_pods,
         peak_pending_gangs=sampler.samples.peak_pending_gangs,
+        peak_pending_why=sampler.samples.peak_pending_why,
         total_gpus=total_gpus,
     )
     for name in names:
@@ -360,6 +388,8 @@ def main() -> None:
     print("\npeak pending: most unscheduled pods of the studies at once (in transit included); "
           "peak >2s: of those, pods that had waited 2 s or more; queued gangs: most PodGroups of the studies "
           "waiting in Volcano's queue; idle: free GPU share while trials waited")
+    for r in results:
+        print(f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}")
     adaptive = next((r for r in results if r.strategy == "adaptive"), None)
     submit_all = next((r for r in results if r.strategy == "submit-all"), None)
     if adaptive and best_static:

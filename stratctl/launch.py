@@ -89,7 +89,7 @@ def submit_study(
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
                                 label_selector=study_selector(study)).start()
         if options.parallelism == "adaptive" and not options.detach:
-            submitter.signals = ClusterSignals(cluster, gang_shape(study)).start()
+            submitter.signals = ClusterSignals(cluster, gang_shape(study), study.namespace).start()
         try:
             return submitter.run()
         finally:

@@ -12,9 +12,11 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   cluster is telling us it cannot absorb what we already sent;
 - **additive increase** only when no gang of the study is pending and the free GPUs can
   hold at least one more whole gang (fragmentation-aware): raise the target by the
-  number of whole gangs that fit, at most doubling it per cycle, so the study fills freed
-  GPUs in a few cycles but never admits a gang that would sit half-placed;
-- **persistence**: stuck gangs and slow answers must last `persist` cycles to count;
+  number of whole gangs that fit, at most doubling it and at most once per `step`
+  seconds, so the study fills freed GPUs in a few steps but never admits a gang that
+  would sit half-placed, and gangs other launchers just admitted become visible in
+  between;
+- **persistence**: stuck gangs and slow answers must last `persist` seconds to count;
 - **dead band**: with any gang pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
   most once per cooldown instead of every cycle.
@@ -66,14 +68,16 @@ class AdaptiveConfig:
     latency_high: float = 1.0  # seconds, p90 of API requests
     etcd_high: float = 0.25  # seconds, p99 etcd backend commit: the breaker
     cooldown: float = 10.0  # seconds after a decrease before any change
-    persist: int = 2  # cycles stuck gangs or high latency must last before they count
+    persist: float = 2.0  # seconds stuck gangs or high latency must last before they count
+    step: float = 1.0  # seconds between two increases, at least
 
 
 @dataclass(frozen=True)
 class PolicyState:
     target: int
     last_decrease: float = -math.inf
-    congested: int = 0  # consecutive cycles with stuck gangs or high latency
+    last_increase: float = -math.inf
+    congested_since: float | None = None  # since when stuck gangs or high latency were seen, unbroken
 
 
 def _bounded(target: int, config: AdaptiveConfig) -> int:
@@ -93,7 +97,8 @@ def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: 
         # halve what is really in flight, not a target the study never reached
         base = min(target, max(observed.in_flight, 1))
         new = _bounded(math.floor(base * config.decrease), config)
-        return Decision(new, hold, f"{why}: target {target} → {new}"), replace(state, target=new, last_decrease=now, congested=0)
+        return Decision(new, hold, f"{why}: target {target} → {new}"), replace(state, target=new, last_decrease=now,
+                                                                              congested_since=None)
 
     hold = False
     if observed.throttled_until > now:
@@ -111,13 +116,14 @@ def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: 
     if slow or stuck:
         # slow answers and stuck gangs count only when they persist: one slow list or one
         # gang the scheduler has not reached yet is noise, not congestion
-        state = replace(state, congested=state.congested + 1)
-        if state.congested >= config.persist:
+        since = now if state.congested_since is None else state.congested_since
+        state = replace(state, congested_since=since)
+        if now - since >= config.persist:
             if slow:
                 return decrease(f"API latency p90 {observed.latency_p90 * 1000:.0f}ms above {config.latency_high * 1000:.0f}ms")
             return decrease(f"{observed.stuck} gangs pending (more than {config.pending_high})")
         return Decision(target, False, f"congestion signal ({'latency' if slow else 'pending gangs'}), watching"), state
-    state = replace(state, congested=0)
+    state = replace(state, congested_since=None)
     if observed.pending > 0:
         return Decision(target, False, f"{observed.pending} gang(s) pending: keeping target {target}"), state
     if cooling:
@@ -126,10 +132,14 @@ def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: 
     if fits is None:
         return Decision(target, False, f"target {target} (no GPU signal)"), state
     if fits >= 1 and observed.in_flight >= target and target < config.max:
-        # at most doubling per cycle (TCP's slow start): gangs admitted by other launchers
+        if now - state.last_increase < config.step:
+            return Decision(target, False, f"{fits} more gang(s) fit; next step in "
+                                           f"{config.step - (now - state.last_increase):.1f}s"), state
+        # at most doubling per step (TCP's slow start): gangs admitted by other launchers
         # sharing the cluster become visible as pending pods before the next step
         new = _bounded(target + min(fits, target), config)
-        return Decision(new, False, f"{fits} more gang(s) fit in free GPUs: target {target} → {new}"), replace(state, target=new)
+        return Decision(new, False, f"{fits} more gang(s) fit in free GPUs: target {target} → {new}"), replace(
+            state, target=new, last_increase=now)
     if fits < 1:
         return Decision(target, False, f"no free GPUs for another gang: keeping target {target}"), state
     return Decision(target, False, f"target {target}"), state

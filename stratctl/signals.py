@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from stratctl.cluster import NODE, POD, Cluster
+from stratctl.cluster import NODE, POD, PODGROUP, Cluster
 from stratctl.errors import ClusterError
 
 GPU = "nvidia.com/gpu"
@@ -102,6 +102,38 @@ def pending_demand(pods: Iterable[dict]) -> list[int]:
         and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
         and (g := pod_gpus(pod)) > 0
     ]
+
+
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # which PodGroup a pod belongs to (Volcano)
+
+
+def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:
+    """GPUs per pod of the gangs Volcano has queued but whose pods do not exist yet.
+
+    A gang admitted a moment ago by another launcher is a PodGroup (Pending, or Inqueue
+    before the job controller creates its pods) long before it is a pending pod; its
+    `minMember` pods with `minResources` GPUs between them will take GPUs as soon as they
+    free up. Pods that exist are left out here: bound ones are in the free GPUs already,
+    unbound ones in `pending_demand`.
+    """
+    existing: dict[tuple[str, str], int] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        group = (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
+        if group:
+            key = (meta.get("namespace", ""), group)
+            existing[key] = existing.get(key, 0) + 1
+    demand: list[int] = []
+    for pg in groups:
+        if ((pg.get("status") or {}).get("phase") or "Pending") not in ("Pending", "Inqueue"):
+            continue
+        spec, meta = pg.get("spec") or {}, pg.get("metadata") or {}
+        members = int(spec.get("minMember") or 0)
+        gpus = _quantity((spec.get("minResources") or {}).get(GPU, 0))
+        missing = members - existing.get((meta.get("namespace", ""), meta.get("name", "")), 0)
+        if members > 0 and gpus > 0 and missing > 0:
+            demand += [-(-gpus // members)] * missing
+    return demand
 
 
 def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
@@ -258,25 +290,35 @@ class Capacity:
 class ClusterSignals:
     """GPU capacity from mirrored nodes and pods, and API health from the client's own requests."""
 
-    def __init__(self, cluster: Cluster, shape: list[int]):
+    def __init__(self, cluster: Cluster, shape: list[int], namespace: str | None = None):
         self.cluster = cluster
         self.shape = shape
         self.nodes = Mirror(cluster, NODE)
         self.pods = Mirror(cluster, POD, label_selector=None)
+        # gangs queued in the study's namespace (where submit may read PodGroups); other
+        # namespaces' queued gangs show up once their pods exist
+        self.groups = Mirror(cluster, PODGROUP, all_namespaces=False, namespace=namespace) if namespace else None
         self._seen_429 = 0
 
     def start(self) -> ClusterSignals:
         self.nodes.start()
         self.pods.start()
+        if self.groups is not None:
+            self.groups.start()
         return self
 
     def stop(self) -> None:
         self.nodes.stop()
         self.pods.stop()
+        if self.groups is not None:
+            self.groups.stop()
 
     def capacity(self) -> Capacity:
         nodes, pods = self.nodes.items(), self.pods.items()
-        free = after_demand(free_gpus(nodes, pods), pending_demand(pods))
+        demand = pending_demand(pods)
+        if self.groups is not None:
+            demand += queued_demand(self.groups.items(), pods)
+        free = after_demand(free_gpus(nodes, pods), demand)
         return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes))
 
     def new_429s(self, total: int) -> int:

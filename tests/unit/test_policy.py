@@ -134,3 +134,16 @@ def test_static_policy_is_a_fixed_cap_that_still_honours_retry_after():
     assert p.decide(obs(), 0).target == 5
     assert p.decide(obs(throttled_until=3), 0).hold
     assert p.decide(obs(drained=True), 0).hold
+
+
+def test_persistence_and_steps_are_seconds_not_cycles():
+    # a loop woken every 0.2 s by job changes: congestion must still last 2 s to count ...
+    congested = [lambda t: obs(in_flight=t, pending=5, stuck=5, gangs_fit=0)] * 12
+    targets, _, reasons = run(congested, config=AdaptiveConfig(initial=16), step=0.2)
+    assert targets[:10] == [16] * 10 and reasons[0] == "congestion signal (pending gangs), watching"
+    assert targets[10:] == [8, 8]  # 2.0 s after it began
+    # ... and free GPUs raise the target at most once a second, not at every wake-up
+    free = [lambda t: obs(in_flight=t, gangs_fit=50)] * 11
+    targets, _, reasons = run(free, config=AdaptiveConfig(initial=4, max=64), step=0.2)
+    assert targets == [8, 8, 8, 8, 8, 16, 16, 16, 16, 16, 32]
+    assert reasons[1] == "50 more gang(s) fit; next step in 0.8s"

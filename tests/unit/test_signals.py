@@ -66,3 +66,27 @@ def test_pods_waiting_for_a_node_take_their_gpus_first():
     assert gangs_fit(after_demand(free, [4, 2]), [4, 4]) == 1
     # demand larger than any hole still counts against the free GPUs
     assert sum(after_demand({"a": 2, "b": 2}, [8]).values()) == 2
+
+
+def test_gangs_queued_by_other_launchers_count_before_their_pods_exist():
+    from stratctl.signals import after_demand, queued_demand
+
+    def group(name, phase, members, gpus):
+        return {"metadata": {"name": name, "namespace": "ns"},
+                "spec": {"minMember": members, "minResources": {"nvidia.com/gpu": str(gpus), "cpu": "1"}},
+                "status": {"phase": phase}}
+
+    def member(group_name, node_name=None):
+        p = pod(node_name, 1, phase="Running" if node_name else "Pending")
+        p["metadata"] = {"name": "m", "namespace": "ns", "annotations": {"scheduling.k8s.io/group-name": group_name}}
+        return p
+
+    groups = [group("queued", "Pending", 3, 3),  # just admitted elsewhere: no pods yet
+              group("half", "Inqueue", 4, 8),  # pods being created: 1 of 4 exists
+              group("running", "Running", 2, 2),  # placed: in the free GPUs already
+              group("cpu-only", "Pending", 2, 0)]
+    pods = [member("half"), member("running", "a"), member("running", "a")]
+    assert sorted(queued_demand(groups, pods)) == [1, 1, 1, 2, 2, 2]
+    # 8 free GPUs on one node hold two 4-GPU gangs; with those queued gangs, none
+    assert gangs_fit(after_demand({"a": 8}, queued_demand(groups, pods)), [2, 2]) == 0
+    assert gangs_fit({"a": 8}, [2, 2]) == 2
