@@ -1,7 +1,8 @@
 """Adaptive parallelism against static limits, on a real cluster with a competing workload.
 
 N trials in three studies submitted side by side (gangs of 2, 3 and 4 one-GPU pods,
-durations drawn from a distribution; three launchers sharing a cluster, as teams do) are
+durations drawn from a distribution; three `stratctl submit` processes sharing a cluster,
+as teams do) are
 run to completion four times, in sequence, while a high-priority workload takes and
 releases GPUs on the same schedule each time:
 
@@ -22,6 +23,8 @@ of Pending pods, 429s and API writes per trial.
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -29,13 +32,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stratctl import labels  # noqa: E402
 from stratctl.cluster import CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.controller import SubmitOptions  # noqa: E402
-from stratctl.launch import Connection, submit_study  # noqa: E402
 from stratctl.signals import free_gpus, pod_gpus  # noqa: E402
 from stratctl.space import expand  # noqa: E402
 from stratctl.spec import load_study  # noqa: E402
@@ -157,10 +159,9 @@ class Sampler(threading.Thread):
                        and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
             self.samples.competing.append((time.monotonic() - self.started, held))
             ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies]
-            waiting_gangs = sum(1 for g in groups
-                                if any(o.get("name", "").startswith(tuple(self.studies))
-                                       for o in g["metadata"].get("ownerReferences") or [])
-                                and (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue"))
+            mine = [g for g in groups if any(o.get("name", "").startswith(tuple(self.studies))
+                                             for o in g["metadata"].get("ownerReferences") or [])]
+            waiting_gangs = sum(1 for g in mine if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue"))
             self.samples.peak_pending_gangs = max(self.samples.peak_pending_gangs, waiting_gangs)
             # Pending pods as the scheduler counts them: created, not yet bound to a node
             pending = [p["metadata"]["name"] for p in ours
@@ -177,7 +178,7 @@ class Sampler(threading.Thread):
             ages = [now - t for t in self.first_pending.values()]
             self.samples.max_pending_age = max([self.samples.max_pending_age] + ages)
             self.samples.peak_stuck_pods = max(self.samples.peak_stuck_pods, sum(1 for a in ages if a >= 2.0))
-            if self.waiting():
+            if self.waiting(len(mine), waiting_gangs):
                 free = sum(free_gpus(nodes, pods).values())
                 self.samples.idle_while_waiting.append(free / self.total)
 
@@ -281,18 +282,9 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
             gpu_seconds += sum(gang * t.params["duration"] for t in expand(load_study(path)))
         schedule = schedule_factory(total_gpus, horizon)
 
-        class Watch:
-            def __init__(self, name):
-                self.name = name
-
-            def update(self, p):
-                progress[self.name] = p
-
-            def event(self, message):
-                print(f"  [{self.name}] {message}", flush=True)
-
-        def waiting() -> bool:
-            return any(p.waiting + p.pending > 0 for p in progress.values()) or len(progress) < len(names)
+        def waiting(created: int, queued: int) -> bool:
+            """Trials wait while some are not created yet or are queued (each has a PodGroup)."""
+            return any(t.is_alive() for t in threads) and (created < trials or queued > 0)
 
         sampler = Sampler(admin, names, total_gpus, waiting)
         stop = threading.Event()
@@ -307,17 +299,22 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
                                            phase.end - phase.start))
 
         def launcher(name, path, n):
-            try:
-                study_cap = None if cap is None else max(1, round(cap * n / trials))
-                progress[name] = submit_study(
-                    path,
-                    Connection(target.kubeconfig, target.restricted_context or target.admin_context, target.namespace),
-                    SubmitOptions(poll_interval=1.0, workers=8, max_inflight=study_cap,
-                                  parallelism="adaptive" if cap is None else "static"),
-                    reporter=Watch(name),
-                )
-            except BaseException as exc:  # reported after the run
-                errors.append(exc)
+            """One team's `stratctl submit`, a process of its own as on a laptop or in CI."""
+            study_cap = None if cap is None else max(1, round(cap * n / trials))
+            context = target.restricted_context or target.admin_context
+            argv = [sys.executable, "-m", "stratctl", "submit", str(path), "--kubeconfig", target.kubeconfig,
+                    *(["--context", context] if context else []), "-n", target.namespace, "--poll-interval", "1",
+                    "--workers", "8", "--parallelism", "adaptive" if cap is None else "static",
+                    *(["--max-inflight", str(study_cap)] if study_cap else []), "-o", "json"]
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    cwd=Path(__file__).resolve().parent.parent)
+            for line in proc.stderr:  # the loop's log lines (no terminal: one line per event)
+                print(f"  [{name}] {line.rstrip()}", flush=True)
+            out = proc.stdout.read()
+            if proc.wait() not in (0, 1):
+                errors.append(RuntimeError(f"{name}: submit exited {proc.returncode}"))
+                return
+            progress[name] = SimpleNamespace(**json.loads(out))
 
         threads = [threading.Thread(target=launcher, args=args, daemon=True) for args in zip(names, paths, per_study)]
         comp = threading.Thread(target=competitor, daemon=True)
