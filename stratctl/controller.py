@@ -43,8 +43,8 @@ class SubmitOptions:
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
-SUMMARY_EVERY = 5.0  # seconds between two summaries in the study record, at least
-SUMMARY_REFRESH = 15.0  # ... and at most, while the loop runs
+SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least
+SUMMARY_REFRESH = 20.0  # ... and at most, while the loop runs
 
 
 def gang_shape(study: Study) -> list[int]:
