@@ -311,3 +311,24 @@ def test_status_shows_the_result_each_trial_reported_and_sorts_by_it(testbed, ap
         (2, 0.2), (1, 1.1), (3, 1.3), (0, 4.0)]
     highest_first = json.loads(cli.run("status", name, "--sort", "-loss", "-o", "json"))
     assert [t["params"]["seed"] for t in highest_first["trials"]] == [0, 3, 1, 2]
+
+
+def test_the_table_reads_the_loops_summary_and_the_first_page_of_jobs(testbed, api, cli, studies):
+    """status for a table: the summary the finished loop left in the record, and the first
+    trials by name from the API server's first page, agree with a full listing."""
+    from stratctl.status import collect
+
+    name = unique("tab")
+    path = studies(name, study_yaml(name, testbed.namespace, 6, "2s", parallelism=6))
+    progress = json.loads(cli.run("submit", path, "-o", "json", timeout=120))
+    assert progress["succeeded"] == 6
+    full = collect(api, testbed.namespace, name)
+    fast = collect(api, testbed.namespace, name, shown=3)
+    assert fast.studies[0].as_of is not None  # from the record, not from listing
+    [from_record], [listed] = fast.studies, full.studies
+    assert {**from_record.__dict__, "as_of": None} == {**listed.__dict__, "as_of": None}
+    assert [(t.trial, t.state, t.attempt, t.params) for t in fast.trials] == \
+        [(t.trial, t.state, t.attempt, t.params) for t in full.trials][:3]
+    assert fast.total_trials == 6
+    table = cli.run("status", name, "--limit", "3")
+    assert "as of" in table and "3 more trials not shown" in table
