@@ -132,6 +132,8 @@ class Samples:
     peak_stuck_pods: int = 0  # of those, pods that had waited 2 s or more (four scheduler periods)
     max_pending_age: float = 0.0  # seconds the longest-waiting pending pod of ours had waited
     peak_pending_why: str = ""  # what the pending pods at the peak were waiting in
+    lost_gpu_seconds: float = 0.0  # run time of our pods that vanished while running (evicted)
+    evicted_pods: int = 0
 
 
 class Sampler(threading.Thread):
@@ -141,9 +143,28 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.admin, self.studies, self.total, self.waiting = admin, set(studies), total_gpus, waiting
         self.first_pending: dict[str, float] = {}
+        self.running: dict[str, tuple[float, float, int]] = {}  # pod -> (first seen running, last seen, GPUs)
         self.started = time.monotonic()
         self.samples = Samples()
         self.stop = threading.Event()
+
+    def _account_evictions(self, ours: list[dict], now: float) -> None:
+        """Work lost to preemption, measured from the outside: a pod of ours that was running
+        and is gone (Volcano deletes evicted pods and restarts the gang) lost the time it had
+        run; the fake trials cannot resume from a checkpoint, so all of it is lost."""
+        present = {p["metadata"]["name"]: p for p in ours}
+        for name, (since, last, gpus) in list(self.running.items()):
+            pod = present.get(name)
+            if pod is None:
+                self.samples.lost_gpu_seconds += (last - since) * gpus
+                self.samples.evicted_pods += 1
+                del self.running[name]
+            elif pod.get("status", {}).get("phase") != "Running":
+                del self.running[name]  # finished
+        for name, pod in present.items():
+            if pod.get("status", {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"):
+                since = self.running.get(name, (now, now, 0))[0]
+                self.running[name] = (since, now, pod_gpus(pod))
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
@@ -166,6 +187,7 @@ class Sampler(threading.Thread):
             # Pending pods as the scheduler counts them: created, not yet bound to a node
             pending = [p["metadata"]["name"] for p in ours
                        if p.get("status", {}).get("phase") == "Pending" and not p.get("spec", {}).get("nodeName")]
+            self._account_evictions(ours, time.monotonic())
             if len(pending) > self.samples.peak_pending_pods:
                 self.samples.peak_pending_why = pending_breakdown(ours, groups, self.admin)
             self.samples.peak_pending_pods = max(self.samples.peak_pending_pods, len(pending))
@@ -200,6 +222,9 @@ class Result:
     total_gpus: int = 0
     peak_pending_gangs: int = 0
     peak_pending_why: str = ""
+    lost_gpu_seconds: float = 0.0
+    evicted_pods: int = 0
+    bound_with_losses: float = 0.0  # the lower bound once the work preemption destroyed is redone
 
 
 def pending_breakdown(pods: list[dict], groups: list[dict], admin: Cluster) -> str:
@@ -346,6 +371,10 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         peak_stuck_pods=sampler.samples.peak_stuck_pods,
         peak_pending_gangs=sampler.samples.peak_pending_gangs,
         peak_pending_why=sampler.samples.peak_pending_why,
+        lost_gpu_seconds=sampler.samples.lost_gpu_seconds,
+        evicted_pods=sampler.samples.evicted_pods,
+        bound_with_losses=lower_bound(gpu_seconds + sampler.samples.lost_gpu_seconds, total_gpus,
+                                      sampler.samples.competing),
         total_gpus=total_gpus,
     )
     for name in names:
@@ -386,7 +415,9 @@ def main() -> None:
           "peak >2s: of those, pods that had waited 2 s or more; queued gangs: most PodGroups of the studies "
           "waiting in Volcano's queue; idle: free GPU share while trials waited")
     for r in results:
-        print(f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}")
+        print(f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}; {r.evicted_pods} running pods "
+              f"evicted, {r.lost_gpu_seconds:.0f} GPU-s of trial work lost and redone; bound with that work "
+              f"{r.bound_with_losses:.1f} s, makespan / it = {r.makespan / r.bound_with_losses:.2f}")
     adaptive = next((r for r in results if r.strategy == "adaptive"), None)
     submit_all = next((r for r in results if r.strategy == "submit-all"), None)
     if adaptive and best_static:
