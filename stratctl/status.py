@@ -23,7 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from stratctl import labels
 from stratctl.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
@@ -268,21 +270,28 @@ def _brief(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def studies_table(rows: list[StudyRow], now: float | None = None) -> Table:
-    """One line per study; a row the submit loop summarised says how old it is."""
+def studies_table(rows: list[StudyRow], now: float | None = None) -> Group:
+    """One line of figures per study, then each study's latest decision on a line of its
+    own (they are sentences; as a column they made the table unreadable at 80 columns). A
+    row the submit loop summarised says how old it is."""
     table = Table(title="studies", title_justify="left", header_style="bold")
-    for column in ("study", "trials", "in flight", "attempts", "preemptions", "failures", "GPU-h used", "GPU-h lost",
-                   "decision"):
-        table.add_column(column, justify="right" if column.startswith(("in", "att", "pre", "fail", "GPU")) else "left")
+    for column in ("study", "trials by state", "in flight", "attempts", "preempted", "failed", "GPU-h used/lost"):
+        numeric = column not in ("study", "trials by state")
+        table.add_column(column, justify="right" if numeric else "left", overflow="fold",
+                         max_width=9 if numeric else None)
+    notes = []
     for s in rows:
         states = ", ".join(f"[{STYLE.get(k, '')}]{v} {k}[/]" for k, v in s.states.items() if v)
         flags = (" [red]critical[/]" if s.critical else "") + (" [cyan]drained[/]" if s.drained else "")
         target = "-" if s.target is None else str(s.target)
-        if s.as_of is not None and now is not None:
-            flags += f" [dim](as of {age(now - s.as_of)} ago)[/]"
         table.add_row(f"{s.study}{flags}", f"{s.trials}: {states}", f"{s.in_flight}/{target}", str(s.attempts),
-                      str(s.preemptions), str(s.failures), f"{s.gpu_hours:.2f}", f"{s.gpu_hours_lost:.2f}", s.decision or "-")
-    return table
+                      str(s.preemptions), str(s.failures), f"{s.gpu_hours:.2f}/{s.gpu_hours_lost:.2f}")
+        note = Text(f"{s.study}: ", style="bold")
+        note.append(s.decision or "no decision recorded")
+        if s.as_of is not None and now is not None:
+            note.append(f" (figures as of {age(now - s.as_of)} ago)", style="dim")
+        notes.append(note)
+    return Group(table, *notes)
 
 
 def table(rows: list[TrialRow], now: float, limit: int | None = None, total: int | None = None) -> Table:

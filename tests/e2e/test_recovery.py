@@ -331,4 +331,4 @@ def test_the_table_reads_the_loops_summary_and_the_first_page_of_jobs(testbed, a
         [(t.trial, t.state, t.attempt, t.params) for t in full.trials][:3]
     assert fast.total_trials == 6
     table = cli.run("status", name, "--limit", "3")
-    assert "as of" in table and "3 more trials not shown" in table
+    assert "figures as of" in table and "3 more trials not shown" in table

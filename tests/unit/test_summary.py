@@ -101,7 +101,7 @@ def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job
     assert cluster.pages_served - pages_before <= 2  # the first page of jobs, results of the finished ones shown
     assert fast.total_trials == len(seen[-1][1].trials)  # trials in the cluster as the summary saw them
     shown = text(studies_table(fast.studies, now)) + text(table(fast.trials, now, 2, fast.total_trials))
-    assert f"as of {age(now - fast.studies[0].as_of)} ago" in shown
+    assert f"figures as of {age(now - fast.studies[0].as_of)} ago" in shown
     assert f"{fast.total_trials - 2} more trials not shown" in shown
 
 
