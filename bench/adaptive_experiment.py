@@ -43,7 +43,8 @@ from stratctl.space import expand  # noqa: E402
 from stratctl.spec import load_study  # noqa: E402
 
 
-def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int, gang: int) -> str:
+def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int, gang: int,
+               initial: int = 4) -> str:
     return textwrap.dedent(
         f"""\
         name: {name}
@@ -61,7 +62,7 @@ def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: 
             testbed.stratctl.io/run-duration: "{{{{ params.duration }}}}s"
           resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
           tasks: [{{name: worker, replicas: {gang}}}]
-        throttle: {{qps: 20, burst: 20, parallelism: {{min: 1, initial: 4, max: {max_inflight}}}}}
+        throttle: {{qps: 20, burst: 20, parallelism: {{min: 1, initial: {min(initial, max_inflight)}, max: {max_inflight}}}}}
         cost: {{expected_duration: "{{{{ params.duration }}}}s"}}
         """
     )
@@ -285,7 +286,7 @@ GANGS = (2, 3, 4)
 
 def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag: str,
             schedule_factory=competing_schedule, horizon: float = 900, gangs=GANGS,
-            duration: tuple[int, int] = (8, 24)) -> Result:
+            duration: tuple[int, int] = (8, 24), initial: int = 4) -> Result:
     """Run `trials` trials split over one study per gang size, side by side, to the end.
 
     `cap` None is the adaptive policy (bounded by the study size); otherwise a static cap
@@ -301,7 +302,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         paths, gpu_seconds = [], 0.0
         for name, gang, n in zip(names, gangs, per_study):
             path = Path(tmp) / f"{name}.yaml"
-            path.write_text(study_text(name, target.namespace, n, seed, n, gang).replace(
+            path.write_text(study_text(name, target.namespace, n, seed, n, gang, initial).replace(
                 "low: 8, high: 24", f"low: {duration[0]}, high: {duration[1]}"))
             paths.append(path)
             gpu_seconds += sum(gang * t.params["duration"] for t in expand(load_study(path)))
@@ -392,6 +393,8 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=4)
     parser.add_argument("--large", type=int, default=20)
     parser.add_argument("--only", default="submit-all,static-small,static-large,adaptive")
+    parser.add_argument("--initial", type=int, default=4,
+                        help="the studies' parallelism.initial (adaptive's starting target; default the study default)")
     args = parser.parse_args()
     target = testbed_target()
     tag = str(int(time.time()))[-5:]
@@ -399,7 +402,7 @@ def main() -> None:
     results = []
     for strategy in args.only.split(","):
         print(f"running {strategy} ...", flush=True)
-        results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag))
+        results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag, initial=args.initial))
     best_static = min((r.makespan for r in results if r.strategy != "adaptive"), default=None)
     print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods), 8–24 s each, "
           f"against a competing high-priority load\n")
