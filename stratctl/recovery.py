@@ -169,40 +169,22 @@ def next_action(view: TrialView, limits: Limits, drained: bool) -> Action | None
             return None  # stays suspended until `stratctl resume`
         return Action(Kind.RESUBMIT, view.trial, view.attempt + 1, f"resumed after drain (attempt {view.attempt})")
     if view.state is TrialState.PREEMPTED:
-        if view.preemptions > limits.max_preemptions:
-            return Action(
-                Kind.GIVE_UP,
-                view.trial,
-                view.attempt,
-                f"preempted {view.preemptions} times, more than retries.max_preemptions={limits.max_preemptions}",
-                resume=False,
-            )
-        if drained:
-            return None  # a preempted trial of a drained study waits like a suspended one
-        return Action(
-            Kind.RESUBMIT,
-            view.trial,
-            view.attempt + 1,
-            f"preempted (attempt {view.attempt}, {view.preemptions} of {limits.max_preemptions} preemptions)",
-        )
+        return _retry(view, "preempted", "preemptions", view.preemptions, limits.max_preemptions, drained)
     if view.state is TrialState.FAILED:
-        if view.failures > limits.max_failures:
-            return Action(
-                Kind.GIVE_UP,
-                view.trial,
-                view.attempt,
-                f"failed {view.failures} times, more than retries.max_failures={limits.max_failures}",
-                resume=False,
-            )
-        if drained:
-            return None  # retried once the study is resumed
-        return Action(
-            Kind.RESUBMIT,
-            view.trial,
-            view.attempt + 1,
-            f"failed (attempt {view.attempt}, {view.failures} of {limits.max_failures} failures)",
-        )
+        return _retry(view, "failed", "failures", view.failures, limits.max_failures, drained)
     return None
+
+
+def _retry(view: TrialView, what: str, counted: str, count: int, limit: int, drained: bool) -> Action | None:
+    """The next attempt of a trial that ended `what` (preempted, failed) `count` times, or
+    give it up past `limit` (retries.max_<counted>). A drained study holds the attempt."""
+    if count > limit:
+        return Action(Kind.GIVE_UP, view.trial, view.attempt,
+                      f"{what} {count} times, more than retries.max_{counted}={limit}", resume=False)
+    if drained:
+        return None  # comes back once the study is resumed, like a suspended trial
+    return Action(Kind.RESUBMIT, view.trial, view.attempt + 1,
+                  f"{what} (attempt {view.attempt}, {count} of {limit} {counted})")
 
 
 def next_actions(views: list[TrialView], limits: Limits, drained: bool = False) -> list[Action]:

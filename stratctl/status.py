@@ -132,8 +132,8 @@ def collect(cluster, namespace: str, study: str | None = None, now: float | None
     """
     now = time.time() if now is None else now
     cms = records(cluster, namespace, study)
-    summaries = {id(cm): summary_of(cm, now, FRESH) for cm in cms} if shown else {}
-    full = [cm for cm in cms if summaries.get(id(cm)) is None]
+    kept = [(cm, summary_of(cm, now, FRESH) if shown else None) for cm in cms]  # (record, fresh summary)
+    full = [cm for cm, summary in kept if summary is None]
     studies: dict[str, StudyRow] = {}
     trials: list[TrialRow] = []
     total = 0
@@ -144,14 +144,12 @@ def collect(cluster, namespace: str, study: str | None = None, now: float | None
         studies.update((r.study, r) for r in rows_of_studies)
         trials.extend(rows)
         total += len(rows)
-    for cm in cms:
-        row = summaries.get(id(cm))
-        if row is None:
-            continue
-        studies[row.study] = row
-        total += row.trials - row.states.get(TrialState.WAITING.value, 0)
-        trials.extend(_first_trials(cluster, namespace, cm, now, shown))
-    ordered = [studies[parse_record(cm).study] for cm in cms if parse_record(cm).study in studies]
+    for cm, summary in kept:
+        if summary is not None:
+            studies[summary.study] = summary
+            total += summary.trials - summary.states.get(TrialState.WAITING.value, 0)
+            trials.extend(_first_trials(cluster, namespace, cm, now, shown))
+    ordered = [studies[name] for name in (parse_record(cm).study for cm in cms) if name in studies]
     trials.sort(key=lambda r: (r.study, r.trial))
     return Snapshot(namespace, now, ordered, trials, total_trials=total if shown else None)
 
