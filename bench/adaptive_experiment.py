@@ -135,6 +135,7 @@ class Samples:
     peak_pending_why: str = ""  # what the pending pods at the peak were waiting in
     lost_gpu_seconds: float = 0.0  # run time of our pods that vanished while running (evicted)
     evicted_pods: int = 0
+    competing_started: dict[str, float] = field(default_factory=dict)  # competing job -> seconds when all its GPUs were bound
 
 
 class Sampler(threading.Thread):
@@ -148,6 +149,7 @@ class Sampler(threading.Thread):
         self.started = time.monotonic()
         self.samples = Samples()
         self.stop = threading.Event()
+        self.competing_size: dict[str, int] = {}  # competing job -> pods in its gang
 
     def _account_evictions(self, ours: list[dict], now: float) -> None:
         """Work lost to preemption, measured from the outside: a pod of ours that was running
@@ -167,6 +169,16 @@ class Sampler(threading.Thread):
                 since = self.running.get(name, (now, now, 0))[0]
                 self.running[name] = (since, now, pod_gpus(pod))
 
+    def _account_competing(self, bound: list[dict], now: float) -> None:
+        """When each competing job had its whole gang on nodes (what production waited for)."""
+        per_job: dict[str, int] = {}
+        for pod in bound:
+            job = (pod["metadata"].get("labels") or {}).get("volcano.sh/job-name", "")
+            per_job[job] = per_job.get(job, 0) + 1
+        for job, count in per_job.items():
+            if count >= self.competing_size.get(job, 1 << 30):
+                self.samples.competing_started.setdefault(job, now)
+
     def run(self) -> None:
         while not self.stop.wait(0.5):
             try:
@@ -175,11 +187,13 @@ class Sampler(threading.Thread):
                 groups, _ = self.admin.list(PODGROUP)
             except Exception:
                 continue
-            held = sum(pod_gpus(p) for p in pods
-                       if (p["metadata"].get("labels") or {}).get(COMPETING) == "true"
-                       and p.get("spec", {}).get("nodeName")
-                       and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
+            bound = [p for p in pods
+                     if (p["metadata"].get("labels") or {}).get(COMPETING) == "true"
+                     and p.get("spec", {}).get("nodeName")
+                     and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+            held = sum(pod_gpus(p) for p in bound)
             self.samples.competing.append((time.monotonic() - self.started, held))
+            self._account_competing(bound, time.monotonic() - self.started)
             ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies]
             mine = [g for g in groups if any(o.get("name", "").startswith(tuple(self.studies))
                                              for o in g["metadata"].get("ownerReferences") or [])]
@@ -226,6 +240,7 @@ class Result:
     lost_gpu_seconds: float = 0.0
     evicted_pods: int = 0
     bound_with_losses: float = 0.0  # the lower bound once the work preemption destroyed is redone
+    production_waits: tuple[float, ...] = ()  # per competing job created during the run: seconds until its gang was bound
 
 
 def pending_breakdown(pods: list[dict], groups: list[dict], admin: Cluster) -> str:
@@ -313,6 +328,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
             return any(t.is_alive() for t in threads) and (created < trials or queued > 0)
 
         sampler = Sampler(admin, names, total_gpus, waiting)
+        created: dict[str, float] = {}  # competing job -> seconds since start when it was created
         stop = threading.Event()
         started = time.monotonic()
 
@@ -321,8 +337,10 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
                 delay = started + phase.start - time.monotonic()
                 if delay > 0 and stop.wait(delay):
                     return
-                admin.create(competing_job(f"prod-{tag}-{strategy}-{i}"[:60], target.namespace, phase.gpus,
-                                           phase.end - phase.start))
+                name = f"prod-{tag}-{strategy}-{i}"[:60]
+                sampler.competing_size[name] = phase.gpus
+                created[name] = time.monotonic() - started
+                admin.create(competing_job(name, target.namespace, phase.gpus, phase.end - phase.start))
 
         def launcher(name, path, n):
             """One team's `stratctl submit`, a process of its own as on a laptop or in CI."""
@@ -377,6 +395,8 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         bound_with_losses=lower_bound(gpu_seconds + sampler.samples.lost_gpu_seconds, total_gpus,
                                       sampler.samples.competing),
         total_gpus=total_gpus,
+        production_waits=tuple(sampler.samples.competing_started.get(job, makespan) - at
+                               for job, at in created.items()),
     )
     for name in names:
         cleanup(admin, name)
@@ -417,6 +437,9 @@ def main() -> None:
     print("\npeak pending: most unscheduled pods of the studies at once (in transit included); "
           "peak >2s: of those, pods that had waited 2 s or more; queued gangs: most PodGroups of the studies "
           "waiting in Volcano's queue; idle: free GPU share while trials waited")
+    for r in results:
+        waits = ", ".join(f"{w:.0f} s" for w in r.production_waits)
+        print(f"  {r.strategy}: the competing jobs created during the run waited {waits or '-'} for their GPUs")
     for r in results:
         print(f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}; {r.evicted_pods} running pods "
               f"evicted, {r.lost_gpu_seconds:.0f} GPU-s of trial work lost and redone; bound with that work "

@@ -44,6 +44,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Event"): ("events", True),
     ("v1", "Node"): ("nodes", False),
     ("v1", "Namespace"): ("namespaces", False),
+    ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
 }
 
 VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
@@ -53,6 +54,7 @@ CONFIGMAP = ("v1", "ConfigMap")
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
 COMMAND = ("bus.volcano.sh/v1alpha1", "Command")
+PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:

@@ -289,10 +289,11 @@ class Submitter:
             else:
                 self._pending_since.pop(name, None)
         p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
-        new_429s = 0
+        new_429s, precedence = 0, None
         if self.signals is not None:
             capacity = self.signals.capacity()
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
+            precedence = str(capacity.precedence) if capacity.precedence else None
             p.latency_p90 = self.signals.latency_p90()
             new_429s = self.signals.new_429s(self.throttle.stats.throttled)
         etcd_p99 = None
@@ -312,6 +313,7 @@ class Submitter:
             free_gpus=p.free_gpus,
             new_429s=new_429s,
             latency_p90=p.latency_p90,
+            precedence=precedence,
         )
 
     def _decide(self, observed: Observed) -> Decision:

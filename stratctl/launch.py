@@ -89,7 +89,9 @@ def submit_study(
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
                                 label_selector=study_selector(study)).start()
         if options.parallelism == "adaptive" and not options.detach:
-            submitter.signals = ClusterSignals(cluster, gang_shape(study), study.namespace).start()
+            submitter.signals = ClusterSignals(
+                cluster, gang_shape(study), study.namespace, study.priority_class,
+                study.throttle.yield_to_higher_priority).start()
         try:
             return submitter.run()
         finally:

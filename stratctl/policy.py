@@ -16,6 +16,10 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   seconds, so the study fills freed GPUs in a few steps but never admits a gang that
   would sit half-placed, and gangs other launchers just admitted become visible in
   between;
+- **yield**: while a gang of higher priority than the study's waits for GPUs it would
+  get if lower-priority work stepped aside, admit nothing new (the target is kept): the
+  GPUs that trials release then add up until Volcano can place it, instead of being
+  refilled by the study one gang at a time while production starves;
 - **persistence**: stuck gangs and slow answers must last `persist` seconds to count;
 - **dead band**: with any gang pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
@@ -43,6 +47,7 @@ class Observed:
     new_429s: int = 0  # 429s received since the previous cycle
     latency_p90: float | None = None  # seconds, client-observed API latency
     etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
+    precedence: str | None = None  # a higher-priority gang waiting for GPUs lower-priority work holds
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: 
         return decrease(f"etcd commit p99 {observed.etcd_commit_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms")
     if observed.new_429s:
         return decrease(f"{observed.new_429s} × HTTP 429")
+    if observed.precedence:
+        return Decision(target, True, f"yielding to higher-priority gang {observed.precedence}"), state
     slow = observed.latency_p90 is not None and observed.latency_p90 > config.latency_high
     stuck = observed.stuck > config.pending_high
     if slow or stuck:

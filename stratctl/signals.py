@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from stratctl.cluster import NODE, POD, PODGROUP, Cluster
+from stratctl.cluster import NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
 from stratctl.errors import ClusterError
 
 GPU = "nvidia.com/gpu"
@@ -134,6 +134,66 @@ def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:
         if members > 0 and gpus > 0 and missing > 0:
             demand += [-(-gpus // members)] * missing
     return demand
+
+
+@dataclass(frozen=True)
+class Precedence:
+    """A gang of higher priority than the study's, waiting for GPUs it could be given."""
+
+    gang: str  # namespace/name of its PodGroup
+    gpus: int
+    priority_class: str
+
+    def __str__(self) -> str:
+        return f"{self.gang} ({self.gpus} GPUs, {self.priority_class})"
+
+
+def priority_values(classes: Iterable[dict]) -> tuple[dict[str, int], int]:
+    """PriorityClass name → value, and the value of pods that name none (the global default)."""
+    values, default = {}, 0
+    for pc in classes:
+        values[(pc.get("metadata") or {}).get("name", "")] = int(pc.get("value") or 0)
+        if pc.get("globalDefault"):
+            default = int(pc.get("value") or 0)
+    return values, default
+
+
+def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods: Iterable[dict],
+                            own_priority: int, values: dict[str, int], default: int) -> list[Precedence]:
+    """Gangs that outrank the study and wait (PodGroup Pending or Inqueue) for GPUs they
+    would get if lower-priority work stepped aside, largest first.
+
+    Volcano places a big gang only once enough GPUs are free at the same moment, and
+    enqueues smaller gangs into every GPU that frees meanwhile, so a launcher that keeps
+    refilling freed GPUs starves a production job of higher priority indefinitely. A gang
+    that could not fit even with every lower-priority pod gone (larger than the cluster,
+    or blocked by work of its own rank) is left out: waiting for it would stall the study
+    for nothing.
+    """
+    nodes = [n for n in nodes if _ready(n)]
+    capacity = sum(_quantity(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0)) for n in nodes)
+    names = {n["metadata"]["name"] for n in nodes}
+    bound = [p for p in pods if (p.get("spec") or {}).get("nodeName") in names
+             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    waiting = []
+    for pg in groups:
+        spec, meta = pg.get("spec") or {}, pg.get("metadata") or {}
+        if ((pg.get("status") or {}).get("phase") or "Pending") not in ("Pending", "Inqueue"):
+            continue
+        cls = spec.get("priorityClassName")
+        rank = values.get(cls, default) if cls else default
+        gpus = _quantity((spec.get("minResources") or {}).get(GPU, 0))
+        if rank <= own_priority or gpus <= 0:
+            continue
+        own = (meta.get("namespace", ""), meta.get("name", ""))
+        # GPUs that stay taken whatever lower-priority work does: pods of at least its rank
+        kept = sum(pod_gpus(p) for p in bound
+                   if int((p.get("spec") or {}).get("priority") or 0) >= rank
+                   and ((p.get("metadata") or {}).get("namespace", ""),
+                        ((p.get("metadata") or {}).get("annotations") or {}).get(GROUP_ANNOTATION)) != own)
+        if gpus <= capacity - kept:
+            waiting.append(Precedence(f"{own[0]}/{own[1]}", gpus, cls or "default priority"))
+    return sorted(waiting, key=lambda w: -w.gpus)
 
 
 def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
@@ -285,14 +345,19 @@ class Capacity:
     gangs_fit: int
     fragmentation: float
     nodes: int
+    precedence: Precedence | None = None  # the largest higher-priority gang waiting, if any
 
 
 class ClusterSignals:
     """GPU capacity from mirrored nodes and pods, and API health from the client's own requests."""
 
-    def __init__(self, cluster: Cluster, shape: list[int], namespace: str | None = None):
+    def __init__(self, cluster: Cluster, shape: list[int], namespace: str | None = None,
+                 priority_class: str | None = None, yield_to_higher: bool = True):
         self.cluster = cluster
         self.shape = shape
+        self.priority_class = priority_class
+        self.yield_to_higher = yield_to_higher
+        self._priorities: tuple[dict[str, int], int] | None = None
         self.nodes = Mirror(cluster, NODE)
         self.pods = Mirror(cluster, POD, label_selector=None)
         # gangs queued in the study's namespace (where submit may read PodGroups); other
@@ -305,7 +370,19 @@ class ClusterSignals:
         self.pods.start()
         if self.groups is not None:
             self.groups.start()
+            if self.yield_to_higher:
+                self._priorities = self._read_priorities()
         return self
+
+    def _read_priorities(self) -> tuple[dict[str, int], int] | None:
+        """Priority classes, read once: they are few and rarely change. Without the right to
+        list them the study cannot tell who outranks it, and never yields."""
+        try:
+            classes, _ = self.cluster.list(PRIORITY_CLASS, all_namespaces=True)
+        except ClusterError as exc:
+            log.warning("cannot list priority classes (%s): not yielding to higher-priority gangs", exc)
+            return None
+        return priority_values(classes)
 
     def stop(self) -> None:
         self.nodes.stop()
@@ -319,7 +396,14 @@ class ClusterSignals:
         if self.groups is not None:
             demand += queued_demand(self.groups.items(), pods)
         free = after_demand(free_gpus(nodes, pods), demand)
-        return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes))
+        precedence = None
+        if self._priorities is not None and self.groups is not None:
+            values, default = self._priorities
+            own = values.get(self.priority_class, default) if self.priority_class else default
+            ahead = higher_priority_waiting(self.groups.items(), nodes, pods, own, values, default)
+            precedence = ahead[0] if ahead else None
+        return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes),
+                        precedence)
 
     def new_429s(self, total: int) -> int:
         """429s since the previous call, from a running total (the throttle's count)."""

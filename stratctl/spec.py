@@ -272,6 +272,10 @@ class Throttle(_Model):
     # Which waiting trial goes first: the longest expected (cost.expected_duration as a
     # template over params) or the order the strategy lists them in.
     order: Literal["longest-first", "listed"] = "longest-first"
+    # Admit nothing new while a gang of higher priority waits for GPUs it could have if
+    # lower-priority work stepped aside: without it, trials refill every GPU that frees
+    # and starve the production job Volcano cannot place.
+    yield_to_higher_priority: bool = True
 
 
 class Cost(_Model):

@@ -1,0 +1,87 @@
+"""Yielding to higher-priority gangs: who outranks the study, and the rule that holds for them."""
+
+from stratctl.policy import AdaptiveConfig, Observed, PolicyState, decide
+from stratctl.signals import Precedence, higher_priority_waiting, priority_values
+
+CLASSES = [
+    {"metadata": {"name": "prod"}, "value": 1000},
+    {"metadata": {"name": "research"}, "value": 10},
+    {"metadata": {"name": "batch"}, "value": 5, "globalDefault": True},
+]
+VALUES, DEFAULT = priority_values(CLASSES)
+
+
+def node(name, gpus):
+    return {"metadata": {"name": name}, "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def pod(node_name, gpus, priority, group=None, phase="Running"):
+    meta = {"name": "p", "namespace": "ns", "annotations": {"scheduling.k8s.io/group-name": group} if group else {}}
+    return {"metadata": meta, "status": {"phase": phase},
+            "spec": {"nodeName": node_name, "priority": priority,
+                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
+def group(name, gpus, cls, phase="Pending"):
+    spec = {"minMember": gpus, "minResources": {"nvidia.com/gpu": str(gpus)}}
+    if cls:
+        spec["priorityClassName"] = cls
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": spec, "status": {"phase": phase}}
+
+
+NODES = [node("a", 8), node("b", 8)]
+
+
+def waiting(groups, pods, own=10):
+    return higher_priority_waiting(groups, NODES, pods, own, VALUES, DEFAULT)
+
+
+def test_priority_values_and_the_global_default():
+    assert VALUES == {"prod": 1000, "research": 10, "batch": 5} and DEFAULT == 5
+
+
+def test_a_higher_priority_gang_blocked_by_lower_priority_pods_is_waited_for():
+    pods = [pod("a", 8, 10), pod("b", 6, 10)]  # the study's trials hold 14 of 16 GPUs
+    assert waiting([group("prod-0", 12, "prod")], pods) == [Precedence("ns/prod-0", 12, "prod")]
+    assert str(waiting([group("prod-0", 12, "prod")], pods)[0]) == "ns/prod-0 (12 GPUs, prod)"
+
+
+def test_equal_or_lower_priority_running_or_gpu_less_gangs_are_not():
+    pods = [pod("a", 8, 10)]
+    assert waiting([group("peer", 4, "research"), group("low", 4, "batch"), group("nameless", 4, None),
+                    group("done", 4, "prod", phase="Running"), group("cpu", 0, "prod")], pods) == []
+
+
+def test_a_gang_that_could_not_fit_even_without_lower_priority_work_is_not_waited_for():
+    # larger than the cluster
+    assert waiting([group("huge", 32, "prod")], []) == []
+    # 10 GPUs held by pods of its own rank leave 6: a 12-GPU gang cannot start whatever the study does
+    assert waiting([group("prod-1", 12, "prod")], [pod("a", 8, 1000), pod("b", 2, 1000)]) == []
+    # its own pods already bound do not count against it
+    assert waiting([group("prod-1", 12, "prod", phase="Inqueue")],
+                   [pod("a", 8, 1000, group="prod-1"), pod("b", 4, 10)]) == [Precedence("ns/prod-1", 12, "prod")]
+
+
+def test_largest_waiting_gang_first():
+    got = waiting([group("small", 2, "prod"), group("big", 12, "prod", phase="Inqueue")], [pod("a", 8, 10)])
+    assert [w.gang for w in got] == ["ns/big", "ns/small"]
+
+
+def test_the_policy_holds_while_a_gang_outranks_the_study_and_keeps_its_target():
+    config = AdaptiveConfig(min=1, initial=4, max=32)
+    state = PolicyState(8)
+    o = Observed(in_flight=6, pending=0, waiting=50, gangs_fit=3, free_gpus=6, precedence="ns/prod-0 (12 GPUs, prod)")
+    decision, after = decide(o, config, state, 100.0)
+    assert (decision.target, decision.hold) == (8, True)
+    assert decision.reason == "yielding to higher-priority gang ns/prod-0 (12 GPUs, prod)"
+    assert decision.admit(o) == 0 and after == state
+    # once it is placed the study admits up to its target again
+    decision, _ = decide(Observed(in_flight=6, pending=0, waiting=50, gangs_fit=0, free_gpus=0), config, state, 101.0)
+    assert not decision.hold and decision.admit(Observed(in_flight=6, pending=0, waiting=50)) == 2
+
+
+def test_429s_still_decrease_while_yielding():
+    o = Observed(in_flight=8, pending=0, waiting=50, new_429s=3, precedence="ns/prod-0 (12 GPUs, prod)")
+    decision, _ = decide(o, AdaptiveConfig(), PolicyState(8), 0.0)
+    assert decision.target == 4
