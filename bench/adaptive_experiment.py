@@ -135,6 +135,9 @@ class Samples:
     peak_pending_why: str = ""  # what the pending pods at the peak were waiting in
     lost_gpu_seconds: float = 0.0  # run time of our pods that vanished while running (evicted)
     evicted_pods: int = 0
+    idle_gpu_seconds: float = 0.0  # free GPU-seconds while trials waited
+    idle_while_gathering: float = 0.0  # of those, while a competing gang waited for its GPUs
+    timeline: list[tuple] = field(default_factory=list)  # (s, free GPUs, competing GPUs, our bound GPUs, our pending pods, our queued gangs)
     competing_started: dict[str, float] = field(default_factory=dict)  # competing job -> seconds when all its GPUs were bound
 
 
@@ -215,9 +218,16 @@ class Sampler(threading.Thread):
             ages = [now - t for t in self.first_pending.values()]
             self.samples.max_pending_age = max([self.samples.max_pending_age] + ages)
             self.samples.peak_stuck_pods = max(self.samples.peak_stuck_pods, sum(1 for a in ages if a >= 2.0))
+            ours_bound = sum(pod_gpus(p) for p in ours if p.get("spec", {}).get("nodeName")
+                             and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
+            self.samples.timeline.append((round(now - self.started, 1), sum(free_gpus(nodes, pods).values()), held,
+                                          ours_bound, len(pending), waiting_gangs))
             if self.waiting(len(mine), waiting_gangs):
                 free = sum(free_gpus(nodes, pods).values())
                 self.samples.idle_while_waiting.append(free / self.total)
+                self.samples.idle_gpu_seconds += free * 0.5
+                if set(self.competing_size) - set(self.samples.competing_started):
+                    self.samples.idle_while_gathering += free * 0.5
 
 
 @dataclass
@@ -240,7 +250,10 @@ class Result:
     lost_gpu_seconds: float = 0.0
     evicted_pods: int = 0
     bound_with_losses: float = 0.0  # the lower bound once the work preemption destroyed is redone
-    production_waits: tuple[float, ...] = ()  # per competing job created during the run: seconds until its gang was bound
+    idle_gpu_seconds: float = 0.0
+    idle_while_gathering: float = 0.0
+    production_waits: tuple[float, ...] = ()
+    timeline: list = field(default_factory=list)  # per competing job created during the run: seconds until its gang was bound
 
 
 def pending_breakdown(pods: list[dict], groups: list[dict], admin: Cluster) -> str:
@@ -395,6 +408,9 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         bound_with_losses=lower_bound(gpu_seconds + sampler.samples.lost_gpu_seconds, total_gpus,
                                       sampler.samples.competing),
         total_gpus=total_gpus,
+        timeline=sampler.samples.timeline,
+        idle_gpu_seconds=sampler.samples.idle_gpu_seconds,
+        idle_while_gathering=sampler.samples.idle_while_gathering,
         production_waits=tuple(sampler.samples.competing_started.get(job, makespan) - at
                                for job, at in created.items()),
     )
@@ -415,6 +431,7 @@ def main() -> None:
     parser.add_argument("--only", default="submit-all,static-small,static-large,adaptive")
     parser.add_argument("--initial", type=int, default=4,
                         help="the studies' parallelism.initial (adaptive's starting target; default the study default)")
+    parser.add_argument("--timeline", help="write each strategy's sampled timeline (JSON) to this file")
     args = parser.parse_args()
     target = testbed_target()
     tag = str(int(time.time()))[-5:]
@@ -439,11 +456,15 @@ def main() -> None:
           "waiting in Volcano's queue; idle: free GPU share while trials waited")
     for r in results:
         waits = ", ".join(f"{w:.0f} s" for w in r.production_waits)
-        print(f"  {r.strategy}: the competing jobs created during the run waited {waits or '-'} for their GPUs")
+        print(f"  {r.strategy}: the competing jobs created during the run waited {waits or '-'} for their GPUs; "
+              f"{r.idle_gpu_seconds:.0f} GPU-s idle while trials waited, {r.idle_while_gathering:.0f} of them "
+              f"while a competing gang was gathering its GPUs")
     for r in results:
         print(f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}; {r.evicted_pods} running pods "
               f"evicted, {r.lost_gpu_seconds:.0f} GPU-s of trial work lost and redone; bound with that work "
               f"{r.bound_with_losses:.1f} s, makespan / it = {r.makespan / r.bound_with_losses:.2f}")
+    if args.timeline:
+        Path(args.timeline).write_text(json.dumps({r.strategy: r.timeline for r in results}))
     adaptive = next((r for r in results if r.strategy == "adaptive"), None)
     submit_all = next((r for r in results if r.strategy == "submit-all"), None)
     if adaptive and best_static:
