@@ -88,10 +88,12 @@ def submit_study(
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
                                 label_selector=study_selector(study)).start()
-        if options.parallelism == "adaptive" and not options.detach:
+        # a static cap needs the cluster's signals only to see who it yields to
+        yields = study.throttle.yield_to_higher_priority
+        if (options.parallelism == "adaptive" or yields) and not options.detach:
             submitter.signals = ClusterSignals(
                 cluster, gang_shape(study), study.namespace, study.priority_class,
-                study.throttle.yield_to_higher_priority).start()
+                yields).start()
         try:
             return submitter.run()
         finally:

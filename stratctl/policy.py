@@ -175,4 +175,6 @@ class StaticPolicy:
             return Decision(self.cap, True, "study drained")
         if observed.throttled_until > now:
             return Decision(self.cap, True, f"API server asked to wait {observed.throttled_until - now:.1f}s")
+        if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
+            return Decision(self.cap, True, f"yielding to higher-priority gang {observed.precedence}")
         return Decision(self.cap, False, f"static cap {self.cap}")

@@ -27,3 +27,6 @@ def test_adaptive_submission_completes_every_trial_with_few_pending_pods(testbed
     # no gang starves: none of ours waited Pending for long
     assert result.max_pending_age < 45, result
     assert result.throttled_429 == 0
+    # production is not starved: the studies yield to the high-priority gang, which gets
+    # its GPUs once the trials running when it arrived end (3-6 s each), not after the studies
+    assert len(result.production_waits) == 1 and result.production_waits[0] < 6 + 10, result

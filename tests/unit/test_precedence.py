@@ -1,6 +1,6 @@
 """Yielding to higher-priority gangs: who outranks the study, and the rule that holds for them."""
 
-from stratctl.policy import AdaptiveConfig, Observed, PolicyState, decide
+from stratctl.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
 from stratctl.signals import Precedence, higher_priority_waiting, priority_values
 
 CLASSES = [
@@ -85,3 +85,10 @@ def test_429s_still_decrease_while_yielding():
     o = Observed(in_flight=8, pending=0, waiting=50, new_429s=3, precedence="ns/prod-0 (12 GPUs, prod)")
     decision, _ = decide(o, AdaptiveConfig(), PolicyState(8), 0.0)
     assert decision.target == 4
+
+
+def test_a_static_cap_yields_too_and_keeps_its_cap():
+    o = Observed(in_flight=3, pending=0, waiting=50, precedence="ns/prod-0 (12 GPUs, prod)")
+    decision = StaticPolicy(8).decide(o, 0.0)
+    assert (decision.target, decision.hold, decision.admit(o)) == (8, True, 0)
+    assert StaticPolicy(8).decide(Observed(in_flight=3, pending=0, waiting=50), 0.0).admit(o) == 5
