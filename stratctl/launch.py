@@ -93,7 +93,7 @@ def submit_study(
         if (options.parallelism == "adaptive" or yields) and not options.detach:
             submitter.signals = ClusterSignals(
                 cluster, gang_shape(study), study.namespace, study.priority_class,
-                yields).start()
+                yields, study.queue).start()
         try:
             return submitter.run()
         finally:

@@ -159,7 +159,8 @@ def priority_values(classes: Iterable[dict]) -> tuple[dict[str, int], int]:
 
 
 def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods: Iterable[dict],
-                            own_priority: int, values: dict[str, int], default: int) -> list[Precedence]:
+                            own_priority: int, values: dict[str, int], default: int,
+                            queue: str | None = None) -> list[Precedence]:
     """Gangs that outrank the study and wait (PodGroup Pending or Inqueue) for GPUs they
     would get if lower-priority work stepped aside, largest first.
 
@@ -183,7 +184,7 @@ def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods:
         cls = spec.get("priorityClassName")
         rank = values.get(cls, default) if cls else default
         gpus = _quantity((spec.get("minResources") or {}).get(GPU, 0))
-        if rank <= own_priority or gpus <= 0:
+        if rank <= own_priority or gpus <= 0 or (queue and (spec.get("queue") or "default") != queue):
             continue
         own = (meta.get("namespace", ""), meta.get("name", ""))
         # GPUs that stay taken whatever lower-priority work does: pods of at least its rank
@@ -352,11 +353,12 @@ class ClusterSignals:
     """GPU capacity from mirrored nodes and pods, and API health from the client's own requests."""
 
     def __init__(self, cluster: Cluster, shape: list[int], namespace: str | None = None,
-                 priority_class: str | None = None, yield_to_higher: bool = True):
+                 priority_class: str | None = None, yield_to_higher: bool = True, queue: str | None = None):
         self.cluster = cluster
         self.shape = shape
         self.priority_class = priority_class
         self.yield_to_higher = yield_to_higher
+        self.queue = queue
         self._priorities: tuple[dict[str, int], int] | None = None
         self.nodes = Mirror(cluster, NODE)
         self.pods = Mirror(cluster, POD, label_selector=None)
@@ -400,7 +402,7 @@ class ClusterSignals:
         if self._priorities is not None and self.groups is not None:
             values, default = self._priorities
             own = values.get(self.priority_class, default) if self.priority_class else default
-            ahead = higher_priority_waiting(self.groups.items(), nodes, pods, own, values, default)
+            ahead = higher_priority_waiting(self.groups.items(), nodes, pods, own, values, default, self.queue)
             precedence = ahead[0] if ahead else None
         return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes),
                         precedence)

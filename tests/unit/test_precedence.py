@@ -63,6 +63,15 @@ def test_a_gang_that_could_not_fit_even_without_lower_priority_work_is_not_waite
                    [pod("a", 8, 1000, group="prod-1"), pod("b", 4, 10)]) == [Precedence("ns/prod-1", 12, "prod")]
 
 
+def test_only_gangs_of_the_study_queue_count_when_it_is_given():
+    other = group("prod-2", 4, "prod")
+    other["spec"]["queue"] = "serving"
+    same = group("prod-3", 4, "prod")  # no queue: Volcano's default
+    got = higher_priority_waiting([other, same], NODES, [pod("a", 8, 10)], 10, VALUES, DEFAULT, queue="default")
+    assert [w.gang for w in got] == ["ns/prod-3"]
+    assert len(higher_priority_waiting([other, same], NODES, [], 10, VALUES, DEFAULT)) == 2
+
+
 def test_largest_waiting_gang_first():
     got = waiting([group("small", 2, "prod"), group("big", 12, "prod", phase="Inqueue")], [pod("a", 8, 10)])
     assert [w.gang for w in got] == ["ns/big", "ns/small"]
