@@ -38,19 +38,20 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stratctl import labels  # noqa: E402
-from stratctl.cluster import CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.signals import free_gpus, pod_gpus  # noqa: E402
 from stratctl.space import expand  # noqa: E402
 from stratctl.spec import load_study  # noqa: E402
 
 
 def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int, gang: int,
-               initial: int = 4, yields: bool = True) -> str:
+               initial: int = 4, yields: bool = True, workload: str = "volcano") -> str:
     return textwrap.dedent(
         f"""\
         name: {name}
         namespace: {namespace}
         queue: default
+        workload: {workload}
         priority_class: stratctl-low
         space:
           lr: {{type: loguniform, low: 1.0e-5, high: 1.0e-1}}
@@ -200,8 +201,9 @@ class Sampler(threading.Thread):
             self.samples.competing.append((time.monotonic() - self.started, held))
             self._account_competing(bound, time.monotonic() - self.started)
             ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies]
-            mine = [g for g in groups if any(o.get("name", "").startswith(tuple(self.studies))
-                                             for o in g["metadata"].get("ownerReferences") or [])]
+            mine = [g for g in groups if (g["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies
+                    or any(o.get("name", "").startswith(tuple(self.studies))
+                           for o in g["metadata"].get("ownerReferences") or [])]
             waiting_gangs = sum(1 for g in mine if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue"))
             self.samples.peak_pending_gangs = max(self.samples.peak_pending_gangs, waiting_gangs)
             # Pending pods as the scheduler counts them: created, not yet bound to a node
@@ -295,7 +297,7 @@ def lower_bound(gpu_seconds: float, total_gpus: int, competing: list[tuple[float
 
 
 def cleanup(admin: Cluster, study: str) -> None:
-    for kind in (VOLCANO_JOB, CONFIGMAP):
+    for kind in (VOLCANO_JOB, BATCH_JOB, PODGROUP, CONFIGMAP):
         items, _ = admin.list(kind, label_selector=f"{labels.STUDY}={study}")
         for item in items:
             admin.delete(kind, item["metadata"]["name"])
@@ -316,7 +318,8 @@ GANGS = (2, 3, 4)
 
 def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag: str,
             schedule_factory=competing_schedule, horizon: float = 900, gangs=GANGS,
-            duration: tuple[int, int] = (8, 24), initial: int = 4, yields: bool | None = None) -> Result:
+            duration: tuple[int, int] = (8, 24), initial: int = 4, yields: bool | None = None,
+            workload: str = "volcano") -> Result:
     """Run `trials` trials split over one study per gang size, side by side, to the end.
 
     `cap` None is the adaptive policy (bounded by the study size); otherwise a static cap
@@ -335,7 +338,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         paths, gpu_seconds = [], 0.0
         for name, gang, n in zip(names, gangs, per_study):
             path = Path(tmp) / f"{name}.yaml"
-            path.write_text(study_text(name, target.namespace, n, seed, n, gang, initial, yields).replace(
+            path.write_text(study_text(name, target.namespace, n, seed, n, gang, initial, yields, workload).replace(
                 "low: 8, high: 24", f"low: {duration[0]}, high: {duration[1]}"))
             paths.append(path)
             gpu_seconds += sum(gang * t.params["duration"] for t in expand(load_study(path)))
@@ -437,6 +440,8 @@ def main() -> None:
                         help="strategies to run; static-yield is the large cap, yielding to production as adaptive does")
     parser.add_argument("--initial", type=int, default=4,
                         help="the studies' parallelism.initial (adaptive's starting target; default the study default)")
+    parser.add_argument("--workload", choices=("volcano", "batch"), default="volcano",
+                        help="trials as Volcano Jobs, or batch/v1 Jobs with a PodGroup (their pods exist at once)")
     parser.add_argument("--timeline", help="write each strategy's sampled timeline (JSON) to this file")
     args = parser.parse_args()
     target = testbed_target()
@@ -447,11 +452,11 @@ def main() -> None:
     for strategy in args.only.split(","):
         print(f"running {strategy} ...", flush=True)
         results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag, initial=args.initial,
-                               yields=True if strategy == "static-yield" else None))
+                               yields=True if strategy == "static-yield" else None, workload=args.workload))
     # adaptive yields to production: compare it with the static caps that do too
     best_static = min((r.makespan for r in results if r.strategy == "static-yield"),
                       default=min((r.makespan for r in results if r.strategy != "adaptive"), default=None))
-    print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods), 8–24 s each, "
+    print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods, {args.workload} workload), 8–24 s each, "
           f"against a competing high-priority load\n")
     header = (f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending':>13} "
               f"{'peak >2s':>9} {'longest wait s':>15} {'queued gangs':>13} {'429s':>5} {'writes/trial':>13} {'done':>8}")
