@@ -70,7 +70,11 @@ def classify(job: dict) -> TrialState:
             return TrialState.SUCCEEDED
         if condition.get("type") == "Failed":
             return TrialState.FAILED
-    if status.get("active") or status.get("ready"):
+    if "ready" in status:
+        # `active` counts pods not yet on a node too: a gang Volcano has not placed is
+        # active, so only ready pods tell that the trial runs (status.ready, k8s >= 1.24)
+        return TrialState.RUNNING if status.get("ready") else TrialState.PENDING
+    if status.get("active"):
         return TrialState.RUNNING
     return TrialState.PENDING
 

@@ -27,7 +27,11 @@ def test_volcano_phases():
 def test_batch_job_conditions():
     job = {"apiVersion": "batch/v1", "kind": "Job", "status": {}}
     assert classify(job) is TrialState.PENDING
-    job["status"] = {"active": 2}
+    job["status"] = {"active": 2}  # a server that does not report ready pods
+    assert classify(job) is TrialState.RUNNING
+    job["status"] = {"active": 2, "ready": 0}  # pods created, the gang waits for GPUs
+    assert classify(job) is TrialState.PENDING
+    job["status"] = {"active": 2, "ready": 2}
     assert classify(job) is TrialState.RUNNING
     job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     assert classify(job) is TrialState.SUCCEEDED
