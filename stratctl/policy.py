@@ -55,14 +55,12 @@ class Decision:
     target: int  # trials allowed in flight
     hold: bool  # admit nothing new this cycle
     reason: str
-    room: int | None = None  # gangs that can be admitted now: those free GPUs hold, plus the queue allowance
 
     def admit(self, observed: Observed) -> int:
         """How many new trials to create now."""
         if self.hold:
             return 0
-        room = self.target - observed.in_flight if self.room is None else min(self.room, self.target - observed.in_flight)
-        return max(0, min(observed.waiting, room))
+        return max(0, min(observed.waiting, self.target - observed.in_flight))
 
 
 @dataclass(frozen=True)
@@ -92,19 +90,7 @@ def _bounded(target: int, config: AdaptiveConfig) -> int:
 
 
 def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
-    """The adaptive rule (see the module docstring); returns the decision and the next state.
-
-    The target is what may be in flight; what is admitted now is also bounded by the
-    gangs the free GPUs hold plus `pending_high` queued ones (less those already pending),
-    so a target set while the cluster had room never turns into gangs that wait behind a
-    production job that took the GPUs since."""
-    decision, state = _rule(observed, config, state, now)
-    if observed.gangs_fit is not None:
-        decision = replace(decision, room=observed.gangs_fit + max(0, config.pending_high - observed.pending))
-    return decision, state
-
-
-def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
+    """The adaptive rule (see the module docstring); returns the decision and the next state."""
     target = state.target
     if observed.drained:
         return Decision(target, True, "study drained"), state

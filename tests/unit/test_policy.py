@@ -147,16 +147,3 @@ def test_persistence_and_steps_are_seconds_not_cycles():
     targets, _, reasons = run(free, config=AdaptiveConfig(initial=4, max=64), step=0.2)
     assert targets == [8, 8, 8, 8, 8, 16, 16, 16, 16, 16, 32]
     assert reasons[1] == "50 more gang(s) fit; next step in 0.8s"
-
-
-def test_admissions_follow_the_gangs_that_fit_plus_a_queue_allowance_not_the_target_alone():
-    # production took the GPUs since the target was set: 4 of 8 slots are free, one gang fits
-    decision, _ = decide(obs(in_flight=4, pending=0, gangs_fit=1), CONFIG, PolicyState(8), 0)
-    assert (decision.target, decision.room) == (8, 1 + CONFIG.pending_high)
-    assert decision.admit(obs(in_flight=4, pending=0, gangs_fit=1)) == 3
-    # two gangs already queued use up the allowance: only what fits is admitted
-    decision, _ = decide(obs(in_flight=4, pending=2, gangs_fit=0), CONFIG, PolicyState(8), 0)
-    assert decision.room == 0 and decision.admit(obs(in_flight=4, pending=2)) == 0
-    # without a GPU signal the target alone decides
-    decision, _ = decide(obs(in_flight=4, pending=0, gangs_fit=None), CONFIG, PolicyState(8), 0)
-    assert decision.room is None and decision.admit(obs(in_flight=4)) == 4
