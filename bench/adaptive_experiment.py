@@ -257,6 +257,7 @@ class Result:
     idle_gpu_seconds: float = 0.0
     idle_while_gathering: float = 0.0
     production_waits: tuple[float, ...] = ()
+    production_unplaced: int = 0  # of those, jobs still waiting when the studies ended (their wait is a floor)
     timeline: list = field(default_factory=list)  # per competing job created during the run: seconds until its gang was bound
 
 
@@ -421,6 +422,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         idle_while_gathering=sampler.samples.idle_while_gathering,
         production_waits=tuple(sampler.samples.competing_started.get(job, makespan) - at
                                for job, at in created.items()),
+        production_unplaced=len(set(created) - set(sampler.samples.competing_started)),
     )
     for name in names:
         cleanup(admin, name)
@@ -471,7 +473,8 @@ def main() -> None:
           "waiting in Volcano's queue; idle: free GPU share while trials waited")
     for r in results:
         waits = ", ".join(f"{w:.0f} s" for w in r.production_waits)
-        print(f"  {r.strategy}: the competing jobs created during the run waited {waits or '-'} for their GPUs; "
+        unplaced = f" ({r.production_unplaced} still waiting at the end)" if r.production_unplaced else ""
+        print(f"  {r.strategy}: the competing jobs created during the run waited {waits or '-'}{unplaced} for their GPUs; "
               f"{r.idle_gpu_seconds:.0f} GPU-s idle while trials waited, {r.idle_while_gathering:.0f} of them "
               f"while a competing gang was gathering its GPUs")
     for r in results:

@@ -171,11 +171,7 @@ def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods:
     or blocked by work of its own rank) is left out: waiting for it would stall the study
     for nothing.
     """
-    nodes = [n for n in nodes if _ready(n)]
-    capacity = sum(_quantity(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0)) for n in nodes)
-    names = {n["metadata"]["name"] for n in nodes}
-    bound = [p for p in pods if (p.get("spec") or {}).get("nodeName") in names
-             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    nodes, pods = list(nodes), list(pods)
     waiting = []
     for pg in groups:
         spec, meta = pg.get("spec") or {}, pg.get("metadata") or {}
@@ -188,11 +184,11 @@ def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods:
             continue
         own = (meta.get("namespace", ""), meta.get("name", ""))
         # GPUs that stay taken whatever lower-priority work does: pods of at least its rank
-        kept = sum(pod_gpus(p) for p in bound
-                   if int((p.get("spec") or {}).get("priority") or 0) >= rank
-                   and ((p.get("metadata") or {}).get("namespace", ""),
-                        ((p.get("metadata") or {}).get("annotations") or {}).get(GROUP_ANNOTATION)) != own)
-        if gpus <= capacity - kept:
+        kept = [p for p in pods
+                if int((p.get("spec") or {}).get("priority") or 0) >= rank
+                and ((p.get("metadata") or {}).get("namespace", ""),
+                     ((p.get("metadata") or {}).get("annotations") or {}).get(GROUP_ANNOTATION)) != own]
+        if gpus <= sum(free_gpus(nodes, kept).values()):
             waiting.append(Precedence(f"{own[0]}/{own[1]}", gpus, cls or "default priority"))
     return sorted(waiting, key=lambda w: -w.gpus)
 
