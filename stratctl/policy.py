@@ -10,18 +10,22 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
 - **multiplicative decrease** (×`decrease`) on fresh 429s, on API latency above
   `latency_high`, or when more than `pending_high` of the study's gangs are pending: the
   cluster is telling us it cannot absorb what we already sent;
-- **additive increase** only when no gang of the study is pending and the free GPUs can
-  hold at least one more whole gang (fragmentation-aware): raise the target by the
-  number of whole gangs that fit, at most doubling it and at most once per `step`
-  seconds, so the study fills freed GPUs in a few steps but never admits a gang that
-  would sit half-placed, and gangs other launchers just admitted become visible in
-  between;
+- **additive increase** only when no more than `queue_ahead` of the study's gangs are
+  pending and the free GPUs can hold at least one more whole gang (fragmentation-aware):
+  raise the target by the number of whole gangs that fit, at most doubling it and at most
+  once per `step` seconds, so the study fills freed GPUs in a few steps and gangs other
+  launchers just admitted become visible in between;
+- **room**: whatever the target, a cycle admits at most the whole gangs the free GPUs
+  hold plus `queue_ahead` queued ones, less the study's gangs already pending. The few
+  queued gangs take a trial's GPUs the moment it ends (the scheduler places them without
+  waiting for the launcher's round trip); a target set while the cluster had room never
+  turns into a pile of gangs waiting behind a job that took the GPUs since;
 - **yield**: while a gang of higher priority than the study's waits for GPUs it would
   get if lower-priority work stepped aside, admit nothing new (the target is kept): the
   GPUs that trials release then add up until Volcano can place it, instead of being
   refilled by the study one gang at a time while production starves;
 - **persistence**: stuck gangs and slow answers must last `persist` seconds to count;
-- **dead band**: with any gang pending but at most `pending_high` stuck, keep the target; and no increase
+- **dead band**: with more than `queue_ahead` gangs pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
   most once per cooldown instead of every cycle.
 """
@@ -55,12 +59,16 @@ class Decision:
     target: int  # trials allowed in flight
     hold: bool  # admit nothing new this cycle
     reason: str
+    room: int | None = None  # gangs that may be admitted now whatever the target; None: unbounded
 
     def admit(self, observed: Observed) -> int:
         """How many new trials to create now."""
         if self.hold:
             return 0
-        return max(0, min(observed.waiting, self.target - observed.in_flight))
+        slots = self.target - observed.in_flight
+        if self.room is not None:
+            slots = min(slots, self.room)
+        return max(0, min(observed.waiting, slots))
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class AdaptiveConfig:
     max: int = 32
     decrease: float = 0.5
     pending_high: int = 2  # pending gangs tolerated before backing off
+    queue_ahead: int = 2  # gangs kept queued beyond those the free GPUs hold, ready for the next freed GPUs
     latency_high: float = 1.0  # seconds, p90 of API requests
     etcd_high: float = 0.25  # seconds, p99 etcd backend commit: the breaker
     cooldown: float = 10.0  # seconds after a decrease before any change
@@ -89,8 +98,24 @@ def _bounded(target: int, config: AdaptiveConfig) -> int:
     return max(config.min, min(config.max, target))
 
 
+def room(observed: Observed, config: AdaptiveConfig) -> int | None:
+    """Gangs a cycle may admit: those the free GPUs hold plus `queue_ahead` queued ones,
+    less the study's gangs already pending. The study's own pending gangs count against
+    it even after the free GPUs account for them, because a gang created a moment ago is
+    not yet visible to the GPU signal: a launcher must never fill the same free GPUs twice;
+    the cost is that gangs in transit are counted twice for a cycle or two."""
+    if observed.gangs_fit is None:
+        return None
+    return max(0, observed.gangs_fit + config.queue_ahead - observed.pending)
+
+
 def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
     """The adaptive rule (see the module docstring); returns the decision and the next state."""
+    decision, state = _rule(observed, config, state, now)
+    return replace(decision, room=room(observed, config)), state
+
+
+def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
     target = state.target
     if observed.drained:
         return Decision(target, True, "study drained"), state
@@ -131,7 +156,7 @@ def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: 
             return decrease(f"{observed.stuck} gangs pending (more than {config.pending_high})")
         return Decision(target, False, f"congestion signal ({'latency' if slow else 'pending gangs'}), watching"), state
     state = replace(state, congested_since=None)
-    if observed.pending > 0:
+    if observed.pending > config.queue_ahead:
         return Decision(target, False, f"{observed.pending} gang(s) pending: keeping target {target}"), state
     if cooling:
         return Decision(target, False, f"cooling down after a decrease: keeping target {target}"), state

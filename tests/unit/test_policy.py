@@ -35,9 +35,32 @@ def test_freed_gpus_raise_the_target_by_the_gangs_that_fit():
     assert reasons[1] == "3 more gang(s) fit in free GPUs: target 4 → 7"
 
 
-def test_no_increase_while_any_gang_of_the_study_is_pending():
-    d, _ = decide(obs(in_flight=4, pending=1, gangs_fit=10), CONFIG, PolicyState(4), 0)
-    assert d.target == 4 and "pending" in d.reason
+def test_no_increase_while_more_gangs_than_the_queue_allowance_are_pending():
+    d, _ = decide(obs(in_flight=4, pending=3, gangs_fit=10), CONFIG, PolicyState(4), 0)
+    assert d.target == 4 and d.reason == "3 gang(s) pending: keeping target 4"
+    d, _ = decide(obs(in_flight=4, pending=2, gangs_fit=10), CONFIG, PolicyState(4), 0)
+    assert d.target == 8  # two queued gangs are the allowance, not congestion
+
+
+def test_admission_is_bounded_by_the_gangs_that_fit_plus_the_queue_allowance():
+    # a target of 20 set while the cluster had room; a competing job has since taken the
+    # GPUs: only the 2 queued gangs of the allowance are admitted, not 16 that would wait
+    d, _ = decide(obs(in_flight=4, gangs_fit=0), CONFIG, PolicyState(20), 0)
+    assert d.room == 2 and d.admit(obs(in_flight=4, gangs_fit=0)) == 2
+    # room for 3 gangs, 1 of the study's gangs already pending: 3 + 2 - 1
+    o = obs(in_flight=5, pending=1, gangs_fit=3)
+    d, _ = decide(o, CONFIG, PolicyState(20), 0)
+    assert d.room == 4 and d.admit(o) == 4
+    # gangs just created and not yet visible to the GPU signal count against the room
+    o = obs(in_flight=12, pending=8, gangs_fit=6)
+    d, _ = decide(o, CONFIG, PolicyState(20), 0)
+    assert d.room == 0 and d.admit(o) == 0
+    # the target still bounds it, and without a GPU signal only the target does
+    o = obs(in_flight=7, gangs_fit=10)
+    assert decide(o, CONFIG, PolicyState(8), 0)[0].admit(o) == 1
+    o = obs(in_flight=4, gangs_fit=None)
+    d, _ = decide(o, CONFIG, PolicyState(20), 0)
+    assert d.room is None and d.admit(o) == 16
 
 
 def test_increase_at_most_doubles_per_cycle():
