@@ -93,6 +93,9 @@ class Submitter:
         self.order = [t.name for t in trials]
         self.renderer = renderer
         self._manifests = manifests or {}  # first attempts rendered up front (launch.prepare)
+        # each trial's expected seconds, when the study states them (backfill picks by them)
+        self._expected = ({t.name: renderer.expected_seconds(t) for t in trials}
+                          if renderer is not None and renderer.states_duration else {})
         self.cluster = cluster
         self.throttle = throttle
         self.options = options
@@ -289,9 +292,10 @@ class Submitter:
             else:
                 self._pending_since.pop(name, None)
         p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
-        new_429s, precedence = 0, None
+        new_429s, precedence, shadow = 0, None, None
         if self.signals is not None:
-            capacity = self.signals.capacity()
+            capacity = self.signals.capacity(self.wall())
+            shadow = capacity.shadow
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             precedence = str(capacity.precedence) if capacity.precedence else None
             p.latency_p90 = self.signals.latency_p90()
@@ -314,6 +318,7 @@ class Submitter:
             new_429s=new_429s,
             latency_p90=p.latency_p90,
             precedence=precedence,
+            shadow=shadow if self._expected else None,  # backfill needs the study's own durations
         )
 
     def _decide(self, observed: Observed) -> Decision:
@@ -374,6 +379,8 @@ class Submitter:
                 observed = self._observe_pressure(states)
                 decision = self._decide(observed)
                 waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
+                if decision.backfill is not None:  # only trials that end before the waiting gang can start
+                    waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
                 admit = decision.admit(replace(observed, waiting=len(waiting)))
                 if admit:
                     batch = waiting[:admit]

@@ -19,6 +19,9 @@ MANAGED_BY_VALUE = "stratctl"
 PARAMS = f"{PREFIX}/params"  # JSON object of the trial's parameters
 TRIAL_INDEX = f"{PREFIX}/trial-index"
 CHECKPOINT = f"{PREFIX}/checkpoint"  # the trial's checkpoint location
+# seconds the trial is expected to run (cost.expected_duration, when the study states it);
+# on its pods too, so any launcher can tell when the GPUs they hold will be free again
+EXPECTED_SECONDS = f"{PREFIX}/expected-seconds"
 
 # Environment variables injected into every container of a trial.
 ENV_STUDY = "STRATCTL_STUDY"

@@ -23,7 +23,11 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
 - **yield**: while a gang of higher priority than the study's waits for GPUs it would
   get if lower-priority work stepped aside, admit nothing new (the target is kept): the
   GPUs that trials release then add up until Volcano can place it, instead of being
-  refilled by the study one gang at a time while production starves;
+  refilled by the study one gang at a time while production starves. Except for
+  **backfill**: when the pods holding the GPUs say when they will end (their
+  `expected-seconds`), the gang can start at a known moment (the shadow time); trials
+  expected to end `backfill_margin` seconds before it may use the free GPUs meanwhile, so
+  they are not idle while the gang gathers and the gang starts no later (EASY backfilling);
 - **persistence**: stuck gangs and slow answers must last `persist` seconds to count;
 - **dead band**: with more than `queue_ahead` gangs pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
@@ -52,6 +56,7 @@ class Observed:
     latency_p90: float | None = None  # seconds, client-observed API latency
     etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
     precedence: str | None = None  # a higher-priority gang waiting for GPUs lower-priority work holds
+    shadow: float | None = None  # seconds until that gang can start, by the expected ends of the pods below it
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Decision:
     hold: bool  # admit nothing new this cycle
     reason: str
     room: int | None = None  # gangs that may be admitted now whatever the target; None: unbounded
+    backfill: float | None = None  # if set, admit only trials expected to end within this many seconds
 
     def admit(self, observed: Observed) -> int:
         """How many new trials to create now."""
@@ -84,6 +90,7 @@ class AdaptiveConfig:
     cooldown: float = 10.0  # seconds after a decrease before any change
     persist: float = 2.0  # seconds stuck gangs or high latency must last before they count
     step: float = 1.0  # seconds between two increases, at least
+    backfill_margin: float = 3.0  # seconds a backfilled trial must end before the shadow time (its start-up)
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,8 @@ def room(observed: Observed, config: AdaptiveConfig) -> int | None:
     the cost is that gangs in transit are counted twice for a cycle or two."""
     if observed.gangs_fit is None:
         return None
+    if observed.precedence:  # backfill: only gangs that start now can end before the shadow time
+        return observed.gangs_fit
     return max(0, observed.gangs_fit + config.queue_ahead - observed.pending)
 
 
@@ -142,7 +151,12 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
     if observed.new_429s:
         return decrease(f"{observed.new_429s} × HTTP 429")
     if observed.precedence:
-        return Decision(target, True, f"yielding to higher-priority gang {observed.precedence}"), state
+        why = f"yielding to higher-priority gang {observed.precedence}"
+        window = None if observed.shadow is None else observed.shadow - config.backfill_margin
+        if window is not None and window > 0 and observed.gangs_fit:
+            return Decision(target, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
+                                           f"trials expected to end before", backfill=window), state
+        return Decision(target, True, why), state
     slow = observed.latency_p90 is not None and observed.latency_p90 > config.latency_high
     stuck = observed.stuck > config.pending_high
     if slow or stuck:

@@ -86,6 +86,8 @@ class Renderer:
             labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
         }
         self._study_context = _study_context(study)
+        # only a duration the study states is an estimate worth planning with, not the default
+        self._stamps_expected = "expected_duration" in study.cost.model_fields_set
         self._nonce = secrets.token_hex(4)
         self._compiled: tuple[list[str], list[str]] | None = None
         if self._per_study(self.template):
@@ -106,18 +108,26 @@ class Renderer:
             labels_map[labels.SPEC_HASH] = digest
         return docs
 
+    @property
+    def states_duration(self) -> bool:
+        """Whether the study states its trials' expected duration (not just the default)."""
+        return self._stamps_expected
+
     def expected_seconds(self, trial: Trial) -> float:
         """How long the trial is expected to run: cost.expected_duration, rendered for the
         trial when it is a template."""
+        return self._expected(self._trial_context(trial, 0, False))
+
+    def _expected(self, ctx: dict) -> float:
         cost = self.study.cost
         if not cost.per_trial:
             return cost.expected_seconds
-        text = self._run(self._string(cost.expected_duration), self._trial_context(trial, 0, False)).strip()
+        text = self._run(self._string(cost.expected_duration), ctx).strip()
         try:
             return parse_duration(text)
         except ValueError as e:
             raise StudyError([self.study.problem(("cost", "expected_duration"),
-                                                 f"trial {trial.index} ({trial.name}): {e}")
+                                                 f"trial {ctx['index']} ({ctx['trial']}): {e}")
                               ]) from None
 
     def render_all(self, trials: Iterable[Trial], attempt: int = 0, resume: bool = False) -> list[list[dict]]:
@@ -289,9 +299,9 @@ class Renderer:
         ctx["checkpoint"] = self._run(self._checkpoint, ctx) if self._checkpoint else ""
         return ctx
 
-    @staticmethod
-    def _stamp_values(ctx: dict) -> dict[str, str]:
+    def _stamp_values(self, ctx: dict) -> dict[str, str]:
         return {
+            "expected_text": _seconds_text(self._expected(ctx)) if self._stamps_expected else "",
             "trial": ctx["trial"],
             "attempt_text": str(ctx["attempt"]),
             "index_text": str(ctx["index"]),
@@ -305,6 +315,8 @@ class Renderer:
         stamp_labels = {**self._stamp_labels, labels.TRIAL: v["trial"], labels.ATTEMPT: v["attempt_text"]}
         stamp_annotations = {labels.PARAMS: v["params_json"], labels.TRIAL_INDEX: v["index_text"],
                              labels.CHECKPOINT: v["checkpoint"]}
+        if self._stamps_expected:  # read by launchers sharing the cluster to plan backfill
+            stamp_annotations[labels.EXPECTED_SECONDS] = v["expected_text"]
         env = [
             {"name": labels.ENV_STUDY, "value": self.study.name},
             {"name": labels.ENV_TRIAL, "value": v["trial"]},
@@ -325,10 +337,14 @@ class Renderer:
                 container["env"] = [dict(e) for e in env] + user
 
 
-_STAMPED = ("trial", "attempt_text", "index_text", "checkpoint", "resume_text", "params_json")
+_STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint", "resume_text", "params_json")
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _seconds_text(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
 
 
 class _Interpolation:

@@ -13,10 +13,13 @@ free GPUs.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
+from stratctl import labels
 from stratctl.cluster import NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
 from stratctl.errors import ClusterError
 
@@ -143,6 +146,7 @@ class Precedence:
     gang: str  # namespace/name of its PodGroup
     gpus: int
     priority_class: str
+    priority: int = 0  # the class's value
 
     def __str__(self) -> str:
         return f"{self.gang} ({self.gpus} GPUs, {self.priority_class})"
@@ -189,8 +193,45 @@ def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods:
                 and ((p.get("metadata") or {}).get("namespace", ""),
                      ((p.get("metadata") or {}).get("annotations") or {}).get(GROUP_ANNOTATION)) != own]
         if gpus <= sum(free_gpus(nodes, kept).values()):
-            waiting.append(Precedence(f"{own[0]}/{own[1]}", gpus, cls or "default priority"))
+            waiting.append(Precedence(f"{own[0]}/{own[1]}", gpus, cls or "default priority", rank))
     return sorted(waiting, key=lambda w: -w.gpus)
+
+
+def expected_end(pod: dict) -> float:
+    """When a running pod is expected to end (seconds since the epoch): its start plus the
+    `expected-seconds` annotation stratctl stamps on trial pods; infinity for pods that do
+    not say (another workload, a study without a stated duration)."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    try:
+        seconds = float((meta.get("annotations") or {})[labels.EXPECTED_SECONDS])
+        started = datetime.fromisoformat(status["startTime"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return math.inf
+    return started + seconds
+
+
+def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, now: float) -> float | None:
+    """Seconds from `now` until the waiting higher-priority gang can start, if nothing new
+    takes its GPUs: the moment the free GPUs plus those released by lower-priority pods, in
+    the order they are expected to end, reach what it asks for (the "shadow time" of EASY
+    backfilling). None when that depends on a pod with no expected end. GPUs are counted
+    cluster-wide, which is exact for gangs of one-GPU pods and optimistic for larger pods."""
+    pods = list(pods)
+    free = sum(free_gpus(nodes, pods).values())
+    releases = sorted(
+        (expected_end(p), pod_gpus(p)) for p in pods
+        if (p.get("spec") or {}).get("nodeName") and pod_gpus(p) > 0
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        and int((p.get("spec") or {}).get("priority") or 0) < ahead.priority
+    )
+    at = now
+    for end, gpus in releases:
+        if free >= ahead.gpus:
+            break
+        free, at = free + gpus, end
+    if free < ahead.gpus or math.isinf(at):
+        return None
+    return max(0.0, at - now)
 
 
 def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
@@ -343,6 +384,7 @@ class Capacity:
     fragmentation: float
     nodes: int
     precedence: Precedence | None = None  # the largest higher-priority gang waiting, if any
+    shadow: float | None = None  # seconds until it can start by the expected ends of the pods below it
 
 
 class ClusterSignals:
@@ -388,7 +430,8 @@ class ClusterSignals:
         if self.groups is not None:
             self.groups.stop()
 
-    def capacity(self) -> Capacity:
+    def capacity(self, now: float | None = None) -> Capacity:
+        """`now`: the wall clock (seconds since the epoch), for the shadow time."""
         nodes, pods = self.nodes.items(), self.pods.items()
         demand = pending_demand(pods)
         if self.groups is not None:
@@ -400,8 +443,9 @@ class ClusterSignals:
             own = values.get(self.priority_class, default) if self.priority_class else default
             ahead = higher_priority_waiting(self.groups.items(), nodes, pods, own, values, default, self.queue)
             precedence = ahead[0] if ahead else None
+        shadow = shadow_time(nodes, pods, precedence, now) if precedence and now is not None else None
         return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes),
-                        precedence)
+                        precedence, shadow)
 
     def new_429s(self, total: int) -> int:
         """429s since the previous call, from a running total (the throttle's count)."""

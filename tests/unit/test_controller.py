@@ -329,3 +329,45 @@ def test_a_drain_seen_as_deleted_jobs_is_read_from_the_record_before_the_loop_ac
     assert progress.interrupted and clock() - start < 30.0  # every read of the record came from a deletion
     assert created_at_drain["n"] == 3 and len(cluster.creates) == 3  # nothing admitted into the drain
     assert cluster.jobs() == [] and progress.target == 3
+
+
+def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_created(tmp_path):
+    from stratctl.signals import Capacity, Precedence
+
+    cluster, clock = FakeCluster(), FakeClock()
+    # layers 2: 10 s, layers 4: 20 s (listed order, so both kinds wait side by side); the
+    # gang it yields to can start in 16 s: backfill window 13 s
+    path = tmp_path / "study.yaml"
+    path.write_text(STUDY.replace("throttle: {", "throttle: {order: listed, ")
+                    + 'cost: {expected_duration: "{{ params.layers * 5 }}s"}\n')
+    submitter, trials = make(path, cluster, clock)
+    layers = {t.name: t.params["layers"] for t in trials}
+    ahead = Precedence("stratctl-e2e/prod-0", 12, "prod", 1000)
+    created_while_yielding = []
+
+    class Signals:
+        calls = 0
+
+        def capacity(self, now=None):
+            self.calls += 1
+            if self.calls <= 3:
+                created_while_yielding[:] = list(cluster.creates)
+                return Capacity(8, 4, 0.0, 2, ahead, 16.0)
+            return Capacity(16, 8, 0.0, 2)
+
+        def latency_p90(self):
+            return None
+
+        def new_429s(self, total):
+            return 0
+
+    submitter.signals = Signals()
+    events = []
+    submitter.reporter = type("R", (), {"update": lambda self, p: None, "event": lambda self, m: events.append(m)})()
+    progress = submitter.run()
+    assert created_while_yielding and all(layers[n.rsplit("-a", 1)[0]] == 2 for n in created_while_yielding)
+    assert any("backfilling trials expected to end before" in e for e in events)
+    assert progress.succeeded == 10  # once the gang was placed, the 20 s trials ran too
+    # every trial's pods carry their expected seconds, for other launchers' shadow times
+    pod_meta = Renderer(submitter.study).render(trials[1])[0]["spec"]["tasks"][0]["template"]["metadata"]
+    assert pod_meta["annotations"]["stratctl.io/expected-seconds"] == str(trials[1].params["layers"] * 5)

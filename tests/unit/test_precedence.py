@@ -43,7 +43,7 @@ def test_priority_values_and_the_global_default():
 
 def test_a_higher_priority_gang_blocked_by_lower_priority_pods_is_waited_for():
     pods = [pod("a", 8, 10), pod("b", 6, 10)]  # the study's trials hold 14 of 16 GPUs
-    assert waiting([group("prod-0", 12, "prod")], pods) == [Precedence("ns/prod-0", 12, "prod")]
+    assert waiting([group("prod-0", 12, "prod")], pods) == [Precedence("ns/prod-0", 12, "prod", 1000)]
     assert str(waiting([group("prod-0", 12, "prod")], pods)[0]) == "ns/prod-0 (12 GPUs, prod)"
 
 
@@ -60,7 +60,7 @@ def test_a_gang_that_could_not_fit_even_without_lower_priority_work_is_not_waite
     assert waiting([group("prod-1", 12, "prod")], [pod("a", 8, 1000), pod("b", 2, 1000)]) == []
     # its own pods already bound do not count against it
     assert waiting([group("prod-1", 12, "prod", phase="Inqueue")],
-                   [pod("a", 8, 1000, group="prod-1"), pod("b", 4, 10)]) == [Precedence("ns/prod-1", 12, "prod")]
+                   [pod("a", 8, 1000, group="prod-1"), pod("b", 4, 10)]) == [Precedence("ns/prod-1", 12, "prod", 1000)]
 
 
 def test_only_gangs_of_the_study_queue_count_when_it_is_given():
@@ -101,3 +101,48 @@ def test_a_static_cap_yields_too_and_keeps_its_cap():
     decision = StaticPolicy(8).decide(o, 0.0)
     assert (decision.target, decision.hold, decision.admit(o)) == (8, True, 0)
     assert StaticPolicy(8).decide(Observed(in_flight=3, pending=0, waiting=50), 0.0).admit(o) == 5
+
+
+def timed(node_name, gpus, priority, started, expected=None):
+    p = pod(node_name, gpus, priority)
+    p["status"]["startTime"] = started
+    if expected is not None:
+        p["metadata"]["annotations"]["stratctl.io/expected-seconds"] = str(expected)
+    return p
+
+
+T0 = "2026-12-03T08:00:00+00:00"  # 1796284800 seconds since the epoch
+NOW = 1796284800.0 + 4  # 4 s after the pods started
+
+
+def test_shadow_time_is_when_released_gpus_reach_the_waiting_gang():
+    from stratctl.signals import shadow_time
+
+    prod = Precedence("ns/prod-0", 12, "prod", 1000)
+    pods = [timed("a", 8, 10, T0, 20), timed("b", 2, 10, T0, 6), timed("b", 4, 10, T0, 10)]
+    # 2 free; the 2-GPU pod ends in 2 s (4 free), the 4-GPU one in 6 s (8), the 8-GPU one in 16 s (16)
+    assert shadow_time(NODES, pods, prod, NOW) == 16.0
+    assert shadow_time(NODES, pods, Precedence("ns/p", 8, "prod", 1000), NOW) == 6.0
+    assert shadow_time(NODES, pods, Precedence("ns/p", 2, "prod", 1000), NOW) == 0.0  # fits already
+    # a pod that does not say when it ends makes the moment unknown, if the gang needs its GPUs
+    unknown = [timed("a", 8, 10, T0), timed("b", 2, 10, T0, 6), timed("b", 4, 10, T0, 10)]
+    assert shadow_time(NODES, unknown, prod, NOW) is None
+    assert shadow_time(NODES, unknown, Precedence("ns/p", 8, "prod", 1000), NOW) == 6.0
+    # pods of the gang's rank or above never make way for it
+    assert shadow_time(NODES, [timed("a", 8, 1000, T0, 5)], Precedence("ns/p", 12, "prod", 1000), NOW) is None
+
+
+def test_while_yielding_trials_that_end_before_the_shadow_time_are_backfilled():
+    config = AdaptiveConfig(min=1, initial=4, max=32, backfill_margin=3)
+    o = Observed(in_flight=6, pending=1, waiting=50, gangs_fit=3, free_gpus=6,
+                 precedence="ns/prod-0 (12 GPUs, prod)", shadow=16.0)
+    decision, _ = decide(o, config, PolicyState(8), 100.0)
+    assert (decision.hold, decision.backfill, decision.room) == (False, 13.0, 3)
+    assert decision.reason == ("yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 16s: "
+                               "backfilling trials expected to end before")
+    assert decision.admit(o) == 2  # the target (8 - 6) bounds it; no queued allowance while yielding
+    # no room left before the shadow, or no free GPUs, or an unknown shadow: plain yield
+    for shadow, fit in ((2.5, 3), (16.0, 0), (None, 3)):
+        d, _ = decide(Observed(in_flight=6, pending=0, waiting=50, gangs_fit=fit, free_gpus=6,
+                               precedence="ns/prod-0 (12 GPUs, prod)", shadow=shadow), config, PolicyState(8), 100.0)
+        assert d.hold and d.backfill is None
