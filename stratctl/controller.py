@@ -292,10 +292,10 @@ class Submitter:
             else:
                 self._pending_since.pop(name, None)
         p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
-        new_429s, precedence, shadow = 0, None, None
+        new_429s, precedence, shadow, backfill_fit = 0, None, None, None
         if self.signals is not None:
             capacity = self.signals.capacity(self.wall())
-            shadow = capacity.shadow
+            shadow, backfill_fit = capacity.shadow, capacity.backfill_fit
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             precedence = str(capacity.precedence) if capacity.precedence else None
             p.latency_p90 = self.signals.latency_p90()
@@ -319,6 +319,7 @@ class Submitter:
             latency_p90=p.latency_p90,
             precedence=precedence,
             shadow=shadow if self._expected else None,  # backfill needs the study's own durations
+            backfill_fit=backfill_fit,
         )
 
     def _decide(self, observed: Observed) -> Decision:

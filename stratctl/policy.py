@@ -57,6 +57,7 @@ class Observed:
     etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
     precedence: str | None = None  # a higher-priority gang waiting for GPUs lower-priority work holds
     shadow: float | None = None  # seconds until that gang can start, by the expected ends of the pods below it
+    backfill_fit: int | None = None  # whole gangs the free GPUs hold until then (that gang's demand aside)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def room(observed: Observed, config: AdaptiveConfig) -> int | None:
     if observed.gangs_fit is None:
         return None
     if observed.precedence:  # backfill: only gangs that start now can end before the shadow time
-        return observed.gangs_fit
+        return observed.backfill_fit or 0
     return max(0, observed.gangs_fit + config.queue_ahead - observed.pending)
 
 
@@ -153,7 +154,7 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
     if observed.precedence:
         why = f"yielding to higher-priority gang {observed.precedence}"
         window = None if observed.shadow is None else observed.shadow - config.backfill_margin
-        if window is not None and window > 0 and observed.gangs_fit:
+        if window is not None and window > 0 and observed.backfill_fit:
             return Decision(target, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
                                            f"trials expected to end before", backfill=window), state
         return Decision(target, True, why), state

@@ -110,6 +110,11 @@ def pending_demand(pods: Iterable[dict]) -> list[int]:
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # which PodGroup a pod belongs to (Volcano)
 
 
+def _group_key(pod: dict) -> tuple[str, str | None]:
+    meta = pod.get("metadata") or {}
+    return meta.get("namespace", ""), (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
+
+
 def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:
     """GPUs per pod of the gangs Volcano has queued but whose pods do not exist yet.
 
@@ -188,10 +193,7 @@ def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods:
             continue
         own = (meta.get("namespace", ""), meta.get("name", ""))
         # GPUs that stay taken whatever lower-priority work does: pods of at least its rank
-        kept = [p for p in pods
-                if int((p.get("spec") or {}).get("priority") or 0) >= rank
-                and ((p.get("metadata") or {}).get("namespace", ""),
-                     ((p.get("metadata") or {}).get("annotations") or {}).get(GROUP_ANNOTATION)) != own]
+        kept = [p for p in pods if int((p.get("spec") or {}).get("priority") or 0) >= rank and _group_key(p) != own]
         if gpus <= sum(free_gpus(nodes, kept).values()):
             waiting.append(Precedence(f"{own[0]}/{own[1]}", gpus, cls or "default priority", rank))
     return sorted(waiting, key=lambda w: -w.gpus)
@@ -232,6 +234,20 @@ def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, 
     if free < ahead.gpus or math.isinf(at):
         return None
     return max(0.0, at - now)
+
+
+def backfill_gangs(nodes: Iterable[dict], pods: Iterable[dict], groups: Iterable[dict],
+                   ahead: Iterable[Precedence], shape: list[int]) -> int:
+    """Whole gangs of `shape` the free GPUs hold until the gangs waiting ahead can start.
+    Those gangs cannot start yet, so their pods waiting for a node take nothing from the
+    free GPUs meanwhile; everyone else's waiting pods and queued gangs still do."""
+    blocked = {tuple(w.gang.split("/", 1)) for w in ahead}
+    pods = list(pods)
+    others = [p for p in pods if _group_key(p) not in blocked]
+    rest = [g for g in groups
+            if ((g.get("metadata") or {}).get("namespace", ""), (g.get("metadata") or {}).get("name", "")) not in blocked]
+    free = after_demand(free_gpus(nodes, pods), pending_demand(others) + queued_demand(rest, others))
+    return gangs_fit(free, shape)
 
 
 def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
@@ -385,6 +401,7 @@ class Capacity:
     nodes: int
     precedence: Precedence | None = None  # the largest higher-priority gang waiting, if any
     shadow: float | None = None  # seconds until it can start by the expected ends of the pods below it
+    backfill_fit: int | None = None  # whole gangs the free GPUs hold now, that gang's own demand aside
 
 
 class ClusterSignals:
@@ -433,19 +450,21 @@ class ClusterSignals:
     def capacity(self, now: float | None = None) -> Capacity:
         """`now`: the wall clock (seconds since the epoch), for the shadow time."""
         nodes, pods = self.nodes.items(), self.pods.items()
-        demand = pending_demand(pods)
-        if self.groups is not None:
-            demand += queued_demand(self.groups.items(), pods)
-        free = after_demand(free_gpus(nodes, pods), demand)
-        precedence = None
+        groups = self.groups.items() if self.groups is not None else []
+        demand = pending_demand(pods) + queued_demand(groups, pods)
+        free = free_gpus(nodes, pods)
+        after = after_demand(free, demand)
+        precedence = shadow = backfill_fit = None
         if self._priorities is not None and self.groups is not None:
             values, default = self._priorities
             own = values.get(self.priority_class, default) if self.priority_class else default
-            ahead = higher_priority_waiting(self.groups.items(), nodes, pods, own, values, default, self.queue)
+            ahead = higher_priority_waiting(groups, nodes, pods, own, values, default, self.queue)
             precedence = ahead[0] if ahead else None
-        shadow = shadow_time(nodes, pods, precedence, now) if precedence and now is not None else None
-        return Capacity(sum(free.values()), gangs_fit(free, self.shape), fragmentation(free, self.shape), len(nodes),
-                        precedence, shadow)
+        if precedence is not None and now is not None:
+            shadow = shadow_time(nodes, pods, precedence, now)
+            backfill_fit = backfill_gangs(nodes, pods, groups, ahead, self.shape)
+        return Capacity(sum(after.values()), gangs_fit(after, self.shape), fragmentation(after, self.shape), len(nodes),
+                        precedence, shadow, backfill_fit)
 
     def new_429s(self, total: int) -> int:
         """429s since the previous call, from a running total (the throttle's count)."""

@@ -352,7 +352,7 @@ def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_c
             self.calls += 1
             if self.calls <= 3:
                 created_while_yielding[:] = list(cluster.creates)
-                return Capacity(8, 4, 0.0, 2, ahead, 16.0)
+                return Capacity(0, 0, 0.0, 2, ahead, 16.0, 4)  # its pods wait for all 8 free GPUs
             return Capacity(16, 8, 0.0, 2)
 
         def latency_p90(self):

@@ -134,8 +134,8 @@ def test_shadow_time_is_when_released_gpus_reach_the_waiting_gang():
 
 def test_while_yielding_trials_that_end_before_the_shadow_time_are_backfilled():
     config = AdaptiveConfig(min=1, initial=4, max=32, backfill_margin=3)
-    o = Observed(in_flight=6, pending=1, waiting=50, gangs_fit=3, free_gpus=6,
-                 precedence="ns/prod-0 (12 GPUs, prod)", shadow=16.0)
+    o = Observed(in_flight=6, pending=1, waiting=50, gangs_fit=0, free_gpus=6,
+                 precedence="ns/prod-0 (12 GPUs, prod)", shadow=16.0, backfill_fit=3)
     decision, _ = decide(o, config, PolicyState(8), 100.0)
     assert (decision.hold, decision.backfill, decision.room) == (False, 13.0, 3)
     assert decision.reason == ("yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 16s: "
@@ -143,6 +143,18 @@ def test_while_yielding_trials_that_end_before_the_shadow_time_are_backfilled():
     assert decision.admit(o) == 2  # the target (8 - 6) bounds it; no queued allowance while yielding
     # no room left before the shadow, or no free GPUs, or an unknown shadow: plain yield
     for shadow, fit in ((2.5, 3), (16.0, 0), (None, 3)):
-        d, _ = decide(Observed(in_flight=6, pending=0, waiting=50, gangs_fit=fit, free_gpus=6,
+        d, _ = decide(Observed(in_flight=6, pending=0, waiting=50, gangs_fit=0, free_gpus=6, backfill_fit=fit,
                                precedence="ns/prod-0 (12 GPUs, prod)", shadow=shadow), config, PolicyState(8), 100.0)
         assert d.hold and d.backfill is None
+
+
+def test_backfill_uses_the_free_gpus_the_waiting_gang_cannot_take_yet():
+    from stratctl.signals import backfill_gangs
+
+    prod = Precedence("ns/prod-0", 12, "prod", 1000)
+    # 4 free GPUs on node b; production's 12 pods wait for a node, a queued gang of 2 from
+    # another launcher waits too
+    pods = [pod("a", 8, 10), pod("b", 4, 10)] + [pod(None, 1, 1000, group="prod-0", phase="Pending")] * 12
+    groups = [group("prod-0", 12, "prod", phase="Inqueue"), group("peer", 2, "research")]
+    assert backfill_gangs(NODES, pods, groups, [prod], [1, 1]) == 1  # 4 free, the peer's 2 aside: one 2-GPU gang
+    assert backfill_gangs(NODES, pods, groups, [], [1, 1]) == 0  # with production's demand counted: none
