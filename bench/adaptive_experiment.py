@@ -83,15 +83,26 @@ class Phase:
     gpus: int
 
 
-def competing_schedule(total_gpus: int, horizon: float) -> list[Phase]:
-    """Half the cluster for 30 s, released for 30 s, three quarters for 30 s, and so on."""
-    phases, t, shares = [], 5.0, [0.5, 0.75, 0.5, 0.25]
+def competing_schedule(total_gpus: int, horizon: float, scale: float = 1.0) -> list[Phase]:
+    """Half the cluster for 30 s, released for 30 s, three quarters for 30 s, and so on
+    (every time multiplied by `scale`)."""
+    phases, t, shares = [], 5.0 * scale, [0.5, 0.75, 0.5, 0.25]
     i = 0
     while t < horizon:
-        phases.append(Phase(t, t + 30, int(total_gpus * shares[i % len(shares)])))
-        t += 60
+        phases.append(Phase(t, t + 30 * scale, int(total_gpus * shares[i % len(shares)])))
+        t += 60 * scale
         i += 1
     return phases
+
+
+def scheduled_series(schedule: list[Phase], step: float = 0.5) -> list[tuple[float, int]]:
+    """The GPUs the competing load asks for, as a (time, GPUs) series like the sampled one:
+    what it would hold if every phase got its GPUs the moment it starts."""
+    if not schedule:
+        return []
+    end = max(p.end for p in schedule)
+    return [(i * step, sum(p.gpus for p in schedule if p.start <= i * step < p.end))
+            for i in range(int(end / step) + 2)]
 
 
 def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
@@ -140,6 +151,7 @@ class Samples:
     evicted_pods: int = 0
     idle_gpu_seconds: float = 0.0  # free GPU-seconds while trials waited
     idle_while_gathering: float = 0.0  # of those, while a competing gang waited for its GPUs
+    idle_by_cause: dict[str, float] = field(default_factory=lambda: {"gathering": 0.0, "handoff": 0.0, "tail": 0.0})
     timeline: list[tuple] = field(default_factory=list)  # (s, free GPUs, competing GPUs, our bound GPUs, our pending pods, our queued gangs)
     competing_started: dict[str, float] = field(default_factory=dict)  # competing job -> seconds when all its GPUs were bound
 
@@ -156,6 +168,8 @@ class Sampler(threading.Thread):
         self.samples = Samples()
         self.stop = threading.Event()
         self.competing_size: dict[str, int] = {}  # competing job -> pods in its gang
+        self.groups_seen: set[str] = set()  # PodGroups of the studies ever seen (Volcano deletes finished ones)
+        self.last_sample = self.started
 
     def _account_evictions(self, ours: list[dict], now: float) -> None:
         """Work lost to preemption, measured from the outside: a pod of ours that was running
@@ -204,6 +218,7 @@ class Sampler(threading.Thread):
             mine = [g for g in groups if (g["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies
                     or any(o.get("name", "").startswith(tuple(self.studies))
                            for o in g["metadata"].get("ownerReferences") or [])]
+            self.groups_seen.update(g["metadata"]["name"] for g in mine)
             waiting_gangs = sum(1 for g in mine if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue"))
             self.samples.peak_pending_gangs = max(self.samples.peak_pending_gangs, waiting_gangs)
             # Pending pods as the scheduler counts them: created, not yet bound to a node
@@ -226,12 +241,20 @@ class Sampler(threading.Thread):
                              and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
             self.samples.timeline.append((round(now - self.started, 1), sum(free_gpus(nodes, pods).values()), held,
                                           ours_bound, len(pending), waiting_gangs))
-            if self.waiting(len(mine), waiting_gangs):
-                free = sum(free_gpus(nodes, pods).values())
+            free = sum(free_gpus(nodes, pods).values())
+            dt, self.last_sample = now - self.last_sample, now  # a sample's period: 0.5 s plus the lists
+            gathering = bool(set(self.competing_size) - set(self.samples.competing_started))
+            waiting = self.waiting(len(self.groups_seen), waiting_gangs)
+            # every free GPU-second of the run, by why it was free: a competing gang was
+            # gathering its GPUs; trials waited (the path from one trial's end to the next
+            # one's start, and gangs that do not fit the holes); or none waited any more (the tail)
+            cause = "gathering" if gathering else "handoff" if waiting else "tail"
+            self.samples.idle_by_cause[cause] += free * dt
+            if waiting:
                 self.samples.idle_while_waiting.append(free / self.total)
-                self.samples.idle_gpu_seconds += free * 0.5
-                if set(self.competing_size) - set(self.samples.competing_started):
-                    self.samples.idle_while_gathering += free * 0.5
+                self.samples.idle_gpu_seconds += free * dt
+                if gathering:
+                    self.samples.idle_while_gathering += free * dt
 
 
 @dataclass
@@ -258,7 +281,10 @@ class Result:
     idle_while_gathering: float = 0.0
     production_waits: tuple[float, ...] = ()
     production_unplaced: int = 0  # of those, jobs still waiting when the studies ended (their wait is a floor)
-    timeline: list = field(default_factory=list)  # per competing job created during the run: seconds until its gang was bound
+    timeline: list = field(default_factory=list)  # the sampler's (s, free, competing, ours, pending pods, queued gangs)
+    scheduled_bound: float = 0.0  # the lower bound had the competing load held its GPUs exactly on schedule
+    idle_by_cause: dict = field(default_factory=dict)  # free GPU-seconds of the run: gathering, handoff, tail
+    competing_after_bound: float = 0.0  # GPU-seconds the competing load held between the bound and the makespan
 
 
 def pending_breakdown(pods: list[dict], groups: list[dict], admin: Cluster) -> str:
@@ -297,6 +323,12 @@ def lower_bound(gpu_seconds: float, total_gpus: int, competing: list[tuple[float
     return t
 
 
+def held_between(competing: list[tuple[float, int]], start: float, end: float) -> float:
+    """GPU-seconds of a sampled (time, GPUs) series between two times."""
+    return sum(held * (min(t1, end) - max(t0, start))
+               for (t0, held), (t1, _) in zip(competing, competing[1:]) if t1 > start and t0 < end)
+
+
 def cleanup(admin: Cluster, study: str) -> None:
     for kind in (VOLCANO_JOB, BATCH_JOB, PODGROUP, CONFIGMAP):
         items, _ = admin.list(kind, label_selector=f"{labels.STUDY}={study}")
@@ -320,13 +352,13 @@ GANGS = (2, 3, 4)
 def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag: str,
             schedule_factory=competing_schedule, horizon: float = 900, gangs=GANGS,
             duration: tuple[int, int] = (8, 24), initial: int = 4, yields: bool | None = None,
-            workload: str = "volcano") -> Result:
+            workload: str = "volcano", scale: float = 1.0) -> Result:
     """Run `trials` trials split over one study per gang size, side by side, to the end.
 
     `cap` None is the adaptive policy (bounded by the study size); otherwise a static cap
     per study (the total cap split evenly). `yields`: whether the studies yield to the
     competing higher-priority gangs (default: adaptive does, static caps do not, as the
-    tools they stand for do not)."""
+    tools they stand for do not). `scale` multiplies the competing schedule's times."""
     yields = cap is None if yields is None else yields
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     nodes, _ = admin.list(NODE)
@@ -343,7 +375,8 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
                 "low: 8, high: 24", f"low: {duration[0]}, high: {duration[1]}"))
             paths.append(path)
             gpu_seconds += sum(gang * t.params["duration"] for t in expand(load_study(path)))
-        schedule = schedule_factory(total_gpus, horizon)
+        schedule = (schedule_factory(total_gpus, horizon * scale, scale) if scale != 1.0
+                    else schedule_factory(total_gpus, horizon))
 
         def waiting(created: int, queued: int) -> bool:
             """Trials wait while some are not created yet or are queued (each has a PodGroup)."""
@@ -397,10 +430,11 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         raise errors[0]
     done = list(progress.values())
     idle = sampler.samples.idle_while_waiting
+    bound = lower_bound(gpu_seconds, total_gpus, sampler.samples.competing)
     result = Result(
         strategy=strategy,
         makespan=makespan,
-        lower_bound=lower_bound(gpu_seconds, total_gpus, sampler.samples.competing),
+        lower_bound=bound,
         idle_fraction=sum(idle) / len(idle) if idle else 0.0,
         peak_pending_pods=sampler.samples.peak_pending_pods,
         throttled_429=sum(p.throttled_429 for p in done),
@@ -423,6 +457,9 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         production_waits=tuple(sampler.samples.competing_started.get(job, makespan) - at
                                for job, at in created.items()),
         production_unplaced=len(set(created) - set(sampler.samples.competing_started)),
+        scheduled_bound=lower_bound(gpu_seconds, total_gpus, scheduled_series(schedule)),
+        idle_by_cause=dict(sampler.samples.idle_by_cause),
+        competing_after_bound=held_between(sampler.samples.competing, bound, makespan),
     )
     for name in names:
         cleanup(admin, name)
@@ -445,7 +482,11 @@ def main() -> None:
     parser.add_argument("--workload", choices=("volcano", "batch"), default="volcano",
                         help="trials as Volcano Jobs, or batch/v1 Jobs with a PodGroup (their pods exist at once)")
     parser.add_argument("--timeline", help="write each strategy's sampled timeline (JSON) to this file")
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="multiply the trial durations (8-24 s) and the competing schedule by this")
     args = parser.parse_args()
+    scale = args.time_scale
+    duration = (round(8 * scale), round(24 * scale))
     target = testbed_target()
     tag = str(int(time.time()))[-5:]
     caps = {"submit-all": args.trials, "static-small": args.small, "static-large": args.large,
@@ -454,12 +495,13 @@ def main() -> None:
     for strategy in args.only.split(","):
         print(f"running {strategy} ...", flush=True)
         results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag, initial=args.initial,
-                               yields=True if strategy == "static-yield" else None, workload=args.workload))
+                               yields=True if strategy == "static-yield" else None, workload=args.workload,
+                               duration=duration, scale=scale))
     # adaptive yields to production: compare it with the static caps that do too
     best_static = min((r.makespan for r in results if r.strategy == "static-yield"),
                       default=min((r.makespan for r in results if r.strategy != "adaptive"), default=None))
-    print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods, {args.workload} workload), 8–24 s each, "
-          f"against a competing high-priority load\n")
+    print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods, {args.workload} workload), "
+          f"{duration[0]}–{duration[1]} s each, against a competing high-priority load (schedule × {scale:g})\n")
     header = (f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending':>13} "
               f"{'peak >2s':>9} {'longest wait s':>15} {'queued gangs':>13} {'429s':>5} {'writes/trial':>13} {'done':>8}")
     print(header)
@@ -481,6 +523,16 @@ def main() -> None:
         print(f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}; {r.evicted_pods} running pods "
               f"evicted, {r.lost_gpu_seconds:.0f} GPU-s of trial work lost and redone; bound with that work "
               f"{r.bound_with_losses:.1f} s, makespan / it = {r.makespan / r.bound_with_losses:.2f}")
+    print("\nthe gap to the bound, (makespan − bound) × GPUs, is every free GPU-second of the run plus the "
+          "competing load's GPU-seconds after the bound (the bound assumes the studies end before them); "
+          "sched bound: the bound had the competing load got its GPUs exactly on schedule")
+    for r in results:
+        causes = r.idle_by_cause
+        print(f"  {r.strategy}: gap {(r.makespan - r.lower_bound) * r.total_gpus:.0f} GPU-s = "
+              f"{causes.get('gathering', 0):.0f} free while a competing gang gathered + "
+              f"{causes.get('handoff', 0):.0f} free while trials waited otherwise + "
+              f"{causes.get('tail', 0):.0f} free in the tail + {r.competing_after_bound:.0f} competing after the bound; "
+              f"sched bound {r.scheduled_bound:.1f} s, makespan / it = {r.makespan / r.scheduled_bound:.2f}")
     if args.timeline:
         Path(args.timeline).write_text(json.dumps({r.strategy: r.timeline for r in results}))
     adaptive = next((r for r in results if r.strategy == "adaptive"), None)
