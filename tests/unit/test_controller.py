@@ -371,3 +371,52 @@ def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_c
     # every trial's pods carry their expected seconds, for other launchers' shadow times
     pod_meta = Renderer(submitter.study).render(trials[1])[0]["spec"]["tasks"][0]["template"]["metadata"]
     assert pod_meta["annotations"]["stratctl.io/expected-seconds"] == str(trials[1].params["layers"] * 5)
+
+
+def test_while_yielding_the_gangs_queued_before_are_withdrawn_and_submitted_again_after(study_file):
+    from stratctl.signals import Capacity, Precedence
+
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    ahead = Precedence("stratctl-e2e/prod-0", 12, "prod", 1000)
+    seen = {}
+
+    class Signals:
+        calls = 0
+
+        def capacity(self, now=None):
+            self.calls += 1
+            if 3 <= self.calls <= 5:  # a higher-priority gang waits from the third cycle to the fifth
+                return Capacity(0, 0, 0.0, 2, ahead)
+            return Capacity(16, 8, 0.0, 2)
+
+        def latency_p90(self):
+            return None
+
+        def new_429s(self, total):
+            return 0
+
+    signals = submitter.signals = Signals()
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        if signals.calls == 1:  # the first trial's gang starts; the other two stay queued
+            cluster.set_phase(cluster.jobs()[0], "Running")
+            seen["running"] = cluster.jobs()[0]["metadata"]["labels"][labels.TRIAL]
+        elif signals.calls in (3, 5):
+            seen[signals.calls] = cluster.trial_names()
+        elif signals.calls > 5:
+            cluster.advance()
+
+    submitter.sleep = sleep
+    events = []
+    submitter.reporter = type("R", (), {"update": lambda self, p: None, "event": lambda self, m: events.append(m)})()
+    progress = submitter.run()
+    queued = [n for n in cluster.creates[:3] if n != seen["running"]]
+    # the queued gangs went at the first cycle that yielded; the running one stayed
+    assert seen[3] == seen[5] == [seen["running"]]
+    assert progress.withdrawn == 2 and sum("withdrawn from the queue" in e for e in events) == 2
+    # they came back as the same first attempt once the gang was placed, before anything new
+    assert cluster.creates[3:5] == queued
+    assert progress.succeeded == 10 and sorted(set(cluster.creates)) == sorted(t.name for t in trials)
+    assert len(cluster.creates) == 12
