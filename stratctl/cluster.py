@@ -238,9 +238,12 @@ class Cluster:
         path = resource_path(*kind, self._ns(namespace), name)
         return self.request("GET", path, what=f"get {kind[1]} {name}")
 
-    def delete(self, kind: tuple[str, str], name: str, namespace: str | None = None) -> None:
+    def delete(self, kind: tuple[str, str], name: str, namespace: str | None = None,
+               propagation: str = "Background") -> None:
+        """Delete an object; `propagation` "Foreground" keeps it (with a deletionTimestamp)
+        until the objects it owns, such as a job's pods, are gone."""
         path = resource_path(*kind, self._ns(namespace), name)
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         try:
             self.request("DELETE", path, body=body, what=f"delete {kind[1]} {name}")
         except NotFound:

@@ -284,7 +284,10 @@ class Submitter:
                     or (job["metadata"].get("labels") or {}).get(labels.ATTEMPT, "0") != "0"):
                 continue
             try:
-                self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
+                # Foreground: the job stays until its pods are gone, and the trial is created
+                # again (same names) only after that; a pod left over from the old job would
+                # otherwise join the new PodGroup of the same name and run the trial twice
+                self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace, propagation="Foreground")
                 if self._kind == BATCH_JOB:
                     self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
             except ClusterError as exc:

@@ -416,6 +416,8 @@ def test_while_yielding_the_gangs_queued_before_are_withdrawn_and_submitted_agai
     # the queued gangs went at the first cycle that yielded; the running one stayed
     assert seen[3] == seen[5] == [seen["running"]]
     assert progress.withdrawn == 2 and sum("withdrawn from the queue" in e for e in events) == 2
+    # each job deleted in the foreground: it is gone only once its pods are
+    assert sorted(cluster.deleted) == sorted(("Job", n, "Foreground") for n in queued)
     # they came back as the same first attempt once the gang was placed, before anything new
     assert cluster.creates[3:5] == queued
     assert progress.succeeded == 10 and sorted(set(cluster.creates)) == sorted(t.name for t in trials)
