@@ -238,12 +238,9 @@ class Cluster:
         path = resource_path(*kind, self._ns(namespace), name)
         return self.request("GET", path, what=f"get {kind[1]} {name}")
 
-    def delete(self, kind: tuple[str, str], name: str, namespace: str | None = None,
-               propagation: str = "Background") -> None:
-        """Delete an object; `propagation` "Foreground" keeps it (with a deletionTimestamp)
-        until the objects it owns, such as a job's pods, are gone."""
+    def delete(self, kind: tuple[str, str], name: str, namespace: str | None = None) -> None:
         path = resource_path(*kind, self._ns(namespace), name)
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         try:
             self.request("DELETE", path, body=body, what=f"delete {kind[1]} {name}")
         except NotFound:

@@ -126,8 +126,6 @@ class Submitter:
         self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
-        self._admitted_yielding: set[str] = set()  # trials admitted (backfilled) while the study yields
-        self._withdrawn: dict[str, str] = {}  # trial -> uid of the queued job taken back, until it is gone
 
     # -- the study record -----------------------------------------------------------
 
@@ -270,47 +268,6 @@ class Submitter:
             if self._kind == BATCH_JOB:
                 self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
 
-    def withdraw_queued(self, states: dict[str, TrialState]) -> None:
-        """While the study yields to a higher-priority gang, take back its gangs still queued
-        from before that gang arrived: Volcano would let them into the GPUs the gang is
-        gathering (a smaller gang fits first), and production would wait for them too. Only
-        first attempts that have not started are withdrawn — they lose no work and come back
-        as the same attempt — never a resumed attempt, and never a trial backfilled during
-        this yield (it was admitted to end before the gang can start)."""
-        for name, state in states.items():
-            job = self._jobs.get(name)
-            if (state is not TrialState.PENDING or job is None or name in self._admitted_yielding
-                    or self._withdrawing(name) or job["metadata"].get("deletionTimestamp")
-                    or (job["metadata"].get("labels") or {}).get(labels.ATTEMPT, "0") != "0"):
-                continue
-            try:
-                # Foreground: the job stays until its pods are gone, and the trial is created
-                # again (same names) only after that; a pod left over from the old job would
-                # otherwise join the new PodGroup of the same name and run the trial twice
-                self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace, propagation="Foreground")
-                if self._kind == BATCH_JOB:
-                    self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
-            except ClusterError as exc:
-                self.reporter.event(f"trial {name}: cannot withdraw its queued gang: {exc}")
-                continue
-            self.progress.withdrawn += 1
-            self._withdrawn[name] = job["metadata"].get("uid", "")
-            states[name] = TrialState.WAITING
-            self.reporter.event(f"trial {name}: withdrawn from the queue while a higher-priority gang waits "
-                                "(it had not started; it is submitted again once the gang is placed)")
-
-    def _withdrawing(self, name: str) -> bool:
-        """Whether the trial's withdrawn job is still there (being deleted): it is submitted
-        again only once it is gone, and its state until then is waiting, not pending."""
-        uid = self._withdrawn.get(name)
-        if uid is None:
-            return False
-        job = self._jobs.get(name)
-        if job is not None and job["metadata"].get("uid", "") == uid:
-            return True
-        del self._withdrawn[name]
-        return False
-
     # -- the loop -----------------------------------------------------------------------
 
     def _tally(self, states: dict[str, TrialState]) -> None:
@@ -415,9 +372,6 @@ class Submitter:
         try:
             while True:
                 states = self.observe()
-                for name in list(self._withdrawn):
-                    if self._withdrawing(name):  # taken back, still being deleted: waiting again
-                        states[name] = TrialState.WAITING
                 if self._record_due():
                     self._refresh_flags()
                 states = requeue.step(states, self._jobs, self.record.drained, record=self._record_cm)
@@ -425,20 +379,12 @@ class Submitter:
                 self.save_summary(force=self.progress.done)  # the cluster as just observed
                 observed = self._observe_pressure(states)
                 decision = self._decide(observed)
-                if decision.withdraw:
-                    self.withdraw_queued(states)
-                    self._tally(states)
-                else:
-                    self._admitted_yielding.clear()
-                waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors
-                           and not self._withdrawing(n)]
+                waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
                 if decision.backfill is not None:  # only trials that end before the waiting gang can start
                     waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
                 admit = decision.admit(replace(observed, waiting=len(waiting)))
                 if admit:
                     batch = waiting[:admit]
-                    if decision.withdraw:
-                        self._admitted_yielding.update(batch)
                     self._submit_batch(batch, pool)
                     states.update({n: TrialState.PENDING for n in batch if n not in self.progress.errors})
                     self._tally(states)

@@ -41,8 +41,7 @@ def progress_table(p: Progress) -> Table:
             + (f", API p90 {p.latency_p90 * 1000:.0f}ms" if p.latency_p90 is not None else "")
             + (f", etcd commit p99 {p.etcd_commit_p99 * 1000:.0f}ms" if p.etcd_commit_p99 is not None else ""),
         )
-    table.add_row("submitted", f"{p.created} created, {p.existing} already there, {len(p.errors)} refused"
-                  + (f", {p.withdrawn} withdrawn for production" if p.withdrawn else ""))
+    table.add_row("submitted", f"{p.created} created, {p.existing} already there, {len(p.errors)} refused")
     table.add_row(
         "throttle",
         f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), {p.throttled_429} × HTTP 429, "
@@ -124,9 +123,7 @@ def summary(p: Progress) -> str:
     lines = [
         f"study {p.study}: {p.succeeded} succeeded, {p.failed} failed, {p.in_flight} in flight, "
         f"{p.waiting} not yet submitted, of {p.total} trials",
-        f"created {p.created}, already there {p.existing}"
-        + (f" ({p.withdrawn} queued gangs withdrawn for higher-priority work and created again)" if p.withdrawn else "")
-        + f"; {p.api_writes} API writes "
+        f"created {p.created}, already there {p.existing}; {p.api_writes} API writes "
         f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
     ]

@@ -27,9 +27,7 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   **backfill**: when the pods holding the GPUs say when they will end (their
   `expected-seconds`), the gang can start at a known moment (the shadow time); trials
   expected to end `backfill_margin` seconds before it may use the free GPUs meanwhile, so
-  they are not idle while the gang gathers and the gang starts no later (EASY backfilling).
-  The study's gangs still queued from before (not started) are withdrawn: the scheduler
-  would otherwise let them into the GPUs the waiting gang is gathering;
+  they are not idle while the gang gathers and the gang starts no later (EASY backfilling);
 - **persistence**: stuck gangs and slow answers must last `persist` seconds to count;
 - **dead band**: with more than `queue_ahead` gangs pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
@@ -69,7 +67,6 @@ class Decision:
     reason: str
     room: int | None = None  # gangs that may be admitted now whatever the target; None: unbounded
     backfill: float | None = None  # if set, admit only trials expected to end within this many seconds
-    withdraw: bool = False  # take back the study's gangs queued before a higher-priority gang arrived
 
     def admit(self, observed: Observed) -> int:
         """How many new trials to create now."""
@@ -159,8 +156,8 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         window = None if observed.shadow is None else observed.shadow - config.backfill_margin
         if window is not None and window > 0 and observed.backfill_fit:
             return Decision(target, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
-                                           f"trials expected to end before", backfill=window, withdraw=True), state
-        return Decision(target, True, why, withdraw=True), state
+                                           f"trials expected to end before", backfill=window), state
+        return Decision(target, True, why), state
     slow = observed.latency_p90 is not None and observed.latency_p90 > config.latency_high
     stuck = observed.stuck > config.pending_high
     if slow or stuck:
@@ -219,5 +216,5 @@ class StaticPolicy:
         if observed.throttled_until > now:
             return Decision(self.cap, True, f"API server asked to wait {observed.throttled_until - now:.1f}s")
         if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
-            return Decision(self.cap, True, f"yielding to higher-priority gang {observed.precedence}", withdraw=True)
+            return Decision(self.cap, True, f"yielding to higher-priority gang {observed.precedence}")
         return Decision(self.cap, False, f"static cap {self.cap}")

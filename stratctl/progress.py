@@ -19,7 +19,6 @@ class Progress:
     total: int
     created: int = 0  # created by this run
     existing: int = 0  # found already submitted (rerun, or another launcher)
-    withdrawn: int = 0  # queued gangs taken back while a higher-priority gang waited (created again later)
     pending: int = 0
     running: int = 0
     succeeded: int = 0

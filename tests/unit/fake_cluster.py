@@ -106,9 +106,8 @@ class FakeCluster:
         merge_patch(obj, patch)
         return copy.deepcopy(obj)
 
-    def delete(self, kind, name, namespace=None, propagation="Background") -> None:
+    def delete(self, kind, name, namespace=None) -> None:
         self.metrics.record("DELETE", 200, 0.001)
-        self.deleted = getattr(self, "deleted", []) + [(kind[1], name, propagation)]
         self.objects.pop(self._key(*kind, namespace, name), None)
 
     # -- test controls ---------------------------------------------------------------

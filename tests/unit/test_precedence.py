@@ -82,13 +82,12 @@ def test_the_policy_holds_while_a_gang_outranks_the_study_and_keeps_its_target()
     state = PolicyState(8)
     o = Observed(in_flight=6, pending=0, waiting=50, gangs_fit=3, free_gpus=6, precedence="ns/prod-0 (12 GPUs, prod)")
     decision, after = decide(o, config, state, 100.0)
-    assert (decision.target, decision.hold, decision.withdraw) == (8, True, True)  # and its queued gangs go
+    assert (decision.target, decision.hold) == (8, True)
     assert decision.reason == "yielding to higher-priority gang ns/prod-0 (12 GPUs, prod)"
     assert decision.admit(o) == 0 and after == state
     # once it is placed the study admits up to its target again
     decision, _ = decide(Observed(in_flight=6, pending=0, waiting=50, gangs_fit=0, free_gpus=0), config, state, 101.0)
-    assert not decision.hold and not decision.withdraw
-    assert decision.admit(Observed(in_flight=6, pending=0, waiting=50)) == 2
+    assert not decision.hold and decision.admit(Observed(in_flight=6, pending=0, waiting=50)) == 2
 
 
 def test_429s_still_decrease_while_yielding():
@@ -100,7 +99,7 @@ def test_429s_still_decrease_while_yielding():
 def test_a_static_cap_yields_too_and_keeps_its_cap():
     o = Observed(in_flight=3, pending=0, waiting=50, precedence="ns/prod-0 (12 GPUs, prod)")
     decision = StaticPolicy(8).decide(o, 0.0)
-    assert (decision.target, decision.hold, decision.withdraw, decision.admit(o)) == (8, True, True, 0)
+    assert (decision.target, decision.hold, decision.admit(o)) == (8, True, 0)
     assert StaticPolicy(8).decide(Observed(in_flight=3, pending=0, waiting=50), 0.0).admit(o) == 5
 
 
@@ -138,7 +137,7 @@ def test_while_yielding_trials_that_end_before_the_shadow_time_are_backfilled():
     o = Observed(in_flight=6, pending=1, waiting=50, gangs_fit=0, free_gpus=6,
                  precedence="ns/prod-0 (12 GPUs, prod)", shadow=16.0, backfill_fit=3)
     decision, _ = decide(o, config, PolicyState(8), 100.0)
-    assert (decision.hold, decision.backfill, decision.room, decision.withdraw) == (False, 13.0, 3, True)
+    assert (decision.hold, decision.backfill, decision.room) == (False, 13.0, 3)
     assert decision.reason == ("yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 16s: "
                                "backfilling trials expected to end before")
     assert decision.admit(o) == 2  # the target (8 - 6) bounds it; no queued allowance while yielding
