@@ -11,6 +11,7 @@ releases GPUs on the same schedule each time:
   static-large a large fixed cap
   static-yield the large cap, yielding to the competing high-priority gangs as adaptive does
   adaptive     stratctl's default policy
+  adaptive-noyield  the same with throttle.yield_to_higher_priority off (on request: --only)
 
 For each it reports the makespan, its lower bound (the trials' GPU-seconds over the GPU
 capacity the competing load left, as sampled during that run), the GPU idle fraction while trials waited, the peak
@@ -476,7 +477,8 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=4)
     parser.add_argument("--large", type=int, default=20)
     parser.add_argument("--only", default="submit-all,static-small,static-large,static-yield,adaptive",
-                        help="strategies to run; static-yield is the large cap, yielding to production as adaptive does")
+                        help="strategies to run; static-yield is the large cap, yielding to production as adaptive does; "
+                             "adaptive-noyield is adaptive with yielding off, like for like with the other static caps")
     parser.add_argument("--initial", type=int, default=4,
                         help="the studies' parallelism.initial (adaptive's starting target; default the study default)")
     parser.add_argument("--workload", choices=("volcano", "batch"), default="volcano",
@@ -490,16 +492,17 @@ def main() -> None:
     target = testbed_target()
     tag = str(int(time.time()))[-5:]
     caps = {"submit-all": args.trials, "static-small": args.small, "static-large": args.large,
-            "static-yield": args.large, "adaptive": None}
+            "static-yield": args.large, "adaptive": None, "adaptive-noyield": None}
     results = []
     for strategy in args.only.split(","):
         print(f"running {strategy} ...", flush=True)
         results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag, initial=args.initial,
-                               yields=True if strategy == "static-yield" else None, workload=args.workload,
+                               yields={"static-yield": True, "adaptive-noyield": False}.get(strategy),
+                               workload=args.workload,
                                duration=duration, scale=scale))
     # adaptive yields to production: compare it with the static caps that do too
     best_static = min((r.makespan for r in results if r.strategy == "static-yield"),
-                      default=min((r.makespan for r in results if r.strategy != "adaptive"), default=None))
+                      default=min((r.makespan for r in results if not r.strategy.startswith("adaptive")), default=None))
     print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods, {args.workload} workload), "
           f"{duration[0]}–{duration[1]} s each, against a competing high-priority load (schedule × {scale:g})\n")
     header = (f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending':>13} "
@@ -542,7 +545,13 @@ def main() -> None:
         print(f"adaptive makespan / static cap that yields too: {adaptive.makespan / best_static:.2f} (target ≤ 1.00)")
         print(f"adaptive makespan / lower bound, against the best ratio of a static cap: "
               f"{adaptive.makespan / adaptive.lower_bound:.2f} vs "
-              f"{min(r.makespan / r.lower_bound for r in results if r.strategy != 'adaptive'):.2f}")
+              f"{min(r.makespan / r.lower_bound for r in results if not r.strategy.startswith('adaptive')):.2f}")
+    noyield = next((r for r in results if r.strategy == "adaptive-noyield"), None)
+    static = [r.makespan for r in results if r.strategy in ("submit-all", "static-small", "static-large")]
+    if noyield and static:
+        print(f"adaptive without yielding: makespan / the best static cap that does not yield either: "
+              f"{noyield.makespan / min(static):.2f} (target ≤ 1.00); / its bound: "
+              f"{noyield.makespan / noyield.lower_bound:.2f}")
     if adaptive and submit_all:
         print(f"adaptive peak pending pods / submit-all's: {adaptive.peak_pending_pods}/{submit_all.peak_pending_pods} "
               f"(target ≤ 1/5)")
