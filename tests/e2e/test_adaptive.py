@@ -27,7 +27,7 @@ def test_adaptive_submission_completes_every_trial_with_few_pending_pods(testbed
     assert result.peak_pending_pods <= result.total_gpus, result
     # pods that waited 2 s (four scheduler periods) are queued, not in transit: the room
     # rule allows two queued gangs per study, 2 × (2 + 3 + 4) = 18 pods. It matters for
-    # batch/v1 Jobs, whose pods all exist at once (submit-all: all 90 waiting behind production)
+    # batch/v1 Jobs, whose pods all exist at once (submit-all would create all 90 at the start)
     assert result.peak_stuck_pods <= 2 * (2 + 3 + 4) + 4, result
     # no gang starves: none of ours waited Pending for long
     assert result.max_pending_age < 45, result
