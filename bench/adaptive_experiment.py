@@ -353,13 +353,13 @@ GANGS = (2, 3, 4)
 def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag: str,
             schedule_factory=competing_schedule, horizon: float = 900, gangs=GANGS,
             duration: tuple[int, int] = (8, 24), initial: int = 4, yields: bool | None = None,
-            workload: str = "volcano", scale: float = 1.0) -> Result:
+            workload: str = "volcano") -> Result:
     """Run `trials` trials split over one study per gang size, side by side, to the end.
 
     `cap` None is the adaptive policy (bounded by the study size); otherwise a static cap
     per study (the total cap split evenly). `yields`: whether the studies yield to the
     competing higher-priority gangs (default: adaptive does, static caps do not, as the
-    tools they stand for do not). `scale` multiplies the competing schedule's times."""
+    tools they stand for do not)."""
     yields = cap is None if yields is None else yields
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     nodes, _ = admin.list(NODE)
@@ -376,8 +376,7 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
                 "low: 8, high: 24", f"low: {duration[0]}, high: {duration[1]}"))
             paths.append(path)
             gpu_seconds += sum(gang * t.params["duration"] for t in expand(load_study(path)))
-        schedule = (schedule_factory(total_gpus, horizon * scale, scale) if scale != 1.0
-                    else schedule_factory(total_gpus, horizon))
+        schedule = schedule_factory(total_gpus, horizon)
 
         def waiting(created: int, queued: int) -> bool:
             """Trials wait while some are not created yet or are queued (each has a PodGroup)."""
@@ -499,7 +498,8 @@ def main() -> None:
         results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag, initial=args.initial,
                                yields={"static-yield": True, "adaptive-noyield": False}.get(strategy),
                                workload=args.workload,
-                               duration=duration, scale=scale))
+                               duration=duration, horizon=900 * scale,
+                               schedule_factory=lambda gpus, horizon: competing_schedule(gpus, horizon, scale)))
     # adaptive yields to production: compare it with the static caps that do too
     best_static = min((r.makespan for r in results if r.strategy == "static-yield"),
                       default=min((r.makespan for r in results if not r.strategy.startswith("adaptive")), default=None))
