@@ -485,6 +485,8 @@ def main() -> None:
     parser.add_argument("--timeline", help="write each strategy's sampled timeline (JSON) to this file")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="multiply the trial durations (8-24 s) and the competing schedule by this")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the strategies this many rounds (interleaved) and compare their medians")
     args = parser.parse_args()
     scale = args.time_scale
     duration = (round(8 * scale), round(24 * scale))
@@ -493,16 +495,43 @@ def main() -> None:
     caps = {"submit-all": args.trials, "static-small": args.small, "static-large": args.large,
             "static-yield": args.large, "adaptive": None, "adaptive-noyield": None}
     results = []
-    for strategy in args.only.split(","):
-        print(f"running {strategy} ...", flush=True)
-        results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, tag, initial=args.initial,
-                               yields={"static-yield": True, "adaptive-noyield": False}.get(strategy),
-                               workload=args.workload,
-                               duration=duration, horizon=900 * scale,
-                               schedule_factory=lambda gpus, horizon: competing_schedule(gpus, horizon, scale)))
+    for round_ in range(args.repeat):
+        for strategy in args.only.split(","):
+            print(f"running {strategy}{f' (round {round_ + 1} of {args.repeat})' if args.repeat > 1 else ''} ...",
+                  flush=True)
+            results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, f"{tag}{round_}",
+                                   initial=args.initial,
+                                   yields={"static-yield": True, "adaptive-noyield": False}.get(strategy),
+                                   workload=args.workload, duration=duration, horizon=900 * scale,
+                                   schedule_factory=lambda gpus, horizon: competing_schedule(gpus, horizon, scale)))
+    report(results, args, duration, scale)
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def by_strategy(results: list[Result]) -> dict[str, list[Result]]:
+    by: dict[str, list[Result]] = {}
+    for r in results:
+        by.setdefault(r.strategy, []).append(r)
+    return by
+
+
+def medians(results: list[Result]) -> dict[str, Result]:
+    """Per strategy, its run of median makespan (the lower of the two middle ones for an even count)."""
+    return {name: sorted(runs, key=lambda r: r.makespan)[(len(runs) - 1) // 2]
+            for name, runs in by_strategy(results).items()}
+
+
+def report(results: list[Result], args, duration: tuple[int, int], scale: float) -> None:
+    chosen = medians(results)
     # adaptive yields to production: compare it with the static caps that do too
-    best_static = min((r.makespan for r in results if r.strategy == "static-yield"),
-                      default=min((r.makespan for r in results if not r.strategy.startswith("adaptive")), default=None))
+    best_static = min((r.makespan for r in chosen.values() if r.strategy == "static-yield"),
+                      default=min((r.makespan for r in chosen.values() if not r.strategy.startswith("adaptive")),
+                                  default=None))
     print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods, {args.workload} workload), "
           f"{duration[0]}–{duration[1]} s each, against a competing high-priority load (schedule × {scale:g})\n")
     header = (f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending':>13} "
@@ -513,6 +542,14 @@ def main() -> None:
               f"{r.idle_fraction * 100:5.1f}% {r.peak_pending_pods:13d} {r.peak_stuck_pods:9d} {r.max_pending_age:15.1f} "
               f"{r.peak_pending_gangs:13d} "
               f"{r.throttled_429:5d} {r.writes_per_trial:13.2f} {r.succeeded}/{r.total}")
+    by = by_strategy(results)
+    runs = max(len(rs) for rs in by.values())
+    if runs > 1:
+        print(f"\nmedians over {runs} rounds (makespan, its ratio to that run's bound; all runs in brackets):")
+        for name, rs in by.items():
+            print(f"  {name:16} {median([r.makespan for r in rs]):7.1f} s  ratio "
+                  f"{median([r.makespan / r.lower_bound for r in rs]):.2f}  "
+                  f"[{', '.join(f'{r.makespan:.1f} s / {r.makespan / r.lower_bound:.2f}' for r in rs)}]")
     print("\npeak pending: most unscheduled pods of the studies at once (in transit included); "
           "peak >2s: of those, pods that had waited 2 s or more; queued gangs: most PodGroups of the studies "
           "waiting in Volcano's queue; idle: free GPU share while trials waited")
@@ -538,16 +575,15 @@ def main() -> None:
               f"sched bound {r.scheduled_bound:.1f} s, makespan / it = {r.makespan / r.scheduled_bound:.2f}")
     if args.timeline:
         Path(args.timeline).write_text(json.dumps({r.strategy: r.timeline for r in results}))
-    adaptive = next((r for r in results if r.strategy == "adaptive"), None)
-    submit_all = next((r for r in results if r.strategy == "submit-all"), None)
+    adaptive, submit_all = chosen.get("adaptive"), chosen.get("submit-all")
     if adaptive and best_static:
         print(f"\nadaptive makespan / lower bound: {adaptive.makespan / adaptive.lower_bound:.2f} (target ≤ 1.15)")
         print(f"adaptive makespan / static cap that yields too: {adaptive.makespan / best_static:.2f} (target ≤ 1.00)")
         print(f"adaptive makespan / lower bound, against the best ratio of a static cap: "
               f"{adaptive.makespan / adaptive.lower_bound:.2f} vs "
-              f"{min(r.makespan / r.lower_bound for r in results if not r.strategy.startswith('adaptive')):.2f}")
-    noyield = next((r for r in results if r.strategy == "adaptive-noyield"), None)
-    static = [r.makespan for r in results if r.strategy in ("submit-all", "static-small", "static-large")]
+              f"{min(r.makespan / r.lower_bound for r in chosen.values() if not r.strategy.startswith('adaptive')):.2f}")
+    noyield = chosen.get("adaptive-noyield")
+    static = [r.makespan for r in chosen.values() if r.strategy in ("submit-all", "static-small", "static-large")]
     if noyield and static:
         print(f"adaptive without yielding: makespan / the best static cap that does not yield either: "
               f"{noyield.makespan / min(static):.2f} (target ≤ 1.00); / its bound: "

@@ -236,6 +236,51 @@ def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, 
     return max(0.0, at - now)
 
 
+def _pg_key(pg: dict) -> tuple[str, str]:
+    meta = pg.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def demand_besides(pods: list[dict], groups: Iterable[dict], left_out: set[tuple[str, str]]) -> list[int]:
+    """The waiting pods' and queued gangs' GPU demand, the gangs in `left_out` aside."""
+    others = [p for p in pods if _group_key(p) not in left_out]
+    return pending_demand(others) + queued_demand([g for g in groups if _pg_key(g) not in left_out], others)
+
+
+def blocked_above(groups: Iterable[dict], pods: Iterable[dict], free: int, own_priority: int,
+                  values: dict[str, int], default: int) -> set[tuple[str, str]]:
+    """Gangs that outrank the study and cannot start in the `free` GPUs there are now.
+
+    Volcano places such a gang only once enough GPUs are free at the same moment, and places
+    smaller gangs into the GPUs that free up meanwhile: its waiting pods take nothing yet.
+    Whether the study leaves it those GPUs anyway is the yielding decision, not the free-GPU
+    count's. A gang's rank is its PodGroup's class or, for pods whose PodGroup is not
+    visible (another namespace), the pods' own priority."""
+    need: dict[tuple[str, str], int] = {}
+    rank: dict[tuple[str, str], int] = {}
+    existing: dict[tuple[str, str], int] = {}
+    for pod in pods:
+        key = _group_key(pod)
+        if key[1] is None:
+            continue
+        existing[key] = existing.get(key, 0) + 1
+        if not (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+            need[key] = need.get(key, 0) + pod_gpus(pod)
+            rank[key] = max(rank.get(key, -math.inf), int((pod.get("spec") or {}).get("priority") or 0))
+    for pg in groups:
+        if ((pg.get("status") or {}).get("phase") or "Pending") not in ("Pending", "Inqueue"):
+            continue
+        key, spec = _pg_key(pg), pg.get("spec") or {}
+        cls = spec.get("priorityClassName")
+        rank[key] = values.get(cls, default) if cls else default
+        members = int(spec.get("minMember") or 0)
+        gpus = _quantity((spec.get("minResources") or {}).get(GPU, 0))
+        missing = members - existing.get(key, 0)
+        if members > 0 and gpus > 0 and missing > 0:
+            need[key] = need.get(key, 0) + missing * -(-gpus // members)
+    return {key for key, gpus in need.items() if rank.get(key, default) > own_priority and gpus > free}
+
+
 def backfill_gangs(nodes: Iterable[dict], pods: Iterable[dict], groups: Iterable[dict],
                    ahead: Iterable[Precedence], shape: list[int]) -> int:
     """Whole gangs of `shape` the free GPUs hold until the gangs waiting ahead can start.
@@ -243,10 +288,7 @@ def backfill_gangs(nodes: Iterable[dict], pods: Iterable[dict], groups: Iterable
     free GPUs meanwhile; everyone else's waiting pods and queued gangs still do."""
     blocked = {tuple(w.gang.split("/", 1)) for w in ahead}
     pods = list(pods)
-    others = [p for p in pods if _group_key(p) not in blocked]
-    rest = [g for g in groups
-            if ((g.get("metadata") or {}).get("namespace", ""), (g.get("metadata") or {}).get("name", "")) not in blocked]
-    free = after_demand(free_gpus(nodes, pods), pending_demand(others) + queued_demand(rest, others))
+    free = after_demand(free_gpus(nodes, pods), demand_besides(pods, groups, blocked))
     return gangs_fit(free, shape)
 
 
@@ -427,8 +469,7 @@ class ClusterSignals:
         self.pods.start()
         if self.groups is not None:
             self.groups.start()
-            if self.yield_to_higher:
-                self._priorities = self._read_priorities()
+        self._priorities = self._read_priorities()
         return self
 
     def _read_priorities(self) -> tuple[dict[str, int], int] | None:
@@ -437,7 +478,8 @@ class ClusterSignals:
         try:
             classes, _ = self.cluster.list(PRIORITY_CLASS, all_namespaces=True)
         except ClusterError as exc:
-            log.warning("cannot list priority classes (%s): not yielding to higher-priority gangs", exc)
+            log.warning("cannot list priority classes (%s): not yielding to higher-priority gangs, and counting "
+                        "their waiting pods against the free GPUs", exc)
             return None
         return priority_values(classes)
 
@@ -451,15 +493,21 @@ class ClusterSignals:
         """`now`: the wall clock (seconds since the epoch), for the shadow time."""
         nodes, pods = self.nodes.items(), self.pods.items()
         groups = self.groups.items() if self.groups is not None else []
-        demand = pending_demand(pods) + queued_demand(groups, pods)
         free = free_gpus(nodes, pods)
-        after = after_demand(free, demand)
         precedence = shadow = backfill_fit = None
-        if self._priorities is not None and self.groups is not None:
+        ahead: list[Precedence] = []
+        left_out: set[tuple[str, str]] = set()
+        if self._priorities is not None:
             values, default = self._priorities
             own = values.get(self.priority_class, default) if self.priority_class else default
-            ahead = higher_priority_waiting(groups, nodes, pods, own, values, default, self.queue)
-            precedence = ahead[0] if ahead else None
+            if self.yield_to_higher:
+                ahead = higher_priority_waiting(groups, nodes, pods, own, values, default, self.queue)
+                precedence = ahead[0] if ahead else None
+            # higher-priority gangs that cannot start now take none of the free GPUs, unless
+            # the study yields to them (then the policy holds while they gather)
+            waited_for = {tuple(w.gang.split("/", 1)) for w in ahead}
+            left_out = blocked_above(groups, pods, sum(free.values()), own, values, default) - waited_for
+        after = after_demand(free, demand_besides(pods, groups, left_out))
         if precedence is not None and now is not None:
             shadow = shadow_time(nodes, pods, precedence, now)
             backfill_fit = backfill_gangs(nodes, pods, groups, ahead, self.shape)

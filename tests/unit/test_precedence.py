@@ -158,3 +158,60 @@ def test_backfill_uses_the_free_gpus_the_waiting_gang_cannot_take_yet():
     groups = [group("prod-0", 12, "prod", phase="Inqueue"), group("peer", 2, "research")]
     assert backfill_gangs(NODES, pods, groups, [prod], [1, 1]) == 1  # 4 free, the peer's 2 aside: one 2-GPU gang
     assert backfill_gangs(NODES, pods, groups, [], [1, 1]) == 0  # with production's demand counted: none
+
+
+def test_higher_priority_gangs_that_cannot_start_now_are_blocked():
+    from stratctl.signals import blocked_above
+
+    # production's 12 pods wait for a node; 4 GPUs are free: it cannot start, and neither can a
+    # queued 6-GPU gang of its rank whose pods do not exist yet; a 2-GPU one could
+    pods = [pod("a", 8, 10), pod("b", 4, 10)] + [pod(None, 1, 1000, group="prod-0", phase="Pending")] * 12
+    groups = [group("prod-0", 12, "prod", phase="Inqueue"), group("prod-1", 6, "prod"), group("prod-2", 2, "prod"),
+              group("peer", 6, "research")]
+    assert blocked_above(groups, pods, 4, 10, VALUES, DEFAULT) == {("ns", "prod-0"), ("ns", "prod-1")}
+    # with 12 free GPUs production's gang starts at the scheduler's next cycle: it is demand
+    assert blocked_above(groups, pods, 12, 10, VALUES, DEFAULT) == set()
+    # the study's equals are never left out (the peer's 6 GPUs stay demand at 4 free)
+    assert blocked_above(groups, pods, 4, 10, VALUES, DEFAULT).isdisjoint({("ns", "peer")})
+    # pods whose PodGroup is not visible are ranked by their own priority
+    assert blocked_above([], pods, 4, 10, VALUES, DEFAULT) == {("ns", "prod-0")}
+    assert blocked_above([], pods, 4, 1000, VALUES, DEFAULT) == set()
+
+
+class _Items:
+    def __init__(self, items):
+        self._items = items
+
+    def items(self):
+        return self._items
+
+
+def _signals(pods, groups, yields):
+    from stratctl.signals import ClusterSignals
+
+    signals = ClusterSignals(None, [1, 1], "ns", "research", yield_to_higher=yields)
+    signals.nodes, signals.pods, signals.groups = _Items(NODES), _Items(pods), _Items(groups)
+    signals._priorities = (VALUES, DEFAULT)
+    return signals
+
+
+def test_a_study_that_does_not_yield_counts_the_gpus_a_blocked_gang_leaves_free():
+    # 4 GPUs free on node b, production's 12-GPU gang waits for them (Inqueue, pods pending)
+    pods = [pod("a", 8, 10), pod("b", 4, 10)] + [pod(None, 1, 1000, group="prod-0", phase="Pending")] * 12
+    groups = [group("prod-0", 12, "prod", phase="Inqueue")]
+    yielding = _signals(pods, groups, yields=True).capacity()
+    assert (yielding.precedence.gang, yielding.gangs_fit) == ("ns/prod-0", 0)  # held for production
+    # not yielding: Volcano places smaller gangs in those 4 GPUs until production can start,
+    # so they hold two 2-GPU gangs, as a static cap would fill them
+    ignoring = _signals(pods, groups, yields=False).capacity()
+    assert (ignoring.precedence, ignoring.free_gpus, ignoring.gangs_fit) == (None, 4, 2)
+    # a gang that fits the free GPUs now is placed at the next cycle: its demand counts either way
+    small = [pod("a", 8, 10), pod("b", 4, 10)] + [pod(None, 1, 1000, group="prod-3", phase="Pending")] * 2
+    assert _signals(small, [group("prod-3", 2, "prod", phase="Inqueue")], yields=False).capacity().free_gpus == 2
+
+
+def test_a_yielding_study_does_not_hold_gpus_for_a_gang_that_can_never_start():
+    # 20 GPUs on a 16-GPU cluster: not waited for, and its pending pods reserve nothing
+    pods = [pod("a", 8, 10)] + [pod(None, 1, 1000, group="huge", phase="Pending")] * 20
+    capacity = _signals(pods, [group("huge", 20, "prod", phase="Inqueue")], yields=True).capacity()
+    assert (capacity.precedence, capacity.free_gpus, capacity.gangs_fit) == (None, 8, 4)
