@@ -482,7 +482,7 @@ def main() -> None:
                         help="the studies' parallelism.initial (adaptive's starting target; default the study default)")
     parser.add_argument("--workload", choices=("volcano", "batch"), default="volcano",
                         help="trials as Volcano Jobs, or batch/v1 Jobs with a PodGroup (their pods exist at once)")
-    parser.add_argument("--timeline", help="write each strategy's sampled timeline (JSON) to this file")
+    parser.add_argument("--timeline", help="write each run's sampled timeline (JSON, in run order) to this file")
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="multiply the trial durations (8-24 s) and the competing schedule by this")
     parser.add_argument("--repeat", type=int, default=1,
@@ -574,7 +574,7 @@ def report(results: list[Result], args, duration: tuple[int, int], scale: float)
               f"{causes.get('tail', 0):.0f} free in the tail + {r.competing_after_bound:.0f} competing after the bound; "
               f"sched bound {r.scheduled_bound:.1f} s, makespan / it = {r.makespan / r.scheduled_bound:.2f}")
     if args.timeline:
-        Path(args.timeline).write_text(json.dumps({r.strategy: r.timeline for r in results}))
+        Path(args.timeline).write_text(json.dumps([{"strategy": r.strategy, "timeline": r.timeline} for r in results]))
     adaptive, submit_all = chosen.get("adaptive"), chosen.get("submit-all")
     if adaptive and best_static:
         print(f"\nadaptive makespan / lower bound: {adaptive.makespan / adaptive.lower_bound:.2f} (target ≤ 1.15)")
