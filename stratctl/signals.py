@@ -124,24 +124,31 @@ def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:
     free up. Pods that exist are left out here: bound ones are in the free GPUs already,
     unbound ones in `pending_demand`.
     """
+    return [per_pod for _, missing, per_pod in _queued_missing(groups, pods) for _ in range(missing)]
+
+
+def _queued_missing(groups: Iterable[dict], pods: Iterable[dict]):
+    """(key, pods of its gang not created yet, GPUs per pod) of each gang Volcano
+    has queued (Pending or Inqueue) with GPU pods still to create."""
     existing: dict[tuple[str, str], int] = {}
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        group = (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
-        if group:
-            key = (meta.get("namespace", ""), group)
+        key = _group_key(pod)
+        if key[1]:
             existing[key] = existing.get(key, 0) + 1
-    demand: list[int] = []
     for pg in groups:
         if ((pg.get("status") or {}).get("phase") or "Pending") not in ("Pending", "Inqueue"):
             continue
-        spec, meta = pg.get("spec") or {}, pg.get("metadata") or {}
+        key, spec = _pg_key(pg), pg.get("spec") or {}
         members = int(spec.get("minMember") or 0)
         gpus = _quantity((spec.get("minResources") or {}).get(GPU, 0))
-        missing = members - existing.get((meta.get("namespace", ""), meta.get("name", "")), 0)
+        missing = members - existing.get(key, 0)
         if members > 0 and gpus > 0 and missing > 0:
-            demand += [-(-gpus // members)] * missing
-    return demand
+            yield key, missing, -(-gpus // members)
+
+
+def _pg_key(pg: dict) -> tuple[str, str]:
+    meta = pg.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,12 @@ class Precedence:
 
     def __str__(self) -> str:
         return f"{self.gang} ({self.gpus} GPUs, {self.priority_class})"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name) of its PodGroup, as pods and groups are keyed here."""
+        namespace, _, name = self.gang.partition("/")
+        return namespace, name
 
 
 def priority_values(classes: Iterable[dict]) -> tuple[dict[str, int], int]:
@@ -236,11 +249,6 @@ def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, 
     return max(0.0, at - now)
 
 
-def _pg_key(pg: dict) -> tuple[str, str]:
-    meta = pg.get("metadata") or {}
-    return meta.get("namespace", ""), meta.get("name", "")
-
-
 def demand_besides(pods: list[dict], groups: Iterable[dict], left_out: set[tuple[str, str]]) -> list[int]:
     """The waiting pods' and queued gangs' GPU demand, the gangs in `left_out` aside."""
     others = [p for p in pods if _group_key(p) not in left_out]
@@ -256,28 +264,21 @@ def blocked_above(groups: Iterable[dict], pods: Iterable[dict], free: int, own_p
     Whether the study leaves it those GPUs anyway is the yielding decision, not the free-GPU
     count's. A gang's rank is its PodGroup's class or, for pods whose PodGroup is not
     visible (another namespace), the pods' own priority."""
+    pods, groups = list(pods), list(groups)
     need: dict[tuple[str, str], int] = {}
     rank: dict[tuple[str, str], int] = {}
-    existing: dict[tuple[str, str], int] = {}
     for pod in pods:
         key = _group_key(pod)
-        if key[1] is None:
-            continue
-        existing[key] = existing.get(key, 0) + 1
-        if not (pod.get("spec") or {}).get("nodeName") and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+        if key[1] and not (pod.get("spec") or {}).get("nodeName") \
+                and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
             need[key] = need.get(key, 0) + pod_gpus(pod)
             rank[key] = max(rank.get(key, -math.inf), int((pod.get("spec") or {}).get("priority") or 0))
-    for pg in groups:
-        if ((pg.get("status") or {}).get("phase") or "Pending") not in ("Pending", "Inqueue"):
-            continue
-        key, spec = _pg_key(pg), pg.get("spec") or {}
-        cls = spec.get("priorityClassName")
-        rank[key] = values.get(cls, default) if cls else default
-        members = int(spec.get("minMember") or 0)
-        gpus = _quantity((spec.get("minResources") or {}).get(GPU, 0))
-        missing = members - existing.get(key, 0)
-        if members > 0 and gpus > 0 and missing > 0:
-            need[key] = need.get(key, 0) + missing * -(-gpus // members)
+    for key, missing, per_pod in _queued_missing(groups, pods):
+        need[key] = need.get(key, 0) + missing * per_pod
+    for pg in groups:  # a queued gang's PodGroup class ranks it, when the PodGroup is visible
+        if ((pg.get("status") or {}).get("phase") or "Pending") in ("Pending", "Inqueue"):
+            cls = (pg.get("spec") or {}).get("priorityClassName")
+            rank[_pg_key(pg)] = values.get(cls, default) if cls else default
     return {key for key, gpus in need.items() if rank.get(key, default) > own_priority and gpus > free}
 
 
@@ -286,7 +287,7 @@ def backfill_gangs(nodes: Iterable[dict], pods: Iterable[dict], groups: Iterable
     """Whole gangs of `shape` the free GPUs hold until the gangs waiting ahead can start.
     Those gangs cannot start yet, so their pods waiting for a node take nothing from the
     free GPUs meanwhile; everyone else's waiting pods and queued gangs still do."""
-    blocked = {tuple(w.gang.split("/", 1)) for w in ahead}
+    blocked = {w.key for w in ahead}
     pods = list(pods)
     free = after_demand(free_gpus(nodes, pods), demand_besides(pods, groups, blocked))
     return gangs_fit(free, shape)
@@ -505,7 +506,7 @@ class ClusterSignals:
                 precedence = ahead[0] if ahead else None
             # higher-priority gangs that cannot start now take none of the free GPUs, unless
             # the study yields to them (then the policy holds while they gather)
-            waited_for = {tuple(w.gang.split("/", 1)) for w in ahead}
+            waited_for = {w.key for w in ahead}
             left_out = blocked_above(groups, pods, sum(free.values()), own, values, default) - waited_for
         after = after_demand(free, demand_besides(pods, groups, left_out))
         if precedence is not None and now is not None:
