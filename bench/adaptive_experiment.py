@@ -39,10 +39,10 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stratctl import labels  # noqa: E402
-from stratctl.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.signals import free_gpus, pod_gpus  # noqa: E402
-from stratctl.space import expand  # noqa: E402
-from stratctl.spec import load_study  # noqa: E402
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.kube.gpus import free_gpus, pod_gpus  # noqa: E402
+from stratctl.study.space import expand  # noqa: E402
+from stratctl.study.spec import load_study  # noqa: E402
 
 
 def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int, gang: int,

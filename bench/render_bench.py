@@ -30,10 +30,10 @@ from jinja2 import FileSystemLoader
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stratctl import sandbox  # noqa: E402
-from stratctl.render import DEFAULT_TEMPLATES, Renderer, bundled_templates  # noqa: E402
-from stratctl.space import expand  # noqa: E402
-from stratctl.spec import load_study  # noqa: E402
+from stratctl.study import sandbox  # noqa: E402
+from stratctl.study.render import DEFAULT_TEMPLATES, Renderer, bundled_templates  # noqa: E402
+from stratctl.study.space import expand  # noqa: E402
+from stratctl.study.spec import load_study  # noqa: E402
 
 STUDY = """\
 name: bench
@@ -77,7 +77,7 @@ def run_per_trial(study):
 
 def run_naive(study, n):
     """What a straightforward implementation does for each trial."""
-    from stratctl.render import _study_context  # the same inputs, to compare like with like
+    from stratctl.study.render import _study_context  # the same inputs, to compare like with like
 
     out = []
     for trial in expand(study)[:n]:

@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.kube.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.errors import AlreadyExists  # noqa: E402
-from stratctl.record import StudyRecord, record_manifest, record_name  # noqa: E402
-from stratctl.cluster import CONFIGMAP  # noqa: E402
-from stratctl.summary import build, latest_slim, summary_data  # noqa: E402
+from stratctl.kube.record import StudyRecord, record_manifest, record_name  # noqa: E402
+from stratctl.kube.cluster import CONFIGMAP  # noqa: E402
+from stratctl.engine.summary import build, latest_slim, summary_data  # noqa: E402
 
 STUDY = "bench-status"
 

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.cluster import CONFIGMAP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.controller import SubmitOptions  # noqa: E402
-from stratctl.launch import Connection, prepare, submit_study  # noqa: E402
-from stratctl.yamlout import dump_all  # noqa: E402
+from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.engine.controller import SubmitOptions  # noqa: E402
+from stratctl.engine.launch import Connection, prepare, submit_study  # noqa: E402
+from stratctl.view.yamlout import dump_all  # noqa: E402
 
 
 

@@ -26,8 +26,8 @@ def drain(
     Suspended trials keep their checkpoints; `stratctl resume STUDY` brings them back.
     Critical studies are never touched.
     """
-    from stratctl import drain as core
-    from stratctl.cluster import Cluster
+    from stratctl.engine import drain as core
+    from stratctl.kube.cluster import Cluster
 
     cluster = Cluster.connect(kubeconfig, context, namespace)
     try:
@@ -53,8 +53,8 @@ def resume(
     output_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
 ) -> None:
     """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again."""
-    from stratctl import drain as core
-    from stratctl.cluster import Cluster
+    from stratctl.engine import drain as core
+    from stratctl.kube.cluster import Cluster
 
     cluster = Cluster.connect(kubeconfig, context, namespace)
     try:

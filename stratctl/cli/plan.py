@@ -23,7 +23,7 @@ def plan(
     max_rows: Annotated[int, typer.Option("--max-rows", min=0, help="Trials shown in the table (0: all).")] = 50,
 ) -> None:
     """Show the trials with their parameters and the cost estimate."""
-    from stratctl.plan import as_json, make_plan, table
+    from stratctl.study.plan import as_json, make_plan, table
 
     result = make_plan(file)
     if output is Format.json:

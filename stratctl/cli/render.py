@@ -20,10 +20,10 @@ def render(
 ) -> None:
     """Render the manifests of every trial as multi-document YAML."""
     from stratctl.errors import UsageError
-    from stratctl.render import Renderer
-    from stratctl.space import attempt_name, expand
-    from stratctl.spec import load_study
-    from stratctl.yamlout import dump_all
+    from stratctl.study.render import Renderer
+    from stratctl.study.space import attempt_name, expand
+    from stratctl.study.spec import load_study
+    from stratctl.view.yamlout import dump_all
 
     study = load_study(file)
     trials = expand(study)

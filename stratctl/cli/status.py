@@ -35,9 +35,10 @@ def status(
 ) -> None:
     """Show studies (trials by state, in flight against target, attempts, preemptions, GPU-hours)
     and their trials (parameters, state, attempt, age, why pending, result)."""
-    from stratctl import status as core
-    from stratctl.cluster import Cluster
-    from stratctl.yamlout import dump_all
+    from stratctl.engine import status as core
+    from stratctl.view import tables
+    from stratctl.kube.cluster import Cluster
+    from stratctl.view.yamlout import dump_all
 
     cluster = Cluster.connect(kubeconfig, context, namespace, pool_size=8)
     ns = cluster.namespace
@@ -53,8 +54,8 @@ def status(
         return snap
 
     def picture(snap):
-        return Group(core.studies_table(snap.studies, snap.taken_at),
-                     core.table(snap.trials, snap.taken_at, limit or None, snap.total_trials))
+        return Group(tables.studies_table(snap.studies, snap.taken_at),
+                     tables.table(snap.trials, snap.taken_at, limit or None, snap.total_trials))
 
     try:
         if watch and output is Output.table:

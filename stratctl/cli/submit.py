@@ -52,10 +52,10 @@ def submit(
 
     Safe to rerun at any time: trials already in the cluster are recognised, never duplicated.
     """
-    from stratctl.controller import SubmitOptions
-    from stratctl.launch import Connection, submit_study
-    from stratctl.display import LiveDisplay, LogDisplay, summary, summary_json
-    from stratctl.metrics import Fanout, MetricsReporter
+    from stratctl.engine.controller import SubmitOptions
+    from stratctl.engine.launch import Connection, submit_study
+    from stratctl.view.display import LiveDisplay, LogDisplay, summary, summary_json
+    from stratctl.view.metrics import Fanout, MetricsReporter
 
     options = SubmitOptions(
         max_inflight=max_inflight,

@@ -172,7 +172,7 @@ def testbed():
 @pytest.fixture
 def api(testbed):
     """stratctl's own cluster adapter as the admin, for tests to look at and clean up the cluster."""
-    from stratctl.cluster import Cluster
+    from stratctl.kube.cluster import Cluster
 
     cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
     yield cluster

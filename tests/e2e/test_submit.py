@@ -13,12 +13,12 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.cluster import VOLCANO_JOB, BATCH_JOB, CONFIGMAP, Cluster
-from stratctl.controller import SubmitOptions
-from stratctl.launch import Connection, submit_study
+from stratctl.kube.cluster import VOLCANO_JOB, BATCH_JOB, CONFIGMAP, Cluster
+from stratctl.engine.controller import SubmitOptions
+from stratctl.engine.launch import Connection, submit_study
 from stratctl.errors import Throttled
-from stratctl.space import expand
-from stratctl.spec import load_study
+from stratctl.study.space import expand
+from stratctl.study.spec import load_study
 
 pytestmark = pytest.mark.e2e
 

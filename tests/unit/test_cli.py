@@ -145,7 +145,7 @@ def test_a_duration_template_that_renders_no_duration_names_its_line(tmp_path):
 
 
 def test_submit_order_is_longest_expected_first_unless_listed(tmp_path):
-    from stratctl.launch import prepare
+    from stratctl.engine.launch import prepare
 
     text = MINIMAL + 'cost: {expected_duration: "{{ params.bs }}m"}\n'
     prepared = prepare(write(tmp_path, text))

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from stratctl.cluster import error_for, resource_path
+from stratctl.kube.cluster import error_for, resource_path
 from stratctl.errors import AlreadyExists, Invalid, NotFound, Throttled, Unavailable
 
 

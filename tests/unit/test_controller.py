@@ -7,13 +7,13 @@ import textwrap
 import pytest
 
 from stratctl import labels
-from stratctl.controller import Submitter, SubmitOptions
+from stratctl.engine.controller import Submitter, SubmitOptions
 from stratctl.errors import Invalid
-from stratctl.policy import Decision
-from stratctl.render import Renderer
-from stratctl.space import expand
-from stratctl.spec import load_study
-from stratctl.throttle import Throttle
+from stratctl.engine.policy import Decision
+from stratctl.study.render import Renderer
+from stratctl.study.space import expand
+from stratctl.study.spec import load_study
+from stratctl.engine.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock, MaxRng
 
@@ -183,7 +183,7 @@ def test_failed_trials_are_retried_max_failures_times_then_count_as_finished(stu
 
 
 def test_policy_decides_how_many_to_admit():
-    from stratctl.policy import Observed
+    from stratctl.engine.policy import Observed
 
     assert Decision(5, False, "").admit(Observed(in_flight=3, pending=0, waiting=10)) == 2
     assert Decision(5, False, "").admit(Observed(in_flight=3, pending=0, waiting=1)) == 1
@@ -192,7 +192,7 @@ def test_policy_decides_how_many_to_admit():
 
 
 def test_a_slow_etcd_reported_by_prometheus_holds_new_submissions(study_file):
-    from stratctl.prometheus import ControlPlane
+    from stratctl.engine.prometheus import ControlPlane
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
@@ -262,7 +262,7 @@ def test_jobs_from_a_lagging_watch_are_never_created_twice_nor_over_admitted(stu
 
 
 def test_a_job_change_wakes_the_loop_early_but_never_sooner_than_min_cycle(study_file):
-    from stratctl.controller import MIN_CYCLE
+    from stratctl.engine.controller import MIN_CYCLE
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, _ = make(study_file(), cluster, clock)
@@ -306,7 +306,7 @@ class WatchedJobs:
 
 
 def test_a_drain_seen_as_deleted_jobs_is_read_from_the_record_before_the_loop_acts(study_file):
-    from stratctl.drain import drain
+    from stratctl.engine.drain import drain
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock, poll_interval=30.0)
@@ -332,7 +332,8 @@ def test_a_drain_seen_as_deleted_jobs_is_read_from_the_record_before_the_loop_ac
 
 
 def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_created(tmp_path):
-    from stratctl.signals import Capacity, Precedence
+    from stratctl.engine.signals import Capacity
+    from stratctl.engine.precedence import Precedence
 
     cluster, clock = FakeCluster(), FakeClock()
     # layers 2: 10 s, layers 4: 20 s (listed order, so both kinds wait side by side); the

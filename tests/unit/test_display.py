@@ -2,8 +2,8 @@ import io
 
 from rich.console import Console
 
-from stratctl.progress import Progress
-from stratctl.display import LogDisplay, progress_table, summary
+from stratctl.engine.progress import Progress
+from stratctl.view.display import LogDisplay, progress_table, summary
 
 
 def text_of(renderable) -> str:

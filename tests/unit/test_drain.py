@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from stratctl import labels
-from stratctl.controller import Submitter, SubmitOptions
-from stratctl.drain import drain, resume
+from stratctl.engine.controller import Submitter, SubmitOptions
+from stratctl.engine.drain import drain, resume
 from stratctl.errors import UsageError
-from stratctl.record import suspended_of
-from stratctl.render import Renderer
-from stratctl.space import expand
-from stratctl.spec import load_study
-from stratctl.throttle import Throttle
+from stratctl.kube.record import suspended_of
+from stratctl.study.render import Renderer
+from stratctl.study.space import expand
+from stratctl.study.spec import load_study
+from stratctl.engine.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.test_controller import STUDY
@@ -91,7 +91,7 @@ def test_drain_needs_a_study_or_all_noncritical():
 
 
 def test_a_retried_trial_keeps_its_failure_count_through_drain_and_resume(tmp_path):
-    from stratctl.recovery import Carried
+    from stratctl.engine.recovery import Carried
 
     cluster = FakeCluster()
     submitted(tmp_path, cluster, "sweep", inflight=1)

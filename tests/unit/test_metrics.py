@@ -1,7 +1,7 @@
 from prometheus_client import generate_latest
 
-from stratctl.progress import Progress
-from stratctl.metrics import MetricsReporter
+from stratctl.engine.progress import Progress
+from stratctl.view.metrics import MetricsReporter
 
 
 def test_progress_becomes_prometheus_metrics():

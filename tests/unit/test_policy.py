@@ -1,6 +1,6 @@
 """The adaptive policy on scripted signal traces, in virtual time."""
 
-from stratctl.policy import AdaptiveConfig, AdaptivePolicy, Observed, PolicyState, StaticPolicy, decide
+from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Observed, PolicyState, StaticPolicy, decide
 
 CONFIG = AdaptiveConfig(min=1, initial=4, max=32, pending_high=2, cooldown=10)
 

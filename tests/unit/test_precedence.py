@@ -1,7 +1,7 @@
 """Yielding to higher-priority gangs: who outranks the study, and the rule that holds for them."""
 
-from stratctl.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
-from stratctl.signals import Precedence, higher_priority_waiting, priority_values
+from stratctl.engine.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
+from stratctl.engine.precedence import Precedence, higher_priority_waiting, priority_values
 
 CLASSES = [
     {"metadata": {"name": "prod"}, "value": 1000},
@@ -116,7 +116,7 @@ NOW = 1796284800.0 + 4  # 4 s after the pods started
 
 
 def test_shadow_time_is_when_released_gpus_reach_the_waiting_gang():
-    from stratctl.signals import shadow_time
+    from stratctl.engine.precedence import shadow_time
 
     prod = Precedence("ns/prod-0", 12, "prod", 1000)
     pods = [timed("a", 8, 10, T0, 20), timed("b", 2, 10, T0, 6), timed("b", 4, 10, T0, 10)]
@@ -149,7 +149,7 @@ def test_while_yielding_trials_that_end_before_the_shadow_time_are_backfilled():
 
 
 def test_backfill_uses_the_free_gpus_the_waiting_gang_cannot_take_yet():
-    from stratctl.signals import backfill_gangs
+    from stratctl.engine.precedence import backfill_gangs
 
     prod = Precedence("ns/prod-0", 12, "prod", 1000)
     # 4 free GPUs on node b; production's 12 pods wait for a node, a queued gang of 2 from
@@ -161,7 +161,7 @@ def test_backfill_uses_the_free_gpus_the_waiting_gang_cannot_take_yet():
 
 
 def test_higher_priority_gangs_that_cannot_start_now_are_blocked():
-    from stratctl.signals import blocked_above
+    from stratctl.engine.precedence import blocked_above
 
     # production's 12 pods wait for a node; 4 GPUs are free: it cannot start, and neither can a
     # queued 6-GPU gang of its rank whose pods do not exist yet; a 2-GPU one could
@@ -187,7 +187,7 @@ class _Items:
 
 
 def _signals(pods, groups, yields):
-    from stratctl.signals import ClusterSignals
+    from stratctl.engine.signals import ClusterSignals
 
     signals = ClusterSignals(None, [1, 1], "ns", "research", yield_to_higher=yields)
     signals.nodes, signals.pods, signals.groups = _Items(NODES), _Items(pods), _Items(groups)

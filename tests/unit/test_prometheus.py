@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from stratctl.prometheus import ETCD_COMMIT_P99, SCHEDULER_PENDING, VOLCANO_LATENCY_P90_MS, Prometheus
+from stratctl.engine.prometheus import ETCD_COMMIT_P99, SCHEDULER_PENDING, VOLCANO_LATENCY_P90_MS, Prometheus
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ Failures are retried too, but counted apart and against their own limit."""
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.recovery import (
+from stratctl.engine.recovery import (
     Action,
     Carried,
     Kind,
@@ -17,7 +17,7 @@ from stratctl.recovery import (
     usage,
     view_of,
 )
-from stratctl.state import TrialState, classify, classify_attempt, preemptions, timestamp
+from stratctl.kube.state import TrialState, classify, classify_attempt, preemptions, timestamp
 from tests.unit import recorded
 
 T = recorded.TRIAL

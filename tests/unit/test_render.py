@@ -11,10 +11,10 @@ import yaml
 
 from stratctl import labels
 from stratctl.errors import StudyError
-from stratctl.render import Renderer, min_resources, spec_hash, validate
-from stratctl.space import expand
-from stratctl.spec import load_study
-from stratctl.yamlout import dump_all
+from stratctl.study.render import Renderer, min_resources, spec_hash, validate
+from stratctl.study.space import expand
+from stratctl.study.spec import load_study
+from stratctl.view.yamlout import dump_all
 
 from .studies import MINIMAL, load, write
 

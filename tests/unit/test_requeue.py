@@ -6,9 +6,9 @@ import json
 
 from stratctl import labels
 from stratctl.errors import ClusterError
-from stratctl.record import suspended_patch
-from stratctl.requeue import Requeue
-from stratctl.state import TrialState
+from stratctl.kube.record import suspended_patch
+from stratctl.engine.requeue import Requeue
+from stratctl.kube.state import TrialState
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.test_controller import make, study_file  # noqa: F401 - the fixture

@@ -3,9 +3,9 @@
 import pytest
 
 from stratctl.errors import StudyError
-from stratctl.render import Renderer
-from stratctl.space import expand
-from stratctl.spec import load_study
+from stratctl.study.render import Renderer
+from stratctl.study.space import expand
+from stratctl.study.spec import load_study
 
 STUDY = """\
 name: gpus

@@ -1,4 +1,4 @@
-from stratctl.signals import fragmentation, free_gpus, gangs_fit, pod_gpus
+from stratctl.kube.gpus import fragmentation, free_gpus, gangs_fit, pod_gpus
 
 
 def node(name, gpus, ready=True, unschedulable=False):
@@ -55,7 +55,7 @@ def test_gpu_free_gangs_are_never_blocked():
 
 
 def test_pods_waiting_for_a_node_take_their_gpus_first():
-    from stratctl.signals import after_demand, pending_demand
+    from stratctl.kube.gpus import after_demand, pending_demand
 
     waiting = [pod(None, 4, phase="Pending"), pod(None, 2, phase="Pending"), pod("a", 8, phase="Pending"),
                pod(None, 1, phase="Failed"), pod(None, 0, phase="Pending")]
@@ -69,7 +69,7 @@ def test_pods_waiting_for_a_node_take_their_gpus_first():
 
 
 def test_gangs_queued_by_other_launchers_count_before_their_pods_exist():
-    from stratctl.signals import after_demand, queued_demand
+    from stratctl.kube.gpus import after_demand, queued_demand
 
     def group(name, phase, members, gpus):
         return {"metadata": {"name": name, "namespace": "ns"},

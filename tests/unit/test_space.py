@@ -10,7 +10,7 @@ import time
 import pytest
 
 from stratctl.errors import StudyError
-from stratctl.space import Trial, attempt_name, expand, param_hash, size
+from stratctl.study.space import Trial, attempt_name, expand, param_hash, size
 
 from .studies import MINIMAL, load
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stratctl.errors import StudyError
-from stratctl.spec import MAX_NAME, parse_duration
+from stratctl.study.spec import MAX_NAME, parse_duration
 
 from .studies import MINIMAL, load, problems, write
 
@@ -234,7 +234,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
 
 def test_unreadable_file(tmp_path):
     with pytest.raises(StudyError) as e:
-        from stratctl.spec import load_study
+        from stratctl.study.spec import load_study
         load_study(tmp_path / "missing.yaml")
     assert "cannot read the file" in str(e.value)
 

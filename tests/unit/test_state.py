@@ -1,6 +1,6 @@
 from stratctl import labels
-from stratctl.record import StudyRecord, parse_record, record_manifest
-from stratctl.state import TrialState, classify, latest_attempts
+from stratctl.kube.record import StudyRecord, parse_record, record_manifest
+from stratctl.kube.state import TrialState, classify, latest_attempts
 
 
 def vjob(phase=None, trial="s-abc", attempt="0"):

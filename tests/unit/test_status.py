@@ -8,11 +8,12 @@ import json
 from rich.console import Console
 
 from stratctl import labels
-from stratctl.record import StudyRecord, record_manifest, suspended_patch
-from stratctl.recovery import Carried
-from stratctl.state import timestamp
-from stratctl.status import Snapshot, _pending_reason, _result, sort_trials, studies_table, table
-from stratctl.summary import TrialRow, build, slim_job
+from stratctl.kube.record import StudyRecord, record_manifest, suspended_patch
+from stratctl.engine.recovery import Carried
+from stratctl.kube.state import timestamp
+from stratctl.engine.status import Snapshot, _pending_reason, _result, sort_trials
+from stratctl.view.tables import studies_table, table
+from stratctl.engine.summary import TrialRow, build, slim_job
 from tests.unit import recorded
 
 NOW = timestamp("2025-05-01T11:30:00Z")
@@ -119,7 +120,7 @@ def test_failures_are_counted_per_trial_and_study_apart_from_preemptions():
 
 
 def test_a_failed_attempt_with_retries_left_is_retrying_not_failed():
-    from stratctl.recovery import Carried
+    from stratctl.engine.recovery import Carried
 
     first = recorded.aborted_job()  # failed, attempt 0: one failure
     second = recorded.aborted_job(attempt=1, annotations=Carried(failures=1).annotations())  # the second failure

@@ -6,9 +6,10 @@ import json
 from dataclasses import asdict
 
 from stratctl import labels
-from stratctl.record import StudyRecord, record_manifest
-from stratctl.status import age, collect, studies_table, table
-from stratctl.summary import SUMMARY_KEY, StudyRow, summary_data, summary_of
+from stratctl.kube.record import StudyRecord, record_manifest
+from stratctl.engine.status import collect
+from stratctl.view.tables import age, studies_table, table
+from stratctl.engine.summary import SUMMARY_KEY, StudyRow, summary_data, summary_of
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.test_status import text
@@ -71,7 +72,7 @@ def run_until(submitter, cluster, clock, cycles: int):
 
 
 def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job(study_file, monkeypatch):  # noqa: F811
-    monkeypatch.setattr("stratctl.controller.SUMMARY_EVERY", 0.0)
+    monkeypatch.setattr("stratctl.engine.controller.SUMMARY_EVERY", 0.0)
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     submitter.wall = lambda: 5000.0 + clock()

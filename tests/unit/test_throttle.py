@@ -3,7 +3,7 @@ import random
 import pytest
 
 from stratctl.errors import Invalid, Throttled, Unavailable
-from stratctl.throttle import Backoff, Throttle, TokenBucket, retry_wait
+from stratctl.engine.throttle import Backoff, Throttle, TokenBucket, retry_wait
 from tests.unit.fakes import FakeClock, MaxRng
 
 
@@ -111,7 +111,7 @@ def test_each_request_takes_a_token():
 
 
 def test_window_halves_on_429_and_grows_by_one_per_window_of_successes():
-    from stratctl.throttle import Window
+    from stratctl.engine.throttle import Window
 
     w = Window(16, growth=1.0)
     for _ in range(3):
@@ -132,7 +132,7 @@ def test_window_halves_on_429_and_grows_by_one_per_window_of_successes():
 
 
 def test_window_probes_slowly_by_default():
-    from stratctl.throttle import Window
+    from stratctl.engine.throttle import Window
 
     w = Window(8)
     for _ in range(3):
@@ -152,7 +152,7 @@ def test_window_probes_slowly_by_default():
 def test_window_bounds_requests_in_flight():
     import threading
 
-    from stratctl.throttle import Window
+    from stratctl.engine.throttle import Window
 
     w = Window(4)
     w.acquire(), w.acquire(), w.acquire()

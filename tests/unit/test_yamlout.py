@@ -1,6 +1,6 @@
 import yaml
 
-from stratctl.yamlout import dump_all
+from stratctl.view.yamlout import dump_all
 
 
 def test_strings_that_other_yaml_readers_take_for_numbers_are_quoted():

@@ -17,17 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import yaml
+from stratctl import labels
 
-from stratctl import document, labels
-from stratctl.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB
-from stratctl.errors import ClusterError, NotFound, SpecConflict, StratctlError, UsageError
-from stratctl.record import PREFIX, parse_record, record_name, suspended_of, suspended_patch
-from stratctl.requeue import carried_of_mark, carry_forward, submit_attempt
-from stratctl.state import classify, latest_attempts
-
-MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
-
+from stratctl.study import document
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB
+from stratctl.errors import ClusterError, SpecConflict, StratctlError, UsageError
+from stratctl.kube.record import parse_record, records, record_name, suspended_of, suspended_patch
+from stratctl.engine.requeue import carried_of_mark, carry_forward, submit_attempt
+from stratctl.kube.state import classify, latest_attempts
 
 @dataclass
 class Outcome:
@@ -46,23 +43,13 @@ class Outcome:
 
 
 def workload_kind(source: str) -> tuple[str, str]:
-    """The job kind a study runs as, from the study text kept in its record."""
+    """The job kind a study runs as, from the study text kept in its record (read with the
+    same safe loader and alias limits as a study file)."""
     try:
-        data = yaml.safe_load(source) or {}
-    except yaml.YAMLError:
+        data = document.parse(source, "<study record>").data
+    except StratctlError:
         data = {}
     return BATCH_JOB if isinstance(data, dict) and data.get("workload") == "batch" else VOLCANO_JOB
-
-
-def records(cluster, namespace: str, study: str | None) -> list[dict]:
-    if study:
-        try:
-            return [cluster.get(CONFIGMAP, record_name(study), namespace)]
-        except NotFound:
-            raise UsageError(f"no study {study!r} in namespace {namespace} (no ConfigMap {record_name(study)})") from None
-    items, _ = cluster.list(CONFIGMAP, namespace, label_selector=MANAGED)
-    mine = [cm for cm in items if cm["metadata"]["name"].startswith(PREFIX)]
-    return sorted(mine, key=lambda cm: cm["metadata"]["name"])
 
 
 def _suspend(cluster, namespace: str, name: str, kind, now: float) -> list[str]:
@@ -138,9 +125,9 @@ def drain(
 
 def _study_from_record(cm: dict, namespace: str):
     """The study, its trials by name and a renderer, rebuilt from the text in its record."""
-    from stratctl.render import Renderer
-    from stratctl.space import expand
-    from stratctl.spec import Study, study_from_document
+    from stratctl.study.render import Renderer
+    from stratctl.study.space import expand
+    from stratctl.study.spec import Study, study_from_document
 
     record = parse_record(cm)
     study = study_from_document(document.parse(record.source, f"<record {record_name(record.study)}>"))

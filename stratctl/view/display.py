@@ -17,7 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from stratctl.progress import Progress
+from stratctl.engine.progress import Progress
 
 
 def progress_table(p: Progress) -> Table:

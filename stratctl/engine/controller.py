@@ -14,20 +14,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from stratctl import labels
-from stratctl.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
-from stratctl.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.record import StudyRecord, parse_record, record_data, record_manifest, record_name
-from stratctl.render import Renderer
-from stratctl.requeue import Requeue
-from stratctl.progress import Progress, Reporter, Silent
-from stratctl.prometheus import Prometheus
-from stratctl.signals import ClusterSignals, Mirror
-from stratctl.space import Trial
-from stratctl.spec import Study
-from stratctl.state import TrialState, classify, latest_attempts, spec_hash_of
-from stratctl.summary import build, latest_slim, summary_data
-from stratctl.throttle import Throttle
+from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
+from stratctl.kube.record import StudyRecord, parse_record, record_data, record_manifest, record_name
+from stratctl.study.render import Renderer
+from stratctl.engine.requeue import Requeue
+from stratctl.engine.progress import Progress, Reporter, Silent
+from stratctl.engine.prometheus import Prometheus
+from stratctl.engine.signals import ClusterSignals
+from stratctl.kube.mirror import Mirror
+from stratctl.study.space import Trial
+from stratctl.study.spec import Study
+from stratctl.kube.state import TrialState, classify, latest_attempts, spec_hash_of
+from stratctl.engine.summary import build, latest_slim, summary_data
+from stratctl.engine.throttle import Throttle
 
 
 @dataclass(frozen=True)

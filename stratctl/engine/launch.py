@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratctl.cluster import Cluster
-from stratctl.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
-from stratctl.progress import Progress, Reporter
-from stratctl.render import Renderer
-from stratctl.signals import ClusterSignals, Mirror
-from stratctl.space import Trial, expand
-from stratctl.spec import Study, load_study
-from stratctl.throttle import Throttle
+from stratctl.kube.cluster import Cluster
+from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
+from stratctl.engine.progress import Progress, Reporter
+from stratctl.study.render import Renderer
+from stratctl.engine.signals import ClusterSignals
+from stratctl.kube.mirror import Mirror
+from stratctl.study.space import Trial, expand
+from stratctl.study.spec import Study, load_study
+from stratctl.engine.throttle import Throttle
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from stratctl import sandbox
-from stratctl.model import Model as _Model
-from stratctl.model import invalid as _bad
+from stratctl.study import sandbox
+from stratctl.study.model import Model as _Model
+from stratctl.study.model import invalid as _bad
 
 
 Scalar = Union[bool, int, float, str]

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.cluster import CONFIGMAP
+from stratctl.kube.cluster import CONFIGMAP
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
-from stratctl.record import parse_record, record_name, suspended_of
-from stratctl.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
-from stratctl.state import TrialState, classify, classify_attempt, podgroup_name, preemptions, spec_hash_of
+from stratctl.kube.record import parse_record, record_name, suspended_of
+from stratctl.engine.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
+from stratctl.kube.state import TrialState, classify, classify_attempt, podgroup_name, preemptions, spec_hash_of
 
 EVENT = ("v1", "Event")
 

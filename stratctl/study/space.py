@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stratctl.errors import Problem, StudyError
-from stratctl.spec import Choice, IntRange, Study, grid_size, in_grid
+from stratctl.study.spec import Choice, IntRange, Study, grid_size, in_grid
 
 HASH_CHARS = 10  # 40 bits: a collision among 100,000 trials has odds of about 1 in 200
 DEFAULT_LIMIT = 100_000

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from stratctl.progress import Progress
+from stratctl.engine.progress import Progress
 
 
 class MetricsReporter:

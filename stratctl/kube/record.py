@@ -3,7 +3,7 @@
 It holds the study file as submitted, its spec hash, and the control flags other
 terminals steer with (drained, target parallelism), plus the outcomes of trials whose
 jobs were cleaned up. `submit`, `status` and `drain` on any machine read the same record.
-Building and parsing are pure; the controller does the I/O.
+Building and parsing are pure; `records` reads them from a namespace.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 
 from stratctl import labels
+from stratctl.errors import NotFound, UsageError
+from stratctl.kube.cluster import CONFIGMAP
 
 PREFIX = "stratctl-study-"
 
@@ -110,3 +112,17 @@ def suspended_of(configmap: dict) -> dict[str, dict]:
 
 def suspended_patch(marks: dict[str, dict]) -> dict:
     return {"data": {SUSPENDED_KEY: json.dumps(marks, sort_keys=True)}}
+
+
+MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
+
+
+def records(cluster, namespace: str, study: str | None) -> list[dict]:
+    if study:
+        try:
+            return [cluster.get(CONFIGMAP, record_name(study), namespace)]
+        except NotFound:
+            raise UsageError(f"no study {study!r} in namespace {namespace} (no ConfigMap {record_name(study)})") from None
+    items, _ = cluster.list(CONFIGMAP, namespace, label_selector=MANAGED)
+    mine = [cm for cm in items if cm["metadata"]["name"].startswith(PREFIX)]
+    return sorted(mine, key=lambda cm: cm["metadata"]["name"])

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from stratctl import labels
-from stratctl.state import (
+from stratctl.kube.gpus import job_gpus
+from stratctl.kube.state import (
     TrialState,
     attempt_of,
     classify,
@@ -27,8 +28,6 @@ from stratctl.state import (
     transition,
     volcano_phase,
 )
-
-GPU = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -70,24 +69,6 @@ def carried(job: dict | None) -> Carried:
 
 
 # ------------------------------------------------------------------ GPU accounting
-
-
-def job_gpus(job: dict) -> int:
-    """GPUs a trial attempt holds while running: every pod of every task."""
-    spec = job.get("spec") or {}
-    templates = [(t.get("replicas") or 1, t.get("template") or {}) for t in spec.get("tasks") or []]
-    if not templates and isinstance(spec.get("template"), dict):  # batch/v1 Job
-        templates = [(spec.get("parallelism") or 1, spec["template"])]
-    total = 0
-    for replicas, template in templates:
-        for container in (template.get("spec") or {}).get("containers") or []:
-            resources = container.get("resources") or {}
-            value = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(GPU) or 0
-            try:
-                total += replicas * int(float(value))
-            except (TypeError, ValueError):
-                pass
-    return total
 
 
 @dataclass(frozen=True)

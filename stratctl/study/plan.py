@@ -12,10 +12,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from stratctl.cost import Estimate, estimate
-from stratctl.render import Renderer, validate
-from stratctl.space import Trial, size
-from stratctl.spec import Study
+from stratctl.study.cost import Estimate, estimate
+from stratctl.study.render import Renderer, validate
+from stratctl.study.space import Trial, size
+from stratctl.study.spec import Study
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import json
 import marshal
 import re
 import secrets
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from importlib import resources
 from pathlib import Path
 from collections.abc import Iterable
@@ -29,11 +29,14 @@ import yaml
 from jinja2 import FileSystemLoader, Template, TemplateNotFound, TemplateSyntaxError, meta, nodes
 from jinja2.exceptions import TemplateError
 
-from stratctl import labels, sandbox
+from stratctl import labels
+
+from stratctl.study import sandbox
 from stratctl.errors import Problem, StudyError
-from stratctl.model import parse_duration
-from stratctl.space import Trial, attempt_name, bulk, expand
-from stratctl.spec import Study, load_study
+from stratctl.study.model import parse_duration
+from stratctl.study.quantity import format_quantity, parse
+from stratctl.study.space import Trial, attempt_name, bulk, expand
+from stratctl.study.spec import Study, load_study
 
 try:
     _YamlLoader = yaml.CSafeLoader
@@ -43,7 +46,6 @@ except AttributeError:  # PyYAML built without libyaml
 DEFAULT_TEMPLATES = {"volcano": "volcano-job.yaml.j2", "batch": "batch-job.yaml.j2"}
 # Variables whose value changes from trial to trial (the rest are per study).
 TRIAL_VARIABLES = frozenset(sandbox.VARIABLES) - {"study", "namespace"}
-_GROUP_NAME = "scheduling.k8s.io/group-name"
 
 
 def bundled_templates() -> Path:
@@ -404,38 +406,10 @@ def min_resources(study: Study) -> dict[str, str]:
     for task in study.trial.tasks:
         res = study.task_resources(task)
         for name, value in {**res.limits, **res.requests}.items():
-            amount = _quantity(value)
+            amount = parse(value)
             if amount is not None:
                 total[name] = total.get(name, Decimal(0)) + amount * task.gang
-    return {k: _format_quantity(v, binary="memory" in k or "storage" in k) for k, v in total.items()}
-
-
-_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-             "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-
-
-def _quantity(value: Any) -> Decimal | None:
-    text = str(value).strip()
-    for suffix, factor in _SUFFIXES.items():
-        if text.endswith(suffix):
-            text, scale = text[: -len(suffix)], Decimal(factor)
-            break
-    else:
-        scale = Decimal(1)
-    try:
-        return Decimal(text) * scale
-    except InvalidOperation:
-        return None
-
-
-def _format_quantity(value: Decimal, binary: bool = False) -> str:
-    if value != value.to_integral_value():
-        return f"{int(value * 1000)}m"
-    if binary:
-        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
-            if value >= _SUFFIXES[suffix] and value % _SUFFIXES[suffix] == 0:
-                return f"{int(value / _SUFFIXES[suffix])}{suffix}"
-    return str(int(value))
+    return {k: format_quantity(v, binary="memory" in k or "storage" in k) for k, v in total.items()}
 
 
 def _is_name(node: nodes.Node, name: str) -> bool:

@@ -14,9 +14,9 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from stratctl import labels
-from stratctl.record import parse_record, suspended_of
-from stratctl.recovery import Limits, carried, effective_state, usage, view_of
-from stratctl.state import TrialState, attempt_of, podgroup_name, timestamp
+from stratctl.kube.record import parse_record, suspended_of
+from stratctl.engine.recovery import Limits, carried, effective_state, usage, view_of
+from stratctl.kube.state import TrialState, attempt_of, podgroup_name, timestamp
 
 ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
                            TrialState.RETRYING,

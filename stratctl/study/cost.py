@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stratctl.space import Trial
-from stratctl.spec import Study
+from stratctl.study.space import Trial
+from stratctl.study.spec import Study
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from stratctl import document, sandbox
-from stratctl.distributions import (  # noqa: F401 - part of the study's public surface
+from stratctl.study import document
+
+from stratctl.study import sandbox
+from stratctl.study.distributions import (  # noqa: F401 - part of the study's public surface
     Choice,
     IntRange,
     LogUniform,
@@ -28,10 +30,10 @@ from stratctl.distributions import (  # noqa: F401 - part of the study's public 
     in_grid,
 )
 from stratctl.errors import Problem, StudyError
-from stratctl.model import Model as _Model
-from stratctl.model import dns_label, invalid as _bad, parse_duration  # noqa: F401
+from stratctl.study.quantity import GPU, gpus_of
+from stratctl.study.model import Model as _Model
+from stratctl.study.model import dns_label, invalid as _bad, parse_duration  # noqa: F401
 
-GPU = "nvidia.com/gpu"
 # Trial names are `<study>-<10 hex>` plus `-aNNN` for re-submissions; Volcano then appends
 # `-<task>-<index>` for pod names, which must stay within a 63-character hostname.
 MAX_NAME = 40
@@ -55,11 +57,7 @@ class Resources(_Model):
     limits: dict[str, Quantity] = {}
 
     def gpus(self) -> int:
-        value = self.limits.get(GPU, self.requests.get(GPU, 0))
-        try:
-            return int(float(value))
-        except (TypeError, ValueError):
-            return 0
+        return gpus_of({"requests": self.requests, "limits": self.limits})
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,1 @@
+"""The study core: the study file, its search space, rendering and cost. Never reaches a cluster."""

@@ -1,0 +1,1 @@
+"""Presentation: live displays, tables and metrics export."""
