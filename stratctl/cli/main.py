@@ -21,8 +21,8 @@ from stratctl.errors import ExitCode, StratctlError, StudyError
 # Command modules, each exposing a function of the same name (`plan.plan`, ...). They import
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
-# A module that cannot be imported yet (work in progress) is left out, not fatal.
-COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "resume", "clean"]
+# A module registers its commands with `register(app)` when it has several (drain, resume).
+COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain"]
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:
@@ -88,12 +88,7 @@ def root(
 
 def _register() -> None:
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"stratctl.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"stratctl.cli.{name}":
-                continue
-            raise
+        module = importlib.import_module(f"stratctl.cli.{name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(app)

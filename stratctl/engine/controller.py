@@ -19,14 +19,14 @@ from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
-from stratctl.engine.requeue import Requeue
+from stratctl.engine.requeue import Requeue, create_attempt
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.prometheus import Prometheus
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
-from stratctl.kube.state import TrialState, classify, latest_attempts, spec_hash_of
+from stratctl.kube.state import TrialState, classify, latest_attempts
 from stratctl.engine.summary import build, latest_slim, summary_data
 from stratctl.engine.throttle import Throttle
 
@@ -220,27 +220,13 @@ class Submitter:
 
         A 409 is success when the object there carries the same spec hash.
         """
-        outcome = "created"
         manifests = self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
-        for manifest in manifests:
-            try:
-                created = self.cluster.create(manifest, dry_run=dry_run)
-                if self.jobs is not None and not dry_run and created and created.get("kind") == self._kind[1]:
-                    self.jobs.add(created)  # so the next cycle sees it even if the watch lags
-            except AlreadyExists:
-                kind = (manifest["apiVersion"], manifest["kind"])
-                there = self.cluster.get(kind, manifest["metadata"]["name"], self._ns(manifest))
-                ours = manifest["metadata"]["labels"][labels.SPEC_HASH]
-                if spec_hash_of(there) != ours:
-                    raise SpecConflict(
-                        f"{manifest['kind']} {manifest['metadata']['name']} exists with spec hash "
-                        f"{spec_hash_of(there)}, the study renders {ours}: delete it or rename the study"
-                    ) from None
-                outcome = "existing"
-        return outcome
 
-    def _ns(self, manifest: dict) -> str:
-        return manifest.get("metadata", {}).get("namespace") or self.namespace
+        def seen(obj: dict) -> None:
+            if self.jobs is not None and obj.get("kind") == self._kind[1]:
+                self.jobs.add(obj)  # so the next cycle sees it even if the watch lags
+
+        return create_attempt(self.cluster, manifests, self.namespace, dry_run=dry_run, created=seen)
 
     def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> None:
         futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run) for name in names}

@@ -14,14 +14,11 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.kube.cluster import CONFIGMAP
+from stratctl.kube.cluster import CONFIGMAP, EVENT
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
 from stratctl.kube.record import parse_record, record_name, suspended_of
 from stratctl.engine.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
 from stratctl.kube.state import TrialState, classify, classify_attempt, podgroup_name, preemptions, spec_hash_of
-
-EVENT = ("v1", "Event")
-
 
 def carry_forward(job: dict, now: float, state: TrialState | None = None, suspended: bool = False) -> Carried:
     """The totals the next attempt carries: the earlier ones' plus this job's."""
@@ -47,14 +44,18 @@ def carried_of_mark(mark: dict) -> Carried:
     )
 
 
-def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str) -> str:
-    """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'."""
+def create_attempt(cluster, manifests: list[dict], namespace: str, dry_run: bool = False,
+                   created: Callable[[dict], None] | None = None) -> str:
+    """Create every manifest of one attempt; 'created', or 'existing' when any was there.
+
+    Exactly once: a 409 is success when the object there carries the same spec hash (a
+    rerun, or another launcher, created it); a different hash is a SpecConflict. `created`
+    is told of each object the server returned."""
     outcome = "created"
-    for manifest in renderer.render(trial, attempt=attempt, resume=True):
-        meta = manifest.setdefault("metadata", {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), **carry.annotations()}
+    for manifest in manifests:
+        meta = manifest["metadata"]
         try:
-            cluster.create(manifest)
+            obj = cluster.create(manifest, dry_run=dry_run)
         except AlreadyExists:
             kind = (manifest["apiVersion"], manifest["kind"])
             there = cluster.get(kind, meta["name"], meta.get("namespace") or namespace)
@@ -62,10 +63,22 @@ def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, names
             if spec_hash_of(there) != ours:
                 raise SpecConflict(
                     f"{manifest['kind']} {meta['name']} exists with spec hash {spec_hash_of(there)}, "
-                    f"the study renders {ours}"
+                    f"the study renders {ours}: delete it or rename the study"
                 ) from None
             outcome = "existing"
+            continue
+        if created is not None and obj and not dry_run:
+            created(obj)
     return outcome
+
+
+def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str) -> str:
+    """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'."""
+    manifests = renderer.render(trial, attempt=attempt, resume=True)
+    for manifest in manifests:
+        meta = manifest.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **carry.annotations()}
+    return create_attempt(cluster, manifests, namespace)
 
 
 class Requeue:

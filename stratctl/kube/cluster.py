@@ -36,14 +36,11 @@ FIELD_MANAGER = "stratctl"
 RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("batch.volcano.sh/v1alpha1", "Job"): ("jobs", True),
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): ("podgroups", True),
-    ("scheduling.volcano.sh/v1beta1", "Queue"): ("queues", False),
-    ("bus.volcano.sh/v1alpha1", "Command"): ("commands", True),
     ("batch/v1", "Job"): ("jobs", True),
     ("v1", "ConfigMap"): ("configmaps", True),
     ("v1", "Pod"): ("pods", True),
     ("v1", "Event"): ("events", True),
     ("v1", "Node"): ("nodes", False),
-    ("v1", "Namespace"): ("namespaces", False),
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
 }
 
@@ -53,8 +50,8 @@ PODGROUP = ("scheduling.volcano.sh/v1beta1", "PodGroup")
 CONFIGMAP = ("v1", "ConfigMap")
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
-COMMAND = ("bus.volcano.sh/v1alpha1", "Command")
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
+EVENT = ("v1", "Event")
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:

@@ -14,7 +14,6 @@ annotations and STRATCTL_* env vars in Python, so user templates cannot forget t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import marshal
 import re
@@ -33,6 +32,7 @@ from stratctl import labels
 
 from stratctl.study import sandbox
 from stratctl.errors import Problem, StudyError
+from stratctl.study.digest import canonical, digest, hash_text
 from stratctl.study.model import parse_duration
 from stratctl.study.quantity import format_quantity, parse
 from stratctl.study.space import Trial, attempt_name, bulk, expand
@@ -67,7 +67,7 @@ def validate(path: str | Path) -> tuple[Study, list[Trial]]:
 
 def spec_hash(manifests: list[dict]) -> str:
     """Stable short hash of manifests, ignoring the spec-hash labels themselves."""
-    return _digest(_without_hash(manifests))
+    return digest(_without_hash(manifests))
 
 
 class Renderer:
@@ -105,9 +105,9 @@ class Renderer:
         for path, template in _find_holes(docs, self._string):
             _set(docs, path, self._run(template, ctx))
         self._stamp(docs, self._stamp_values(ctx))
-        digest = _digest(docs)
+        spec_digest = digest(docs)
         for labels_map in _label_maps(docs):
-            labels_map[labels.SPEC_HASH] = digest
+            labels_map[labels.SPEC_HASH] = spec_digest
         return docs
 
     @property
@@ -148,9 +148,9 @@ class Renderer:
         values.update(self._stamp_values(ctx))
         fragments, skeleton, slots = self._compiled
         encoded = {k: _encode(v) for k, v in values.items()}
-        canonical = fragments.copy()
-        canonical[1::2] = [encoded[k] for k in self._keys_without]
-        values["spec_hash"] = _sha("".join(canonical))
+        parts = fragments.copy()
+        parts[1::2] = [encoded[k] for k in self._keys_without]
+        values["spec_hash"] = hash_text("".join(parts))
         docs = marshal.loads(skeleton)
         for parent_path, assignments in slots:
             node = docs
@@ -264,7 +264,7 @@ class Renderer:
             parts = pattern.split(text)
             return parts, [p[len(token):-2] for p in parts[1::2]]
 
-        fragments, self._keys_without = split(_canonical(_without_hash(docs)))
+        fragments, self._keys_without = split(canonical(_without_hash(docs)))
         # Where each placeholder sits, grouped by the dict or list that holds it.
         slots: dict[tuple, list[tuple[Any, str]]] = {}
         for path, value in _leaves(docs, ()):
@@ -455,7 +455,7 @@ def _label_maps(docs: list[dict]) -> list[dict]:
 
 
 def _encode(value: Any) -> str:
-    """One JSON scalar exactly as json.dumps(..., ensure_ascii=False) writes it."""
+    """One JSON scalar exactly as `digest.canonical` writes it (ASCII escapes)."""
     if isinstance(value, str):
         return _encode_str(value)
     if value is True:
@@ -469,20 +469,12 @@ def _encode(value: Any) -> str:
     return _json_float(value)
 
 
-_encode_str = json.encoder.encode_basestring  # the C version when available
+_encode_str = json.encoder.encode_basestring_ascii  # the C version when available
 _json_float = json.JSONEncoder(ensure_ascii=False).encode
 
 
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-_params_json = _canonical
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _digest(docs: Any) -> str:
-    return _sha(_canonical(docs))
+# the parameters as the trial reads them (STRATCTL_PARAMS): readable, not hashed
+_params_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _keys(node: Any):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import itertools
-import json
 import math
 import random
 import warnings
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from stratctl.study.digest import digest
 from stratctl.errors import Problem, StudyError
 from stratctl.study.spec import Choice, IntRange, Study, grid_size, in_grid
 
@@ -36,11 +35,8 @@ class Trial:
     param_hash: str
 
 
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode
-
-
 def param_hash(params: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical(dict(params)).encode()).hexdigest()[:HASH_CHARS]
+    return digest(dict(params), HASH_CHARS)
 
 
 def attempt_name(trial: Trial, attempt: int) -> str:

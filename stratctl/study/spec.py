@@ -7,8 +7,6 @@ one StudyError listing every problem as `FILE:LINE:COL: message`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -30,6 +28,7 @@ from stratctl.study.distributions import (  # noqa: F401 - part of the study's p
     in_grid,
 )
 from stratctl.errors import Problem, StudyError
+from stratctl.study.digest import digest
 from stratctl.study.quantity import GPU, gpus_of
 from stratctl.study.model import Model as _Model
 from stratctl.study.model import dns_label, invalid as _bad, parse_duration  # noqa: F401
@@ -400,8 +399,7 @@ class Study(_Model):
 
     @cached_property
     def spec_hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        return digest(self.model_dump(mode="json"))
 
 
 # ---------------------------------------------------------------- loading
