@@ -3,7 +3,8 @@
 Every request stratctl makes takes a token first, so a study of thousands of trials
 reaches the API server at `qps` with at most `burst` at once. When the server answers
 429 (or 503) the whole bucket is held shut until its `Retry-After` has passed, so other
-workers do not keep hammering a server that just asked for a pause; the failed request
+workers do not keep hammering a server that just asked for a pause (requests already
+waiting for a token or for a slot in the window check the hold again before they go); the failed request
 itself is retried with full-jitter exponential backoff, never sooner than `Retry-After`.
 
 A token bucket bounds the *rate*; a server that rejects by concurrency (API Priority and
@@ -72,14 +73,30 @@ class TokenBucket:
             return max(debt, hold)
 
     def acquire(self) -> float:
-        """Block until a token is available; returns the seconds waited."""
+        """Block until a token is available and no hold is open; returns the seconds waited.
+
+        A hold set while the caller slept for its token (another request's 429) is waited
+        out too before the token is used: the whole bucket is held shut."""
         wait = self.reserve()
         if wait > 0:
+            self._sleep(wait)
+        waited = wait + self.wait_hold()
+        if waited > 0:
             with self._lock:
                 self.waits += 1
-                self.waited_seconds += wait
-            self._sleep(wait)
-        return wait
+                self.waited_seconds += waited
+        return waited
+
+    def wait_hold(self) -> float:
+        """Sleep until no hold is open (holds may be extended meanwhile); the seconds slept."""
+        slept = 0.0
+        while True:
+            with self._lock:
+                remaining = self._held_until - self._clock()
+            if remaining <= 0:
+                return slept
+            self._sleep(remaining)
+            slept += remaining
 
     def hold_until(self, when: float) -> None:
         """Refuse tokens until clock time `when` (a server's Retry-After)."""
@@ -204,6 +221,8 @@ class Throttle:
         def admitted() -> T:
             self.bucket.acquire()
             self.window.acquire()
+            # a slot in the window may have taken a while: a hold set meanwhile applies
+            self.bucket.wait_hold()
             throttled = False
             try:
                 return fn()

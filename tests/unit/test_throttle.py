@@ -185,3 +185,39 @@ def test_throttled_requests_keep_retrying_longer_than_transient_errors():
     assert throttle.call(create) == "created"
     assert len(calls) == 15
     assert throttle.window.smallest == 1
+
+
+def test_a_hold_set_while_a_request_waits_for_its_token_is_waited_out_before_it_goes():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=1, burst=1, clock=clock, sleep=clock.sleep)
+    bucket.acquire()  # the banked token
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        if len(clock.sleeps) == 1:  # another worker's request got a 429 with Retry-After: 5
+            bucket.hold_until(clock.now + 5)
+
+    bucket._sleep = sleep
+    # the next token is due in 1 s; a hold opened during that second runs to 1006
+    assert bucket.acquire() == pytest.approx(6)
+    assert clock.now == pytest.approx(1006)
+    assert clock.sleeps == [1, 5]
+
+
+def test_a_request_that_waited_for_a_window_slot_checks_the_hold_again():
+    clock = FakeClock()
+    throttle = Throttle(qps=0, burst=1, concurrency=1, clock=clock, sleep=clock.sleep)
+    sent = []
+
+    class HoldingWindow:
+        """A window whose slot frees only after another request's 429 opened a 3 s hold."""
+
+        def acquire(self):
+            throttle.bucket.hold_until(clock.now + 3)
+
+        def release(self, throttled):
+            pass
+
+    throttle.window = HoldingWindow()
+    throttle.call(lambda: sent.append(clock.now))
+    assert sent == [1003]
