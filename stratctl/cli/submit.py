@@ -44,7 +44,7 @@ def submit(
     poll_interval: Annotated[float, typer.Option("--poll-interval", min=0.1, help="Seconds between reconcile cycles.")] = 2.0,
     workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Concurrent create requests.")] = 16,
     parallelism: Annotated[Parallelism, typer.Option("--parallelism", help="adaptive: follow cluster pressure within the study's bounds; static: keep --max-inflight.")] = Parallelism.adaptive,
-    prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and scheduler metrics: etcd commit latency above 250 ms holds new submissions.")] = None,
+    prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd commit p99 above 250 ms holds new submissions; Volcano scheduling p90 above 2 s halves the target.")] = None,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
 ) -> None:

@@ -21,7 +21,7 @@ from stratctl.kube.record import StudyRecord, parse_record, record_data, record_
 from stratctl.study.render import Renderer
 from stratctl.engine.requeue import Requeue, create_attempt
 from stratctl.engine.progress import Progress, Reporter, Silent
-from stratctl.engine.prometheus import Prometheus
+from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror
 from stratctl.study.space import Trial
@@ -40,7 +40,7 @@ class SubmitOptions:
     workers: int = 16
     parallelism: str = "adaptive"  # "adaptive" | "static"
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
-    prometheus_url: str | None = None  # etcd and scheduler metrics, when the cluster has Prometheus
+    prometheus_url: str | None = None  # etcd and Volcano scheduler metrics, when the cluster has Prometheus
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -104,7 +104,8 @@ class Submitter:
         self.signals: ClusterSignals | None = None
         # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
         self.jobs: Mirror | None = None
-        self.prometheus = Prometheus(options.prometheus_url) if options.prometheus_url else None
+        # read in the background (launch starts it): a slow Prometheus never delays a cycle
+        self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url)) if options.prometheus_url else None
         self._pending_since: dict[str, float] = {}
         self.reporter = reporter or Silent()
         self.clock = clock
@@ -287,13 +288,12 @@ class Submitter:
             precedence = str(capacity.precedence) if capacity.precedence else None
             p.latency_p90 = self.signals.latency_p90()
             new_429s = self.signals.new_429s(self.throttle.stats.throttled)
-        etcd_p99 = None
-        if self.prometheus is not None:
-            control = self.prometheus.control_plane()
-            p.etcd_commit_p99, p.scheduler_pending_pods = control.etcd_commit_p99, control.scheduler_pending_pods
-            etcd_p99 = control.etcd_commit_p99
+        control = self.prometheus.latest() if self.prometheus is not None else None
+        p.etcd_commit_p99 = control.etcd_commit_p99 if control else None
+        p.scheduling_latency_p90 = control.volcano_latency_p90 if control else None
         return Observed(
-            etcd_commit_p99=etcd_p99,
+            etcd_commit_p99=p.etcd_commit_p99,
+            scheduling_latency_p90=p.scheduling_latency_p90,
             in_flight=p.in_flight,
             pending=p.pending,
             waiting=p.waiting,

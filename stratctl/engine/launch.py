@@ -95,9 +95,13 @@ def submit_study(
             submitter.signals = ClusterSignals(
                 cluster, gang_shape(study), study.namespace, study.priority_class,
                 yields, study.queue).start()
+        if submitter.prometheus is not None:
+            submitter.prometheus.start()
         try:
             return submitter.run()
         finally:
+            if submitter.prometheus is not None:
+                submitter.prometheus.stop()
             submitter.jobs.stop()
             if submitter.signals:
                 submitter.signals.stop()

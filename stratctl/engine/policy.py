@@ -8,8 +8,10 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
 - **hold** while the API server's `Retry-After` is open or the etcd-latency breaker is
   tripped: nothing new is created until the server has recovered;
 - **multiplicative decrease** (×`decrease`) on fresh 429s, on API latency above
-  `latency_high`, or when more than `pending_high` of the study's gangs are pending: the
-  cluster is telling us it cannot absorb what we already sent;
+  `latency_high`, on Volcano's end-to-end scheduling latency (p90, from Prometheus) above
+  `scheduling_high`, or when more than `pending_high` of the study's gangs are pending: the
+  cluster is telling us it cannot absorb what we already sent (a scheduler whose cycle
+  takes seconds places every new gang later, and each gang added lengthens the cycle);
 - **additive increase** only when no more than `queue_ahead` of the study's gangs are
   pending and the free GPUs can hold at least one more whole gang (fragmentation-aware):
   raise the target by the number of whole gangs that fit, at most doubling it and at most
@@ -28,7 +30,7 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   `expected-seconds`), the gang can start at a known moment (the shadow time); trials
   expected to end `backfill_margin` seconds before it may use the free GPUs meanwhile, so
   they are not idle while the gang gathers and the gang starts no later (EASY backfilling);
-- **persistence**: stuck gangs and slow answers must last `persist` seconds to count;
+- **persistence**: stuck gangs, slow answers and a slow scheduler must last `persist` seconds to count;
 - **dead band**: with more than `queue_ahead` gangs pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
   most once per cooldown instead of every cycle.
@@ -55,6 +57,7 @@ class Observed:
     new_429s: int = 0  # 429s received since the previous cycle
     latency_p90: float | None = None  # seconds, client-observed API latency
     etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
+    scheduling_latency_p90: float | None = None  # seconds, Volcano's e2e scheduling latency, from Prometheus
     precedence: str | None = None  # a higher-priority gang waiting for GPUs lower-priority work holds
     shadow: float | None = None  # seconds until that gang can start, by the expected ends of the pods below it
     backfill_fit: int | None = None  # whole gangs the free GPUs hold until then (that gang's demand aside)
@@ -88,6 +91,7 @@ class AdaptiveConfig:
     queue_ahead: int = 2  # gangs kept queued beyond those the free GPUs hold, ready for the next freed GPUs
     latency_high: float = 1.0  # seconds, p90 of API requests
     etcd_high: float = 0.25  # seconds, p99 etcd backend commit: the breaker
+    scheduling_high: float = 2.0  # seconds, p90 of Volcano's scheduling cycle (its period is 1 s)
     cooldown: float = 10.0  # seconds after a decrease before any change
     persist: float = 2.0  # seconds stuck gangs or high latency must last before they count
     step: float = 1.0  # seconds between two increases, at least
@@ -159,8 +163,10 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
                                            f"trials expected to end before", backfill=window), state
         return Decision(target, True, why), state
     slow = observed.latency_p90 is not None and observed.latency_p90 > config.latency_high
+    scheduler = observed.scheduling_latency_p90
+    behind = scheduler is not None and scheduler > config.scheduling_high
     stuck = observed.stuck > config.pending_high
-    if slow or stuck:
+    if slow or behind or stuck:
         # slow answers and stuck gangs count only when they persist: one slow list or one
         # gang the scheduler has not reached yet is noise, not congestion
         since = now if state.congested_since is None else state.congested_since
@@ -168,8 +174,12 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         if now - since >= config.persist:
             if slow:
                 return decrease(f"API latency p90 {observed.latency_p90 * 1000:.0f}ms above {config.latency_high * 1000:.0f}ms")
+            if behind:
+                return decrease(f"Volcano scheduling latency p90 {scheduler * 1000:.0f}ms above "
+                                f"{config.scheduling_high * 1000:.0f}ms")
             return decrease(f"{observed.stuck} gangs pending (more than {config.pending_high})")
-        return Decision(target, False, f"congestion signal ({'latency' if slow else 'pending gangs'}), watching"), state
+        signal = "latency" if slow else "scheduling latency" if behind else "pending gangs"
+        return Decision(target, False, f"congestion signal ({signal}), watching"), state
     state = replace(state, congested_since=None)
     if observed.pending > config.queue_ahead:
         return Decision(target, False, f"{observed.pending} gang(s) pending: keeping target {target}"), state

@@ -38,7 +38,7 @@ class Progress:
     fragmentation: float | None = None
     latency_p90: float | None = None
     etcd_commit_p99: float | None = None  # seconds, from --prometheus-url
-    scheduler_pending_pods: float | None = None  # from --prometheus-url
+    scheduling_latency_p90: float | None = None  # seconds, Volcano's e2e scheduling latency, from --prometheus-url
     errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted
     interrupted: bool = False
     detached: bool = False

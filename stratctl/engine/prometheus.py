@@ -1,23 +1,30 @@
 """Optional pressure signals from a Prometheus server (`submit --prometheus-url`).
 
 etcd's backend commit latency is the earliest sign that the control plane is saturating
-(every write waits on it), and the scheduler's own pending-pod count and Volcano's
-scheduling latency say how far behind it is. Each is one instant query; an unreachable
-or empty Prometheus yields None, so the policy simply goes without that signal.
+(every write waits on it); Volcano's end-to-end scheduling latency says the scheduler is
+falling behind (a cycle that takes seconds places new gangs late, and more gangs make it
+longer). Each is one instant query. `ControlPlaneWatch` runs them in a background thread
+every few seconds, so a slow or unreachable Prometheus never delays the submit loop: the
+loop reads the latest reading, and a reading too old (or none) is no signal at all.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import threading
+import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 ETCD_COMMIT_P99 = (
     "histogram_quantile(0.99, sum(rate(etcd_disk_backend_commit_duration_seconds_bucket[1m])) by (le))"
 )
-SCHEDULER_PENDING = "sum(scheduler_pending_pods)"
 VOLCANO_LATENCY_P90_MS = (
     "histogram_quantile(0.9, sum(rate(volcano_e2e_scheduling_latency_milliseconds_bucket[1m])) by (le))"
 )
@@ -26,8 +33,8 @@ VOLCANO_LATENCY_P90_MS = (
 @dataclass(frozen=True)
 class ControlPlane:
     etcd_commit_p99: float | None  # seconds
-    scheduler_pending_pods: float | None
     volcano_latency_p90: float | None  # seconds
+    at: float = 0.0  # clock time of the reading
 
 
 class Prometheus:
@@ -56,10 +63,53 @@ class Prometheus:
                 values.append(value)
         return sum(values) if values else None
 
-    def control_plane(self) -> ControlPlane:
+    def control_plane(self, at: float = 0.0) -> ControlPlane:
         latency_ms = self.query(VOLCANO_LATENCY_P90_MS)
         return ControlPlane(
             etcd_commit_p99=self.query(ETCD_COMMIT_P99),
-            scheduler_pending_pods=self.query(SCHEDULER_PENDING),
             volcano_latency_p90=None if latency_ms is None else latency_ms / 1000,
+            at=at,
         )
+
+
+class ControlPlaneWatch:
+    """Reads the control plane's signals every `interval` seconds in a background thread.
+
+    `latest()` never blocks: it returns the last reading if it is at most `stale` seconds
+    old, else None (no signal, so the policy goes without it)."""
+
+    def __init__(self, source: Prometheus, interval: float = 5.0, stale: float = 20.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.source = source
+        self.interval = interval
+        self.stale = stale
+        self.clock = clock
+        self._reading: ControlPlane | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll(self) -> None:
+        """One reading (what the thread does every interval)."""
+        self._reading = self.source.control_plane(at=self.clock())
+
+    def latest(self) -> ControlPlane | None:
+        reading = self._reading
+        if reading is None or self.clock() - reading.at > self.stale:
+            return None
+        return reading
+
+    def start(self) -> ControlPlaneWatch:
+        self._thread = threading.Thread(target=self._run, name="prometheus", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception as exc:  # noqa: BLE001 - a dead poller would silently drop the signal
+                log.warning("reading Prometheus failed: %s", exc)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -196,14 +196,14 @@ def test_a_slow_etcd_reported_by_prometheus_holds_new_submissions(study_file):
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
-    readings = [ControlPlane(0.9, 40, 2.0), ControlPlane(0.9, 40, 2.0)]
+    readings = [ControlPlane(0.9, 0.5), ControlPlane(0.9, 0.5)]
 
     created_when_asked = []
 
-    class Slow:
-        def control_plane(self):
+    class Slow:  # the background reader's latest reading, cycle by cycle
+        def latest(self):
             created_when_asked.append(len(cluster.creates))
-            return readings.pop(0) if readings else ControlPlane(0.01, 0, 0.1)
+            return readings.pop(0) if readings else ControlPlane(0.01, 0.1)
 
     submitter.prometheus = Slow()
     events = []

@@ -110,6 +110,20 @@ def test_persistent_high_api_latency_decreases():
     assert d.target == 4 and d.reason == "API latency p90 2500ms above 1000ms: target 8 → 4"
 
 
+def test_a_persistently_slow_volcano_scheduler_decreases_and_blocks_increases():
+    # 3 s scheduling cycles with GPUs free: first only watched (one slow cycle is noise)
+    d, state = decide(obs(in_flight=8, scheduling_latency_p90=3.0, gangs_fit=3), CONFIG, PolicyState(8), 0)
+    assert (d.target, d.hold) == (8, False)
+    assert d.reason == "congestion signal (scheduling latency), watching"
+    # still slow after `persist` seconds: halve
+    d, state = decide(obs(in_flight=8, scheduling_latency_p90=3.0, gangs_fit=3), CONFIG, state, 2)
+    assert d.target == 4
+    assert d.reason == "Volcano scheduling latency p90 3000ms above 2000ms: target 8 → 4"
+    # a scheduler within its bound is no signal: free GPUs raise the target again after the cooldown
+    d, state = decide(obs(in_flight=4, scheduling_latency_p90=0.4, gangs_fit=3), CONFIG, state, 20)
+    assert d.target == 7
+
+
 def test_etcd_breaker_holds_new_submissions():
     d, _ = decide(obs(in_flight=8, etcd_commit_p99=0.8, gangs_fit=3), CONFIG, PolicyState(8), 0)
     assert d.hold and d.target == 4 and "etcd" in d.reason

@@ -7,7 +7,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from stratctl.engine.prometheus import ETCD_COMMIT_P99, SCHEDULER_PENDING, VOLCANO_LATENCY_P90_MS, Prometheus
+from stratctl.engine.prometheus import ETCD_COMMIT_P99, VOLCANO_LATENCY_P90_MS, ControlPlane, ControlPlaneWatch, Prometheus
+from tests.unit.fakes import FakeClock
 
 
 @pytest.fixture
@@ -44,18 +45,51 @@ def vector(*values):
 def test_control_plane_signals_are_read_from_instant_queries(server):
     url, answers, seen = server
     answers[ETCD_COMMIT_P99] = vector(0.031)
-    answers[SCHEDULER_PENDING] = vector(3, 4)  # one sample per scheduler: summed
-    answers[VOLCANO_LATENCY_P90_MS] = vector(250)
-    cp = Prometheus(url + "/").control_plane()
+    answers[VOLCANO_LATENCY_P90_MS] = vector(150, 100)  # one sample per scheduler: summed
+    cp = Prometheus(url + "/").control_plane(at=5.0)
     assert cp.etcd_commit_p99 == pytest.approx(0.031)
-    assert cp.scheduler_pending_pods == 7
     assert cp.volcano_latency_p90 == pytest.approx(0.25)
-    assert set(seen) == {ETCD_COMMIT_P99, SCHEDULER_PENDING, VOLCANO_LATENCY_P90_MS}
+    assert cp.at == 5.0
+    assert set(seen) == {ETCD_COMMIT_P99, VOLCANO_LATENCY_P90_MS}
 
 
 def test_missing_nan_or_unreachable_metrics_are_none_never_an_error(server):
     url, answers, _ = server
     answers[ETCD_COMMIT_P99] = vector("NaN")
     cp = Prometheus(url).control_plane()
-    assert cp == type(cp)(None, None, None)
+    assert cp == ControlPlane(None, None)
     assert Prometheus("http://127.0.0.1:9", timeout=0.5).query(ETCD_COMMIT_P99) is None
+
+
+def test_the_loop_reads_the_latest_reading_without_waiting_for_prometheus():
+    import threading
+
+    release = threading.Event()
+
+    class Hanging:
+        def control_plane(self, at=0.0):
+            release.wait(5)  # a Prometheus that takes its time
+            return ControlPlane(0.3, 0.1, at)
+
+    clock = FakeClock()
+    watch = ControlPlaneWatch(Hanging(), interval=5, stale=20, clock=clock).start()
+    try:
+        assert watch.latest() is None  # at once, while the query hangs: no signal, no wait
+    finally:
+        release.set()
+        watch.stop()
+
+
+def test_a_reading_older_than_stale_is_no_signal():
+    clock = FakeClock()
+
+    class Source:
+        def control_plane(self, at=0.0):
+            return ControlPlane(0.3, 2.5, at)
+
+    watch = ControlPlaneWatch(Source(), interval=5, stale=20, clock=clock)
+    watch.poll()
+    clock.now += 20
+    assert watch.latest() == ControlPlane(0.3, 2.5, 1000.0)
+    clock.now += 0.5
+    assert watch.latest() is None
