@@ -16,7 +16,7 @@ from stratctl import labels
 from stratctl.kube.cluster import VOLCANO_JOB, BATCH_JOB, CONFIGMAP, Cluster
 from stratctl.engine.controller import SubmitOptions
 from stratctl.engine.launch import Connection, submit_study
-from stratctl.errors import Throttled
+from stratctl.errors import NotFound, Throttled
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
 
@@ -175,7 +175,7 @@ def test_server_dry_run_creates_nothing_and_reports_the_servers_message(testbed,
     out, err = ok.communicate(timeout=120)
     assert ok.returncode == 0, err
     assert study_jobs(admin, name) == []
-    with pytest.raises(Exception):
+    with pytest.raises(NotFound):
         admin.get(CONFIGMAP, f"stratctl-study-{name}")
 
     # a plain batch Job whose CPU request exceeds its limit: only the API server's validation catches it

@@ -1,6 +1,11 @@
-"""Virtual time for unit tests: a clock that only moves when something sleeps."""
+"""Fakes at the boundaries for unit tests: virtual time (a clock that only moves when something
+sleeps), a non-random rng, and a console that renders to text."""
 
 from __future__ import annotations
+
+import io
+
+from rich.console import Console
 
 
 class FakeClock:
@@ -21,3 +26,9 @@ class MaxRng:
 
     def uniform(self, a: float, b: float) -> float:
         return b
+
+
+def text(renderable) -> str:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()

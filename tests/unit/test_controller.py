@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 
@@ -15,47 +14,8 @@ from stratctl.study.space import expand
 from stratctl.study.spec import load_study
 from stratctl.engine.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.fakes import FakeClock, MaxRng
-
-STUDY = """\
-name: loop
-namespace: stratctl-e2e
-queue: default
-space:
-  lr: {type: choice, values: [0.1, 0.01, 0.001, 0.0001, 0.00001]}
-  layers: {type: choice, values: [2, 4]}
-strategy: {kind: grid}
-trial:
-  image: busybox
-  command: ["train", "--lr={{ params.lr }}", "--layers={{ params.layers }}"]
-  resources: {requests: {nvidia.com/gpu: 1}}
-  tasks: [{name: worker, replicas: 2}]
-throttle: {qps: 100, burst: 10, parallelism: {min: 1, initial: 3, max: 3}}
-"""
-
-
-@pytest.fixture
-def study_file(tmp_path):
-    def write(extra: str = "") -> str:
-        path = tmp_path / "study.yaml"
-        path.write_text(STUDY + textwrap.dedent(extra))
-        return str(path)
-
-    return write
-
-
-def make(path, cluster, clock, **options):
-    study = load_study(path)
-    trials = expand(study)
-    throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
-
-    def sleep(seconds):
-        clock.sleep(seconds)
-        cluster.advance()
-
-    opts = SubmitOptions(**{"poll_interval": 1.0, "workers": 1, **options})
-    return Submitter(study, trials, Renderer(study), cluster, throttle, opts, clock=clock, sleep=sleep), trials
-
+from tests.unit.fakes import FakeClock
+from tests.unit.loop import STUDY, make
 
 def test_keeps_the_cap_in_flight_until_every_trial_finishes(study_file):
     cluster, clock = FakeCluster(), FakeClock()

@@ -15,7 +15,7 @@ from stratctl.study.spec import load_study
 from stratctl.engine.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
-from tests.unit.test_controller import STUDY
+from tests.unit.loop import STUDY
 
 
 def submitted(tmp_path, cluster, name, critical=False, inflight=3):

@@ -26,8 +26,9 @@ UPDATE = os.environ.get("STRATCTL_UPDATE_GOLDEN") == "1"  # regenerate: STRATCTL
 def _golden(name: str, docs: list[dict]) -> None:
     path = GOLDEN / name
     text = dump_all(docs)
-    if UPDATE or not path.exists():
+    if UPDATE:
         path.write_text(text)
+    assert path.exists(), f"golden file {path} is missing; write it with STRATCTL_UPDATE_GOLDEN=1 and review it"
     assert text == path.read_text(), f"{name} changed; if intended, rerun with STRATCTL_UPDATE_GOLDEN=1"
 
 

@@ -11,7 +11,7 @@ from stratctl.engine.requeue import Requeue
 from stratctl.kube.state import TrialState
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
-from tests.unit.test_controller import make, study_file  # noqa: F401 - the fixture
+from tests.unit.loop import make
 
 
 def env_of(job: dict) -> dict[str, str]:
@@ -81,7 +81,7 @@ def preempting(cluster: FakeCluster, victims: set[str], times: int = 1):
     return step
 
 
-def test_a_preempted_trial_comes_back_as_its_next_attempt_with_resume(study_file):  # noqa: F811
+def test_a_preempted_trial_comes_back_as_its_next_attempt_with_resume(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     victim = trials[0].name
@@ -100,7 +100,7 @@ def test_a_preempted_trial_comes_back_as_its_next_attempt_with_resume(study_file
     assert float(resumed["metadata"]["annotations"][labels.GPU_SECONDS_LOST]) == 1800 * 2  # 30 min x 2 GPUs
 
 
-def test_preempted_beyond_the_limit_the_trial_is_given_up(study_file):  # noqa: F811
+def test_preempted_beyond_the_limit_the_trial_is_given_up(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file("retries: {max_preemptions: 1}\n"), cluster, clock)
     victim = trials[0].name
@@ -114,7 +114,7 @@ def test_preempted_beyond_the_limit_the_trial_is_given_up(study_file):  # noqa: 
     assert "max_preemptions=1" in last["metadata"]["annotations"][labels.GIVEN_UP]
 
 
-def test_drained_trials_wait_suspended_then_resume(study_file):  # noqa: F811
+def test_drained_trials_wait_suspended_then_resume(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock, max_inflight=3)
     submitter.ensure_record()
@@ -140,7 +140,7 @@ def test_drained_trials_wait_suspended_then_resume(study_file):  # noqa: F811
     assert json.loads(record["data"]["suspended"])  # resume's business to clear, not the loop's
 
 
-def test_a_failed_trial_is_retried_up_to_max_failures_then_given_up(study_file):  # noqa: F811
+def test_a_failed_trial_is_retried_up_to_max_failures_then_given_up(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file("retries: {max_failures: 1}\n"), cluster, clock)
     victim = trials[0].name
@@ -159,7 +159,7 @@ def test_a_failed_trial_is_retried_up_to_max_failures_then_given_up(study_file):
     assert len(cluster.creates) == 11  # ten first attempts, one retry: nothing after the trial was given up
 
 
-def test_a_trial_that_fails_once_succeeds_on_its_retry(study_file):  # noqa: F811
+def test_a_trial_that_fails_once_succeeds_on_its_retry(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)  # max_failures: 2 by default
     victim = trials[3].name
@@ -171,7 +171,7 @@ def test_a_trial_that_fails_once_succeeds_on_its_retry(study_file):  # noqa: F81
     assert cluster.phase(attempts_of(cluster, victim)[1]) == "Completed"
 
 
-def test_preemptions_and_failures_are_carried_apart(study_file):  # noqa: F811
+def test_preemptions_and_failures_are_carried_apart(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file("retries: {max_failures: 1, max_preemptions: 1}\n"), cluster, clock)
     victim = trials[0].name
@@ -187,7 +187,7 @@ def test_preemptions_and_failures_are_carried_apart(study_file):  # noqa: F811
     assert jobs[2]["metadata"]["annotations"][labels.GIVEN_UP] == "failed 2 times, more than retries.max_failures=1"
 
 
-def test_a_retrying_trial_is_not_finished_while_its_next_attempt_cannot_be_created(study_file):  # noqa: F811
+def test_a_retrying_trial_is_not_finished_while_its_next_attempt_cannot_be_created(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file("retries: {max_failures: 1}\n"), cluster, clock)
     submitter.ensure_record()
@@ -209,7 +209,7 @@ def test_a_retrying_trial_is_not_finished_while_its_next_attempt_cannot_be_creat
     assert [j["metadata"]["name"] for j in attempts_of(cluster, name)] == [name, f"{name}-a1"]
 
 
-def test_a_suspended_trial_waits_while_the_record_says_drained_even_if_the_loop_has_not_read_it_yet(study_file):  # noqa: F811
+def test_a_suspended_trial_waits_while_the_record_says_drained_even_if_the_loop_has_not_read_it_yet(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     submitter.ensure_record()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import json
 
-from rich.console import Console
 
 from stratctl import labels
 from stratctl.kube.record import StudyRecord, record_manifest, suspended_patch
@@ -15,14 +13,9 @@ from stratctl.engine.status import Snapshot, _pending_reason, _result, sort_tria
 from stratctl.view.tables import studies_table, table
 from stratctl.engine.summary import TrialRow, build, slim_job
 from tests.unit import recorded
+from tests.unit.fakes import text
 
 NOW = timestamp("2025-05-01T11:30:00Z")
-
-
-def text(renderable) -> str:
-    console = Console(file=io.StringIO(), width=200, color_system=None)
-    console.print(renderable)
-    return console.file.getvalue()
 
 
 def snapshot(jobs: list[dict], reasons=None, results=None, record=None, marks=None):

@@ -12,8 +12,8 @@ from stratctl.view.tables import age, studies_table, table
 from stratctl.engine.summary import SUMMARY_KEY, StudyRow, summary_data, summary_of
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
-from tests.unit.test_status import text
-from tests.unit.test_controller import make, study_file  # noqa: F401  (fixture)
+from tests.unit.fakes import text
+from tests.unit.loop import make
 
 STATES = {"waiting": 2, "pending": 1, "running": 3, "preempted": 0, "suspended": 0, "succeeded": 4, "failed": 0}
 
@@ -71,7 +71,7 @@ def run_until(submitter, cluster, clock, cycles: int):
         pass
 
 
-def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job(study_file, monkeypatch):  # noqa: F811
+def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job(study_file, monkeypatch):
     monkeypatch.setattr("stratctl.engine.controller.SUMMARY_EVERY", 0.0)
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
@@ -106,7 +106,7 @@ def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job
     assert f"{fast.total_trials - 2} more trials not shown" in shown
 
 
-def test_a_finished_study_keeps_its_final_summary(study_file):  # noqa: F811
+def test_a_finished_study_keeps_its_final_summary(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     submitter.wall = lambda: 5000.0 + clock()
@@ -118,7 +118,7 @@ def test_a_finished_study_keeps_its_final_summary(study_file):  # noqa: F811
     assert {**asdict(fast.studies[0]), "as_of": None} == asdict(full.studies[0])
 
 
-def test_without_a_fresh_summary_status_lists_everything(study_file):  # noqa: F811
+def test_without_a_fresh_summary_status_lists_everything(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     submitter.wall = lambda: 5000.0 + clock()
@@ -130,7 +130,7 @@ def test_without_a_fresh_summary_status_lists_everything(study_file):  # noqa: F
     assert fast.trials == full.trials  # every trial read, the table cuts it
 
 
-def test_the_first_trials_include_those_known_only_to_the_record(study_file):  # noqa: F811
+def test_the_first_trials_include_those_known_only_to_the_record(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     submitter.wall = lambda: 5000.0 + clock()
