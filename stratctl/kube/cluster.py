@@ -3,7 +3,8 @@
 Objects go in and come out as plain dicts (the manifests `render` produced, the JSON the
 server returned); HTTP failures come out as the `errors` hierarchy (429/503 → Throttled
 with its Retry-After, 409 → AlreadyExists, 404 → NotFound, other 4xx → Invalid,
-connection errors and 5xx → Unavailable). Every request passes through `gate`, a
+connection errors and 5xx → Unavailable; 410 Gone → Invalid with status 410). A call and
+a watch share one request path (`_prepare`, `_send`). Every request passes through `gate`, a
 callable that admits it (the throttle: token bucket + retries), and is timed so the
 controller can read API latency as a pressure signal.
 """
@@ -99,8 +100,24 @@ def error_for(status: int, body: bytes, headers: Any, what: str) -> ClusterError
         return NotFound(message)
     if status >= 500 or status in (408,):
         return Unavailable(message, status=status)
-    reason = {401: "Unauthorized", 403: "Forbidden", 422: "Invalid", 400: "BadRequest"}.get(status)
+    reason = {401: "Unauthorized", 403: "Forbidden", 410: "Expired", 422: "Invalid", 400: "BadRequest"}.get(status)
     return Invalid(message, status=status, reason=reason)
+
+
+def watch_event(line: bytes, what: str) -> tuple[str, dict]:
+    """One line of a watch stream as (type, object); an ERROR event raises the error of its
+    Status, anything but a watch event raises `Unavailable` (pure; tested without a server)."""
+    try:
+        event = json.loads(line)
+        kind, obj = event["type"], event.get("object") or {}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise Unavailable(f"{what}: not a watch event: {line[:200]!r}") from None
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise Unavailable(f"{what}: not a watch event: {line[:200]!r}")
+    if kind == "ERROR":
+        code = obj.get("code")
+        raise error_for(code if isinstance(code, int) else 500, json.dumps(obj).encode(), {}, what)
+    return kind, obj
 
 
 @dataclass
@@ -181,29 +198,46 @@ class Cluster:
         api.user_agent = f"stratctl/{__import__('stratctl').__version__}"
         return cls(api, namespace or default_ns, gate)
 
-    # -- the one request primitive -------------------------------------------------
+    # -- the one request path ---------------------------------------------------------
 
-    def _send(self, method: str, path: str, query: dict | None, body: Any, what: str, content_type: str) -> Any:
+    def _prepare(self, method: str, path: str, query: dict | None, body: Any,
+                 content_type: str = "application/json") -> tuple[str, dict]:
+        """The URL (with its query) and the headers (with auth) of a request: made once here,
+        for a call and a watch alike."""
         url = self.api.configuration.host + path
         if query:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
         headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": self.api.user_agent}
         self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        return url, headers
+
+    def _send(self, method: str, path: str, query: dict | None, body: Any, what: str, content_type: str,
+              stream: bool = False, timeout: tuple[float, float] = (10, 60)) -> Any:
+        """Send one request and return the JSON of a 2xx answer, or with `stream` the open
+        response of a 200 (its body still unread, for `watch`). Every request is timed; a
+        failure to reach the server is `Unavailable`, an answer outside 2xx its mapped error."""
+        url, headers = self._prepare(method, path, query, body, content_type)
         started = time.monotonic()
         status = None
         try:
-            response = self.api.rest_client.request(method, url, headers=headers, body=body, _request_timeout=(10, 60))
+            # the client's own call, unread underneath (what it hands back for _preload_content=False)
+            response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout).response
             status = response.status
-            data = response.read()
+            data = b"" if stream and status == 200 else response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(f"{what}: cannot reach the API server at {self.api.configuration.host}: {exc}") from None
         except k8s_client.ApiException as exc:  # TLS errors surface this way
             raise Unavailable(f"{what}: {exc.reason}") from None
         finally:
             self.metrics.record(method, status, time.monotonic() - started)
+        if stream and status == 200:
+            return response
         if 200 <= status < 300:
-            return json.loads(data) if data else None
-        raise error_for(status, data, response.getheaders(), what)
+            try:
+                return json.loads(data) if data else None
+            except ValueError:
+                raise Unavailable(f"{what}: the API server answered {status} with a body that is not JSON") from None
+        raise error_for(status, data, response.headers, what)
 
     def request(
         self,
@@ -284,10 +318,17 @@ class Cluster:
         timeout_seconds: int = 30,
         all_namespaces: bool = False,
     ) -> Iterator[tuple[str, dict]]:
-        """Stream (type, object) events after `resource_version` until the server ends the watch.
+        """Stream (type, object) events after `resource_version`, through the same request
+        path as every call.
 
-        A 410 Gone (resource version too old) comes out as `Invalid` with status 410; the
-        caller relists.
+        A normal end: the server closes the watch after `timeoutSeconds` (or sooner, when it
+        shuts down cleanly); the generator returns and the caller watches again from the last
+        resourceVersion it saw. Everything else raises, so no failure looks like a quiet
+        watch: a connection reset, a protocol error, a read timeout or a line that is not a
+        watch event raise `Unavailable`; an ERROR event raises the error of its Status code
+        (410 Gone, the version is too old: `Invalid` with status 410, and the caller must
+        relist, not watch again from that version); an answer other than 200 raises what
+        `error_for` maps it to.
         """
         path = resource_path(*kind, None if all_namespaces else self._ns(namespace))
         query = {
@@ -297,42 +338,26 @@ class Cluster:
             "labelSelector": label_selector,
             "timeoutSeconds": timeout_seconds,
         }
-        url = self.api.configuration.host + path + "?" + urlencode({k: v for k, v in query.items() if v is not None})
-        headers = {"Accept": "application/json", "User-Agent": self.api.user_agent}
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, "GET", None)
-
-        def open_stream():
-            started = time.monotonic()
-            try:
-                response = self.api.rest_client.pool_manager.request(
-                    "GET", url, headers=headers, preload_content=False, timeout=urllib3.Timeout(connect=10, read=timeout_seconds + 10)
-                )
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                self.metrics.record("GET", None, time.monotonic() - started)
-                raise Unavailable(f"watch {kind[1]}: {exc}") from None
-            self.metrics.record("GET", response.status, time.monotonic() - started)
-            if response.status != 200:
-                raise error_for(response.status, response.read(), response.headers, f"watch {kind[1]}")
-            return response
-
-        response = self.gate(open_stream)
-        buffer = b""
+        what = f"watch {kind[1]}"
+        # the read timeout outlasts the server's own end of the watch, so only a stalled stream trips it
+        response = self.gate(lambda: self._send("GET", path, query, None, what, "application/json", stream=True,
+                                                timeout=(10, timeout_seconds + 10)))
+        clean = False
         try:
+            buffer = b""
             for chunk in response.stream(65536):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        code = obj.get("code", 500)
-                        raise error_for(code, json.dumps(obj).encode(), {}, f"watch {kind[1]}")
-                    yield event["type"], obj
-        except (urllib3.exceptions.HTTPError, OSError):
-            return  # the stream ended; the caller resumes from its last resourceVersion
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield watch_event(line, what)
+            if buffer.strip():
+                yield watch_event(buffer, what)  # a last event without its newline: whole, or not JSON
+            clean = True
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # urllib3 wraps resets as ProtocolError; not all paths do
+            raise Unavailable(f"{what}: the stream broke: {exc}") from None
         finally:
+            if not clean:
+                response.close()  # a half-read stream must not go back to the pool as a reusable connection
             response.release_conn()
 
     def close(self) -> None:
