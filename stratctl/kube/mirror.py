@@ -1,16 +1,44 @@
 """A list-then-watch cache of one kind of Kubernetes object, kept current by a background
 thread: what client-go calls an informer, reduced to what stratctl reads.
+
+The thread never dies of a failure: whatever breaks a watch (a reset connection, a line
+that is not JSON, a bug in a transform), it relists and watches again, waiting longer after
+each failure in a row. A broken watch is visible: one warning when it breaks and one when it
+recovers, and counters the submit loop shows (`watch_health`).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
+from collections.abc import Callable, Iterable
 
 from stratctl.errors import ClusterError
 from stratctl.kube.cluster import Cluster
 
 log = logging.getLogger(__name__)
+
+BACKOFF_BASE = 1.0  # seconds before the first retry
+BACKOFF_CAP = 30.0  # seconds: the longest wait between two retries
+
+
+def backoff(failures: int, rng: random.Random, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
+    """Seconds to wait after the `failures`-th failure in a row: the step doubles up to `cap`,
+    and the wait is drawn between half the step and the step (so mirrors that broke together
+    do not retry together, and none retries at once)."""
+    step = min(cap, base * 2 ** min(failures - 1, 32))
+    return rng.uniform(step / 2, step)
+
+
+def describe(exc: BaseException) -> str:
+    """An error in one line: stratctl's own say what failed; anything else is named by its type."""
+    text = str(exc).strip()
+    if not isinstance(exc, ClusterError):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
 
 def without_managed_fields(obj: dict) -> dict:
     """Drop `metadata.managedFields` (a third of a job's bytes; nothing here reads it)."""
@@ -27,7 +55,8 @@ class Mirror:
 
     def __init__(self, cluster: Cluster, kind: tuple[str, str], all_namespaces: bool = True,
                  label_selector: str | None = None, watch_timeout: int = 60, namespace: str | None = None,
-                 transform=without_managed_fields):
+                 transform=without_managed_fields, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None):
         self.cluster = cluster
         self.kind = kind
         self.all_namespaces = all_namespaces
@@ -44,6 +73,15 @@ class Mirror:
         self.deletions = 0  # objects seen deleted, ever (relists included)
         self._changed = threading.Event()
         self.relists = 0
+        # health: read by the submit loop (`watch_health`), written by the thread
+        self.clock = clock  # the wall clock: when a watch broke is shown to people
+        self.sleep = sleep or self._stop.wait  # a stop ends a wait at once
+        self.rng = rng or random.Random()
+        self.failures = 0  # failures of the watch (or of the relist after one), ever
+        self.last_error: str | None = None
+        self.broken_since: float | None = None  # clock time of the first failure of the current outage
+        self._streak = 0  # failures since the last healthy watch: the backoff's exponent
+        self._fresh = False  # relisted, and no event since: a 410 now is no routine expiry
 
     def _key(self, obj: dict) -> str:
         meta = obj.get("metadata") or {}
@@ -58,6 +96,7 @@ class Mirror:
             self._objects = fresh
             self._version = version
         self.relists += 1
+        self._fresh = True
         self._changed.set()
 
     def start(self) -> Mirror:
@@ -66,29 +105,83 @@ class Mirror:
         self._thread.start()
         return self
 
+    @property
+    def healthy(self) -> bool:
+        return self.broken_since is None
+
+    def problem(self) -> str | None:
+        """What is wrong with this watch, in one line; None while it is healthy."""
+        with self._lock:
+            since, error = self.broken_since, self.last_error
+        if since is None:
+            return None
+        return f"{self.kind[1]} watch broken since {time.strftime('%H:%M:%S', time.localtime(since))}: {error}"
+
     def _run(self) -> None:
+        """The thread: watch; after any failure relist, then watch again. Only `stop` ends it."""
+        stale = False  # the cache missed events: relist before the next watch
         while not self._stop.is_set():
             try:
-                for kind, obj in self.cluster.watch(self.kind, self._version, namespace=self.namespace,
-                                                   label_selector=self.label_selector,
-                                                   timeout_seconds=self.watch_timeout,
-                                                   all_namespaces=self.all_namespaces):
-                    if self._stop.is_set():
-                        return
-                    self._apply(kind, obj)
-            except ClusterError as exc:
+                if stale:
+                    self.relist()
+                    stale = False
+                self._watch()
+            except Exception as exc:  # a background thread must never die silently
                 if self._stop.is_set():
                     return
-                log.debug("watch %s ended: %s; relisting", self.kind[1], exc)
-                self._stop.wait(1.0)
-                try:
-                    self.relist()
-                except ClusterError:
+                stale = True
+                if getattr(exc, "status", None) == 410 and not self._fresh:
+                    # the version expired (etcd compacted it): routine, relist at once
+                    log.debug("watch %s: %s; relisting", self.kind[1], exc)
                     continue
+                self.sleep(self._failed(exc))
+
+    def _watch(self) -> None:
+        """One watch from the cache's version, until the server ends it (healthy) or it fails."""
+        for kind, obj in self.cluster.watch(self.kind, self._version, namespace=self.namespace,
+                                           label_selector=self.label_selector,
+                                           timeout_seconds=self.watch_timeout,
+                                           all_namespaces=self.all_namespaces):
+            if self._stop.is_set():
+                return
+            self._apply(kind, obj)
+            if self._streak:
+                self._recovered()  # events flow again
+        self._fresh = False
+        if self._streak:
+            self._recovered()
+
+    def _failed(self, exc: Exception) -> float:
+        """Count a failure, warn at the first of an outage; the seconds to wait before retrying."""
+        with self._lock:
+            self.failures += 1
+            self._streak += 1
+            self.last_error = describe(exc)
+            first = self.broken_since is None
+            if first:
+                self.broken_since = self.clock()
+        wait = backoff(self._streak, self.rng)
+        if first:
+            log.warning("watch of %s broke: %s; relisting and watching again, retrying with backoff (up to %gs)",
+                        self.kind[1], self.last_error, BACKOFF_CAP)
+        log.debug("watch of %s failed (%d in a row), retrying in %.1fs", self.kind[1], self._streak, wait,
+                  exc_info=exc)
+        return wait
+
+    def _recovered(self) -> None:
+        with self._lock:
+            since, failures = self.broken_since, self._streak
+            self.broken_since, self._streak = None, 0
+        if since is not None:
+            # as loud as the break, so whoever saw one sees the other (stratctl sets up no
+            # logging, and Python's last-resort handler prints warnings only)
+            log.warning("watch of %s recovered after %.0fs and %d failure(s)", self.kind[1],
+                        self.clock() - since, failures)
 
     def _apply(self, kind: str, obj: dict) -> None:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         with self._lock:
+            self._fresh = False
             if version:
                 self._version = version
             if kind == "BOOKMARK":
@@ -124,3 +217,11 @@ class Mirror:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def watch_health(mirrors: Iterable[object]) -> tuple[int, str | None]:
+    """Failures of the mirrors' watches so far, and what is broken now (None when nothing
+    is). Anything that is not a Mirror (None, a test's stand-in) has nothing to report."""
+    watched = [m for m in mirrors if isinstance(m, Mirror)]
+    problems = [p for p in (m.problem() for m in watched) if p]
+    return sum(m.failures for m in watched), "; ".join(problems) or None

@@ -1,0 +1,178 @@
+"""The mirror's watch thread against a scripted cluster, in virtual time: whatever breaks a
+watch, the thread relists and watches again with backoff, and the outage is visible (counters,
+one warning when it breaks and one when it recovers)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+import pytest
+from urllib3.exceptions import ProtocolError
+
+from stratctl.errors import Invalid, Unavailable
+from stratctl.kube.cluster import POD
+from stratctl.kube.mirror import Mirror, watch_health
+from tests.unit.fakes import FakeClock, MaxRng
+
+
+def pod(name: str, version: str) -> dict:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": version}}
+
+
+def since(clock_time: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(clock_time))
+
+
+class ScriptedCluster:
+    """`list` and `watch` answer from scripts. A list answer is (items, resourceVersion) or an
+    exception; a watch answer is a list of events, then a normal end, unless an exception
+    comes first. When a script runs out, the mirror is stopped (the test is over)."""
+
+    def __init__(self, lists: list, watches: list, on_call=None):
+        self.lists, self.watches = list(lists), list(watches)
+        self.calls: list[tuple] = []
+        self.on_call = on_call or (lambda call: None)
+        self.mirror: Mirror | None = None
+
+    def _over(self):
+        self.mirror.stop()
+        return Unavailable("the script is over")
+
+    def list(self, kind, namespace=None, label_selector=None, all_namespaces=False):
+        self.calls.append(("list",))
+        self.on_call(self.calls[-1])
+        if not self.lists:
+            raise self._over()
+        answer = self.lists.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def watch(self, kind, resource_version, namespace=None, label_selector=None, timeout_seconds=30,
+              all_namespaces=False):
+        self.calls.append(("watch", resource_version))
+        self.on_call(self.calls[-1])
+        if not self.watches:
+            raise self._over()
+        for event in self.watches.pop(0):
+            if isinstance(event, BaseException):
+                raise event
+            yield event
+
+
+def run(cluster: ScriptedCluster, clock=None, rng=None) -> tuple[Mirror, list[float]]:
+    """Start a mirror on the scripted cluster, in its real thread, and wait until the script
+    is over; the waits it asked for are recorded, never slept."""
+    clock = clock or FakeClock()
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.sleep(seconds)
+
+    mirror = Mirror(cluster, POD, clock=clock, sleep=sleep, rng=rng or MaxRng())
+    cluster.mirror = mirror
+    mirror.start()
+    mirror._thread.join(timeout=10)
+    assert not mirror._thread.is_alive(), "the script never ended: the thread is stuck"
+    return mirror, waits
+
+
+def names(mirror: Mirror) -> dict[str, str]:
+    return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in mirror.items()}
+
+
+@pytest.mark.parametrize("error", [ValueError("boom"), KeyError("metadata"), RuntimeError("bug"),
+                                   ProtocolError("Connection broken")], ids=lambda e: type(e).__name__)
+def test_any_exception_is_survived_by_relisting_and_watching_again_from_the_new_version(error):
+    cluster = ScriptedCluster(
+        lists=[([pod("a", "1")], "10"), ([pod("a", "1"), pod("b", "12")], "12")],
+        watches=[[("ADDED", pod("c", "11")), error], [("MODIFIED", pod("b", "13"))]],
+    )
+    mirror, waits = run(cluster)
+    assert cluster.calls == [("list",), ("watch", "10"), ("list",), ("watch", "12"), ("watch", "13")]
+    assert names(mirror) == {"a": "1", "b": "13"}  # c, missed by the relist, is gone
+    assert waits == [1.0]
+    assert mirror.relists == 2 and mirror.failures == 1 and mirror.healthy
+
+
+def test_backoff_waits_double_up_to_the_cap_with_seeded_jitter_and_start_over_after_a_healthy_watch():
+    down = Unavailable("list Pod: cannot reach the API server")
+    cluster = ScriptedCluster(
+        lists=[([], "10")] + [down] * 6 + [([], "20"), ([], "30")],
+        watches=[[KeyError("type")], [], [ConnectionResetError(104, "Connection reset by peer")]],
+    )
+    mirror, waits = run(cluster, rng=random.Random(7))
+    expected = random.Random(7)
+    steps = [1, 2, 4, 8, 16, 30, 30] + [1]  # 7 failures in a row, a watch the server ended, then one more
+    assert waits == [expected.uniform(step / 2, step) for step in steps]
+    assert cluster.calls == ([("list",), ("watch", "10")] + [("list",)] * 7
+                             + [("watch", "20"), ("watch", "20"), ("list",), ("watch", "30")])
+    assert mirror.failures == 8
+
+
+def test_a_410_relists_at_once_without_a_wait_or_a_failure():
+    gone = Invalid("watch Pod: too old resource version: 11 (42)", status=410, reason="Expired")
+    cluster = ScriptedCluster(
+        lists=[([pod("a", "1")], "10"), ([pod("b", "42")], "42")],
+        watches=[[("ADDED", pod("c", "11")), gone], [("ADDED", pod("d", "43"))]],
+    )
+    mirror, waits = run(cluster)
+    assert cluster.calls == [("list",), ("watch", "10"), ("list",), ("watch", "42"), ("watch", "43")]
+    assert waits == [] and mirror.failures == 0 and mirror.healthy
+    assert names(mirror) == {"b": "42", "d": "43"}
+
+
+def test_a_410_on_the_version_just_listed_backs_off_instead_of_relisting_in_a_tight_loop():
+    gone = Invalid("watch Pod: too old resource version: 10 (42)", status=410, reason="Expired")
+    cluster = ScriptedCluster(lists=[([], "10"), ([], "10"), ([], "42")], watches=[[gone], [gone], []])
+    mirror, waits = run(cluster)
+    assert waits == [1.0, 2.0] and mirror.failures == 2
+    assert cluster.calls == [("list",), ("watch", "10"), ("list",), ("watch", "10"), ("list",), ("watch", "42"),
+                             ("watch", "42")]
+
+
+def test_health_flips_when_the_watch_breaks_and_back_when_events_flow_with_one_warning_each(caplog):
+    clock = FakeClock(1000.0)
+    seen = {}
+
+    def on_call(call):  # what the loop would read from the mirror at that moment
+        mirror = cluster.mirror
+        seen.setdefault(len(cluster.calls), (mirror.healthy, mirror.failures, mirror.problem()))
+
+    reset = ProtocolError("Connection broken: ConnectionResetError(104, 'Connection reset by peer')")
+    cluster = ScriptedCluster(
+        lists=[([], "10"), Unavailable("list Pod: cannot reach the API server"), ([], "20"), ([], "30")],
+        watches=[[reset], [("ADDED", pod("a", "21")), ValueError("bad line")], [("ADDED", pod("b", "31"))]],
+        on_call=on_call,
+    )
+    with caplog.at_level(logging.DEBUG, logger="stratctl.kube.mirror"):
+        mirror, waits = run(cluster, clock=clock)
+    assert waits == [1.0, 2.0, 1.0]
+    broken = f"Pod watch broken since {since(1000.0)}: ProtocolError: Connection broken: ConnectionResetError"
+    assert seen[3] == (False, 1, broken + "(104, 'Connection reset by peer')")  # the relist after the reset
+    assert seen[4] == (False, 2, f"Pod watch broken since {since(1000.0)}: list Pod: cannot reach the API server")
+    assert seen[5] == seen[4]  # a relist alone does not end the outage: the watch has to work again
+    assert seen[6] == (False, 3, f"Pod watch broken since {since(1003.0)}: ValueError: bad line")  # a new outage
+    assert seen[8] == (True, 3, None)
+    assert mirror.healthy and mirror.failures == 3 and mirror.last_error == "ValueError: bad line"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "watch of Pod broke: ProtocolError: Connection broken: ConnectionResetError(104, 'Connection reset by peer')"
+        "; relisting and watching again, retrying with backoff (up to 30s)",
+        "watch of Pod recovered after 3s and 2 failure(s)",
+        "watch of Pod broke: ValueError: bad line; relisting and watching again, retrying with backoff (up to 30s)",
+        "watch of Pod recovered after 1s and 1 failure(s)",
+    ]
+
+
+def test_watch_health_sums_every_mirror_and_names_only_the_broken_ones():
+    healthy = Mirror(None, POD)
+    healthy.failures = 2  # two outages, both over
+    broken = ScriptedCluster(lists=[([], "10"), ([], "11")], watches=[[ValueError("x")]])
+    mirror, _ = run(broken, clock=FakeClock(1000.0))  # broke, relisted, then the script ended its watch
+    assert watch_health([healthy, None, object(), mirror]) == (
+        3, f"Pod watch broken since {since(1000.0)}: ValueError: x")
+    assert watch_health([healthy, None]) == (2, None)
