@@ -23,7 +23,7 @@ from stratctl.engine.requeue import Requeue, create_attempt
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.signals import ClusterSignals
-from stratctl.kube.mirror import Mirror
+from stratctl.kube.mirror import Mirror, watch_health
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.kube.state import TrialState, classify, latest_attempts
@@ -271,6 +271,8 @@ class Submitter:
         p.throttled_429 = stats.throttled
         if self.cluster is not None:
             p.api_writes, p.api_requests = self.cluster.metrics.writes, self.cluster.metrics.requests
+        watches = (self.jobs, *(getattr(self.signals, name, None) for name in ("nodes", "pods", "groups")))
+        p.watch_errors, p.watch_problem = watch_health(watches)  # a broken watch means a stale picture: say so
 
     def _observe_pressure(self, states: dict[str, TrialState]) -> Observed:
         p, now = self.progress, self.clock()

@@ -48,6 +48,10 @@ def progress_table(p: Progress) -> Table:
         f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), {p.throttled_429} × HTTP 429, "
         f"{p.api_requests} requests, {p.api_writes} writes",
     )
+    if p.watch_problem:  # the numbers above may be stale: the watch feeding them is down
+        table.add_row("watches", Text(f"{p.watch_problem} ({p.watch_errors} failures so far)", style="red"))
+    elif p.watch_errors:
+        table.add_row("watches", f"healthy again ({p.watch_errors} failures so far)")
     return table
 
 
@@ -100,7 +104,8 @@ class LogDisplay:
         print(f"{stamp} {text}", file=self.stream, flush=True)
 
     def update(self, p: Progress) -> None:
-        key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, len(p.errors), p.throttled_429)
+        key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, len(p.errors), p.throttled_429,
+               p.watch_problem)
         if key == self._last:
             return
         self._last = key
@@ -108,6 +113,7 @@ class LogDisplay:
             f"{p.study}: {p.succeeded + p.failed}/{p.total} finished ({p.failed} failed), "
             f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
             f"{p.created} created, {p.throttled_429} x 429"
+            + (f"; {p.watch_problem}" if p.watch_problem else "")
         )
 
     def event(self, message: str) -> None:

@@ -31,9 +31,13 @@ class MetricsReporter:
         self.gangs_fit = gauge("cluster_gangs_fit", "Whole gangs of the study's shape the free GPUs could hold")
         self.latency = gauge("api_latency_p90_seconds", "p90 of the client's recent API request latency")
         self.throttled = Counter("stratctl_http_429", "HTTP 429 responses received", labels, registry=self.registry)
+        self.watch_broken = gauge("watch_broken", "1 while a watch of the loop (jobs, nodes, pods, PodGroups) is broken")
+        self.watch_failures = Counter("stratctl_watch_failures", "Failures of the loop's watches", labels,
+                                      registry=self.registry)
         self.decisions = Counter("stratctl_target_changes", "Changes of the in-flight target", labels,
                                  registry=self.registry)
         self._seen_429 = 0
+        self._seen_watch_errors = 0
         self._last_target: int | None = None
 
     def serve(self, port: int) -> MetricsReporter:
@@ -47,12 +51,16 @@ class MetricsReporter:
             (self.stuck, p.stuck), (self.waiting, p.waiting), (self.succeeded, p.succeeded),
             (self.failed, p.failed), (self.hold, int(p.hold)), (self.free_gpus, p.free_gpus),
             (self.gangs_fit, p.gangs_fit), (self.latency, p.latency_p90),
+            (self.watch_broken, int(p.watch_problem is not None)),
         ):
             if value is not None:
                 gauge.labels(s).set(value)
         if p.throttled_429 > self._seen_429:
             self.throttled.labels(s).inc(p.throttled_429 - self._seen_429)
             self._seen_429 = p.throttled_429
+        if p.watch_errors > self._seen_watch_errors:
+            self.watch_failures.labels(s).inc(p.watch_errors - self._seen_watch_errors)
+            self._seen_watch_errors = p.watch_errors
         if self._last_target is not None and p.target != self._last_target:
             self.decisions.labels(s).inc()
         self._last_target = p.target

@@ -1,20 +1,27 @@
 """The mirror's watch thread against a scripted cluster, in virtual time: whatever breaks a
 watch, the thread relists and watches again with backoff, and the outage is visible (counters,
-one warning when it breaks and one when it recovers)."""
+one warning when it breaks and one when it recovers, the submit loop's panel, log and metrics)."""
 
 from __future__ import annotations
 
+import io
 import logging
 import random
 import time
+from types import SimpleNamespace
 
 import pytest
+from prometheus_client import generate_latest
 from urllib3.exceptions import ProtocolError
 
 from stratctl.errors import Invalid, Unavailable
-from stratctl.kube.cluster import POD
+from stratctl.kube.cluster import POD, VOLCANO_JOB
 from stratctl.kube.mirror import Mirror, watch_health
-from tests.unit.fakes import FakeClock, MaxRng
+from stratctl.view.display import LogDisplay, progress_table
+from stratctl.view.metrics import MetricsReporter
+from tests.unit.fake_cluster import FakeCluster
+from tests.unit.fakes import FakeClock, MaxRng, text
+from tests.unit.loop import make
 
 
 def pod(name: str, version: str) -> dict:
@@ -78,6 +85,11 @@ def run(cluster: ScriptedCluster, clock=None, rng=None) -> tuple[Mirror, list[fl
     mirror._thread.join(timeout=10)
     assert not mirror._thread.is_alive(), "the script never ended: the thread is stuck"
     return mirror, waits
+
+
+def shown(p) -> str:
+    """The live panel as one line of words."""
+    return " ".join(text(progress_table(p)).split())
 
 
 def names(mirror: Mirror) -> dict[str, str]:
@@ -166,6 +178,38 @@ def test_health_flips_when_the_watch_breaks_and_back_when_events_flow_with_one_w
         "watch of Pod broke: ValueError: bad line; relisting and watching again, retrying with backoff (up to 30s)",
         "watch of Pod recovered after 1s and 1 failure(s)",
     ]
+
+
+def test_a_broken_watch_shows_in_the_loops_progress_panel_log_lines_and_metrics(study_file):
+    clock = FakeClock(1000.0)
+    broken = ScriptedCluster(lists=[([], "10")], watches=[[ConnectionResetError(104, "Connection reset by peer")]])
+    mirror, _ = run(broken, clock=clock)
+    submitter, _ = make(study_file(), FakeCluster(), clock)
+    submitter.jobs = Mirror(None, VOLCANO_JOB)  # healthy
+    submitter.signals = SimpleNamespace(nodes=None, pods=mirror, groups=None)  # the pods' watch is down
+    submitter._tally({})
+    p = submitter.progress
+    problem = f"Pod watch broken since {since(1000.0)}: ConnectionResetError: [Errno 104] Connection reset by peer"
+    assert (p.watch_errors, p.watch_problem) == (1, problem)
+    assert f"watches {problem} (1 failures so far)" in shown(p)
+    stream = io.StringIO()
+    log = LogDisplay(stream=stream, clock=clock)
+    log.update(p)
+    assert stream.getvalue().endswith(f"0 x 429; {problem}\n")
+    metrics = MetricsReporter()
+    metrics.update(p)
+    exported = generate_latest(metrics.registry).decode()
+    assert 'stratctl_watch_broken{study="loop"} 1.0' in exported
+    assert 'stratctl_watch_failures_total{study="loop"} 1.0' in exported
+
+    mirror._recovered()  # as the next event would
+    submitter._tally({})
+    assert (p.watch_errors, p.watch_problem) == (1, None)
+    assert "watches healthy again (1 failures so far)" in shown(p)
+    log.update(p)
+    assert stream.getvalue().splitlines()[-1].endswith("0 x 429")  # a line says nothing is broken now
+    metrics.update(p)
+    assert 'stratctl_watch_broken{study="loop"} 0.0' in generate_latest(metrics.registry).decode()
 
 
 def test_watch_health_sums_every_mirror_and_names_only_the_broken_ones():
