@@ -152,8 +152,16 @@ mv "$KUBECONFIG_PATH.tmp" "$KUBECONFIG_PATH"
 # ---------------------------------------------------------------- process helpers
 start() { # name args...  (own session => own process group; down kills the group)
   local name=$1; shift
-  # 8>&-: the components must not inherit (and hold) the lock of this script.
-  setsid "$@" >"$RUN_DIR/logs/$name.log" 2>&1 </dev/null 8>&- &
+  # The components must not inherit (and hold for as long as they run) any descriptor of
+  # their caller: this script's lock on fd 8, or the lock of a `flock FILE make test` that
+  # serialises test runs on a shared testbed. The subshell closes every fd above 2.
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      if (( fd > 2 )); then eval "exec $fd>&-"; fi
+    done
+    exec setsid "$@" >"$RUN_DIR/logs/$name.log" 2>&1 </dev/null
+  ) &
   echo $! > "$RUN_DIR/pids/$name.pid"
 }
 fail() {
