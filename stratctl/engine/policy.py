@@ -216,9 +216,18 @@ class AdaptivePolicy:
 
 @dataclass
 class StaticPolicy:
-    """A fixed cap on trials in flight (what Katib's parallelTrialCount does)."""
+    """A fixed cap on trials in flight (what Katib's parallelTrialCount does).
+
+    A cap that yields to higher-priority gangs (the cluster's signals are then observed)
+    also keeps at most `queue_ahead` gangs queued beyond those the free GPUs hold, as the
+    adaptive rule does. Without that bound a large cap fills Volcano's queue with gangs
+    that cannot start yet, and that reservoir yields nothing: Volcano places a smaller,
+    lower-priority gang into every GPU that frees around a higher-priority gang that does
+    not fit yet, so production waits until the reservoir has drained however long the
+    study holds its own creates."""
 
     cap: int
+    queue_ahead: int = 2
 
     def decide(self, observed: Observed, now: float) -> Decision:
         if observed.drained:
@@ -227,4 +236,8 @@ class StaticPolicy:
             return Decision(self.cap, True, f"API server asked to wait {observed.throttled_until - now:.1f}s")
         if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
             return Decision(self.cap, True, f"yielding to higher-priority gang {observed.precedence}")
-        return Decision(self.cap, False, f"static cap {self.cap}")
+        if observed.gangs_fit is None:
+            return Decision(self.cap, False, f"static cap {self.cap}")
+        room = max(0, observed.gangs_fit + self.queue_ahead - observed.pending)
+        return Decision(self.cap, False, f"static cap {self.cap}, {observed.gangs_fit} gang(s) fit in free GPUs",
+                        room=room)

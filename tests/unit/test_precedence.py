@@ -103,6 +103,20 @@ def test_a_static_cap_yields_too_and_keeps_its_cap():
     assert StaticPolicy(8).decide(Observed(in_flight=3, pending=0, waiting=50), 0.0).admit(o) == 5
 
 
+def test_a_yielding_static_cap_keeps_no_reservoir_of_queued_gangs():
+    # 24 allowed in flight, 10 there, 5 of them queued and one more gang fits in the free
+    # GPUs: queueing 14 more would build the reservoir that takes every GPU that frees
+    # around a production gang, so only what fits plus 2 ahead, less those queued, go
+    cap = StaticPolicy(24)
+    seen = Observed(in_flight=10, pending=1, waiting=50, gangs_fit=1)
+    assert cap.decide(seen, 0.0).admit(seen) == 2
+    full = Observed(in_flight=10, pending=5, waiting=50, gangs_fit=1)
+    assert cap.decide(full, 0.0).admit(full) == 0
+    # without the cluster's signals (yielding off) it is the plain cap
+    blind = Observed(in_flight=10, pending=5, waiting=50)
+    assert cap.decide(blind, 0.0).admit(blind) == 14
+
+
 def timed(node_name, gpus, priority, started, expected=None):
     p = pod(node_name, gpus, priority)
     p["status"]["startTime"] = started
