@@ -91,6 +91,10 @@ def submit_study(
                                 label_selector=study_selector(study)).start()
         # a static cap needs the cluster's signals only to see who it yields to
         yields = study.throttle.yield_to_higher_priority
+        if options.detach and reporter is not None:
+            reporter.event("--detach: not watching nodes and pods, so no GPU signal and no yielding to "
+                           "higher-priority gangs; trials preempted after it returns are resumed by the next "
+                           "`stratctl submit` without --detach")
         if (options.parallelism == "adaptive" or yields) and not options.detach:
             submitter.signals = ClusterSignals(
                 cluster, gang_shape(study), study.namespace, study.priority_class,
