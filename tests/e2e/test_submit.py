@@ -155,6 +155,8 @@ def test_sigkill_at_any_moment_then_rerun_creates_each_trial_exactly_once(
     rerun = run_cli("submit", str(path), *common, "--detach", "-o", "json")
     out, err = rerun.communicate(timeout=180)
     assert rerun.returncode == 0, err
+    # a detached submit says what it does without: the GPU signal and yielding
+    assert "--detach: not watching nodes and pods, so no GPU signal and no yielding" in err
     after = {j["metadata"]["name"]: j["metadata"]["uid"] for j in study_jobs(admin, name)}
     assert sorted(after) == sorted(t.name for t in expand(load_study(path)))
     # what the killed run created was recognised, not deleted and recreated
