@@ -224,10 +224,11 @@ class StaticPolicy:
     that cannot start yet, and that reservoir yields nothing: Volcano places a smaller,
     lower-priority gang into every GPU that frees around a higher-priority gang that does
     not fit yet, so production waits until the reservoir has drained however long the
-    study holds its own creates."""
+    study holds its own creates. While it yields it backfills as the adaptive rule does."""
 
     cap: int
     queue_ahead: int = 2
+    backfill_margin: float = AdaptiveConfig.backfill_margin
 
     def decide(self, observed: Observed, now: float) -> Decision:
         if observed.drained:
@@ -235,7 +236,13 @@ class StaticPolicy:
         if observed.throttled_until > now:
             return Decision(self.cap, True, f"API server asked to wait {observed.throttled_until - now:.1f}s")
         if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
-            return Decision(self.cap, True, f"yielding to higher-priority gang {observed.precedence}")
+            why = f"yielding to higher-priority gang {observed.precedence}"
+            window = None if observed.shadow is None else observed.shadow - self.backfill_margin
+            if window is not None and window > 0 and observed.backfill_fit:
+                return Decision(self.cap, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
+                                                 f"trials expected to end before", room=observed.backfill_fit,
+                                backfill=window)
+            return Decision(self.cap, True, why)
         if observed.gangs_fit is None:
             return Decision(self.cap, False, f"static cap {self.cap}")
         room = max(0, observed.gangs_fit + self.queue_ahead - observed.pending)
