@@ -41,6 +41,7 @@ class SubmitOptions:
     parallelism: str = "adaptive"  # "adaptive" | "static"
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
     prometheus_url: str | None = None  # etcd and Volcano scheduler metrics, when the cluster has Prometheus
+    outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
