@@ -27,6 +27,7 @@ from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Obs
 from stratctl.kube.record import StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
 from stratctl.engine.requeue import Requeue, create_attempt
+from stratctl.engine.salvage import Salvage
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.signals import ClusterSignals
@@ -146,6 +147,7 @@ class Submitter:
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
         self._recorded = False  # the study record exists (ensure_record went through)
+        self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
         # Whether the API server answers: the cluster's own account (every request tells it),
         # else the loop's, told by whole cycles.
@@ -227,6 +229,7 @@ class Submitter:
         else:
             jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
         latest = latest_attempts(jobs)
+        self._all_jobs = jobs
         states: dict[str, TrialState] = {}
         for name in self.order:
             if name in latest:
@@ -409,7 +412,14 @@ class Submitter:
         else:
             self.reporter.event(f"API server answering again after {duration(change.lasted)} out; carrying on")
 
-    def _cycle(self, pool: ThreadPoolExecutor, requeue: Requeue) -> bool:
+    def _mirrored(self) -> tuple[list[dict] | None, list[dict] | None]:
+        """The cluster's pods and the namespace's PodGroups, when the loop mirrors them."""
+        pods, groups = getattr(self.signals, "pods", None), getattr(self.signals, "groups", None)
+        if pods is None or groups is None:
+            return None, None
+        return pods.items(), groups.items()
+
+    def _cycle(self, pool: ThreadPoolExecutor, requeue: Requeue, salvage: Salvage) -> bool:
         """One reconcile: observe, recover, decide, admit. True when the run is over."""
         if not self._recorded:
             self.ensure_record()
@@ -417,6 +427,7 @@ class Submitter:
         if self._record_due():
             self._refresh_flags()
         states = requeue.step(states, self._jobs, self.record.drained, record=self._record_cm)
+        states = salvage.step(states, self._jobs, self._all_jobs, self.record.drained, *self._mirrored())
         self._tally(states)
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._observe_pressure(states)
@@ -446,12 +457,16 @@ class Submitter:
         pool = ThreadPoolExecutor(self.options.workers)
         # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
         requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter)
+        # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
+        salvage = Salvage(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+                          clock=self.clock, wall=self.wall, created=self._seen)
+        self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
         failed = 0  # cycles failed in a row
         try:
             while True:
                 started = self.clock()
                 try:
-                    over = self._cycle(pool, requeue)
+                    over = self._cycle(pool, requeue, salvage)
                 except ClusterError as exc:
                     if not transient(exc):
                         raise  # a verdict (RBAC, a missing namespace), or the outage outlasted the timeout

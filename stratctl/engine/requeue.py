@@ -72,13 +72,17 @@ def create_attempt(cluster, manifests: list[dict], namespace: str, dry_run: bool
     return outcome
 
 
-def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str) -> str:
-    """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'."""
+def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str,
+                   annotations: dict[str, str] | None = None, created: Callable[[dict], None] | None = None) -> str:
+    """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'.
+
+    `annotations` are added to the carried totals (why it was requeued); `created` is told
+    of each object the server returned, as in `create_attempt`."""
     manifests = renderer.render(trial, attempt=attempt, resume=True)
     for manifest in manifests:
         meta = manifest.setdefault("metadata", {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), **carry.annotations()}
-    return create_attempt(cluster, manifests, namespace)
+        meta["annotations"] = {**(meta.get("annotations") or {}), **carry.annotations(), **(annotations or {})}
+    return create_attempt(cluster, manifests, namespace, created=created)
 
 
 class Requeue:
