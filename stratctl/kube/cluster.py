@@ -223,7 +223,9 @@ class Cluster:
         configuration.retries = False  # stratctl's throttle owns retries
         api = k8s_client.ApiClient(configuration)
         api.user_agent = f"stratctl/{__import__('stratctl').__version__}"
-        return cls(api, namespace or default_ns, gate, outage)
+        cluster = cls(api, namespace or default_ns, gate, outage)
+        cluster.outage.watch()  # a request hung on a stalled server is told before it times out
+        return cluster
 
     # -- the one request path ---------------------------------------------------------
 
@@ -249,7 +251,7 @@ class Cluster:
         url, headers = self._prepare(method, path, query, body, content_type)
         key, clock = access(method, path, query), self.outage.clock
         started, sent = time.monotonic(), clock()
-        status = None
+        status, token = None, self.outage.sending(what)
         try:
             # the client's own call, unread underneath (what it hands back for _preload_content=False)
             response = self.api.call_api(method, url, header_params=headers, body=body,
@@ -263,6 +265,7 @@ class Cluster:
         except k8s_client.ApiException as exc:  # TLS errors surface this way
             raise self.outage.failed(Unavailable(f"{what}: {exc.reason}"), sent) from None
         finally:
+            self.outage.received(token)
             self.metrics.record(method, status, time.monotonic() - started)
         if 200 <= status < 300:
             self.grants.allowed(key, clock())
@@ -401,4 +404,5 @@ class Cluster:
             response.release_conn()
 
     def close(self) -> None:
+        self.outage.stop()
         self.api.close()

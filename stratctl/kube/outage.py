@@ -10,6 +10,12 @@ Request timeouts are cut to the patience left, so a hung server cannot stretch i
 
 Before the server has ever answered, `first_patience` applies: a wrong kubeconfig or a
 server that is down when the command starts is reported within seconds, not minutes.
+
+A server over a paused etcd does not refuse: it hangs, and a request may wait its whole
+read timeout before it fails. So requests in flight are tracked too (`sending`,
+`received`), and one that has had no answer for `STALL` seconds, sent after the server
+last answered anything, starts the outage as a miss would (`stalled`, polled by a
+watchdog thread): the display says so while the request still waits.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from dataclasses import dataclass
 from stratctl.errors import ClusterError, Unreachable
 
 Clock = Callable[[], float]
+
+STALL = 10.0  # seconds without an answer to a request that count as an outage before it fails
 
 
 def duration(seconds: float) -> str:
@@ -54,6 +62,11 @@ class Outage:
         self._since: float | None = None  # when the outage began (None: the server answers)
         self._last_answer: float | None = None
         self._listeners: list[Callable[[Change], None]] = []
+        self.stall = STALL
+        self._in_flight: dict[int, tuple[float, str]] = {}  # token -> (sent, what)
+        self._tokens = 0
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
 
     def listen(self, listener: Callable[[Change], None]) -> None:
         self._listeners.append(listener)
@@ -94,6 +107,50 @@ class Outage:
             return Unreachable(f"no answer from the API server for {duration(lasted)}, giving up "
                                f"(last error: {error})", status=error.status, reason=error.reason)
         return error
+
+    def sending(self, what: str) -> int:
+        """A request goes out now; the token to give `received` once it is over, whatever the outcome."""
+        with self._lock:
+            self._tokens += 1
+            self._in_flight[self._tokens] = (self.clock(), what)
+            return self._tokens
+
+    def received(self, token: int) -> None:
+        with self._lock:
+            self._in_flight.pop(token, None)
+
+    def stalled(self) -> Change | None:
+        """Start the outage if a request sent after the last answer has waited `self.stall`
+        seconds (a server that hangs rather than refuses); the change told, if any."""
+        with self._lock:
+            now = self.clock()
+            if self._since is not None:
+                return None
+            waiting = [(sent, what) for sent, what in self._in_flight.values()
+                       if self._last_answer is None or sent >= self._last_answer]
+            if not waiting:
+                return None
+            sent, what = min(waiting)
+            if now - sent < self.stall:
+                return None
+            self._since = sent
+            change = Change(down=True, error=f"{what}: no answer for {duration(now - sent)}")
+        self._tell(change)
+        return change
+
+    def watch(self, interval: float = 1.0) -> Outage:
+        """Poll `stalled` every `interval` seconds in a daemon thread, until `stop`."""
+        def run() -> None:
+            while not self._stop.wait(interval):
+                self.stalled()
+
+        if self._watchdog is None:
+            self._watchdog = threading.Thread(target=run, name="outage-watchdog", daemon=True)
+            self._watchdog.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
 
     def remaining(self) -> float:
         """Seconds the server may stay silent from now before requests give up."""

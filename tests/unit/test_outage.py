@@ -9,7 +9,7 @@ from stratctl.engine.connect import ONE_SHOT_BACKOFF, ONE_SHOT_PATIENCE
 from stratctl.engine.throttle import Throttle
 from stratctl.errors import ExitCode, Unavailable, Unreachable
 from stratctl.kube.cluster import CONFIGMAP
-from stratctl.kube.outage import Outage, duration
+from stratctl.kube.outage import Change, Outage, duration
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.http_fakes import OK, Answer, cluster, status_body
 
@@ -122,3 +122,53 @@ def test_submit_waits_out_its_outage_timeout_once_the_server_has_answered():
 
 def test_durations_read_like_a_person_would_say_them():
     assert [duration(s) for s in (0.4, 42, 60, 90, 300, 3599)] == ["0s", "42s", "1m", "1m30s", "5m", "59m59s"]
+
+
+def test_a_request_hung_on_a_stalled_server_starts_the_outage_after_10s_not_at_its_timeout():
+    clock, heard = FakeClock(), []
+    outage = Outage(patience=300.0, clock=clock)
+    outage.listen(heard.append)
+    outage.answered()
+    clock.sleep(1)
+    token = outage.sending("get ConfigMap s")  # etcd paused: no answer comes
+    clock.sleep(9.5)
+    assert outage.stalled() is None and heard == []
+    clock.sleep(0.5)
+    change = outage.stalled()
+    assert change == Change(down=True, error="get ConfigMap s: no answer for 10s") and heard == [change]
+    assert outage.since == 1001.0 and outage.remaining() == 290.0  # the patience counts from its send
+    clock.sleep(5)
+    assert outage.stalled() is None and len(heard) == 1  # said once
+    clock.sleep(36)
+    outage.received(token)
+    outage.answered()  # etcd continued: the request got its answer
+    assert heard[-1] == Change(down=False, lasted=51.0)
+
+
+def test_a_slow_request_while_others_are_answered_is_no_outage():
+    clock, heard = FakeClock(), []
+    outage = Outage(patience=300.0, clock=clock)
+    outage.listen(heard.append)
+    outage.sending("list Job (10,000 of them)")
+    clock.sleep(5)
+    outage.received(outage.sending("get ConfigMap s"))
+    outage.answered()  # answered after the slow one went out
+    clock.sleep(20)
+    assert outage.stalled() is None and heard == []
+
+
+def test_the_watchdog_tells_a_stall_as_it_happens():
+    import threading
+    import time
+
+    told = threading.Event()
+    outage = Outage(patience=300.0)
+    outage.stall = 0.05
+    outage.listen(lambda change: told.set())
+    outage.sending("get ConfigMap s")
+    outage.watch(interval=0.01)
+    try:
+        assert told.wait(2.0)
+    finally:
+        outage.stop()
+    assert outage.since is not None and outage.since <= time.monotonic()
