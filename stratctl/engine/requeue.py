@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from stratctl import labels
 from stratctl.kube.cluster import CONFIGMAP, EVENT
-from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
+from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.kube.record import parse_record, record_name, suspended_of
 from stratctl.engine.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
 from stratctl.kube.state import TrialState, classify, classify_attempt, podgroup_name, preemptions, spec_hash_of
@@ -72,13 +72,17 @@ def create_attempt(cluster, manifests: list[dict], namespace: str, dry_run: bool
     return outcome
 
 
-def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str) -> str:
-    """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'."""
+def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str,
+                   annotations: dict[str, str] | None = None, created: Callable[[dict], None] | None = None) -> str:
+    """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'.
+
+    `annotations` are added to the carried totals (why it was requeued); `created` is told
+    of each object the server returned, as in `create_attempt`."""
     manifests = renderer.render(trial, attempt=attempt, resume=True)
     for manifest in manifests:
         meta = manifest.setdefault("metadata", {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), **carry.annotations()}
-    return create_attempt(cluster, manifests, namespace)
+        meta["annotations"] = {**(meta.get("annotations") or {}), **carry.annotations(), **(annotations or {})}
+    return create_attempt(cluster, manifests, namespace, created=created)
 
 
 class Requeue:
@@ -167,6 +171,8 @@ class Requeue:
                 submit_attempt(self.cluster, self.renderer, self.trials[name], action.attempt, carry,
                                self.study.namespace)
             except (ClusterError, SpecConflict) as exc:
+                if transient(exc) or isinstance(exc, Unreachable):
+                    raise  # the API server is out, not this trial: the loop waits for it
                 self.reporter.event(f"trial {name}: cannot resubmit attempt {action.attempt}: {exc}")
                 continue
             self.reporter.event(f"trial {name}: attempt {action.attempt} resumes from its checkpoint, {action.reason}")

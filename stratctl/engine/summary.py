@@ -41,6 +41,7 @@ class TrialRow:
     gpu_seconds_lost: float = 0.0
     checkpoint: str = ""
     podgroup: str = ""  # of the latest attempt (Volcano names it <job>-<uid>)
+    requeued: str = ""  # why the latest attempt replaced the one before (e.g. lost by the job controller)
 
 
 @dataclass
@@ -121,6 +122,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 result=results.get(job["metadata"]["name"]), preemptions=view.preemptions, failures=view.failures,
                 gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
                 checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
+                requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
             ))
         for trial, mark in sorted(marks.items()):
             if trial in seen:

@@ -1,8 +1,8 @@
 """An in-memory stand-in for `stratctl.kube.cluster.Cluster`, for unit tests of the submit loop.
 
 It keeps objects as dicts, answers 409/404 like the API server, can be told to fail
-particular creates, and moves jobs through phases when the test says so. End-to-end
-tests use the real API server instead.
+particular creates or every request (`down`: an API server outage), and moves jobs
+through phases when the test says so. End-to-end tests use the real API server instead.
 """
 
 from __future__ import annotations
@@ -35,12 +35,19 @@ class FakeCluster:
         self.creates: list[str] = []  # names, in order, of trial objects actually created (not records)
         self.fail: dict[str, Exception] = {}  # name -> error raised by its create
         self.max_in_flight_seen = 0
+        self.uids = 0
+        self.down: Exception | None = None  # while set, every request fails with it (an API server outage)
+
+    def _answer(self) -> None:
+        if self.down is not None:
+            raise self.down
 
     def _key(self, api_version, kind, ns, name):
         return (api_version, kind, ns or self.namespace, name)
 
     def create(self, manifest: dict, dry_run: bool = False) -> dict:
         self.metrics.record("POST", 201, 0.001)
+        self._answer()
         name = manifest["metadata"]["name"]
         if name in self.fail:
             raise self.fail[name]
@@ -51,6 +58,8 @@ class FakeCluster:
             return manifest
         obj = copy.deepcopy(manifest)
         obj.setdefault("status", {})
+        self.uids += 1
+        obj["metadata"].setdefault("uid", f"uid-{self.uids}")
         self.objects[key] = obj
         if manifest["kind"] != "ConfigMap":
             self.creates.append(name)
@@ -59,6 +68,7 @@ class FakeCluster:
 
     def get(self, kind, name, namespace=None) -> dict:
         self.metrics.record("GET", 200, 0.001)
+        self._answer()
         try:
             return copy.deepcopy(self.objects[self._key(*kind, namespace, name)])
         except KeyError:
@@ -66,6 +76,7 @@ class FakeCluster:
 
     def list(self, kind, namespace=None, label_selector=None, **_) -> tuple[list[dict], str]:
         self.metrics.record("GET", 200, 0.001)
+        self._answer()
         return [copy.deepcopy(o) for o in self._select(tuple(kind), namespace, label_selector)], "1"
 
     def _select(self, kind, namespace, label_selector) -> list[dict]:
@@ -89,6 +100,7 @@ class FakeCluster:
         """Paginated GET of a collection, as `status` reads it: limit and continue (an offset)."""
         assert method == "GET", method
         self.metrics.record("GET", 200, 0.001)
+        self._answer()
         parts = path.strip("/").split("/")
         namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[parts[-1]]
         query = query or {}
@@ -102,12 +114,14 @@ class FakeCluster:
 
     def patch(self, kind, name, patch, namespace=None) -> dict:
         self.metrics.record("PATCH", 200, 0.001)
+        self._answer()
         obj = self.objects[self._key(*kind, namespace, name)]
         merge_patch(obj, patch)
         return copy.deepcopy(obj)
 
     def delete(self, kind, name, namespace=None) -> None:
         self.metrics.record("DELETE", 200, 0.001)
+        self._answer()
         self.objects.pop(self._key(*kind, namespace, name), None)
 
     # -- test controls ---------------------------------------------------------------
