@@ -21,7 +21,7 @@ from stratctl import labels
 
 from stratctl.study import document
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB
-from stratctl.errors import ClusterError, SpecConflict, StratctlError, UsageError
+from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.kube.record import parse_record, records, record_name, suspended_of, suspended_patch
 from stratctl.engine.requeue import carried_of_mark, carry_forward, submit_attempt
 from stratctl.kube.state import classify, latest_attempts
@@ -156,6 +156,8 @@ def resume(cluster, namespace: str, study: str) -> Outcome:
                 try:
                     submit_attempt(cluster, renderer, trials[trial], mark["attempt"] + 1, carried_of_mark(mark),
                                    namespace)
+                except Unreachable:
+                    raise  # the server is gone: stop, do not walk the other marks at a timeout each
                 except (ClusterError, SpecConflict) as exc:
                     outcome.note = f"trial {trial}: {exc}"
                     continue
