@@ -138,15 +138,21 @@ class Window:
 
 @dataclass(frozen=True)
 class Backoff:
-    """Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base·2^(n-1)))."""
+    """Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base·2^(n-1))).
+
+    A server that does not answer (connection refused, a 5xx, a request that timed out)
+    is tried again at least every `transient_cap` seconds: such a try costs the server
+    nothing, and a loop waiting 30 s would stay blind for that long after it is back."""
 
     base: float = 0.5
     cap: float = 30.0
+    transient_cap: float = 5.0
     max_attempts: int = 10  # for transient errors (connection, 5xx)
     max_throttled_attempts: int = 60  # a 429 says "come back later": keep coming back, for longer
 
-    def ceiling(self, attempt: int) -> float:
-        return min(self.cap, self.base * 2 ** (attempt - 1))
+    def ceiling(self, attempt: int, throttled: bool = True) -> float:
+        cap = self.cap if throttled else min(self.cap, self.transient_cap)
+        return min(cap, self.base * 2 ** (attempt - 1))
 
 
 @dataclass
@@ -175,7 +181,7 @@ def retry_wait(backoff: Backoff, error: BaseException | None, attempt: int, rng:
     A throttled answer waits at least its Retry-After even above the cap: the server
     asked for it, and coming back sooner only earns another 429.
     """
-    jitter = rng.uniform(0.0, backoff.ceiling(attempt))
+    jitter = rng.uniform(0.0, backoff.ceiling(attempt, throttled=isinstance(error, Throttled)))
     retry_after = getattr(error, "retry_after", None) or 0.0
     return max(retry_after, jitter)
 

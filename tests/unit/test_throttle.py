@@ -221,3 +221,9 @@ def test_a_request_that_waited_for_a_window_slot_checks_the_hold_again():
     throttle.window = HoldingWindow()
     throttle.call(lambda: sent.append(clock.now))
     assert sent == [1003]
+
+
+def test_an_unanswering_server_is_tried_again_at_least_every_five_seconds_a_throttling_one_up_to_the_cap():
+    backoff = Backoff()  # base 0.5, cap 30, transient cap 5
+    assert [retry_wait(backoff, Unavailable("refused"), n, MaxRng()) for n in range(1, 8)] == [0.5, 1, 2, 4, 5, 5, 5]
+    assert [retry_wait(backoff, Throttled("429"), n, MaxRng()) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 16, 30]
