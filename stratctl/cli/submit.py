@@ -88,6 +88,10 @@ def submit(
         raise typer.Exit(ExitCode.INTERRUPTED)
     if progress.errors and options.dry_run:
         raise typer.Exit(ExitCode.INVALID_INPUT)  # the server refused manifests: the study needs fixing
+    if progress.conflicts:  # objects of the study's trials exist with another spec: the user must choose
+        err.print(f"[red]{len(progress.conflicts)} trial(s) exist in the cluster with a different spec hash[/]: "
+                  "delete their jobs or rename the study")
+        raise typer.Exit(ExitCode.CONFLICT)
     if progress.errors or progress.failed:
         raise typer.Exit(ExitCode.FAILURE)
 

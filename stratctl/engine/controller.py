@@ -278,6 +278,8 @@ class Submitter:
                     paused[name] = exc
                     continue
                 self.progress.errors[name] = str(exc)
+                if isinstance(exc, SpecConflict):
+                    self.progress.conflicts.append(name)
                 self.reporter.event(f"trial {name}: {exc}")
                 continue
             submitted.append(name)

@@ -248,3 +248,16 @@ def test_one_shot_commands_against_a_server_that_is_down_exit_3_with_one_line_in
     [line] = result.stderr.splitlines()
     assert line.startswith("error: no answer from the API server for ") and "giving up" in line
     assert "Connection refused" in line and "HTTPSConnection" not in line and result.stdout == ""
+
+
+def test_submit_exits_4_when_trials_exist_with_another_spec(tmp_path, monkeypatch):
+    from stratctl.engine.progress import Progress
+
+    def submitted(*args, **kwargs):  # the loop's outcome: two trials' jobs differ from what the study renders
+        return Progress(study="tiny", total=5, succeeded=3, errors={"tiny-a": "spec hash x", "tiny-b": "spec hash y"},
+                        conflicts=["tiny-a", "tiny-b"])
+
+    monkeypatch.setattr("stratctl.engine.launch.submit_study", submitted)
+    result = run("submit", write(tmp_path, MINIMAL, "study.yaml"))
+    assert result.exit_code == ExitCode.CONFLICT == 4
+    assert "2 trial(s) exist in the cluster with a different spec hash" in result.stderr
