@@ -117,13 +117,39 @@ def cli(testbed):
     return Cli(testbed)
 
 
+def canary(api, namespace: str, timeout: float = 60) -> None:
+    """A one-pod gang (admin) must run to Completed: the scheduler, the controllers and KWOK
+    work (they reconnect by themselves after a fault). Fails as the testbed's fault, not the
+    product's."""
+    name = unique("canary")
+    api.create({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": 1, "maxRetry": 1,
+                 "tasks": [{"name": "probe", "replicas": 1, "minAvailable": 1, "template": {
+                     "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "1s"}},
+                     "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
+                              "containers": [{"name": "probe", "image": "stratctl.invalid/probe:0",
+                                              "resources": {"requests": {GPU: "1", "cpu": "100m"},
+                                                            "limits": {GPU: "1"}}}]}}}]},
+    })
+    try:
+        wait_until(lambda: volcano_phase(api.get(VOLCANO_JOB, name)) == "Completed", timeout,
+                   message=f"canary job {name} Completed (is the testbed working?)")
+    finally:
+        api.delete(VOLCANO_JOB, name)
+
+
 @pytest.fixture(autouse=True)
-def restored(testbed):
-    """Whatever a test did or failed at: etcd continued, the API server running and ready."""
+def restored(testbed, api):
+    """A working testbed before; after, whatever the test did or failed at: etcd continued,
+    the API server running and ready, and the testbed working again."""
     if not testbed.local:
         pytest.skip("fault injection needs the local testbed (testbed/fault.sh)")
+    canary(api, testbed.namespace)
     yield
     fault("restore")
+    canary(api, testbed.namespace)
 
 
 @pytest.fixture
@@ -138,6 +164,7 @@ def studies(api, tmp_path):
         return str(path)
 
     yield write
+    fault("restore")  # a test that failed mid-fault: the cleanup needs the API server
     for name in names:
         for kind in (VOLCANO_JOB, CONFIGMAP):
             for item in api.list(kind, label_selector=f"{labels.STUDY}={name}")[0]:
@@ -169,6 +196,7 @@ def finish(proc: subprocess.Popen, api, study: str, timeout: float = SUBMIT_TIME
         stuck = {n: p for n, p in phases(api, study).items() if p != "Completed"}
         pytest.fail(f"submit still running after {timeout} s; jobs not Completed: {stuck}\n"
                     f"stderr (last 4000 chars):\n{err[-4000:]}")
+    sys.stderr.write(f"--- stderr of submit (exit {proc.returncode}) ---\n{err}--- end ---\n")
     assert "Traceback" not in err, f"submit crashed (exit {proc.returncode}):\n{err[-6000:]}"
     assert proc.returncode == 0, f"submit exited {proc.returncode}, not 0:\n{err[-4000:]}"
     return json.loads(out), err
@@ -206,11 +234,21 @@ def assert_study_whole(api, cli: Cli, path: str, name: str, progress: dict | Non
     assert study["states"]["succeeded"] == len(expected) and study["states"]["failed"] == 0, study
 
 
-def mid_run(api, name: str, total: int = TRIALS):
-    """Some trials finished, others not yet created: the submit loop is in the middle."""
-    jobs = jobs_of(api, name)
-    done = sum(1 for j in jobs if volcano_phase(j) == "Completed")
-    return done >= 2 and len(jobs) < total and (done, len(jobs))
+def wait_mid_run(api, name: str, submit: subprocess.Popen, timeout: float = 90) -> None:
+    """Until some trials finished and others are not created yet: the submit loop is in the
+    middle. Fails with submit's stderr if it ends or the study does not get there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and submit.poll() is None:
+        jobs = jobs_of(api, name)
+        done = sum(1 for j in jobs if volcano_phase(j) == "Completed")
+        if done >= 2 and len(jobs) < TRIALS:
+            return
+        time.sleep(0.5)
+    if submit.poll() is None:
+        submit.kill()
+    _, err = submit.communicate()
+    pytest.fail(f"the study never got mid-run in {timeout} s (submit exit {submit.returncode}); jobs: "
+                f"{Counter(phases(api, name).values())}\nsubmit's stderr:\n{err[-4000:]}")
 
 
 # ------------------------------------------------------------------ scenarios
@@ -222,17 +260,17 @@ def test_submit_rides_out_an_apiserver_restart(testbed, api, cli, studies):
     path = studies(name, study_yaml(name, testbed.namespace))
     submit = cli.submit(path)
     try:
-        wait_until(lambda: mid_run(api, name), 90, message="the study mid-run")
+        wait_mid_run(api, name, submit)
         fault("apiserver-restart", "8")
         progress, err = finish(submit, api, name)
     finally:
         if submit.poll() is None:
             submit.kill()
         fault("restore")
+    assert_study_whole(api, cli, path, name, progress)
     said = outage_lines(err)
     assert said, f"submit never said the API server was unreachable / it was retrying:\n{err[-4000:]}"
     assert len(said) <= MAX_OUTAGE_LINES, f"{len(said)} outage lines for one outage:\n" + "\n".join(said[:40])
-    assert_study_whole(api, cli, path, name, progress)
 
 
 def test_submit_rides_out_an_etcd_pause(testbed, api, cli, studies):
@@ -242,7 +280,7 @@ def test_submit_rides_out_an_etcd_pause(testbed, api, cli, studies):
     submit = cli.submit(path)
     pause = None
     try:
-        wait_until(lambda: mid_run(api, name), 90, message="the study mid-run")
+        wait_mid_run(api, name, submit)
         pause = subprocess.Popen(["bash", str(FAULT), "etcd-pause", "20"], stderr=subprocess.PIPE, text=True)
         _, pause_err = pause.communicate(timeout=60)
         sys.stderr.write(pause_err)
@@ -255,10 +293,10 @@ def test_submit_rides_out_an_etcd_pause(testbed, api, cli, studies):
         if submit.poll() is None:
             submit.kill()
         fault("restore")
+    assert_study_whole(api, cli, path, name, progress)
     # The API server stays reachable (it waits on etcd); whatever submit says, once is enough.
     said = outage_lines(err)
     assert len(said) <= MAX_OUTAGE_LINES, f"{len(said)} outage lines for one pause:\n" + "\n".join(said[:40])
-    assert_study_whole(api, cli, path, name, progress)
 
 
 def test_submit_killed_at_random_moments_then_rerun_completes_the_study_once(testbed, api, cli, studies):
@@ -292,8 +330,8 @@ def test_submit_killed_at_random_moments_then_rerun_completes_the_study_once(tes
     # The last run found what the killed runs created and created only the rest (a create a
     # killed run had in flight may land after the listing: the rerun then meets its 409).
     assert progress["created"] + progress["existing"] <= TRIALS - seen[-1][1], (seen, progress)
-    assert not outage_lines(err), err
     assert_study_whole(api, cli, path, name, progress)
+    assert not outage_lines(err), err
 
 
 def test_status_drain_and_resume_fail_cleanly_while_the_apiserver_is_down(testbed, api):
@@ -324,6 +362,7 @@ def test_status_drain_and_resume_fail_cleanly_while_the_apiserver_is_down(testbe
                 proc.kill()
         fault("apiserver-start")
     for cmd, (code, out, err, took) in results.items():
+        sys.stderr.write(f"--- {cmd}: exit {code} in {took:.1f} s, stderr ---\n{err}")
         lines = [line for line in err.splitlines() if line.strip()]
         assert code is not None, f"{cmd}: still running after 90 s with the API server down:\n{err[-2000:]}"
         assert "Traceback" not in err, f"{cmd} crashed:\n{err}"
