@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from stratctl import labels
-from stratctl.kube.cluster import CONFIGMAP, POD, VOLCANO_JOB
+from stratctl.kube.cluster import CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
 from stratctl.kube.state import latest_attempts, volcano_phase
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
@@ -134,10 +134,36 @@ def canary(api, namespace: str, timeout: float = 60) -> None:
                                                             "limits": {GPU: "1"}}}]}}}]},
     })
     try:
-        wait_until(lambda: volcano_phase(api.get(VOLCANO_JOB, name)) == "Completed", timeout,
-                   message=f"canary job {name} Completed (is the testbed working?)")
+        deadline = time.monotonic() + timeout
+        while volcano_phase(api.get(VOLCANO_JOB, name)) != "Completed":
+            if time.monotonic() > deadline:
+                pytest.fail(f"the testbed does not work: canary job {name} not Completed after {timeout} s: "
+                            f"{describe(api, namespace, name)}")
+            time.sleep(0.5)
     finally:
         api.delete(VOLCANO_JOB, name)
+
+
+def describe(api, namespace: str, job: str) -> dict:
+    """A Volcano job as the scheduler sees it, and what holds the cluster's GPUs."""
+    out: dict = {"job": volcano_phase(api.get(VOLCANO_JOB, job))}
+    try:
+        group = next(g for g in api.list(PODGROUP, namespace)[0]
+                     if g["metadata"]["name"].startswith(f"{job}-") or g["metadata"]["name"] == job)
+        out["podgroup"] = {"phase": group.get("status", {}).get("phase"),
+                           "conditions": [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                                          for c in group.get("status", {}).get("conditions") or []]}
+    except StopIteration:
+        out["podgroup"] = None
+    pods = api.list(POD, all_namespaces=True)[0]
+    out["pods"] = [(p["metadata"]["name"], p["status"].get("phase")) for p in pods
+                   if p["metadata"]["name"].startswith(f"{job}-")]
+    busy = [p for p in pods if p["status"].get("phase") in ("Pending", "Running")
+            and p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+    out["gpus_requested_by_placed_pods"] = sum(
+        int(c.get("resources", {}).get("requests", {}).get(GPU, 0)) for p in busy for c in p["spec"]["containers"])
+    out["unplaced_pods"] = sum(1 for p in pods if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName"))
+    return out
 
 
 @pytest.fixture(autouse=True)
