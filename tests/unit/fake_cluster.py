@@ -35,6 +35,7 @@ class FakeCluster:
         self.creates: list[str] = []  # names, in order, of trial objects actually created (not records)
         self.fail: dict[str, Exception] = {}  # name -> error raised by its create
         self.max_in_flight_seen = 0
+        self.listed: list[tuple] = []  # (kind, field selector) of every list call
 
     def _key(self, api_version, kind, ns, name):
         return (api_version, kind, ns or self.namespace, name)
@@ -64,8 +65,9 @@ class FakeCluster:
         except KeyError:
             raise NotFound(f"{kind[1]} {name} not found") from None
 
-    def list(self, kind, namespace=None, label_selector=None, **_) -> tuple[list[dict], str]:
+    def list(self, kind, namespace=None, label_selector=None, field_selector=None, **_) -> tuple[list[dict], str]:
         self.metrics.record("GET", 200, 0.001)
+        self.listed.append((tuple(kind), field_selector))
         return [copy.deepcopy(o) for o in self._select(tuple(kind), namespace, label_selector)], "1"
 
     def _select(self, kind, namespace, label_selector) -> list[dict]:
@@ -82,15 +84,19 @@ class FakeCluster:
                 out.append(obj)
         return out
 
-    PLURALS = {"jobs": ("batch.volcano.sh/v1alpha1", "Job"), "podgroups": ("scheduling.volcano.sh/v1beta1", "PodGroup"),
-               "pods": ("v1", "Pod"), "configmaps": ("v1", "ConfigMap")}
+    PLURALS = {("batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job"),
+               ("batch/v1", "jobs"): ("batch/v1", "Job"),
+               ("scheduling.volcano.sh/v1beta1", "podgroups"): ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+               ("v1", "pods"): ("v1", "Pod"), ("v1", "configmaps"): ("v1", "ConfigMap")}
 
     def request(self, method, path, query=None, body=None, what="", content_type=""):
         """Paginated GET of a collection, as `status` reads it: limit and continue (an offset)."""
         assert method == "GET", method
         self.metrics.record("GET", 200, 0.001)
         parts = path.strip("/").split("/")
-        namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[parts[-1]]
+        group_version = "/".join(parts[1:parts.index("namespaces")])  # /api/v1/... or /apis/<group>/<version>/...
+        namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[(group_version, parts[-1])]
+        self.requests_seen = getattr(self, "requests_seen", []) + [(path, dict(query or {}))]
         query = query or {}
         found = self._select(kind, namespace, query.get("labelSelector"))
         self.pages_served = getattr(self, "pages_served", 0) + 1
