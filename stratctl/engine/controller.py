@@ -205,7 +205,8 @@ class Submitter:
             return
         at, started = self.wall(), time.perf_counter()
         cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
-        (row,), _ = build(at, [cm], latest_slim(self._jobs.values(), at))
+        starts = self.signals.pod_starts() if self.signals is not None else None  # batch/v1 Jobs' run starts
+        (row,), _ = build(at, [cm], latest_slim(self._jobs.values()), starts=starts)
         cost = time.perf_counter() - started
         data = summary_data(row, 0.0)  # compared without the time it was taken
         if not force and data == last_data and now - last_time < SUMMARY_REFRESH:
@@ -458,7 +459,8 @@ class Submitter:
         self.outage.listen(self._heard)
         pool = ThreadPoolExecutor(self.options.workers)
         # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
-        requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter)
+        requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+                          signals=self.signals)
         # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
         salvage = Salvage(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
                           clock=self.clock, wall=self.wall, created=self._seen)

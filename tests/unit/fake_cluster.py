@@ -37,6 +37,7 @@ class FakeCluster:
         self.max_in_flight_seen = 0
         self.uids = 0
         self.down: Exception | None = None  # while set, every request fails with it (an API server outage)
+        self.listed: list[tuple] = []  # (kind, field selector) of every list call
 
     def _answer(self) -> None:
         if self.down is not None:
@@ -74,9 +75,10 @@ class FakeCluster:
         except KeyError:
             raise NotFound(f"{kind[1]} {name} not found") from None
 
-    def list(self, kind, namespace=None, label_selector=None, **_) -> tuple[list[dict], str]:
+    def list(self, kind, namespace=None, label_selector=None, field_selector=None, **_) -> tuple[list[dict], str]:
         self.metrics.record("GET", 200, 0.001)
         self._answer()
+        self.listed.append((tuple(kind), field_selector))
         return [copy.deepcopy(o) for o in self._select(tuple(kind), namespace, label_selector)], "1"
 
     def _select(self, kind, namespace, label_selector) -> list[dict]:
@@ -93,8 +95,10 @@ class FakeCluster:
                 out.append(obj)
         return out
 
-    PLURALS = {"jobs": ("batch.volcano.sh/v1alpha1", "Job"), "podgroups": ("scheduling.volcano.sh/v1beta1", "PodGroup"),
-               "pods": ("v1", "Pod"), "configmaps": ("v1", "ConfigMap")}
+    PLURALS = {("batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job"),
+               ("batch/v1", "jobs"): ("batch/v1", "Job"),
+               ("scheduling.volcano.sh/v1beta1", "podgroups"): ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+               ("v1", "pods"): ("v1", "Pod"), ("v1", "configmaps"): ("v1", "ConfigMap")}
 
     def request(self, method, path, query=None, body=None, what="", content_type=""):
         """Paginated GET of a collection, as `status` reads it: limit and continue (an offset)."""
@@ -102,7 +106,9 @@ class FakeCluster:
         self.metrics.record("GET", 200, 0.001)
         self._answer()
         parts = path.strip("/").split("/")
-        namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[parts[-1]]
+        group_version = "/".join(parts[1:parts.index("namespaces")])  # /api/v1/... or /apis/<group>/<version>/...
+        namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[(group_version, parts[-1])]
+        self.requests_seen = getattr(self, "requests_seen", []) + [(path, dict(query or {}))]
         query = query or {}
         found = self._select(kind, namespace, query.get("labelSelector"))
         self.pages_served = getattr(self, "pages_served", 0) + 1

@@ -9,6 +9,8 @@ from stratctl.engine.signals import Capacity
 from stratctl.engine.status import collect
 from stratctl.errors import Unavailable
 from stratctl.view.tables import table
+from stratctl.kube.disruptions import Disruptions
+from stratctl.kube.state import run_starts
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock, text
 from tests.unit.loop import make
@@ -73,6 +75,13 @@ class Mirrors:
     def __init__(self, cluster):
         self.pods = self.Items(cluster, ("v1", "Pod"))
         self.groups = self.Items(cluster, PG)
+        self.disruptions = Disruptions()  # no pod here is ever disrupted
+
+    def pod_starts(self):
+        return run_starts(self.pods.items())
+
+    def pods_complete_since(self):
+        return None
 
     def capacity(self, now=None):
         return Capacity(16, 8, 0.0, 2)
