@@ -212,8 +212,9 @@ def phases(api, study: str) -> dict[str, str]:
     return {j["metadata"]["name"]: volcano_phase(j) for j in jobs_of(api, study)}
 
 
-def finish(proc: subprocess.Popen, api, study: str, timeout: float = SUBMIT_TIMEOUT) -> tuple[dict, str]:
-    """Wait for submit; on a timeout kill it and fail with what the cluster shows (stuck jobs)."""
+def finish(proc: subprocess.Popen, api, study: str, timeout: float = SUBMIT_TIMEOUT) -> tuple[dict | None, str]:
+    """Wait for submit; on a timeout kill it and fail with what the cluster shows (stuck jobs).
+    Its exit code is checked by `exited_0`, after the cluster (what is missing tells more)."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -224,8 +225,15 @@ def finish(proc: subprocess.Popen, api, study: str, timeout: float = SUBMIT_TIME
                     f"stderr (last 4000 chars):\n{err[-4000:]}")
     sys.stderr.write(f"--- stderr of submit (exit {proc.returncode}) ---\n{err}--- end ---\n")
     assert "Traceback" not in err, f"submit crashed (exit {proc.returncode}):\n{err[-6000:]}"
+    try:
+        progress = json.loads(out)
+    except ValueError:
+        progress = None
+    return progress, err
+
+
+def exited_0(proc: subprocess.Popen, err: str) -> None:
     assert proc.returncode == 0, f"submit exited {proc.returncode}, not 0:\n{err[-4000:]}"
-    return json.loads(out), err
 
 
 def outage_lines(stderr: str) -> list[str]:
@@ -247,8 +255,6 @@ def assert_study_whole(api, cli: Cli, path: str, name: str, progress: dict | Non
     # Nothing was preempted and nothing failed: a second attempt would be a spurious requeue.
     again = sorted(j["metadata"]["name"] for j in jobs if j["metadata"]["labels"][labels.ATTEMPT] != "0")
     assert not again, f"attempts beyond the first although no trial failed or was preempted: {again}"
-    if progress is not None:
-        assert (progress["succeeded"], progress["failed"], progress["errors"]) == (len(expected), 0, {}), progress
     done = cli.run("status", name, "-o", "json")
     assert done.returncode == 0, f"status exited {done.returncode}:\n{done.stderr}"
     snap = json.loads(done.stdout)
@@ -258,6 +264,8 @@ def assert_study_whole(api, cli: Cli, path: str, name: str, progress: dict | Non
     assert {t: r["job"] for t, r in rows.items()} == {t: j["metadata"]["name"] for t, j in by_trial.items()}
     [study] = snap["studies"]
     assert study["states"]["succeeded"] == len(expected) and study["states"]["failed"] == 0, study
+    assert progress is not None, "submit printed no JSON summary"
+    assert (progress["succeeded"], progress["failed"], progress["errors"]) == (len(expected), 0, {}), progress
 
 
 def wait_mid_run(api, name: str, submit: subprocess.Popen, timeout: float = 90) -> None:
@@ -294,6 +302,7 @@ def test_submit_rides_out_an_apiserver_restart(testbed, api, cli, studies):
             submit.kill()
         fault("restore")
     assert_study_whole(api, cli, path, name, progress)
+    exited_0(submit, err)
     said = outage_lines(err)
     assert said, f"submit never said the API server was unreachable / it was retrying:\n{err[-4000:]}"
     assert len(said) <= MAX_OUTAGE_LINES, f"{len(said)} outage lines for one outage:\n" + "\n".join(said[:40])
@@ -320,6 +329,7 @@ def test_submit_rides_out_an_etcd_pause(testbed, api, cli, studies):
             submit.kill()
         fault("restore")
     assert_study_whole(api, cli, path, name, progress)
+    exited_0(submit, err)
     # The API server stays reachable (it waits on etcd); whatever submit says, once is enough.
     said = outage_lines(err)
     assert len(said) <= MAX_OUTAGE_LINES, f"{len(said)} outage lines for one pause:\n" + "\n".join(said[:40])
@@ -355,8 +365,9 @@ def test_submit_killed_at_random_moments_then_rerun_completes_the_study_once(tes
     assert seen[-1][1] > 0, f"the kills (seed {seed}) all landed before any create: {seen}"
     # The last run found what the killed runs created and created only the rest (a create a
     # killed run had in flight may land after the listing: the rerun then meets its 409).
-    assert progress["created"] + progress["existing"] <= TRIALS - seen[-1][1], (seen, progress)
     assert_study_whole(api, cli, path, name, progress)
+    exited_0(proc, err)
+    assert progress["created"] + progress["existing"] <= TRIALS - seen[-1][1], (seen, progress)
     assert not outage_lines(err), err
 
 
