@@ -117,9 +117,11 @@ def cli(testbed):
     return Cli(testbed)
 
 
-def canary(api, namespace: str, timeout: float = 60) -> None:
+def canary(api, namespace: str, timeout: float = 150) -> None:
     """A one-pod gang (admin) must run to Completed: the scheduler, the controllers and KWOK
-    work (they reconnect by themselves after a fault). Fails as the testbed's fault, not the
+    work. They reconnect to a restarted API server by themselves, but their client-go
+    reflectors back off exponentially (up to 30 s, jittered up to 60 s): after an outage
+    they may take a minute or two (seen: 105 s). Fails as the testbed's fault, not the
     product's."""
     name = unique("canary")
     api.create({
@@ -289,13 +291,14 @@ def wait_mid_run(api, name: str, submit: subprocess.Popen, timeout: float = 90) 
 
 
 def test_submit_rides_out_an_apiserver_restart(testbed, api, cli, studies):
-    """(a) kube-apiserver SIGKILLed mid-run, down 8 s, started again from its own command line."""
+    """(a) kube-apiserver SIGKILLed mid-run, down 5 s (8-9 s unreachable), started again from
+    its own command line. Volcano may take a minute or more to notice (see canary)."""
     name = unique("f-api")
     path = studies(name, study_yaml(name, testbed.namespace))
     submit = cli.submit(path)
     try:
         wait_mid_run(api, name, submit)
-        fault("apiserver-restart", "8")
+        fault("apiserver-restart", "5")
         progress, err = finish(submit, api, name)
     finally:
         if submit.poll() is None:
