@@ -26,7 +26,7 @@ from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict,
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
-from stratctl.engine.requeue import Requeue, create_attempt
+from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
@@ -205,7 +205,7 @@ class Submitter:
             return
         at, started = self.wall(), time.perf_counter()
         cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
-        starts = self.signals.pod_starts() if self.signals is not None else None  # batch/v1 Jobs' run starts
+        starts = pod_starts(self.cluster, self.namespace, self.study.name, self._kind, self.signals)  # batch/v1 Jobs
         (row,), _ = build(at, [cm], latest_slim(self._jobs.values()), starts=starts)
         cost = time.perf_counter() - started
         data = summary_data(row, 0.0)  # compared without the time it was taken

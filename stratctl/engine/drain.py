@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from stratctl import labels
 
 from stratctl.study import document
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.kube.record import job_kinds, parse_record, records, record_name, suspended_of, suspended_patch
-from stratctl.engine.requeue import carried_of_mark, carry_forward, submit_attempt
-from stratctl.kube.state import classify, latest_attempts, run_starts
+from stratctl.engine.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
+from stratctl.kube.state import classify, latest_attempts
 
 @dataclass
 class Outcome:
@@ -57,10 +57,8 @@ def _suspend(cluster, namespace: str, name: str, kinds, now: float) -> list[str]
         attempt = int(job["metadata"]["labels"].get(labels.ATTEMPT, "0"))
         if not classify(job).in_flight or (trial in marks and marks[trial]["attempt"] >= attempt):
             continue
-        if starts is None:
-            # a batch/v1 Job does not record when its gang started: its pods do
-            starts = run_starts(cluster.list(POD, namespace, label_selector=f"{labels.STUDY}={name}")[0]) \
-                if BATCH_JOB in kinds else {}
+        if starts is None:  # a batch/v1 Job does not record when its gang started: its pods do
+            starts = (pod_starts(cluster, namespace, name, BATCH_JOB) if BATCH_JOB in kinds else None) or {}
         carry = carry_forward(job, now, suspended=True, started=starts.get(job["metadata"].get("uid")))
         victims[trial] = job
         marks[trial] = {

@@ -24,7 +24,7 @@ from stratctl.kube.state import (
     TrialState,
     attempt_of,
     classify,
-    finished_condition,
+    ended_at,
     is_batch,
     preemptions,
     timestamp,
@@ -119,8 +119,7 @@ def usage(job: dict, now: float, state: TrialState | None = None, started: float
 def _batch_usage(job: dict, now: float, state: TrialState, started: float | None, gpus: int) -> Usage:
     if started is None:
         return Usage()
-    end = finished_condition(job, "Complete") or finished_condition(job, "Failed")
-    ended = (timestamp(end.get("lastTransitionTime")) if end else None) or now
+    ended = ended_at(job) or now
     seconds = max(0.0, ended - started) * gpus
     return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
 

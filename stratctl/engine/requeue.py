@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.kube.cluster import CONFIGMAP, EVENT, PODGROUP
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.kube.record import parse_record, record_name, suspended_of
 from stratctl.engine.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
 from stratctl.kube.state import (
-    TrialState, classify, classify_attempt, ended_at, is_batch, podgroup_name, preemptions, spec_hash_of, timestamp,
+    TrialState, classify, classify_attempt, ended_at, is_batch, podgroup_name, preemptions, run_starts, spec_hash_of,
+    timestamp,
 )
 
 # The pod mirror has seen every pod of a job created this long after its last list (a
@@ -53,6 +54,21 @@ def carry_forward(job: dict, now: float, state: TrialState | None = None, suspen
         suspensions=before.suspensions + (1 if suspended else 0),
         failures=before.failures + (1 if state is TrialState.FAILED else 0),
     )
+
+
+def pod_starts(cluster, namespace: str, study: str, kind: tuple[str, str], signals=None) -> dict[str, float] | None:
+    """Job uid → when its first pod started, which a batch/v1 Job does not record (see
+    `recovery.usage`): from the loop's pod mirror when it has one, else from one list of the
+    study's pods; None for Volcano Jobs (they record it) or when the pods cannot be read."""
+    if signals is not None:
+        return signals.pod_starts()
+    if kind != BATCH_JOB:
+        return None
+    try:
+        pods, _ = cluster.list(POD, namespace, label_selector=f"{labels.STUDY}={study}")
+    except ClusterError:
+        return None
+    return run_starts(pods)
 
 
 def carried_of_mark(mark: dict) -> Carried:
@@ -227,7 +243,8 @@ class Requeue:
             mark = marks.get(name)
             if job is not None and (mark is None or mark["attempt"] < int(job["metadata"]["labels"][labels.ATTEMPT])):
                 if starts is None:
-                    starts = self.signals.pod_starts() if self.signals is not None else {}
+                    starts = pod_starts(self.cluster, self.study.namespace, self.study.name, self.kind,
+                                        self.signals) or {}
                 carry = carry_forward(job, self.clock(), views[name].state, started=starts.get(job["metadata"].get("uid")))
             else:
                 carry = carried_of_mark(mark or {})

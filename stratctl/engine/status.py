@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from stratctl import labels
 from stratctl.kube.cluster import PODGROUP, POD, resource_path
 from stratctl.kube.record import job_kinds, parse_record, records
-from stratctl.kube.state import TrialState, classify, job_of_pod, owner_uid, timestamp
+from stratctl.kube.state import TrialState, classify, job_of_pod, run_starts
 from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, summary_of
 
 PAGE = 500
@@ -117,13 +117,11 @@ def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict],
     starts (job uid → the earliest start of its pods) from the pods that reached a node."""
     for items in _pages(cluster, POD, namespace, selector, STARTED_PODS):
         for pod in items:
-            job, uid = job_of_pod(pod), owner_uid(pod)
-            value = _result(pod)
+            job, value = job_of_pod(pod), _result(pod)
             if job and value is not None and job not in results:
                 results[job] = value
-            started = timestamp((pod.get("status") or {}).get("startTime"))
-            if uid and started is not None and started < starts.get(uid, float("inf")):
-                starts[uid] = started
+        for uid, started in run_starts(items).items():
+            starts[uid] = min(started, starts.get(uid, started))
 
 
 def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,

@@ -195,14 +195,6 @@ def restarts(job: dict) -> int:
     return int((job.get("status") or {}).get("retryCount") or 0)
 
 
-def disrupted(pod: dict) -> bool:
-    """The pod is being (or was) evicted: DisruptionTarget=True, any reason."""
-    return any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
-
-
 def podgroup_name(job: dict) -> str:
     """The attempt's PodGroup: for a Volcano Job the one Volcano creates, `<job name>-<job
     uid>`; for a batch/v1 Job the one stratctl renders beside it, named like the job."""
