@@ -319,9 +319,6 @@ def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_c
         def latency_p90(self):
             return None
 
-        def new_429s(self, total):
-            return 0
-
     submitter.signals = Signals()
     events = []
     submitter.reporter = type("R", (), {"update": lambda self, p: None, "event": lambda self, m: events.append(m)})()
