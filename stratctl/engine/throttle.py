@@ -26,7 +26,7 @@ from typing import TypeVar
 import tenacity
 
 from stratctl.engine import pace as rule
-from stratctl.errors import Throttled, Unavailable
+from stratctl.errors import ClusterError, Throttled, Unavailable
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -274,7 +274,7 @@ class Throttle:
                         raise
                     except Unavailable:
                         raise
-                    except Exception:
+                    except ClusterError:
                         self._answered(self._clock() - started, mutating)  # the server answered: a 4xx
                         raise
                     self._answered(self._clock() - started, mutating)
