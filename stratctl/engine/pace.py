@@ -131,6 +131,7 @@ class Pressure:
     window: int = 1  # requests in flight allowed now
     serial_writes: bool = False  # writes go one at a time
     stalled: float = 0.0  # seconds refused with nothing answered
+    slowing: bool = False  # holding requests back now: stalled, a 429 within `pause_cap`, or the rate below qps
 
     @property
     def tight(self) -> bool:
@@ -163,4 +164,6 @@ def pressure(state: PaceState, config: PaceConfig, now: float) -> Pressure:
         window=int(state.size),
         serial_writes=throttled(state, config, now),
         stalled=stalled(state, now),
+        slowing=(stalled(state, now) > 0 or now - state.last_429 < config.pause_cap
+                 or (limited and state.rate < config.qps)),
     )

@@ -62,10 +62,10 @@ class Progress:
 
     @property
     def api_limited(self) -> bool:
-        """The API quota, not the GPUs, limits the study now: it pushes back while the GPUs
-        have room for trials that wait (the decision let some in, or held them only because
-        nothing of ours is accepted)."""
-        return bool(self.api and self.api.tight and self.waiting and (self.wanted or self.api.stalled))
+        """The API quota, not the GPUs, limits the study now: the request pace is holding
+        requests back (`Pressure.slowing`) while the GPUs have room for trials that wait
+        (this cycle's decision let some in, or held them only because nothing is accepted)."""
+        return bool(self.api and self.api.slowing and self.waiting and (self.wanted or self.api.stalled))
 
     @property
     def api_note(self) -> str | None:

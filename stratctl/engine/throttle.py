@@ -1,8 +1,8 @@
 """Client-side admission of API requests: the mechanism that applies the request pace.
 
-Every request stratctl makes takes a token from a token bucket first (`qps`, at most
-`burst` at once), then a slot in a concurrency window, and mutating requests while the API
-is throttled also the single write seat; then it is sent. The pace (`pace`: a pure rule
+Every request stratctl makes takes, while the API is throttled and it is a write, the single
+write seat; then a slot in a concurrency window; then a token from a token bucket (`qps`,
+at most `burst` at once); then it is sent. The pace (`pace`: a pure rule
 on the API server's answers) sets the bucket's rate and the window's size after every
 answer: a 429 halves the rate and closes the window to one request, answers open them
 again. A 429 also pauses the whole client briefly (the Retry-After, up to 1 s, doubling
@@ -257,15 +257,17 @@ class Throttle:
         """
 
         def admitted() -> T:
-            self.bucket.acquire()
             seat = self.writes if mutating and self.throttled() else None
             if seat is not None:
                 seat.acquire()
             try:
                 self.window.acquire()
                 try:
-                    # a slot may have taken a while: a pause begun meanwhile applies
-                    self.bucket.wait_hold()
+                    # the token last, once the slot is ours: only requests about to go hold
+                    # one, so tokens reserved while the rate was cut do not pile up into a
+                    # debt that outlives the cut (16 waiting creates at 0.5/s: 32 s); its
+                    # wait includes any pause begun meanwhile
+                    self.bucket.acquire()
                     started = self._clock()
                     try:
                         result = fn()

@@ -108,7 +108,7 @@ class LogDisplay:
 
     def update(self, p: Progress) -> None:
         key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, len(p.errors), p.throttled_429,
-               p.watch_problem, p.api_limited)
+               p.watch_problem)
         if key == self._last:
             return
         self._last = key

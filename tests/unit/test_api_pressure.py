@@ -95,12 +95,36 @@ def test_the_panel_says_when_the_api_quota_not_the_gpus_is_the_bottleneck():
     from stratctl.engine.progress import Progress
 
     p = Progress(study="sweep", total=100, running=9, waiting=60, target=16, wanted=7,
-                 api=Pressure(throttled_last_minute=12, qps=3, configured_qps=5, window=1, serial_writes=True))
+                 api=Pressure(throttled_last_minute=12, qps=3, configured_qps=5, window=1, serial_writes=True,
+                              slowing=True))
     out = text(progress_table(p))
     assert ("API quota  12 × 429 in the last minute, pacing requests at 3/s (configured 5/s), one request at a time; "
             "GPUs: target 16, in flight 9 — the API quota, not the GPUs, is the bottleneck") in out
     # the GPUs full: the quota pushes back but is not the bottleneck
     p.running, p.wanted = 16, 0
     assert "is the bottleneck" not in text(progress_table(p))
+    # room on the GPUs, but the pace is back at qps: the quota is not what holds the study back
+    p.running, p.wanted = 9, 7
+    p.api = Pressure(throttled_last_minute=12, qps=5, configured_qps=5, window=1, serial_writes=True)
+    assert "API quota  12 × 429" in text(progress_table(p)) and "is the bottleneck" not in text(progress_table(p))
     p.api = Pressure(configured_qps=5, qps=5, window=16)
     assert "API quota" not in text(progress_table(p))
+
+
+def test_status_shows_the_quota_note_a_running_loop_keeps_fresh_in_the_record():
+    from stratctl.engine.summary import build
+    from stratctl.kube.record import StudyRecord, parse_record, record_manifest
+    from stratctl.view.tables import studies_table
+
+    note = ("API quota: 12 × 429 in the last minute, pacing requests at 3/s (configured 5/s), one request at a time; "
+            "GPUs: target 16, in flight 9 — the API quota, not the GPUs, is the bottleneck")
+    record = StudyRecord(study="sweep", spec_hash="x", trials=100, target=16, reason="target 16",
+                         api_quota=note, api_quota_at=1000.0)
+    cm = record_manifest(record, "stratctl-e2e")
+    assert parse_record(cm).api_quota == note
+    (row,), _ = build(1030.0, [cm], {})
+    assert row.api == note
+    assert f"sweep: {note}" in text(studies_table([row], 1030.0))
+    # a loop that stopped writing it: gone after a minute
+    (row,), _ = build(1061.0, [cm], {})
+    assert row.api == "" and "API quota" not in text(studies_table([row], 1061.0))

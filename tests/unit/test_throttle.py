@@ -228,3 +228,22 @@ def test_a_request_that_waited_for_a_window_slot_checks_the_hold_again():
     throttle.window = HoldingWindow()
     throttle.call(lambda: sent.append(clock.now))
     assert sent == [1003]
+
+
+def test_requests_waiting_while_the_rate_is_cut_go_at_the_rate_of_when_they_go():
+    # a storm cut the rate to 2/s; four creates wait for the one slot. Each answer raises
+    # the rate by a tenth of qps, and a request takes its token only once it holds the slot,
+    # so the last goes at the recovered rate: tokens reserved up front at 2/s would have
+    # made it wait 1.5 s
+    throttle = Throttle(qps=100, burst=1, concurrency=1)
+    throttle.state = replace(throttle.state, rate=2.0, size=1.0)
+    throttle.bucket.set_rate(2.0)
+    started = time.monotonic()
+    threads = [threading.Thread(target=throttle.call, args=(lambda: None,), kwargs={"mutating": True})
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert time.monotonic() - started < 0.6
+    assert throttle.bucket.qps == 42  # 2 + 4 × 10
