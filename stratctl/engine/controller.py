@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
+from stratctl.engine.pace import api_room
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
@@ -335,6 +336,7 @@ class Submitter:
             stuck=p.stuck,
             drained=self.record.drained,
             api_stalled=p.api.stalled if p.api is not None else 0.0,
+            api_room=api_room(p.api, self.options.poll_interval),
             gangs_fit=p.gangs_fit,
             free_gpus=p.free_gpus,
             precedence=precedence,

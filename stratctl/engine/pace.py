@@ -167,3 +167,12 @@ def pressure(state: PaceState, config: PaceConfig, now: float) -> Pressure:
         slowing=(stalled(state, now) > 0 or now - state.last_429 < config.pause_cap
                  or (limited and state.rate < config.qps)),
     )
+
+
+def api_room(seen: Pressure | None, cycle: float) -> int | None:
+    """Trials to admit in one cycle of `cycle` seconds while the pace holds requests back:
+    what its rate sends in a cycle, at least one; None (any) while it does not, or without a
+    client-side rate (`--qps 0` asked for none)."""
+    if seen is None or not seen.slowing or not seen.qps:
+        return None
+    return max(1, int(seen.qps * cycle))

@@ -13,7 +13,9 @@ put no load on the user's API quota. Cutting the target on 429s left a study on 
 quota running one or two trials at a time on an idle cluster for its whole run (issue 22).
 What the API still may do here is **hold**: when nothing of ours has been accepted for
 `api_stall` seconds, admit nothing new (the target is kept), since creates would only queue
-in the client.
+in the client; and while the request pace holds requests back, a cycle admits no more
+trials than it can create in one cycle (`api_room`), so the loop keeps cycling (observing,
+showing, noticing a drain) instead of waiting a whole storm out inside one large batch.
 
 The adaptive rule (AIMD with a dead band, like TCP congestion control):
 
@@ -64,6 +66,7 @@ class Observed:
     stuck: int = 0  # pending gangs older than the scheduler's grace period
     drained: bool = False  # the study record says hold
     api_stalled: float = 0.0  # seconds our requests have been refused with none accepted (the pace's)
+    api_room: int | None = None  # trials the request pace can create in one cycle while it holds back; None: any
     gangs_fit: int | None = None  # whole gangs of the study's shape the free GPUs could hold; None: unknown
     free_gpus: int | None = None
     etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
@@ -136,7 +139,12 @@ def room(observed: Observed, config: AdaptiveConfig) -> int | None:
 def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
     """The adaptive rule (see the module docstring); returns the decision and the next state."""
     decision, state = _rule(observed, config, state, now)
-    return replace(decision, room=room(observed, config)), state
+    return replace(decision, room=_least(room(observed, config), observed.api_room)), state
+
+
+def _least(*bounds: int | None) -> int | None:
+    known = [b for b in bounds if b is not None]
+    return min(known) if known else None
 
 
 def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
@@ -242,7 +250,7 @@ class StaticPolicy:
         if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
             return Decision(self.cap, True, f"yielding to higher-priority gang {observed.precedence}")
         if observed.gangs_fit is None:
-            return Decision(self.cap, False, f"static cap {self.cap}")
+            return Decision(self.cap, False, f"static cap {self.cap}", room=observed.api_room)
         room = max(0, observed.gangs_fit + self.queue_ahead - observed.pending)
         return Decision(self.cap, False, f"static cap {self.cap}, {observed.gangs_fit} gang(s) fit in free GPUs",
-                        room=room)
+                        room=_least(room, observed.api_room))

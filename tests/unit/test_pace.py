@@ -115,3 +115,13 @@ def test_pressure_says_what_the_quota_does_in_words():
     assert seen.tight and not seen.slowing and seen.qps == 10
     # a minute later the 429s are forgotten: no pressure left to report
     assert not pressure(state, CONFIG, now + 60).tight
+
+
+def test_a_cycle_admits_what_the_pace_sends_in_a_cycle_only_while_it_holds_back():
+    from stratctl.engine.pace import api_room
+
+    assert api_room(None, 1.0) is None
+    assert api_room(Pressure(qps=5, configured_qps=5, throttled_last_minute=3), 1.0) is None
+    assert api_room(Pressure(qps=3.5, configured_qps=5, slowing=True), 2.0) == 7
+    assert api_room(Pressure(qps=0.5, configured_qps=5, slowing=True), 1.0) == 1
+    assert api_room(Pressure(qps=None, slowing=True), 1.0) is None

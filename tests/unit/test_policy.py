@@ -176,3 +176,11 @@ def test_persistence_and_steps_are_seconds_not_cycles():
     targets, _, reasons = run(free, config=AdaptiveConfig(initial=4, max=64), step=0.2)
     assert targets == [8, 8, 8, 8, 8, 16, 16, 16, 16, 16, 32]
     assert reasons[1] == "50 more gang(s) fit; next step in 0.8s"
+
+
+def test_while_the_request_pace_holds_back_a_cycle_admits_what_it_can_create():
+    o = obs(in_flight=4, gangs_fit=10, api_room=2)
+    d, _ = decide(o, CONFIG, PolicyState(20), 0)
+    assert d.target == 20 and d.room == 2 and d.admit(o) == 2  # the target stays where the GPUs put it
+    assert StaticPolicy(20).decide(obs(in_flight=4, gangs_fit=10, api_room=1), 0).admit(o) == 1
+    assert StaticPolicy(20).decide(obs(in_flight=4, gangs_fit=None, api_room=1), 0).admit(o) == 1
