@@ -86,7 +86,7 @@ def write_summary(cluster: Cluster, namespace: str) -> dict:
     cm = cluster.get(CONFIGMAP, record_name(STUDY), namespace)
     started = time.perf_counter()
     at = time.time()
-    (row,), _ = build(at, [cm], latest_slim(jobs, at))
+    (row,), _ = build(at, [cm], latest_slim(jobs))
     data = summary_data(row, at)
     built = time.perf_counter() - started
     cluster.patch(CONFIGMAP, record_name(STUDY), {"data": data}, namespace)

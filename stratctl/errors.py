@@ -79,7 +79,14 @@ class Throttled(ClusterError):
 
 
 class Unavailable(ClusterError):
-    """A transient failure: connection error, timeout or a 5xx other than throttling."""
+    """A transient failure: connection error, timeout, a 5xx other than throttling, or a
+    401/403 on a request that worked moments before (a restarting API server)."""
+
+
+class Unreachable(ClusterError):
+    """The API server has not answered for longer than the command waits: giving up.
+
+    Not an `Unavailable`, so nothing retries it: it ends the command (exit 3)."""
 
 
 class AlreadyExists(ClusterError):
@@ -96,6 +103,11 @@ class Invalid(ClusterError):
 class NotFound(ClusterError):
     def __init__(self, message: str):
         super().__init__(message, status=404, reason="NotFound")
+
+
+def transient(error: BaseException) -> bool:
+    """A pause, not a verdict: the same request may well succeed a little later."""
+    return isinstance(error, (Unavailable, Throttled))
 
 
 class SpecConflict(StratctlError):

@@ -40,3 +40,8 @@ GPU_SECONDS = f"{PREFIX}/gpu-seconds"  # GPU-seconds used by earlier attempts
 GPU_SECONDS_LOST = f"{PREFIX}/gpu-seconds-lost"  # of those, lost to preemption
 SUSPENSIONS = f"{PREFIX}/suspensions"  # times `drain` suspended the trial before this attempt
 GIVEN_UP = f"{PREFIX}/given-up"  # set on the last attempt when recovery gives the trial up: why
+
+# On an attempt created because the previous one could not go on for a reason that is
+# neither a preemption nor a failure: why (`lost by the job controller`), for `status`.
+REQUEUED_BECAUSE = f"{PREFIX}/requeued-because"
+LOST = f"{PREFIX}/lost"  # attempts of the trial lost in a row before this one (lost.py)

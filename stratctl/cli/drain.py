@@ -27,9 +27,9 @@ def drain(
     Critical studies are never touched.
     """
     from stratctl.engine import drain as core
-    from stratctl.kube.cluster import Cluster
+    from stratctl.engine.connect import Connection, one_shot
 
-    cluster = Cluster.connect(kubeconfig, context, namespace)
+    cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
         outcomes = core.drain(cluster, cluster.namespace, study, all_noncritical, settle=settle)
     finally:
@@ -54,9 +54,9 @@ def resume(
 ) -> None:
     """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again."""
     from stratctl.engine import drain as core
-    from stratctl.kube.cluster import Cluster
+    from stratctl.engine.connect import Connection, one_shot
 
-    cluster = Cluster.connect(kubeconfig, context, namespace)
+    cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
         outcome = core.resume(cluster, cluster.namespace, study)
     finally:

@@ -36,11 +36,11 @@ def status(
     """Show studies (trials by state, in flight against target, attempts, preemptions, GPU-hours)
     and their trials (parameters, state, attempt, age, why pending, result)."""
     from stratctl.engine import status as core
+    from stratctl.engine.connect import Connection, one_shot
     from stratctl.view import tables
-    from stratctl.kube.cluster import Cluster
     from stratctl.view.yamlout import dump_all
 
-    cluster = Cluster.connect(kubeconfig, context, namespace, pool_size=8)
+    cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=8)
     ns = cluster.namespace
 
     def snapshot():

@@ -45,6 +45,7 @@ def submit(
     workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Concurrent create requests.")] = 16,
     parallelism: Annotated[Parallelism, typer.Option("--parallelism", help="adaptive: follow cluster pressure within the study's bounds; static: keep --max-inflight.")] = Parallelism.adaptive,
     prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd commit p99 above 250 ms holds new submissions; Volcano scheduling p90 above 2 s halves the target.")] = None,
+    outage_timeout: Annotated[float, typer.Option("--outage-timeout", min=1, help="Seconds the API server may not answer (restarting, etcd paused) before submit gives up with exit 3; meanwhile it retries.")] = 300.0,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
 ) -> None:
@@ -65,6 +66,7 @@ def submit(
         workers=workers,
         parallelism=parallelism.value,
         prometheus_url=prometheus_url,
+        outage_timeout=outage_timeout,
     )
     err = Console(stderr=True)
     display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
@@ -86,6 +88,10 @@ def submit(
         raise typer.Exit(ExitCode.INTERRUPTED)
     if progress.errors and options.dry_run:
         raise typer.Exit(ExitCode.INVALID_INPUT)  # the server refused manifests: the study needs fixing
+    if progress.conflicts:  # objects of the study's trials exist with another spec: the user must choose
+        err.print(f"[red]{len(progress.conflicts)} trial(s) exist in the cluster with a different spec hash[/]: "
+                  "delete their jobs or rename the study")
+        raise typer.Exit(ExitCode.CONFLICT)
     if progress.errors or progress.failed:
         raise typer.Exit(ExitCode.FAILURE)
 

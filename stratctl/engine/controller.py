@@ -4,6 +4,13 @@ Each cycle observes the study's jobs (one paginated list), asks the policy how m
 trials may be in flight, creates that many more through the throttle, and sleeps. The
 cluster is the source of truth: a rerun after a crash lists what exists and creates only
 what is missing; a 409 whose spec-hash label matches counts as already submitted.
+
+An API server that stops answering (restarted, etcd paused) is a pause, not a verdict: a
+cycle that fails on a transient error is tried again with growing waits, the display
+says once that the server is out and once that it is back, and a trial whose create
+failed that way stays waiting (only a refusal, like an invalid manifest, is its verdict).
+The loop gives up (`Unreachable`, exit 3) once the server has been silent for the
+outage timeout.
 """
 
 from __future__ import annotations
@@ -15,16 +22,18 @@ from dataclasses import dataclass, replace
 
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
-from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict
+from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.pace import api_room
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
 from stratctl.engine.requeue import Requeue, create_attempt
+from stratctl.engine.salvage import Salvage
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror, watch_health
+from stratctl.kube.outage import Change, Outage, duration
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.kube.state import TrialState, classify, latest_attempts
@@ -42,12 +51,21 @@ class SubmitOptions:
     parallelism: str = "adaptive"  # "adaptive" | "static"
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
     prometheus_url: str | None = None  # etcd and Volcano scheduler metrics, when the cluster has Prometheus
+    outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
 SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least
 SUMMARY_REFRESH = 20.0  # ... and at most, while the loop runs
 RECORD_EVERY = 2.0  # seconds between two writes of the record's target and reason, at least
+# seconds between cycles while the API server does not answer: the n-th failed cycle in a
+# row waits the n-th (the poll interval, when longer); each request was retried already
+OUTAGE_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+
+
+def outage_wait(failed: int, poll_interval: float) -> float:
+    """The wait after the `failed`-th failed cycle in a row (1, 2, ...)."""
+    return max(poll_interval, OUTAGE_BACKOFF[min(failed, len(OUTAGE_BACKOFF)) - 1])
 
 
 def gang_shape(study: Study) -> list[int]:
@@ -132,6 +150,13 @@ class Submitter:
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
         self._unsaved: dict[str, str] = {}  # record keys changed since the last record write (coalesced)
         self._record_written = float("-inf")  # clock time of the last record write
+        self._recorded = False  # the study record exists (ensure_record went through)
+        self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
+        self._paused: set[str] = set()  # trials whose create failed transiently, already said
+        # Whether the API server answers: the cluster's own account (every request tells it),
+        # else the loop's, told by whole cycles.
+        self._told = getattr(cluster, "outage", None) is None
+        self.outage: Outage = Outage(options.outage_timeout, clock=clock) if self._told else cluster.outage
 
     # -- the study record -----------------------------------------------------------
 
@@ -152,6 +177,7 @@ class Submitter:
                     "unchanged keep their names"
                 )
             self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures")
+        self._recorded = True
 
     def _save_record(self, *keys: str) -> None:
         """Write only the named keys of the record: `drained` and the suspension marks belong
@@ -213,7 +239,8 @@ class Submitter:
             return None
         at, started = self.wall(), time.perf_counter()
         cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
-        (row,), _ = build(at, [cm], latest_slim(self._jobs.values(), at))
+        starts = self.signals.pod_starts() if self.signals is not None else None  # batch/v1 Jobs' run starts
+        (row,), _ = build(at, [cm], latest_slim(self._jobs.values()), starts=starts)
         cost = time.perf_counter() - started
         data = summary_data(row, 0.0)  # compared without the time it was taken
         if not force and data == last_data and now - last_time < SUMMARY_REFRESH:
@@ -236,6 +263,7 @@ class Submitter:
         else:
             jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
         latest = latest_attempts(jobs)
+        self._all_jobs = jobs
         states: dict[str, TrialState] = {}
         for name in self.order:
             if name in latest:
@@ -249,32 +277,59 @@ class Submitter:
 
     # -- act --------------------------------------------------------------------------
 
+    def _seen(self, obj: dict) -> None:
+        """An object this loop created: its jobs are added to the mirror, so the next cycle
+        sees them even if the watch lags."""
+        if self.jobs is not None and obj.get("kind") == self._kind[1]:
+            self.jobs.add(obj)
+
     def submit_trial(self, trial: Trial, dry_run: bool = False) -> str:
         """Create every manifest of the trial's first attempt; 'created' or 'existing'.
 
         A 409 is success when the object there carries the same spec hash.
         """
         manifests = self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
+        return create_attempt(self.cluster, manifests, self.namespace, dry_run=dry_run, created=self._seen)
 
-        def seen(obj: dict) -> None:
-            if self.jobs is not None and obj.get("kind") == self._kind[1]:
-                self.jobs.add(obj)  # so the next cycle sees it even if the watch lags
+    def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> list[str]:
+        """Create the trials' first attempts; the names submitted.
 
-        return create_attempt(self.cluster, manifests, self.namespace, dry_run=dry_run, created=seen)
-
-    def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> None:
+        A refusal (an invalid manifest, a 403 on creates that never worked, a spec conflict)
+        is the trial's verdict, kept in `progress.errors`. A transient failure (the API
+        server out or restarting) leaves the trial waiting for the next cycle: a create
+        whose answer was lost may have gone through, and then the retry's 409 with the same
+        spec hash counts it as submitted. When nothing got through, the cycle fails with
+        the first such error, so the loop waits for the server (a server dry run, one pass,
+        reports every failure per trial instead)."""
         futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run) for name in names}
+        submitted: list[str] = []
+        paused: dict[str, ClusterError] = {}
         for name, future in futures.items():
             try:
                 outcome = future.result()
             except (ClusterError, SpecConflict) as exc:
+                if isinstance(exc, Unreachable) or (transient(exc) and not dry_run):
+                    paused[name] = exc
+                    continue
                 self.progress.errors[name] = str(exc)
+                if isinstance(exc, SpecConflict):
+                    self.progress.conflicts.append(name)
                 self.reporter.event(f"trial {name}: {exc}")
                 continue
+            submitted.append(name)
+            self._paused.discard(name)
             if outcome == "created":
                 self.progress.created += 1
             else:
                 self.progress.existing += 1
+        gave_up = [e for e in paused.values() if isinstance(e, Unreachable)]
+        if gave_up or (paused and not submitted):
+            raise (gave_up or list(paused.values()))[0]
+        for name, exc in paused.items():  # the others went through: say it, once per trial
+            if name not in self._paused:
+                self._paused.add(name)
+                self.reporter.event(f"trial {name}: not created this cycle ({exc}); trying again")
+        return submitted
 
     def cleanup(self, states: dict[str, TrialState]) -> None:
         """Delete finished jobs (study setting `cleanup: delete`), remembering outcomes first."""
@@ -387,43 +442,94 @@ class Submitter:
         self._tally({n: TrialState.WAITING for n in names})
         return self.progress
 
+    def _heard(self, change: Change) -> None:
+        """The API server stopped answering, or answers again: say it once, as it happens
+        (from whichever request noticed)."""
+        if change.down:
+            self.reporter.event(f"API server unreachable ({change.error}); retrying, giving up after "
+                                f"{duration(self.outage.patience)} without an answer")
+        else:
+            self.reporter.event(f"API server answering again after {duration(change.lasted)} out; carrying on")
+
+    def _mirrored(self) -> tuple[list[dict] | None, list[dict] | None]:
+        """The cluster's pods and the namespace's PodGroups, when the loop mirrors them."""
+        pods, groups = getattr(self.signals, "pods", None), getattr(self.signals, "groups", None)
+        if pods is None or groups is None:
+            return None, None
+        return pods.items(), groups.items()
+
+    def _cycle(self, pool: ThreadPoolExecutor, requeue: Requeue, salvage: Salvage) -> bool:
+        """One reconcile: observe, recover, decide, admit. True when the run is over."""
+        if not self._recorded:
+            self.ensure_record()
+        states = self.observe()
+        if self._record_due():
+            self._refresh_flags()
+        states = requeue.step(states, self._jobs, self.record.drained, record=self._record_cm)
+        states = salvage.step(states, self._jobs, self._all_jobs, self.record.drained, *self._mirrored())
+        self._tally(states)
+        self.save_summary(force=self.progress.done)  # the cluster as just observed
+        observed = self._observe_pressure(states)
+        decision = self._decide(observed)
+        waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
+        if decision.backfill is not None:  # only trials that end before the waiting gang can start
+            waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
+        admit = decision.admit(replace(observed, waiting=len(waiting)))
+        if admit:
+            submitted = self._submit_batch(waiting[:admit], pool)
+            states.update({n: TrialState.PENDING for n in submitted})
+            self._tally(states)
+        if self.study.cleanup == "delete":
+            self.cleanup(states)
+        self.reporter.update(self.progress)
+        if self.progress.done:
+            return True
+        if self.options.detach and not self.progress.waiting:
+            self.progress.detached = True
+            return True
+        return False
+
     def run(self) -> Progress:
         if self.options.dry_run:
             return self.dry_run()
-        self.ensure_record()
+        self.outage.listen(self._heard)
         pool = ThreadPoolExecutor(self.options.workers)
         # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
-        requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter)
+        requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+                          signals=self.signals)
+        # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
+        salvage = Salvage(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+                          clock=self.clock, wall=self.wall, created=self._seen)
+        self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
+        failed = 0  # cycles failed in a row
         try:
             while True:
-                states = self.observe()
-                if self._record_due():
-                    self._refresh_flags()
-                states = requeue.step(states, self._jobs, self.record.drained, record=self._record_cm)
-                self._tally(states)
-                self.save_summary(force=self.progress.done)  # the cluster as just observed
-                observed = self._observe_pressure(states)
-                decision = self._decide(observed)
-                waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
-                if decision.backfill is not None:  # only trials that end before the waiting gang can start
-                    waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
-                admit = decision.admit(replace(observed, waiting=len(waiting)))
-                if admit:
-                    batch = waiting[:admit]
-                    self._submit_batch(batch, pool)
-                    states.update({n: TrialState.PENDING for n in batch if n not in self.progress.errors})
-                    self._tally(states)
-                if self.study.cleanup == "delete":
-                    self.cleanup(states)
-                self.reporter.update(self.progress)
-                if self.progress.done:
-                    break
-                if self.options.detach and not self.progress.waiting:
-                    self.progress.detached = True
+                started = self.clock()
+                try:
+                    over = self._cycle(pool, requeue, salvage)
+                except ClusterError as exc:
+                    if not transient(exc):
+                        raise  # a verdict (RBAC, a missing namespace), or the outage outlasted the timeout
+                    if self._told:
+                        error = self.outage.failed(exc, started)
+                        if not transient(error):
+                            raise error from None
+                    failed += 1
+                    self.reporter.update(self.progress)
+                    self.sleep(outage_wait(failed, self.options.poll_interval))
+                    continue
+                failed = 0
+                if self._told:
+                    self.outage.answered()
+                if over:
                     break
                 self._pause()
         except KeyboardInterrupt:
             self.progress.interrupted = True
+        except Unreachable as exc:
+            self.reporter.update(self.progress)
+            raise Unreachable(f"{exc}. Run the same command again once it is back: trials already in the "
+                              "cluster are recognised, never duplicated", status=exc.status, reason=exc.reason) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         self.reporter.update(self.progress)

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from stratctl import labels
 
 from stratctl.study import document
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB
-from stratctl.errors import ClusterError, SpecConflict, StratctlError, UsageError
-from stratctl.kube.record import parse_record, records, record_name, suspended_of, suspended_patch
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
+from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
+from stratctl.kube.record import job_kinds, parse_record, records, record_name, suspended_of, suspended_patch
 from stratctl.engine.requeue import carried_of_mark, carry_forward, submit_attempt
-from stratctl.kube.state import classify, latest_attempts
+from stratctl.kube.state import classify, latest_attempts, run_starts
 
 @dataclass
 class Outcome:
@@ -42,27 +42,26 @@ class Outcome:
         return dict(self.__dict__)
 
 
-def workload_kind(source: str) -> tuple[str, str]:
-    """The job kind a study runs as, from the study text kept in its record (read with the
-    same safe loader and alias limits as a study file)."""
-    try:
-        data = document.parse(source, "<study record>").data
-    except StratctlError:
-        data = {}
-    return BATCH_JOB if isinstance(data, dict) and data.get("workload") == "batch" else VOLCANO_JOB
-
-
-def _suspend(cluster, namespace: str, name: str, kind, now: float) -> list[str]:
+def _suspend(cluster, namespace: str, name: str, kinds, now: float) -> list[str]:
     """Mark then delete every running or pending attempt of the study; the trials marked."""
-    jobs, _ = cluster.list(kind, namespace, label_selector=f"{labels.STUDY}={name}")
+    jobs, kind_of = [], {}
+    for kind in kinds:
+        for job in cluster.list(kind, namespace, label_selector=f"{labels.STUDY}={name}")[0]:
+            jobs.append(job)
+            kind_of[job["metadata"]["name"]] = kind  # list items of built-in kinds carry no apiVersion
     cm = cluster.get(CONFIGMAP, record_name(name), namespace)
     marks = suspended_of(cm)
     victims = {}
+    starts: dict[str, float] | None = None
     for trial, job in latest_attempts(jobs).items():
         attempt = int(job["metadata"]["labels"].get(labels.ATTEMPT, "0"))
         if not classify(job).in_flight or (trial in marks and marks[trial]["attempt"] >= attempt):
             continue
-        carry = carry_forward(job, now, suspended=True)
+        if starts is None:
+            # a batch/v1 Job does not record when its gang started: its pods do
+            starts = run_starts(cluster.list(POD, namespace, label_selector=f"{labels.STUDY}={name}")[0]) \
+                if BATCH_JOB in kinds else {}
+        carry = carry_forward(job, now, suspended=True, started=starts.get(job["metadata"].get("uid")))
         victims[trial] = job
         marks[trial] = {
             "attempt": attempt,
@@ -77,6 +76,7 @@ def _suspend(cluster, namespace: str, name: str, kind, now: float) -> list[str]:
     # The marks go in before the jobs go: a loop that sees a job gone must see its mark.
     cluster.patch(CONFIGMAP, record_name(name), suspended_patch(marks), namespace)
     for job in victims.values():
+        kind = kind_of[job["metadata"]["name"]]
         cluster.delete(kind, job["metadata"]["name"], namespace)
         if kind == BATCH_JOB:
             cluster.delete(PODGROUP, job["metadata"]["name"], namespace)
@@ -110,7 +110,7 @@ def drain(
             outcome.skipped = "critical"
             continue
         cluster.patch(CONFIGMAP, record_name(record.study), {"data": {"drained": "true"}}, namespace)
-        outcome.suspended = _suspend(cluster, namespace, record.study, workload_kind(record.source), clock())
+        outcome.suspended = _suspend(cluster, namespace, record.study, job_kinds(record.source), clock())
     if settle and any(not o.skipped for o in outcomes):
         sleep(settle)
         for outcome in outcomes:
@@ -118,7 +118,7 @@ def drain(
                 continue
             cluster.patch(CONFIGMAP, record_name(outcome.study), {"data": {"drained": "true"}}, namespace)
             cm = cluster.get(CONFIGMAP, record_name(outcome.study), namespace)
-            late = _suspend(cluster, namespace, outcome.study, workload_kind(parse_record(cm).source), clock())
+            late = _suspend(cluster, namespace, outcome.study, job_kinds(parse_record(cm).source), clock())
             outcome.suspended = sorted(set(outcome.suspended) | set(late))
     return outcomes
 
@@ -156,6 +156,8 @@ def resume(cluster, namespace: str, study: str) -> Outcome:
                 try:
                     submit_attempt(cluster, renderer, trials[trial], mark["attempt"] + 1, carried_of_mark(mark),
                                    namespace)
+                except Unreachable:
+                    raise  # the server is gone: stop, do not walk the other marks at a timeout each
                 except (ClusterError, SpecConflict) as exc:
                     outcome.note = f"trial {trial}: {exc}"
                     continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratctl.kube.cluster import Cluster
+from stratctl.engine.connect import Connection, connect
 from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
 from stratctl.engine.progress import Progress, Reporter
 from stratctl.study.render import Renderer
@@ -18,15 +18,6 @@ from stratctl.kube.mirror import Mirror
 from stratctl.study.space import Trial, expand
 from stratctl.study.spec import Study, load_study
 from stratctl.engine.throttle import Throttle
-
-
-@dataclass(frozen=True)
-class Connection:
-    """Where to submit: kubectl's flags."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +73,7 @@ def submit_study(
     if options.dry_run == "client":
         return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
                          manifests=prepared.manifests).dry_run()
-    cluster = Cluster.connect(connection.kubeconfig, connection.context, study.namespace, gate=throttle.call,
-                              pool_size=max(options.workers, 4) * 2)
+    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2)
     try:
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)

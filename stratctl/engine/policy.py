@@ -235,11 +235,12 @@ class StaticPolicy:
     that cannot start yet, and that reservoir yields nothing: Volcano places a smaller,
     lower-priority gang into every GPU that frees around a higher-priority gang that does
     not fit yet, so production waits until the reservoir has drained however long the
-    study holds its own creates."""
+    study holds its own creates. While it yields it backfills as the adaptive rule does."""
 
     cap: int
     queue_ahead: int = 2
     api_stall: float = AdaptiveConfig.api_stall
+    backfill_margin: float = AdaptiveConfig.backfill_margin
 
     def decide(self, observed: Observed, now: float) -> Decision:
         if observed.drained:
@@ -248,7 +249,14 @@ class StaticPolicy:
             return Decision(self.cap, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, "
                                             "holding new trials")
         if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
-            return Decision(self.cap, True, f"yielding to higher-priority gang {observed.precedence}")
+            why = f"yielding to higher-priority gang {observed.precedence}"
+            window = None if observed.shadow is None else observed.shadow - self.backfill_margin
+            if window is not None and window > 0 and observed.backfill_fit:
+                return Decision(self.cap, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
+                                                 f"trials expected to end before",
+                                room=_least(observed.backfill_fit, observed.api_room),
+                                backfill=window)
+            return Decision(self.cap, True, why)
         if observed.gangs_fit is None:
             return Decision(self.cap, False, f"static cap {self.cap}", room=observed.api_room)
         room = max(0, observed.gangs_fit + self.queue_ahead - observed.pending)

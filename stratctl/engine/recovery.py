@@ -9,7 +9,8 @@ each never against the other; suspensions count against nothing. A trial preempt
 failed more often than its limit is given up: failed.
 
 `next_actions(views, limits, drained) -> list[Action]` decides; `requeue.py` acts.
-`usage(job, now)` accounts the GPU time an attempt used and lost, from the job alone.
+`usage(job, now)` accounts the GPU time an attempt used and lost: from the Volcano Job
+alone, or from a batch/v1 Job and the time its first pod started.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from stratctl.kube.state import (
     TrialState,
     attempt_of,
     classify,
+    finished_condition,
+    is_batch,
     preemptions,
     timestamp,
     transition,
@@ -80,7 +83,7 @@ class Usage:
 ENDED = ("Completed", "Failed", "Aborted", "Terminated")
 
 
-def usage(job: dict, now: float, state: TrialState | None = None) -> Usage:
+def usage(job: dict, now: float, state: TrialState | None = None, started: float | None = None) -> Usage:
     """GPU time of this attempt's current (or last) run, and how much of it preemption lost.
 
     A run lasts from the job's last transition to Running until it ended (or now). A run
@@ -88,12 +91,18 @@ def usage(job: dict, now: float, state: TrialState | None = None) -> Usage:
     in the last checkpoint is not lost; stratctl cannot see the trial's storage.
     Volcano keeps only the latest transition of each phase, so runs restarted in place
     before the current one are counted as preemptions but not as time.
+
+    A batch/v1 Job records no such transition: `started` is when its first pod started
+    (`state.run_starts`), None when no pod of it is known to have started (none has, or
+    they are gone: then no time is counted). `job` may be a slim job carrying `gpus`.
     """
     state = state or classify(job)
+    gpus = job["gpus"] if "gpus" in job else job_gpus(job)
+    if is_batch(job):
+        return _batch_usage(job, now, state, started, gpus)
     started = timestamp(transition(job, "Running"))
     if started is None:
         return Usage()
-    gpus = job_gpus(job)
     restarting = timestamp(transition(job, "Restarting"))
     if restarting is not None and restarting >= started:
         # the latest run ended in a restart (an eviction) and none has started since
@@ -103,6 +112,15 @@ def usage(job: dict, now: float, state: TrialState | None = None) -> Usage:
         ended = timestamp(((job.get("status") or {}).get("state") or {}).get("lastTransitionTime")) or now
     else:
         ended = now
+    seconds = max(0.0, ended - started) * gpus
+    return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
+
+
+def _batch_usage(job: dict, now: float, state: TrialState, started: float | None, gpus: int) -> Usage:
+    if started is None:
+        return Usage()
+    end = finished_condition(job, "Complete") or finished_condition(job, "Failed")
+    ended = (timestamp(end.get("lastTransitionTime")) if end else None) or now
     seconds = max(0.0, ended - started) * gpus
     return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
 

@@ -8,6 +8,10 @@ of the study's shape those free GPUs could hold once the pods already waiting fo
 are placed: fragmentation-aware, so 8 free GPUs spread one per node hold no gang of two
 4-GPU pods, and demand-aware, so launchers sharing a cluster do not all count the same
 free GPUs.
+
+The pod mirror also feeds `disruptions`: the pods Volcano marked DisruptionTarget, kept
+past their deletion, which tell the loop which ended trials were preempted; and the start
+times of pods, which tell when a batch/v1 Job's gang started running (`pod_starts`).
 """
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ from stratctl.engine.precedence import (
 )
 from stratctl.errors import ClusterError
 from stratctl.kube.cluster import NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
+from stratctl.kube.disruptions import Disruptions
 from stratctl.kube.gpus import after_demand, demand_besides, fragmentation, free_gpus, gangs_fit
 from stratctl.kube.mirror import Mirror
+from stratctl.kube.state import run_starts
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +54,9 @@ class ClusterSignals:
         self.queue = queue
         self._priorities: tuple[dict[str, int], int] | None = None
         self.nodes = Mirror(cluster, NODE)
-        self.pods = Mirror(cluster, POD, label_selector=None)
+        self.disruptions = Disruptions()
+        self.pods = Mirror(cluster, POD, label_selector=None, transform=self.disruptions.observe,
+                           on_delete=self.disruptions.deleted)
         # gangs queued in the study's namespace (where submit may read PodGroups); other
         # namespaces' queued gangs show up once their pods exist
         self.groups = Mirror(cluster, PODGROUP, all_namespaces=False, namespace=namespace) if namespace else None
@@ -102,6 +110,15 @@ class ClusterSignals:
             backfill_fit = backfill_gangs(nodes, pods, groups, ahead, self.shape)
         return Capacity(sum(after.values()), gangs_fit(after, self.shape), fragmentation(after, self.shape), len(nodes),
                         precedence, shadow, backfill_fit)
+
+    def pod_starts(self) -> dict[str, float]:
+        """Job uid → when the first of its pods started, from the pods there and those
+        deleted lately (a preempted gang's pods are gone by the time its job has failed)."""
+        return run_starts(self.pods.items() + self.disruptions.deleted_pods())
+
+    def pods_complete_since(self) -> float | None:
+        """Wall time from which the pod mirror has seen every change (its last list)."""
+        return self.pods.listed_at
 
     def latency_p90(self) -> float | None:
         return self.cluster.metrics.latency_quantile(0.9)

@@ -2,9 +2,10 @@
 
 Two ways to read it, both built by `summary.build`:
 
-- `collect(..., shown=None)` lists every trial's jobs, their PodGroups (why a gang is
-  pending) and their finished pods (results), page by page with the next page already on
-  its way, keeping a small row per object: exact, for JSON/YAML and `--sort`.
+- `collect(..., shown=None)` lists every trial's jobs (Volcano Jobs and batch/v1 Jobs),
+  their PodGroups (why a gang is pending) and their pods that reached a node (results;
+  when a batch/v1 Job's gang started), page by page with the next page already on its
+  way, keeping a small row per object: exact, for JSON/YAML and `--sort`.
 - `collect(..., shown=N)` is what the table needs: for a study whose submit loop keeps a
   fresh summary in the study record (trials by state, attempts, GPU-hours; written every
   few seconds, or final), that row plus the first N trials by name, read as the first
@@ -23,14 +24,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from stratctl import labels
-from stratctl.kube.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
-from stratctl.kube.record import parse_record, records
-from stratctl.kube.state import TrialState
+from stratctl.kube.cluster import PODGROUP, POD, resource_path
+from stratctl.kube.record import job_kinds, parse_record, records
+from stratctl.kube.state import TrialState, classify, job_of_pod, owner_uid, timestamp
 from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, summary_of
 
 PAGE = 500
 FRESH = 30.0  # seconds a submit loop's summary is shown as is (the loop writes it every few)
-FINISHED_PODS = "status.phase!=Pending,status.phase!=Running,status.phase!=Unknown"
+# Pods that reached a node: finished ones hold results, and the start of a batch/v1 Job's
+# first pod is when its trial started running (the Job does not record it).
+STARTED_PODS = "status.phase!=Pending,status.phase!=Unknown"
 
 
 @dataclass
@@ -102,17 +105,25 @@ def _result(pod: dict) -> dict | None:
 
 
 def _owner_job(pg: dict) -> str | None:
-    return next((o.get("name") for o in (pg.get("metadata") or {}).get("ownerReferences") or []
-                 if o.get("kind") == "Job"), None)
+    """The job whose gang the PodGroup is: Volcano's own PodGroups name their Volcano Job as
+    owner; the one stratctl creates beside a batch/v1 Job has no owner and its name."""
+    owner = next((o.get("name") for o in (pg.get("metadata") or {}).get("ownerReferences") or []
+                  if o.get("kind") == "Job"), None)
+    return owner or (pg.get("metadata") or {}).get("name")
 
 
-def _read_results(cluster, namespace: str, selector: str, results: dict[str, dict]) -> None:
-    for items in _pages(cluster, POD, namespace, selector, FINISHED_PODS):
+def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict], starts: dict[str, float]) -> None:
+    """Results (job name → the first JSON object a finished container wrote) and run
+    starts (job uid → the earliest start of its pods) from the pods that reached a node."""
+    for items in _pages(cluster, POD, namespace, selector, STARTED_PODS):
         for pod in items:
-            job = ((pod.get("metadata") or {}).get("labels") or {}).get("volcano.sh/job-name")
+            job, uid = job_of_pod(pod), owner_uid(pod)
             value = _result(pod)
             if job and value is not None and job not in results:
                 results[job] = value
+            started = timestamp((pod.get("status") or {}).get("startTime"))
+            if uid and started is not None and started < starts.get(uid, float("inf")):
+                starts[uid] = started
 
 
 def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
@@ -149,16 +160,15 @@ def collect(cluster, namespace: str, study: str | None = None, now: float | None
 
 
 def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
-    """Every job, (PodGroup,) and finished pod of the studies, as rows."""
+    """Every job, (PodGroup,) and started pod of the studies, as rows."""
     jobs: dict[tuple[str, str], tuple[int, dict]] = {}
     reasons: dict[str, str] = {}  # job name -> why pending
     results: dict[str, dict] = {}  # job name -> result
+    starts: dict[str, float] = {}  # job uid -> when its first pod started
 
-    def read_jobs():
-        for items in _pages(cluster, VOLCANO_JOB, namespace, selector):
-            for key, (attempt, slim) in latest_slim(items, now).items():
-                if key not in jobs or attempt > jobs[key][0]:
-                    jobs[key] = (attempt, slim)
+    def read_jobs(kind):
+        for items in _pages(cluster, kind, namespace, selector):
+            _keep_latest(jobs, items)
 
     def read_podgroups():
         for items in _pages(cluster, PODGROUP, namespace, selector):
@@ -167,12 +177,20 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
                 if owner and reason:
                     reasons[owner] = reason
 
-    readers = [read_jobs, lambda: _read_results(cluster, namespace, selector, results)]
+    kinds = sorted({kind for cm in cms for kind in job_kinds(parse_record(cm).source)})
+    readers = [lambda kind=kind: read_jobs(kind) for kind in kinds]
+    readers += [lambda: _read_pods(cluster, namespace, selector, results, starts)]
     readers += [read_podgroups] if reasons_for_all else []
     with ThreadPoolExecutor(len(readers)) as pool:
         for future in [pool.submit(reader) for reader in readers]:
             future.result()
-    return build(now, cms, jobs, reasons, results)
+    return build(now, cms, jobs, reasons, results, starts)
+
+
+def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict]], items: list[dict]) -> None:
+    for key, (attempt, slim) in latest_slim(items).items():
+        if key not in jobs or attempt > jobs[key][0]:
+            jobs[key] = (attempt, slim)
 
 
 def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> list[TrialRow]:
@@ -182,24 +200,26 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> list
     once n + 1 trials are seen the first n are complete; trials known only to the record
     (suspended, cleaned up) are merged in up to the last name read.
     """
-    name = parse_record(cm).study
-    selector = f"{labels.STUDY}={name}"
+    record = parse_record(cm)
+    selector = f"{labels.STUDY}={record.study}"
     jobs: dict[tuple[str, str], tuple[int, dict]] = {}
     complete = True
-    for items in _pages(cluster, VOLCANO_JOB, namespace, selector, page=n + 10):
-        for key, (attempt, slim) in latest_slim(items, now).items():
-            if key not in jobs or attempt > jobs[key][0]:
-                jobs[key] = (attempt, slim)
-        if len(jobs) > n:
-            complete = False
+    for kind in job_kinds(record.source):
+        for items in _pages(cluster, kind, namespace, selector, page=n + 10):
+            _keep_latest(jobs, items)
+            if len(jobs) > n:
+                complete = False
+                break
+        if not complete:
             break
     last = max((trial for _, trial in jobs), default="") if not complete else None
     results: dict[str, dict] = {}
-    finished = [slim["metadata"]["name"] for _, slim in jobs.values()
-                if (slim["status"].get("state") or {}).get("phase") in ("Completed", "Failed", "Aborted", "Terminated")]
-    if finished:
-        _read_results(cluster, namespace, f"volcano.sh/job-name in ({','.join(sorted(finished))})", results)
-    _, rows = build(now, [cm], jobs, {}, results)
+    starts: dict[str, float] = {}
+    shown = sorted(trial for (_, trial), (_, slim) in jobs.items()
+                   if (last is None or trial < last) and classify(slim) is not TrialState.PENDING)
+    if shown:
+        _read_pods(cluster, namespace, f"{selector},{labels.TRIAL} in ({','.join(shown)})", results, starts)
+    _, rows = build(now, [cm], jobs, {}, results, starts)
     rows = [r for r in rows if last is None or r.trial < last]
     return sorted(rows, key=lambda r: r.trial)[:n]
 

@@ -5,7 +5,8 @@ records into a `TrialRow` per trial and a `StudyRow` per study: trials by state,
 flight against target, attempts, preemptions, failures, GPU-hours used and lost. `status` builds
 them from what it lists; the submit loop builds its study's row from the jobs it already
 holds and stores it in the study record (`summary_data`), so `status` can show a running
-study without listing its 10,000 jobs.
+study without listing its 10,000 jobs. Either passes the start of each batch/v1 Job's
+first pod (`state.run_starts`), the only record of when such a trial started running.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from stratctl import labels
 from stratctl.kube.record import api_quota_of, parse_record, suspended_of
 from stratctl.engine.recovery import Limits, carried, effective_state, usage, view_of
-from stratctl.kube.state import TrialState, attempt_of, podgroup_name, timestamp
+from stratctl.kube.gpus import job_gpus
+from stratctl.kube.state import TrialState, attempt_of, classify, phase_of, podgroup_name, timestamp
 
 ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
                            TrialState.RETRYING,
@@ -32,7 +34,7 @@ class TrialRow:
     params: dict = field(default_factory=dict)
     created: float | None = None  # of the latest attempt
     job: str = ""
-    phase: str = ""  # Volcano's phase of the latest attempt
+    phase: str = ""  # of the latest attempt: Volcano's phase, or Pending/Running/Complete/Failed of a batch/v1 Job
     pending: str = ""  # why the gang is not running
     result: dict | None = None
     preemptions: int = 0
@@ -41,6 +43,7 @@ class TrialRow:
     gpu_seconds_lost: float = 0.0
     checkpoint: str = ""
     podgroup: str = ""  # of the latest attempt (Volcano names it <job>-<uid>)
+    requeued: str = ""  # why the latest attempt replaced the one before (e.g. lost by the job controller)
 
 
 @dataclass
@@ -62,7 +65,10 @@ class StudyRow:
     api: str = ""  # the submit loop's note while the API quota pushes back (fresh, else "")
 
 
-def slim_job(job: dict, now: float) -> tuple[str, int, dict]:
+SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
+
+
+def slim_job(job: dict) -> tuple[str, int, dict]:
     """What status keeps of a job: enough to classify, account and show it."""
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
@@ -76,22 +82,22 @@ def slim_job(job: dict, now: float) -> tuple[str, int, dict]:
             "labels": meta.get("labels") or {},
             "annotations": {k: v for k, v in notes.items() if k.startswith(labels.PREFIX)},
         },
-        "status": {k: status.get(k) for k in ("state", "conditions", "retryCount") if k in status},
+        "status": {k: status.get(k) for k in SLIM_STATUS if k in status},
+        "gpus": job_gpus(job),
     }
-    spent = usage(job, now)
-    slim["usage"] = (spent.gpu_seconds, spent.gpu_seconds_lost)
     return (meta.get("labels") or {}).get(labels.TRIAL, ""), attempt_of(job), slim
 
 
 def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, dict]],
           reasons: dict[str, str] | None = None, results: dict[str, dict] | None = None,
-          ) -> tuple[list[StudyRow], list[TrialRow]]:
+          starts: dict[str, float] | None = None) -> tuple[list[StudyRow], list[TrialRow]]:
     """Rows from study records and the latest slim job of each (study, trial) (pure).
 
-    `reasons` (job name → why its gang waits) and `results` (job name → result) fill in
+    `reasons` (job name → why its gang waits), `results` (job name → result) and `starts`
+    (job uid → when its first pod started, which batch/v1 Jobs do not record) fill in
     what only other objects tell.
     """
-    reasons, results = reasons or {}, results or {}
+    reasons, results, starts = reasons or {}, results or {}, starts or {}
     studies, trials = [], []
     by_study: dict[str, list[tuple[str, int, dict]]] = {}
     for (study_name, trial), (attempt, job) in jobs.items():
@@ -107,7 +113,8 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             mark = marks.get(trial)
             view = view_of(trial, job, mark["attempt"] if mark else None)
             before = carried(job)
-            used, lost = job["usage"]
+            spent = usage(job, now, classify(job), starts.get(job["metadata"]["uid"]))
+            used, lost = spent.gpu_seconds, spent.gpu_seconds_lost
             notes = job["metadata"]["annotations"]
             try:
                 params = json.loads(notes.get(labels.PARAMS) or "{}")
@@ -117,11 +124,12 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             rows.append(TrialRow(
                 study=record.study, trial=trial, state=state.value, attempt=attempt, params=params,
                 created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],
-                phase=((job["status"].get("state") or {}).get("phase") or "Pending"),
+                phase=phase_of(job),
                 pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
                 result=results.get(job["metadata"]["name"]), preemptions=view.preemptions, failures=view.failures,
                 gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
                 checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
+                requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
             ))
         for trial, mark in sorted(marks.items()):
             if trial in seen:
@@ -155,11 +163,11 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
 
 
 
-def latest_slim(jobs, now: float) -> dict[tuple[str, str], tuple[int, dict]]:
+def latest_slim(jobs) -> dict[tuple[str, str], tuple[int, dict]]:
     """(study, trial) → (attempt, slim job) of the highest attempt among `jobs`."""
     latest: dict[tuple[str, str], tuple[int, dict]] = {}
     for job in jobs:
-        trial, attempt, slim = slim_job(job, now)
+        trial, attempt, slim = slim_job(job)
         key = (slim["metadata"]["labels"].get(labels.STUDY, ""), trial)
         if key not in latest or attempt > latest[key][0]:
             latest[key] = (attempt, slim)

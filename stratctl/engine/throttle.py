@@ -142,15 +142,21 @@ class Window:
 
 @dataclass(frozen=True)
 class Backoff:
-    """Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base·2^(n-1)))."""
+    """Full-jitter exponential backoff: attempt n waits uniform(0, min(cap, base·2^(n-1))).
+
+    A server that does not answer (connection refused, a 5xx, a request that timed out)
+    is tried again at least every `transient_cap` seconds: such a try costs the server
+    nothing, and a loop waiting 30 s would stay blind for that long after it is back."""
 
     base: float = 0.5
     cap: float = 30.0
+    transient_cap: float = 5.0
     max_attempts: int = 10  # for transient errors (connection, 5xx)
     max_throttled_attempts: int = 120  # a 429 says "come back later": keep coming back, for longer
 
-    def ceiling(self, attempt: int) -> float:
-        return min(self.cap, self.base * 2 ** (attempt - 1))
+    def ceiling(self, attempt: int, throttled: bool = True) -> float:
+        cap = self.cap if throttled else min(self.cap, self.transient_cap)
+        return min(cap, self.base * 2 ** (attempt - 1))
 
 
 @dataclass
@@ -176,7 +182,7 @@ class RetryStats:
 def retry_wait(backoff: Backoff, attempt: int, rng: random.Random) -> float:
     """The pure retry policy of a transient failure: how long to wait after `attempt` failed.
     (A refused request waits for the pace's pause instead.)"""
-    return rng.uniform(0.0, backoff.ceiling(attempt))
+    return rng.uniform(0.0, backoff.ceiling(attempt, throttled=False))
 
 
 class Throttle:

@@ -3,10 +3,14 @@
 Objects go in and come out as plain dicts (the manifests `render` produced, the JSON the
 server returned); HTTP failures come out as the `errors` hierarchy (429/503 → Throttled
 with its Retry-After, 409 → AlreadyExists, 404 → NotFound, other 4xx → Invalid,
-connection errors and 5xx → Unavailable; 410 Gone → Invalid with status 410). A call and
-a watch share one request path (`_prepare`, `_send`). Every request passes through `gate`, a
-callable that admits it (the throttle: token bucket + retries), and is timed so the
-controller can read API latency as a pressure signal.
+connection errors and 5xx → Unavailable; 410 Gone → Invalid with status 410). A 401/403
+on a request of a kind that worked moments before is Unavailable too: a restarting API
+server refuses until its authorization has loaded (`grants`). A call and a watch share
+one request path (`_prepare`, `_send`). Every request passes through `gate`, a callable
+that admits it (the throttle: token bucket + retries), is timed so the controller can
+read API latency as a pressure signal, and tells `outage` whether the server answered:
+after `patience` seconds without an answer, requests give up (`Unreachable`) instead of
+being retried for ever.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from stratctl.errors import AlreadyExists, ClusterError, Invalid, NotFound, Throttled, Unavailable, UsageError
+from stratctl.kube.grants import Grants, access, denial_is_transient
+from stratctl.kube.outage import Outage, duration
 
 T = TypeVar("T")
 Gate = Callable[..., T]  # gate(fn, mutating=bool) -> fn's result: admits (and retries) one request
@@ -89,9 +95,25 @@ def _status_message(status: int, body: bytes) -> str:
         return text[:500] or f"HTTP {status}"
 
 
-def error_for(status: int, body: bytes, headers: Any, what: str) -> ClusterError:
-    """Map an HTTP failure to the error hierarchy (pure; tested without a server)."""
+def _unreached(exc: BaseException) -> str:
+    """What went wrong reaching the server, without urllib3's pool and object names:
+    `Failed to establish a new connection: [Errno 111] Connection refused`."""
+    text = str(exc)
+    _, sep, reason = text.partition("): ")
+    return reason if sep and reason else text
+
+
+def error_for(status: int, body: bytes, headers: Any, what: str, allowed_ago: float | None = None) -> ClusterError:
+    """Map an HTTP failure to the error hierarchy (pure; tested without a server).
+
+    `allowed_ago`: seconds since a request of the same verb and resource last succeeded
+    (None: never), which makes a 401/403 transient when recent (`grants`)."""
     message = f"{what}: {_status_message(status, body)}"
+    if denial_is_transient(status, allowed_ago):
+        return Unavailable(
+            f"{what}: {'forbidden' if status == 403 else 'unauthorized'} although the same request worked "
+            f"{duration(allowed_ago)} ago: the API server is probably restarting ({_status_message(status, body)})",
+            status=status, reason="Forbidden" if status == 403 else "Unauthorized")
     if status == 429 or (status == 503 and _retry_after(headers) is not None):
         return Throttled(message, status=status, retry_after=_retry_after(headers))
     if status == 409:
@@ -166,11 +188,15 @@ def _no_gate(fn: Callable[[], T], mutating: bool = False) -> T:
 class Cluster:
     """Plain-dict CRUD, list and watch against one API server, in one default namespace."""
 
-    def __init__(self, api: k8s_client.ApiClient, namespace: str, gate: Gate = _no_gate):
+    def __init__(self, api: k8s_client.ApiClient, namespace: str, gate: Gate = _no_gate,
+                 outage: Outage | None = None, timeout: tuple[float, float] = (10, 60)):
         self.api = api
         self.namespace = namespace
         self.gate = gate
         self.metrics = ApiMetrics()
+        self.grants = Grants()
+        self.outage = outage or Outage()
+        self.timeout = timeout  # (connect, read) of one request, cut to the outage's patience left
 
     @classmethod
     def connect(
@@ -180,6 +206,7 @@ class Cluster:
         namespace: str | None = None,
         gate: Gate = _no_gate,
         pool_size: int = 32,
+        outage: Outage | None = None,
     ) -> Cluster:
         """Load credentials the way kubectl does (KUBECONFIG, ~/.kube/config, in-cluster)."""
         configuration = k8s_client.Configuration()
@@ -205,7 +232,9 @@ class Cluster:
         configuration.retries = False  # stratctl's throttle owns retries
         api = k8s_client.ApiClient(configuration)
         api.user_agent = f"stratctl/{__import__('stratctl').__version__}"
-        return cls(api, namespace or default_ns, gate)
+        cluster = cls(api, namespace or default_ns, gate, outage)
+        cluster.outage.watch()  # a request hung on a stalled server is told before it times out
+        return cluster
 
     # -- the one request path ---------------------------------------------------------
 
@@ -221,32 +250,46 @@ class Cluster:
         return url, headers
 
     def _send(self, method: str, path: str, query: dict | None, body: Any, what: str, content_type: str,
-              stream: bool = False, timeout: tuple[float, float] = (10, 60)) -> Any:
+              stream: bool = False, timeout: tuple[float, float] | None = None) -> Any:
         """Send one request and return the JSON of a 2xx answer, or with `stream` the open
-        response of a 200 (its body still unread, for `watch`). Every request is timed; a
-        failure to reach the server is `Unavailable`, an answer outside 2xx its mapped error."""
+        response of a 200 (its body still unread, for `watch`). Every request is timed and
+        tells the outage account whether the server answered; a failure to reach the server
+        is `Unavailable` (`Unreachable` once the server has been silent past its patience),
+        an answer outside 2xx its mapped error. `timeout` (connect, read) defaults to the
+        cluster's, and is cut to the patience left."""
         url, headers = self._prepare(method, path, query, body, content_type)
-        started = time.monotonic()
-        status = None
+        key, clock = access(method, path, query), self.outage.clock
+        started, sent = time.monotonic(), clock()
+        status, token = None, self.outage.sending(what)
         try:
             # the client's own call, unread underneath (what it hands back for _preload_content=False)
-            response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout).response
+            response = self.api.call_api(method, url, header_params=headers, body=body,
+                                         _request_timeout=self.outage.timeout(*(timeout or self.timeout))).response
             status = response.status
             data = b"" if stream and status == 200 else response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Unavailable(f"{what}: cannot reach the API server at {self.api.configuration.host}: {exc}") from None
+            error = Unavailable(f"{what}: cannot reach the API server at {self.api.configuration.host}: "
+                                f"{_unreached(exc)}")
+            raise self.outage.failed(error, sent) from None
         except k8s_client.ApiException as exc:  # TLS errors surface this way
-            raise Unavailable(f"{what}: {exc.reason}") from None
+            raise self.outage.failed(Unavailable(f"{what}: {exc.reason}"), sent) from None
         finally:
+            self.outage.received(token)
             self.metrics.record(method, status, time.monotonic() - started)
-        if stream and status == 200:
-            return response
         if 200 <= status < 300:
+            self.grants.allowed(key, clock())
+            self.outage.answered()
+            if stream and status == 200:
+                return response
             try:
                 return json.loads(data) if data else None
             except ValueError:
                 raise Unavailable(f"{what}: the API server answered {status} with a body that is not JSON") from None
-        raise error_for(status, data, response.headers, what)
+        error = error_for(status, data, response.headers, what, self.grants.ago(key, clock()))
+        if isinstance(error, Unavailable):  # no answer worth the name: a 5xx, or refused right after it worked
+            raise self.outage.failed(error, sent)
+        self.outage.answered()
+        raise error
 
     def request(
         self,
@@ -391,4 +434,5 @@ class Cluster:
             response.release_conn()
 
     def close(self) -> None:
+        self.outage.stop()
         self.api.close()

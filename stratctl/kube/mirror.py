@@ -50,13 +50,16 @@ class Mirror:
     """A list-then-watch cache of one kind of object, refreshed by a background thread.
 
     `transform` trims each object as it arrives (what client-go calls a transform), so a
-    mirror of 10,000 jobs holds only what its reader needs.
+    mirror of 10,000 jobs holds only what its reader needs. `on_delete` is told the last
+    state of each object that goes: the object of a DELETED event, or what the cache held
+    of one a relist no longer finds (a watch gap may have hidden its last changes).
     """
 
     def __init__(self, cluster: Cluster, kind: tuple[str, str], all_namespaces: bool = True,
                  label_selector: str | None = None, watch_timeout: int = 60, namespace: str | None = None,
                  transform=without_managed_fields, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None):
+                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None,
+                 on_delete: Callable[[dict], object] | None = None):
         self.cluster = cluster
         self.kind = kind
         self.all_namespaces = all_namespaces
@@ -73,6 +76,10 @@ class Mirror:
         self.deletions = 0  # objects seen deleted, ever (relists included)
         self._changed = threading.Event()
         self.relists = 0
+        self.on_delete = on_delete
+        # clock time of the last list: from then on the cache has seen every change (a
+        # watch gap ends in a relist)
+        self.listed_at: float | None = None
         # health: read by the submit loop (`watch_health`), written by the thread
         self.clock = clock  # the wall clock: when a watch broke is shown to people
         self.sleep = sleep or self._stop.wait  # a stop ends a wait at once
@@ -92,9 +99,13 @@ class Mirror:
                                            all_namespaces=self.all_namespaces)
         with self._lock:
             fresh = {self._key(o): self.transform(o) for o in items}
-            self.deletions += len(self._objects.keys() - fresh.keys())
+            gone = [self._objects[key] for key in self._objects.keys() - fresh.keys()]
+            self.deletions += len(gone)
             self._objects = fresh
             self._version = version
+            self.listed_at = self.clock()
+        for obj in gone if self.on_delete else ():
+            self.on_delete(obj)
         self.relists += 1
         self._fresh = True
         self._changed.set()
@@ -188,11 +199,13 @@ class Mirror:
                 return
             self.events += 1
             self._changed.set()
-            if kind == "DELETED":
-                self._objects.pop(self._key(obj), None)
-                self.deletions += 1
-            else:
+            if kind != "DELETED":
                 self._objects[self._key(obj)] = self.transform(obj)
+                return
+            self._objects.pop(self._key(obj), None)
+            self.deletions += 1
+        if self.on_delete is not None:
+            self.on_delete(obj)
 
     def add(self, obj: dict) -> None:
         """Read your own writes: an object this process just created, unless the watch

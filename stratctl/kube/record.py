@@ -12,8 +12,9 @@ import json
 from dataclasses import dataclass, field
 
 from stratctl import labels
-from stratctl.errors import NotFound, UsageError
-from stratctl.kube.cluster import CONFIGMAP
+from stratctl.errors import NotFound, StratctlError, UsageError
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
+from stratctl.study import document
 
 PREFIX = "stratctl-study-"
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
@@ -108,6 +109,19 @@ def parse_record(configmap: dict) -> StudyRecord:
         api_quota=quota.get("note") if isinstance(quota.get("note"), str) else "",
         api_quota_at=float(at) if isinstance(at, int | float) else None,
     )
+
+
+def job_kinds(source: str) -> tuple[tuple[str, str], ...]:
+    """The kind of job a study's trials run as (`workload`), from the study text kept in its
+    record (read with the same safe loader and alias limits as a study file); both kinds
+    when the text cannot be read, so no trial is overlooked."""
+    try:
+        data = document.parse(source, "<study record>").data
+    except StratctlError:
+        return (VOLCANO_JOB, BATCH_JOB)
+    if not isinstance(data, dict):
+        return (VOLCANO_JOB, BATCH_JOB)
+    return (BATCH_JOB,) if data.get("workload") == "batch" else (VOLCANO_JOB,)
 
 
 # -- suspension marks ------------------------------------------------------------------

@@ -55,21 +55,24 @@ def volcano_phase(job: dict) -> str:
     return ((job.get("status") or {}).get("state") or {}).get("phase") or "Pending"
 
 
+def is_batch(job: dict) -> bool:
+    """A batch/v1 Job (workload: batch), not a Volcano Job. Items of a list of built-in
+    kinds come without apiVersion; those of a custom resource's list carry theirs."""
+    return not (job.get("apiVersion") or "").startswith("batch.volcano.sh/")
+
+
 def classify(job: dict) -> TrialState:
     """The state of one trial attempt from its Volcano Job or batch/v1 Job."""
-    if job.get("apiVersion", "").startswith("batch.volcano.sh/"):
+    if not is_batch(job):
         state = VOLCANO_PHASES.get(volcano_phase(job), TrialState.PENDING)
         if state is TrialState.FAILED and restarted_out(job):
             return TrialState.PREEMPTED
         return state
     status = job.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("status") != "True":
-            continue
-        if condition.get("type") == "Complete":
-            return TrialState.SUCCEEDED
-        if condition.get("type") == "Failed":
-            return TrialState.FAILED
+    if finished_condition(job, "Complete"):
+        return TrialState.SUCCEEDED
+    if finished_condition(job, "Failed"):
+        return TrialState.PREEMPTED if failed_by_disruption(job) else TrialState.FAILED
     if "ready" in status:
         # `active` counts pods not yet on a node too: a gang Volcano has not placed is
         # active, so only ready pods tell that the trial runs (status.ready, k8s >= 1.24)
@@ -77,6 +80,49 @@ def classify(job: dict) -> TrialState:
     if status.get("active"):
         return TrialState.RUNNING
     return TrialState.PENDING
+
+
+def finished_condition(job: dict, kind: str) -> dict | None:
+    """A batch/v1 Job's `Complete` or `Failed` condition, when it is True."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition
+    return None
+
+
+def failed_by_disruption(job: dict) -> bool:
+    """A batch/v1 Job failed by its pod failure policy because a pod was disrupted.
+
+    templates/batch-job.yaml.j2 fails the Job (action FailJob) when one of its pods has
+    `DisruptionTarget=True`, the condition Volcano sets (reason PreemptionByScheduler)
+    before it deletes a pod it preempts or reclaims. The job controller then writes
+    reason `PodFailurePolicy` and a message naming the condition ("Pod NS/NAME has
+    condition DisruptionTarget matching FailJob rule at index 0"), which stays on the
+    Job: the evidence outlives the pods and the scheduler's events.
+    """
+    failed = finished_condition(job, "Failed") or {}
+    return failed.get("reason") == "PodFailurePolicy" and "condition DisruptionTarget" in (failed.get("message") or "")
+
+
+def ended_at(job: dict) -> float | None:
+    """When the attempt ended (seconds since the epoch), None while it runs: a Volcano Job's
+    last phase transition once ended, a batch/v1 Job's Complete or Failed condition."""
+    if is_batch(job):
+        end = finished_condition(job, "Complete") or finished_condition(job, "Failed")
+        return timestamp(end.get("lastTransitionTime")) if end else None
+    if volcano_phase(job) not in ("Completed", "Failed", "Aborted", "Terminated"):
+        return None
+    return timestamp(((job.get("status") or {}).get("state") or {}).get("lastTransitionTime"))
+
+
+def phase_of(job: dict) -> str:
+    """A one-word phase for people: Volcano's, or the state a batch/v1 Job's status tells."""
+    if not is_batch(job):
+        return volcano_phase(job)
+    for kind in ("Complete", "Failed"):
+        if finished_condition(job, kind):
+            return kind
+    return "Running" if classify(job) is TrialState.RUNNING else "Pending"
 
 
 def trial_of(job: dict) -> str | None:
@@ -158,9 +204,54 @@ def disrupted(pod: dict) -> bool:
 
 
 def podgroup_name(job: dict) -> str:
-    """The PodGroup Volcano creates for a job: `<job name>-<job uid>`."""
+    """The attempt's PodGroup: for a Volcano Job the one Volcano creates, `<job name>-<job
+    uid>`; for a batch/v1 Job the one stratctl renders beside it, named like the job."""
     meta = job.get("metadata") or {}
+    if is_batch(job):
+        return meta.get("name") or ""
     return f"{meta.get('name')}-{meta.get('uid')}"
+
+
+def disrupted_at(pod: dict) -> float | None:
+    """When the pod was marked DisruptionTarget=True; None when it was not. A condition
+    without a time counts as recent (infinity): it cannot have been survived earlier."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            when = timestamp(c.get("lastTransitionTime"))
+            return float("inf") if when is None else when
+    return None
+
+
+def owner_uid(pod: dict) -> str | None:
+    """The uid of the job that controls the pod (Volcano Job or batch/v1 Job)."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def job_of_pod(pod: dict) -> str | None:
+    """The name of the job that made the pod, from the label its job controller sets."""
+    found = (pod.get("metadata") or {}).get("labels") or {}
+    return found.get("volcano.sh/job-name") or found.get("batch.kubernetes.io/job-name") or found.get("job-name")
+
+
+def run_starts(pods) -> dict[str, float]:
+    """Job uid → when the first of its pods started (`status.startTime`, set when the
+    kubelet took the pod; pods that never reached a node have none).
+
+    A batch/v1 Job records no time at which its pods ran (`status.startTime` is when the
+    job controller first saw the Job, queueing included), and its PodGroup's `Scheduled`
+    condition is rewritten with a new time whenever Volcano updates the group's status
+    (as pods start and end), so neither tells when the gang started; the pods do. Volcano
+    binds a gang's pods in one scheduling cycle, so the first start is the gang's.
+    """
+    starts: dict[str, float] = {}
+    for pod in pods:
+        uid, started = owner_uid(pod), timestamp((pod.get("status") or {}).get("startTime"))
+        if uid and started is not None and started < starts.get(uid, float("inf")):
+            starts[uid] = started
+    return starts
 
 
 def eviction_times(events: list[dict]) -> list[float]:
@@ -179,17 +270,18 @@ def eviction_times(events: list[dict]) -> list[float]:
 def classify_attempt(job: dict, pods: list[dict] = (), events: list[dict] = ()) -> TrialState:
     """The state of one attempt from its job and what else the cluster says about it.
 
-    `pods` are the attempt's pods, `events` the events about its PodGroup or pods. An
-    attempt that ended without completing is PREEMPTED when it was restarted out, or
-    when an eviction happened after it last started running (an eviction before that
-    was survived by an in-place restart, and the job then failed for its own reasons).
+    `pods` are the attempt's pods (those still there, or the last state of deleted ones),
+    `events` the events about its PodGroup or pods. An attempt that ended without
+    completing is PREEMPTED when it was restarted out, or when a pod was disrupted or an
+    eviction happened after the job last started running (an eviction before that was
+    survived by an in-place restart, and the job then failed for its own reasons).
     """
     state = classify(job)
     if state is not TrialState.FAILED:
         return state
-    if any(disrupted(p) for p in pods):
-        return TrialState.PREEMPTED
     started = timestamp(transition(job, "Running")) or 0.0
+    if any(when is not None and when >= started for when in map(disrupted_at, pods)):
+        return TrialState.PREEMPTED
     if any(when >= started for when in eviction_times(list(events))):
         return TrialState.PREEMPTED
     return state

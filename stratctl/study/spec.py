@@ -364,6 +364,14 @@ class Study(_Model):
         if self.workload == "batch" and len(self.trial.tasks) != 1:
             raise _bad("batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed",
                        field="trial.tasks")
+        if self.workload == "batch" and self.trial.restart_policy != "Never" and self.trial.template is None \
+                and self.templates_dir is None:
+            # the bundled batch template ends an attempt whose pod was preempted with a pod
+            # failure policy, which the API server accepts only with restartPolicy Never
+            raise _bad("batch_restart_policy", "workload 'batch' needs restart_policy Never (its Job fails when a pod "
+                       "is preempted, so the trial resumes as its next attempt: a podFailurePolicy, which Kubernetes "
+                       "allows only with restartPolicy Never); got {policy!r}",
+                       field="trial.restart_policy", policy=self.trial.restart_policy)
         return self
 
     @property

@@ -72,6 +72,8 @@ def table(rows: list[TrialRow], now: float, limit: int | None = None, total: int
         if r.failures:
             state += f" ({r.failures}× failed)"
         detail = _brief(r.result) if r.result is not None else r.pending
+        if r.requeued:
+            detail = "; ".join(filter(None, [detail, f"attempt {r.attempt} requeued: {r.requeued}"]))
         out.add_row(r.trial, state, "-" if r.attempt < 0 else str(r.attempt),
                     age(now - r.created) if r.created else "-", _brief(r.params, 40), detail or "")
     return out

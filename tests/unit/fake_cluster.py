@@ -1,8 +1,8 @@
 """An in-memory stand-in for `stratctl.kube.cluster.Cluster`, for unit tests of the submit loop.
 
 It keeps objects as dicts, answers 409/404 like the API server, can be told to fail
-particular creates, and moves jobs through phases when the test says so. End-to-end
-tests use the real API server instead.
+particular creates or every request (`down`: an API server outage), and moves jobs
+through phases when the test says so. End-to-end tests use the real API server instead.
 """
 
 from __future__ import annotations
@@ -35,12 +35,20 @@ class FakeCluster:
         self.creates: list[str] = []  # names, in order, of trial objects actually created (not records)
         self.fail: dict[str, Exception] = {}  # name -> error raised by its create
         self.max_in_flight_seen = 0
+        self.uids = 0
+        self.down: Exception | None = None  # while set, every request fails with it (an API server outage)
+        self.listed: list[tuple] = []  # (kind, field selector) of every list call
+
+    def _answer(self) -> None:
+        if self.down is not None:
+            raise self.down
 
     def _key(self, api_version, kind, ns, name):
         return (api_version, kind, ns or self.namespace, name)
 
     def create(self, manifest: dict, dry_run: bool = False) -> dict:
         self.metrics.record("POST", 201, 0.001)
+        self._answer()
         name = manifest["metadata"]["name"]
         if name in self.fail:
             raise self.fail[name]
@@ -51,6 +59,8 @@ class FakeCluster:
             return manifest
         obj = copy.deepcopy(manifest)
         obj.setdefault("status", {})
+        self.uids += 1
+        obj["metadata"].setdefault("uid", f"uid-{self.uids}")
         self.objects[key] = obj
         if manifest["kind"] != "ConfigMap":
             self.creates.append(name)
@@ -59,13 +69,16 @@ class FakeCluster:
 
     def get(self, kind, name, namespace=None) -> dict:
         self.metrics.record("GET", 200, 0.001)
+        self._answer()
         try:
             return copy.deepcopy(self.objects[self._key(*kind, namespace, name)])
         except KeyError:
             raise NotFound(f"{kind[1]} {name} not found") from None
 
-    def list(self, kind, namespace=None, label_selector=None, **_) -> tuple[list[dict], str]:
+    def list(self, kind, namespace=None, label_selector=None, field_selector=None, **_) -> tuple[list[dict], str]:
         self.metrics.record("GET", 200, 0.001)
+        self._answer()
+        self.listed.append((tuple(kind), field_selector))
         return [copy.deepcopy(o) for o in self._select(tuple(kind), namespace, label_selector)], "1"
 
     def _select(self, kind, namespace, label_selector) -> list[dict]:
@@ -82,15 +95,20 @@ class FakeCluster:
                 out.append(obj)
         return out
 
-    PLURALS = {"jobs": ("batch.volcano.sh/v1alpha1", "Job"), "podgroups": ("scheduling.volcano.sh/v1beta1", "PodGroup"),
-               "pods": ("v1", "Pod"), "configmaps": ("v1", "ConfigMap")}
+    PLURALS = {("batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job"),
+               ("batch/v1", "jobs"): ("batch/v1", "Job"),
+               ("scheduling.volcano.sh/v1beta1", "podgroups"): ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+               ("v1", "pods"): ("v1", "Pod"), ("v1", "configmaps"): ("v1", "ConfigMap")}
 
     def request(self, method, path, query=None, body=None, what="", content_type=""):
         """Paginated GET of a collection, as `status` reads it: limit and continue (an offset)."""
         assert method == "GET", method
         self.metrics.record("GET", 200, 0.001)
+        self._answer()
         parts = path.strip("/").split("/")
-        namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[parts[-1]]
+        group_version = "/".join(parts[1:parts.index("namespaces")])  # /api/v1/... or /apis/<group>/<version>/...
+        namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[(group_version, parts[-1])]
+        self.requests_seen = getattr(self, "requests_seen", []) + [(path, dict(query or {}))]
         query = query or {}
         found = self._select(kind, namespace, query.get("labelSelector"))
         self.pages_served = getattr(self, "pages_served", 0) + 1
@@ -102,12 +120,14 @@ class FakeCluster:
 
     def patch(self, kind, name, patch, namespace=None) -> dict:
         self.metrics.record("PATCH", 200, 0.001)
+        self._answer()
         obj = self.objects[self._key(*kind, namespace, name)]
         merge_patch(obj, patch)
         return copy.deepcopy(obj)
 
     def delete(self, kind, name, namespace=None) -> None:
         self.metrics.record("DELETE", 200, 0.001)
+        self._answer()
         self.objects.pop(self._key(*kind, namespace, name), None)
 
     # -- test controls ---------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Fakes at the boundaries for unit tests: virtual time (a clock that only moves when something
-sleeps), a non-random rng, and a console that renders to text."""
+sleeps), a non-random rng, a console that renders to text, and a reporter that keeps what
+the loop said."""
 
 from __future__ import annotations
 
@@ -32,3 +33,23 @@ def text(renderable) -> str:
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(renderable)
     return console.file.getvalue()
+
+
+class Events:
+    """A reporter keeping the loop's event lines (and, given a clock, when each was said)."""
+
+    def __init__(self, clock=None):
+        self.lines: list[str] = []
+        self.clock = clock
+        self.at: dict[str, float] = {}
+
+    def update(self, progress) -> None:
+        pass
+
+    def event(self, message: str) -> None:
+        self.lines.append(message)
+        if self.clock is not None:
+            self.at[message] = self.clock()
+
+    def about(self, words: str) -> list[str]:
+        return [line for line in self.lines if words in line]

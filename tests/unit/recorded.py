@@ -228,3 +228,124 @@ def unschedulable_podgroup(job: dict) -> dict:
             }],
         },
     }
+
+
+# -- workload: batch ---------------------------------------------------------------------
+#
+# A batch/v1 Job and its pods as the testbed's job controller (Kubernetes 1.35) wrote them,
+# rendered from templates/batch-job.yaml.j2: 2 pods of 1 GPU. The job records no time at
+# which its pods ran (status.startTime is when the controller first saw it); its pods do.
+
+BATCH_UID = "9cb48c9a-c265-4c6c-9ff2-b0b56fd3499b"
+
+
+def batch_job(status: dict, attempt: int = 0, annotations: dict | None = None) -> dict:
+    name = TRIAL if attempt == 0 else f"{TRIAL}-a{attempt}"
+    job = _job(name, attempt, status, annotations)
+    job["apiVersion"] = "batch/v1"
+    job["metadata"]["uid"] = BATCH_UID if attempt == 0 else f"{BATCH_UID[:-1]}{attempt}"
+    job["spec"] = {
+        "completions": 2, "parallelism": 2, "backoffLimit": 3,
+        "podFailurePolicy": {"rules": [{"action": "FailJob",
+                                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+        "template": {
+            "metadata": {"annotations": {"scheduling.k8s.io/group-name": name}},
+            "spec": {"schedulerName": "volcano", "restartPolicy": "Never", "containers": [{
+                "name": "worker", "image": "trainer:1",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
+            }]},
+        },
+    }
+    return job
+
+
+def batch_running_job(attempt: int = 0, annotations: dict | None = None) -> dict:
+    """Both pods placed and ready (they started at 10:01)."""
+    return batch_job({"startTime": "2025-05-01T10:00:00Z", "active": 2, "terminating": 0,
+                      "uncountedTerminatedPods": {}, "ready": 2}, attempt, annotations)
+
+
+def batch_pending_job() -> dict:
+    """Pods created, the gang waits for GPUs: active but not ready."""
+    return batch_job({"startTime": "2025-05-01T10:00:00Z", "active": 2, "terminating": 0,
+                      "uncountedTerminatedPods": {}, "ready": 0})
+
+
+def batch_completed_job() -> dict:
+    return batch_job({
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": "2025-05-01T11:01:00Z",
+             "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods"},
+            {"type": "Complete", "status": "True", "lastTransitionTime": "2025-05-01T11:01:00Z",
+             "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods"},
+        ],
+        "startTime": "2025-05-01T10:00:00Z", "completionTime": "2025-05-01T11:01:00Z", "succeeded": 2,
+        "terminating": 0, "uncountedTerminatedPods": {}, "ready": 0,
+    })
+
+
+def batch_preempted_job(attempt: int = 0, annotations: dict | None = None) -> dict:
+    """A pod preempted at 10:31: failed by the pod failure policy. Reason and message as the
+    job controller of Kubernetes 1.35 writes them (pkg/controller/job/pod_failure_policy.go);
+    the testbed cannot produce this one (KWOK never moves a deleted pod to Failed)."""
+    name = TRIAL if attempt == 0 else f"{TRIAL}-a{attempt}"
+    message = f"Pod stratctl-e2e/{name}-x7k2p has condition DisruptionTarget matching FailJob rule at index 0"
+    return batch_job({
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "lastTransitionTime": "2025-05-01T10:31:00Z",
+             "reason": "PodFailurePolicy", "message": message},
+            {"type": "Failed", "status": "True", "lastTransitionTime": "2025-05-01T10:31:30Z",
+             "reason": "PodFailurePolicy", "message": message},
+        ],
+        "startTime": "2025-05-01T10:00:00Z", "failed": 1, "terminating": 0, "uncountedTerminatedPods": {}, "ready": 0,
+    }, attempt, annotations)
+
+
+def batch_failed_job() -> dict:
+    """Its pods kept exiting 1: retried in place backoffLimit times, then failed at 10:20."""
+    return batch_job({
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "lastTransitionTime": "2025-05-01T10:20:00Z",
+             "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"},
+            {"type": "Failed", "status": "True", "lastTransitionTime": "2025-05-01T10:20:00Z",
+             "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"},
+        ],
+        "startTime": "2025-05-01T10:00:00Z", "failed": 4, "terminating": 0, "uncountedTerminatedPods": {}, "ready": 0,
+    })
+
+
+def batch_pod(job: dict, index: int = 0, phase: str = "Running", started: str = "2025-05-01T10:01:00Z",
+              message: str | None = None) -> dict:
+    """A pod of a batch/v1 Job: owned by it, labelled by its job controller."""
+    meta = job["metadata"]
+    status = {"phase": phase, "startTime": started}
+    if phase in ("Succeeded", "Failed"):
+        terminated = {"exitCode": 0 if phase == "Succeeded" else 1, "startedAt": started,
+                      "finishedAt": "2025-05-01T11:00:58Z"}
+        if message is not None:
+            terminated["message"] = message
+        status["containerStatuses"] = [{"name": "worker", "state": {"terminated": terminated}}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta['name']}-{index}abcd", "namespace": "stratctl-e2e",
+            "labels": {**meta["labels"], "batch.kubernetes.io/job-name": meta["name"], "job-name": meta["name"],
+                       "batch.kubernetes.io/controller-uid": meta["uid"]},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"],
+                                 "controller": True, "blockOwnerDeletion": True}],
+            "finalizers": ["batch.kubernetes.io/job-tracking"] if phase == "Running" else [],
+        },
+        "status": status,
+    }
+
+
+def disrupted(pod: dict, when: str = "2025-05-01T10:31:00Z", deleted: str | None = None) -> dict:
+    """The pod as Volcano leaves it when it preempts it: DisruptionTarget, then deleted."""
+    pod = copy.deepcopy(pod)
+    pod["status"].setdefault("conditions", []).append(
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+         "message": "volcano: preempting to accommodate a higher priority pod", "lastTransitionTime": when})
+    if deleted:
+        pod["metadata"]["deletionTimestamp"] = deleted
+    return pod

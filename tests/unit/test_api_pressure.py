@@ -58,6 +58,9 @@ class Roomy:
     def latency_p90(self):
         return None
 
+    def pod_starts(self):
+        return {}
+
 
 def test_a_stream_of_429s_with_free_gpus_leaves_the_target_where_the_gpus_put_it(tmp_path):
     clock = FakeClock()

@@ -213,3 +213,51 @@ def test_committed_completion_scripts_are_current(tmp_path):
     committed = Path(__file__).parents[2] / "completions"
     for path in write_all(tmp_path):
         assert path.read_text() == (committed / path.name).read_text(), f"run `make completions` ({path.name})"
+
+
+def unreachable_kubeconfig(tmp_path) -> Path:
+    """A kubeconfig whose API server refuses connections (nothing listens on the port)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "down",
+        "clusters": [{"name": "down", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "alice", "user": {"token": "t"}}],
+        "contexts": [{"name": "down", "context": {"cluster": "down", "user": "alice", "namespace": "ns"}}],
+    }))
+    return path
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "s", "-o", "json"], ["drain", "s", "--settle", "0"],
+                                     ["resume", "s"]])
+def test_one_shot_commands_against_a_server_that_is_down_exit_3_with_one_line_in_bounded_time(
+        tmp_path, monkeypatch, command):
+    import time
+
+    from stratctl.engine import connect
+
+    monkeypatch.setattr(connect, "ONE_SHOT_PATIENCE", 1.0)  # 25 s in real life; the bound is what is tested
+    started = time.monotonic()
+    result = run(*command, "--kubeconfig", unreachable_kubeconfig(tmp_path))
+    assert result.exit_code == ExitCode.CLUSTER == 3
+    assert time.monotonic() - started < 1.0 + 4.0 + 1.0  # the patience, one backoff wait, slack
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: no answer from the API server for ") and "giving up" in line
+    assert "Connection refused" in line and "HTTPSConnection" not in line and result.stdout == ""
+
+
+def test_submit_exits_4_when_trials_exist_with_another_spec(tmp_path, monkeypatch):
+    from stratctl.engine.progress import Progress
+
+    def submitted(*args, **kwargs):  # the loop's outcome: two trials' jobs differ from what the study renders
+        return Progress(study="tiny", total=5, succeeded=3, errors={"tiny-a": "spec hash x", "tiny-b": "spec hash y"},
+                        conflicts=["tiny-a", "tiny-b"])
+
+    monkeypatch.setattr("stratctl.engine.launch.submit_study", submitted)
+    result = run("submit", write(tmp_path, MINIMAL, "study.yaml"))
+    assert result.exit_code == ExitCode.CONFLICT == 4
+    assert "2 trial(s) exist in the cluster with a different spec hash" in result.stderr

@@ -79,6 +79,7 @@ def test_409_with_another_spec_hash_is_reported_and_the_rest_go_on(study_file):
     assert list(progress.errors) == [trials[0].name]
     assert "spec hash someoneelse" in progress.errors[trials[0].name]
     assert progress.succeeded == 9 and progress.done
+    assert progress.conflicts == [trials[0].name]  # what makes `submit` exit 4
 
 
 def test_a_permanent_error_is_reported_per_trial_with_the_server_message(study_file):
@@ -318,6 +319,9 @@ def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_c
 
         def latency_p90(self):
             return None
+
+        def pod_starts(self):
+            return {}
 
     submitter.signals = Signals()
     events = []

@@ -105,3 +105,22 @@ def test_a_retried_trial_keeps_its_failure_count_through_drain_and_resume(tmp_pa
     [back] = cluster.jobs()
     notes = back["metadata"]["annotations"]
     assert (notes[labels.PREEMPTIONS], notes[labels.FAILURES], notes[labels.SUSPENSIONS]) == ("1", "1", "1")
+
+
+def test_resume_stops_at_once_when_the_api_server_is_unreachable(tmp_path):
+    from stratctl.errors import Unreachable
+
+    cluster = FakeCluster()
+    submitted(tmp_path, cluster, "sweep")
+    drain(cluster, cluster.namespace, "sweep", settle=0)
+    creates = []
+
+    def gone(manifest, dry_run=False):
+        creates.append(manifest["metadata"]["name"])
+        raise Unreachable("create Job: the API server has not answered for 25s")
+
+    cluster.create = gone
+    with pytest.raises(Unreachable):
+        resume(cluster, cluster.namespace, "sweep")
+    assert len(creates) == 1  # not one more wait per suspended trial
+    assert cluster.record("sweep")["data"]["drained"] == "true"

@@ -220,3 +220,19 @@ def test_watch_health_sums_every_mirror_and_names_only_the_broken_ones():
     assert watch_health([healthy, None, object(), mirror]) == (
         3, f"Pod watch broken since {since(1000.0)}: ValueError: x")
     assert watch_health([healthy, None]) == (2, None)
+
+
+def test_the_mirror_tells_the_last_state_of_deleted_objects_and_of_those_a_relist_no_longer_finds():
+    gone = []
+    a, b = pod("a", "1"), pod("b", "2")
+    cluster = ScriptedCluster(
+        lists=[([a, b], "10"), ([], "20")],
+        watches=[[("MODIFIED", pod("a", "11")), ("DELETED", pod("a", "12")), RuntimeError("gap")]],
+    )
+    clock = FakeClock()
+    mirror = Mirror(cluster, POD, clock=clock, sleep=clock.sleep, on_delete=gone.append)
+    cluster.mirror = mirror
+    mirror.start()
+    mirror._thread.join(timeout=10)
+    assert [(o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in gone] == [("a", "12"), ("b", "2")]
+    assert mirror.listed_at == clock.now  # the last list: complete from then on

@@ -103,6 +103,20 @@ def test_a_static_cap_yields_too_and_keeps_its_cap():
     assert StaticPolicy(8).decide(Observed(in_flight=3, pending=0, waiting=50), 0.0).admit(o) == 5
 
 
+def test_a_yielding_static_cap_backfills_like_adaptive():
+    # production can start in 30 s; two gangs fit meanwhile: only trials ending 3 s before it may go
+    o = Observed(in_flight=3, pending=0, waiting=50, gangs_fit=5, precedence="ns/prod-0 (12 GPUs, prod)",
+                 shadow=30.0, backfill_fit=2)
+    decision = StaticPolicy(8).decide(o, 0.0)
+    assert (decision.hold, decision.backfill, decision.admit(o)) == (False, 27.0, 2)
+    assert decision.reason == ("yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 30s: "
+                               "backfilling trials expected to end before")
+    # no known start (a pod without an expected end): hold
+    unknown = Observed(in_flight=3, pending=0, waiting=50, gangs_fit=5, precedence="ns/prod-0 (12 GPUs, prod)",
+                       backfill_fit=2)
+    assert StaticPolicy(8).decide(unknown, 0.0).hold
+
+
 def test_a_yielding_static_cap_keeps_no_reservoir_of_queued_gangs():
     # 24 allowed in flight, 10 there, 5 of them queued and one more gang fits in the free
     # GPUs: queueing 14 more would build the reservoir that takes every GPU that frees

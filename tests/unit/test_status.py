@@ -25,7 +25,7 @@ def snapshot(jobs: list[dict], reasons=None, results=None, record=None, marks=No
         cm["data"].update(suspended_patch(marks)["data"])
     slim = {}
     for job in jobs:
-        trial, attempt, s = slim_job(job, NOW)
+        trial, attempt, s = slim_job(job)
         slim[(recorded.STUDY, trial + job["metadata"]["name"][-3:])] = (attempt, s)
     return Snapshot("stratctl-e2e", NOW, *build(NOW, [cm], slim, reasons or {}, results or {}))
 

@@ -247,3 +247,8 @@ def test_requests_waiting_while_the_rate_is_cut_go_at_the_rate_of_when_they_go()
         t.join(5)
     assert time.monotonic() - started < 0.6
     assert throttle.bucket.qps == 42  # 2 + 4 × 10
+
+
+def test_an_unanswering_server_is_tried_again_at_least_every_five_seconds():
+    backoff = Backoff()  # base 0.5, cap 30, transient cap 5; a refused request waits for the pace instead
+    assert [retry_wait(backoff, n, MaxRng()) for n in range(1, 8)] == [0.5, 1, 2, 4, 5, 5, 5]

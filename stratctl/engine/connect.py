@@ -1,0 +1,47 @@
+"""Connecting commands to the cluster: the gate every request passes, and how long a
+command waits for an API server that does not answer.
+
+`submit` runs for hours, so it rides out an API server restart or a paused etcd: its
+requests keep being retried until the server has been silent for `--outage-timeout`
+(`SubmitOptions.outage_timeout`, 5 minutes by default). `status`, `drain` and `resume` are one-shot, with someone waiting
+at a terminal: they retry for `ONE_SHOT_PATIENCE` seconds, then say the server is
+unreachable (exit 3). Either way a command that never reached the server at all (a wrong
+kubeconfig, a server down from the start) gives up after `ONE_SHOT_PATIENCE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratctl.engine.throttle import Backoff, Throttle
+from stratctl.kube.cluster import Cluster
+from stratctl.kube.outage import Outage
+
+ONE_SHOT_PATIENCE = 25.0  # seconds without an answer before status, drain or resume give up
+# one-shot retries: short waits, and as many as fit in the patience (the outage ends them)
+ONE_SHOT_BACKOFF = Backoff(base=0.5, cap=4.0, max_attempts=1000, max_throttled_attempts=5)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where to submit: kubectl's flags."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+
+
+def connect(connection: Connection, namespace: str | None, throttle: Throttle, patience: float,
+            pool_size: int = 32) -> Cluster:
+    """The cluster of a command, each request admitted by `throttle`, giving up after
+    `patience` seconds without an answer (ONE_SHOT_PATIENCE if it never had one)."""
+    return Cluster.connect(connection.kubeconfig, connection.context, namespace, gate=throttle.call,
+                           pool_size=pool_size, outage=Outage(patience, first_patience=ONE_SHOT_PATIENCE))
+
+
+def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:
+    """The cluster of a command that reads or writes a few objects and exits: transient
+    failures are retried, but after ONE_SHOT_PATIENCE seconds without an answer from the
+    API server its requests raise `Unreachable`."""
+    throttle = Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF)
+    return connect(connection, connection.namespace, throttle, ONE_SHOT_PATIENCE, pool_size)
