@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
+from stratctl.engine.pace import api_room
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import StudyRecord, parse_record, record_data, record_manifest, record_name
+from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
@@ -56,6 +57,7 @@ class SubmitOptions:
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
 SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least
 SUMMARY_REFRESH = 20.0  # ... and at most, while the loop runs
+RECORD_EVERY = 2.0  # seconds between two writes of the record's target and reason, at least
 # seconds between cycles while the API server does not answer: the n-th failed cycle in a
 # row waits the n-th (the poll interval, when longer); each request was retried already
 OUTAGE_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
@@ -146,6 +148,8 @@ class Submitter:
         self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
+        self._unsaved: dict[str, str] = {}  # record keys changed since the last record write (coalesced)
+        self._record_written = float("-inf")  # clock time of the last record write
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
@@ -196,13 +200,43 @@ class Submitter:
         `status` shows this study without listing its jobs: when it changed, at most every
         SUMMARY_EVERY seconds (or 20 times what building it took, so a huge study spends at
         most 5% of the loop on it), and at least every SUMMARY_REFRESH (status trusts a
-        summary for 30 s)."""
+        summary for 30 s). The target, its reason and the API-quota note ride along: one
+        record write at most every RECORD_EVERY seconds, every SUMMARY_EVERY while the API
+        quota pushes back (a one-seat quota has no room for a write per decision)."""
         if self._record_cm is None:
             return
         now = self.clock()
+        note = self.progress.api_note or ""
+        if note != self.record.api_quota:
+            self.record = replace(self.record, api_quota=note, api_quota_at=self.wall())
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == API_QUOTA_KEY})
+        patch = self._unsaved_due(now, force)
+        summary = self._summary_due(now, force)
+        if summary is not None:
+            patch.update(summary[1])
+        self._write_record(patch, now)
+        if summary is not None:
+            self._summary = summary[0]
+
+    def _unsaved_due(self, now: float, force: bool) -> dict[str, str]:
+        """The record keys changed since the last write, if one may be written now."""
+        tight = self.progress.api is not None and self.progress.api.tight
+        due = force or now - self._record_written >= (SUMMARY_EVERY if tight else RECORD_EVERY)
+        return dict(self._unsaved) if self._unsaved and due else {}
+
+    def _write_record(self, patch: dict[str, str], now: float) -> None:
+        if not patch:
+            return
+        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": patch}, self.namespace)
+        self._record_written = now
+        for key in patch:
+            self._unsaved.pop(key, None)
+
+    def _summary_due(self, now: float, force: bool) -> tuple[tuple[float, dict, float], dict] | None:
+        """The summary to write now, if one is due: (what to remember of it, its record keys)."""
         last_time, last_data, cost = self._summary or (float("-inf"), {}, 0.0)
         if not force and now - last_time < max(SUMMARY_EVERY, 20 * cost):
-            return
+            return None
         at, started = self.wall(), time.perf_counter()
         cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
         starts = pod_starts(self.cluster, self.namespace, self.study.name, self._kind, self.signals)  # batch/v1 Jobs
@@ -210,9 +244,8 @@ class Submitter:
         cost = time.perf_counter() - started
         data = summary_data(row, 0.0)  # compared without the time it was taken
         if not force and data == last_data and now - last_time < SUMMARY_REFRESH:
-            return
-        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": summary_data(row, at)}, self.namespace)
-        self._summary = (now, data, cost)
+            return None
+        return (now, data, cost), summary_data(row, at)
 
     # -- observe --------------------------------------------------------------------
 
@@ -324,8 +357,10 @@ class Submitter:
         stats, bucket = self.throttle.stats, self.throttle.bucket
         p.throttle_waits, p.throttle_wait_seconds = bucket.waits, bucket.waited_seconds
         p.throttled_429 = stats.throttled
+        p.api = self.throttle.pressure()  # the request pace: shown when the API quota pushes back
         if self.cluster is not None:
             p.api_writes, p.api_requests = self.cluster.metrics.writes, self.cluster.metrics.requests
+            p.api_sent, p.api_refused = dict(self.cluster.metrics.sent), dict(self.cluster.metrics.refused)
         watches = (self.jobs, *(getattr(self.signals, name, None) for name in ("nodes", "pods", "groups")))
         p.watch_errors, p.watch_problem = watch_health(watches)  # a broken watch means a stale picture: say so
 
@@ -337,14 +372,13 @@ class Submitter:
             else:
                 self._pending_since.pop(name, None)
         p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
-        new_429s, precedence, shadow, backfill_fit = 0, None, None, None
+        precedence, shadow, backfill_fit = None, None, None
         if self.signals is not None:
             capacity = self.signals.capacity(self.wall())
             shadow, backfill_fit = capacity.shadow, capacity.backfill_fit
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             precedence = str(capacity.precedence) if capacity.precedence else None
-            p.latency_p90 = self.signals.latency_p90()
-            new_429s = self.signals.new_429s(self.throttle.stats.throttled)
+            p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
         control = self.prometheus.latest() if self.prometheus is not None else None
         p.etcd_commit_p99 = control.etcd_commit_p99 if control else None
         p.scheduling_latency_p90 = control.volcano_latency_p90 if control else None
@@ -356,11 +390,10 @@ class Submitter:
             waiting=p.waiting,
             stuck=p.stuck,
             drained=self.record.drained,
-            throttled_until=self.throttle.bucket.held_until,
+            api_stalled=p.api.stalled if p.api is not None else 0.0,
+            api_room=api_room(p.api, self.options.poll_interval),
             gangs_fit=p.gangs_fit,
             free_gpus=p.free_gpus,
-            new_429s=new_429s,
-            latency_p90=p.latency_p90,
             precedence=precedence,
             shadow=shadow if self._expected else None,  # backfill needs the study's own durations
             backfill_fit=backfill_fit,
@@ -375,9 +408,12 @@ class Submitter:
                 f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}"
             )
             self.record = replace(self.record, target=decision.target, reason=decision.reason)
-            self._save_record("target", "reason")
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k in ("target", "reason")})
+            if self._record_cm is not None:  # now, unless a write went out moments ago (then with the next)
+                self._write_record(self._unsaved_due(self.clock(), self.progress.done), self.clock())
         self._last_decision = decision
         p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
+        p.wanted = decision.admit(observed)
         return decision
 
     def _pause(self) -> None:

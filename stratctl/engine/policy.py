@@ -3,15 +3,29 @@
 `decide(observed, config, state, now) -> Decision`. The submit loop calls it every cycle
 and acts on the result; nothing here does I/O or reads a clock.
 
+This is the trial loop: it listens to the cluster (pending gangs, free and fragmented
+GPUs, higher-priority gangs) and to the control plane's health as the servers themselves
+see it (etcd's commit latency, Volcano's scheduling latency, from Prometheus). The API
+server's answers to *our requests* — 429s, Retry-After, our own request latency — pace the
+requests instead (`pace`, applied by `throttle`) and never move the target: a 429 says
+"send requests more slowly", not "the GPUs hold fewer trials", and trials already running
+put no load on the user's API quota. Cutting the target on 429s left a study on a one-seat
+quota running one or two trials at a time on an idle cluster for its whole run (issue 22).
+What the API still may do here is **hold**: when nothing of ours has been accepted for
+`api_stall` seconds, admit nothing new (the target is kept), since creates would only queue
+in the client; and while the request pace holds requests back, a cycle admits no more
+trials than it can create in one cycle (`api_room`), so the loop keeps cycling (observing,
+showing, noticing a drain) instead of waiting a whole storm out inside one large batch.
+
 The adaptive rule (AIMD with a dead band, like TCP congestion control):
 
-- **hold** while the API server's `Retry-After` is open or the etcd-latency breaker is
-  tripped: nothing new is created until the server has recovered;
-- **multiplicative decrease** (×`decrease`) on fresh 429s, on API latency above
-  `latency_high`, on Volcano's end-to-end scheduling latency (p90, from Prometheus) above
-  `scheduling_high`, or when more than `pending_high` of the study's gangs are pending: the
-  cluster is telling us it cannot absorb what we already sent (a scheduler whose cycle
-  takes seconds places every new gang later, and each gang added lengthens the cycle);
+- **hold** while the etcd-latency breaker is tripped (and decrease), or while the API has
+  accepted nothing for `api_stall` seconds (target kept);
+- **multiplicative decrease** (×`decrease`) on Volcano's end-to-end scheduling latency
+  (p90, from Prometheus) above `scheduling_high`, or when more than `pending_high` of the
+  study's gangs are stuck pending: the cluster is telling us it cannot absorb what we
+  already sent (a scheduler whose cycle takes seconds places every new gang later, and
+  each gang added lengthens the cycle);
 - **additive increase** only when no more than `queue_ahead` of the study's gangs are
   pending and the free GPUs can hold at least one more whole gang (fragmentation-aware):
   raise the target by the number of whole gangs that fit, at most doubling it and at most
@@ -30,10 +44,10 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   `expected-seconds`), the gang can start at a known moment (the shadow time); trials
   expected to end `backfill_margin` seconds before it may use the free GPUs meanwhile, so
   they are not idle while the gang gathers and the gang starts no later (EASY backfilling);
-- **persistence**: stuck gangs, slow answers and a slow scheduler must last `persist` seconds to count;
+- **persistence**: stuck gangs and a slow scheduler must last `persist` seconds to count;
 - **dead band**: with more than `queue_ahead` gangs pending but at most `pending_high` stuck, keep the target; and no increase
   within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
-  most once per cooldown instead of every cycle.
+  most once per cooldown instead of oscillating.
 """
 
 from __future__ import annotations
@@ -51,11 +65,10 @@ class Observed:
     waiting: int  # trials not yet created
     stuck: int = 0  # pending gangs older than the scheduler's grace period
     drained: bool = False  # the study record says hold
-    throttled_until: float = 0.0  # clock time before which the API server asked for quiet
+    api_stalled: float = 0.0  # seconds our requests have been refused with none accepted (the pace's)
+    api_room: int | None = None  # trials the request pace can create in one cycle while it holds back; None: any
     gangs_fit: int | None = None  # whole gangs of the study's shape the free GPUs could hold; None: unknown
     free_gpus: int | None = None
-    new_429s: int = 0  # 429s received since the previous cycle
-    latency_p90: float | None = None  # seconds, client-observed API latency
     etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
     scheduling_latency_p90: float | None = None  # seconds, Volcano's e2e scheduling latency, from Prometheus
     precedence: str | None = None  # a higher-priority gang waiting for GPUs lower-priority work holds
@@ -89,7 +102,7 @@ class AdaptiveConfig:
     decrease: float = 0.5
     pending_high: int = 2  # pending gangs tolerated before backing off
     queue_ahead: int = 2  # gangs kept queued beyond those the free GPUs hold, ready for the next freed GPUs
-    latency_high: float = 1.0  # seconds, p90 of API requests
+    api_stall: float = 15.0  # seconds with nothing of ours accepted before new trials are held
     etcd_high: float = 0.25  # seconds, p99 etcd backend commit: the breaker
     scheduling_high: float = 2.0  # seconds, p90 of Volcano's scheduling cycle (its period is 1 s)
     cooldown: float = 10.0  # seconds after a decrease before any change
@@ -103,7 +116,7 @@ class PolicyState:
     target: int
     last_decrease: float = -math.inf
     last_increase: float = -math.inf
-    congested_since: float | None = None  # since when stuck gangs or high latency were seen, unbroken
+    congested_since: float | None = None  # since when stuck gangs or a slow scheduler were seen, unbroken
 
 
 def _bounded(target: int, config: AdaptiveConfig) -> int:
@@ -126,7 +139,12 @@ def room(observed: Observed, config: AdaptiveConfig) -> int | None:
 def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
     """The adaptive rule (see the module docstring); returns the decision and the next state."""
     decision, state = _rule(observed, config, state, now)
-    return replace(decision, room=room(observed, config)), state
+    return replace(decision, room=_least(room(observed, config), observed.api_room)), state
+
+
+def _least(*bounds: int | None) -> int | None:
+    known = [b for b in bounds if b is not None]
+    return min(known) if known else None
 
 
 def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
@@ -145,16 +163,12 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
                                                                               congested_since=None)
 
     hold = False
-    if observed.throttled_until > now:
-        hold = True
-        if observed.new_429s:
-            return decrease(f"{observed.new_429s} × HTTP 429, holding {observed.throttled_until - now:.1f}s for Retry-After")
-        return Decision(target, True, f"holding {observed.throttled_until - now:.1f}s for Retry-After"), state
     if observed.etcd_commit_p99 is not None and observed.etcd_commit_p99 > config.etcd_high:
         hold = True
         return decrease(f"etcd commit p99 {observed.etcd_commit_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms")
-    if observed.new_429s:
-        return decrease(f"{observed.new_429s} × HTTP 429")
+    if observed.api_stalled >= config.api_stall:
+        return Decision(target, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, holding "
+                                      f"new trials (target {target} kept)"), state
     if observed.precedence:
         why = f"yielding to higher-priority gang {observed.precedence}"
         window = None if observed.shadow is None else observed.shadow - config.backfill_margin
@@ -162,23 +176,20 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
             return Decision(target, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
                                            f"trials expected to end before", backfill=window), state
         return Decision(target, True, why), state
-    slow = observed.latency_p90 is not None and observed.latency_p90 > config.latency_high
     scheduler = observed.scheduling_latency_p90
     behind = scheduler is not None and scheduler > config.scheduling_high
     stuck = observed.stuck > config.pending_high
-    if slow or behind or stuck:
-        # slow answers and stuck gangs count only when they persist: one slow list or one
-        # gang the scheduler has not reached yet is noise, not congestion
+    if behind or stuck:
+        # a slow scheduler and stuck gangs count only when they persist: one slow cycle or
+        # one gang the scheduler has not reached yet is noise, not congestion
         since = now if state.congested_since is None else state.congested_since
         state = replace(state, congested_since=since)
         if now - since >= config.persist:
-            if slow:
-                return decrease(f"API latency p90 {observed.latency_p90 * 1000:.0f}ms above {config.latency_high * 1000:.0f}ms")
             if behind:
                 return decrease(f"Volcano scheduling latency p90 {scheduler * 1000:.0f}ms above "
                                 f"{config.scheduling_high * 1000:.0f}ms")
             return decrease(f"{observed.stuck} gangs pending (more than {config.pending_high})")
-        signal = "latency" if slow else "scheduling latency" if behind else "pending gangs"
+        signal = "scheduling latency" if behind else "pending gangs"
         return Decision(target, False, f"congestion signal ({signal}), watching"), state
     state = replace(state, congested_since=None)
     if observed.pending > config.queue_ahead:
@@ -228,23 +239,26 @@ class StaticPolicy:
 
     cap: int
     queue_ahead: int = 2
+    api_stall: float = AdaptiveConfig.api_stall
     backfill_margin: float = AdaptiveConfig.backfill_margin
 
     def decide(self, observed: Observed, now: float) -> Decision:
         if observed.drained:
             return Decision(self.cap, True, "study drained")
-        if observed.throttled_until > now:
-            return Decision(self.cap, True, f"API server asked to wait {observed.throttled_until - now:.1f}s")
+        if observed.api_stalled >= self.api_stall:
+            return Decision(self.cap, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, "
+                                            "holding new trials")
         if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
             why = f"yielding to higher-priority gang {observed.precedence}"
             window = None if observed.shadow is None else observed.shadow - self.backfill_margin
             if window is not None and window > 0 and observed.backfill_fit:
                 return Decision(self.cap, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
-                                                 f"trials expected to end before", room=observed.backfill_fit,
+                                                 f"trials expected to end before",
+                                room=_least(observed.backfill_fit, observed.api_room),
                                 backfill=window)
             return Decision(self.cap, True, why)
         if observed.gangs_fit is None:
-            return Decision(self.cap, False, f"static cap {self.cap}")
+            return Decision(self.cap, False, f"static cap {self.cap}", room=observed.api_room)
         room = max(0, observed.gangs_fit + self.queue_ahead - observed.pending)
         return Decision(self.cap, False, f"static cap {self.cap}, {observed.gangs_fit} gang(s) fit in free GPUs",
-                        room=room)
+                        room=_least(room, observed.api_room))

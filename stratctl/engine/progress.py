@@ -7,8 +7,10 @@ this data alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
+
+from stratctl.engine.pace import Pressure
 
 
 @dataclass
@@ -25,6 +27,7 @@ class Progress:
     failed: int = 0
     waiting: int = 0
     target: int = 0
+    wanted: int = 0  # trials this cycle's decision let in (the GPUs had room for them)
     hold: bool = False
     reason: str = ""
     throttle_waits: int = 0
@@ -32,6 +35,9 @@ class Progress:
     throttled_429: int = 0
     api_writes: int = 0
     api_requests: int = 0
+    api_sent: dict[str, int] = field(default_factory=dict)  # requests sent per kind ("create Job"), retries included
+    api_refused: dict[str, int] = field(default_factory=dict)  # of those, refused with 429, per kind
+    api: Pressure | None = None  # the request pace now (None before the first cycle)
     stuck: int = 0  # gangs pending longer than the grace period
     free_gpus: int | None = None
     gangs_fit: int | None = None
@@ -55,9 +61,27 @@ class Progress:
     def done(self) -> bool:
         return self.succeeded + self.failed + len(self.errors) >= self.total
 
+    @property
+    def api_limited(self) -> bool:
+        """The API quota, not the GPUs, limits the study now: the request pace is holding
+        requests back (`Pressure.slowing`) while the GPUs have room for trials that wait
+        (this cycle's decision let some in, or held them only because nothing is accepted)."""
+        return bool(self.api and self.api.slowing and self.waiting and (self.wanted or self.api.stalled))
+
+    @property
+    def api_note(self) -> str | None:
+        """`API quota: 12 × 429 in the last minute, pacing requests at 3/s, one request at a
+        time; GPUs: target 16, in flight 9`, while the API quota pushes back; else None."""
+        if not self.api or not self.api.tight:
+            return None
+        note = f"API quota: {self.api.describe()}; GPUs: target {self.target}, in flight {self.in_flight}"
+        return note + (" — the API quota, not the GPUs, is the bottleneck" if self.api_limited else "")
+
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items()}
         out["in_flight"] = self.in_flight
+        out["api"] = asdict(self.api) if self.api else None
+        out["api_note"] = self.api_note
         return out
 
 

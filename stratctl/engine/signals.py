@@ -60,7 +60,6 @@ class ClusterSignals:
         # gangs queued in the study's namespace (where submit may read PodGroups); other
         # namespaces' queued gangs show up once their pods exist
         self.groups = Mirror(cluster, PODGROUP, all_namespaces=False, namespace=namespace) if namespace else None
-        self._seen_429 = 0
 
     def start(self) -> ClusterSignals:
         self.nodes.start()
@@ -120,11 +119,6 @@ class ClusterSignals:
     def pods_complete_since(self) -> float | None:
         """Wall time from which the pod mirror has seen every change (its last list)."""
         return self.pods.listed_at
-
-    def new_429s(self, total: int) -> int:
-        """429s since the previous call, from a running total (the throttle's count)."""
-        fresh, self._seen_429 = max(0, total - self._seen_429), total
-        return fresh
 
     def latency_p90(self) -> float | None:
         return self.cluster.metrics.latency_quantile(0.9)

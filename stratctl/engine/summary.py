@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from stratctl import labels
-from stratctl.kube.record import parse_record, suspended_of
+from stratctl.kube.record import api_quota_of, parse_record, suspended_of
 from stratctl.engine.recovery import Limits, carried, effective_state, usage, view_of
 from stratctl.kube.gpus import job_gpus
 from stratctl.kube.state import TrialState, attempt_of, classify, phase_of, podgroup_name, timestamp
@@ -62,6 +62,7 @@ class StudyRow:
     gpu_hours_lost: float
     as_of: float | None = None  # when the submit loop computed it (None: just now, by status)
     failures: int = 0
+    api: str = ""  # the submit loop's note while the API quota pushes back (fresh, else "")
 
 
 SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
@@ -154,6 +155,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
             preemptions=sum(r.preemptions for r in rows), failures=sum(r.failures for r in rows),
             gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
+            api=api_quota_of(record, now),
         ))
         trials.extend(rows)
     return studies, trials
@@ -199,4 +201,5 @@ def summary_of(configmap: dict, now: float, fresh: float) -> StudyRow | None:
         return None
     # flags other terminals set since the loop wrote it
     row.drained, row.critical, row.target, row.decision = record.drained, record.critical, record.target, record.reason
+    row.api = api_quota_of(record, now)
     return row

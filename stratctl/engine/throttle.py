@@ -1,20 +1,15 @@
-"""Client-side admission of API requests: a token bucket and the retry policy around it.
+"""Client-side admission of API requests: the mechanism that applies the request pace.
 
-Every request stratctl makes takes a token first, so a study of thousands of trials
-reaches the API server at `qps` with at most `burst` at once. When the server answers
-429 (or 503) the whole bucket is held shut until its `Retry-After` has passed, so other
-workers do not keep hammering a server that just asked for a pause (requests already
-waiting for a token or for a slot in the window check the hold again before they go); the failed request
-itself is retried with full-jitter exponential backoff, never sooner than `Retry-After`.
-
-A token bucket bounds the *rate*; a server that rejects by concurrency (API Priority and
-Fairness gives each priority level a few seats and answers 429 past them) also needs the
-*number of requests in flight* bounded. So requests also take a slot in a congestion
-window, as TCP does: every 429 halves it, every success widens it by `growth`/size (one
-slot per ten windows' worth of successes), so a launcher with 48 workers facing a
-one-seat priority level settles at about one request at a time instead of retrying in a
-storm, and probes for more only slowly: each probe that fails costs everyone a
-Retry-After.
+Every request stratctl makes takes, while the API is throttled and it is a write, the single
+write seat; then a slot in a concurrency window; then a token from a token bucket (`qps`,
+at most `burst` at once); then it is sent. The pace (`pace`: a pure rule
+on the API server's answers) sets the bucket's rate and the window's size after every
+answer: a 429 halves the rate and closes the window to one request, answers open them
+again. A 429 also pauses the whole client briefly (the Retry-After, up to 1 s, doubling
+while probes fail, up to 4 s: `pace` says why not the whole Retry-After) — requests already
+waiting for a token or a slot wait the pause out before they go — and the refused request
+itself goes again when the pause ends. Connection errors and other 5xx are retried with
+full-jitter exponential backoff; other errors propagate at once.
 
 Time is injected (`clock`, `sleep`, `rng`) so tests assert exact schedules.
 """
@@ -30,7 +25,8 @@ from typing import TypeVar
 
 import tenacity
 
-from stratctl.errors import Throttled, Unavailable
+from stratctl.engine import pace as rule
+from stratctl.errors import ClusterError, Throttled, Unavailable
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -58,6 +54,15 @@ class TokenBucket:
         self._held_until = float("-inf")
         self.waited_seconds = 0.0
         self.waits = 0
+
+    def set_rate(self, qps: float) -> None:
+        """Change the rate from now on (tokens banked so far are kept)."""
+        with self._lock:
+            now = self._clock()
+            if self.qps > 0:
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self.qps = qps
 
     def reserve(self) -> float:
         """Take one token now and return how many seconds the caller must wait before using it."""
@@ -109,30 +114,29 @@ class TokenBucket:
 
 
 class Window:
-    """An AIMD bound on concurrent requests: halve on 429, grow by `growth`/size per success."""
+    """A bound on requests in flight whose size the pace sets (`resize`)."""
 
-    def __init__(self, size: int, growth: float = 0.1):
-        self.max = max(1, size)
-        self.growth = growth
-        self.size = float(self.max)
+    def __init__(self, size: int):
+        self.size = max(1, size)
         self.in_use = 0
-        self.smallest = self.max
+        self.smallest = self.size
         self._cond = threading.Condition()
+
+    def resize(self, size: int) -> None:
+        with self._cond:
+            self.size = max(1, size)
+            self.smallest = min(self.smallest, self.size)
+            self._cond.notify_all()
 
     def acquire(self) -> None:
         with self._cond:
-            while self.in_use >= int(self.size):
+            while self.in_use >= self.size:
                 self._cond.wait()
             self.in_use += 1
 
-    def release(self, throttled: bool) -> None:
+    def release(self) -> None:
         with self._cond:
             self.in_use -= 1
-            if throttled:
-                self.size = max(1.0, self.size / 2)
-                self.smallest = min(self.smallest, int(self.size))
-            else:
-                self.size = min(float(self.max), self.size + self.growth / self.size)
             self._cond.notify_all()
 
 
@@ -148,7 +152,7 @@ class Backoff:
     cap: float = 30.0
     transient_cap: float = 5.0
     max_attempts: int = 10  # for transient errors (connection, 5xx)
-    max_throttled_attempts: int = 60  # a 429 says "come back later": keep coming back, for longer
+    max_throttled_attempts: int = 120  # a 429 says "come back later": keep coming back, for longer
 
     def ceiling(self, attempt: int, throttled: bool = True) -> float:
         cap = self.cap if throttled else min(self.cap, self.transient_cap)
@@ -175,19 +179,16 @@ class RetryStats:
                     self.retry_after_seconds.append(error.retry_after)
 
 
-def retry_wait(backoff: Backoff, error: BaseException | None, attempt: int, rng: random.Random) -> float:
-    """The pure retry policy: how long to wait after `attempt` failed with `error`.
-
-    A throttled answer waits at least its Retry-After even above the cap: the server
-    asked for it, and coming back sooner only earns another 429.
-    """
-    jitter = rng.uniform(0.0, backoff.ceiling(attempt, throttled=isinstance(error, Throttled)))
-    retry_after = getattr(error, "retry_after", None) or 0.0
-    return max(retry_after, jitter)
+def retry_wait(backoff: Backoff, attempt: int, rng: random.Random) -> float:
+    """The pure retry policy of a transient failure: how long to wait after `attempt` failed.
+    (A refused request waits for the pace's pause instead.)"""
+    return rng.uniform(0.0, backoff.ceiling(attempt, throttled=False))
 
 
 class Throttle:
-    """Token bucket + tenacity retry policy; `call(fn)` runs `fn` as one admitted request."""
+    """Token bucket + window + write seat, paced by the API server's answers; retries.
+
+    `call(fn, mutating)` runs `fn` as one admitted request."""
 
     def __init__(
         self,
@@ -198,45 +199,99 @@ class Throttle:
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
         rng: random.Random | None = None,
+        pace: rule.PaceConfig | None = None,
     ):
         self.bucket = TokenBucket(qps, burst, clock=clock, sleep=sleep)
-        self.window = Window(concurrency)
+        self.config = pace or rule.PaceConfig(qps=qps, window=concurrency)
+        self.state = rule.initial(self.config)
+        self.window = Window(int(self.state.size))
+        self.writes = threading.Lock()  # the write seat, taken while throttled
         self.backoff = backoff
         self.stats = RetryStats()
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
-        self._rng_lock = threading.Lock()
+        self._lock = threading.Lock()  # the pace's state and the rng
+
+    # -- the pace ---------------------------------------------------------------------
+
+    def _apply(self, state: rule.PaceState) -> None:
+        """Adopt a new pace state (called under the lock): rate, window and pause."""
+        before, self.state = self.state, state
+        if state.rate != before.rate and self.config.qps > 0:
+            self.bucket.set_rate(state.rate)
+        if int(state.size) != int(before.size):
+            self.window.resize(int(state.size))
+        if state.paused_until > before.paused_until:
+            self.bucket.hold_until(state.paused_until)
+
+    def _refused(self, error: Throttled) -> None:
+        with self._lock:
+            self._apply(rule.refused(self.state, self.config, self._clock(), error.retry_after))
+
+    def _answered(self, seconds: float, mutating: bool) -> None:
+        with self._lock:
+            self._apply(rule.answered(self.state, self.config, self._clock(), seconds, mutating))
+
+    def throttled(self) -> bool:
+        with self._lock:
+            return rule.throttled(self.state, self.config, self._clock())
+
+    def pressure(self) -> rule.Pressure:
+        """The request pace now, for the panel, the record and `status`."""
+        with self._lock:
+            return rule.pressure(self.state, self.config, self._clock())
+
+    # -- one request --------------------------------------------------------------------
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
-        with self._rng_lock:
-            wait = retry_wait(self.backoff, error, state.attempt_number, self._rng)
-        if isinstance(error, Throttled) and error.retry_after:
-            self.bucket.hold_until(self._clock() + error.retry_after)
+        with self._lock:
+            if isinstance(error, Throttled):  # again when the pause ends (it may be a probe)
+                wait = max(0.0, self.state.paused_until - self._clock())
+            else:
+                wait = retry_wait(self.backoff, state.attempt_number, self._rng)
         self.stats.record(error, wait)
         return wait
 
-    def call(self, fn: Callable[[], T]) -> T:
-        """Run `fn` after taking a token; retry throttled and transient failures.
+    def call(self, fn: Callable[[], T], mutating: bool = False) -> T:
+        """Run `fn` after taking a token and a slot (and, for a write while throttled, the
+        write seat); retry refused and transient failures.
 
         Permanent errors (4xx other than 429) propagate at once; after `max_attempts`
         the last transient error propagates as it was.
         """
 
         def admitted() -> T:
-            self.bucket.acquire()
-            self.window.acquire()
-            # a slot in the window may have taken a while: a hold set meanwhile applies
-            self.bucket.wait_hold()
-            throttled = False
+            seat = self.writes if mutating and self.throttled() else None
+            if seat is not None:
+                seat.acquire()
             try:
-                return fn()
-            except Throttled:
-                throttled = True
-                raise
+                self.window.acquire()
+                try:
+                    # the token last, once the slot is ours: only requests about to go hold
+                    # one, so tokens reserved while the rate was cut do not pile up into a
+                    # debt that outlives the cut (16 waiting creates at 0.5/s: 32 s); its
+                    # wait includes any pause begun meanwhile
+                    self.bucket.acquire()
+                    started = self._clock()
+                    try:
+                        result = fn()
+                    except Throttled as exc:
+                        self._refused(exc)
+                        raise
+                    except Unavailable:
+                        raise
+                    except ClusterError:
+                        self._answered(self._clock() - started, mutating)  # the server answered: a 4xx
+                        raise
+                    self._answered(self._clock() - started, mutating)
+                    return result
+                finally:
+                    self.window.release()
             finally:
-                self.window.release(throttled)
+                if seat is not None:
+                    seat.release()
 
         def stop(state: tenacity.RetryCallState) -> bool:
             error = state.outcome.exception() if state.outcome else None

@@ -35,7 +35,7 @@ from stratctl.kube.grants import Grants, access, denial_is_transient
 from stratctl.kube.outage import Outage, duration
 
 T = TypeVar("T")
-Gate = Callable[[Callable[[], T]], T]
+Gate = Callable[..., T]  # gate(fn, mutating=bool) -> fn's result: admits (and retries) one request
 
 FIELD_MANAGER = "stratctl"
 
@@ -151,7 +151,16 @@ class ApiMetrics:
     throttled: int = 0  # 429s received (before retries)
     errors: int = 0
     latencies: deque = field(default_factory=lambda: deque(maxlen=512))
+    sent: dict[str, int] = field(default_factory=dict)  # requests sent per kind ("create Job"), retries included
+    refused: dict[str, int] = field(default_factory=dict)  # of those, answered 429, per kind
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, kind: str, refused: bool = False) -> None:
+        """One request of `kind` (the verb and kind its `what` starts with) went out."""
+        with self._lock:
+            self.sent[kind] = self.sent.get(kind, 0) + 1
+            if refused:
+                self.refused[kind] = self.refused.get(kind, 0) + 1
 
     def record(self, method: str, status: int | None, seconds: float) -> None:
         with self._lock:
@@ -172,7 +181,7 @@ class ApiMetrics:
         return data[min(len(data) - 1, int(q * len(data)))]
 
 
-def _no_gate(fn: Callable[[], T]) -> T:
+def _no_gate(fn: Callable[[], T], mutating: bool = False) -> T:
     return fn()
 
 
@@ -291,7 +300,28 @@ class Cluster:
         what: str = "",
         content_type: str = "application/json",
     ) -> Any:
-        return self.gate(lambda: self._send(method, path, query, body, what or f"{method} {path}", content_type))
+        what = what or f"{method} {path}"
+        return self.gate(self._counted(what, lambda: self._send(method, path, query, body, what, content_type)),
+                         mutating=method != "GET")
+
+    def _counted(self, what: str, send: Callable[[], T]) -> Callable[[], T]:
+        """`send`, counted per kind of request (the verb and kind `what` starts with) each
+        time the gate sends it: what a study costs the API server, by kind."""
+        kind = " ".join(what.split()[:2])
+
+        def attempt() -> T:
+            try:
+                result = send()
+            except Throttled:
+                self.metrics.count(kind, refused=True)
+                raise
+            except BaseException:
+                self.metrics.count(kind)
+                raise
+            self.metrics.count(kind)
+            return result
+
+        return attempt
 
     # -- verbs ------------------------------------------------------------------------
 
@@ -383,8 +413,8 @@ class Cluster:
         }
         what = f"watch {kind[1]}"
         # the read timeout outlasts the server's own end of the watch, so only a stalled stream trips it
-        response = self.gate(lambda: self._send("GET", path, query, None, what, "application/json", stream=True,
-                                                timeout=(10, timeout_seconds + 10)))
+        response = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
+                                                                    stream=True, timeout=(10, timeout_seconds + 10))))
         clean = False
         try:
             buffer = b""

@@ -17,6 +17,8 @@ from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
 from stratctl.study import document
 
 PREFIX = "stratctl-study-"
+API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
+API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 
 
 def record_name(study_name: str) -> str:
@@ -35,6 +37,8 @@ class StudyRecord:
     finished: dict[str, str] = field(default_factory=dict)  # cleaned-up trial -> "succeeded" | "failed"
     source: str = ""  # the study file's text
     max_failures: int | None = None  # retries.max_failures, so status tells retrying from failed
+    api_quota: str = ""  # when the API quota pushes back: what it does to the study ("" otherwise)
+    api_quota_at: float | None = None  # wall time that note was written
 
 
 def record_manifest(record: StudyRecord, namespace: str) -> dict:
@@ -66,7 +70,15 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         "reason": record.reason,
         "finished": json.dumps(record.finished, sort_keys=True),
         "max-failures": "" if record.max_failures is None else str(record.max_failures),
+        API_QUOTA_KEY: json.dumps({"at": record.api_quota_at, "note": record.api_quota}) if record.api_quota else "",
     }
+
+
+def api_quota_of(record: StudyRecord, now: float) -> str:
+    """The API-quota note to show at wall time `now`: only while its loop keeps it fresh."""
+    if not record.api_quota or record.api_quota_at is None or now - record.api_quota_at > API_QUOTA_FRESH:
+        return ""
+    return record.api_quota
 
 
 def parse_record(configmap: dict) -> StudyRecord:
@@ -77,6 +89,12 @@ def parse_record(configmap: dict) -> StudyRecord:
         finished = json.loads(data.get("finished") or "{}")
     except ValueError:
         finished = {}
+    try:
+        quota = json.loads(data.get(API_QUOTA_KEY) or "{}")
+    except ValueError:
+        quota = {}
+    quota = quota if isinstance(quota, dict) else {}
+    at = quota.get("at")
     return StudyRecord(
         study=meta_labels.get(labels.STUDY, ""),
         spec_hash=data.get("spec-hash", ""),
@@ -88,6 +106,8 @@ def parse_record(configmap: dict) -> StudyRecord:
         finished=finished if isinstance(finished, dict) else {},
         source=data.get("study.yaml", ""),
         max_failures=int(data["max-failures"]) if (data.get("max-failures") or "").isdigit() else None,
+        api_quota=quota.get("note") if isinstance(quota.get("note"), str) else "",
+        api_quota_at=float(at) if isinstance(at, int | float) else None,
     )
 
 

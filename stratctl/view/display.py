@@ -48,6 +48,9 @@ def progress_table(p: Progress) -> Table:
         f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), {p.throttled_429} × HTTP 429, "
         f"{p.api_requests} requests, {p.api_writes} writes",
     )
+    if p.api_note:  # the API quota pushes back: whether it, not the GPUs, limits the study
+        table.add_row("API quota", Text(p.api_note.removeprefix("API quota: "),
+                                        style="yellow" if p.api_limited else ""))
     if p.watch_problem:  # the numbers above may be stale: the watch feeding them is down
         table.add_row("watches", Text(f"{p.watch_problem} ({p.watch_errors} failures so far)", style="red"))
     elif p.watch_errors:
@@ -114,6 +117,7 @@ class LogDisplay:
             f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
             f"{p.created} created, {p.throttled_429} x 429"
             + (f"; {p.watch_problem}" if p.watch_problem else "")
+            + (f"; {p.api_note}" if p.api_limited else "")
         )
 
     def event(self, message: str) -> None:
@@ -134,9 +138,18 @@ def summary(p: Progress) -> str:
         f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
     ]
+    if p.api_sent:
+        lines.append(f"requests by kind ({p.api_requests / max(p.created + p.existing, 1):.2f} per trial): "
+                     + by_kind(p.api_sent, p.api_refused))
     for trial, message in sorted(p.errors.items()):
         lines.append(f"  {trial}: {message}")
     return "\n".join(lines)
+
+
+def by_kind(sent: dict[str, int], refused: dict[str, int]) -> str:
+    """`create Job 100 (12 × 429), get ConfigMap 61, ...`: most first."""
+    return ", ".join(f"{kind} {n}" + (f" ({refused[kind]} × 429)" if refused.get(kind) else "")
+                     for kind, n in sorted(sent.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def summary_json(p: Progress) -> str:

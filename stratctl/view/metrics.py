@@ -31,6 +31,9 @@ class MetricsReporter:
         self.gangs_fit = gauge("cluster_gangs_fit", "Whole gangs of the study's shape the free GPUs could hold")
         self.latency = gauge("api_latency_p90_seconds", "p90 of the client's recent API request latency")
         self.throttled = Counter("stratctl_http_429", "HTTP 429 responses received", labels, registry=self.registry)
+        self.api_qps = gauge("api_pace_qps", "Requests per second the client allows itself now (the request pace)")
+        self.api_window = gauge("api_pace_window", "API requests the client allows in flight now")
+        self.api_limited = gauge("api_quota_limited", "1 while the API quota, not the GPUs, limits the study")
         self.watch_broken = gauge("watch_broken", "1 while a watch of the loop (jobs, nodes, pods, PodGroups) is broken")
         self.watch_failures = Counter("stratctl_watch_failures", "Failures of the loop's watches", labels,
                                       registry=self.registry)
@@ -52,6 +55,8 @@ class MetricsReporter:
             (self.failed, p.failed), (self.hold, int(p.hold)), (self.free_gpus, p.free_gpus),
             (self.gangs_fit, p.gangs_fit), (self.latency, p.latency_p90),
             (self.watch_broken, int(p.watch_problem is not None)),
+            (self.api_qps, p.api.qps if p.api else None), (self.api_window, p.api.window if p.api else None),
+            (self.api_limited, int(p.api_limited)),
         ):
             if value is not None:
                 gauge.labels(s).set(value)

@@ -52,6 +52,8 @@ def studies_table(rows: list[StudyRow], now: float | None = None) -> Group:
         if s.as_of is not None and now is not None:
             note.append(f" (figures as of {age(now - s.as_of)} ago)", style="dim")
         notes.append(note)
+        if s.api:  # the API quota pushes back: say whether it, not the GPUs, is what limits the study
+            notes.append(Text(f"{s.study}: {s.api}", style="yellow"))
     return Group(table, *notes)
 
 

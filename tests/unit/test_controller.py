@@ -320,9 +320,6 @@ def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_c
         def latency_p90(self):
             return None
 
-        def new_429s(self, total):
-            return 0
-
         def pod_starts(self):
             return {}
 

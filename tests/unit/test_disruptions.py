@@ -180,9 +180,6 @@ def test_the_submit_loop_hands_its_pod_signals_to_recovery(study_file):
         def latency_p90(self):
             return None
 
-        def new_429s(self, total):
-            return 0
-
     submitter.signals = LoopSignals(seen, since=None)
     submitter.sleep = lambda s: (clock.sleep(s), step())
     progress = submitter.run()

@@ -77,21 +77,18 @@ def test_increase_is_bounded_by_max_and_needs_the_cap_to_be_used():
     assert d.target == 20  # 15 slots unused already: more headroom would not help
 
 
-def test_a_429_burst_halves_once_and_holds_for_retry_after():
-    now = 100.0
-    state = PolicyState(16)
-    d, state = decide(obs(in_flight=16, new_429s=5, throttled_until=now + 4), CONFIG, state, now)
-    assert (d.target, d.hold) == (8, True)
-    assert d.reason == "5 × HTTP 429, holding 4.0s for Retry-After: target 16 → 8"
-    # more 429s within the cooldown: still holding, no second halving
-    d, state = decide(obs(in_flight=16, new_429s=3, throttled_until=now + 6), CONFIG, state, now + 2)
-    assert (d.target, d.hold) == (8, True)
-    # Retry-After over, cooldown not: keep, admit again
-    d, state = decide(obs(in_flight=8, gangs_fit=4), CONFIG, state, now + 7)
-    assert (d.target, d.hold) == (8, False)
-    # after the cooldown the free GPUs are used again
-    d, state = decide(obs(in_flight=8, gangs_fit=4), CONFIG, state, now + 11)
-    assert (d.target, d.hold) == (12, False)
+def test_the_api_quota_never_moves_the_target_and_holds_only_a_sustained_stall():
+    # requests refused for a few seconds (429s) while 3 more gangs fit: the GPUs decide
+    d, state = decide(obs(in_flight=16, gangs_fit=3, api_stalled=4.0), CONFIG, PolicyState(16), 100)
+    assert (d.target, d.hold) == (19, False)
+    assert d.reason == "3 more gang(s) fit in free GPUs: target 16 → 19"
+    # nothing accepted for 15 s: hold new trials, keep the target
+    d, state = decide(obs(in_flight=19, gangs_fit=3, api_stalled=15.0), CONFIG, state, 110)
+    assert (d.target, d.hold) == (19, True) and d.admit(obs(in_flight=19)) == 0
+    assert d.reason == "API quota: nothing accepted for 15s, holding new trials (target 19 kept)"
+    # the API accepts again: the free GPUs raise the target at once (no cooldown: nothing was cut)
+    d, state = decide(obs(in_flight=19, gangs_fit=3), CONFIG, state, 111)
+    assert (d.target, d.hold) == (22, False) and state.last_decrease == float("-inf")
 
 
 def test_stuck_pending_gangs_decrease_to_half_of_what_is_in_flight():
@@ -101,13 +98,6 @@ def test_stuck_pending_gangs_decrease_to_half_of_what_is_in_flight():
     assert d.target == 5 and not d.hold
     assert d.reason == "5 gangs pending (more than 2): target 20 → 5"
     assert state.last_decrease == 50
-
-
-def test_persistent_high_api_latency_decreases():
-    d, state = decide(obs(in_flight=8, latency_p90=2.5, gangs_fit=3), CONFIG, PolicyState(8), 0)
-    assert d.target == 8
-    d, state = decide(obs(in_flight=8, latency_p90=2.5, gangs_fit=3), CONFIG, state, 2)
-    assert d.target == 4 and d.reason == "API latency p90 2500ms above 1000ms: target 8 → 4"
 
 
 def test_a_persistently_slow_volcano_scheduler_decreases_and_blocks_increases():
@@ -131,7 +121,8 @@ def test_etcd_breaker_holds_new_submissions():
 
 def test_never_below_min():
     cfg = AdaptiveConfig(min=3, initial=4, max=32)
-    d, _ = decide(obs(in_flight=1, new_429s=1), cfg, PolicyState(4), 0)
+    d, state = decide(obs(in_flight=1, pending=3, stuck=3), cfg, PolicyState(4), 0)
+    d, _ = decide(obs(in_flight=1, pending=3, stuck=3), cfg, state, 2)
     assert d.target == 3
 
 
@@ -166,10 +157,11 @@ def test_drained_holds():
     assert d.hold and d.reason == "study drained"
 
 
-def test_static_policy_is_a_fixed_cap_that_still_honours_retry_after():
+def test_static_policy_is_a_fixed_cap_that_holds_while_the_api_accepts_nothing():
     p = StaticPolicy(5)
     assert p.decide(obs(), 0).target == 5
-    assert p.decide(obs(throttled_until=3), 0).hold
+    assert not p.decide(obs(api_stalled=3), 0).hold
+    assert p.decide(obs(api_stalled=20), 0).hold
     assert p.decide(obs(drained=True), 0).hold
 
 
@@ -184,3 +176,11 @@ def test_persistence_and_steps_are_seconds_not_cycles():
     targets, _, reasons = run(free, config=AdaptiveConfig(initial=4, max=64), step=0.2)
     assert targets == [8, 8, 8, 8, 8, 16, 16, 16, 16, 16, 32]
     assert reasons[1] == "50 more gang(s) fit; next step in 0.8s"
+
+
+def test_while_the_request_pace_holds_back_a_cycle_admits_what_it_can_create():
+    o = obs(in_flight=4, gangs_fit=10, api_room=2)
+    d, _ = decide(o, CONFIG, PolicyState(20), 0)
+    assert d.target == 20 and d.room == 2 and d.admit(o) == 2  # the target stays where the GPUs put it
+    assert StaticPolicy(20).decide(obs(in_flight=4, gangs_fit=10, api_room=1), 0).admit(o) == 1
+    assert StaticPolicy(20).decide(obs(in_flight=4, gangs_fit=None, api_room=1), 0).admit(o) == 1

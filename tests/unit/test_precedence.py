@@ -90,10 +90,10 @@ def test_the_policy_holds_while_a_gang_outranks_the_study_and_keeps_its_target()
     assert not decision.hold and decision.admit(Observed(in_flight=6, pending=0, waiting=50)) == 2
 
 
-def test_429s_still_decrease_while_yielding():
-    o = Observed(in_flight=8, pending=0, waiting=50, new_429s=3, precedence="ns/prod-0 (12 GPUs, prod)")
+def test_a_stalled_api_holds_while_yielding_without_cutting_the_target():
+    o = Observed(in_flight=8, pending=0, waiting=50, api_stalled=20.0, precedence="ns/prod-0 (12 GPUs, prod)")
     decision, _ = decide(o, AdaptiveConfig(), PolicyState(8), 0.0)
-    assert decision.target == 4
+    assert (decision.target, decision.hold) == (8, True)
 
 
 def test_a_static_cap_yields_too_and_keeps_its_cap():

@@ -89,9 +89,6 @@ class Mirrors:
     def latency_p90(self):
         return None
 
-    def new_429s(self, total):
-        return 0
-
 
 def loop(study_file, mirrored=True):
     cluster, clock = FakeCluster(), FakeClock()

@@ -1,4 +1,7 @@
 import random
+import threading
+import time
+from dataclasses import replace
 
 import pytest
 
@@ -44,23 +47,18 @@ def test_unlimited_bucket_never_waits_but_honours_holds():
 def test_retry_wait_is_full_jitter_exponential_and_capped():
     backoff = Backoff(base=0.5, cap=4.0)
     rng = MaxRng()
-    assert [retry_wait(backoff, Unavailable("x"), n, rng) for n in range(1, 7)] == [0.5, 1, 2, 4, 4, 4]
+    assert [retry_wait(backoff, n, rng) for n in range(1, 7)] == [0.5, 1, 2, 4, 4, 4]
     # full jitter: with a real rng every wait lies in [0, ceiling]
     real = random.Random(7)
-    waits = [retry_wait(backoff, Unavailable("x"), 3, real) for _ in range(200)]
+    waits = [retry_wait(backoff, 3, real) for _ in range(200)]
     assert 0 <= min(waits) < 0.2 and 1.8 < max(waits) <= 2.0
 
 
-def test_retry_after_wins_over_a_shorter_backoff_even_above_the_cap():
-    backoff = Backoff(base=0.5, cap=4.0)
-    assert retry_wait(backoff, Throttled("slow down", retry_after=9), 1, MaxRng()) == 9
-    assert retry_wait(backoff, Throttled("slow down", retry_after=1), 4, MaxRng()) == 4
-
-
-def test_throttle_retries_429_honouring_retry_after_and_holds_the_bucket():
+def test_a_429_pauses_the_whole_client_briefly_then_the_refused_request_probes():
     clock = FakeClock()
-    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=0.5, cap=8), clock=clock, sleep=clock.sleep, rng=MaxRng())
-    answers = [Throttled("429", retry_after=3), Throttled("429", retry_after=1), "created"]
+    throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
+    # what APF answers after another tenant's storm: Retry-After 32 on every 429
+    answers = [Throttled("429", retry_after=32)] * 4 + ["created"]
 
     def create():
         answer = answers.pop(0)
@@ -68,12 +66,34 @@ def test_throttle_retries_429_honouring_retry_after_and_holds_the_bucket():
             raise answer
         return answer
 
-    assert throttle.call(create) == "created"
-    # first retry: max(3, 0.5); second: max(1, 1.0)
-    assert clock.sleeps == [3, 1]
-    assert throttle.stats.throttled == 2
-    assert throttle.stats.retry_after_seconds == [3, 1]
-    assert throttle.bucket.held_until == pytest.approx(1004.0)
+    assert throttle.call(create, mutating=True) == "created"
+    # the request itself is the probe, after pauses of 1, 2, 4, 4 s: not 4 × 32 s
+    assert clock.sleeps == [1, 2, 4, 4]
+    assert throttle.stats.throttled == 4 and throttle.stats.retry_after_seconds == [32] * 4
+    assert throttle.bucket.held_until == pytest.approx(1011.0)  # nobody else went during the pauses
+    assert throttle.window.size == 1 and throttle.throttled()
+
+
+def test_after_a_storm_the_bucket_is_back_at_qps_within_ten_answers():
+    clock = FakeClock()
+    throttle = Throttle(qps=10, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
+    answers = [Throttled("429", retry_after=32)] * 6 + ["created"]
+
+    def create():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    throttle.call(create, mutating=True)
+    assert throttle.bucket.qps == 2  # cut to the floor (1/s) by the storm, +1 for the answer that ended it
+    storm_over = clock.now
+    rates = []
+    for _ in range(9):
+        throttle.call(lambda: None, mutating=True)
+        rates.append(throttle.bucket.qps)
+    assert rates == [3, 4, 5, 6, 7, 8, 9, 10, 10]
+    assert clock.now - storm_over == pytest.approx(1 / 2 + 1 / 3 + 1 / 4 + 1 / 5 + 1 / 6 + 1 / 7 + 1 / 8 + 1 / 9 + 1 / 10)
 
 
 def test_throttle_does_not_retry_permanent_errors():
@@ -110,53 +130,12 @@ def test_each_request_takes_a_token():
     assert clock.sleeps == [0.1, 0.1]
 
 
-def test_window_halves_on_429_and_grows_by_one_per_window_of_successes():
-    from stratctl.engine.throttle import Window
-
-    w = Window(16, growth=1.0)
-    for _ in range(3):
-        w.acquire()
-        w.release(throttled=True)
-    assert int(w.size) == 2 and w.smallest == 2
-    for _ in range(2):  # about a window's worth of successes widens it by one slot
-        w.acquire()
-        w.release(throttled=False)
-    assert w.size == pytest.approx(2 + 1 / 2 + 1 / 2.5)
-    w.acquire()
-    w.release(throttled=False)
-    assert int(w.size) == 3
-    for _ in range(1000):
-        w.acquire()
-        w.release(throttled=False)
-    assert w.size == 16  # never past its maximum
-
-
-def test_window_probes_slowly_by_default():
-    from stratctl.engine.throttle import Window
-
-    w = Window(8)
-    for _ in range(3):
-        w.acquire()
-        w.release(throttled=True)
-    assert int(w.size) == 1
-    for _ in range(9):
-        w.acquire()
-        w.release(throttled=False)
-    assert int(w.size) == 1  # nine successes at one slot: not yet a second request in flight
-    for _ in range(11):
-        w.acquire()
-        w.release(throttled=False)
-    assert int(w.size) == 2
-
-
-def test_window_bounds_requests_in_flight():
-    import threading
-
+def test_window_bounds_requests_in_flight_and_the_pace_resizes_it():
     from stratctl.engine.throttle import Window
 
     w = Window(4)
     w.acquire(), w.acquire(), w.acquire()
-    w.release(throttled=True)  # 4 → 2 slots, 2 in use: the next caller must wait
+    w.resize(2)  # a 429: 3 in use, 2 allowed: the next caller waits for two releases
     got = threading.Event()
 
     def caller():
@@ -165,9 +144,36 @@ def test_window_bounds_requests_in_flight():
 
     t = threading.Thread(target=caller, daemon=True)
     t.start()
+    w.release()
     assert not got.wait(0.2)
-    w.release(throttled=False)
+    w.release()
     assert got.wait(2)
+    assert w.smallest == 2
+
+
+def test_writes_go_one_at_a_time_while_throttled_and_reads_beside_them():
+    throttle = Throttle(qps=0, burst=1, concurrency=4)
+    throttle.state = replace(throttle.state, last_429=time.monotonic())  # a 429 a moment ago, window still 4
+    inside, release = [], threading.Event()
+
+    def write(name):
+        def fn():
+            inside.append(name)
+            release.wait(5)
+        return lambda: throttle.call(fn, mutating=True)
+
+    first = threading.Thread(target=write("w1"), daemon=True)
+    second = threading.Thread(target=write("w2"), daemon=True)
+    first.start()
+    while not inside:
+        time.sleep(0.01)
+    second.start()
+    assert throttle.call(lambda: "read", mutating=False) == "read"  # a read is not held by the write seat
+    time.sleep(0.2)
+    assert inside == ["w1"]  # the second write waits for the seat
+    release.set()
+    first.join(2), second.join(2)
+    assert inside == ["w1", "w2"]
 
 
 def test_throttled_requests_keep_retrying_longer_than_transient_errors():
@@ -185,6 +191,7 @@ def test_throttled_requests_keep_retrying_longer_than_transient_errors():
     assert throttle.call(create) == "created"
     assert len(calls) == 15
     assert throttle.window.smallest == 1
+    assert clock.sleeps == [1] * 14  # Retry-After 1 is shorter than any pause: obeyed
 
 
 def test_a_hold_set_while_a_request_waits_for_its_token_is_waited_out_before_it_goes():
@@ -215,7 +222,7 @@ def test_a_request_that_waited_for_a_window_slot_checks_the_hold_again():
         def acquire(self):
             throttle.bucket.hold_until(clock.now + 3)
 
-        def release(self, throttled):
+        def release(self):
             pass
 
     throttle.window = HoldingWindow()
@@ -223,7 +230,25 @@ def test_a_request_that_waited_for_a_window_slot_checks_the_hold_again():
     assert sent == [1003]
 
 
-def test_an_unanswering_server_is_tried_again_at_least_every_five_seconds_a_throttling_one_up_to_the_cap():
-    backoff = Backoff()  # base 0.5, cap 30, transient cap 5
-    assert [retry_wait(backoff, Unavailable("refused"), n, MaxRng()) for n in range(1, 8)] == [0.5, 1, 2, 4, 5, 5, 5]
-    assert [retry_wait(backoff, Throttled("429"), n, MaxRng()) for n in range(1, 8)] == [0.5, 1, 2, 4, 8, 16, 30]
+def test_requests_waiting_while_the_rate_is_cut_go_at_the_rate_of_when_they_go():
+    # a storm cut the rate to 2/s; four creates wait for the one slot. Each answer raises
+    # the rate by a tenth of qps, and a request takes its token only once it holds the slot,
+    # so the last goes at the recovered rate: tokens reserved up front at 2/s would have
+    # made it wait 1.5 s
+    throttle = Throttle(qps=100, burst=1, concurrency=1)
+    throttle.state = replace(throttle.state, rate=2.0, size=1.0)
+    throttle.bucket.set_rate(2.0)
+    started = time.monotonic()
+    threads = [threading.Thread(target=throttle.call, args=(lambda: None,), kwargs={"mutating": True})
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert time.monotonic() - started < 0.6
+    assert throttle.bucket.qps == 42  # 2 + 4 × 10
+
+
+def test_an_unanswering_server_is_tried_again_at_least_every_five_seconds():
+    backoff = Backoff()  # base 0.5, cap 30, transient cap 5; a refused request waits for the pace instead
+    assert [retry_wait(backoff, n, MaxRng()) for n in range(1, 8)] == [0.5, 1, 2, 4, 5, 5, 5]
