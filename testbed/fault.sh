@@ -9,7 +9,9 @@
 #                                            /readyz (default 60 s)
 #   fault.sh etcd-pause SECONDS              SIGSTOP etcd, sleep, SIGCONT (SIGCONT on INT/TERM too)
 #   fault.sh etcd-stop | etcd-cont           the two halves, for a pause in the background
-#   fault.sh restore                         etcd continued, kube-apiserver running and ready
+#   fault.sh restore                         etcd continued, kube-apiserver running and ready (and,
+#                                            after an API server restart, Volcano's controllers
+#                                            and scheduler started again: see component_restart)
 #   fault.sh status                          one line per component: running / paused / stopped
 #
 # Idempotent: stopping what is stopped, continuing what runs, starting what is ready succeed.
@@ -129,6 +131,35 @@ apiserver_start() {
   say "kube-apiserver ready (pid $pid, $(( SECONDS - start )) s)"
 }
 
+# ---------------------------------------------------------------- Volcano
+# Volcano 1.14's controllers can keep a stale job cache for minutes after the API server
+# restarted ("Failed to get job ... from cache": new jobs get no PodGroup). `restore` starts
+# them again from their own command lines, so the tests after a fault find a working
+# cluster; the fault tests themselves run before it, against the stale controllers.
+component_restart() { # name: SIGTERM its group, start it again from its command line
+  local name=$1 pid
+  pid=$(our_pid "$name")
+  [[ -n $pid ]] || die "$name is not running (testbed down? run testbed/up.sh)"
+  local -a cmd env
+  mapfile -d '' cmd < "/proc/$pid/cmdline"
+  mapfile -d '' env < "/proc/$pid/environ"
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$(( $(date +%s) + 10 ))
+  while pid_alive "$pid"; do
+    if (( $(date +%s) >= deadline )); then kill -KILL -- "-$pid" 2>/dev/null || true; fi
+    sleep 0.1
+  done
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      (( fd > 2 )) && eval "exec $fd>&-"
+    done
+    exec setsid env -i "${env[@]}" "${cmd[@]}"
+  ) >>"$RUN_DIR/logs/$name.log" 2>&1 </dev/null &
+  echo "$!" > "$RUN_DIR/pids/$name.pid"
+  say "$name started again (pid $!)"
+}
+
 # ---------------------------------------------------------------- etcd
 etcd_pid() {
   local pid
@@ -218,6 +249,11 @@ case $cmd in
     etcd_cont
     [[ -n $(our_pid kube-apiserver) || -s $FAULT_DIR/kube-apiserver.cmdline ]] || die "kube-apiserver is not running and no command line was kept (run testbed/up.sh)"
     apiserver_start 60
+    if [[ -s $FAULT_DIR/kube-apiserver.cmdline ]]; then  # the API server was restarted: so are Volcano's
+      component_restart vc-controller-manager
+      component_restart vc-scheduler
+      rm -f "$FAULT_DIR/kube-apiserver.cmdline"
+    fi
     ;;
   status)
     (( $# == 0 )) || usage
