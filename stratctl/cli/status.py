@@ -1,75 +1,111 @@
-"""`stratctl status`: studies and trials of a namespace as a table, JSON or YAML; `--watch` live."""
+"""`stratctl status`: the studies of a namespace, or one study and its trials, as a table
+(plain columns into a pipe), wide table, names, CSV, JSON or YAML; `--watch` live."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from enum import Enum
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
+from stratctl.errors import UsageError
 
 
 class Output(str, Enum):
     table = "table"
+    wide = "wide"
+    name = "name"
+    csv = "csv"
     json = "json"
     yaml = "yaml"
 
 
 def status(
-    study: Annotated[Optional[str], typer.Argument(help="One study (default: every study in the namespace).")] = None,
+    study: Annotated[Optional[str], typer.Argument(help="One study and its trials (default: the namespace's studies).")] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
-    output: Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.")] = Output.table,
+    all_namespaces: Annotated[bool, typer.Option("-A", "--all-namespaces", help="The studies of every namespace.")] = False,
+    selector: Annotated[Optional[str], typer.Option("-l", "--selector", help="Only studies whose records match this label selector.")] = None,
+    output: Annotated[Output, typer.Option("-o", "--output", help="table, wide, name, csv, json or yaml.")] = Output.table,
     sort: Annotated[Optional[str], typer.Option(
         "--sort", metavar="METRIC",
         help="Best trials first by a result metric: 'loss' lowest first, '-accuracy' highest first.")] = None,
+    best: Annotated[Optional[int], typer.Option("--best", min=1, metavar="N", help="Only the N best trials by --sort.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="Trials shown in the table (0: all).")] = 50,
     watch: Annotated[bool, typer.Option("-w", "--watch", help="Keep the table updated.")] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between updates with --watch.")] = 2.0,
 ) -> None:
-    """Show studies (trials by state, in flight against target, attempts, preemptions, GPU-hours)
-    and their trials (parameters, state, attempt, age, why pending, result)."""
+    """Show the studies (trials by state, in flight against target, GPU-hours, outcome or latest
+    decision) or one study's trials (parameters, result metrics, state, duration, why pending or failed)."""
     from stratctl.engine import status as core
     from stratctl.engine.connect import Connection, one_shot
-    from stratctl.view import tables
+    from stratctl.view import statusout
     from stratctl.view.yamlout import dump_all
 
+    if study and (all_namespaces or selector):
+        raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
+    if best and not sort:
+        raise UsageError("--best N ranks trials by a metric: give it with --sort METRIC (the study declares no objective)")
+    if best and not study:
+        raise UsageError("--best N ranks the trials of one study: name the STUDY")
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=8)
-    ns = cluster.namespace
+    table = output in (Output.table, Output.wide)
+    console = Console()
+    terminal = console.is_terminal
 
-    def snapshot():
-        # A table of `limit` trials needs the studies' summaries and those trials only;
-        # JSON, YAML, --sort and --limit 0 need every trial.
-        everything = output is not Output.table or not limit or bool(sort)
+    def snapshot(ns: str):
+        if not study:  # the studies only; machine outputs exact (every trial counted)
+            return core.collect(cluster, ns, None, shown=0 if table or output is Output.name else None,
+                                selector=selector)
+        # A table of `limit` trials needs the study's summary and those trials only;
+        # other outputs, --sort and --limit 0 need every trial.
+        everything = not table or not limit or bool(sort)
         snap = core.collect(cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit)
         snap.trials = core.sort_trials(snap.trials, sort)
-        if not everything:
-            core.explain_pending(cluster, ns, snap.trials[:limit])
+        if best:
+            snap.trials = snap.trials[:best]
+        if not everything or best:
+            core.explain_pending(cluster, ns, snap.trials[:limit or None])
         return snap
 
-    def picture(snap):
-        return Group(tables.studies_table(snap.studies, snap.taken_at),
-                     tables.table(snap.trials, snap.taken_at, limit or None, snap.total_trials))
+    def read():
+        if not all_namespaces:
+            return snapshot(cluster.namespace), None
+        snaps = [snapshot(ns) for ns in core.namespaces_with_studies(cluster, selector)]
+        merged = core.Snapshot("", time.time(), [s for snap in snaps for s in snap.studies], [])
+        return merged, [snap.namespace for snap in snaps for _ in snap.studies]
+
+    def picture(snap, namespaces):
+        return statusout.picture(snap, bool(study), console.width, output is Output.wide, limit or None, namespaces)
 
     try:
-        if watch and output is Output.table:
-            with Live(picture(snapshot()), console=Console(), auto_refresh=False) as live:
+        if watch and table and terminal:
+            with Live(picture(*read()), console=console, auto_refresh=False) as live:
                 while True:
                     time.sleep(interval)
-                    live.update(picture(snapshot()), refresh=True)
-        snap = snapshot()
+                    live.update(picture(*read()), refresh=True)
+        snap, namespaces = read()
         if output is Output.json:
-            typer.echo(json.dumps(snap.as_dict(), indent=2))
+            typer.echo(json.dumps(statusout.document(snap, bool(study), namespaces), indent=2))
         elif output is Output.yaml:
-            typer.echo(dump_all([snap.as_dict()]), nl=False)
+            typer.echo(dump_all([statusout.document(snap, bool(study), namespaces)]), nl=False)
+        elif not snap.studies:
+            print(statusout.empty_line(None if all_namespaces else cluster.namespace), file=sys.stderr)
+        elif output is Output.name:
+            typer.echo(statusout.names(snap, bool(study)), nl=False)
+        elif output is Output.csv:
+            typer.echo(statusout.csv(snap, bool(study), namespaces), nl=False)
+        elif terminal:
+            console.print(picture(snap, namespaces))
         else:
-            Console().print(picture(snap))
+            typer.echo(statusout.text(snap, bool(study), output is Output.wide, limit or None, namespaces), nl=False)
     finally:
         cluster.close()
 

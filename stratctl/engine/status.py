@@ -27,7 +27,7 @@ from stratctl import labels
 from stratctl.kube.cluster import PODGROUP, POD, resource_path
 from stratctl.kube.record import job_kinds, parse_record, records
 from stratctl.kube.state import TrialState, classify, job_of_pod, run_starts
-from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, summary_of
+from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, study_row, summary_of
 
 PAGE = 500
 FRESH = 30.0  # seconds a submit loop's summary is shown as is (the loop writes it every few)
@@ -47,10 +47,13 @@ class Snapshot:
     def as_dict(self) -> dict:
         return {
             "namespace": self.namespace,
-            "takenAt": self.taken_at,
+            "taken_at": self.taken_at,
             "studies": [asdict(s) for s in self.studies],
             "trials": [asdict(t) for t in self.trials],
         }
+
+    def empty(self) -> bool:
+        return not self.studies
 
 
 # ------------------------------------------------------------------ reading the cluster
@@ -112,30 +115,45 @@ def _owner_job(pg: dict) -> str | None:
     return owner or (pg.get("metadata") or {}).get("name")
 
 
-def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict], starts: dict[str, float]) -> None:
-    """Results (job name → the first JSON object a finished container wrote) and run
-    starts (job uid → the earliest start of its pods) from the pods that reached a node."""
+def _exit(pod: dict) -> tuple[int, str] | None:
+    """The exit code and reason of the pod's first container that exited non-zero."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated") or {}
+        if isinstance(ended.get("exitCode"), int) and ended["exitCode"] != 0:
+            return ended["exitCode"], ended.get("reason") or ""
+    return None
+
+
+def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict], starts: dict[str, float],
+               exits: dict[str, tuple[int, str]] | None = None) -> None:
+    """Results (job name → the first JSON object a finished container wrote), run starts
+    (job uid → the earliest start of its pods) and exits (job name → the exit code and
+    reason of a container that failed) from the pods that reached a node."""
+    exits = {} if exits is None else exits
     for items in _pages(cluster, POD, namespace, selector, STARTED_PODS):
         for pod in items:
-            job, value = job_of_pod(pod), _result(pod)
+            job, value, ended = job_of_pod(pod), _result(pod), _exit(pod)
             if job and value is not None and job not in results:
                 results[job] = value
+            if job and ended is not None and job not in exits:
+                exits[job] = ended
         for uid, started in run_starts(items).items():
             starts[uid] = min(started, starts.get(uid, started))
 
 
 def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
-            reasons_for_all: bool = True, shown: int | None = None) -> Snapshot:
+            reasons_for_all: bool = True, shown: int | None = None, selector: str | None = None) -> Snapshot:
     """One consistent-enough picture of the namespace's studies (or one study).
 
     `shown=None` reads every trial. `shown=N` reads only what a table of the first N
-    trials needs, using each study's fresh summary where there is one (module docstring).
-    With `reasons_for_all` false the PodGroups are not listed (the list costs as much as
-    the jobs'); `explain_pending` then fetches the reasons of the few rows shown.
+    trials needs, using each study's fresh summary where there is one (module docstring);
+    `shown=0` only the studies' rows. With `reasons_for_all` false the PodGroups are not
+    listed (the list costs as much as the jobs'); `explain_pending` then fetches the
+    reasons of the few rows shown. `selector` picks studies by their records' labels.
     """
     now = time.time() if now is None else now
-    cms = records(cluster, namespace, study)
-    kept = [(cm, summary_of(cm, now, FRESH) if shown else None) for cm in cms]  # (record, fresh summary)
+    cms = records(cluster, namespace, study, selector)
+    kept = [(cm, summary_of(cm, now, FRESH) if shown is not None else None) for cm in cms]  # (record, fresh summary)
     full = [cm for cm, summary in kept if summary is None]
     studies: dict[str, StudyRow] = {}
     trials: list[TrialRow] = []
@@ -148,13 +166,23 @@ def collect(cluster, namespace: str, study: str | None = None, now: float | None
         trials.extend(rows)
         total += len(rows)
     for cm, summary in kept:
-        if summary is not None:
-            studies[summary.study] = summary
-            total += summary.trials - summary.states.get(TrialState.WAITING.value, 0)
-            trials.extend(_first_trials(cluster, namespace, cm, now, shown))
+        if summary is None:
+            continue
+        first, complete = _first_trials(cluster, namespace, cm, now, shown) if shown else ([], False)
+        if complete:  # every trial was read: count them, not the summary of a moment ago
+            summary = study_row(parse_record(cm), first, now)
+        studies[summary.study] = summary
+        total += summary.trials - summary.states.get(TrialState.WAITING.value, 0)
+        trials.extend(first[:shown])
     ordered = [studies[name] for name in (parse_record(cm).study for cm in cms) if name in studies]
     trials.sort(key=lambda r: (r.study, r.trial))
-    return Snapshot(namespace, now, ordered, trials, total_trials=total if shown else None)
+    return Snapshot(namespace, now, ordered, trials, total_trials=total if shown is not None else None)
+
+
+def namespaces_with_studies(cluster, selector: str | None = None) -> list[str]:
+    """The namespaces holding study records (for `--all-namespaces`)."""
+    return sorted({cm["metadata"].get("namespace", "") for cm in records(cluster, None, None, selector,
+                                                                        all_namespaces=True)})
 
 
 def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
@@ -163,6 +191,7 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
     reasons: dict[str, str] = {}  # job name -> why pending
     results: dict[str, dict] = {}  # job name -> result
     starts: dict[str, float] = {}  # job uid -> when its first pod started
+    exits: dict[str, tuple[int, str]] = {}  # job name -> exit code and reason of a failed container
 
     def read_jobs(kind):
         for items in _pages(cluster, kind, namespace, selector):
@@ -177,12 +206,12 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
 
     kinds = sorted({kind for cm in cms for kind in job_kinds(parse_record(cm).source)})
     readers = [lambda kind=kind: read_jobs(kind) for kind in kinds]
-    readers += [lambda: _read_pods(cluster, namespace, selector, results, starts)]
+    readers += [lambda: _read_pods(cluster, namespace, selector, results, starts, exits)]
     readers += [read_podgroups] if reasons_for_all else []
     with ThreadPoolExecutor(len(readers)) as pool:
         for future in [pool.submit(reader) for reader in readers]:
             future.result()
-    return build(now, cms, jobs, reasons, results, starts)
+    return build(now, cms, jobs, reasons, results, starts, exits)
 
 
 def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict]], items: list[dict]) -> None:
@@ -191,8 +220,9 @@ def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict]], items: list[dict
             jobs[key] = (attempt, slim)
 
 
-def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> list[TrialRow]:
-    """The first `n` trials of a study by name, from the first page(s) of its jobs.
+def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tuple[list[TrialRow], bool]:
+    """The first `n` trials of a study by name, from the first page(s) of its jobs, and
+    whether those pages held every trial (then all of them are returned).
 
     Jobs come in name order and a trial's attempts (`T`, `T-a1`, ...) are adjacent, so
     once n + 1 trials are seen the first n are complete; trials known only to the record
@@ -213,13 +243,14 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> list
     last = max((trial for _, trial in jobs), default="") if not complete else None
     results: dict[str, dict] = {}
     starts: dict[str, float] = {}
+    exits: dict[str, tuple[int, str]] = {}
     shown = sorted(trial for (_, trial), (_, slim) in jobs.items()
                    if (last is None or trial < last) and classify(slim) is not TrialState.PENDING)
     if shown:
-        _read_pods(cluster, namespace, f"{selector},{labels.TRIAL} in ({','.join(shown)})", results, starts)
-    _, rows = build(now, [cm], jobs, {}, results, starts)
-    rows = [r for r in rows if last is None or r.trial < last]
-    return sorted(rows, key=lambda r: r.trial)[:n]
+        _read_pods(cluster, namespace, f"{selector},{labels.TRIAL} in ({','.join(shown)})", results, starts, exits)
+    _, rows = build(now, [cm], jobs, {}, results, starts, exits)
+    rows = sorted((r for r in rows if last is None or r.trial < last), key=lambda r: r.trial)
+    return (rows, True) if complete else (rows[:n], False)
 
 
 def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
@@ -246,11 +277,18 @@ def sort_trials(rows: list[TrialRow], metric: str | None) -> list[TrialRow]:
     """Best first by a result metric: `loss` lowest first, `-accuracy` highest first.
 
     Trials without the metric (not finished, or not reporting it) come last, in name order.
+    A metric no trial reports is a usage error (a typo, most likely) naming those that exist.
     """
     if not metric:
         return sorted(rows, key=lambda r: (r.study, r.trial))
     descending = metric.startswith("-")
     name = metric.lstrip("-+")
+    known = metrics_of(rows)
+    if name not in known:
+        from stratctl.errors import UsageError
+
+        reported = ", ".join(known) if known else "none yet (no trial has reported a result)"
+        raise UsageError(f"--sort {metric}: no trial reports a metric {name!r}; metrics reported: {reported}")
 
     def key(row: TrialRow):
         value = (row.result or {}).get(name)
@@ -259,3 +297,12 @@ def sort_trials(rows: list[TrialRow], metric: str | None) -> list[TrialRow]:
         return (0, -value if descending else value, row.study, row.trial)
 
     return sorted(rows, key=key)
+
+
+def metrics_of(rows: list[TrialRow]) -> list[str]:
+    """The result metrics the trials report, in the order they first appear."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key in row.result or {}:
+            seen.setdefault(key, None)
+    return list(seen)

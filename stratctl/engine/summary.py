@@ -18,7 +18,8 @@ from stratctl import labels
 from stratctl.kube.record import api_quota_of, parse_record, suspended_of
 from stratctl.engine.recovery import Limits, carried, effective_state, usage, view_of
 from stratctl.kube.gpus import job_gpus
-from stratctl.kube.state import TrialState, attempt_of, classify, phase_of, podgroup_name, timestamp
+from stratctl.kube.state import (TrialState, attempt_of, classify, ended_at, is_batch, phase_of, podgroup_name,
+                                 timestamp, transition)
 
 ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
                            TrialState.RETRYING,
@@ -44,6 +45,11 @@ class TrialRow:
     checkpoint: str = ""
     podgroup: str = ""  # of the latest attempt (Volcano names it <job>-<uid>)
     requeued: str = ""  # why the latest attempt replaced the one before (e.g. lost by the job controller)
+    index: int | None = None  # the trial's place in the study's expansion
+    started: float | None = None  # when the latest attempt's gang started running
+    finished: float | None = None  # when the latest attempt ended
+    exit_code: int | None = None  # of a container of the latest attempt that exited non-zero
+    reason: str = ""  # why a failed trial failed: the container's reason, and why it was given up
 
 
 @dataclass
@@ -63,6 +69,14 @@ class StudyRow:
     as_of: float | None = None  # when the submit loop computed it (None: just now, by status)
     failures: int = 0
     api: str = ""  # the submit loop's note while the API quota pushes back (fresh, else "")
+    started: float | None = None  # the first trial's creation
+    finished: float | None = None  # the last trial's end, once every trial has ended
+
+    @property
+    def done(self) -> bool:
+        """Every trial ended (succeeded or failed, given up): nothing more will change."""
+        ended = self.states.get(TrialState.SUCCEEDED.value, 0) + self.states.get(TrialState.FAILED.value, 0)
+        return ended >= self.trials > 0
 
 
 SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
@@ -90,14 +104,16 @@ def slim_job(job: dict) -> tuple[str, int, dict]:
 
 def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, dict]],
           reasons: dict[str, str] | None = None, results: dict[str, dict] | None = None,
-          starts: dict[str, float] | None = None) -> tuple[list[StudyRow], list[TrialRow]]:
+          starts: dict[str, float] | None = None,
+          exits: dict[str, tuple[int, str]] | None = None) -> tuple[list[StudyRow], list[TrialRow]]:
     """Rows from study records and the latest slim job of each (study, trial) (pure).
 
     `reasons` (job name → why its gang waits), `results` (job name → result) and `starts`
     (job uid → when its first pod started, which batch/v1 Jobs do not record) fill in
-    what only other objects tell.
+    what only other objects tell; `exits` (job name → exit code and reason of a container
+    that exited non-zero) says why a failed trial failed.
     """
-    reasons, results, starts = reasons or {}, results or {}, starts or {}
+    reasons, results, starts, exits = reasons or {}, results or {}, starts or {}, exits or {}
     studies, trials = [], []
     by_study: dict[str, list[tuple[str, int, dict]]] = {}
     for (study_name, trial), (attempt, job) in jobs.items():
@@ -121,6 +137,8 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             except ValueError:
                 params = {}
             state = effective_state(view, limits)
+            name = job["metadata"]["name"]
+            code, why = exits.get(name, (None, ""))
             rows.append(TrialRow(
                 study=record.study, trial=trial, state=state.value, attempt=attempt, params=params,
                 created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],
@@ -130,6 +148,10 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
                 checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
                 requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
+                index=int(notes[labels.TRIAL_INDEX]) if (notes.get(labels.TRIAL_INDEX) or "").isdigit() else None,
+                started=run_start(job, starts.get(job["metadata"]["uid"])), finished=ended_at(job),
+                exit_code=code if state is TrialState.FAILED else None,
+                reason="; ".join(filter(None, [why, notes.get(labels.GIVEN_UP, "")])) if state is TrialState.FAILED else "",
             ))
         for trial, mark in sorted(marks.items()):
             if trial in seen:
@@ -145,22 +167,37 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             if trial not in seen:
                 seen.add(trial)
                 rows.append(TrialRow(study=record.study, trial=trial, state=outcome, attempt=-1))
-        counts = {s: 0 for s in ORDER}
-        for row in rows:
-            counts[row.state] = counts.get(row.state, 0) + 1
-        counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
-        studies.append(StudyRow(
-            study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
-            states=counts, in_flight=counts["pending"] + counts["running"], target=record.target,
-            decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
-            preemptions=sum(r.preemptions for r in rows), failures=sum(r.failures for r in rows),
-            gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
-            api=api_quota_of(record, now),
-        ))
+        studies.append(study_row(record, rows, now))
         trials.extend(rows)
     return studies, trials
 
 
+def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
+    """A study's figures, counted from its trial rows (so they never disagree with them)."""
+    counts = {s: 0 for s in ORDER}
+    for row in rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
+    ended = [r.finished for r in rows if r.state in (TrialState.SUCCEEDED.value, TrialState.FAILED.value)]
+    all_ended = len(ended) == len(rows) and len(rows) >= record.trials > 0 and None not in ended
+    return StudyRow(
+        study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
+        states=counts, in_flight=counts["pending"] + counts["running"], target=record.target,
+        decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
+        preemptions=sum(r.preemptions for r in rows), failures=sum(r.failures for r in rows),
+        gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
+        api=api_quota_of(record, now),
+        started=min((r.created for r in rows if r.created is not None), default=None),
+        finished=max(ended) if all_ended else None,
+    )
+
+
+
+
+def run_start(job: dict, pod_start: float | None) -> float | None:
+    """When the attempt's gang last started running: Volcano's transition to Running, or
+    the first pod's start for a batch/v1 Job (which records none)."""
+    return pod_start if is_batch(job) else timestamp(transition(job, "Running"))
 
 
 def latest_slim(jobs) -> dict[tuple[str, str], tuple[int, dict]]:

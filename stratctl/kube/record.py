@@ -151,12 +151,19 @@ def suspended_patch(marks: dict[str, dict]) -> dict:
 MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
 
 
-def records(cluster, namespace: str, study: str | None) -> list[dict]:
+def records(cluster, namespace: str | None, study: str | None, selector: str | None = None,
+            all_namespaces: bool = False) -> list[dict]:
+    """The study's record, or those of every study (matching a label selector) of the
+    namespace, or of every namespace."""
     if study:
         try:
             return [cluster.get(CONFIGMAP, record_name(study), namespace)]
         except NotFound:
             raise UsageError(f"no study {study!r} in namespace {namespace} (no ConfigMap {record_name(study)})") from None
-    items, _ = cluster.list(CONFIGMAP, namespace, label_selector=MANAGED)
+    query = ",".join(filter(None, [MANAGED, selector]))
+    if all_namespaces:
+        items, _ = cluster.list(CONFIGMAP, label_selector=query, all_namespaces=True)
+    else:
+        items, _ = cluster.list(CONFIGMAP, namespace, label_selector=query)
     mine = [cm for cm in items if cm["metadata"]["name"].startswith(PREFIX)]
     return sorted(mine, key=lambda cm: cm["metadata"]["name"])

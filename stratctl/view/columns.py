@@ -1,0 +1,282 @@
+"""Status rows as columns, and the plain outputs made of them (pure).
+
+A trial table has one column per parameter and one per result metric, as `plan` has;
+`trial_columns` and `study_columns` build them from rows, formatted for people (`cells`:
+`4h11m`, `0.2313`) and for programs (`raw`: full precision, RFC 3339 times). The rich
+table (`tables`), the plain text a pipe gets (`plain`) and `-o csv` (`csv_text`) all draw
+the same columns, so they never disagree.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from stratctl.engine.summary import ORDER, StudyRow, TrialRow
+
+GAP = 3  # characters between two columns of a table (as `tables` draws them)
+
+
+@dataclass
+class Column:
+    key: str  # snake_case: the header of plain text and CSV
+    header: str  # what the rich table shows
+    numeric: bool = False  # right-aligned
+    cells: list[str] = field(default_factory=list)
+    raw: list[Any] = field(default_factory=list)
+    sentence: bool = False  # free text: the last column, wrapped at words in a table
+
+    def add(self, cell: str, raw: Any = None) -> None:
+        self.cells.append(cell)
+        self.raw.append(cell if raw is None and cell != "-" else raw)
+
+    @property
+    def width(self) -> int:
+        return max([len(self.header)] + [len(c) for c in self.cells])
+
+
+# ------------------------------------------------------------------ words and numbers
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (words or word + 's')}"
+
+
+def duration(seconds: float | None) -> str:
+    """`45s`, `3m05s`, `14m`, `4h11m`, `2d3h`: two units at most, like kubectl's ages."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60}m" if s % 3600 // 60 else f"{s // 3600}h"
+    return f"{s // 86400}d{s % 86400 // 3600}h" if s % 86400 // 3600 else f"{s // 86400}d"
+
+
+def rfc3339(at: float | None) -> str | None:
+    if at is None:
+        return None
+    return datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def value(v: Any) -> str:
+    """A parameter or metric for people: 4 significant digits, JSON for structures."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int | str):
+        return str(v)
+    return json.dumps(v, separators=(",", ":"))
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _names(rows: list[dict | None]) -> list[str]:
+    seen: dict[str, None] = {}
+    for d in rows:
+        for key in d or {}:
+            seen.setdefault(key, None)
+    return list(seen)
+
+
+def _free(key: str, taken: set[str], prefix: str) -> str:
+    return key if key not in taken else f"{prefix}.{key}"
+
+
+# ------------------------------------------------------------------ trials
+
+
+def run_time(row: TrialRow, now: float) -> float | None:
+    """How long the latest attempt ran (runs): from its start to its end (or now)."""
+    start = row.started if row.started is not None else (row.created if row.finished is not None else None)
+    if start is None:
+        return None
+    return (row.finished if row.finished is not None else now) - start
+
+
+def why(row: TrialRow) -> str:
+    """A sentence on a row that needs one: why it failed, why its gang waits, why it was requeued."""
+    parts = []
+    if row.state == "failed":
+        code = f"exit {row.exit_code}" if row.exit_code is not None else ""
+        parts.append(": ".join(filter(None, [code, row.reason])) or "failed")
+    elif row.pending:
+        parts.append(row.pending)
+    if row.requeued:
+        parts.append(f"attempt {row.attempt} requeued: {row.requeued}")
+    return "; ".join(parts)
+
+
+def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: bool = False) -> list[Column]:
+    """The trial table: `wide` adds the index, job, times, preemptions, failed attempts and
+    GPU-hours; `study` a column naming each row's study (rows of several studies)."""
+    cols: list[Column] = []
+
+    def column(key, header=None, numeric=False, cells=(), raw=None, sentence=False):
+        c = Column(key, header or key.replace("_", " "), numeric, sentence=sentence)
+        for i, cell in enumerate(cells):
+            c.add(cell, None if raw is None else raw[i])
+        cols.append(c)
+
+    if wide:
+        column("index", "#", True, [value(r.index) for r in rows], [r.index for r in rows])
+    if study:
+        column("study", cells=[r.study for r in rows])
+    column("trial", cells=[r.trial for r in rows])
+    column("state", cells=[r.state for r in rows])
+    column("attempt", numeric=True, cells=["-" if r.attempt < 0 else str(r.attempt) for r in rows],
+           raw=[None if r.attempt < 0 else r.attempt for r in rows])
+    taken = {c.key for c in cols} | {"age", "duration", "exit", "why"}
+    for prefix, name_of in (("param", lambda r: r.params), ("result", lambda r: r.result)):
+        for name in _names([name_of(r) for r in rows]):
+            values = [(name_of(r) or {}).get(name) for r in rows]
+            key = _free(name, taken, prefix)
+            taken.add(key)
+            column(key, key, all(_is_number(v) for v in values if v is not None),
+                   [value(v) for v in values], values)
+    if wide:
+        column("job", cells=[r.job or "-" for r in rows])
+        column("preempted", numeric=True, cells=[str(r.preemptions) for r in rows], raw=[r.preemptions for r in rows])
+        column("failed_attempts", "failed attempts", True, [str(r.failures) for r in rows], [r.failures for r in rows])
+        column("gpu_hours", "GPU-h", True, [f"{r.gpu_seconds / 3600:.2f}" for r in rows],
+               [r.gpu_seconds / 3600 for r in rows])
+        for key, at in (("created", lambda r: r.created), ("started", lambda r: r.started),
+                        ("finished", lambda r: r.finished)):
+            column(key, cells=[rfc3339(at(r)) or "-" for r in rows], raw=[rfc3339(at(r)) for r in rows])
+    column("age", numeric=True, cells=[duration(now - r.created) if r.created else "-" for r in rows],
+           raw=[None if not r.created else round(now - r.created, 3) for r in rows])
+    column("duration", numeric=True, cells=[duration(run_time(r, now)) for r in rows],
+           raw=[None if run_time(r, now) is None else round(run_time(r, now), 3) for r in rows])
+    if wide or any(r.exit_code is not None for r in rows):
+        column("exit", numeric=True, cells=[value(r.exit_code) for r in rows], raw=[r.exit_code for r in rows])
+    texts = [why(r) for r in rows]
+    if wide or any(texts):
+        column("why", cells=[t or "-" for t in texts], raw=[t or None for t in texts], sentence=True)
+    return cols
+
+
+# ------------------------------------------------------------------ studies
+
+
+def study_note(row: StudyRow, now: float | None = None) -> str:
+    """The study's outcome once every trial ended, else the submit loop's latest decision."""
+    s = row.states
+    if row.done:
+        took = f" in {duration(row.finished - row.started)}" if row.finished and row.started else ""
+        return f"finished: {s.get('succeeded', 0)} succeeded, {s.get('failed', 0)} failed{took}"
+    note = row.decision or "no decision recorded"
+    if row.target is not None and row.in_flight > row.target:
+        note += (f"; {row.in_flight} in flight above the target of {row.target}: "
+                 "no new trial until enough of them finish")
+    if row.as_of is not None and now is not None:
+        note += f" (figures as of {duration(now - row.as_of)} ago)"
+    return note
+
+
+def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
+                  namespaces: list[str] | None = None) -> list[Column]:
+    """The studies table: trials by state (every state when `wide`, else those some study
+    has), in flight and target, GPU-hours; `wide` adds attempts, failed attempts,
+    preemptions, GPU-hours lost and age. `namespaces` (one per row) adds that column."""
+    cols: list[Column] = []
+
+    def column(key, header, numeric, cells, raw=None):
+        c = Column(key, header, numeric)
+        for i, cell in enumerate(cells):
+            c.add(cell, None if raw is None else raw[i])
+        cols.append(c)
+
+    def number(key, header, values):
+        column(key, header, True, [str(v) for v in values], list(values))
+
+    if namespaces is not None:
+        column("namespace", "namespace", False, namespaces)
+    column("study", "study", False, [r.study for r in rows])
+    number("trials", "trials", [r.trials for r in rows])
+    for state in ORDER:
+        if wide or any(r.states.get(state) for r in rows):
+            number(state, state, [r.states.get(state, 0) for r in rows])
+    number("in_flight", "in flight", [r.in_flight for r in rows])
+    column("target", "target", True, ["-" if r.done or r.target is None else str(r.target) for r in rows],
+           [None if r.done else r.target for r in rows])
+    if wide:
+        number("attempts", "attempts", [r.attempts for r in rows])
+        number("failed_attempts", "failed attempts", [r.failures for r in rows])
+        number("preempted", "preempted", [r.preemptions for r in rows])
+    column("gpu_hours", "GPU-h", True, [f"{r.gpu_hours:.2f}" for r in rows], [r.gpu_hours for r in rows])
+    if wide:
+        column("gpu_hours_lost", "GPU-h lost", True, [f"{r.gpu_hours_lost:.2f}" for r in rows],
+               [r.gpu_hours_lost for r in rows])
+        column("age", "age", True, [duration(now - r.started) if r.started else "-" for r in rows],
+               [None if not r.started else round(now - r.started, 3) for r in rows])
+        column("flags", "flags", False, [",".join(f for f, on in (("critical", r.critical), ("drained", r.drained))
+                                                  if on) or "-" for r in rows])
+    return cols
+
+
+def note_column(rows: list[StudyRow], now: float) -> Column:
+    c = Column("note", "note", sentence=True)
+    for r in rows:
+        c.add("; ".join(filter(None, [study_note(r, now), r.api])))
+    return c
+
+
+# ------------------------------------------------------------------ plain outputs
+
+
+def plain(columns: list[Column]) -> str:
+    """Columns padded with spaces: no box, no truncation, no wrapping (for grep, awk, sort).
+    Only the last column may hold spaces."""
+    if not columns:
+        return ""
+    widths = [c.width if c is not columns[-1] else 0 for c in columns]
+    widths = [max(w, len(c.key)) for w, c in zip(widths, columns)]
+    lines = []
+    for i in range(-1, len(columns[0].cells)):
+        cells = [c.key if i < 0 else c.cells[i] for c in columns]
+        parts = [cell.rjust(w) if c.numeric and i >= 0 and c is not columns[-1] else cell.ljust(w)
+                 for cell, w, c in zip(cells, widths, columns)]
+        lines.append("   ".join(parts).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(columns: list[Column]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([c.key for c in columns])
+    for i in range(len(columns[0].cells) if columns else 0):
+        writer.writerow(["" if c.raw[i] is None else (json.dumps(c.raw[i]) if isinstance(c.raw[i], dict | list)
+                                                      else c.raw[i]) for c in columns])
+    return out.getvalue()
+
+
+def fit(columns: list[Column], width: int, keep: int = 2) -> tuple[list[Column], list[Column]]:
+    """The columns that fit in `width` without cutting a word: the first `keep` always,
+    then the others in order while they fit; a sentence column takes what is left when at
+    least 12 characters are (a table wraps it at words). Returns (shown, left out)."""
+    shown, left, used = [], [], 0
+    for i, c in enumerate(columns):
+        need = c.width + (GAP if shown else 0)
+        if i < keep or (not c.sentence and used + need <= width):
+            shown.append(c)
+            used += need
+        elif c.sentence and width - used - GAP >= 12:
+            shown.append(c)
+            used = width
+        else:
+            left.append(c)
+    return shown, left
