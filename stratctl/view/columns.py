@@ -29,6 +29,8 @@ class Column:
     cells: list[str] = field(default_factory=list)
     raw: list[Any] = field(default_factory=list)
     sentence: bool = False  # free text: the last column, wrapped at words in a table
+    priority: int = 0  # which columns a narrow table keeps first (lowest first)
+    csv_key: str = ""  # the CSV header when it differs (`age_seconds`: CSV has numbers, not `4h11m`)
 
     def add(self, cell: str, raw: Any = None) -> None:
         self.cells.append(cell)
@@ -36,7 +38,7 @@ class Column:
 
     @property
     def width(self) -> int:
-        return max([len(self.header)] + [len(c) for c in self.cells])
+        return max([len(self.header)] + [len(line) for c in self.cells for line in c.split("\n")])
 
 
 # ------------------------------------------------------------------ words and numbers
@@ -126,20 +128,21 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
     GPU-hours; `study` a column naming each row's study (rows of several studies)."""
     cols: list[Column] = []
 
-    def column(key, header=None, numeric=False, cells=(), raw=None, sentence=False):
-        c = Column(key, header or key.replace("_", " "), numeric, sentence=sentence)
+    def column(key, header=None, numeric=False, cells=(), raw=None, sentence=False, priority=1, csv_key=""):
+        c = Column(key, header or key.replace("_", " "), numeric, sentence=sentence, priority=priority,
+                   csv_key=csv_key)
         for i, cell in enumerate(cells):
             c.add(cell, None if raw is None else raw[i])
         cols.append(c)
 
     if wide:
-        column("index", "#", True, [value(r.index) for r in rows], [r.index for r in rows])
+        column("index", "#", True, [value(r.index) for r in rows], [r.index for r in rows], priority=0)
     if study:
-        column("study", cells=[r.study for r in rows])
-    column("trial", cells=[r.trial for r in rows])
-    column("state", cells=[r.state for r in rows])
+        column("study", cells=[r.study for r in rows], priority=0)
+    column("trial", cells=[r.trial for r in rows], priority=0)
+    column("state", cells=[r.state for r in rows], priority=0)
     column("attempt", numeric=True, cells=["-" if r.attempt < 0 else str(r.attempt) for r in rows],
-           raw=[None if r.attempt < 0 else r.attempt for r in rows])
+           raw=[None if r.attempt < 0 else r.attempt for r in rows], priority=5)
     taken = {c.key for c in cols} | {"age", "duration", "exit", "why"}
     for prefix, name_of in (("param", lambda r: r.params), ("result", lambda r: r.result)):
         for name in _names([name_of(r) for r in rows]):
@@ -158,14 +161,16 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
                         ("finished", lambda r: r.finished)):
             column(key, cells=[rfc3339(at(r)) or "-" for r in rows], raw=[rfc3339(at(r)) for r in rows])
     column("age", numeric=True, cells=[duration(now - r.created) if r.created else "-" for r in rows],
-           raw=[None if not r.created else round(now - r.created, 3) for r in rows])
+           raw=[None if not r.created else round(now - r.created, 3) for r in rows], priority=4, csv_key="age_seconds")
     column("duration", numeric=True, cells=[duration(run_time(r, now)) for r in rows],
-           raw=[None if run_time(r, now) is None else round(run_time(r, now), 3) for r in rows])
-    if wide or any(r.exit_code is not None for r in rows):
-        column("exit", numeric=True, cells=[value(r.exit_code) for r in rows], raw=[r.exit_code for r in rows])
+           raw=[None if run_time(r, now) is None else round(run_time(r, now), 3) for r in rows], priority=3,
+           csv_key="duration_seconds")
+    if wide:  # a failed row's `why` starts with its exit code
+        column("exit", numeric=True, cells=[value(r.exit_code) for r in rows], raw=[r.exit_code for r in rows],
+               priority=6)
     texts = [why(r) for r in rows]
     if wide or any(texts):
-        column("why", cells=[t or "-" for t in texts], raw=[t or None for t in texts], sentence=True)
+        column("why", cells=[t or "-" for t in texts], raw=[t or None for t in texts], sentence=True, priority=2)
     return cols
 
 
@@ -187,15 +192,20 @@ def study_note(row: StudyRow, now: float | None = None) -> str:
     return note
 
 
+def by_state(row: StudyRow) -> str:
+    return ", ".join(f"{n} {state}" for state, n in ((s, row.states.get(s, 0)) for s in ORDER) if n) or "-"
+
+
 def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
-                  namespaces: list[str] | None = None) -> list[Column]:
-    """The studies table: trials by state (every state when `wide`, else those some study
-    has), in flight and target, GPU-hours; `wide` adds attempts, failed attempts,
-    preemptions, GPU-hours lost and age. `namespaces` (one per row) adds that column."""
+                  namespaces: list[str] | None = None, states_in_words: bool = False) -> list[Column]:
+    """The studies table: trials by state (a column per state: every state when `wide`,
+    else those some study has; or, for people, one column of words), in flight and
+    target, GPU-hours; `wide` adds attempts, failed attempts, preemptions, GPU-hours lost
+    and age. `namespaces` (one per row) adds that column."""
     cols: list[Column] = []
 
-    def column(key, header, numeric, cells, raw=None):
-        c = Column(key, header, numeric)
+    def column(key, header, numeric, cells, raw=None, priority=1):
+        c = Column(key, header, numeric, priority=priority)
         for i, cell in enumerate(cells):
             c.add(cell, None if raw is None else raw[i])
         cols.append(c)
@@ -204,10 +214,15 @@ def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
         column(key, header, True, [str(v) for v in values], list(values))
 
     if namespaces is not None:
-        column("namespace", "namespace", False, namespaces)
-    column("study", "study", False, [r.study for r in rows])
+        column("namespace", "namespace", False, namespaces, priority=0)
+    column("study", "study", False, [r.study for r in rows], priority=0)
     number("trials", "trials", [r.trials for r in rows])
-    for state in ORDER:
+    if states_in_words:
+        words = Column("states", "by state", sentence=True, priority=1)
+        for r in rows:
+            words.add(by_state(r))
+        cols.append(words)
+    for state in ORDER if not states_in_words else ():
         if wide or any(r.states.get(state) for r in rows):
             number(state, state, [r.states.get(state, 0) for r in rows])
     number("in_flight", "in flight", [r.in_flight for r in rows])
@@ -257,26 +272,26 @@ def plain(columns: list[Column]) -> str:
 def csv_text(columns: list[Column]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([c.key for c in columns])
+    writer.writerow([c.csv_key or c.key for c in columns])
     for i in range(len(columns[0].cells) if columns else 0):
         writer.writerow(["" if c.raw[i] is None else (json.dumps(c.raw[i]) if isinstance(c.raw[i], dict | list)
                                                       else c.raw[i]) for c in columns])
     return out.getvalue()
 
 
-def fit(columns: list[Column], width: int, keep: int = 2) -> tuple[list[Column], list[Column]]:
-    """The columns that fit in `width` without cutting a word: the first `keep` always,
-    then the others in order while they fit; a sentence column takes what is left when at
-    least 12 characters are (a table wraps it at words). Returns (shown, left out)."""
-    shown, left, used = [], [], 0
-    for i, c in enumerate(columns):
-        need = c.width + (GAP if shown else 0)
-        if i < keep or (not c.sentence and used + need <= width):
-            shown.append(c)
+SENTENCE = 20  # the narrowest a sentence column is drawn (wrapped at words)
+
+
+def fit(columns: list[Column], width: int) -> tuple[list[Column], list[Column]]:
+    """The columns that fit in `width` without cutting a word, in their order: priority 0
+    always, then by priority while they fit; a sentence column needs SENTENCE characters
+    at least (a table wraps it at words). Returns (shown, left out)."""
+    chosen, used = set(), 0
+    for i in sorted(range(len(columns)), key=lambda i: columns[i].priority):
+        c = columns[i]
+        need = (min(c.width, SENTENCE) if c.sentence else c.width) + (GAP if chosen else 0)
+        if c.priority == 0 or used + need <= width:
+            chosen.add(i)
             used += need
-        elif c.sentence and width - used - GAP >= 12:
-            shown.append(c)
-            used = width
-        else:
-            left.append(c)
-    return shown, left
+    return ([c for i, c in enumerate(columns) if i in chosen],
+            [c for i, c in enumerate(columns) if i not in chosen])
