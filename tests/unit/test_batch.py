@@ -130,7 +130,7 @@ def test_status_lists_batch_trials_with_their_results_and_gpu_time(tmp_path):
     assert snap.studies[0].states["succeeded"] == 3
     assert snap.studies[0].gpu_hours == pytest.approx(3 * 2 * 3600 / 3600)  # 10:01 -> 11:01 on 2 GPUs each
     # the table's fast path (a loop's summary, then the first trials by name) reads batch/v1 Jobs and their pods too
-    first = _first_trials(cluster, "stratctl-e2e", cluster.record("loop"), now + 86400, 2)
+    first, _ = _first_trials(cluster, "stratctl-e2e", cluster.record("loop"), now + 86400, 2)
     assert [(t.trial, t.state, t.result, t.gpu_seconds) for t in first] == \
         [(t.trial, t.state, t.result, t.gpu_seconds) for t in snap.trials][:2]
 

@@ -85,13 +85,15 @@ def test_tables_show_what_a_user_looks_for():
     snap = snapshot([pending, done], reasons={pending["metadata"]["name"]: "2/2 tasks in gang unschedulable"},
                     results={"sweep-done": {"loss": 0.2}})
     out = text(table(snap.trials, NOW))
-    assert "2/2 tasks in gang unschedulable" in out and '{"loss":0.2}' in out
-    assert "1h" in out  # age of the pending job created 10:00
+    assert "2/2 tasks in gang unschedulable" in out
+    header = out.splitlines()[0].split()
+    assert header[:6] == ["trial", "state", "attempt", "lr", "layers", "loss"] and " 0.2 " in out  # a column per metric
+    assert "1h30m" in out  # age of the jobs created 10:00
     limited = text(table(snap.trials, NOW, limit=1))
-    assert "1 more trials not shown" in limited
+    assert "1 more trial not shown" in limited
     studies = text(studies_table(snap.studies))
-    assert "sweep" in studies and "1 pending" in studies and "1 succeeded" in studies and "2/4" not in studies
-    assert "1/4" in studies  # in flight against target
+    assert "sweep" in studies and "1 pending" in studies and "1 succeeded" in studies
+    assert studies.splitlines()[3].split()[-3:] == ["1", "4", "4.00"]  # in flight, target, GPU-hours
 
 
 def test_failures_are_counted_per_trial_and_study_apart_from_preemptions():
