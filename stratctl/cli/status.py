@@ -106,6 +106,8 @@ def status(
             console.print(picture(snap, namespaces))
         else:
             typer.echo(statusout.text(snap, bool(study), output is Output.wide, limit or None, namespaces), nl=False)
+            if study and statusout.hidden(snap, limit or None):  # on stderr: the columns stay parseable
+                print(statusout.hidden(snap, limit or None), file=sys.stderr)
     finally:
         cluster.close()
 

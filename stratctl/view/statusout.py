@@ -80,5 +80,14 @@ def picture(snap: Snapshot, with_trials: bool, width: int | None, wide: bool = F
     return Group(*parts)
 
 
+def hidden(snap: Snapshot, limit: int | None) -> str:
+    """The line saying how many trials a table left out (`--limit`), or ""."""
+    from stratctl.view.columns import plural
+
+    shown = min(len(snap.trials), limit) if limit else len(snap.trials)
+    more = max(snap.total_trials or 0, len(snap.trials)) - shown
+    return f"{plural(more, 'more trial')} not shown (--limit)" if more > 0 else ""
+
+
 def empty_line(namespace: str | None) -> str:
     return f"No studies found in namespace {namespace}." if namespace else "No studies found in any namespace."

@@ -288,9 +288,11 @@ def test_failing_trials_are_retried_max_failures_times_then_given_up(testbed, ap
     assert sorted(j["metadata"]["uid"] for j in jobs_of(api, name)) == sorted(j["metadata"]["uid"] for j in jobs)
     snap = json.loads(cli.run("status", name, "-o", "json"))
     [study] = snap["studies"]
-    assert (study["states"]["failed"], study["attempts"], study["failures"], study["preemptions"]) == (3, 6, 6, 0)
-    assert sorted((t["trial"], t["state"], t["attempt"], t["failures"]) for t in snap["trials"]) == [
+    assert (study["states"]["failed"], study["attempts"], study["failed_attempts"], study["preemptions"]) == (3, 6, 6, 0)
+    assert sorted((t["trial"], t["state"], t["attempt"], t["failed_attempts"]) for t in snap["trials"]) == [
         (t, "failed", 1, 2) for t in trials]
+    assert {(t["exit_code"], t["reason"]) for t in snap["trials"]} == {
+        (3, "Error; failed 2 times, more than retries.max_failures=1")}
 
 
 def test_status_shows_the_result_each_trial_reported_and_sorts_by_it(testbed, api, cli, studies):
@@ -330,5 +332,9 @@ def test_the_table_reads_the_loops_summary_and_the_first_page_of_jobs(testbed, a
     assert [(t.trial, t.state, t.attempt, t.params) for t in fast.trials] == \
         [(t.trial, t.state, t.attempt, t.params) for t in full.trials][:3]
     assert fast.total_trials == 6
-    table = cli.run("status", name, "--limit", "3")
-    assert "figures as of" in table and "3 more trials not shown" in table
+    done = subprocess.run(cli.args("status", name, "--limit", "3"), env=cli.env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "finished: 6 succeeded, 0 failed in " in done.stdout  # the outcome the loop's final summary gives
+    assert done.stderr == "3 more trials not shown (--limit)\n"
+    assert len(done.stdout.split("\n\n")[1].splitlines()) == 1 + 3  # header and the first three trials
