@@ -80,6 +80,8 @@ def submit(
         typer.echo(summary_json(progress))
     else:
         typer.echo(summary(progress))
+        if progress.succeeded and not options.dry_run and not detach:
+            typer.echo(_best(file, Connection(kubeconfig, context, namespace), progress.study), nl=False)
     if progress.interrupted:
         err.print(
             "[yellow]interrupted[/]: no more trials submitted. Run the same command again to resume; "
@@ -94,6 +96,28 @@ def submit(
         raise typer.Exit(ExitCode.CONFLICT)
     if progress.errors or progress.failed:
         raise typer.Exit(ExitCode.FAILURE)
+
+
+def _best(file: Path, connection, study: str) -> str:
+    """The line naming the study's best trial and its parameters, when trials report
+    results ("" otherwise, or when the cluster cannot tell: the summary is said already)."""
+    from dataclasses import replace
+
+    from stratctl.engine.connect import one_shot
+    from stratctl.engine.status import best_trial
+    from stratctl.errors import StratctlError
+    from stratctl.study.spec import load_study
+    from stratctl.view.statusout import best_line
+
+    try:
+        cluster = one_shot(replace(connection, namespace=connection.namespace or load_study(file).namespace))
+        try:
+            found = best_trial(cluster, cluster.namespace, study)
+        finally:
+            cluster.close()
+    except StratctlError:
+        return ""
+    return best_line(*found) + "\n" if found else ""
 
 
 def register(app: typer.Typer) -> None:

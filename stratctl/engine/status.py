@@ -306,3 +306,28 @@ def metrics_of(rows: list[TrialRow]) -> list[str]:
         for key in row.result or {}:
             seen.setdefault(key, None)
     return list(seen)
+
+
+LOWER_IS_BETTER = ("loss", "err", "mse", "mae", "perplexity", "regret", "latency", "cost")
+
+
+def default_ranking(rows: list[TrialRow]) -> str | None:
+    """How to rank trials when nobody said: by the first numeric metric they report, lowest
+    first when its name says it is a loss or an error, else highest first (`sort_trials`'s
+    spelling: `loss`, `-accuracy`); None when no trial reports a number."""
+    for name in metrics_of(rows):
+        values = [(r.result or {}).get(name) for r in rows]
+        if any(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return name if any(word in name.lower() for word in LOWER_IS_BETTER) else f"-{name}"
+    return None
+
+
+def best_trial(cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
+    """The study's best trial that reports the ranking's metric, and the ranking used."""
+    rows = collect(cluster, namespace, study, reasons_for_all=False).trials
+    ranking = ranking or default_ranking(rows)
+    if not ranking:
+        return None
+    name = ranking.lstrip("-+")
+    ranked = [r for r in sort_trials(rows, ranking) if isinstance((r.result or {}).get(name), int | float)]
+    return (ranked[0], ranking) if ranked else None

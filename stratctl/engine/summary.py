@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from stratctl import labels
-from stratctl.kube.record import api_quota_of, parse_record, suspended_of
+from stratctl.kube.record import api_quota_of, parse_record, space_order, suspended_of
 from stratctl.engine.recovery import Limits, carried, effective_state, usage, view_of
 from stratctl.kube.gpus import job_gpus
 from stratctl.kube.state import (TrialState, attempt_of, classify, ended_at, is_batch, phase_of, podgroup_name,
@@ -122,6 +122,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
         record = parse_record(cm)
         marks = suspended_of(cm)
         limits = None if record.max_failures is None else Limits(max_failures=record.max_failures)
+        order = space_order(record.source)
         rows: list[TrialRow] = []
         seen = set()
         for trial, attempt, job in sorted(by_study.get(record.study, []), key=lambda x: x[0]):
@@ -136,6 +137,8 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 params = json.loads(notes.get(labels.PARAMS) or "{}")
             except ValueError:
                 params = {}
+            if order and isinstance(params, dict):  # as the study file lists them, like `plan`
+                params = {**{k: params[k] for k in order if k in params}, **params}
             state = effective_state(view, limits)
             name = job["metadata"]["name"]
             code, why = exits.get(name, (None, ""))

@@ -124,6 +124,17 @@ def job_kinds(source: str) -> tuple[tuple[str, str], ...]:
     return (BATCH_JOB,) if data.get("workload") == "batch" else (VOLCANO_JOB,)
 
 
+def space_order(source: str) -> list[str]:
+    """The parameter names in the order the study file's `space` lists them (what `plan`
+    shows), from the study text kept in its record; [] when it cannot be read."""
+    try:
+        data = document.parse(source, "<study record>").data
+    except StratctlError:
+        return []
+    space = data.get("space") if isinstance(data, dict) else None
+    return [str(k) for k in space] if isinstance(space, dict) else []
+
+
 # -- suspension marks ------------------------------------------------------------------
 #
 # `drain` deletes the running attempts of a study and marks each trial here, under a key

@@ -91,3 +91,13 @@ def hidden(snap: Snapshot, limit: int | None) -> str:
 
 def empty_line(namespace: str | None) -> str:
     return f"No studies found in namespace {namespace}." if namespace else "No studies found in any namespace."
+
+
+def best_line(row: TrialRow, ranking: str) -> str:
+    """`best trial by loss (lowest): NAME (lr=0.1, layers=4): loss 0.2313, accuracy 0.912`"""
+    from stratctl.view.columns import value
+
+    name, order = ranking.lstrip("-+"), "highest" if ranking.startswith("-") else "lowest"
+    params = ", ".join(f"{k}={value(v)}" for k, v in row.params.items())
+    metrics = ", ".join(f"{k} {value(v)}" for k, v in (row.result or {}).items())
+    return f"best trial by {name} ({order}): {row.trial}" + (f" ({params})" if params else "") + f": {metrics}"

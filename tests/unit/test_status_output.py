@@ -221,6 +221,7 @@ def finished_study(study_file, monkeypatch):
     submitter, _ = make(study_file(), cluster, clock)
     submitter.wall = lambda: 5000.0 + clock()
     assert submitter.run().succeeded == 10
+    cluster.record("loop")["data"]["study.yaml"] = Path(study_file()).read_text()  # as `submit` keeps it
     for job in cluster.jobs():
         params = json.loads(job["metadata"]["annotations"]["stratctl.io/params"])
         pod = recorded.succeeded_pod(job, json.dumps({"loss": params["lr"] * params["layers"]}))
@@ -246,7 +247,7 @@ def test_the_command_for_one_study_gives_names_csv_and_the_best(finished_study):
     names = run("loop", "-o", "name").output.split()
     assert len(names) == 10 and all(n.startswith("loop-") for n in names)
     rows = list(csv.DictReader(io.StringIO(run("loop", "-o", "csv").output)))
-    assert {"lr", "layers", "loss"} <= rows[0].keys() and len(rows) == 10
+    assert list(rows[0])[4:7] == ["lr", "layers", "loss"] and len(rows) == 10  # the study file's order, like plan
     best = run("loop", "--best", "2", "--sort", "loss", "-o", "csv").output
     top = list(csv.DictReader(io.StringIO(best)))
     assert [float(r["loss"]) for r in top] == sorted(float(r["loss"]) for r in rows)[:2]
@@ -267,3 +268,26 @@ def test_an_empty_namespace_is_one_line(monkeypatch):
     assert result.exit_code == 0
     assert result.output == "No studies found in namespace empty.\n"
     assert json.loads(run("-o", "json").output)["studies"] == []
+
+
+def test_submit_ends_with_the_best_trial_and_its_parameters(finished_study, study_file, monkeypatch):
+    from stratctl.engine.progress import Progress
+
+    monkeypatch.setattr("stratctl.engine.launch.submit_study",
+                        lambda *a, **k: Progress(study="loop", total=10, succeeded=10, created=10))
+    result = CliRunner().invoke(app, ["submit", study_file()])
+    assert result.exit_code == 0, result.output
+    last = result.stdout.splitlines()[-1]
+    best = min((t for t in collect(finished_study, "stratctl-e2e", "loop").trials), key=lambda t: t.result["loss"])
+    assert last == (f"best trial by loss (lowest): {best.trial} (lr={best.params['lr']}, "
+                    f"layers={best.params['layers']}): loss {best.result['loss']:.4g}")
+
+
+def test_best_n_by_a_metric_highest_first_and_the_default_ranking():
+    from stratctl.engine.status import default_ranking
+
+    rows = trials()
+    assert default_ranking(rows) == "loss"  # a loss: lowest first
+    assert default_ranking([TrialRow("s", "t", "succeeded", 0, result={"accuracy": 0.9})]) == "-accuracy"
+    assert default_ranking([TrialRow("s", "t", "succeeded", 0, result={"note": "x"})]) is None
+    assert [t.index for t in sort_trials(rows, "-accuracy")[:2]] == [0, 4]
