@@ -323,8 +323,9 @@ def default_ranking(rows: list[TrialRow]) -> str | None:
 
 
 def best_trial(cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
-    """The study's best trial that reports the ranking's metric, and the ranking used."""
-    rows = collect(cluster, namespace, study, reasons_for_all=False).trials
+    """The study's best succeeded trial that reports the ranking's metric, and the ranking used."""
+    rows = [r for r in collect(cluster, namespace, study, reasons_for_all=False).trials
+            if r.state == TrialState.SUCCEEDED.value]
     ranking = ranking or default_ranking(rows)
     if not ranking:
         return None
