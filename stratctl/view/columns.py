@@ -153,7 +153,7 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
                    [value(v) for v in values], values)
     if wide:
         column("job", cells=[r.job or "-" for r in rows])
-        column("preempted", numeric=True, cells=[str(r.preemptions) for r in rows], raw=[r.preemptions for r in rows])
+        column("preemptions", numeric=True, cells=[str(r.preemptions) for r in rows], raw=[r.preemptions for r in rows])
         column("failed_attempts", "failed attempts", True, [str(r.failures) for r in rows], [r.failures for r in rows])
         column("gpu_hours", "GPU-h", True, [f"{r.gpu_seconds / 3600:.2f}" for r in rows],
                [r.gpu_seconds / 3600 for r in rows])
@@ -231,7 +231,7 @@ def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
     if wide:
         number("attempts", "attempts", [r.attempts for r in rows])
         number("failed_attempts", "failed attempts", [r.failures for r in rows])
-        number("preempted", "preempted", [r.preemptions for r in rows])
+        number("preemptions", "preemptions", [r.preemptions for r in rows])
     column("gpu_hours", "GPU-h", True, [f"{r.gpu_hours:.2f}" for r in rows], [r.gpu_hours for r in rows])
     if wide:
         column("gpu_hours_lost", "GPU-h lost", True, [f"{r.gpu_hours_lost:.2f}" for r in rows],

@@ -106,7 +106,7 @@ def test_piped_output_is_plain_columns():
 def test_wide_adds_index_times_and_attempt_figures():
     out = statusout.text(snapshot(), True, wide=True)
     header = out.split("\n\n")[1].splitlines()[0].split()
-    assert header[0] == "index" and {"job", "preempted", "failed_attempts", "gpu_hours", "started", "finished",
+    assert header[0] == "index" and {"job", "preemptions", "failed_attempts", "gpu_hours", "started", "finished",
                                      "exit"} <= set(header)
     assert "2025-05-01T07:49:00Z" in out  # the first trial's start, RFC 3339
 
@@ -151,6 +151,21 @@ def test_json_keys_are_snake_case_with_rfc3339_times_index_start_finish_duration
     [study] = doc["studies"]
     assert (study["namespace"], study["failed_attempts"], study["states"]["failed"]) == ("ml-team", 2, 1)
     assert statusout.document(snapshot(), False).keys() == {"namespace", "taken_at", "studies"}
+
+
+def test_wide_columns_have_distinct_names():
+    for columns in (statusout.text(snapshot(), True, wide=True).split("\n\n"),):
+        for part in columns:
+            header = part.splitlines()[0].split()
+            assert len(header) == len(set(header)), header
+
+
+def test_a_trial_given_up_after_one_failure_says_once():
+    from stratctl.engine.recovery import Limits, TrialView, next_action
+    from stratctl.kube.state import TrialState
+
+    view = TrialView(trial="t", attempt=0, state=TrialState.FAILED, failures=1)
+    assert next_action(view, Limits(max_failures=0), False).reason == "failed once, more than retries.max_failures=0"
 
 
 def test_words_and_durations():
