@@ -157,8 +157,8 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
         column("failed_attempts", "failed attempts", True, [str(r.failures) for r in rows], [r.failures for r in rows])
         column("gpu_hours", "GPU-h", True, [f"{r.gpu_seconds / 3600:.2f}" for r in rows],
                [r.gpu_seconds / 3600 for r in rows])
-        for key, at in (("created", lambda r: r.created), ("started", lambda r: r.started),
-                        ("finished", lambda r: r.finished)):
+        for key, at in (("created", lambda r: r.created), ("start", lambda r: r.started),
+                        ("finish", lambda r: r.finished)):
             column(key, cells=[rfc3339(at(r)) or "-" for r in rows], raw=[rfc3339(at(r)) for r in rows])
     column("age", numeric=True, cells=[duration(now - r.created) if r.created else "-" for r in rows],
            raw=[None if not r.created else round(now - r.created, 3) for r in rows], priority=4, csv_key="age_seconds")
@@ -166,7 +166,7 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
            raw=[None if run_time(r, now) is None else round(run_time(r, now), 3) for r in rows], priority=3,
            csv_key="duration_seconds")
     if wide:  # a failed row's `why` starts with its exit code
-        column("exit", numeric=True, cells=[value(r.exit_code) for r in rows], raw=[r.exit_code for r in rows],
+        column("exit_code", "exit", numeric=True, cells=[value(r.exit_code) for r in rows], raw=[r.exit_code for r in rows],
                priority=6)
     texts = [why(r) for r in rows]
     if wide or any(texts):

@@ -32,8 +32,8 @@ def test_status_of_a_finished_study_as_a_person_and_a_script_read_it(testbed, ap
     by_seed = {int(r["seed"]): r for r in rows}
     assert {s: r["state"] for s, r in by_seed.items()} == {0: "succeeded", 1: "succeeded", 2: "succeeded", 3: "failed"}
     assert float(by_seed[2]["loss"]) == 0.2 and float(by_seed[0]["accuracy"]) == 1.0
-    assert by_seed[3]["exit"] == "3" and by_seed[3]["why"].startswith("exit 3: Error")
-    assert all(r["started"] and r["finished"] for r in rows)  # RFC 3339 times of each trial
+    assert by_seed[3]["exit_code"] == "3" and by_seed[3]["why"].startswith("exit 3: Error")
+    assert all(r["start"] and r["finish"] for r in rows)  # RFC 3339 times of each trial
     assert sorted(r["index"] for r in rows) == ["0", "1", "2", "3"]
 
     table = cli.run("status", name)  # into a pipe: plain columns
