@@ -306,3 +306,10 @@ def test_best_n_by_a_metric_highest_first_and_the_default_ranking():
     assert default_ranking([TrialRow("s", "t", "succeeded", 0, result={"accuracy": 0.9})]) == "-accuracy"
     assert default_ranking([TrialRow("s", "t", "succeeded", 0, result={"note": "x"})]) is None
     assert [t.index for t in sort_trials(rows, "-accuracy")[:2]] == [0, 4]
+
+
+def test_a_label_selector_picks_studies_and_a_study_with_it_is_a_usage_error(finished_study):
+    assert run("-l", "stratctl.io/critical=false", "-o", "name").output == "loop\n"
+    chosen = run("-l", "stratctl.io/critical=true")
+    assert chosen.exit_code == 0 and chosen.output == "No studies found in namespace stratctl-e2e.\n"
+    assert run("loop", "-A").exit_code == 2 and run("loop", "-l", "a=b").exit_code == 2
