@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stratctl.engine.progress import Progress
+from stratctl.view.columns import plural
 
 
 def progress_table(p: Progress) -> Table:
@@ -36,7 +37,7 @@ def progress_table(p: Progress) -> Table:
     if p.free_gpus is not None:
         table.add_row(
             "cluster",
-            f"{p.free_gpus} free GPUs, room for {p.gangs_fit} more gang(s), "
+            f"{plural(p.free_gpus, 'free GPU')}, room for {plural(p.gangs_fit, 'more gang')}, "
             f"{(p.fragmentation or 0) * 100:.0f}% fragmented"
             + (f", API p90 {p.latency_p90 * 1000:.0f}ms" if p.latency_p90 is not None else "")
             + (f", etcd commit p99 {p.etcd_commit_p99 * 1000:.0f}ms" if p.etcd_commit_p99 is not None else "")
@@ -133,7 +134,7 @@ def summary(p: Progress) -> str:
         return "\n".join(lines)
     lines = [
         f"study {p.study}: {p.succeeded} succeeded, {p.failed} failed, {p.in_flight} in flight, "
-        f"{p.waiting} not yet submitted, of {p.total} trials",
+        f"{p.waiting} not yet submitted, of {plural(p.total, 'trial')}",
         f"created {p.created}, already there {p.existing}; {p.api_writes} API writes "
         f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",

@@ -24,7 +24,7 @@ def test_live_panel_shows_what_the_loop_is_doing():
     assert "8/40 finished (7 succeeded, 1 failed)" in out
     assert "7 of target 8 (5 running, 2 pending gangs), 25 waiting" in out
     assert "2 more gang(s) fit in free GPUs: target 6 → 8" in out
-    assert "10 free GPUs, room for 2 more gang(s), 20% fragmented, API p90 31ms" in out
+    assert "10 free GPUs, room for 2 more gangs, 20% fragmented, API p90 31ms" in out
     assert "4 × HTTP 429" in out
 
 
@@ -48,3 +48,12 @@ def test_summary_lists_refused_trials_with_the_servers_message():
     assert "7 succeeded, 1 failed, 7 in flight, 25 not yet submitted, of 40 trials" in out
     assert "sweep-abc: create Job stratctl-e2e/sweep-abc: spec.queue: Invalid value" in out
     assert "16 API writes (1.33 per created trial)" in out
+
+
+def test_the_panel_and_summary_say_one_thing_in_the_singular():
+    from stratctl.view.display import progress_table, summary
+
+    p = Progress(study="one", total=1, created=1, running=1, target=1, free_gpus=1, gangs_fit=1, fragmentation=0.0)
+    out = text_of(progress_table(p))
+    assert "1 free GPU, room for 1 more gang," in out
+    assert summary(p).splitlines()[0].endswith("of 1 trial")
