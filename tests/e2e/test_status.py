@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import subprocess
 
 import pytest
@@ -46,6 +47,14 @@ def test_status_of_a_finished_study_as_a_person_and_a_script_read_it(testbed, ap
     listing = cli.run("status")  # the namespace's studies, no trials
     assert any(line.split()[0] == name for line in listing.splitlines()[1:])
     assert not any(r["trial"] in listing for r in rows)
+    everywhere = cli.run("status", "-A").splitlines()
+    assert everywhere[0].split()[:2] == ["namespace", "study"]
+    assert [testbed.namespace, name] in [line.split()[:2] for line in everywhere[1:]]
+
+    doc = json.loads(cli.run("status", name, "-o", "json"))
+    assert doc["studies"][0]["note"].startswith("finished: 3 succeeded, 1 failed in ")
+    first = min(doc["trials"], key=lambda t: t["index"])
+    assert first["start"].endswith("Z") and first["finish"] > first["start"] and first["duration_seconds"] > 0
 
     plain_env = {k: v for k, v in cli.env.items() if k != "STRATCTL_TRACEBACK"}  # as a user meets the error
     done = subprocess.run(cli.args("status", name, "--sort", "acuracy"), env=plain_env, capture_output=True,
