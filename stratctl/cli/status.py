@@ -33,7 +33,8 @@ def status(
     namespace: NamespaceOpt = None,
     all_namespaces: Annotated[bool, typer.Option("-A", "--all-namespaces", help="The studies of every namespace.")] = False,
     selector: Annotated[Optional[str], typer.Option("-l", "--selector", help="Only studies whose records match this label selector.")] = None,
-    output: Annotated[Output, typer.Option("-o", "--output", help="table, wide, name, csv, json or yaml.")] = Output.table,
+    output: Annotated[Output, typer.Option("-o", "--output", metavar="FORMAT",
+                                           help="table, wide, name, csv, json or yaml.")] = Output.table,
     sort: Annotated[Optional[str], typer.Option(
         "--sort", metavar="METRIC",
         help="Best trials first by a result metric: 'loss' lowest first, '-accuracy' highest first.")] = None,
@@ -71,7 +72,7 @@ def status(
         snap.trials = core.sort_trials(snap.trials, sort)
         if best:
             snap.trials = snap.trials[:best]
-        if not everything or best:
+        if not everything:
             core.explain_pending(cluster, ns, snap.trials[:limit or None])
         return snap
 

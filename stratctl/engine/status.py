@@ -52,9 +52,6 @@ class Snapshot:
             "trials": [asdict(t) for t in self.trials],
         }
 
-    def empty(self) -> bool:
-        return not self.studies
-
 
 # ------------------------------------------------------------------ reading the cluster
 
