@@ -84,6 +84,8 @@ def status(
         return merged, [snap.namespace for snap in snaps for _ in snap.studies]
 
     def picture(snap, namespaces):
+        if not snap.studies:
+            return statusout.empty_line(None if all_namespaces else cluster.namespace)
         return statusout.picture(snap, bool(study), console.width, output is Output.wide, limit or None, namespaces)
 
     try:
