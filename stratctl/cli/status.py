@@ -63,8 +63,8 @@ def status(
 
     def snapshot(ns: str):
         if not study:  # the studies only; machine outputs exact (every trial counted)
-            return core.collect(cluster, ns, None, shown=0 if table or output is Output.name else None,
-                                selector=selector)
+            return core.collect(cluster, ns, None, reasons_for_all=False,
+                                shown=0 if table or output is Output.name else None, selector=selector)
         # A table of `limit` trials needs the study's summary and those trials only;
         # other outputs, --sort and --limit 0 need every trial.
         everything = not table or not limit or bool(sort)
