@@ -47,6 +47,7 @@ def submit(
     prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd commit p99 above 250 ms holds new submissions; Volcano scheduling p90 above 2 s halves the target.")] = None,
     outage_timeout: Annotated[float, typer.Option("--outage-timeout", min=1, help="Seconds the API server may not answer (restarting, etcd paused) before submit gives up with exit 3; meanwhile it retries.")] = 300.0,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
+    metrics_address: Annotated[str, typer.Option("--metrics-address", metavar="ADDRESS", help="Address the metrics are served on (0.0.0.0 for every interface).")] = "127.0.0.1",
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
 ) -> None:
     """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
@@ -70,7 +71,7 @@ def submit(
     )
     err = Console(stderr=True)
     display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
-    metrics = MetricsReporter().serve(metrics_port) if metrics_port else None
+    metrics = MetricsReporter().serve(metrics_port, metrics_address) if metrics_port else None
     with display:
         progress = submit_study(
             file, Connection(kubeconfig, context, namespace), options, qps=qps, burst=burst,

@@ -85,7 +85,8 @@ class LiveDisplay:
             self.live.update(render_progress(progress))
 
     def event(self, message: str) -> None:
-        self.console.log(Text(message))
+        # console.log would append this module's file:line to every line: it is not the user's business
+        self.console.print(Text(time.strftime("[%H:%M:%S] "), style="dim") + Text(message))
 
 
 class LogDisplay:

@@ -48,3 +48,17 @@ def test_summary_lists_refused_trials_with_the_servers_message():
     assert "7 succeeded, 1 failed, 7 in flight, 25 not yet submitted, of 40 trials" in out
     assert "sweep-abc: create Job stratctl-e2e/sweep-abc: spec.queue: Invalid value" in out
     assert "16 API writes (1.33 per created trial)" in out
+
+
+def test_live_events_carry_a_time_and_no_source_location():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from stratctl.view.display import LiveDisplay
+
+    out = StringIO()
+    LiveDisplay(Console(file=out, width=120, force_terminal=False)).event("trial t-3 preempted: resumes as attempt 1")
+    line = out.getvalue().rstrip("\n")
+    assert line.endswith("trial t-3 preempted: resumes as attempt 1")
+    assert line.startswith("[") and "display.py" not in line and ".py:" not in line
