@@ -142,7 +142,7 @@ class Submitter:
             critical=study.critical,
             source=source,
             max_failures=study.retries.max_failures,
-            spec=spec_text(study.model_dump(mode="json")),
+            spec=spec_text(study),
         )
         self._kind = job_kind(study)
         self._last_decision: Decision | None = None

@@ -52,10 +52,11 @@ def revise(cluster, study: Study, trials: list[Trial], renderer: Renderer, manif
     for name in existing:
         if name in by_name:
             rendered[name] = _hash_now(renderer, by_name[name], latest.get(name), manifests)
-    old_spec = _loads(record.spec)
-    _judge_cleaned_up(study, old_spec, existing, rendered, manifests)
-    comparison = compare(old_spec, study.model_dump(mode="json"), existing, rendered,
-                         spec_changed=record.spec_hash != study.spec_hash)
+    old = _old_study(_loads(record.spec), study)
+    if old is not None:
+        _judge_cleaned_up(old, existing, rendered, manifests)
+    comparison = compare(old.model_dump(mode="json") if old else None, study.model_dump(mode="json"), existing,
+                         rendered, spec_changed=record.spec_hash != study.spec_hash)
     if not comparison.refused:
         if record.spec_hash != study.spec_hash and comparison.existing:
             reporter.event(summary(study.name, comparison))
@@ -99,23 +100,33 @@ def _hash_now(renderer: Renderer, trial: Trial, job: dict | None, manifests: dic
     return docs[0]["metadata"]["labels"][labels.SPEC_HASH]
 
 
-def _judge_cleaned_up(study: Study, old_spec: dict | None, existing: dict[str, str | None],
-                      rendered: dict[str, str], manifests: dict[str, list[dict]]) -> None:
-    """Finished trials whose jobs were cleaned up carry no hash: render them with the spec
-    the record kept and with the study's, and compare those (left unknown when the old
-    spec cannot be rendered any more)."""
-    unknown = [n for n, h in existing.items() if h is None and n in rendered]
-    if not unknown or old_spec is None:
+def _old_study(spec: dict | None, study: Study) -> Study | None:
+    """The study as last submitted, from the spec its record kept (the fields the file set,
+    so it renders as it did); None when there is none or it is no longer a valid study."""
+    if spec is None:
+        return None
+    try:
+        old = Study.model_validate(spec)
+    except ValueError:
+        return None
+    old._source = study.source  # templates resolve from the same place
+    return old
+
+
+def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dict[str, str],
+                      manifests: dict[str, list[dict]]) -> None:
+    """Finished trials whose jobs were cleaned up carry no hash: render them as the study
+    was last submitted and as it is now, and compare those (left unknown when the old
+    study cannot be rendered any more)."""
+    unknown = [n for n, h in existing.items() if h is None and n in rendered and n in manifests]
+    if not unknown:
         return
     try:
-        old = Study.model_validate(old_spec)
-        old._source = study.source
         old_renderer = Renderer(old)
         old_trials = {t.name: t for t in expand(old)}
         for name in unknown:
-            if name in old_trials and name in manifests:
-                before = old_renderer.render(old_trials[name])[0]["metadata"]["labels"][labels.SPEC_HASH]
-                existing[name] = before
+            if name in old_trials:
+                existing[name] = old_renderer.render(old_trials[name])[0]["metadata"]["labels"][labels.SPEC_HASH]
                 rendered[name] = manifests[name][0]["metadata"]["labels"][labels.SPEC_HASH]
     except (StratctlError, ValueError):
         return

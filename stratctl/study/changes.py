@@ -10,19 +10,21 @@ edits that render nothing differently (a comment, `throttle.qps`) do not.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stratctl.study.digest import canonical
 
 SPEC_LIMIT = 64 * 1024  # characters of canonical study spec kept in the record; above, fields are unknown
 FIELDS_SHOWN = 8  # changed fields named in a message; the rest are counted
 
 
-def spec_text(spec: dict) -> str:
-    """The study spec as kept in its record: canonical JSON, or "" when above SPEC_LIMIT."""
-    text = canonical(spec)
+def spec_text(study) -> str:
+    """The study spec as kept in its record: the fields its file sets (so that it renders
+    again as it did) as compact JSON in the file's order (the order of `space` orders the
+    trials), or "" when above SPEC_LIMIT."""
+    text = json.dumps(study.model_dump(mode="json", exclude_unset=True), separators=(",", ":"), ensure_ascii=True)
     return text if len(text) <= SPEC_LIMIT else ""
 
 
