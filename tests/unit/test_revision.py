@@ -4,8 +4,6 @@ changed trials rerun as new attempts with the new spec, never two attempts of a 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import pytest
 
 from stratctl import labels
@@ -162,9 +160,7 @@ def test_trials_dropped_from_the_study_are_refused_and_their_running_jobs_stoppe
 def test_cleaned_up_trials_are_compared_through_the_recorded_spec_and_run_again(tmp_path):
     cluster, path = submitted(tmp_path, STUDY + "cleanup: delete\n")
     assert not cluster.jobs() and len(json.loads(cluster.record("loop")["data"]["finished"])) == 10
-    path.write_text(STUDY + "cleanup: delete\nthrottle: {qps: 50, burst: 10, parallelism: {min: 1, initial: 3, max: 3}}\n"
-                    .replace("throttle:", "retries: {max_failures: 2}\nthrottle:"))
-    Path(path).write_text(STUDY.replace("qps: 100", "qps: 50") + "cleanup: delete\n")
+    path.write_text(STUDY.replace("qps: 100", "qps: 50") + "cleanup: delete\n")
     assert not again(cluster, path).refused  # a loop setting: the old spec renders them alike
     path.write_text(EDITED + "cleanup: delete\n")
     with pytest.raises(StudyChanged, match=r"\(trial.command.0, trial.image\): 10 of 10"):
