@@ -27,9 +27,10 @@ def wait(
     seconds = duration_option(timeout, "--timeout")
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=4)
 
-    def read(exact: bool):
-        snap = core.collect(cluster, cluster.namespace, study, reasons_for_all=False, shown=None if exact else 1)
-        return snap.studies[0]
+    def read():
+        # every trial, as `status -o json` reads them: the summary a submit loop keeps in the
+        # record is a cycle behind, and stays for 30 s after a loop that stopped
+        return core.collect(cluster, cluster.namespace, study, reasons_for_all=False).studies[0]
 
     try:
         code = wait_for(read, typer.echo, timeout=seconds, interval=interval)

@@ -2,9 +2,7 @@
 
 A study is finished when every trial succeeded or failed: none waiting, pending, running,
 preempted, suspended or retrying. `wait` reads the study's row (`status.collect`) every
-interval, says one line whenever the trials' states change, confirms a finish with an
-exact read (a summary kept in the record may be a run behind), and ends with an exit
-code: OK when every trial succeeded, FAILURE when some failed, TIMEOUT when the time ran
+interval, says one line whenever the trials' states change, and ends with an exit code: OK when every trial succeeded, FAILURE when some failed, TIMEOUT when the time ran
 out first. Clock and sleep are injected.
 """
 
@@ -30,16 +28,14 @@ def states_text(row: StudyRow) -> str:
     return ", ".join(f"{n} {s}" for s, n in row.states.items() if n) or "no trials"
 
 
-def wait(read: Callable[[bool], StudyRow], say: Callable[[str], None], timeout: float | None = None,
+def wait(read: Callable[[], StudyRow], say: Callable[[str], None], timeout: float | None = None,
          interval: float = 2.0, clock: Callable[[], float] = time.monotonic,
          sleep: Callable[[float], None] = time.sleep) -> ExitCode:
-    """Block until the study read by `read(exact)` finishes, or `timeout` seconds pass."""
+    """Block until the study read by `read()` finishes, or `timeout` seconds pass."""
     start = clock()
     said = None
     while True:
-        row = read(False)
-        if finished(row):
-            row = read(True)
+        row = read()
         line = states_text(row)
         if finished(row):
             failed = row.states.get(TrialState.FAILED.value, 0)
