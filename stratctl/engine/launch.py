@@ -77,9 +77,9 @@ def submit_study(
                          manifests=prepared.manifests).dry_run()
     cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2)
     try:
-        # an edited study: refused, or its changed trials rerun, before the record is rewritten
-        revise(cluster, study, trials, renderer, prepared.manifests, job_kind(study), rerun_changed,
-               reporter or Silent(), file=str(path))
+        if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
+            revise(cluster, study, trials, renderer, prepared.manifests, job_kind(study), rerun_changed,
+                   reporter or Silent(), file=str(path))
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,

@@ -159,3 +159,29 @@ def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplic
     assert len(lines) == len(set(lines))  # one line per change, never a repeated table
     expected = sorted(t.name for t in expand(load_study(path)))
     assert sorted(jobs_of(api, name)) == expected  # each trial exactly once
+
+
+def test_rerun_changed_replaces_running_attempts_and_a_rerun_after_it_never_runs_a_trial_twice(
+        testbed, api, cli, studies, tmp_path, unique):
+    name = f"running-{unique}"
+    studies(name)
+    path = tmp_path / "study.yaml"
+    path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s"))
+    detached = cli.run("submit", str(path), "--detach")
+    assert detached.returncode == 0, detached.stderr[-2000:]
+    old = jobs_of(api, name)
+    assert len(old) == 3
+
+    path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s", image="busybox:1.36"))
+    refused = cli.run("submit", str(path), "--detach")
+    assert refused.returncode == 4 and "(trial.image): 3 of 3 trial(s)" in refused.stderr
+    rerun = cli.start("submit", str(path), "--rerun-changed", "-o", "json")
+    out, err = rerun.communicate(timeout=180)
+    assert rerun.returncode == 0, err[-2000:]
+    assert json.loads(out)["succeeded"] == 3
+    assert err.count("runs the new spec") == 3 and err.count(" deleted") >= 3  # the old attempts were still running
+    jobs = jobs_of(api, name)
+    assert sorted(jobs) == sorted(f"{n}-a1" for n in old)  # the running old attempts are gone, not finished
+    assert all(container(j)["image"] == "busybox:1.36" for j in jobs.values())
+    again = cli.run("submit", str(path))
+    assert again.returncode == 0 and sorted(jobs_of(api, name)) == sorted(jobs)
