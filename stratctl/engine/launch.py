@@ -41,7 +41,7 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     study = load_study(path)
     if namespace and namespace != study.namespace:
         source = study.source
-        study = Study.model_validate({**study.model_dump(exclude_unset=True), "namespace": namespace})
+        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
         study._source = source
     trials = expand(study)
     renderer = Renderer(study)
