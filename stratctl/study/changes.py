@@ -77,12 +77,15 @@ def compare(old_spec: dict | None, new_spec: dict, existing: Mapping[str, str | 
     study's (`rendered`: trial → the hash it renders now for that attempt).
 
     An unknown hash counts as changed exactly when the study spec changed (`spec_changed`),
-    the best the cluster can tell without the job."""
+    the best the cluster can tell without the job. Trials the study does not have count as
+    removed only then too: with the spec as last submitted they are what an accepted
+    change (`--rerun-changed`) left behind, not a new one."""
     changed, removed, unchanged = [], [], 0
     for trial in sorted(existing):
         old = existing[trial]
         if trial not in rendered:
-            removed.append(trial)
+            if spec_changed:
+                removed.append(trial)
         elif (old is None and spec_changed) or (old is not None and old != rendered[trial]):
             changed.append(trial)
         else:

@@ -75,6 +75,9 @@ def test_unknown_hashes_follow_the_spec_and_an_older_record_says_fields_unknown(
     c = compare(None, {}, existing, rendered, spec_changed=True)
     assert c.changed == ("t-1",) and c.fields is None
     assert "fields unknown" in summary("s", c)
+    # trials the study no longer has: a change when the spec changed, leftovers of an accepted one when not
+    assert compare(None, {}, {"gone": "h"}, {}, spec_changed=True).removed == ("gone",)
+    assert not compare(None, {}, {"gone": "h"}, {}, spec_changed=False).refused
 
 
 def test_the_refusal_says_what_changed_and_the_ways_forward(tmp_path):

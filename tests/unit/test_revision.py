@@ -155,6 +155,10 @@ def test_trials_dropped_from_the_study_are_refused_and_their_running_jobs_stoppe
     dropped = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs()
                if json.loads(j["metadata"]["annotations"][labels.PARAMS])["lr"] == 0.00001}
     assert not any(t in in_flight_per_trial(cluster) for t in dropped)
+    progress = make(str(path), cluster, FakeClock())[0].run()
+    assert progress.succeeded == 8
+    c = again(cluster, path)  # the change was accepted: the same command again goes through
+    assert not c.refused and c.unchanged == 8
 
 
 def test_cleaned_up_trials_are_compared_through_the_recorded_spec_and_run_again(tmp_path):
