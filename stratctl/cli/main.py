@@ -22,7 +22,7 @@ from stratctl.errors import ExitCode, StratctlError, StudyError
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
 # A module registers its commands with `register(app)` when it has several (drain, resume).
-COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain"]
+COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "wait"]
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:

@@ -34,6 +34,7 @@ from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror, watch_health
 from stratctl.kube.outage import Change, Outage, duration
+from stratctl.study.changes import spec_text
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.kube.state import TrialState, classify, latest_attempts
@@ -52,6 +53,7 @@ class SubmitOptions:
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
     prometheus_url: str | None = None  # etcd and Volcano scheduler metrics, when the cluster has Prometheus
     outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
+    timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -140,6 +142,7 @@ class Submitter:
             critical=study.critical,
             source=source,
             max_failures=study.retries.max_failures,
+            spec=spec_text(study),
         )
         self._kind = job_kind(study)
         self._last_decision: Decision | None = None
@@ -170,13 +173,8 @@ class Submitter:
             self.record = replace(
                 self.record, drained=existing.drained, finished=existing.finished, target=existing.target
             )
-            if existing.spec_hash != self.record.spec_hash:
-                self.reporter.event(
-                    f"study {self.study.name} changed since it was last submitted "
-                    f"(spec {existing.spec_hash} → {self.record.spec_hash}); trials whose parameters are "
-                    "unchanged keep their names"
-                )
-            self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures")
+            # a change was judged before the loop started (revision.revise)
+            self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
         self._recorded = True
 
     def _save_record(self, *keys: str) -> None:
@@ -489,6 +487,10 @@ class Submitter:
             return True
         return False
 
+    def _timed_out(self, deadline: float | None) -> bool:
+        self.progress.timed_out = deadline is not None and self.clock() >= deadline
+        return self.progress.timed_out
+
     def run(self) -> Progress:
         if self.options.dry_run:
             return self.dry_run()
@@ -502,8 +504,9 @@ class Submitter:
                           clock=self.clock, wall=self.wall, created=self._seen)
         self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
         failed = 0  # cycles failed in a row
+        deadline = None if self.options.timeout is None else self.clock() + self.options.timeout
         try:
-            while True:
+            while not self._timed_out(deadline):
                 started = self.clock()
                 try:
                     over = self._cycle(pool, requeue, salvage)

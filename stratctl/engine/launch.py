@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from stratctl.engine.connect import Connection, connect
 from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
-from stratctl.engine.progress import Progress, Reporter
+from stratctl.engine.progress import Progress, Reporter, Silent
+from stratctl.engine.revision import revise
 from stratctl.study.render import Renderer
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror
@@ -62,6 +63,7 @@ def submit_study(
     burst: int | None = None,
     reporter: Reporter | None = None,
     policy=None,
+    rerun_changed: bool = False,
 ) -> Progress:
     """`stratctl submit`: validate and render everything, then run the submit loop."""
     prepared = prepare(path, connection.namespace)
@@ -75,6 +77,9 @@ def submit_study(
                          manifests=prepared.manifests).dry_run()
     cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2)
     try:
+        if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
+            revise(cluster, study, trials, renderer, prepared.manifests, job_kind(study), rerun_changed,
+                   reporter or Silent(), file=str(path))
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,

@@ -51,6 +51,7 @@ class Progress:
     conflicts: list[str] = field(default_factory=list)  # of those, trials whose objects in the cluster differ (spec hash)
     interrupted: bool = False
     detached: bool = False
+    timed_out: bool = False  # --timeout passed: the loop stopped, trials left running
     dry_run: str | None = None  # "client" | "server" when nothing was created
 
     @property
