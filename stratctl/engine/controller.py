@@ -15,6 +15,8 @@ outage timeout.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,7 @@ from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, C
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.pace import api_room
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, parse_record, record_data, record_manifest, record_name
+from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
@@ -214,9 +216,24 @@ class Submitter:
         summary = self._summary_due(now, force)
         if summary is not None:
             patch.update(summary[1])
+            patch.update(self._heartbeat(True))  # rides on the summary: no request of its own
         self._write_record(patch, now)
         if summary is not None:
             self._summary = summary[0]
+
+    def _heartbeat(self, running: bool) -> dict[str, str]:
+        """The record key saying this loop follows the study (`delete` refuses while it does)."""
+        return loop_data(self.wall(), running, socket.gethostname(), os.getpid())
+
+    def _stopped(self) -> None:
+        """Say the loop no longer follows the study (best effort: a marker left behind goes stale)."""
+        if self._record_cm is None:
+            return
+        try:
+            self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)},
+                               self.namespace)
+        except ClusterError:
+            pass
 
     def _unsaved_due(self, now: float, force: bool) -> dict[str, str]:
         """The record keys changed since the last write, if one may be written now."""
@@ -526,11 +543,14 @@ class Submitter:
                 self._pause()
         except KeyboardInterrupt:
             self.progress.interrupted = True
+            self._stopped()
         except Unreachable as exc:
             self.reporter.update(self.progress)
             raise Unreachable(f"{exc}. Run the same command again once it is back: trials already in the "
                               "cluster are recognised, never duplicated", status=exc.status, reason=exc.reason) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+        if not self.progress.interrupted:
+            self._stopped()
         self.reporter.update(self.progress)
         return self.progress
