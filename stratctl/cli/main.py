@@ -24,7 +24,7 @@ from stratctl.errors import ExitCode, StratctlError, StudyError
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
 # A module registers its commands with `register(app)` when it has several (drain, resume).
-COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "delete"]
+COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "delete", "logs"]
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:
