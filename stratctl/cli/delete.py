@@ -12,6 +12,11 @@ from rich.console import Console
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, Output, OutputOpt, StudyArg, emit
 
 
+def interactive() -> bool:
+    """Whether someone at a terminal can answer a confirmation."""
+    return sys.stdin.isatty()
+
+
 def delete(
     study: StudyArg,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask for a confirmation (for scripts).")] = False,
@@ -38,7 +43,7 @@ def delete(
     try:
         ns = cluster.namespace
         found = core.survey(cluster, ns, study, time.time())
-        if core.check(found, time.time(), force, yes, sys.stdin.isatty()):
+        if core.check(found, time.time(), force, yes, interactive()):
             if not typer.confirm(f"Delete study {study} in namespace {ns}: {found.describe()}?", default=False):
                 typer.echo("not deleted", err=True)
                 raise typer.Exit(1)
