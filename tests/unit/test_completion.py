@@ -93,7 +93,7 @@ def test_a_tab_completes_a_prefix_and_follows_namespace_and_context(tmp_path, se
 def test_a_tab_on_a_slow_server_gives_up_within_about_a_second(tmp_path, server):
     server.handler.delay = 5.0
     names, took = tab("stratctl status ", kubeconfig(tmp_path, server.server_port))
-    assert names == [] and took < 1.0 + 1.0  # the budget, plus the interpreter's start
+    assert names == [] and took < 2.0  # the budget (0.8 s), the interpreter's start and exit
 
 
 def test_a_tab_on_a_server_that_never_answers_gives_up_within_about_a_second(tmp_path):

@@ -96,3 +96,14 @@ def test_following_stops_when_the_pod_is_gone():
     cluster.logs[("a", "main")] = ["2026-01-01T00:00:01Z only"]
     cluster.breaks = [1]  # breaks after its one line; the pod no longer exists
     assert list(core.follow_one(cluster, "ns", core.Source("a", "main"))) == ["only"]
+
+
+def test_the_cluster_reads_a_log_as_text_from_the_pods_log_subresource():
+    from tests.unit.fakes import FakeClock
+    from tests.unit.http_fakes import Answer, cluster
+
+    made = cluster(FakeClock(), Answer(200, b"epoch 1\nnot {json\n"))
+    assert list(made.pod_log("t1-w-0", container="main", tail=5)) == [b"epoch 1\n", b"not {json\n"]
+    [request] = made.api.requests
+    assert request["url"].endswith("/api/v1/namespaces/ns/pods/t1-w-0/log?container=main&tailLines=5")
+    assert made.metrics.sent == {"log Pod": 1}
