@@ -149,6 +149,7 @@ class Submitter:
         self._flags_read = float("-inf")  # clock time the record's flags were last read
         self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
+        self._following = False  # whether the record's heartbeat says this loop follows the study
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
         self._unsaved: dict[str, str] = {}  # record keys changed since the last record write (coalesced)
         self._record_written = float("-inf")  # clock time of the last record write
@@ -216,7 +217,9 @@ class Submitter:
         summary = self._summary_due(now, force)
         if summary is not None:
             patch.update(summary[1])
-            patch.update(self._heartbeat(True))  # rides on the summary: no request of its own
+            # the heartbeat rides on the summary (no request of its own); the final one says the loop is done
+            self._following = not self.progress.done
+            patch.update(self._heartbeat(self._following))
         self._write_record(patch, now)
         if summary is not None:
             self._summary = summary[0]
@@ -226,9 +229,11 @@ class Submitter:
         return loop_data(self.wall(), running, socket.gethostname(), os.getpid())
 
     def _stopped(self) -> None:
-        """Say the loop no longer follows the study (best effort: a marker left behind goes stale)."""
-        if self._record_cm is None:
+        """Say the loop no longer follows the study, unless its last word said so already (best
+        effort: a heartbeat left behind goes stale)."""
+        if self._record_cm is None or not self._following:
             return
+        self._following = False
         try:
             self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)},
                                self.namespace)
