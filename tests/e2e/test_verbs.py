@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import textwrap
 import time
 
@@ -48,11 +49,28 @@ def study_yaml(name, namespace, trials, duration, tasks="[{name: worker, replica
         """)
 
 
+class Script(Stratctl):
+    """The CLI as a script runs it: no terminal on stdin (so no confirmation prompt), and
+    the exit codes and one-line messages users see (no tracebacks)."""
+
+    def __init__(self, testbed):
+        super().__init__(testbed)
+        self.env.pop("STRATCTL_TRACEBACK")
+
+    def run(self, *args, timeout=60, code=0) -> str:
+        done = subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == code, f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
+        return done.stdout
+
+    def start(self, *args) -> subprocess.Popen:
+        return subprocess.Popen(self.args(*args), env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+
 @pytest.fixture
 def cli(testbed):
-    cli = Stratctl(testbed)
-    cli.env.pop("STRATCTL_TRACEBACK")  # the exit codes and one-line messages users see
-    return cli
+    return Script(testbed)
 
 
 @pytest.fixture
