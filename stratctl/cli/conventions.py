@@ -45,6 +45,8 @@ def tidy(command: Any) -> None:
     """Give every parameter of `command` and its subcommands a readable metavar, and drop
     the Python type from help."""
     for param in getattr(command, "params", []):
+        if not hasattr(param, "type_descriptor"):
+            continue  # an older typer: click's own help, which names values by their click type
         if param.param_type_name == "option" and getattr(param, "is_flag", False):
             param.display_type_rich = _no_type
             continue

@@ -13,7 +13,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
+try:  # typer 0.29 carries its own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from stratctl import __version__
