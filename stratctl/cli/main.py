@@ -13,16 +13,21 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+try:  # typer 0.29 carries its own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from stratctl import __version__
+from stratctl.cli import conventions
 from stratctl.errors import ExitCode, StratctlError, StudyError
 
 # Command modules, each exposing a function of the same name (`plan.plan`, ...). They import
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
 # A module registers its commands with `register(app)` when it has several (drain, resume).
-COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "wait"]
+COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "wait", "delete", "logs"]
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:
@@ -38,11 +43,28 @@ def report(error: StratctlError, console: Console | None = None) -> None:
 
 
 class _Group(TyperGroup):
-    """Maps errors raised by any command to a message and an exit code."""
+    """Maps errors raised by any command to a message and an exit code, and applies the
+    command-line conventions (`conventions`) to every command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        conventions.tidy(self)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, conventions.hoist(list(args)), parent, **extra)
+        except UsageError as e:
+            if isinstance(e, NoArgsIsHelpError):
+                raise
+            conventions.usage_error(e)
+            raise typer.Exit(int(ExitCode.INVALID_INPUT)) from None
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except UsageError as e:  # a command's own arguments
+            conventions.usage_error(e)
+            raise typer.Exit(int(ExitCode.INVALID_INPUT)) from None
         except StratctlError as e:
             if _wants_traceback(ctx):
                 raise

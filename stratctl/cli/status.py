@@ -11,7 +11,7 @@ import typer
 from rich.console import Console, Group
 from rich.live import Live
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies
 
 
 class Output(str, Enum):
@@ -21,7 +21,8 @@ class Output(str, Enum):
 
 
 def status(
-    study: Annotated[Optional[str], typer.Argument(help="One study (default: every study in the namespace).")] = None,
+    study: Annotated[Optional[str], typer.Argument(metavar="STUDY", autocompletion=_studies,
+                                                   help="One study (default: every study in the namespace).")] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,

@@ -6,17 +6,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, StudyArg, duration_option
 
 
 def wait(
-    study: Annotated[str, typer.Argument(help="The study to wait for.")],
+    study: StudyArg,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DURATION",
                                                    help="Give up after this long (45s, 30m, 2h): exit 124.")] = None,
-    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between two reads.")] = 2.0,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, metavar="SECONDS", help="Seconds between two reads.")] = 2.0,
 ) -> None:
     """Wait until every trial of STUDY succeeded or failed: exit 0 if all succeeded, 1 if some
     failed, 124 on --timeout. Prints a line when the trials' states change."""

@@ -15,6 +15,8 @@ outage timeout.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,7 @@ from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, C
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.pace import api_room
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, parse_record, record_data, record_manifest, record_name
+from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
@@ -150,6 +152,7 @@ class Submitter:
         self._flags_read = float("-inf")  # clock time the record's flags were last read
         self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
+        self._following = False  # whether the record's heartbeat says this loop follows the study
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
         self._unsaved: dict[str, str] = {}  # record keys changed since the last record write (coalesced)
         self._record_written = float("-inf")  # clock time of the last record write
@@ -212,9 +215,28 @@ class Submitter:
         summary = self._summary_due(now, force)
         if summary is not None:
             patch.update(summary[1])
+            # the heartbeat rides on the summary (no request of its own); the final one says the loop is done
+            self._following = not self.progress.done
+            patch.update(self._heartbeat(self._following))
         self._write_record(patch, now)
         if summary is not None:
             self._summary = summary[0]
+
+    def _heartbeat(self, running: bool) -> dict[str, str]:
+        """The record key saying this loop follows the study (`delete` refuses while it does)."""
+        return loop_data(self.wall(), running, socket.gethostname(), os.getpid())
+
+    def _stopped(self) -> None:
+        """Say the loop no longer follows the study, unless its last word said so already (best
+        effort: a heartbeat left behind goes stale)."""
+        if self._record_cm is None or not self._following:
+            return
+        self._following = False
+        try:
+            self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)},
+                               self.namespace)
+        except ClusterError:
+            pass
 
     def _unsaved_due(self, now: float, force: bool) -> dict[str, str]:
         """The record keys changed since the last write, if one may be written now."""
@@ -529,11 +551,14 @@ class Submitter:
                 self._pause()
         except KeyboardInterrupt:
             self.progress.interrupted = True
+            self._stopped()
         except Unreachable as exc:
             self.reporter.update(self.progress)
             raise Unreachable(f"{exc}. Run the same command again once it is back: trials already in the "
                               "cluster are recognised, never duplicated", status=exc.status, reason=exc.reason) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+        if not self.progress.interrupted:
+            self._stopped()
         self.reporter.update(self.progress)
         return self.progress

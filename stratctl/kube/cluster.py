@@ -250,7 +250,7 @@ class Cluster:
         return url, headers
 
     def _send(self, method: str, path: str, query: dict | None, body: Any, what: str, content_type: str,
-              stream: bool = False, timeout: tuple[float, float] | None = None) -> Any:
+              stream: bool = False, timeout: tuple[float, float] | None = None, raw: bool = False) -> Any:
         """Send one request and return the JSON of a 2xx answer, or with `stream` the open
         response of a 200 (its body still unread, for `watch`). Every request is timed and
         tells the outage account whether the server answered; a failure to reach the server
@@ -281,6 +281,8 @@ class Cluster:
             self.outage.answered()
             if stream and status == 200:
                 return response
+            if raw:  # a body that is not JSON: a container's log
+                return data
             try:
                 return json.loads(data) if data else None
             except ValueError:
@@ -431,6 +433,36 @@ class Cluster:
         finally:
             if not clean:
                 response.close()  # a half-read stream must not go back to the pool as a reusable connection
+            response.release_conn()
+
+    def pod_log(self, name: str, namespace: str | None = None, container: str | None = None,
+                tail: int | None = None, follow: bool = False, timestamps: bool = False,
+                since_time: str | None = None) -> Iterator[bytes]:
+        """A container's log (pods/log, which the API server reads from the node's kubelet),
+        line by line; with `follow`, the lines keep coming until the container ends or the
+        caller stops reading."""
+        path = resource_path(*POD, self._ns(namespace), name) + "/log"
+        query = {"container": container, "tailLines": tail, "follow": "true" if follow else None,
+                 "timestamps": "true" if timestamps else None, "sinceTime": since_time}
+        what = f"log Pod {name}" + (f"/{container}" if container else "")
+        if not follow:
+            data = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
+                                                                    raw=True)))
+            yield from data.splitlines(keepends=True)
+            return
+        response = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
+                                                                    stream=True, timeout=(10, 3600))))
+        try:
+            buffer = b""
+            for chunk in response.stream(4096, decode_content=True):
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                yield from (line + b"\n" for line in lines)
+            if buffer:
+                yield buffer
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(f"{what}: the stream broke: {exc}") from None
+        finally:
+            response.close()
             response.release_conn()
 
     def close(self) -> None:

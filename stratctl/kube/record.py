@@ -152,6 +152,35 @@ def suspended_patch(marks: dict[str, dict]) -> dict:
     return {"data": {SUSPENDED_KEY: json.dumps(marks, sort_keys=True)}}
 
 
+# -- the submit loop's heartbeat --------------------------------------------------------
+#
+# A submit loop following the study says so under LOOP_KEY: {"at": wall time, "running":
+# bool, "host", "pid"}, refreshed with every summary it writes (at least every 20 s) and
+# set to not running when it stops. A marker older than LOOP_STALE is a loop that died
+# without saying so (killed, its machine gone): `delete` treats it as not running.
+
+LOOP_KEY = "loop"
+LOOP_STALE = 90.0
+
+
+def loop_data(at: float, running: bool, host: str = "", pid: int | None = None) -> dict[str, str]:
+    return {LOOP_KEY: json.dumps({"at": at, "running": running, "host": host, "pid": pid}, sort_keys=True)}
+
+
+def loop_following(configmap: dict, now: float, stale: float = LOOP_STALE) -> dict | None:
+    """The marker of a submit loop following the study at wall time `now`, or None."""
+    try:
+        marker = json.loads((configmap.get("data") or {}).get(LOOP_KEY) or "null")
+    except ValueError:
+        return None
+    if not isinstance(marker, dict) or marker.get("running") is not True:
+        return None
+    at = marker.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or now - at > stale:
+        return None
+    return marker
+
+
 MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
 
 
