@@ -5,13 +5,19 @@ Study files are written by hand, so every problem must point at `FILE:LINE:COL`.
 throws positions away when it builds Python objects and silently keeps the last of two
 equal keys; here the node tree is composed with the safe loader and walked by hand so
 that positions survive, duplicate keys are reported, and alias bombs are refused before
-anything is expanded.
+anything is expanded. `-` as the path reads the document from standard input, named
+`<stdin>` in problems.
+
+Validation errors are told in stratctl's words (`MESSAGES`), not pydantic's, with the
+closest allowed value suggested for a mistyped one.
 """
 
 from __future__ import annotations
 
 import difflib
-
+import re
+import sys
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +60,7 @@ class Document:
     keys: dict[Path_, Position] = field(default_factory=dict)  # where a key is written
     values: dict[Path_, Position] = field(default_factory=dict)  # where its value starts
     problems: list[Problem] = field(default_factory=list)  # duplicate keys, unsupported tags
+    text: str | None = None  # the document as read
 
     def problem(self, path: Path_, message: str, at_key: bool = False) -> Problem:
         """A problem located at `path`, or at its nearest ancestor that exists."""
@@ -93,12 +100,19 @@ class _Refused(Exception):
         self.message = message
 
 
+STDIN = "-"  # the path that means standard input
+STDIN_NAME = "<stdin>"
+
+
 def read(path: str | Path) -> Document:
-    """Read and parse a YAML file; raises StudyError with located problems."""
-    name = str(path)
+    """Read and parse a YAML file (`-`: standard input); raises StudyError with located problems."""
+    name = STDIN_NAME if str(path) == STDIN else str(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        if name == STDIN_NAME:
+            raw = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise StudyError([Problem(name, None, None, f"cannot read the file: {e.strerror or e}")])
     if len(raw) > MAX_BYTES:
@@ -131,7 +145,7 @@ def parse(text: str, file: str = "<string>") -> Document:
         if root is None:
             raise StudyError([Problem(file, 1, 1, "the file is empty: expected a study mapping")])
         walker = _Walker(loader, file)
-        doc = Document(file, None)
+        doc = Document(file, None, text=text)
         doc.data = walker.build(root, (), doc)
         doc.problems = walker.problems
         return doc
@@ -140,6 +154,9 @@ def parse(text: str, file: str = "<string>") -> Document:
 
 
 def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
+    tab = _tab(file, text)
+    if tab is not None:  # YAML's own message ("found character '\\t' ...") hides the fix
+        return tab
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         what = e.problem or e.context or "malformed YAML"
@@ -152,6 +169,15 @@ def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
         what = f" (character U+{e.character:04X})" if isinstance(e.character, int) else ""
         return Problem(file, line, column, f"malformed YAML: {e.reason}{what}")
     return Problem(file, None, None, f"malformed YAML: {e}")
+
+
+def _tab(file: str, text: str) -> Problem | None:
+    """The first line indented with a tab, which YAML forbids."""
+    for number, line in enumerate(text.splitlines(), 1):
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent and line.strip():
+            return Problem(file, number, indent.index("\t") + 1, "a tab in the indentation: use spaces, not tabs")
+    return None
 
 
 class _Walker:
@@ -228,7 +254,91 @@ def validation_problems(doc: Document, error: ValidationError, root: type) -> se
     A validator may name the offending field with `ctx={"field": "a.b"}` (relative to
     the error's location), so that e.g. "low must be below high" points at `low`.
     """
-    return {_problem(doc, err, root) for err in error.errors()}
+    problems: dict[Problem, None] = {}
+    alternatives: dict[tuple, list[dict]] = defaultdict(list)
+    for err in error.errors():
+        if err["type"] in _ALTERNATIVES and _in_union(err["loc"]):
+            # one value against a union of types (a quantity: 2, 0.5 or "500m") fails each member
+            alternatives[_data_path(doc.data, err["loc"][:-1])].append(err)
+        else:
+            problems[_problem(doc, err, root)] = None
+    for path, errs in alternatives.items():
+        kinds = list(dict.fromkeys(_ALTERNATIVES[e["type"]] for e in errs))
+        where = ".".join(str(p) for p in path) or "study"
+        shown = _shown(errs[0])
+        problems[doc.problem(path, f"{where}: must be {_either(kinds)}{shown}")] = None
+    return set(problems)
+
+
+# pydantic's error types, in stratctl's words (ctx fields are filled in)
+MESSAGES = {
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping of fields",
+    "model_attributes_type": "must be a mapping of fields",
+    "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be less than {lt}",
+    "less_than_equal": "must be at most {le}",
+    "too_short": "must list at least {min_length} values",
+    "too_long": "must list at most {max_length} values",
+    "string_too_short": "must be at least {min_length} characters long",
+    "string_too_long": "must be at most {max_length} characters long",
+    "literal_error": "must be one of {expected}",
+    "enum": "must be one of {expected}",
+    "missing": "required field missing",
+}
+_SINGULAR = {"must list at least 1 values": "must list at least one value",
+             "must list at most 1 values": "must list at most one value"}
+# the type a member of a union asks for, in the words of "must be X or Y"
+_ALTERNATIVES = {"int_type": "a whole number", "int_parsing": "a whole number", "float_type": "a number",
+                 "float_parsing": "a number", "string_type": "a string", "bool_type": "true or false",
+                 "bool_parsing": "true or false", "list_type": "a list", "dict_type": "a mapping"}
+
+
+def _in_union(loc: tuple) -> bool:
+    # pydantic names the union member tried as the last segment: ('requests', 'cpu', 'int')
+    return bool(loc) and loc[-1] in ("int", "float", "str", "bool") or (bool(loc) and "[" in str(loc[-1]))
+
+
+def _either(kinds: list[str]) -> str:
+    return kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " or " + kinds[-1]
+
+
+def _shown(err: dict) -> str:
+    shown = err.get("input")
+    if isinstance(shown, str | int | float | bool) and err["type"].endswith(("_type", "_parsing", "_from_float")):
+        return f", got {shown!r}"
+    return ""
+
+
+def _plain(err: dict) -> str:
+    """The error's message in stratctl's words, with a suggestion for a mistyped value."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    template = MESSAGES.get(kind)
+    if template is None:  # stratctl's own validators (PydanticCustomError) speak plainly already
+        return err["msg"].removeprefix("Value error, ")
+    message = template.format(**ctx) if ctx else template
+    message = _SINGULAR.get(message, message)
+    if kind in ("literal_error", "enum") and isinstance(err.get("input"), str):
+        message += _did_you_mean(err["input"], re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+    if kind in ("too_short", "too_long") and ctx.get("field_type") == "Dictionary":
+        message = message.replace("list", "have").replace("values", "entries").replace("value", "entry")
+    return message + _shown(err)
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _problem(doc: Document, err: dict, root: type) -> Problem:
@@ -246,18 +356,13 @@ def _problem(doc: Document, err: dict, root: type) -> Problem:
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else (f" (known: {', '.join(known)})" if known else "")
         parent = ".".join(str(p) for p in path[:-1]) or "the study"
         return doc.problem(path, f"unknown key {key!r} in {parent}{suggestion}", at_key=True)
-    if kind == "missing":
-        return doc.problem(path, f"{where}: required field missing")
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        tags = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected_tags", "")))
+        tag = (err.get("ctx") or {}).get("tag")
+        hint = _did_you_mean(tag, tags) if isinstance(tag, str) and kind == "union_tag_invalid" else ""
         return doc.problem(path + ("type",) if kind == "union_tag_invalid" else path,
-                           f"{where}: 'type' must be one of choice, uniform, loguniform, int")
-    message = err["msg"]
-    if kind not in ("value_error",) and not isinstance(err.get("ctx", {}).get("field"), str) and "input" in err:
-        shown = err["input"]
-        if isinstance(shown, str | int | float | bool) and kind.endswith(("_type", "_parsing")):
-            message += f", got {shown!r}"
-    message = message.removeprefix("Value error, ")
-    return doc.problem(path, f"{where}: {message}")
+                           f"{where}: 'type' must be one of choice, uniform, loguniform, int{hint}")
+    return doc.problem(path, f"{where}: {_plain(err)}")
 
 
 def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:
