@@ -6,7 +6,6 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
 
@@ -37,6 +36,8 @@ def drain(
     if output_json:
         typer.echo(json.dumps([o.as_dict() for o in outcomes], indent=2))
         return
+    from rich.console import Console
+
     out = Console(highlight=False)
     for o in outcomes:
         if o.skipped:
@@ -64,6 +65,8 @@ def resume(
     if output_json:
         typer.echo(json.dumps(outcome.as_dict(), indent=2))
         return
+    from rich.console import Console
+
     out = Console(highlight=False)
     out.print(f"{outcome.study}: resumed, {len(outcome.resumed)} trial(s) back from their checkpoints")
     if outcome.left:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 
 
@@ -29,4 +28,6 @@ def plan(
     if output is Format.json:
         typer.echo(json.dumps(as_json(result), indent=2))
     else:
+        from rich.console import Console
+
         Console(soft_wrap=False).print(table(result, max_rows or None))

@@ -8,8 +8,6 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console, Group
-from rich.live import Live
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
 
@@ -37,6 +35,9 @@ def status(
     and their trials (parameters, state, attempt, age, why pending, result)."""
     from stratctl.engine import status as core
     from stratctl.engine.connect import Connection, one_shot
+    from rich.console import Console, Group
+    from rich.live import Live
+
     from stratctl.view import tables
     from stratctl.view.yamlout import dump_all
 

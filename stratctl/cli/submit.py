@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
 from stratctl.errors import ExitCode
@@ -68,6 +67,8 @@ def submit(
         prometheus_url=prometheus_url,
         outage_timeout=outage_timeout,
     )
+    from rich.console import Console
+
     err = Console(stderr=True)
     display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
     metrics = MetricsReporter().serve(metrics_port) if metrics_port else None

@@ -95,7 +95,7 @@ class Renderer:
         self._stamps_expected = "expected_duration" in study.cost.model_fields_set
         self._nonce = secrets.token_hex(4)
         self._compiled: tuple[list[str], list[str]] | None = None
-        if self._per_study(self.template):
+        if self._per_study(self._ast):
             self._prepare_skeleton()
 
     # ------------------------------------------------------------ public
@@ -174,13 +174,18 @@ class Renderer:
             source, filename, _ = self.env.loader.get_source(self.env, name)
         except TemplateNotFound:
             raise StudyError([self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")])
+        try:  # parsed once: for the checks, for _per_study and to compile
+            self._ast = self.env.parse(source, name, filename)
+        except TemplateSyntaxError:
+            self._ast = source  # check() reports it
         allowed = set(sandbox.MANIFEST_VARIABLES)
         problems = [Problem(filename, line, None, msg)
-                    for line, msg in sandbox.check(self.env, source, allowed, self.study.space, name=name)]
+                    for line, msg in sandbox.check(self.env, self._ast, allowed, self.study.space, name=name)]
         if problems:
             raise StudyError(problems)
         try:
-            return self.env.get_template(name)
+            code = self.env.compile(self._ast, name, filename)
+            return self.env.template_class.from_code(self.env, code, self.env.make_globals(None))
         except TemplateSyntaxError as e:  # already reported by check(); kept for includes
             raise StudyError([Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")])
 
@@ -212,11 +217,9 @@ class Renderer:
                 raise StudyError([Problem(template.filename, _template_line(e, template.filename), None, message)])
             raise StudyError([self._string_problem(_source_of(template, self._strings), message)])
 
-    def _per_study(self, template: Template) -> bool:
+    def _per_study(self, ast: nodes.Template) -> bool:
         """Whether the template uses trial-level values only as `{{ x | tojson }}` (and
         includes nothing), so that it can be rendered once per study."""
-        source, _, _ = self.env.loader.get_source(self.env, template.name)
-        ast = self.env.parse(source)
         if list(meta.find_referenced_templates(ast)):
             return False
         plain: set[int] = set()

@@ -167,7 +167,7 @@ def environment(loader: BaseLoader | None = None) -> ImmutableSandboxedEnvironme
 
 def check(
     env: ImmutableSandboxedEnvironment,
-    source: str,
+    source: str | nodes.Template,
     allowed: Iterable[str],
     params: Iterable[str] | None = None,
     name: str | None = None,
@@ -175,10 +175,10 @@ def check(
     """Problems of a template as (template line, message); nothing is rendered.
 
     `allowed` are the variable names a template may use; `params`, when given, the
-    parameter names that `params.X` / `params['X']` may name.
+    parameter names that `params.X` / `params['X']` may name. `source` may be parsed already.
     """
     try:
-        ast = env.parse(source, name=name)
+        ast = source if isinstance(source, nodes.Template) else env.parse(source, name=name)
     except TemplateSyntaxError as e:
         return [(e.lineno or 1, f"template syntax error: {e.message}")]
     found = _unknown_filters(env, ast)
