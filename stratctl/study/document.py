@@ -154,7 +154,7 @@ def parse(text: str, file: str = "<string>") -> Document:
 
 
 def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
-    tab = _tab(file, text)
+    tab = _tab(file, text, e)
     if tab is not None:  # YAML's own message ("found character '\\t' ...") hides the fix
         return tab
     if isinstance(e, yaml.MarkedYAMLError):
@@ -171,12 +171,15 @@ def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
     return Problem(file, None, None, f"malformed YAML: {e}")
 
 
-def _tab(file: str, text: str) -> Problem | None:
-    """The first line indented with a tab, which YAML forbids."""
+def _tab(file: str, text: str, e: yaml.YAMLError) -> Problem | None:
+    """A tab where YAML wants spaces: in the indentation of a line, or where parsing stopped."""
     for number, line in enumerate(text.splitlines(), 1):
         indent = line[: len(line) - len(line.lstrip(" \t"))]
         if "\t" in indent and line.strip():
             return Problem(file, number, indent.index("\t") + 1, "a tab in the indentation: use spaces, not tabs")
+    mark = getattr(e, "problem_mark", None)
+    if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
+        return Problem(file, mark.line + 1, mark.column + 1, "a tab where YAML needs spaces: use spaces, not tabs")
     return None
 
 
@@ -327,7 +330,8 @@ def _plain(err: dict) -> str:
     template = MESSAGES.get(kind)
     if template is None:  # stratctl's own validators (PydanticCustomError) speak plainly already
         return err["msg"].removeprefix("Value error, ")
-    message = template.format(**ctx) if ctx else template
+    shown = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in ctx.items()}
+    message = template.format(**shown) if ctx else template
     message = _SINGULAR.get(message, message)
     if kind in ("literal_error", "enum") and isinstance(err.get("input"), str):
         message += _did_you_mean(err["input"], re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
