@@ -2,9 +2,11 @@
 
     .venv/bin/python bench/startup_bench.py [--runs N] [--src DIR]
 
-Each command runs as a fresh process N times (as a shell would start it); the table shows
-the median, min and max wall-clock time and the median's ratio to `python -c pass` (the
-interpreter's own start-up, which no command can beat). Commands:
+Each command runs as a fresh process N times (as a shell would start it), the commands taking
+turns so that a busy moment of the machine spreads over all of them; the table shows the
+median, min and max wall-clock time, the median's ratio to `python -c pass` (the
+interpreter's own start-up, which no command can beat), and the median CPU time (user +
+system) of the process, which other load on the machine disturbs less. Commands:
   - `stratctl --version` (the CLI imported, no command run),
   - `stratctl validate examples/demo.yaml` (target: median <= 0.3 s),
   - `stratctl validate examples/ppo-tuning.yaml`, the quasi-random (Sobol) example (<= 0.5 s),
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,15 +44,16 @@ def commands() -> list[tuple[str, list[str], dict[str, str]]]:
     ]
 
 
-def measure(argv: list[str], env: dict[str, str], runs: int, cwd: Path) -> list[float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        times.append(time.perf_counter() - start)
-        if done.returncode != 0:
-            sys.exit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
-    return times
+def measure(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-500:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -60,20 +64,27 @@ def main() -> None:
     base = {**os.environ}
     src = (args.src or ROOT).resolve()
     base["PYTHONPATH"] = str(src) + os.pathsep + base.get("PYTHONPATH", "")
-    rows = []
-    for name, argv, extra in commands():
-        # run in the source directory: `python -m` puts the working directory first on sys.path
-        measure(argv, {**base, **extra}, 1, src)  # warm the file cache and .pyc files
-        times = measure(argv, {**base, **extra}, args.runs, src)
-        rows.append((name, statistics.median(times), min(times), max(times)))
-    floor = rows[0][1]
+    cases = commands()
+    walls: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    cpus: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    for round_ in range(args.runs + 1):
+        for name, argv, extra in cases:
+            # run in the source directory: `python -m` puts the working directory first on sys.path
+            wall, cpu = measure(argv, {**base, **extra}, src)
+            if round_:  # the first round only warms the file cache and writes .pyc files
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+    floor = statistics.median(walls[cases[0][0]])
     print(f"stratctl start-up, {args.runs} processes per command, {os.cpu_count()} CPUs, "
-          f"source {src}")
-    print(f"{'command':<24} {'median':>8} {'min':>8} {'max':>8} {'x pass':>7}  target")
-    for name, median, low, high in rows:
+          f"load average {os.getloadavg()[0]:.2f}, source {src}")
+    print(f"{'command':<24} {'median':>8} {'min':>8} {'max':>8} {'x pass':>7} {'cpu':>7}  target (median)")
+    for name, _, _ in cases:
+        times = walls[name]
+        median = statistics.median(times)
         target = TARGETS.get(name)
         verdict = "" if target is None else f"<= {target:.1f} s {'ok' if median <= target else 'MISSED'}"
-        print(f"{name:<24} {median:8.3f} {low:8.3f} {high:8.3f} {median / floor:7.1f}  {verdict}")
+        print(f"{name:<24} {median:8.3f} {min(times):8.3f} {max(times):8.3f} {median / floor:7.1f} "
+              f"{statistics.median(cpus[name]):7.3f}  {verdict}")
 
 
 if __name__ == "__main__":
