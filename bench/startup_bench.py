@@ -13,7 +13,8 @@ system) of the process, which other load on the machine disturbs less. Commands:
   - one Tab of bash completion, `stratctl sta<Tab>` (<= 0.2 s), as the completion script in
     completions/ asks it: `_STRATCTL_COMPLETE=complete_bash COMP_WORDS=... stratctl`.
 Commands run as `python -m stratctl`; `--src DIR` puts another checkout of stratctl first on
-PYTHONPATH, to measure a version before a change with the same interpreter.
+PYTHONPATH, to measure a version before a change with the same interpreter; repeated, the
+checkouts take turns in the same rounds (`--src /tmp/before --src .`).
 """
 
 from __future__ import annotations
@@ -59,32 +60,36 @@ def measure(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="processes started per command")
-    parser.add_argument("--src", type=Path, help="a checkout of stratctl to measure instead of this one")
+    parser.add_argument("--src", type=Path, action="append",
+                        help="a checkout of stratctl to measure instead of this one; repeat to compare "
+                             "checkouts in the same rounds (e.g. before and after a change)")
     args = parser.parse_args()
-    base = {**os.environ}
-    src = (args.src or ROOT).resolve()
-    base["PYTHONPATH"] = str(src) + os.pathsep + base.get("PYTHONPATH", "")
+    sources = [s.resolve() for s in args.src or [ROOT]]
     cases = commands()
-    walls: dict[str, list[float]] = {name: [] for name, _, _ in cases}
-    cpus: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    walls = {(src, name): [] for src in sources for name, _, _ in cases}
+    cpus = {(src, name): [] for src in sources for name, _, _ in cases}
     for round_ in range(args.runs + 1):
-        for name, argv, extra in cases:
-            # run in the source directory: `python -m` puts the working directory first on sys.path
-            wall, cpu = measure(argv, {**base, **extra}, src)
-            if round_:  # the first round only warms the file cache and writes .pyc files
-                walls[name].append(wall)
-                cpus[name].append(cpu)
-    floor = statistics.median(walls[cases[0][0]])
+        for src in sources:
+            env = {**os.environ, "PYTHONPATH": str(src) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            for name, argv, extra in cases:
+                # run in the source directory: `python -m` puts the working directory first on sys.path
+                wall, cpu = measure(argv, {**env, **extra}, src)
+                if round_:  # the first round only warms the file cache and writes .pyc files
+                    walls[src, name].append(wall)
+                    cpus[src, name].append(cpu)
     print(f"stratctl start-up, {args.runs} processes per command, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}, source {src}")
-    print(f"{'command':<24} {'median':>8} {'min':>8} {'max':>8} {'x pass':>7} {'cpu':>7}  target (median)")
-    for name, _, _ in cases:
-        times = walls[name]
-        median = statistics.median(times)
-        target = TARGETS.get(name)
-        verdict = "" if target is None else f"<= {target:.1f} s {'ok' if median <= target else 'MISSED'}"
-        print(f"{name:<24} {median:8.3f} {min(times):8.3f} {max(times):8.3f} {median / floor:7.1f} "
-              f"{statistics.median(cpus[name]):7.3f}  {verdict}")
+          f"load average {os.getloadavg()[0]:.2f} at the end")
+    for src in sources:
+        floor = statistics.median(walls[src, cases[0][0]])
+        print(f"\nsource {src}")
+        print(f"{'command':<24} {'median':>8} {'min':>8} {'max':>8} {'x pass':>7} {'cpu':>7}  target (median)")
+        for name, _, _ in cases:
+            times = walls[src, name]
+            median = statistics.median(times)
+            target = TARGETS.get(name)
+            verdict = "" if target is None else f"<= {target:.1f} s {'ok' if median <= target else 'MISSED'}"
+            print(f"{name:<24} {median:8.3f} {min(times):8.3f} {max(times):8.3f} {median / floor:7.1f} "
+                  f"{statistics.median(cpus[src, name]):7.3f}  {verdict}")
 
 
 if __name__ == "__main__":

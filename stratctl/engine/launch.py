@@ -39,9 +39,7 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     """
     study = load_study(path)
     if namespace and namespace != study.namespace:
-        source = study.source
-        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
-        study._source = source
+        study = study.with_namespace(namespace)
     trials = expand(study)
     renderer = Renderer(study)
     rendered = renderer.render_all(trials, attempt=0)

@@ -399,6 +399,12 @@ class Study(_Model):
             return self._doc.problem(path, message)
         return Problem(self.file, None, None, message)
 
+    def with_namespace(self, namespace: str) -> Study:
+        """The same study in another namespace (`submit -n`), still read from the same file."""
+        study = Study.model_validate({**self.model_dump(), "namespace": namespace})
+        study._source, study._doc = self._source, self._doc
+        return study
+
     def path_of(self, text: str) -> tuple | None:
         """Where the study file writes the template string `text` (its first occurrence)."""
         if self._doc is None:

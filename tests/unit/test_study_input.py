@@ -55,8 +55,9 @@ def test_the_commands_take_dash_for_stdin():
 
 def test_submit_keeps_the_text_read_from_stdin_for_the_record(stdin):
     stdin(MINIMAL)
-    prepared = prepare("-")
+    prepared = prepare("-", namespace="elsewhere")
     assert prepared.study.text == MINIMAL and len(prepared.trials) == 5
+    assert (prepared.study.namespace, prepared.study.file) == ("elsewhere", "<stdin>")
 
 
 @pytest.mark.parametrize("old, new, message", [
