@@ -8,7 +8,7 @@ that positions survive, duplicate keys are reported, and alias bombs are refused
 anything is expanded. `-` as the path reads the document from standard input, named
 `<stdin>` in problems.
 
-Validation errors are told in stratctl's words (`MESSAGES`), not pydantic's, with the
+Validation errors are told in stratctl's words (wording.py), not pydantic's, with the
 closest allowed value suggested for a mistyped one.
 """
 
@@ -30,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from stratctl.errors import Problem, StudyError
+from stratctl.study import wording
 
 MAX_BYTES = 1 << 20  # a study file is a page of YAML; a megabyte is already suspicious
 MAX_ALIASES = 64  # anchors are handy for sharing a block or two, not for thousands
@@ -260,89 +261,17 @@ def validation_problems(doc: Document, error: ValidationError, root: type) -> se
     problems: dict[Problem, None] = {}
     alternatives: dict[tuple, list[dict]] = defaultdict(list)
     for err in error.errors():
-        if err["type"] in _ALTERNATIVES and _in_union(err["loc"]):
+        if err["type"] in wording.ALTERNATIVES and wording.in_union(err["loc"]):
             # one value against a union of types (a quantity: 2, 0.5 or "500m") fails each member
             alternatives[_data_path(doc.data, err["loc"][:-1])].append(err)
         else:
             problems[_problem(doc, err, root)] = None
     for path, errs in alternatives.items():
-        kinds = list(dict.fromkeys(_ALTERNATIVES[e["type"]] for e in errs))
+        kinds = list(dict.fromkeys(wording.ALTERNATIVES[e["type"]] for e in errs))
         where = ".".join(str(p) for p in path) or "study"
-        shown = _shown(errs[0])
-        problems[doc.problem(path, f"{where}: must be {_either(kinds)}{shown}")] = None
+        shown = wording.shown(errs[0])
+        problems[doc.problem(path, f"{where}: must be {wording.either(kinds)}{shown}")] = None
     return set(problems)
-
-
-# pydantic's error types, in stratctl's words (ctx fields are filled in)
-MESSAGES = {
-    "int_type": "must be a whole number",
-    "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be a finite number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "string_type": "must be a string",
-    "list_type": "must be a list",
-    "dict_type": "must be a mapping",
-    "model_type": "must be a mapping of fields",
-    "model_attributes_type": "must be a mapping of fields",
-    "greater_than": "must be greater than {gt}",
-    "greater_than_equal": "must be at least {ge}",
-    "less_than": "must be less than {lt}",
-    "less_than_equal": "must be at most {le}",
-    "too_short": "must list at least {min_length} values",
-    "too_long": "must list at most {max_length} values",
-    "string_too_short": "must be at least {min_length} characters long",
-    "string_too_long": "must be at most {max_length} characters long",
-    "literal_error": "must be one of {expected}",
-    "enum": "must be one of {expected}",
-    "missing": "required field missing",
-}
-_SINGULAR = {"must list at least 1 values": "must list at least one value",
-             "must list at most 1 values": "must list at most one value"}
-# the type a member of a union asks for, in the words of "must be X or Y"
-_ALTERNATIVES = {"int_type": "a whole number", "int_parsing": "a whole number", "float_type": "a number",
-                 "float_parsing": "a number", "string_type": "a string", "bool_type": "true or false",
-                 "bool_parsing": "true or false", "list_type": "a list", "dict_type": "a mapping"}
-
-
-def _in_union(loc: tuple) -> bool:
-    # pydantic names the union member tried as the last segment: ('requests', 'cpu', 'int')
-    return bool(loc) and loc[-1] in ("int", "float", "str", "bool") or (bool(loc) and "[" in str(loc[-1]))
-
-
-def _either(kinds: list[str]) -> str:
-    return kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " or " + kinds[-1]
-
-
-def _shown(err: dict) -> str:
-    shown = err.get("input")
-    if isinstance(shown, str | int | float | bool) and err["type"].endswith(("_type", "_parsing", "_from_float")):
-        return f", got {shown!r}"
-    return ""
-
-
-def _plain(err: dict) -> str:
-    """The error's message in stratctl's words, with a suggestion for a mistyped value."""
-    kind, ctx = err["type"], err.get("ctx") or {}
-    template = MESSAGES.get(kind)
-    if template is None:  # stratctl's own validators (PydanticCustomError) speak plainly already
-        return err["msg"].removeprefix("Value error, ")
-    shown = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in ctx.items()}
-    message = template.format(**shown) if ctx else template
-    message = _SINGULAR.get(message, message)
-    if kind in ("literal_error", "enum") and isinstance(err.get("input"), str):
-        message += _did_you_mean(err["input"], re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
-    if kind in ("too_short", "too_long") and ctx.get("field_type") == "Dictionary":
-        message = message.replace("list", "have").replace("values", "entries").replace("value", "entry")
-    return message + _shown(err)
-
-
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.7)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _problem(doc: Document, err: dict, root: type) -> Problem:
@@ -363,10 +292,10 @@ def _problem(doc: Document, err: dict, root: type) -> Problem:
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
         tags = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected_tags", "")))
         tag = (err.get("ctx") or {}).get("tag")
-        hint = _did_you_mean(tag, tags) if isinstance(tag, str) and kind == "union_tag_invalid" else ""
+        hint = wording.did_you_mean(tag, tags) if isinstance(tag, str) and kind == "union_tag_invalid" else ""
         return doc.problem(path + ("type",) if kind == "union_tag_invalid" else path,
                            f"{where}: 'type' must be one of choice, uniform, loguniform, int{hint}")
-    return doc.problem(path, f"{where}: {_plain(err)}")
+    return doc.problem(path, f"{where}: {wording.plain(err)}")
 
 
 def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from stratctl.cli.main import app
 from stratctl.engine.launch import prepare
 from stratctl.errors import StudyError
-from stratctl.study import document
+from stratctl.study import wording
 from stratctl.study.spec import load_study
 
 from .studies import MINIMAL, problems
@@ -89,7 +89,7 @@ def test_an_empty_space_says_what_it_lacks(tmp_path):
 
 
 def test_every_pydantic_error_type_in_the_table_has_a_sentence():
-    for kind, sentence in document.MESSAGES.items():
+    for kind, sentence in wording.MESSAGES.items():
         assert sentence and not sentence.startswith("Input"), kind
 
 
