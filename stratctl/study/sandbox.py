@@ -72,8 +72,21 @@ def display(value: Any) -> Any:
     return value
 
 
+def _concat(parts: Iterable[str]) -> str:
+    """Join a template's output, refusing it once it passes MAX_LENGTH characters (a loop
+    can repeat output that each operation alone keeps small)."""
+    out, total = [], 0
+    for part in parts:
+        total += len(part)
+        if total > MAX_LENGTH:
+            raise _refuse("the template's output", f"{MAX_LENGTH:,} characters")
+        out.append(part)
+    return "".join(out)
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "%"})
+    concat = staticmethod(_concat)
 
     def is_safe_attribute(self, obj, attr, value):  # noqa: ANN001 - Jinja's signature
         # Nothing a study needs starts with an underscore; everything dangerous does.

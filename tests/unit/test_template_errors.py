@@ -133,3 +133,10 @@ def test_booleans_are_substituted_as_true_and_false(tmp_path):
 
 def test_display_keeps_other_values():
     assert [sandbox.display(v) for v in (True, False, 1, 0, None, "True")] == ["true", "false", 1, 0, None, "True"]
+
+
+def test_a_loop_cannot_repeat_output_past_the_limit(tmp_path):
+    start = time.perf_counter()
+    message = _render_problem(tmp_path, "{% for i in 'x' * 999999 %}{{ 'y' * 999999 }}{% endfor %}")
+    assert time.perf_counter() - start < 1.0
+    assert message.endswith("refusing to compute the template's output: the result would exceed 1,000,000 characters")
