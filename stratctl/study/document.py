@@ -261,9 +261,12 @@ def validation_problems(doc: Document, error: ValidationError, root: type) -> se
     problems: dict[Problem, None] = {}
     alternatives: dict[tuple, list[dict]] = defaultdict(list)
     for err in error.errors():
-        if err["type"] in wording.ALTERNATIVES and wording.in_union(err["loc"]):
-            # one value against a union of types (a quantity: 2, 0.5 or "500m") fails each member
-            alternatives[_data_path(doc.data, err["loc"][:-1])].append(err)
+        loc = tuple(err["loc"])
+        if err["type"] in wording.ALTERNATIVES and wording.in_union(loc) \
+                and len(_data_path(doc.data, loc, named_last=False)) == len(loc) - 1:
+            # one value against a union of types (a quantity: 2, 0.5 or "500m") fails each member,
+            # named by the last segment of its loc, which is not a key of the data
+            alternatives[_data_path(doc.data, loc[:-1])].append(err)
         else:
             problems[_problem(doc, err, root)] = None
     for path, errs in alternatives.items():

@@ -71,6 +71,7 @@ def test_submit_keeps_the_text_read_from_stdin_for_the_record(stdin):
      "study.yaml:13:35: trial.tasks.0.resources.requests.cpu: must be a whole number, a number or a string"),
     ("  tasks:", "  tasks: {}\n  x:", "study.yaml:10:10: trial.tasks: must be a list"),
     ("  image: busybox", "  image: [busybox]", "study.yaml:8:10: trial.image: must be a string"),
+    ("  image: busybox", "  image: busybox\n  env: {int: [1]}", "study.yaml:9:14: trial.env.int: must be a string"),
 ])
 def test_validation_messages_are_plain_sentences(tmp_path, old, new, message):
     text = MINIMAL.replace(old, new)
