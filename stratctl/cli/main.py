@@ -20,14 +20,14 @@ from stratctl.errors import ExitCode, StratctlError, StudyError
 if TYPE_CHECKING:
     from rich.console import Console
 
-# Command modules, each exposing a function of the same name (`plan.plan`, ...). They import
-# their work inside the command, so `stratctl --help` and `status` do not load the renderer,
-# pydantic models and the submit loop.
-# A module registers its commands with `register(app)` when it has several (drain, resume).
 # pydantic looks for plugins in every installed package's metadata when it builds the first
 # model (20 ms of each start, completion included); stratctl's models use none.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
+# Command modules, each exposing a function of the same name (`plan.plan`, ...). They import
+# their work inside the command, so `stratctl --help` and `status` do not load the renderer,
+# pydantic models and the submit loop.
+# A module registers its commands with `register(app)` when it has several (drain, resume).
 COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain"]
 
 

@@ -33,11 +33,11 @@ def status(
 ) -> None:
     """Show studies (trials by state, in flight against target, attempts, preemptions, GPU-hours)
     and their trials (parameters, state, attempt, age, why pending, result)."""
-    from stratctl.engine import status as core
-    from stratctl.engine.connect import Connection, one_shot
     from rich.console import Console, Group
     from rich.live import Live
 
+    from stratctl.engine import status as core
+    from stratctl.engine.connect import Connection, one_shot
     from stratctl.view import tables
     from stratctl.view.yamlout import dump_all
 
