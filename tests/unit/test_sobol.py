@@ -10,6 +10,7 @@ from scipy.stats import qmc
 
 from stratctl.study import sobol
 
+
 def _scipy(dims: int, n: int, seed: int) -> list[list[float]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
