@@ -1,16 +1,18 @@
 """Scrambled Sobol' points, exactly those of SciPy's `qmc.Sobol(d, scramble=True, seed=seed)`.
 
 The quasi-random strategy draws its unit points here. SciPy computes the same points but
-takes a third of a second to import, more than everything else `stratctl validate` does;
-this module needs nothing beyond the standard library for studies of up to
-64 sampled parameters (SciPy is used above that).
+takes most of a second to import, more than everything else `stratctl validate` does; this
+module needs nothing beyond the standard library for studies of up to 64 sampled
+parameters (SciPy is imported above that). The points must stay those of SciPy: a trial's
+name is a hash of its parameters, so other points would be other trials.
 
 It is the classic construction: direction numbers of Joe and Kuo (new-joe-kuo-6.21201,
 search criterion D(6); S. Joe and F. Y. Kuo, "Constructing Sobol sequences with better
 two-dimensional projections", SIAM J. Sci. Comput. 30, 2008), the Bratley-Fox recurrence,
-a Gray-code walk, and Owen-style linear matrix scrambling plus a digital shift whose random
-bits come from NumPy's default generator (PCG64 seeded by a SeedSequence), reproduced here
-bit for bit. tests/unit/test_sobol.py checks every step against NumPy and SciPy.
+a Gray-code walk, and linear matrix scrambling (Matoušek) plus a digital shift, whose
+random bits come from NumPy's default generator (PCG64 seeded by a SeedSequence),
+reproduced here bit for bit. tests/unit/test_sobol.py checks each step against NumPy and
+SciPy.
 """
 
 from __future__ import annotations
