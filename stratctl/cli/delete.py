@@ -7,7 +7,6 @@ import time
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, Output, OutputOpt, StudyArg, emit
 
@@ -52,6 +51,8 @@ def delete(
         cluster.close()
     if not emit(outcome.as_dict(), output):
         d = outcome.deleted
+        from rich.console import Console
+
         out = Console(highlight=False)
         out.print(f"{study}: deleted {d['jobs']} job(s), {d['podgroups']} PodGroup(s), {d['pods']} pod(s)"
                   + (", and its record" if d.get("record") else ""))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, OptionalStudyArg, Output, OutputOpt, StudyArg, emit
 
@@ -38,6 +37,8 @@ def drain(
         cluster.close()
     if emit([o.as_dict() for o in outcomes], Output.json if output_json else output):
         return
+    from rich.console import Console
+
     out = Console(highlight=False)
     for o in outcomes:
         if o.skipped:
@@ -65,6 +66,8 @@ def resume(
         cluster.close()
     if emit(outcome.as_dict(), Output.json if output_json else output):
         return
+    from rich.console import Console
+
     out = Console(highlight=False)
     out.print(f"{outcome.study}: resumed, {len(outcome.resumed)} trial(s) back from their checkpoints")
     if outcome.left:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 try:  # typer 0.29 carries its own copy of click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer runs on click itself
@@ -23,6 +22,13 @@ from stratctl import __version__
 from stratctl.cli import conventions
 from stratctl.errors import ExitCode, StratctlError, StudyError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# pydantic looks for plugins in every installed package's metadata when it builds the first
+# model (20 ms of each start, completion included); stratctl's models use none.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
 # Command modules, each exposing a function of the same name (`plan.plan`, ...). They import
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
@@ -31,6 +37,8 @@ COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain",
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:
+    from rich.console import Console  # imported when needed: rich costs 25 ms of every start
+
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
     if isinstance(error, StudyError):
         lines = [str(p) for p in error.problems]
@@ -73,6 +81,8 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             if _wants_traceback(ctx):
                 raise
+            from rich.console import Console
+
             Console(stderr=True).print("interrupted: rerun the same command to resume", style="yellow")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
@@ -142,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # a bug: say so briefly, keep the traceback for --traceback
         if traceback:
             raise
+        from rich.console import Console
+
         Console(stderr=True).print(f"internal error: {type(e).__name__}: {e} (rerun with --traceback to see where)",
                                    style="red", markup=False)
         sys.exit(int(ExitCode.FAILURE))

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 
 
@@ -34,4 +33,6 @@ def plan(
 
         typer.echo(dump_all([as_json(result)]), nl=False)
     else:
+        from rich.console import Console
+
         Console(soft_wrap=False).print(table(result, max_rows or None))

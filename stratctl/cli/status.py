@@ -8,8 +8,6 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console, Group
-from rich.live import Live
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies
 
@@ -36,6 +34,9 @@ def status(
 ) -> None:
     """Show studies (trials by state, in flight against target, attempts, preemptions, GPU-hours)
     and their trials (parameters, state, attempt, age, why pending, result)."""
+    from rich.console import Console, Group
+    from rich.live import Live
+
     from stratctl.engine import status as core
     from stratctl.engine.connect import Connection, one_shot
     from stratctl.view import tables

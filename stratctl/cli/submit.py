@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option
 from stratctl.errors import ExitCode
@@ -72,6 +71,8 @@ def submit(
         outage_timeout=outage_timeout,
         timeout=duration_option(timeout, "--timeout"),
     )
+    from rich.console import Console
+
     err = Console(stderr=True)
     display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
     metrics = MetricsReporter().serve(metrics_port, metrics_address) if metrics_port else None

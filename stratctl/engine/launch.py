@@ -40,9 +40,7 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     """
     study = load_study(path)
     if namespace and namespace != study.namespace:
-        source = study.source
-        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
-        study._source = source
+        study = study.with_namespace(namespace)
     trials = expand(study)
     renderer = Renderer(study)
     rendered = renderer.render_all(trials, attempt=0)
@@ -68,7 +66,7 @@ def submit_study(
     """`stratctl submit`: validate and render everything, then run the submit loop."""
     prepared = prepare(path, connection.namespace)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
-    source = study.source.read_text() if study.source else ""
+    source = study.text
     qps = study.throttle.qps if qps is None else qps
     burst = study.throttle.burst if burst is None else burst
     throttle = Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers)
