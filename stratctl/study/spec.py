@@ -401,7 +401,9 @@ class Study(_Model):
 
     def with_namespace(self, namespace: str) -> Study:
         """The same study in another namespace (`submit -n`), still read from the same file."""
-        study = Study.model_validate({**self.model_dump(), "namespace": namespace})
+        # only the fields the file set: a full dump would mark every default as set (e.g.
+        # cost.expected_duration, which then stamps every job with the default duration)
+        study = Study.model_validate({**self.model_dump(exclude_unset=True), "namespace": namespace})
         study._source, study._doc = self._source, self._doc
         return study
 

@@ -127,3 +127,25 @@ def test_a_tab_in_the_indentation_says_to_use_spaces(tmp_path, indent):
 def test_a_tab_after_a_colon_is_pointed_at(tmp_path):
     text = MINIMAL.replace("image: busybox", "image:\tbusybox")
     assert problems(tmp_path, text) == ["study.yaml:8:9: a tab where YAML needs spaces: use spaces, not tabs"]
+
+
+def test_another_namespace_changes_the_namespace_and_nothing_else(tmp_path):
+    import json
+
+    from stratctl.engine.launch import prepare
+    from tests.unit.studies import MINIMAL
+
+    path = tmp_path / "s.yaml"
+    path.write_text(MINIMAL)
+    here, there = prepare(path), prepare(path, namespace="elsewhere")
+    assert there.study.namespace == "elsewhere"
+    # a full dump would mark every default as set: cost.expected_duration then stamps jobs
+    assert there.study.cost.model_fields_set == here.study.cost.model_fields_set
+    assert there.study.model_dump(exclude_unset=True) == {**here.study.model_dump(exclude_unset=True),
+                                                          "namespace": "elsewhere"}
+    for name, manifests in here.manifests.items():
+        moved = json.dumps(there.manifests[name]).replace('"elsewhere"', '"ns"')
+        for old, new in zip(manifests, there.manifests[name]):  # the spec hash covers the namespace
+            moved = moved.replace(new["metadata"]["labels"]["stratctl.io/spec-hash"],
+                                  old["metadata"]["labels"]["stratctl.io/spec-hash"])
+        assert json.loads(moved) == manifests
