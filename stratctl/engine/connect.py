@@ -18,6 +18,9 @@ from stratctl.kube.cluster import Cluster
 from stratctl.kube.outage import Outage
 
 ONE_SHOT_PATIENCE = 25.0  # seconds without an answer before status, drain or resume give up
+# seconds `submit` waits for a first answer: its preflight is the first contact, and a server
+# that cannot be reached at the start is reported at once (later, an outage is a pause)
+START_PATIENCE = 9.0
 # one-shot retries: short waits, and as many as fit in the patience (the outage ends them)
 ONE_SHOT_BACKOFF = Backoff(base=0.5, cap=4.0, max_attempts=1000, max_throttled_attempts=5)
 
@@ -32,11 +35,11 @@ class Connection:
 
 
 def connect(connection: Connection, namespace: str | None, throttle: Throttle, patience: float,
-            pool_size: int = 32) -> Cluster:
+            pool_size: int = 32, first_patience: float = ONE_SHOT_PATIENCE) -> Cluster:
     """The cluster of a command, each request admitted by `throttle`, giving up after
-    `patience` seconds without an answer (ONE_SHOT_PATIENCE if it never had one)."""
+    `patience` seconds without an answer (`first_patience` if it never had one)."""
     return Cluster.connect(connection.kubeconfig, connection.context, namespace, gate=throttle.call,
-                           pool_size=pool_size, outage=Outage(patience, first_patience=ONE_SHOT_PATIENCE))
+                           pool_size=pool_size, outage=Outage(patience, first_patience=first_patience))
 
 
 def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:

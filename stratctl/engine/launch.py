@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratctl.engine.connect import Connection, connect
+from stratctl.engine.connect import START_PATIENCE, Connection, connect
 from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
+from stratctl.engine.preflight import preflight
 from stratctl.engine.progress import Progress, Reporter
 from stratctl.study.render import Renderer
 from stratctl.engine.signals import ClusterSignals
@@ -40,8 +41,9 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     study = load_study(path)
     if namespace and namespace != study.namespace:
         source = study.source
+        doc = study._doc
         study = Study.model_validate({**study.model_dump(), "namespace": namespace})
-        study._source = source
+        study._source, study._doc = source, doc
     trials = expand(study)
     renderer = Renderer(study)
     rendered = renderer.render_all(trials, attempt=0)
@@ -73,8 +75,12 @@ def submit_study(
     if options.dry_run == "client":
         return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
                          manifests=prepared.manifests).dry_run()
-    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2)
+    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2,
+                      first_patience=START_PATIENCE)
     try:
+        # before the study's record or any trial is written: a study that cannot run here is refused whole
+        preflight(cluster, study, prepared.manifests.values(), namespace_flag=bool(connection.namespace),
+                  watch_cluster=not options.detach)
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
