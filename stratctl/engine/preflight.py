@@ -28,7 +28,7 @@ from stratctl.errors import ExitCode, Problem, StudyError
 from stratctl.kube import facts as cluster_facts
 from stratctl.kube.facts import Access, Facts
 from stratctl.kube.record import StudyRecord, record_manifest
-from stratctl.study.quantity import GPU, parse
+from stratctl.study.quantity import GPU, format_quantity, parse
 from stratctl.study.spec import Study
 
 
@@ -99,11 +99,13 @@ def _requests(spec: dict) -> dict[str, str]:
     for container in spec.get("initContainers") or []:
         for k, q in of(container).items():
             total[k] = max(total.get(k, Decimal(0)), q)
-    return {k: _shown(q) for k, q in total.items() if q > 0}
+    return {k: _shown(q, k) for k, q in total.items() if q > 0}
 
 
-def _shown(q: Decimal) -> str:
-    return str(int(q)) if q == q.to_integral_value() else str(q.normalize())
+def _shown(q: Decimal, resource: str = "") -> str:
+    """A quantity as a person writes it: `16Gi` of memory, `500m` of cpu, `8` GPUs."""
+    binary = resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-")
+    return format_quantity(q, binary=binary)
 
 
 def pods_of(manifests: list[dict]) -> list[Pod]:
@@ -228,12 +230,12 @@ def _fit(study: Study, nodes: list[dict], shapes: list[list[Pod]]) -> list[Findi
     findings: dict[tuple, Finding] = {}
     for pods in shapes:
         for pod in pods:
-            key = (pod.task,)
-            if key in findings:
+            if (pod.task,) in findings:
                 continue
             problem = _pod_problem(study, pod, ready)
-            if problem is not None:
-                findings[key] = Finding(problem)
+            if problem is not None:  # once per task, or once for a node selector no node matches
+                key = ("node_selector",) if problem.message.startswith("trial.node_selector") else (pod.task,)
+                findings.setdefault(key, Finding(problem))
         if not findings:
             gang = _gang_problem(study, pods, ready)
             if gang is not None:
@@ -254,10 +256,10 @@ def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
     base = _task_path(study, pod.task)
     for resource, amount in sorted(pod.requests.items(), key=lambda kv: (kv[0] != GPU, kv[0])):
         rooms = [(_allocatable(n).get(resource, Decimal(0)), (n.get("metadata") or {}).get("name", "")) for n in chosen]
-        largest, name = max(rooms)
+        largest, name = max(rooms, key=lambda room: room[0])  # the first node of the most
         if largest < parse(amount):
             field = ".".join(str(p) for p in base) + f".requests.{resource}"
-            most = f"the most any has is {_shown(largest)}, on {name}" if largest > 0 else "none has any"
+            most = f"the most any has is {_shown(largest, resource)}, on {name}" if largest > 0 else "none has any"
             return study.problem(base + ("requests", resource),
                                  f"{field}: {who} asks for {amount} {resource}, and no node can hold it: "
                                  f"{most} ({len(chosen)} Ready nodes)")
@@ -302,7 +304,7 @@ def _capability(study: Study, facts: Facts, shapes: list[list[Pod]]) -> list[Fin
             if limit is not None and need > limit:
                 return [Finding(study.problem(("queue",), f"queue: Volcano queue {study.queue!r} holds at most {cap} "
                                                           f"{resource} (spec.capability), and one gang needs "
-                                                          f"{_shown(need)}"))]
+                                                          f"{_shown(need, resource)}"))]
     return []
 
 
