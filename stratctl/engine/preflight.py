@@ -310,6 +310,14 @@ def _capability(study: Study, facts: Facts, shapes: list[list[Pod]]) -> list[Fin
 
 def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
     """One line per resource the user may not use as submit needs, with every verb refused."""
+    creates = [a for a in facts.denied if a.namespace is not None and a.verb == "create"]
+    if facts.namespace_exists is None and {a.resource for a in creates} >= {"jobs", "configmaps"}:
+        # may create nothing there, and namespaces are not readable: it may well not exist. One line, not one per right
+        what = " or ".join(sorted({a.what for a in creates}))
+        return [Finding(at_namespace(f"namespace {facts.namespace!r} does not exist, or you have no rights in it "
+                                     f"(not permitted to create {what} there)"), cluster=True)] + _denied(
+            study, Facts(facts.namespace, facts.namespace_exists, denied=[a for a in facts.denied if a.namespace is None]),
+            at_namespace)
     if facts.namespace_exists is False:  # rights in a namespace that does not exist mean nothing
         denied = [a for a in facts.denied if a.namespace is None]
     else:

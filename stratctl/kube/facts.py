@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, Unavailable, Unreachable
-from stratctl.kube.cluster import ACCESS_REVIEW, NAMESPACE, NODE, PRIORITY_CLASS, QUEUE, Cluster
+from stratctl.kube.cluster import ACCESS_REVIEW, NAMESPACE, NODE, PRIORITY_CLASS, QUEUE, Cluster, resource_path
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Facts:
     priority_classes: set[str] | None = None
     nodes: list[dict] | None = None
     denied: list[Access] = field(default_factory=list)  # accesses a SelfSubjectAccessReview refused
+    allowed: list[Access] = field(default_factory=list)  # ... and those it allowed
 
 
 def _unknown(error: ClusterError) -> bool:
@@ -83,9 +84,11 @@ def allowed(cluster: Cluster, access: Access) -> bool | None:
     if access.namespace:
         attributes["namespace"] = access.namespace
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-              "metadata": {"name": f"{access.verb}-{access.what}"}, "spec": {"resourceAttributes": attributes}}
+              "spec": {"resourceAttributes": attributes}}
     try:
-        answer = cluster.create(review)
+        # not `create`: a review must come without metadata, and a field manager would add some
+        answer = cluster.request("POST", resource_path(*ACCESS_REVIEW, None), body=review,
+                                 what=f"create SelfSubjectAccessReview {access.verb} {access.what}")
     except ClusterError as exc:
         if not _unknown(exc):
             raise
@@ -127,7 +130,7 @@ def read(cluster: Cluster, namespace: str, accesses: list[Access], probe: dict, 
         queue_items, volcano = queue_answer.result()
         class_items = classes.result()
         node_items = nodes.result()
-        denied = [access for access, answer in reviews if answer.result() is False]
+        answers = [(access, answer.result()) for access, answer in reviews]
     return Facts(
         namespace=namespace,
         namespace_exists=namespace_known,
@@ -136,5 +139,6 @@ def read(cluster: Cluster, namespace: str, accesses: list[Access], probe: dict, 
         priority_classes=None if class_items is None else {(c.get("metadata") or {}).get("name", "")
                                                             for c in class_items},
         nodes=node_items,
-        denied=denied,
+        denied=[access for access, answer in answers if answer is False],
+        allowed=[access for access, answer in answers if answer is True],
     )

@@ -276,9 +276,12 @@ class FakeCluster:
         return items, "1"
 
     def create(self, manifest, dry_run=False):
-        if manifest["kind"] != "SelfSubjectAccessReview":
-            raise AssertionError("preflight must not create anything but access reviews")
-        attrs = manifest["spec"]["resourceAttributes"]
+        raise AssertionError("preflight must not create anything")
+
+    def request(self, method, path, query=None, body=None, what=""):
+        assert (method, path) == ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+        assert set(body) == {"apiVersion", "kind", "spec"}  # the API server refuses a review with metadata
+        attrs = body["spec"]["resourceAttributes"]
         return {"status": {"allowed": (attrs["verb"], attrs["resource"]) not in self.denied}}
 
 
@@ -357,7 +360,7 @@ def test_an_api_server_out_of_reach_at_the_start_exits_3_within_10_seconds(tmp_p
     finally:
         listener.close()
     assert code == ExitCode.CLUSTER
-    assert len(lines) == 1 and lines[0].startswith("error: no answer from the API server for 9s, giving up (last "
+    assert len(lines) == 1 and lines[0].startswith("error: no answer from the API server for 8s, giving up (last "
                                                    "error: get /version: "), lines
     assert seconds <= 11.0, f"took {seconds:.1f}s"
 
@@ -366,3 +369,17 @@ def test_a_kubeconfig_file_that_does_not_exist(tmp_path):
     code, lines, _ = _submit(str(write(tmp_path, STUDY)), "--kubeconfig", str(tmp_path / "nope"))
     assert (code, lines) == (ExitCode.INVALID_INPUT, [f"error: the kubeconfig file {tmp_path / 'nope'} "
                                                       "(--kubeconfig) does not exist"])
+
+
+def test_no_right_at_all_in_a_namespace_one_cannot_read_is_one_line(tmp_path):
+    """Most users may not read namespaces: a namespace that does not exist then looks like one
+    where they have no rights at all. One line says both, not one per right."""
+    study = prepare(write(tmp_path, STUDY)).study
+    everything = accesses(study)
+    # the restricted user of the testbed may list pods in every namespace, but nothing else outside its own
+    found = check(study, facts(namespace_exists=None, denied=[a for a in everything if a.namespace and a.resource != "pods"],
+                               allowed=[a for a in everything if not a.namespace or a.resource == "pods"]), [])
+    assert [str(f.problem).replace(str(study.source), "study.yaml") for f in found] == [
+        "study.yaml:2:12: namespace: namespace 'team-a' does not exist, or you have no rights in it (not permitted "
+        "to create configmaps or jobs.batch.volcano.sh there)"]
+    assert exit_code(found) is ExitCode.CLUSTER
