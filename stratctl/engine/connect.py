@@ -35,11 +35,13 @@ class Connection:
 
 
 def connect(connection: Connection, namespace: str | None, throttle: Throttle, patience: float,
-            pool_size: int = 32, first_patience: float = ONE_SHOT_PATIENCE) -> Cluster:
+            pool_size: int = 32, first_patience: float | None = None) -> Cluster:
     """The cluster of a command, each request admitted by `throttle`, giving up after
-    `patience` seconds without an answer (`first_patience` if it never had one)."""
+    `patience` seconds without an answer (`first_patience`, default ONE_SHOT_PATIENCE, if it
+    never had one)."""
+    first = ONE_SHOT_PATIENCE if first_patience is None else first_patience
     return Cluster.connect(connection.kubeconfig, connection.context, namespace, gate=throttle.call,
-                           pool_size=pool_size, outage=Outage(patience, first_patience=first_patience))
+                           pool_size=pool_size, outage=Outage(patience, first_patience=first))
 
 
 def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:
