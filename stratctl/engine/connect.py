@@ -18,8 +18,9 @@ from stratctl.kube.cluster import Cluster
 from stratctl.kube.outage import Outage
 
 ONE_SHOT_PATIENCE = 25.0  # seconds without an answer before status, drain or resume give up
-# seconds `submit` waits for its preflight's answers: the first contact, so a server that cannot
-# be reached at the start is reported at once (once the loop runs, an outage is a pause)
+# seconds `submit` waits for the API server's first answer (its preflight is the first contact):
+# a server that cannot be reached at the start is reported at once; once it has answered, an
+# outage is a pause (`--outage-timeout`)
 START_PATIENCE = 8.0
 # one-shot retries: short waits, and as many as fit in the patience (the outage ends them)
 ONE_SHOT_BACKOFF = Backoff(base=0.5, cap=4.0, max_attempts=1000, max_throttled_attempts=5)
@@ -51,9 +52,3 @@ def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:
     throttle = Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF)
     return connect(connection, connection.namespace, throttle, ONE_SHOT_PATIENCE, pool_size)
 
-
-def preflight_cluster(connection: Connection, namespace: str) -> Cluster:
-    """The cluster of `submit`'s preflight: a few reads, sent at once (the study's request pace
-    is for its loop), giving up after START_PATIENCE seconds without an answer."""
-    throttle = Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF)
-    return connect(connection, namespace, throttle, START_PATIENCE, pool_size=8, first_patience=START_PATIENCE)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratctl.engine.connect import Connection, connect, preflight_cluster
+from stratctl.engine.connect import START_PATIENCE, Connection, connect
 from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
 from stratctl.engine.preflight import preflight
 from stratctl.engine.progress import Progress, Reporter
@@ -75,15 +75,12 @@ def submit_study(
     if options.dry_run == "client":
         return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
                          manifests=prepared.manifests).dry_run()
-    # before the study's record or any trial is written: a study that cannot run here is refused whole
-    checker = preflight_cluster(connection, study.namespace)
+    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2,
+                      first_patience=START_PATIENCE)
     try:
-        preflight(checker, study, prepared.manifests.values(), namespace_flag=bool(connection.namespace),
+        # before the study's record or any trial is written: a study that cannot run here is refused whole
+        preflight(cluster, study, prepared.manifests.values(), namespace_flag=bool(connection.namespace),
                   watch_cluster=not options.detach)
-    finally:
-        checker.close()
-    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2)
-    try:
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
