@@ -27,6 +27,7 @@ from decimal import Decimal
 from stratctl.errors import ExitCode, Problem, StudyError
 from stratctl.kube import facts as cluster_facts
 from stratctl.kube.facts import Access, Facts
+from stratctl.kube.gpus import schedulable
 from stratctl.kube.record import StudyRecord, record_manifest
 from stratctl.study.quantity import GPU, format_quantity, parse
 from stratctl.study.spec import Study
@@ -199,13 +200,6 @@ def _distinct(trials: Iterable[list[Pod]]) -> list[list[Pod]]:
     return list(seen.values())
 
 
-def _ready(node: dict) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
-        return False
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
-
-
 def _allocatable(node: dict) -> dict[str, Decimal]:
     raw = (node.get("status") or {}).get("allocatable") or {}
     return {k: q for k, v in raw.items() if (q := parse(v)) is not None}
@@ -224,7 +218,7 @@ def _task_path(study: Study, task: str) -> tuple:
 
 
 def _fit(study: Study, nodes: list[dict], shapes: list[list[Pod]]) -> list[Finding]:
-    ready = [n for n in nodes if _ready(n)]
+    ready = [n for n in nodes if schedulable(n)]
     if not ready:
         return []  # nothing to measure against (an autoscaled cluster may start from none)
     findings: dict[tuple, Finding] = {}
