@@ -4,8 +4,9 @@ the live panel and the log.
 A gang that can never start (its queue deleted or closed, no node able to hold a pod)
 looks from the loop like any pending gang; without its cause the operator waits. The
 cause comes from the objects that know it (`kube.waiting`): the queue's state, then the
-PodGroup's Unschedulable condition. Read at most every REFRESH seconds, and only while
-gangs are stuck; a failed read keeps the last answer (the loop never fails for it).
+PodGroup's Unschedulable condition, then the scheduler's events on it. Read at most every
+REFRESH seconds, and only while gangs are stuck; a failed read keeps the last answer (the
+loop never fails for it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from stratctl.errors import ClusterError, NotFound
 from stratctl.kube.cluster import PODGROUP
 from stratctl.kube.state import podgroup_name
-from stratctl.kube.waiting import Queues, queue_of, reason
+from stratctl.kube.waiting import Queues, condition, gang_events, queue_of, reason
 
 REFRESH = 10.0  # seconds between two reads of the cause while gangs stay stuck
 
@@ -47,7 +48,8 @@ class Blocked:
                 except NotFound:
                     group = None
             queue = queue_of(job) or queue_of(group)
-            cause = reason(group, queue, Queues(self.cluster).get(queue))
+            events = gang_events(self.cluster, self.namespace, name) if group is not None and not condition(group) else []
+            cause = reason(group, queue, Queues(self.cluster).get(queue), events)
         except ClusterError:
             return self.last
         if cause != self.last:

@@ -27,7 +27,7 @@ from stratctl import labels
 from stratctl.kube.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
 from stratctl.kube.record import job_kinds, parse_record, records
 from stratctl.kube.state import TrialState, classify, job_of_pod, run_starts
-from stratctl.kube.waiting import Queues, queue_of, reason
+from stratctl.kube.waiting import Queues, condition, gang_events, queue_of, reason
 from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, summary_of
 
 PAGE = 500
@@ -78,11 +78,13 @@ def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: s
             body = upcoming.result()
 
 
-def _pending_reason(podgroup: dict | None, queues: Queues | None = None, queue: str | None = None) -> str:
+def _pending_reason(podgroup: dict | None, queues: Queues | None = None, queue: str | None = None,
+                    events: list[dict] = ()) -> str:
     """Why a gang waits (`waiting.reason`): a queue that is missing or not Open first, read
-    through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup)."""
+    through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup), then
+    the PodGroup's condition, then its `events`."""
     name = queue or queue_of(podgroup)
-    return reason(podgroup, name, queues.get(name) if queues is not None else None)
+    return reason(podgroup, name, queues.get(name) if queues is not None else None, events)
 
 
 def _result(pod: dict) -> dict | None:
@@ -228,7 +230,9 @@ def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
 
     def one(row: TrialRow) -> None:
         try:
-            row.pending = _pending_reason(cluster.get(PODGROUP, row.podgroup, namespace), queues)
+            group = cluster.get(PODGROUP, row.podgroup, namespace)
+            events = [] if condition(group) else gang_events(cluster, namespace, row.podgroup)
+            row.pending = _pending_reason(group, queues, events=events)
         except ClusterError:  # no PodGroup: the job's queue may be why (Volcano makes none for a missing queue)
             try:
                 row.pending = _pending_reason(None, queues, queue_of(cluster.get(VOLCANO_JOB, row.job, namespace)))

@@ -10,10 +10,11 @@ name the queue. So the queue is read too, and its state comes first. `reason` is
 
 from __future__ import annotations
 
+import re
 import threading
 
 from stratctl.errors import ClusterError, NotFound
-from stratctl.kube.cluster import QUEUE
+from stratctl.kube.cluster import EVENT, QUEUE
 
 MISSING: dict = {"missing": True}  # what `Queues.get` returns for a queue that does not exist
 
@@ -30,24 +31,59 @@ def queue_problem(name: str | None, queue: dict | None) -> str:
     return ""
 
 
-def reason(podgroup: dict | None, queue_name: str | None = None, queue: dict | None = None) -> str:
+def condition(podgroup: dict | None) -> str:
+    """The message of the PodGroup's Unschedulable condition ("" when it has none)."""
+    for c in ((podgroup or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Unschedulable" and c.get("status") == "True":
+            return c.get("message") or c.get("reason") or "unschedulable"
+    return ""
+
+
+# what the scheduler says of every gang whose pods do not exist yet, whatever holds it back
+_NOT_READY = re.compile(r"^0/0 tasks in gang unschedulable")
+
+
+def event_cause(events: list[dict]) -> str:
+    """The newest Unschedulable event of a gang that says more than that it is not ready:
+    a gang held back before its pods exist (`queue resource quota insufficient: insufficient
+    nvidia.com/gpu`) has no condition, only these events."""
+    telling = [e for e in events if e.get("reason") == "Unschedulable" and e.get("message")
+               and not _NOT_READY.match(e["message"])]
+    if not telling:
+        return ""
+    newest = max(telling, key=lambda e: e.get("lastTimestamp") or e.get("eventTime")
+                 or (e.get("metadata") or {}).get("creationTimestamp") or "")
+    return newest["message"]
+
+
+def reason(podgroup: dict | None, queue_name: str | None = None, queue: dict | None = None,
+           events: list[dict] = ()) -> str:
     """Why the gang of a pending trial waits: its queue's problem, else the PodGroup's
-    Unschedulable condition, else what its phase says ("" for a gang that is not waiting)."""
+    Unschedulable condition, else its telling events, else what its phase says ("" for a
+    gang that is not waiting)."""
     blocked = queue_problem(queue_name, queue)
     if blocked:
         return blocked
     if podgroup is None:
         return "no PodGroup yet: the Volcano job controller has not caught up"
+    told = condition(podgroup) or event_cause(list(events))
+    if told:
+        return told
     status = podgroup.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-            return condition.get("message") or condition.get("reason") or "unschedulable"
     phase = status.get("phase") or "Pending"
     if phase == "Inqueue":
         return "admitted to the queue, gang not yet placed"
     if phase == "Pending":
         return "waiting for the queue to admit the gang"
     return ""
+
+
+def gang_events(cluster, namespace: str, podgroup: str) -> list[dict]:
+    """The events of a PodGroup ([] when they cannot be read: the reason then does without)."""
+    try:
+        return cluster.list(EVENT, namespace, field_selector=f"involvedObject.name={podgroup}")[0]
+    except ClusterError:
+        return []
 
 
 def queue_of(obj: dict | None) -> str | None:

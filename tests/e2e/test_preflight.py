@@ -235,8 +235,9 @@ def test_the_restricted_user_passes_preflight_with_the_demo_study(testbed, api):
 
 
 def test_a_gang_whose_queue_closes_or_goes_after_submit_says_so(testbed, api, study, queues, unique):
-    """A queue capped at 2 GPUs holds a running 2-GPU trial; the next trial's gang waits in it.
-    Closing the queue, then deleting it, is what `status` and the submit loop then report."""
+    """A queue capped at 2 GPUs holds a running 2-GPU trial; the next trial's gang waits in it
+    (the scheduler's events say why). Closing the queue, then deleting it, is what `status` and
+    the submit loop then report."""
     queue = queues(f"pf-cap-{unique}", capability={"nvidia.com/gpu": "2"})
     blocker = study("pf-blk", queue=queue, gpus=2, duration="300s")
     code, out, err, _ = submit(testbed, blocker, "--detach")
@@ -264,6 +265,9 @@ def test_a_gang_whose_queue_closes_or_goes_after_submit_says_so(testbed, api, st
     try:
         wait_until(lambda: api.list(PODGROUP, label_selector=f"{labels.STUDY}={name}")[0], 60,
                    message="the waiting trial's PodGroup")
+        # held back by the queue's capability before its pods exist: only the scheduler's events say so
+        quota = "queue resource quota insufficient: insufficient nvidia.com/gpu"
+        wait_until(lambda: status_says(quota), 30, message="status says the quota holds the gang")
         close(api, queue)
         row = wait_until(lambda: status_says(closed), 30, message="status says Closed")
         assert f"{name}-" in row and "pending" in row, row  # the trial's own row

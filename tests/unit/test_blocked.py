@@ -29,6 +29,11 @@ class Cluster:
             return {"status": {"state": self.queue_state}}
         raise NotFound(name)
 
+    def list(self, kind, namespace=None, field_selector=None, **_):
+        self.gets.append(f"list {kind[1]} {field_selector}")
+        return [{"reason": "Unschedulable", "message": "queue resource quota insufficient: insufficient nvidia.com/gpu",
+                 "lastTimestamp": "2026-01-01T00:00:00Z"}], "1"
+
 
 def test_a_closed_queue_is_said_once_and_read_again_only_after_refresh():
     cluster, said = Cluster("Closed"), []
@@ -36,7 +41,7 @@ def test_a_closed_queue_is_said_once_and_read_again_only_after_refresh():
     assert blocked.why([JOB], [GROUP], now=100.0) == "queue 'research' is Closed: Volcano admits no new gang from it"
     assert said == ["1 gang(s) waiting to start; sweep-1a2b: queue 'research' is Closed: Volcano admits no new gang "
                     "from it"]
-    assert cluster.gets == ["Queue research"]  # the PodGroup came from the loop's mirror
+    assert cluster.gets == ["list Event involvedObject.name=sweep-1a2b-u1", "Queue research"]  # PodGroup: the mirror's
     cluster.queue_state = None  # deleted meanwhile: seen at the next refresh, not before
     assert blocked.why([JOB], [GROUP], now=100.0 + REFRESH - 1).endswith("is Closed: Volcano admits no new gang from it")
     assert blocked.why([JOB], [GROUP], now=100.0 + REFRESH).startswith("queue 'research' does not exist")
@@ -49,6 +54,9 @@ def test_without_a_mirror_the_podgroup_is_read_and_a_failed_read_keeps_the_last_
     blocked = Blocked(cluster, "ns")
     assert blocked.why([JOB], None, now=0.0) == "no PodGroup yet: the Volcano job controller has not caught up"
     assert cluster.gets == ["PodGroup sweep-1a2b-u1", "Queue research"]
+    # a gang held back by its queue's quota before its pods exist: only the scheduler's events say so
+    assert Blocked(cluster, "ns").why([JOB], [GROUP], now=0.0) == ("queue resource quota insufficient: insufficient "
+                                                                  "nvidia.com/gpu")
     cluster.down = True
     assert blocked.why([JOB], None, now=REFRESH) == "no PodGroup yet: the Volcano job controller has not caught up"
 

@@ -35,10 +35,31 @@ def test_the_queue_comes_before_what_the_podgroup_says():
     assert reason(None) == "no PodGroup yet: the Volcano job controller has not caught up"
 
 
+def event(message: str, at: str, reason: str = "Unschedulable") -> dict:
+    return {"reason": reason, "message": message, "lastTimestamp": at}
+
+
+def test_the_scheduler_s_events_tell_what_a_gang_without_pods_waits_for():
+    events = [
+        event("0/0 tasks in gang unschedulable: pod group is not ready, 2 minAvailable", "2026-01-01T00:00:09Z"),
+        event("queue resource quota insufficient: insufficient cpu", "2026-01-01T00:00:01Z"),
+        event("queue resource quota insufficient: insufficient nvidia.com/gpu", "2026-01-01T00:00:05Z"),
+        event("something else", "2026-01-01T00:00:08Z", reason="Scheduled"),
+    ]
+    assert reason({"status": {"phase": "Pending"}}, events=events) == ("queue resource quota insufficient: "
+                                                                       "insufficient nvidia.com/gpu")
+    assert reason(UNSCHEDULABLE, events=events) == UNSCHEDULABLE["status"]["conditions"][0]["message"]
+    assert reason({"status": {"phase": "Pending"}}, events=events[:1]) == "waiting for the queue to admit the gang"
+
+
 class Cluster:
     def __init__(self, objects):
         self.objects = objects
         self.gets: list[tuple[str, str]] = []
+
+    def list(self, kind, namespace=None, field_selector=None, **_):
+        self.gets.append((kind[1], field_selector))
+        return self.objects.get((kind[1], field_selector), []), "1"
 
     def get(self, kind, name, namespace=None):
         self.gets.append((kind[1], name))
@@ -60,8 +81,11 @@ def test_status_names_the_queue_of_a_job_volcano_made_no_podgroup_for():
         ("Queue", "shut"): {"status": {"state": "Closed"}},
         ("PodGroup", "d-uid"): UNSCHEDULABLE,
         ("Queue", "default"): {"status": {"state": "Open"}},
+        ("PodGroup", "f-uid"): {"spec": {"queue": "default"}, "status": {"phase": "Pending"}},
+        ("Event", "involvedObject.name=f-uid"): [event("queue resource quota insufficient: insufficient "
+                                                       "nvidia.com/gpu", "2026-01-01T00:00:00Z")],
     })
-    rows = [row("a", "a"), row("b", "b"), row("c", "c"), row("d", "d"), row("e", "e")]
+    rows = [row("a", "a"), row("b", "b"), row("c", "c"), row("d", "d"), row("e", "e"), row("f", "f")]
     explain_pending(cluster, "ns", rows)
     assert [r.pending for r in rows] == [
         "queue 'gone' does not exist: Volcano will not schedule the gang (create the queue, or drain the study)",
@@ -69,8 +93,10 @@ def test_status_names_the_queue_of_a_job_volcano_made_no_podgroup_for():
         "queue 'shut' is Closed: Volcano admits no new gang from it",
         UNSCHEDULABLE["status"]["conditions"][0]["message"],
         "no PodGroup yet: the Volcano job controller has not caught up",
+        "queue resource quota insufficient: insufficient nvidia.com/gpu",
     ]
     assert cluster.gets.count(("Queue", "gone")) == 1  # each queue read once per picture
+    assert ("Event", "involvedObject.name=d-uid") not in cluster.gets  # the condition said it: no events read
 
 
 def test_queues_are_read_once_and_unknown_when_unreadable():
