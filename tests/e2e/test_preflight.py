@@ -17,6 +17,7 @@ import yaml
 
 from stratctl import labels
 from stratctl.kube.cluster import CONFIGMAP, NODE, PODGROUP, PRIORITY_CLASS, QUEUE, VOLCANO_JOB
+from stratctl.kube.gpus import schedulable
 from stratctl.kube.state import TrialState, classify
 from tests.e2e.support import wait_until
 
@@ -145,7 +146,7 @@ def test_a_priority_class_that_does_not_exist(testbed, api, study, unique):
 
 
 def test_a_pod_asking_for_more_gpus_than_any_node_has(testbed, api, study):
-    nodes = api.list(NODE, all_namespaces=True)[0]
+    nodes = [n for n in api.list(NODE, all_namespaces=True)[0] if schedulable(n)]
     most = max(int(n["status"]["allocatable"].get("nvidia.com/gpu", "0")) for n in nodes)
     first = min(n["metadata"]["name"] for n in nodes if int(n["status"]["allocatable"].get("nvidia.com/gpu", "0")) == most)
     path = study("pf-big", gpus=most + 1)
