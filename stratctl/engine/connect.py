@@ -52,3 +52,12 @@ def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:
     throttle = Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF)
     return connect(connection, connection.namespace, throttle, ONE_SHOT_PATIENCE, pool_size)
 
+
+
+def preflight_gated(cluster: Cluster, throttle: Throttle) -> Cluster:
+    """`cluster` for `submit`'s preflight: its few reads go at once (the study's request pace is
+    for its loop) and are retried as a one-shot command's, their retries and 429s counted with
+    the loop's (`throttle.stats`)."""
+    checker = Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF)
+    checker.stats = throttle.stats
+    return cluster.with_gate(checker.call)

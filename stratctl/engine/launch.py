@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratctl.engine.connect import START_PATIENCE, Connection, connect
+from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated
 from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
 from stratctl.engine.preflight import preflight
 from stratctl.engine.progress import Progress, Reporter
@@ -79,8 +79,8 @@ def submit_study(
                       first_patience=START_PATIENCE)
     try:
         # before the study's record or any trial is written: a study that cannot run here is refused whole
-        preflight(cluster, study, prepared.manifests.values(), namespace_flag=bool(connection.namespace),
-                  watch_cluster=not options.detach)
+        preflight(preflight_gated(cluster, throttle), study, prepared.manifests.values(),
+                  namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,

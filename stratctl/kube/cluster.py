@@ -15,6 +15,7 @@ being retried for ever.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -441,6 +442,13 @@ class Cluster:
             if not clean:
                 response.close()  # a half-read stream must not go back to the pool as a reusable connection
             response.release_conn()
+
+    def with_gate(self, gate: Gate) -> Cluster:
+        """This cluster (its connection, metrics, grants and outage account) with its requests
+        admitted by `gate` instead."""
+        other = copy.copy(self)
+        other.gate = gate
+        return other
 
     def reach(self, pause: float = 1.0) -> None:
         """Wait for the API server's first answer (GET /version), asking again every `pause`

@@ -383,3 +383,24 @@ def test_no_right_at_all_in_a_namespace_one_cannot_read_is_one_line(tmp_path):
         "study.yaml:2:12: namespace: namespace 'team-a' does not exist, or you have no rights in it (not permitted "
         "to create configmaps or jobs.batch.volcano.sh there)"]
     assert exit_code(found) is ExitCode.CLUSTER
+
+
+def test_the_preflight_reads_go_at_once_and_count_with_the_loop():
+    """The study's request pace is for its loop: twenty reads at a 1/s pace would take 19 s
+    before the first trial. They share the loop's connection, metrics and retry account."""
+    import time
+
+    from stratctl.engine.connect import preflight_gated
+    from stratctl.engine.throttle import Throttle
+    from stratctl.kube.cluster import Cluster
+
+    throttle = Throttle(qps=1, burst=1)
+    cluster = Cluster(None, "ns", gate=throttle.call)
+    gated = preflight_gated(cluster, throttle)
+    assert (gated.metrics, gated.grants, gated.outage, gated.api) == (cluster.metrics, cluster.grants, cluster.outage,
+                                                                     cluster.api)
+    started = time.monotonic()
+    for _ in range(20):
+        gated.gate(lambda: None)
+    assert time.monotonic() - started < 1.0
+    assert gated.gate.__self__.stats is throttle.stats and cluster.gate == throttle.call
