@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
+from stratctl.engine.blocked import Blocked
 from stratctl.engine.pace import api_room
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
@@ -159,6 +160,7 @@ class Submitter:
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
+        self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
         # Whether the API server answers: the cluster's own account (every request tells it),
         # else the loop's, told by whole cycles.
         self._told = getattr(cluster, "outage", None) is None
@@ -392,6 +394,10 @@ class Submitter:
             else:
                 self._pending_since.pop(name, None)
         p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
+        if self.blocked is not None:  # why they wait, when they wait past the grace: a gang that never starts
+            stuck = [self._jobs[n] for n, since in self._pending_since.items()
+                     if now - since > self.options.pending_grace and n in self._jobs]
+            p.blocked = self.blocked.why(stuck, self._mirrored()[1], now)
         precedence, shadow, backfill_fit = None, None, None
         if self.signals is not None:
             capacity = self.signals.capacity(self.wall())

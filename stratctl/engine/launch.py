@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratctl.engine.connect import Connection, connect
+from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated
 from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
+from stratctl.engine.preflight import preflight
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.revision import revise
 from stratctl.study.render import Renderer
@@ -73,8 +74,12 @@ def submit_study(
     if options.dry_run == "client":
         return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
                          manifests=prepared.manifests).dry_run()
-    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2)
+    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2,
+                      first_patience=START_PATIENCE)
     try:
+        # before the study's record or any trial is written: a study that cannot run here is refused whole
+        preflight(preflight_gated(cluster, throttle), study, prepared.manifests.values(),
+                  namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
         if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
             revise(cluster, study, trials, renderer, prepared.manifests, job_kind(study), rerun_changed,
                    reporter or Silent(), file=str(path))

@@ -15,6 +15,7 @@ being retried for ever.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -49,6 +50,9 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Event"): ("events", True),
     ("v1", "Node"): ("nodes", False),
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
+    ("v1", "Namespace"): ("namespaces", False),
+    ("scheduling.volcano.sh/v1beta1", "Queue"): ("queues", False),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): ("selfsubjectaccessreviews", False),
 }
 
 VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
@@ -59,6 +63,9 @@ POD = ("v1", "Pod")
 NODE = ("v1", "Node")
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 EVENT = ("v1", "Event")
+NAMESPACE = ("v1", "Namespace")
+QUEUE = ("scheduling.volcano.sh/v1beta1", "Queue")
+ACCESS_REVIEW = ("authorization.k8s.io/v1", "SelfSubjectAccessReview")
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -221,6 +228,9 @@ class Cluster:
                 if os.path.exists(ns_file):
                     default_ns = open(ns_file).read().strip() or default_ns
             else:
+                if path is not None and not os.path.exists(os.path.expanduser(path)):
+                    origin = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
+                    raise UsageError(f"the kubeconfig file {path} ({origin}) does not exist")
                 path = path or os.path.expanduser("~/.kube/config")
                 k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
                 contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
@@ -272,7 +282,7 @@ class Cluster:
                                 f"{_unreached(exc)}")
             raise self.outage.failed(error, sent) from None
         except k8s_client.ApiException as exc:  # TLS errors surface this way
-            raise self.outage.failed(Unavailable(f"{what}: {exc.reason}"), sent) from None
+            raise self.outage.failed(Unavailable(f"{what}: {' '.join(str(exc.reason).split())}"), sent) from None
         finally:
             self.outage.received(token)
             self.metrics.record(method, status, time.monotonic() - started)
@@ -464,6 +474,24 @@ class Cluster:
         finally:
             response.close()
             response.release_conn()
+
+    def with_gate(self, gate: Gate) -> Cluster:
+        """This cluster (its connection, metrics, grants and outage account) with its requests
+        admitted by `gate` instead."""
+        other = copy.copy(self)
+        other.gate = gate
+        return other
+
+    def reach(self, pause: float = 1.0) -> None:
+        """Wait for the API server's first answer (GET /version), asking again every `pause`
+        seconds, without the throttle's growing backoff: a server that cannot be reached is
+        `Unreachable` once the outage's patience has passed, not a few backoffs later."""
+        while True:
+            try:
+                self._send("GET", "/version", None, None, "get /version", "application/json")
+                return
+            except Unavailable:
+                time.sleep(min(pause, max(0.0, self.outage.remaining())))
 
     def close(self) -> None:
         self.outage.stop()
