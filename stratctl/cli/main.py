@@ -58,6 +58,10 @@ class _Group(TyperGroup):
         super().__init__(*args, **kwargs)
         conventions.tidy(self)
 
+    def get_params(self, ctx: Any) -> list:
+        conventions.tidy(self)  # typer adds --install-completion and --show-completion after __init__
+        return super().get_params(ctx)
+
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         try:
             return super().make_context(info_name, conventions.hoist(list(args)), parent, **extra)

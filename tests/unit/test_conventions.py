@@ -43,8 +43,9 @@ def test_help_metavars_say_what_a_value_is():
 
 def test_the_top_level_help_still_lists_the_commands():
     out = invoke("--help").stdout
-    for command in ("submit", "status", "drain", "resume", "delete", "logs"):
+    for command in ("submit", "status", "drain", "resume", "delete", "logs", "wait"):
         assert re.search(rf"^\W*{command}\s", out, re.M), out
+    assert not PYTHON_TYPE.search(out), out  # typer's own --install-completion included
 
 
 @pytest.mark.parametrize("args, hint", [
