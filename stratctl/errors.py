@@ -15,7 +15,8 @@ class ExitCode(IntEnum):
     FAILURE = 1  # some trials failed, or an unexpected error
     INVALID_INPUT = 2  # the study file or the command line is wrong
     CLUSTER = 3  # the cluster refused or could not be reached
-    CONFLICT = 4  # objects in the cluster disagree with the study (spec-hash mismatch)
+    CONFLICT = 4  # objects in the cluster disagree with the study (spec-hash mismatch, study changed)
+    TIMEOUT = 124  # --timeout passed before the study finished (as GNU timeout); trials keep running
     INTERRUPTED = 130  # Ctrl-C: stopped cleanly, rerun the same command to resume
 
 
@@ -112,5 +113,12 @@ def transient(error: BaseException) -> bool:
 
 class SpecConflict(StratctlError):
     """A trial of the same name exists in the cluster with a different spec hash."""
+
+    exit_code = ExitCode.CONFLICT
+
+
+class StudyChanged(StratctlError):
+    """The study was edited since it was submitted and the edit changes trials already in the
+    cluster: refused unless the user asks for `--rerun-changed` (or renames the study)."""
 
     exit_code = ExitCode.CONFLICT

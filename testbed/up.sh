@@ -203,6 +203,7 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --api-audiences https://kubernetes.default.svc.cluster.local \
   --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
   --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
+  --kubelet-preferred-address-types InternalIP \
   --allow-privileged=true \
   --max-requests-inflight 150 --max-mutating-requests-inflight 50 \
   --enable-priority-and-fairness=true \
@@ -251,12 +252,33 @@ wait_for vc-scheduler 30 curl_ok "http://127.0.0.1:$VC_SCHED_HEALTHZ_PORT/health
 kc apply --server-side --force-conflicts -f "$TESTBED_SRC/queues.yaml" >/dev/null
 
 # ---------------------------------------------------------------- kwok and nodes
+# Container logs: the fake nodes' kubelet endpoint is kwok's server (127.0.0.1:KWOK_PORT,
+# HTTPS with its own certificate, which the API server does not verify without
+# --kubelet-certificate-authority); every container of the namespace logs the same
+# CRI-format file, so pods/log (`kubectl logs`, `stratctl logs`) answers something known.
+cat > "$RUN_DIR/etc/trial.log" <<'EOF'
+2026-01-01T00:00:00.000000000Z stdout F testbed trial: started
+2026-01-01T00:00:01.000000000Z stdout F testbed trial: epoch 1 loss 0.90
+2026-01-01T00:00:02.000000000Z stderr F testbed trial: fake GPU, nothing computed
+2026-01-01T00:00:03.000000000Z stdout F testbed trial: epoch 2 loss 0.50
+EOF
+cat > "$RUN_DIR/etc/kwok-logs.yaml" <<EOF
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: testbed-trial-logs
+spec:
+  selector:
+    matchNamespaces: [$NAMESPACE]
+  logs:
+  - logsFile: $RUN_DIR/etc/trial.log
+EOF
 start kwok env HOME="$RUN_DIR/kwok-home" "$BIN_DIR/kwok" \
   --kubeconfig "$RUN_DIR/kwok.kubeconfig" \
-  --config "$TESTBED_SRC/kwok-stages.yaml" \
+  --config "$TESTBED_SRC/kwok-stages.yaml" --config "$RUN_DIR/etc/kwok-logs.yaml" \
   --manage-all-nodes=true \
-  --server-address "127.0.0.1:$KWOK_PORT" \
-  --cidr 10.244.0.1/16 --node-ip 10.0.0.1
+  --server-address "127.0.0.1:$KWOK_PORT" --node-port "$KWOK_PORT" \
+  --cidr 10.244.0.1/16 --node-ip 127.0.0.1
 wait_for kwok 30 curl_ok "http://127.0.0.1:$KWOK_PORT/healthz"
 
 nodes_yaml() {

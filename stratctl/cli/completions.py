@@ -2,7 +2,9 @@
 
 The scripts are Typer's, produced as `_STRATCTL_COMPLETE=source_bash stratctl` would
 (Typer spells the instruction `source_bash`, not click 8's `bash_source`). They call
-back into `stratctl` at completion time, so they stay valid as commands are added. Run as `python -m stratctl.cli.completions DIR`.
+back into `stratctl` at completion time, so they stay valid as commands are added, and
+complete study names (read from the cluster within about a second, `engine.names`) and
+kubeconfig contexts through the callbacks here, imported only when a Tab asks. Run as `python -m stratctl.cli.completions DIR`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,26 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+def studies(ctx, incomplete: str) -> list[str]:
+    """Completion of a STUDY argument: the studies of the namespace, read within ~1 s."""
+    import time
+
+    started = time.monotonic()  # the budget counts the imports too
+    from stratctl.engine.names import study_names
+
+    params = ctx.params if ctx is not None else {}
+    found = study_names(params.get("kubeconfig"), params.get("context"), params.get("namespace"), started=started)
+    return [n for n in found if n.startswith(incomplete or "")]
+
+
+def contexts(ctx, incomplete: str) -> list[str]:
+    """Completion of --context: the contexts of the kubeconfig (no request to a cluster)."""
+    from stratctl.kube.kubeconfig import context_names
+
+    kubeconfig = (ctx.params if ctx is not None else {}).get("kubeconfig")
+    return [n for n in context_names(kubeconfig) if n.startswith(incomplete or "")]
+
 
 SHELLS = {"bash": "stratctl.bash", "zsh": "_stratctl", "fish": "stratctl.fish"}
 

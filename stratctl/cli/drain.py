@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, OptionalStudyArg, Output, OutputOpt, StudyArg, emit
+
+JsonOpt = Annotated[bool, typer.Option("--json", hidden=True, help="Same as -o json.")]
 
 
 def drain(
-    study: Annotated[Optional[str], typer.Argument(help="The study to drain.")] = None,
+    study: OptionalStudyArg = None,
     all_noncritical: Annotated[bool, typer.Option("--all-noncritical", help="Drain every non-critical study.")] = False,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
-    settle: Annotated[float, typer.Option("--settle", min=0, help="Seconds before a second pass catches trials a "
+    settle: Annotated[float, typer.Option("--settle", min=0, metavar="SECONDS", help="Seconds before a second pass catches trials a "
                                           "submit loop created meanwhile.")] = 3.0,
-    output_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
+    output: OutputOpt = Output.table,
+    output_json: JsonOpt = False,
 ) -> None:
     """Stop admitting trials of non-critical studies and suspend their running trials.
 
@@ -34,9 +35,10 @@ def drain(
         outcomes = core.drain(cluster, cluster.namespace, study, all_noncritical, settle=settle)
     finally:
         cluster.close()
-    if output_json:
-        typer.echo(json.dumps([o.as_dict() for o in outcomes], indent=2))
+    if emit([o.as_dict() for o in outcomes], Output.json if output_json else output):
         return
+    from rich.console import Console
+
     out = Console(highlight=False)
     for o in outcomes:
         if o.skipped:
@@ -46,11 +48,12 @@ def drain(
 
 
 def resume(
-    study: Annotated[str, typer.Argument(help="The drained study.")],
+    study: StudyArg,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
-    output_json: Annotated[bool, typer.Option("--json", help="Print what was done as JSON.")] = False,
+    output: OutputOpt = Output.table,
+    output_json: JsonOpt = False,
 ) -> None:
     """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again."""
     from stratctl.engine import drain as core
@@ -61,9 +64,10 @@ def resume(
         outcome = core.resume(cluster, cluster.namespace, study)
     finally:
         cluster.close()
-    if output_json:
-        typer.echo(json.dumps(outcome.as_dict(), indent=2))
+    if emit(outcome.as_dict(), Output.json if output_json else output):
         return
+    from rich.console import Console
+
     out = Console(highlight=False)
     out.print(f"{outcome.study}: resumed, {len(outcome.resumed)} trial(s) back from their checkpoints")
     if outcome.left:

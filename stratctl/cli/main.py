@@ -9,23 +9,36 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+try:  # typer 0.29 carries its own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from stratctl import __version__
+from stratctl.cli import conventions
 from stratctl.errors import ExitCode, StratctlError, StudyError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# pydantic looks for plugins in every installed package's metadata when it builds the first
+# model (20 ms of each start, completion included); stratctl's models use none.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 # Command modules, each exposing a function of the same name (`plan.plan`, ...). They import
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
 # A module registers its commands with `register(app)` when it has several (drain, resume).
-COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain"]
+COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "wait", "delete", "logs"]
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:
+    from rich.console import Console  # imported when needed: rich costs 25 ms of every start
+
     console = console or Console(stderr=True, highlight=False, soft_wrap=True)
     if isinstance(error, StudyError):
         lines = [str(p) for p in error.problems]
@@ -38,11 +51,32 @@ def report(error: StratctlError, console: Console | None = None) -> None:
 
 
 class _Group(TyperGroup):
-    """Maps errors raised by any command to a message and an exit code."""
+    """Maps errors raised by any command to a message and an exit code, and applies the
+    command-line conventions (`conventions`) to every command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        conventions.tidy(self)
+
+    def get_params(self, ctx: Any) -> list:
+        conventions.tidy(self)  # typer adds --install-completion and --show-completion after __init__
+        return super().get_params(ctx)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, conventions.hoist(list(args)), parent, **extra)
+        except UsageError as e:
+            if isinstance(e, NoArgsIsHelpError):
+                raise
+            conventions.usage_error(e)
+            raise typer.Exit(int(ExitCode.INVALID_INPUT)) from None
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except UsageError as e:  # a command's own arguments
+            conventions.usage_error(e)
+            raise typer.Exit(int(ExitCode.INVALID_INPUT)) from None
         except StratctlError as e:
             if _wants_traceback(ctx):
                 raise
@@ -51,6 +85,8 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             if _wants_traceback(ctx):
                 raise
+            from rich.console import Console
+
             Console(stderr=True).print("interrupted: rerun the same command to resume", style="yellow")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
@@ -120,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # a bug: say so briefly, keep the traceback for --traceback
         if traceback:
             raise
+        from rich.console import Console
+
         Console(stderr=True).print(f"internal error: {type(e).__name__}: {e} (rerun with --traceback to see where)",
                                    style="red", markup=False)
         sys.exit(int(ExitCode.FAILURE))

@@ -2,10 +2,68 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, Optional
 
 import typer
 
-KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")]
-ContextOpt = Annotated[Optional[str], typer.Option("--context", help="The kubeconfig context to use.")]
-NamespaceOpt = Annotated[Optional[str], typer.Option("-n", "--namespace", help="Namespace for the study's objects (default: the study's).")]
+
+def _studies(ctx: typer.Context, incomplete: str) -> list[str]:
+    from stratctl.cli.completions import studies  # at Tab time only
+
+    return studies(ctx, incomplete)
+
+
+def _contexts(ctx: typer.Context, incomplete: str) -> list[str]:
+    from stratctl.cli.completions import contexts
+
+    return contexts(ctx, incomplete)
+
+
+KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", metavar="FILE", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")]
+ContextOpt = Annotated[Optional[str], typer.Option("--context", metavar="CONTEXT", autocompletion=_contexts,
+                                                   help="The kubeconfig context to use.")]
+NamespaceOpt = Annotated[Optional[str], typer.Option("-n", "--namespace", metavar="NAMESPACE", help="Namespace for the study's objects (default: the study's).")]
+
+
+class Output(str, Enum):
+    """`-o/--output` of the commands that print data."""
+
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.")]
+StudyArg = Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.", autocompletion=_studies,
+                                         show_default=False)]
+OptionalStudyArg = Annotated[Optional[str], typer.Argument(metavar="STUDY", autocompletion=_studies,
+                                                           help="The study's name.",
+                                                           show_default=False)]
+
+
+def emit(data, output: Output) -> bool:
+    """Print `data` as JSON or YAML when `output` asks for it; whether it did (a table is the
+    command's own)."""
+    if output is Output.json:
+        import json
+
+        typer.echo(json.dumps(data, indent=2))
+    elif output is Output.yaml:
+        from stratctl.view.yamlout import dump_all
+
+        typer.echo(dump_all([data]), nl=False)
+    return output is not Output.table
+
+
+def duration_option(text: str | None, flag: str) -> float | None:
+    """Seconds from a duration option (`45s`, `30m`, `2h`, or plain seconds); None when not given."""
+    from stratctl.errors import UsageError
+    from stratctl.study.model import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(float(text) if text.replace(".", "", 1).isdigit() else text)
+    except ValueError as e:
+        raise UsageError(f"{flag} {text!r}: {e}") from None

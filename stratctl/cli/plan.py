@@ -8,19 +8,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 
 
 class Format(str, Enum):
     table = "table"
     json = "json"
+    yaml = "yaml"
 
 
 def plan(
-    file: Annotated[Path, typer.Argument(help="The study file.", show_default=False)],
-    output: Annotated[Format, typer.Option("-o", "--output", help="Output format.")] = Format.table,
-    max_rows: Annotated[int, typer.Option("--max-rows", min=0, help="Trials shown in the table (0: all).")] = 50,
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="The study file.", show_default=False)],
+    output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml.")] = Format.table,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=0, metavar="N", help="Trials shown in the table (0: all).")] = 50,
 ) -> None:
     """Show the trials with their parameters and the cost estimate."""
     from stratctl.study.plan import as_json, make_plan, table
@@ -28,5 +28,11 @@ def plan(
     result = make_plan(file)
     if output is Format.json:
         typer.echo(json.dumps(as_json(result), indent=2))
+    elif output is Format.yaml:
+        from stratctl.view.yamlout import dump_all
+
+        typer.echo(dump_all([as_json(result)]), nl=False)
     else:
+        from rich.console import Console
+
         Console(soft_wrap=False).print(table(result, max_rows or None))

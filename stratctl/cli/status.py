@@ -10,10 +10,8 @@ from enum import Enum
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.live import Live
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies
 from stratctl.errors import UsageError
 
 
@@ -27,7 +25,8 @@ class Output(str, Enum):
 
 
 def status(
-    study: Annotated[Optional[str], typer.Argument(help="One study and its trials (default: the namespace's studies).")] = None,
+    study: Annotated[Optional[str], typer.Argument(metavar="STUDY", autocompletion=_studies,
+                                                   help="One study and its trials (default: the namespace's studies).")] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
@@ -45,6 +44,9 @@ def status(
 ) -> None:
     """Show the studies (trials by state, in flight against target, GPU-hours, outcome or latest
     decision) or one study's trials (parameters, result metrics, state, duration, why pending or failed)."""
+    from rich.console import Console
+    from rich.live import Live
+
     from stratctl.engine import status as core
     from stratctl.engine.connect import Connection, one_shot
     from stratctl.view import statusout

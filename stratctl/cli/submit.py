@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option
 from stratctl.errors import ExitCode
 
 
@@ -47,7 +46,10 @@ def submit(
     prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd commit p99 above 250 ms holds new submissions; Volcano scheduling p90 above 2 s halves the target.")] = None,
     outage_timeout: Annotated[float, typer.Option("--outage-timeout", min=1, help="Seconds the API server may not answer (restarting, etcd paused) before submit gives up with exit 3; meanwhile it retries.")] = 300.0,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
+    metrics_address: Annotated[str, typer.Option("--metrics-address", metavar="ADDRESS", help="Address the metrics are served on (0.0.0.0 for every interface).")] = "127.0.0.1",
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
+    rerun_changed: Annotated[bool, typer.Option("--rerun-changed", help="The study was edited since it was submitted: give changed trials new attempts with the new spec (unchanged ones are kept).")] = False,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DURATION", help="Stop following the study after this long (45s, 30m, 2h), trials left running, exit 124; rerun to resume.")] = None,
 ) -> None:
     """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
 
@@ -67,14 +69,17 @@ def submit(
         parallelism=parallelism.value,
         prometheus_url=prometheus_url,
         outage_timeout=outage_timeout,
+        timeout=duration_option(timeout, "--timeout"),
     )
+    from rich.console import Console
+
     err = Console(stderr=True)
     display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
-    metrics = MetricsReporter().serve(metrics_port) if metrics_port else None
+    metrics = MetricsReporter().serve(metrics_port, metrics_address) if metrics_port else None
     with display:
         progress = submit_study(
             file, Connection(kubeconfig, context, namespace), options, qps=qps, burst=burst,
-            reporter=Fanout(display, metrics),
+            reporter=Fanout(display, metrics), rerun_changed=rerun_changed,
         )
     if output is Output.json:
         typer.echo(summary_json(progress))
@@ -88,6 +93,10 @@ def submit(
             "trials already in the cluster are recognised, never duplicated."
         )
         raise typer.Exit(ExitCode.INTERRUPTED)
+    if progress.timed_out:
+        err.print(f"[yellow]timed out[/] after {timeout}: trials keep running; run the same command again to "
+                  "follow the study to its end (nothing is submitted twice).")
+        raise typer.Exit(ExitCode.TIMEOUT)
     if progress.errors and options.dry_run:
         raise typer.Exit(ExitCode.INVALID_INPUT)  # the server refused manifests: the study needs fixing
     if progress.conflicts:  # objects of the study's trials exist with another spec: the user must choose

@@ -11,7 +11,7 @@ from stratctl.errors import StudyError
 
 
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Study files to check.", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(help="Study files to check (-: standard input).", show_default=False)],
 ) -> None:
     """Check study files: schema, values, templates, expansion and a trial render.
 
@@ -26,6 +26,6 @@ def validate(
         except StudyError as e:
             problems += e.problems
         else:
-            typer.echo(f"{file}: valid: study {study.name}, {len(trials)} trials")
+            typer.echo(f"{study.file}: valid: study {study.name}, {len(trials)} trials")
     if problems:
         raise StudyError(problems)

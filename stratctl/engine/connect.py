@@ -18,6 +18,10 @@ from stratctl.kube.cluster import Cluster
 from stratctl.kube.outage import Outage
 
 ONE_SHOT_PATIENCE = 25.0  # seconds without an answer before status, drain or resume give up
+# seconds `submit` waits for the API server's first answer (its preflight is the first contact):
+# a server that cannot be reached at the start is reported at once; once it has answered, an
+# outage is a pause (`--outage-timeout`)
+START_PATIENCE = 8.0
 # one-shot retries: short waits, and as many as fit in the patience (the outage ends them)
 ONE_SHOT_BACKOFF = Backoff(base=0.5, cap=4.0, max_attempts=1000, max_throttled_attempts=5)
 
@@ -32,11 +36,13 @@ class Connection:
 
 
 def connect(connection: Connection, namespace: str | None, throttle: Throttle, patience: float,
-            pool_size: int = 32) -> Cluster:
+            pool_size: int = 32, first_patience: float | None = None) -> Cluster:
     """The cluster of a command, each request admitted by `throttle`, giving up after
-    `patience` seconds without an answer (ONE_SHOT_PATIENCE if it never had one)."""
+    `patience` seconds without an answer (`first_patience`, default ONE_SHOT_PATIENCE, if it
+    never had one)."""
+    first = ONE_SHOT_PATIENCE if first_patience is None else first_patience
     return Cluster.connect(connection.kubeconfig, connection.context, namespace, gate=throttle.call,
-                           pool_size=pool_size, outage=Outage(patience, first_patience=ONE_SHOT_PATIENCE))
+                           pool_size=pool_size, outage=Outage(patience, first_patience=first))
 
 
 def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:
@@ -45,3 +51,13 @@ def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:
     API server its requests raise `Unreachable`."""
     throttle = Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF)
     return connect(connection, connection.namespace, throttle, ONE_SHOT_PATIENCE, pool_size)
+
+
+
+def preflight_gated(cluster: Cluster, throttle: Throttle) -> Cluster:
+    """`cluster` for `submit`'s preflight: its few reads go at once (the study's request pace is
+    for its loop) and are retried as a one-shot command's, their retries and 429s counted with
+    the loop's (`throttle.stats`)."""
+    checker = Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF)
+    checker.stats = throttle.stats
+    return cluster.with_gate(checker.call)

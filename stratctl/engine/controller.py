@@ -15,6 +15,8 @@ outage timeout.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +25,10 @@ from dataclasses import dataclass, replace
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
+from stratctl.engine.blocked import Blocked
 from stratctl.engine.pace import api_room
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, parse_record, record_data, record_manifest, record_name
+from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
@@ -34,6 +37,7 @@ from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror, watch_health
 from stratctl.kube.outage import Change, Outage, duration
+from stratctl.study.changes import spec_text
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.kube.state import TrialState, classify, latest_attempts
@@ -52,6 +56,7 @@ class SubmitOptions:
     pending_grace: float = 5.0  # seconds a gang may wait for the scheduler before it counts as stuck
     prometheus_url: str | None = None  # etcd and Volcano scheduler metrics, when the cluster has Prometheus
     outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
+    timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -140,6 +145,7 @@ class Submitter:
             critical=study.critical,
             source=source,
             max_failures=study.retries.max_failures,
+            spec=spec_text(study),
         )
         self._kind = job_kind(study)
         self._last_decision: Decision | None = None
@@ -147,12 +153,14 @@ class Submitter:
         self._flags_read = float("-inf")  # clock time the record's flags were last read
         self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
+        self._following = False  # whether the record's heartbeat says this loop follows the study
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
         self._unsaved: dict[str, str] = {}  # record keys changed since the last record write (coalesced)
         self._record_written = float("-inf")  # clock time of the last record write
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
+        self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
         # Whether the API server answers: the cluster's own account (every request tells it),
         # else the loop's, told by whole cycles.
         self._told = getattr(cluster, "outage", None) is None
@@ -170,13 +178,8 @@ class Submitter:
             self.record = replace(
                 self.record, drained=existing.drained, finished=existing.finished, target=existing.target
             )
-            if existing.spec_hash != self.record.spec_hash:
-                self.reporter.event(
-                    f"study {self.study.name} changed since it was last submitted "
-                    f"(spec {existing.spec_hash} → {self.record.spec_hash}); trials whose parameters are "
-                    "unchanged keep their names"
-                )
-            self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures")
+            # a change was judged before the loop started (revision.revise)
+            self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
         self._recorded = True
 
     def _save_record(self, *keys: str) -> None:
@@ -214,9 +217,28 @@ class Submitter:
         summary = self._summary_due(now, force)
         if summary is not None:
             patch.update(summary[1])
+            # the heartbeat rides on the summary (no request of its own); the final one says the loop is done
+            self._following = not self.progress.done
+            patch.update(self._heartbeat(self._following))
         self._write_record(patch, now)
         if summary is not None:
             self._summary = summary[0]
+
+    def _heartbeat(self, running: bool) -> dict[str, str]:
+        """The record key saying this loop follows the study (`delete` refuses while it does)."""
+        return loop_data(self.wall(), running, socket.gethostname(), os.getpid())
+
+    def _stopped(self) -> None:
+        """Say the loop no longer follows the study, unless its last word said so already (best
+        effort: a heartbeat left behind goes stale)."""
+        if self._record_cm is None or not self._following:
+            return
+        self._following = False
+        try:
+            self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)},
+                               self.namespace)
+        except ClusterError:
+            pass
 
     def _unsaved_due(self, now: float, force: bool) -> dict[str, str]:
         """The record keys changed since the last write, if one may be written now."""
@@ -372,6 +394,10 @@ class Submitter:
             else:
                 self._pending_since.pop(name, None)
         p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
+        if self.blocked is not None:  # why they wait, when they wait past the grace: a gang that never starts
+            stuck = [self._jobs[n] for n, since in self._pending_since.items()
+                     if now - since > self.options.pending_grace and n in self._jobs]
+            p.blocked = self.blocked.why(stuck, self._mirrored()[1], now)
         precedence, shadow, backfill_fit = None, None, None
         if self.signals is not None:
             capacity = self.signals.capacity(self.wall())
@@ -489,6 +515,10 @@ class Submitter:
             return True
         return False
 
+    def _timed_out(self, deadline: float | None) -> bool:
+        self.progress.timed_out = deadline is not None and self.clock() >= deadline
+        return self.progress.timed_out
+
     def run(self) -> Progress:
         if self.options.dry_run:
             return self.dry_run()
@@ -502,8 +532,9 @@ class Submitter:
                           clock=self.clock, wall=self.wall, created=self._seen)
         self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
         failed = 0  # cycles failed in a row
+        deadline = None if self.options.timeout is None else self.clock() + self.options.timeout
         try:
-            while True:
+            while not self._timed_out(deadline):
                 started = self.clock()
                 try:
                     over = self._cycle(pool, requeue, salvage)
@@ -526,11 +557,14 @@ class Submitter:
                 self._pause()
         except KeyboardInterrupt:
             self.progress.interrupted = True
+            self._stopped()
         except Unreachable as exc:
             self.reporter.update(self.progress)
             raise Unreachable(f"{exc}. Run the same command again once it is back: trials already in the "
                               "cluster are recognised, never duplicated", status=exc.status, reason=exc.reason) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+        if not self.progress.interrupted:
+            self._stopped()
         self.reporter.update(self.progress)
         return self.progress

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratctl.engine.connect import Connection, connect
+from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated
 from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
-from stratctl.engine.progress import Progress, Reporter
+from stratctl.engine.preflight import preflight
+from stratctl.engine.progress import Progress, Reporter, Silent
+from stratctl.engine.revision import revise
 from stratctl.study.render import Renderer
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror
@@ -39,9 +41,7 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     """
     study = load_study(path)
     if namespace and namespace != study.namespace:
-        source = study.source
-        study = Study.model_validate({**study.model_dump(), "namespace": namespace})
-        study._source = source
+        study = study.with_namespace(namespace)
     trials = expand(study)
     renderer = Renderer(study)
     rendered = renderer.render_all(trials, attempt=0)
@@ -62,19 +62,27 @@ def submit_study(
     burst: int | None = None,
     reporter: Reporter | None = None,
     policy=None,
+    rerun_changed: bool = False,
 ) -> Progress:
     """`stratctl submit`: validate and render everything, then run the submit loop."""
     prepared = prepare(path, connection.namespace)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
-    source = study.source.read_text() if study.source else ""
+    source = study.text
     qps = study.throttle.qps if qps is None else qps
     burst = study.throttle.burst if burst is None else burst
     throttle = Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers)
     if options.dry_run == "client":
         return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
                          manifests=prepared.manifests).dry_run()
-    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2)
+    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2,
+                      first_patience=START_PATIENCE)
     try:
+        # before the study's record or any trial is written: a study that cannot run here is refused whole
+        preflight(preflight_gated(cluster, throttle), study, prepared.manifests.values(),
+                  namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
+        if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
+            revise(cluster, study, trials, renderer, prepared.manifests, job_kind(study), rerun_changed,
+                   reporter or Silent(), file=str(path))
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,

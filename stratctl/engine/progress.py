@@ -39,6 +39,7 @@ class Progress:
     api_refused: dict[str, int] = field(default_factory=dict)  # of those, refused with 429, per kind
     api: Pressure | None = None  # the request pace now (None before the first cycle)
     stuck: int = 0  # gangs pending longer than the grace period
+    blocked: str = ""  # why they wait (the queue's state, the PodGroup's Unschedulable message); "" when none does
     free_gpus: int | None = None
     gangs_fit: int | None = None
     fragmentation: float | None = None
@@ -51,6 +52,7 @@ class Progress:
     conflicts: list[str] = field(default_factory=list)  # of those, trials whose objects in the cluster differ (spec hash)
     interrupted: bool = False
     detached: bool = False
+    timed_out: bool = False  # --timeout passed: the loop stopped, trials left running
     dry_run: str | None = None  # "client" | "server" when nothing was created
 
     @property

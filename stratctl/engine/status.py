@@ -24,9 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from stratctl import labels
-from stratctl.kube.cluster import PODGROUP, POD, resource_path
+from stratctl.kube.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
 from stratctl.kube.record import job_kinds, parse_record, records
 from stratctl.kube.state import TrialState, classify, job_of_pod, run_starts
+from stratctl.kube.waiting import Queues, condition, gang_events, queue_of, reason
 from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, study_row, summary_of
 
 PAGE = 500
@@ -77,17 +78,13 @@ def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: s
             body = upcoming.result()
 
 
-def _pending_reason(podgroup: dict) -> str:
-    status = podgroup.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-            return condition.get("message") or condition.get("reason") or "unschedulable"
-    phase = status.get("phase") or "Pending"
-    if phase == "Inqueue":
-        return "admitted to the queue, gang not yet placed"
-    if phase == "Pending":
-        return "waiting for the queue to admit the gang"
-    return ""
+def _pending_reason(podgroup: dict | None, queues: Queues | None = None, queue: str | None = None,
+                    events: list[dict] = ()) -> str:
+    """Why a gang waits (`waiting.reason`): a queue that is missing or not Open first, read
+    through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup), then
+    the PodGroup's condition, then its `events`."""
+    name = queue or queue_of(podgroup)
+    return reason(podgroup, name, queues.get(name) if queues is not None else None, events)
 
 
 def _result(pod: dict) -> dict | None:
@@ -194,12 +191,14 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
         for items in _pages(cluster, kind, namespace, selector):
             _keep_latest(jobs, items)
 
+    queues = Queues(cluster)
+
     def read_podgroups():
         for items in _pages(cluster, PODGROUP, namespace, selector):
             for pg in items:
-                owner, reason = _owner_job(pg), _pending_reason(pg)
-                if owner and reason:
-                    reasons[owner] = reason
+                owner, why = _owner_job(pg), _pending_reason(pg, queues)
+                if owner and why:
+                    reasons[owner] = why
 
     kinds = sorted({kind for cm in cms for kind in job_kinds(parse_record(cm).source)})
     readers = [lambda kind=kind: read_jobs(kind) for kind in kinds]
@@ -255,12 +254,18 @@ def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
     from stratctl.errors import ClusterError
 
     todo = [r for r in rows if r.state == TrialState.PENDING.value and not r.pending and r.podgroup]
+    queues = Queues(cluster)
 
     def one(row: TrialRow) -> None:
         try:
-            row.pending = _pending_reason(cluster.get(PODGROUP, row.podgroup, namespace))
-        except ClusterError:
-            row.pending = "no PodGroup yet: the Volcano job controller has not caught up"
+            group = cluster.get(PODGROUP, row.podgroup, namespace)
+            events = [] if condition(group) else gang_events(cluster, namespace, row.podgroup)
+            row.pending = _pending_reason(group, queues, events=events)
+        except ClusterError:  # no PodGroup: the job's queue may be why (Volcano makes none for a missing queue)
+            try:
+                row.pending = _pending_reason(None, queues, queue_of(cluster.get(VOLCANO_JOB, row.job, namespace)))
+            except ClusterError:
+                row.pending = _pending_reason(None)
 
     if todo:
         with ThreadPoolExecutor(min(8, len(todo))) as pool:

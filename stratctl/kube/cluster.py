@@ -15,6 +15,7 @@ being retried for ever.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -49,6 +50,9 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Event"): ("events", True),
     ("v1", "Node"): ("nodes", False),
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
+    ("v1", "Namespace"): ("namespaces", False),
+    ("scheduling.volcano.sh/v1beta1", "Queue"): ("queues", False),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): ("selfsubjectaccessreviews", False),
 }
 
 VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
@@ -59,6 +63,9 @@ POD = ("v1", "Pod")
 NODE = ("v1", "Node")
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 EVENT = ("v1", "Event")
+NAMESPACE = ("v1", "Namespace")
+QUEUE = ("scheduling.volcano.sh/v1beta1", "Queue")
+ACCESS_REVIEW = ("authorization.k8s.io/v1", "SelfSubjectAccessReview")
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -221,6 +228,9 @@ class Cluster:
                 if os.path.exists(ns_file):
                     default_ns = open(ns_file).read().strip() or default_ns
             else:
+                if path is not None and not os.path.exists(os.path.expanduser(path)):
+                    origin = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
+                    raise UsageError(f"the kubeconfig file {path} ({origin}) does not exist")
                 path = path or os.path.expanduser("~/.kube/config")
                 k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
                 contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
@@ -250,7 +260,7 @@ class Cluster:
         return url, headers
 
     def _send(self, method: str, path: str, query: dict | None, body: Any, what: str, content_type: str,
-              stream: bool = False, timeout: tuple[float, float] | None = None) -> Any:
+              stream: bool = False, timeout: tuple[float, float] | None = None, raw: bool = False) -> Any:
         """Send one request and return the JSON of a 2xx answer, or with `stream` the open
         response of a 200 (its body still unread, for `watch`). Every request is timed and
         tells the outage account whether the server answered; a failure to reach the server
@@ -272,7 +282,7 @@ class Cluster:
                                 f"{_unreached(exc)}")
             raise self.outage.failed(error, sent) from None
         except k8s_client.ApiException as exc:  # TLS errors surface this way
-            raise self.outage.failed(Unavailable(f"{what}: {exc.reason}"), sent) from None
+            raise self.outage.failed(Unavailable(f"{what}: {' '.join(str(exc.reason).split())}"), sent) from None
         finally:
             self.outage.received(token)
             self.metrics.record(method, status, time.monotonic() - started)
@@ -281,6 +291,8 @@ class Cluster:
             self.outage.answered()
             if stream and status == 200:
                 return response
+            if raw:  # a body that is not JSON: a container's log
+                return data
             try:
                 return json.loads(data) if data else None
             except ValueError:
@@ -432,6 +444,54 @@ class Cluster:
             if not clean:
                 response.close()  # a half-read stream must not go back to the pool as a reusable connection
             response.release_conn()
+
+    def pod_log(self, name: str, namespace: str | None = None, container: str | None = None,
+                tail: int | None = None, follow: bool = False, timestamps: bool = False,
+                since_time: str | None = None) -> Iterator[bytes]:
+        """A container's log (pods/log, which the API server reads from the node's kubelet),
+        line by line; with `follow`, the lines keep coming until the container ends or the
+        caller stops reading."""
+        path = resource_path(*POD, self._ns(namespace), name) + "/log"
+        query = {"container": container, "tailLines": tail, "follow": "true" if follow else None,
+                 "timestamps": "true" if timestamps else None, "sinceTime": since_time}
+        what = f"log Pod {name}" + (f"/{container}" if container else "")
+        if not follow:
+            data = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
+                                                                    raw=True)))
+            yield from data.splitlines(keepends=True)
+            return
+        response = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
+                                                                    stream=True, timeout=(10, 3600))))
+        try:
+            buffer = b""
+            for chunk in response.stream(4096, decode_content=True):
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                yield from (line + b"\n" for line in lines)
+            if buffer:
+                yield buffer
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(f"{what}: the stream broke: {exc}") from None
+        finally:
+            response.close()
+            response.release_conn()
+
+    def with_gate(self, gate: Gate) -> Cluster:
+        """This cluster (its connection, metrics, grants and outage account) with its requests
+        admitted by `gate` instead."""
+        other = copy.copy(self)
+        other.gate = gate
+        return other
+
+    def reach(self, pause: float = 1.0) -> None:
+        """Wait for the API server's first answer (GET /version), asking again every `pause`
+        seconds, without the throttle's growing backoff: a server that cannot be reached is
+        `Unreachable` once the outage's patience has passed, not a few backoffs later."""
+        while True:
+            try:
+                self._send("GET", "/version", None, None, "get /version", "application/json")
+                return
+            except Unavailable:
+                time.sleep(min(pause, max(0.0, self.outage.remaining())))
 
     def close(self) -> None:
         self.outage.stop()

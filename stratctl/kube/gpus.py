@@ -30,7 +30,8 @@ def job_gpus(job: dict) -> int:
     return sum(replicas * pod_gpus(template) for replicas, template in templates)
 
 
-def _ready(node: dict) -> bool:
+def schedulable(node: dict) -> bool:
+    """Whether new pods may go to the node: Ready, and not cordoned."""
     if (node.get("spec") or {}).get("unschedulable"):
         return False
     for condition in (node.get("status") or {}).get("conditions") or []:
@@ -44,7 +45,7 @@ def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
     free = {
         n["metadata"]["name"]: whole_units(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0))
         for n in nodes
-        if _ready(n)
+        if schedulable(n)
     }
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")

@@ -1,6 +1,7 @@
 """The study record: one ConfigMap per study that makes the cluster the source of truth.
 
-It holds the study file as submitted, its spec hash, and the control flags other
+It holds the study file as submitted, its spec hash and spec (to tell which fields a
+rerun changed), and the control flags other
 terminals steer with (drained, target parallelism), plus the outcomes of trials whose
 jobs were cleaned up. `submit`, `status` and `drain` on any machine read the same record.
 Building and parsing are pure; `records` reads them from a namespace.
@@ -39,6 +40,7 @@ class StudyRecord:
     max_failures: int | None = None  # retries.max_failures, so status tells retrying from failed
     api_quota: str = ""  # when the API quota pushes back: what it does to the study ("" otherwise)
     api_quota_at: float | None = None  # wall time that note was written
+    spec: str = ""  # the study spec as canonical JSON (study.changes.spec_text; "" when too large or older)
 
 
 def record_manifest(record: StudyRecord, namespace: str) -> dict:
@@ -71,6 +73,7 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         "finished": json.dumps(record.finished, sort_keys=True),
         "max-failures": "" if record.max_failures is None else str(record.max_failures),
         API_QUOTA_KEY: json.dumps({"at": record.api_quota_at, "note": record.api_quota}) if record.api_quota else "",
+        "spec": record.spec,
     }
 
 
@@ -108,6 +111,7 @@ def parse_record(configmap: dict) -> StudyRecord:
         max_failures=int(data["max-failures"]) if (data.get("max-failures") or "").isdigit() else None,
         api_quota=quota.get("note") if isinstance(quota.get("note"), str) else "",
         api_quota_at=float(at) if isinstance(at, int | float) else None,
+        spec=data.get("spec", ""),
     )
 
 
@@ -157,6 +161,35 @@ def suspended_of(configmap: dict) -> dict[str, dict]:
 
 def suspended_patch(marks: dict[str, dict]) -> dict:
     return {"data": {SUSPENDED_KEY: json.dumps(marks, sort_keys=True)}}
+
+
+# -- the submit loop's heartbeat --------------------------------------------------------
+#
+# A submit loop following the study says so under LOOP_KEY: {"at": wall time, "running":
+# bool, "host", "pid"}, refreshed with every summary it writes (at least every 20 s) and
+# set to not running when it stops. A marker older than LOOP_STALE is a loop that died
+# without saying so (killed, its machine gone): `delete` treats it as not running.
+
+LOOP_KEY = "loop"
+LOOP_STALE = 90.0
+
+
+def loop_data(at: float, running: bool, host: str = "", pid: int | None = None) -> dict[str, str]:
+    return {LOOP_KEY: json.dumps({"at": at, "running": running, "host": host, "pid": pid}, sort_keys=True)}
+
+
+def loop_following(configmap: dict, now: float, stale: float = LOOP_STALE) -> dict | None:
+    """The marker of a submit loop following the study at wall time `now`, or None."""
+    try:
+        marker = json.loads((configmap.get("data") or {}).get(LOOP_KEY) or "null")
+    except ValueError:
+        return None
+    if not isinstance(marker, dict) or marker.get("running") is not True:
+        return None
+    at = marker.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or now - at > stale:
+        return None
+    return marker
 
 
 MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"

@@ -5,13 +5,19 @@ Study files are written by hand, so every problem must point at `FILE:LINE:COL`.
 throws positions away when it builds Python objects and silently keeps the last of two
 equal keys; here the node tree is composed with the safe loader and walked by hand so
 that positions survive, duplicate keys are reported, and alias bombs are refused before
-anything is expanded.
+anything is expanded. `-` as the path reads the document from standard input, named
+`<stdin>` in problems.
+
+Validation errors are told in stratctl's words (wording.py), not pydantic's, with the
+closest allowed value suggested for a mistyped one.
 """
 
 from __future__ import annotations
 
 import difflib
-
+import re
+import sys
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from stratctl.errors import Problem, StudyError
+from stratctl.study import wording
 
 MAX_BYTES = 1 << 20  # a study file is a page of YAML; a megabyte is already suspicious
 MAX_ALIASES = 64  # anchors are handy for sharing a block or two, not for thousands
@@ -54,6 +61,7 @@ class Document:
     keys: dict[Path_, Position] = field(default_factory=dict)  # where a key is written
     values: dict[Path_, Position] = field(default_factory=dict)  # where its value starts
     problems: list[Problem] = field(default_factory=list)  # duplicate keys, unsupported tags
+    text: str | None = None  # the document as read
 
     def problem(self, path: Path_, message: str, at_key: bool = False) -> Problem:
         """A problem located at `path`, or at its nearest ancestor that exists."""
@@ -93,12 +101,19 @@ class _Refused(Exception):
         self.message = message
 
 
+STDIN = "-"  # the path that means standard input
+STDIN_NAME = "<stdin>"
+
+
 def read(path: str | Path) -> Document:
-    """Read and parse a YAML file; raises StudyError with located problems."""
-    name = str(path)
+    """Read and parse a YAML file (`-`: standard input); raises StudyError with located problems."""
+    name = STDIN_NAME if str(path) == STDIN else str(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        if name == STDIN_NAME:
+            raw = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise StudyError([Problem(name, None, None, f"cannot read the file: {e.strerror or e}")])
     if len(raw) > MAX_BYTES:
@@ -131,7 +146,7 @@ def parse(text: str, file: str = "<string>") -> Document:
         if root is None:
             raise StudyError([Problem(file, 1, 1, "the file is empty: expected a study mapping")])
         walker = _Walker(loader, file)
-        doc = Document(file, None)
+        doc = Document(file, None, text=text)
         doc.data = walker.build(root, (), doc)
         doc.problems = walker.problems
         return doc
@@ -140,6 +155,9 @@ def parse(text: str, file: str = "<string>") -> Document:
 
 
 def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
+    tab = _tab(file, text, e)
+    if tab is not None:  # YAML's own message ("found character '\\t' ...") hides the fix
+        return tab
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         what = e.problem or e.context or "malformed YAML"
@@ -152,6 +170,18 @@ def _yaml_problem(file: str, e: yaml.YAMLError, text: str) -> Problem:
         what = f" (character U+{e.character:04X})" if isinstance(e.character, int) else ""
         return Problem(file, line, column, f"malformed YAML: {e.reason}{what}")
     return Problem(file, None, None, f"malformed YAML: {e}")
+
+
+def _tab(file: str, text: str, e: yaml.YAMLError) -> Problem | None:
+    """A tab where YAML wants spaces: in the indentation of a line, or where parsing stopped."""
+    for number, line in enumerate(text.splitlines(), 1):
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent and line.strip():
+            return Problem(file, number, indent.index("\t") + 1, "a tab in the indentation: use spaces, not tabs")
+    mark = getattr(e, "problem_mark", None)
+    if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
+        return Problem(file, mark.line + 1, mark.column + 1, "a tab where YAML needs spaces: use spaces, not tabs")
+    return None
 
 
 class _Walker:
@@ -228,7 +258,23 @@ def validation_problems(doc: Document, error: ValidationError, root: type) -> se
     A validator may name the offending field with `ctx={"field": "a.b"}` (relative to
     the error's location), so that e.g. "low must be below high" points at `low`.
     """
-    return {_problem(doc, err, root) for err in error.errors()}
+    problems: dict[Problem, None] = {}
+    alternatives: dict[tuple, list[dict]] = defaultdict(list)
+    for err in error.errors():
+        loc = tuple(err["loc"])
+        if err["type"] in wording.ALTERNATIVES and wording.in_union(loc) \
+                and len(_data_path(doc.data, loc, named_last=False)) == len(loc) - 1:
+            # one value against a union of types (a quantity: 2, 0.5 or "500m") fails each member,
+            # named by the last segment of its loc, which is not a key of the data
+            alternatives[_data_path(doc.data, loc[:-1])].append(err)
+        else:
+            problems[_problem(doc, err, root)] = None
+    for path, errs in alternatives.items():
+        kinds = list(dict.fromkeys(wording.ALTERNATIVES[e["type"]] for e in errs))
+        where = ".".join(str(p) for p in path) or "study"
+        shown = wording.shown(errs[0])
+        problems[doc.problem(path, f"{where}: must be {wording.either(kinds)}{shown}")] = None
+    return set(problems)
 
 
 def _problem(doc: Document, err: dict, root: type) -> Problem:
@@ -246,18 +292,13 @@ def _problem(doc: Document, err: dict, root: type) -> Problem:
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else (f" (known: {', '.join(known)})" if known else "")
         parent = ".".join(str(p) for p in path[:-1]) or "the study"
         return doc.problem(path, f"unknown key {key!r} in {parent}{suggestion}", at_key=True)
-    if kind == "missing":
-        return doc.problem(path, f"{where}: required field missing")
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
+        tags = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected_tags", "")))
+        tag = (err.get("ctx") or {}).get("tag")
+        hint = wording.did_you_mean(tag, tags) if isinstance(tag, str) and kind == "union_tag_invalid" else ""
         return doc.problem(path + ("type",) if kind == "union_tag_invalid" else path,
-                           f"{where}: 'type' must be one of choice, uniform, loguniform, int")
-    message = err["msg"]
-    if kind not in ("value_error",) and not isinstance(err.get("ctx", {}).get("field"), str) and "input" in err:
-        shown = err["input"]
-        if isinstance(shown, str | int | float | bool) and kind.endswith(("_type", "_parsing")):
-            message += f", got {shown!r}"
-    message = message.removeprefix("Value error, ")
-    return doc.problem(path, f"{where}: {message}")
+                           f"{where}: 'type' must be one of choice, uniform, loguniform, int{hint}")
+    return doc.problem(path, f"{where}: {wording.plain(err)}")
 
 
 def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:

@@ -53,12 +53,15 @@ def bundled_templates() -> Path:
 
 
 def validate(path: str | Path) -> tuple[Study, list[Trial]]:
-    """Everything short of the cluster: load the study, expand it, render its first trial."""
+    """Everything short of the cluster: load the study, expand it, render every trial, so
+    that a template failing for some parameter values (a division by zero) fails here,
+    not halfway through a submit."""
     study = load_study(path)
     trials = expand(study)
     renderer = Renderer(study)
-    if trials:
-        renderer.render(trials[0])
+    with bulk():
+        for trial in trials:
+            renderer.render(trial)
     if study.cost.per_trial:
         for trial in trials:
             renderer.expected_seconds(trial)
@@ -92,7 +95,7 @@ class Renderer:
         self._stamps_expected = "expected_duration" in study.cost.model_fields_set
         self._nonce = secrets.token_hex(4)
         self._compiled: tuple[list[str], list[str]] | None = None
-        if self._per_study(self.template):
+        if self._per_study(self._ast):
             self._prepare_skeleton()
 
     # ------------------------------------------------------------ public
@@ -171,13 +174,18 @@ class Renderer:
             source, filename, _ = self.env.loader.get_source(self.env, name)
         except TemplateNotFound:
             raise StudyError([self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")])
+        try:  # parsed once: for the checks, for _per_study and to compile
+            self._ast = self.env.parse(source, name, filename)
+        except TemplateSyntaxError:
+            self._ast = source  # check() reports it
         allowed = set(sandbox.MANIFEST_VARIABLES)
         problems = [Problem(filename, line, None, msg)
-                    for line, msg in sandbox.check(self.env, source, allowed, self.study.space, name=name)]
+                    for line, msg in sandbox.check(self.env, self._ast, allowed, self.study.space, name=name)]
         if problems:
             raise StudyError(problems)
         try:
-            return self.env.get_template(name)
+            code = self.env.compile(self._ast, name, filename)
+            return self.env.template_class.from_code(self.env, code, self.env.make_globals(None))
         except TemplateSyntaxError as e:  # already reported by check(); kept for includes
             raise StudyError([Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")])
 
@@ -193,23 +201,25 @@ class Renderer:
         return template
 
     def _string_problem(self, text: str, message: str) -> Problem:
-        return Problem(str(self.study.source or "<study>"), None, None, f"in template {text!r}: {message}")
+        """A problem of a template string, at the place the study file writes it."""
+        path = self.study.path_of(text)
+        if path is None:  # not written in the study file as such (e.g. made by a template file)
+            return Problem(self.study.file, None, None, f"in template {text!r}: {message}")
+        return self.study.problem(path, f"{'.'.join(map(str, path))}: {message}")
 
     def _run(self, template: Template, ctx: dict) -> str:
         try:
             return template.render(ctx)
-        except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError) as e:
+        except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError, OverflowError) as e:
             kind = "not allowed" if isinstance(e, sandbox.SecurityError) else "failed"
-            message = f"rendering {kind}: {e}"
-            if template.filename:
+            message = f"rendering {kind}{_for_trial(ctx)}: {e}"
+            if template.name is not None:  # a template file (a string of the study has no name)
                 raise StudyError([Problem(template.filename, _template_line(e, template.filename), None, message)])
             raise StudyError([self._string_problem(_source_of(template, self._strings), message)])
 
-    def _per_study(self, template: Template) -> bool:
+    def _per_study(self, ast: nodes.Template) -> bool:
         """Whether the template uses trial-level values only as `{{ x | tojson }}` (and
         includes nothing), so that it can be rendered once per study."""
-        source, _, _ = self.env.loader.get_source(self.env, template.name)
-        ast = self.env.parse(source)
         if list(meta.find_referenced_templates(ast)):
             return False
         plain: set[int] = set()
@@ -345,15 +355,23 @@ _STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint"
 # ---------------------------------------------------------------- helpers
 
 
+def _for_trial(ctx: dict) -> str:
+    index = ctx.get("index")
+    return f" for trial {index} ({ctx.get('trial')})" if isinstance(index, int) else ""
+
+
 def _seconds_text(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+_display = sandbox.display
 
 
 class _Interpolation:
     """A template string that only interpolates variables, rendered without Jinja
     (see sandbox.simple); renders exactly what Jinja would."""
 
-    filename = None
+    name = filename = None
 
     def __init__(self, parts: list[str | tuple[str, ...]]):
         self.parts = parts
@@ -364,9 +382,9 @@ class _Interpolation:
             if isinstance(part, str):
                 out.append(part)
             elif len(part) == 1:
-                out.append(str(ctx[part[0]]))
+                out.append(str(_display(ctx[part[0]])))
             else:
-                out.append(str(ctx["params"][part[1]]))
+                out.append(str(_display(ctx["params"][part[1]])))
         return "".join(out)
 
 

@@ -1,15 +1,25 @@
 """The one Jinja environment in which every template of a study runs, and its static checks.
 
 Study files and template directories come from users and, in CI, from pull requests: a
-template must not reach Python internals. Templates run in Jinja's immutable sandbox with
-StrictUndefined and no globals, and are also checked statically before anything renders,
-so `validate` reports a hostile or mistyped template without executing it.
+template must not reach Python internals, nor make the machine that renders it build a
+gigabyte string or a number of millions of digits. Templates run in Jinja's immutable
+sandbox with StrictUndefined and no globals; operators and calls that could produce a huge
+result are sized before they run and refused above a limit. Templates are also checked
+statically before anything renders (unknown variables, parameters, filters and tests), so
+`validate` reports a hostile or mistyped template without executing it.
+
+Booleans print as `true`/`false`, as YAML, JSON and command lines spell them, not as
+Python's `True`/`False`.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
+import operator
+import re
 from collections.abc import Iterable
+from typing import Any
 
 from jinja2 import BaseLoader, StrictUndefined, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
@@ -46,10 +56,109 @@ def is_template(text: str) -> bool:
     return any(d in text for d in _DELIMITERS)
 
 
+# What one operation of a template may build: a manifest value is a few kilobytes at most.
+MAX_LENGTH = 1_000_000  # characters of a string, items of a list
+MAX_INT_BITS = 16_384  # about 4,900 decimal digits (Python prints at most 4,300)
+_PADDING_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
+_FORMAT_SPEC = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def display(value: Any) -> Any:
+    """What `{{ value }}` prints: booleans as `true`/`false`, everything else as is."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return value
+
+
+def _concat(parts: Iterable[str]) -> str:
+    """Join a template's output, refusing it once it passes MAX_LENGTH characters (a loop
+    can repeat output that each operation alone keeps small)."""
+    out, total = [], 0
+    for part in parts:
+        total += len(part)
+        if total > MAX_LENGTH:
+            raise _refuse("the template's output", f"{MAX_LENGTH:,} characters")
+        out.append(part)
+    return "".join(out)
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**", "%"})
+    concat = staticmethod(_concat)
+
     def is_safe_attribute(self, obj, attr, value):  # noqa: ANN001 - Jinja's signature
         # Nothing a study needs starts with an underscore; everything dangerous does.
         return not attr.startswith("_") and super().is_safe_attribute(obj, attr, value)
+
+    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:  # noqa: ANN001
+        if op == "*":
+            _check_product(left, right)
+        elif op == "**":
+            _check_power(left, right)
+        elif op == "%" and isinstance(left, str):
+            _check_format(left)
+        return _BINOPS[op](left, right)
+
+    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+        if getattr(__obj, "__name__", None) in _PADDING_METHODS and isinstance(getattr(__obj, "__self__", None), str):
+            for n in (*args, *kwargs.values()):
+                _check_size(n, f"{__obj.__name__}()")
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+_BINOPS = {"*": operator.mul, "**": operator.pow, "%": operator.mod}
+
+
+def _refuse(what: str, limit: str) -> SecurityError:
+    return SecurityError(f"refusing to compute {what}: the result would exceed {limit}")
+
+
+def _check_size(n: Any, what: str) -> None:
+    if isinstance(n, int) and n > MAX_LENGTH:
+        raise _refuse(what, f"{MAX_LENGTH:,} characters")
+
+
+def _check_product(left: Any, right: Any) -> None:
+    for seq, n in ((left, right), (right, left)):
+        if isinstance(seq, str | list | tuple) and isinstance(n, int) and len(seq) * n > MAX_LENGTH:
+            kind = "characters" if isinstance(seq, str) else "items"
+            raise _refuse(f"a {type(seq).__name__} of {len(seq):,} times {n:,}", f"{MAX_LENGTH:,} {kind}")
+    if isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+        raise _refuse("a product of two huge integers", f"{MAX_INT_BITS:,} bits")
+
+
+def _check_power(base: Any, exp: Any) -> None:
+    if isinstance(base, int) and isinstance(exp, int) and exp > 0 and abs(base) > 1:
+        if exp * math.log2(abs(base)) > MAX_INT_BITS:
+            raise _refuse(f"{_short(base)} ** {_short(exp)}", f"{MAX_INT_BITS:,} bits")
+
+
+def _check_format(text: str) -> None:
+    for width, precision in _FORMAT_SPEC.findall(text):
+        for n in (width, precision):
+            if n == "*" or (n and int(n) > MAX_LENGTH):
+                raise _refuse(f"the format {text[:40]!r}", f"{MAX_LENGTH:,} characters")
+
+
+def _short(n: int) -> str:
+    return f"{n:,}" if n.bit_length() < 64 else f"an integer of {n.bit_length():,} bits"
+
+
+def _bounded_filter(name: str, original: Any, size_args: tuple[int, ...]) -> Any:
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        for i in size_args:
+            if i < len(args):
+                _check_size(args[i], f"the filter {name}")
+        for value in kwargs.values():
+            _check_size(value, f"the filter {name}")
+        if name == "format" and args and isinstance(args[0], str):
+            _check_format(args[0])
+        return original(*args, **kwargs)
+
+    bounded.__name__ = original.__name__
+    return bounded
 
 
 def environment(loader: BaseLoader | None = None) -> ImmutableSandboxedEnvironment:
@@ -60,14 +169,18 @@ def environment(loader: BaseLoader | None = None) -> ImmutableSandboxedEnvironme
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=display,
     )
     env.globals.clear()  # no range/cycler/joiner/lipsum/namespace: less to reach through
+    # filters whose argument is the size of what they build (value first, then arguments)
+    for name, sizes in (("center", (1,)), ("indent", (1,)), ("format", ())):
+        env.filters[name] = _bounded_filter(name, env.filters[name], sizes)
     return env
 
 
 def check(
     env: ImmutableSandboxedEnvironment,
-    source: str,
+    source: str | nodes.Template,
     allowed: Iterable[str],
     params: Iterable[str] | None = None,
     name: str | None = None,
@@ -75,13 +188,15 @@ def check(
     """Problems of a template as (template line, message); nothing is rendered.
 
     `allowed` are the variable names a template may use; `params`, when given, the
-    parameter names that `params.X` / `params['X']` may name.
+    parameter names that `params.X` / `params['X']` may name. `source` may be parsed already.
     """
     try:
-        ast = env.parse(source, name=name)
+        ast = source if isinstance(source, nodes.Template) else env.parse(source, name=name)
     except TemplateSyntaxError as e:
         return [(e.lineno or 1, f"template syntax error: {e.message}")]
-    found: list[tuple[int, str]] = []
+    found = _unknown_filters(env, ast)
+    if found:  # Jinja cannot even analyse a template with an unknown filter or test
+        return found
     private = [n for n in ast.find_all((nodes.Getattr, nodes.Getitem)) if (_attribute(n) or "x")[0] == "_"]
     if private:
         names = ", ".join(sorted({repr(_attribute(n)) for n in private}))
@@ -97,6 +212,17 @@ def check(
                 if attr is not None and not attr.startswith("_") and attr not in params:
                     found.append((node.lineno, f"unknown parameter 'params.{attr}'{_suggest(attr, params)}"))
     return sorted(set(found))
+
+
+def _unknown_filters(env: ImmutableSandboxedEnvironment, ast: nodes.Template) -> list[tuple[int, str]]:
+    found = []
+    for kinds, known, what in ((nodes.Filter, env.filters, "filter"), (nodes.Test, env.tests, "test")):
+        for node in ast.find_all(kinds):
+            if node.name not in known:
+                close = difflib.get_close_matches(node.name, sorted(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                found.append((node.lineno, f"unknown {what} {node.name!r}{hint}"))
+    return found
 
 
 def simple(env: ImmutableSandboxedEnvironment, source: str) -> list[str | tuple[str, ...]] | None:

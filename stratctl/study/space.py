@@ -13,12 +13,12 @@ import gc
 import itertools
 import math
 import random
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from stratctl.study import sobol
 from stratctl.study.digest import digest
 from stratctl.errors import Problem, StudyError
 from stratctl.study.spec import Choice, IntRange, Study, grid_size, in_grid
@@ -124,6 +124,9 @@ def _combinations(study: Study) -> Iterator[dict[str, Any]]:
         draws: Sequence[Sequence[float]] | None = None
     else:
         rng = None
+        if study.strategy.seed < 0:
+            raise StudyError([_problem(study, ("strategy", "seed"), "strategy.seed: the quasi-random strategy "
+                                       f"needs a seed of 0 or more (got {study.strategy.seed})")])
         draws = _quasi_random(len(sampled), count, study.strategy.seed)
     samplers = [(k, _sampler(study.space[k])) for k in sampled]
     uniform = rng.random if rng is not None else None
@@ -137,12 +140,8 @@ def _combinations(study: Study) -> Iterator[dict[str, Any]]:
 
 
 def _quasi_random(dims: int, n: int, seed: int) -> list[list[float]]:
-    from scipy.stats import qmc  # imported here: scipy costs ~0.3 s to import
-
-    with warnings.catch_warnings():
-        # Sobol's balance is best at powers of two; any n is still a low-discrepancy set.
-        warnings.simplefilter("ignore", UserWarning)
-        return qmc.Sobol(d=dims, scramble=True, seed=seed).random(n).tolist()
+    # Sobol's balance is best at powers of two; any n is still a low-discrepancy set.
+    return sobol.points(dims, n, seed)
 
 
 def _sampler(param: Any) -> Callable[[float], Any]:

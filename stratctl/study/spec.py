@@ -379,11 +379,39 @@ class Study(_Model):
         """The study file this was loaded from."""
         return self._source
 
+    @property
+    def file(self) -> str:
+        """How problems name the study file: its path, `<stdin>`, or `<study>` when built in code."""
+        if self._doc is not None:
+            return self._doc.file
+        return str(self._source or "<study>")
+
+    @property
+    def text(self) -> str:
+        """The study file as read (what the study's record in the cluster keeps)."""
+        if self._doc is not None and self._doc.text is not None:
+            return self._doc.text
+        return self._source.read_text() if self._source else ""
+
     def problem(self, path: tuple, message: str) -> Problem:
         """A problem located at a field of the study file (for checks made after loading)."""
         if self._doc is not None:
             return self._doc.problem(path, message)
-        return Problem(str(self._source or "<study>"), None, None, message)
+        return Problem(self.file, None, None, message)
+
+    def with_namespace(self, namespace: str) -> Study:
+        """The same study in another namespace (`submit -n`), still read from the same file."""
+        # only the fields the file set: a full dump would mark every default as set (e.g.
+        # cost.expected_duration, which then stamps every job with the default duration)
+        study = Study.model_validate({**self.model_dump(exclude_unset=True), "namespace": namespace})
+        study._source, study._doc = self._source, self._doc
+        return study
+
+    def path_of(self, text: str) -> tuple | None:
+        """Where the study file writes the template string `text` (its first occurrence)."""
+        if self._doc is None:
+            return None
+        return next((path for path, value in _strings(self._doc.data, ()) if value == text), None)
 
     @property
     def templates_path(self) -> Path | None:
@@ -414,9 +442,10 @@ class Study(_Model):
 
 
 def load_study(path: str | Path) -> Study:
-    """Read, validate and check a study file; raises StudyError listing every problem."""
+    """Read, validate and check a study file (`-`: standard input); raises StudyError
+    listing every problem."""
     doc = document.read(path)
-    return study_from_document(doc, Path(path))
+    return study_from_document(doc, None if str(path) == document.STDIN else Path(path))
 
 
 def study_from_document(doc: document.Document, source: Path | None = None) -> Study:

@@ -34,6 +34,8 @@ def progress_table(p: Progress) -> Table:
         + ("  [yellow]holding[/]" if p.hold else ""),
     )
     table.add_row("decision", p.reason or "-")
+    if p.blocked:  # gangs wait past the grace period: the cause, as the cluster states it
+        table.add_row("why pending", Text(f"{p.stuck} gang(s): {p.blocked}", style="yellow"))
     if p.free_gpus is not None:
         table.add_row(
             "cluster",
@@ -86,7 +88,8 @@ class LiveDisplay:
             self.live.update(render_progress(progress))
 
     def event(self, message: str) -> None:
-        self.console.log(Text(message))
+        # console.log would append this module's file:line to every line: it is not the user's business
+        self.console.print(Text(time.strftime("[%H:%M:%S] "), style="dim") + Text(message))
 
 
 class LogDisplay:
@@ -109,7 +112,7 @@ class LogDisplay:
 
     def update(self, p: Progress) -> None:
         key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, len(p.errors), p.throttled_429,
-               p.watch_problem)
+               p.watch_problem, p.blocked)
         if key == self._last:
             return
         self._last = key
@@ -118,6 +121,7 @@ class LogDisplay:
             f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
             f"{p.created} created, {p.throttled_429} x 429"
             + (f"; {p.watch_problem}" if p.watch_problem else "")
+            + (f"; {p.stuck} gang(s) waiting: {p.blocked}" if p.blocked else "")
             + (f"; {p.api_note}" if p.api_limited else "")
         )
 

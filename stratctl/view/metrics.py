@@ -6,9 +6,12 @@ Grafana panel can show target against in-flight trials and why the target moved.
 
 from __future__ import annotations
 
+import errno
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from stratctl.engine.progress import Progress
+from stratctl.errors import UsageError
 
 
 class MetricsReporter:
@@ -43,12 +46,26 @@ class MetricsReporter:
         self._seen_watch_errors = 0
         self._last_target: int | None = None
 
-    def serve(self, port: int) -> MetricsReporter:
-        start_http_server(port, registry=self.registry)
+    def serve(self, port: int, address: str = "127.0.0.1") -> MetricsReporter:
+        """Serve /metrics on address:port, or refuse in one line (exit 2) when it is taken."""
+        try:
+            start_http_server(port, addr=address, registry=self.registry)
+        except OSError as e:
+            reason = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be served: {e.strerror or e}"
+            raise UsageError(f"--metrics-port {port}: {address}:{port} {reason}; "
+                             "choose another port or stop what listens there") from None
         return self
+
+    def _start(self, study: str) -> None:
+        """Export every counter at 0 from the first update, so a rate() over the series is
+        defined from the start instead of appearing with the first event."""
+        for counter in (self.throttled, self.watch_failures, self.decisions):
+            counter.labels(study)
 
     def update(self, p: Progress) -> None:
         s = p.study
+        if self._last_target is None:
+            self._start(s)
         for gauge, value in (
             (self.target, p.target), (self.in_flight, p.in_flight), (self.pending, p.pending),
             (self.stuck, p.stuck), (self.waiting, p.waiting), (self.succeeded, p.succeeded),

@@ -45,7 +45,7 @@ def test_validate_reports_every_problem_of_every_file_and_exits_2(tmp_path):
     assert result.stdout == f"{good}: valid: study tiny, 5 trials\n"
     lines = result.stderr.splitlines()
     assert lines[0].startswith(f"{bad}:1:7: name: study name 'Tiny' is not a DNS-1123 label")
-    assert lines[1].startswith(f"{bad}:12:17: trial.tasks.0.replicas: Input should be a valid integer")
+    assert lines[1].startswith(f"{bad}:12:17: trial.tasks.0.replicas: must be a whole number")
     assert lines[2] == f"{empty}:1:1: the file is empty: expected a study mapping"
     assert lines[3] == "3 problems"
     assert "Traceback" not in result.stderr

@@ -57,3 +57,17 @@ def test_the_panel_and_summary_say_one_thing_in_the_singular():
     out = text_of(progress_table(p))
     assert "1 free GPU, room for 1 more gang," in out
     assert summary(p).splitlines()[0].endswith("of 1 trial")
+
+
+def test_live_events_carry_a_time_and_no_source_location():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from stratctl.view.display import LiveDisplay
+
+    out = StringIO()
+    LiveDisplay(Console(file=out, width=120, force_terminal=False)).event("trial t-3 preempted: resumes as attempt 1")
+    line = out.getvalue().rstrip("\n")
+    assert line.endswith("trial t-3 preempted: resumes as attempt 1")
+    assert line.startswith("[") and "display.py" not in line and ".py:" not in line

@@ -55,7 +55,7 @@ def test_unknown_top_level_key(tmp_path):
 def test_wrong_type_points_at_the_value(tmp_path):
     text = MINIMAL.replace("replicas: 2", "replicas: two")
     [p] = problems(tmp_path, text)
-    assert p.startswith("study.yaml:12:17: trial.tasks.0.replicas: Input should be a valid integer")
+    assert p.startswith("study.yaml:12:17: trial.tasks.0.replicas: must be a whole number")
     assert "'two'" in p
 
 
@@ -82,7 +82,7 @@ def test_bad_distribution_bounds(tmp_path, param, expected):
 def test_int_step_must_be_positive(tmp_path):
     text = MINIMAL.replace("  bs: {type: choice, values: [16, 32]}", "  bs: {type: int, low: 1, high: 9, step: 0}")
     [p] = problems(tmp_path, text)
-    assert p.startswith("study.yaml:5:42: space.bs.step: Input should be greater than or equal to 1")
+    assert p.startswith("study.yaml:5:42: space.bs.step: must be at least 1")
 
 
 def test_unknown_distribution(tmp_path):
@@ -101,7 +101,7 @@ def test_duplicate_key_elsewhere_is_reported_with_other_problems(tmp_path):
     text = MINIMAL.replace("namespace: ns", "namespace: ns\nnamespace: other").replace("replicas: 2", "replicas: -1")
     found = problems(tmp_path, text)
     assert found[0] == "study.yaml:3:1: duplicate key 'namespace' (first defined at line 2)"
-    assert found[1].startswith("study.yaml:13:17: trial.tasks.0.replicas: Input should be greater than or equal to 1")
+    assert found[1].startswith("study.yaml:13:17: trial.tasks.0.replicas: must be at least 1")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,63 @@
+"""`stratctl delete STUDY`: remove a study's jobs, PodGroups, pods and record from the cluster."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, Output, OutputOpt, StudyArg, emit
+
+
+def interactive() -> bool:
+    """Whether someone at a terminal can answer a confirmation."""
+    return sys.stdin.isatty()
+
+
+def delete(
+    study: StudyArg,
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask for a confirmation (for scripts).")] = False,
+    keep_record: Annotated[bool, typer.Option("--keep-record", help="Keep the study record (its spec, flags and "
+                                              "finished trials' outcomes).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Delete even while a submit loop is following the study.")]
+    = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, metavar="SECONDS",
+                                           help="Seconds to wait for the objects to be gone.")] = 60.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Delete a study: its jobs (their pods go with them), PodGroups and record.
+
+    Asks for a confirmation on a terminal; `--yes` for scripts. Refuses while a submit loop
+    is following the study, unless `--force`.
+    """
+    from stratctl.engine import delete as core
+    from stratctl.engine.connect import Connection, one_shot
+
+    cluster = one_shot(Connection(kubeconfig, context, namespace))
+    try:
+        ns = cluster.namespace
+        found = core.survey(cluster, ns, study, time.time())
+        if core.check(found, time.time(), force, yes, interactive()):
+            if not typer.confirm(f"Delete study {study} in namespace {ns}: {found.describe()}?", default=False):
+                typer.echo("not deleted", err=True)
+                raise typer.Exit(1)
+        outcome = core.delete(cluster, ns, study, keep_record=keep_record, timeout=timeout)
+    finally:
+        cluster.close()
+    if not emit(outcome.as_dict(), output):
+        d = outcome.deleted
+        from rich.console import Console
+
+        out = Console(highlight=False)
+        out.print(f"{study}: deleted {d['jobs']} job(s), {d['podgroups']} PodGroup(s), {d['pods']} pod(s)"
+                  + (", and its record" if d.get("record") else ""))
+        if outcome.left:
+            left = ", ".join(f"{n} {k}" for k, n in outcome.left.items())
+            out.print(f"still there after {timeout:g} s: {left}; the record was kept, run the same command again")
+    if outcome.left:
+        raise typer.Exit(1)

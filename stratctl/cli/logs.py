@@ -1,0 +1,49 @@
+"""`stratctl logs STUDY [TRIAL | --best]`: what a trial's containers printed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, StudyArg
+
+
+def logs(
+    study: StudyArg,
+    trial: Annotated[Optional[str], typer.Argument(metavar="TRIAL", show_default=False,
+                                                   help="The trial (as `status` names it).")] = None,
+    best: Annotated[bool, typer.Option("--best", help="The best trial by --sort (what `status --sort` shows first).")]
+    = False,
+    sort: Annotated[str, typer.Option("--sort", metavar="METRIC", help="With --best: 'loss' lowest first, "
+                                      "'-accuracy' highest first.")] = "loss",
+    task: Annotated[Optional[str], typer.Option("--task", metavar="NAME", help="Only the pods of this task of the "
+                                                "gang.")] = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines.")] = False,
+    tail: Annotated[Optional[int], typer.Option("--tail", min=0, metavar="N", help="Only the last N lines of "
+                                                "each container.")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Print a trial's logs: every pod of its latest attempt, each line prefixed with its
+    pod when the gang has several."""
+    from stratctl.engine import logs as core
+    from stratctl.engine.connect import Connection, one_shot
+    from stratctl.errors import UsageError
+
+    if bool(trial) == best:
+        raise UsageError("name a trial, or pass --best")
+    cluster = one_shot(Connection(kubeconfig, context, namespace))
+    try:
+        ns = cluster.namespace
+        name = trial or core.best_trial(cluster, ns, study, sort)
+        found = core.sources(core.pods_of(cluster, ns, study, name, task))
+        if not found:
+            raise UsageError(f"no pod of trial {name} has started yet: nothing logged")
+        if best:
+            typer.echo(f"trial {name}", err=True)
+        for prefix, line in core.lines(cluster, ns, found, tail=tail, follow=follow):
+            typer.echo(f"{prefix} {line}" if prefix else line)
+    finally:
+        cluster.close()

@@ -1,0 +1,39 @@
+"""`stratctl wait`: block until a study has finished; the exit code says how it ended."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, StudyArg, duration_option
+
+
+def wait(
+    study: StudyArg,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    namespace: NamespaceOpt = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DURATION",
+                                                   help="Give up after this long (45s, 30m, 2h): exit 124.")] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.2, metavar="SECONDS", help="Seconds between two reads.")] = 2.0,
+) -> None:
+    """Wait until every trial of STUDY succeeded or failed: exit 0 if all succeeded, 1 if some
+    failed, 124 on --timeout. Prints a line when the trials' states change."""
+    from stratctl.engine import status as core
+    from stratctl.engine.completion import wait as wait_for
+    from stratctl.engine.connect import Connection, one_shot
+
+    seconds = duration_option(timeout, "--timeout")
+    cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=4)
+
+    def read():
+        # every trial, as `status -o json` reads them: the summary a submit loop keeps in the
+        # record is a cycle behind, and stays for 30 s after a loop that stopped
+        return core.collect(cluster, cluster.namespace, study, reasons_for_all=False).studies[0]
+
+    try:
+        code = wait_for(read, typer.echo, timeout=seconds, interval=interval)
+    finally:
+        cluster.close()
+    raise typer.Exit(int(code))

@@ -1,0 +1,187 @@
+"""`delete` and `logs` against the real testbed, as separate processes.
+
+`delete` leaves nothing of a finished study with its label (jobs, PodGroups, pods,
+record) and refuses while a `submit` loop follows the study. `logs` reads a trial's
+containers through the API server (the testbed's KWOK serves one known log for every
+container of the namespace): one pod plain, a gang's pods prefixed, `--task`, `--best`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from stratctl import labels
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
+from stratctl.kube.record import loop_following, record_name
+from tests.e2e.support import wait_until
+from tests.e2e.test_batch import Stratctl, recorded, unique
+
+pytestmark = pytest.mark.e2e
+
+KNOWN_LOG = ["testbed trial: started", "testbed trial: epoch 1 loss 0.90",
+             "testbed trial: fake GPU, nothing computed", "testbed trial: epoch 2 loss 0.50"]
+KINDS = (VOLCANO_JOB, BATCH_JOB, PODGROUP, POD, CONFIGMAP)
+
+
+def study_yaml(name, namespace, trials, duration, tasks="[{name: worker, replicas: 1}]", message=None):
+    notes = {"testbed.stratctl.io/run-duration": duration}
+    if message:
+        notes["testbed.stratctl.io/termination-message"] = message
+    return textwrap.dedent(f"""\
+        name: {name}
+        namespace: {namespace}
+        priority_class: stratctl-low
+        space:
+          seed: {{type: int, low: 0, high: {trials - 1}}}
+        strategy: {{kind: grid}}
+        trial:
+          image: stratctl.invalid/fake-trial:0
+          annotations: {json.dumps(notes)}
+          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}, limits: {{nvidia.com/gpu: 1}}}}
+          tasks: {tasks}
+        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
+        """)
+
+
+class Script(Stratctl):
+    """The CLI as a script runs it: no terminal on stdin (so no confirmation prompt), and
+    the exit codes and one-line messages users see (no tracebacks)."""
+
+    def __init__(self, testbed):
+        super().__init__(testbed)
+        self.env.pop("STRATCTL_TRACEBACK")
+
+    def run(self, *args, timeout=60, code=0) -> str:
+        done = subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == code, f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
+        return done.stdout
+
+    def start(self, *args) -> subprocess.Popen:
+        return subprocess.Popen(self.args(*args), env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def cli(testbed):
+    return Script(testbed)
+
+
+@pytest.fixture
+def studies(api, tmp_path):
+    """Write study files; whatever a test leaves of them is deleted afterwards."""
+    names = []
+
+    def write(name, text):
+        names.append(name)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        return str(path)
+
+    yield write
+    for name in names:
+        for kind in KINDS:
+            for item in api.list(kind, label_selector=f"{labels.STUDY}={name}")[0]:
+                api.delete(kind, item["metadata"]["name"])
+    for name in names:
+        wait_until(lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0], 90,
+                   message=f"pods of {name} gone")
+
+
+def left_of(api, name):
+    return {kind[1] + ("" if kind != BATCH_JOB else " (batch)"): len(items) for kind in KINDS
+            if (items := api.list(kind, label_selector=f"{labels.STUDY}={name}")[0])}
+
+
+def test_delete_removes_every_object_of_a_finished_study(testbed, api, cli, studies):
+    name = unique("del")
+    path = studies(name, study_yaml(name, testbed.namespace, 3, "1s", tasks="[{name: worker, replicas: 2}]"))
+    progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120))
+    assert progress["succeeded"] == 3
+    before = left_of(api, name)
+    assert before["Job"] == 3 and before["Pod"] == 6 and before["ConfigMap"] == 1, before
+    # no terminal and no --yes: refused, nothing touched
+    refused = cli.run("delete", name, code=2)
+    assert refused == "" and left_of(api, name) == before
+    started = time.monotonic()
+    outcome = json.loads(cli.run("delete", name, "--yes", "-o", "json", timeout=90))
+    assert outcome["deleted"]["jobs"] == 3 and outcome["deleted"]["pods"] == 6 and outcome["deleted"]["record"] == 1
+    assert outcome["left"] == {}
+    assert left_of(api, name) == {}, f"left after delete ({time.monotonic() - started:.1f} s)"
+
+
+def test_delete_refuses_while_a_submit_loop_follows_the_study(testbed, api, cli, studies):
+    name = unique("dfl")
+    path = studies(name, study_yaml(name, testbed.namespace, 2, "120s"))
+    submit = cli.start("submit", path, "--poll-interval", "1")
+    try:
+        recorded(api, name)
+        wait_until(lambda: loop_following(api.get(CONFIGMAP, record_name(name)), time.time()), 60,
+                   message="the submit loop's heartbeat in the record")
+        done = cli.start("delete", name, "--yes")
+        out, err = done.communicate(timeout=60)
+        assert done.returncode == 2, err
+        assert "submit loop" in err and "--force" in err and len(err.strip().splitlines()) == 1
+        assert left_of(api, name).get("ConfigMap") == 1
+    finally:
+        submit.send_signal(signal.SIGINT)
+        submit.communicate(timeout=60)
+    # the loop said it stopped: no --force needed now
+    assert loop_following(api.get(CONFIGMAP, record_name(name)), time.time()) is None
+    json.loads(cli.run("delete", name, "--yes", "-o", "json", timeout=90))
+    assert left_of(api, name) == {}
+
+
+def test_logs_of_a_trial_a_gang_a_task_and_the_best_trial(testbed, api, cli, studies):
+    name = unique("log")
+    message = '{"loss": {{ (params.seed - 1) * (params.seed - 1) + params.seed / 10 }}}'  # best: seed 1
+    path = studies(name, study_yaml(name, testbed.namespace, 3, "1s", message=message,
+                                    tasks="[{name: worker, replicas: 2}, {name: ps, replicas: 1}]"))
+    progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120))
+    assert progress["succeeded"] == 3
+    snap = cli.status(name)
+    by_seed = {t["params"]["seed"]: t["trial"] for t in snap["trials"]}
+    pods = {p["metadata"]["name"] for p in api.list(POD, label_selector=f"{labels.TRIAL}={by_seed[0]}")[0]}
+    assert len(pods) == 3
+
+    # a gang: every pod's lines, each prefixed with its pod
+    out = cli.run("logs", name, by_seed[0]).splitlines()
+    assert len(out) == 3 * len(KNOWN_LOG)
+    assert {line.split(" ", 1)[0] for line in out} == pods
+    for pod in pods:
+        assert [line.split(" ", 1)[1] for line in out if line.startswith(pod + " ")] == KNOWN_LOG
+
+    # one task of one pod: the plain log
+    ps = cli.run("logs", name, by_seed[0], "--task", "ps")
+    assert ps.splitlines() == KNOWN_LOG
+    assert cli.run("logs", name, by_seed[0], "--task", "ps", "--tail", "1").splitlines() == KNOWN_LOG[-1:]
+
+    # --best: the trial status ranks first by loss
+    done = cli.start("logs", name, "--best", "--task", "ps")
+    out, err = done.communicate(timeout=60)
+    assert done.returncode == 0 and out.splitlines() == KNOWN_LOG
+    assert err.strip() == f"trial {by_seed[1]}"
+
+
+def test_logs_follow_streams_and_keeps_going(testbed, api, cli, studies):
+    name = unique("lgf")
+    path = studies(name, study_yaml(name, testbed.namespace, 1, "300s"))
+    submit = cli.start("submit", path, "--poll-interval", "1", "--detach")
+    submit.communicate(timeout=60)
+    trial = wait_until(lambda: [p for p in api.list(POD, label_selector=f"{labels.STUDY}={name}")[0]
+                                if p["status"].get("phase") == "Running"], 60, message="a running pod")
+    follow = cli.start("logs", name, trial[0]["metadata"]["labels"][labels.TRIAL], "-f")
+    try:
+        lines = [follow.stdout.readline().rstrip("\n") for _ in KNOWN_LOG]
+        assert lines == KNOWN_LOG
+        time.sleep(2)
+        assert follow.poll() is None  # still following
+    finally:
+        follow.kill()
+        follow.communicate(timeout=30)
