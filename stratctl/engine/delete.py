@@ -5,8 +5,9 @@ it (its heartbeat in the record, `record.loop_following`); `check` decides, pure
 whether a deletion may go ahead (a loop is following and `--force` was not given: no;
 no confirmation on a terminal and no `--yes`: ask, or refuse when nobody can answer).
 `delete` removes the jobs first (background propagation: the garbage collector takes
-their pods), waits until they are gone so no job controller recreates a pod, then the
-PodGroups and pods left, and the record last: a deletion cut short can be run again,
+their pods and PodGroups), waits until they are gone so no job controller recreates a pod,
+then the PodGroups and pods no job owns (the garbage collector's are left to it: a user may
+delete jobs without being allowed to delete pods), and the record last: a deletion cut short can be run again,
 since the study is still listed. It waits, bounded, until the objects are gone.
 """
 
@@ -59,15 +60,16 @@ class Outcome:
 
     def as_dict(self) -> dict:
         return {"study": self.study, "deleted": dict(self.deleted), "left": dict(self.left),
-                "keptRecord": self.kept_record}
+                "kept_record": self.kept_record}
 
 
 def _selector(study: str) -> str:
     return f"{labels.STUDY}={study}"
 
 
-def _names(cluster, kind, namespace: str, study: str) -> list[str]:
-    return [o["metadata"]["name"] for o in cluster.list(kind, namespace, label_selector=_selector(study))[0]]
+def _names(cluster, kind, namespace: str, study: str, orphans_only: bool = False) -> list[str]:
+    return [o["metadata"]["name"] for o in cluster.list(kind, namespace, label_selector=_selector(study))[0]
+            if not (orphans_only and o["metadata"].get("ownerReferences"))]
 
 
 def survey(cluster, namespace: str, study: str, now: float) -> Survey:
@@ -113,9 +115,12 @@ def delete(cluster, namespace: str, study: str, keep_record: bool = False, timeo
         for name in names:
             cluster.delete(kind, name, namespace)
     _wait(counts["jobs"], deadline, clock, sleep)
-    for kind in (PODGROUP, POD):  # what the garbage collector has not taken with the jobs
-        for name in _names(cluster, kind, namespace, study):
-            cluster.delete(kind, name, namespace)
+    for kind in (PODGROUP, POD):  # what no job owns, so the garbage collector will not take it
+        for name in _names(cluster, kind, namespace, study, orphans_only=True):
+            try:
+                cluster.delete(kind, name, namespace)
+            except NotFound:
+                pass
     _wait(lambda: sum(count() for count in counts.values()), deadline, clock, sleep)
     outcome.left = {key: n for key, count in counts.items() if (n := count())}
     if not keep_record and not outcome.left:  # the record goes last: a deletion cut short can be run again

@@ -57,6 +57,35 @@ def test_delete_removes_jobs_podgroups_pods_and_the_record_last(tmp_path):
     assert objects_of(cluster, "other") == others  # another study's objects are left alone
 
 
+def test_what_a_job_owns_is_left_to_the_garbage_collector(tmp_path):
+    """A user who may delete jobs but not pods (the testbed's restricted user): pods and
+    PodGroups owned by the jobs are not deleted by stratctl; it waits for the collector."""
+    cluster = FakeCluster()
+    submitted(tmp_path, cluster, "sweep")
+    with_pods(cluster, "sweep")
+    owned = [k for k, o in cluster.objects.items() if k[1] in (POD[1], PODGROUP[1])]
+    for key in owned:
+        cluster.objects[key]["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "x", "uid": "u"}]
+    deleted_by_stratctl = []
+    real_delete = cluster.delete
+
+    def delete(kind, name, namespace=None, **kw):
+        if kind in (POD, PODGROUP):
+            deleted_by_stratctl.append(name)
+        return real_delete(kind, name, namespace, **kw)
+
+    cluster.delete = delete
+
+    def collector(seconds):  # the garbage collector takes the owned objects while delete waits
+        for key in owned:
+            cluster.objects.pop(key, None)
+
+    outcome = core.delete(cluster, cluster.namespace, "sweep", clock=FakeClock(), sleep=collector)
+    assert deleted_by_stratctl == []
+    assert outcome.left == {} and outcome.deleted["record"] == 1
+    assert objects_of(cluster, "sweep") == []
+
+
 def test_keep_record_keeps_only_the_record(tmp_path):
     cluster = FakeCluster()
     submitted(tmp_path, cluster, "sweep")
@@ -182,5 +211,5 @@ def test_delete_yes_json_and_the_force_a_followed_study_needs(cli):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"study": "sweep", "deleted": {"jobs": 3, "podgroups": 0, "pods": 0,
                                                                        "record": 1},
-                                         "left": {}, "keptRecord": False}
+                                         "left": {}, "kept_record": False}
 
