@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
+
+GPU = "nvidia.com/gpu"
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.5, message: str = "condition"):
@@ -112,3 +115,62 @@ def env_of(job: dict) -> dict:
     """The environment of a Volcano job's first container."""
     container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
     return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+def fake_study(name: str, namespace: str, trials: int, duration: str, *, replicas: int = 1,
+               min_available: int | None = None, tasks: str | None = None, parallelism: int | None = None,
+               min_parallelism: int = 1, annotations: dict | None = None, fields: dict | None = None,
+               checkpoint: bool = True, extra: str = "") -> str:
+    """A study of `trials` grid trials (seed 0..trials-1) of the fake trial image, whose pods
+    the testbed's KWOK runs for `duration` (more testbed.stratctl.io/ behaviour in
+    `annotations`): one task of `replicas` one-GPU pods (gang `min_available`) unless `tasks`
+    gives the task list; at most `parallelism` (default: all) trials in flight; `fields`
+    are top-level fields after priority_class; `extra` is YAML appended at the end."""
+    gang = f", min_available: {min_available}" if min_available else ""
+    cap = parallelism or trials
+    notes = ", ".join(f"{key}: {json.dumps(value)}" for key, value in
+                      {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items())
+    head = "".join(f"{key}: {value}\n" for key, value in (fields or {}).items())
+    store = 'checkpoint: {location: "/ckpt/{{ study }}/{{ trial }}"}\n' if checkpoint else ""
+    return (f"name: {name}\n"
+            f"namespace: {namespace}\n"
+            "priority_class: stratctl-low\n"
+            f"{head}"
+            "space:\n"
+            f"  seed: {{type: int, low: 0, high: {trials - 1}}}\n"
+            "strategy: {kind: grid}\n"
+            "trial:\n"
+            "  image: stratctl.invalid/fake-trial:0\n"
+            f"  annotations: {{{notes}}}\n"
+            f"  resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}\n"
+            f"  tasks: {tasks or f'[{{name: worker, replicas: {replicas}{gang}}}]'}\n"
+            f"{store}"
+            f"throttle: {{qps: 50, burst: 20, parallelism: {{min: {min_parallelism}, initial: {cap}, max: {cap}}}}}\n"
+            ) + textwrap.dedent(extra)
+
+
+def busybox_study(name: str, namespace: str, trials: int, duration: str = "2s", *, cap: int | None = None,
+                  replicas: int = 1, image: str = "busybox", flag: str = "--seed", throttle: str | None = None,
+                  extra: str = "") -> str:
+    """A study of `trials` grid trials in the default queue, each a `train {flag}=<seed>`
+    command in `image` on one task of `replicas` one-GPU pods, which the testbed's KWOK runs
+    for `duration`; at most `cap` (default: all) in flight, or the `throttle` given."""
+    cap = cap or trials
+    throttle = throttle or f"{{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}"
+    return textwrap.dedent(f"""\
+        name: {name}
+        namespace: {namespace}
+        queue: default
+        priority_class: stratctl-low
+        space:
+          seed: {{type: int, low: 0, high: {trials - 1}, grid: true}}
+        strategy: {{kind: grid}}
+        trial:
+          image: {image}
+          command: ["train", "{flag}={{{{ params.seed }}}}"]
+          annotations:
+            testbed.stratctl.io/run-duration: "{duration}"
+          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
+          tasks: [{{name: worker, replicas: {replicas}}}]
+        throttle: {throttle}
+        """) + textwrap.dedent(extra)

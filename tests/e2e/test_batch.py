@@ -9,7 +9,6 @@ The stratctl commands run as separate processes; every wait has a deadline.
 from __future__ import annotations
 
 import json
-import textwrap
 import threading
 import time
 
@@ -19,35 +18,15 @@ from stratctl import labels
 from stratctl.engine.status import collect
 from stratctl.kube.cluster import BATCH_JOB, EVENT, POD, PODGROUP, VOLCANO_JOB
 from stratctl.kube.state import TrialState, classify, latest_attempts
-from tests.e2e.support import Cli, finish, recorded, running_pods, unique, wait_until
+from tests.e2e.support import Cli, fake_study, finish, recorded, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
 
 
-def study_yaml(name, namespace, trials, duration, *, replicas=2, min_available=None, parallelism=None,
-               annotations=None, workload="batch", extra=""):
-    gang = f", min_available: {min_available}" if min_available else ""
-    cap = parallelism or trials
-    notes = ", ".join(f"{key}: {json.dumps(value)}" for key, value in
-                      {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items())
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        workload: {workload}
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {{{notes}}}
-          resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
-          tasks: [{{name: worker, replicas: {replicas}{gang}}}]
-        checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
-        """) + textwrap.dedent(extra)
+def study_yaml(name, namespace, trials, duration, *, workload="batch", replicas=2, **kw):
+    return fake_study(name, namespace, trials, duration, fields={"workload": workload}, replicas=replicas, **kw)
 
 
 @pytest.fixture

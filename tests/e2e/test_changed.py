@@ -5,7 +5,6 @@ completes the study without duplicates."""
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 
 import pytest
@@ -16,29 +15,9 @@ from stratctl.kube.record import record_name
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
 from tests.e2e.support import Cli, unique
+from tests.e2e.support import busybox_study as study_yaml
 
 pytestmark = pytest.mark.e2e
-
-
-def study_yaml(name: str, namespace: str, trials: int, cap: int, duration: str, image: str = "busybox",
-               flag: str = "--seed") -> str:
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        queue: default
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}, grid: true}}
-        strategy: {{kind: grid}}
-        trial:
-          image: {image}
-          command: ["train", "{flag}={{{{ params.seed }}}}"]
-          annotations:
-            testbed.stratctl.io/run-duration: "{duration}"
-          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
-          tasks: [{{name: worker, replicas: 1}}]
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
-        """)
 
 
 @pytest.fixture

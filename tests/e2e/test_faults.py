@@ -24,7 +24,6 @@ import random
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,7 +37,7 @@ from stratctl.kube.cluster import POD, PODGROUP, VOLCANO_JOB
 from stratctl.kube.state import latest_attempts, volcano_phase
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
-from tests.e2e.support import Cli, unique
+from tests.e2e.support import Cli, fake_study, unique
 
 pytestmark = pytest.mark.e2e
 
@@ -57,21 +56,7 @@ MAX_OUTAGE_LINES = 10  # for one outage of ~10-30 s
 
 
 def study_yaml(name: str, namespace: str, trials: int = TRIALS, duration: str = DURATION) -> str:
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {{testbed.stratctl.io/run-duration: "{duration}"}}
-          resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
-          tasks: [{{name: worker, replicas: 2}}]
-        checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 4, initial: {PARALLEL}, max: {PARALLEL}}}}}
-        """)
+    return fake_study(name, namespace, trials, duration, replicas=2, parallelism=PARALLEL, min_parallelism=4)
 
 
 # ------------------------------------------------------------------ the tools

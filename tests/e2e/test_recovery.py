@@ -8,7 +8,6 @@ processes, as a user (or a CI job) runs them.
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 
 import pytest
@@ -16,35 +15,15 @@ import pytest
 from stratctl import labels
 from stratctl.kube.cluster import VOLCANO_JOB
 from stratctl.kube.state import TrialState, classify, latest_attempts
-from tests.e2e.support import env_of, finish, running_pods, unique, wait_until
+from tests.e2e.support import env_of, fake_study, finish, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
 
 
-def study_yaml(name, namespace, trials, duration, *, critical=False, replicas=1, min_available=None,
-               parallelism=None, annotations=None, extra=""):
-    gang = f", min_available: {min_available}" if min_available else ""
-    cap = parallelism or trials
-    notes = ", ".join(f"{key}: {json.dumps(value)}" for key, value in
-                      {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items())
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        critical: {str(critical).lower()}
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {{{notes}}}
-          resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
-          tasks: [{{name: worker, replicas: {replicas}{gang}}}]
-        checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
-        """) + textwrap.dedent(extra)
+def study_yaml(name, namespace, trials, duration, *, critical=False, **kw):
+    return fake_study(name, namespace, trials, duration, fields={"critical": str(critical).lower()}, **kw)
 
 
 def jobs_of(api, study):

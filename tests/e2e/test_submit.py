@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -20,30 +19,9 @@ from stratctl.errors import NotFound, Throttled
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
 from tests.e2e.support import unique
+from tests.e2e.support import busybox_study as study_yaml
 
 pytestmark = pytest.mark.e2e
-
-
-def study_yaml(name: str, namespace: str, trials: int, duration: str = "2s", extra: str = "") -> str:
-    return textwrap.dedent(
-        f"""\
-        name: {name}
-        namespace: {namespace}
-        queue: default
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}, grid: true}}
-        strategy: {{kind: grid}}
-        trial:
-          image: busybox
-          command: ["train", "--seed={{{{ params.seed }}}}"]
-          annotations:
-            testbed.stratctl.io/run-duration: "{duration}"
-          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
-          tasks: [{{name: worker, replicas: 1}}]
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
-        """
-    ) + textwrap.dedent(extra)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import textwrap
 import time
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD
 from stratctl.kube.record import loop_following, record_name
-from tests.e2e.support import STUDY_KINDS, Cli, recorded, unique, wait_until
+from tests.e2e.support import STUDY_KINDS, Cli, fake_study, recorded, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -27,24 +26,9 @@ KNOWN_LOG = ["testbed trial: started", "testbed trial: epoch 1 loss 0.90",
              "testbed trial: fake GPU, nothing computed", "testbed trial: epoch 2 loss 0.50"]
 
 
-def study_yaml(name, namespace, trials, duration, tasks="[{name: worker, replicas: 1}]", message=None):
-    notes = {"testbed.stratctl.io/run-duration": duration}
-    if message:
-        notes["testbed.stratctl.io/termination-message"] = message
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {json.dumps(notes)}
-          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}, limits: {{nvidia.com/gpu: 1}}}}
-          tasks: {tasks}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
-        """)
+def study_yaml(name, namespace, trials, duration, tasks=None, message=None):
+    notes = {"testbed.stratctl.io/termination-message": message} if message else None
+    return fake_study(name, namespace, trials, duration, tasks=tasks, annotations=notes, checkpoint=False)
 
 
 @pytest.fixture
