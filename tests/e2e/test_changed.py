@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,11 +37,9 @@ def container(job: dict) -> dict:
 
 
 def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_the_new_spec(
-        testbed, api, cli, studies, tmp_path):
+        testbed, api, cli, studies):
     name = unique("edited")
-    studies(name)
-    path = tmp_path / "study.yaml"
-    path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s"))
+    path = Path(studies(name, study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s")))
     first = cli.call("submit", str(path), "-o", "json")
     assert first.returncode == 0, first.stderr[-2000:]
     before = {n: j["metadata"]["uid"] for n, j in jobs_of(api, name).items()}
@@ -74,11 +73,9 @@ def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_
 
 
 def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplicates(
-        testbed, api, cli, studies, tmp_path):
+        testbed, api, cli, studies):
     name = unique("timeout")
-    studies(name)
-    path = tmp_path / "study.yaml"
-    path.write_text(study_yaml(name, testbed.namespace, trials=4, cap=2, duration="6s"))
+    path = Path(studies(name, study_yaml(name, testbed.namespace, trials=4, cap=2, duration="6s")))
     started = time.monotonic()
     stopped = cli.call("submit", str(path), "--timeout", "2s", "--parallelism", "static", "--max-inflight", "2")
     took = time.monotonic() - started
@@ -105,11 +102,9 @@ def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplic
 
 
 def test_rerun_changed_replaces_running_attempts_and_a_rerun_after_it_never_runs_a_trial_twice(
-        testbed, api, cli, studies, tmp_path):
+        testbed, api, cli, studies):
     name = unique("running")
-    studies(name)
-    path = tmp_path / "study.yaml"
-    path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s"))
+    path = Path(studies(name, study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s")))
     detached = cli.call("submit", str(path), "--detach")
     assert detached.returncode == 0, detached.stderr[-2000:]
     old = jobs_of(api, name)
