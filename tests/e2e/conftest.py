@@ -25,6 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from stratctl.kube.cluster import POD
+from tests.e2e.support import Cli, delete_study, of_study, wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 TESTBED_DIR = REPO / "testbed"
 
@@ -177,3 +180,33 @@ def api(testbed):
     cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
     yield cluster
     cluster.close()
+
+
+@pytest.fixture
+def cli(testbed):
+    """The CLI as separate processes as the admin (tests/e2e/support.py: Cli); a module that
+    needs other settings overrides this fixture with its own Cli(testbed, ...)."""
+    return Cli(testbed)
+
+
+@pytest.fixture
+def studies(api, tmp_path):
+    """`studies(name, text)` writes a study file and returns its path; `studies(name)` only
+    names a study the test writes itself. Afterwards every object of those studies is deleted
+    (Volcano and batch jobs, PodGroups, pods, records, by the study label) and their pods are
+    waited for, so the next test finds the GPUs free."""
+    names: list[str] = []
+
+    def write(name: str, text: str | None = None) -> str | None:
+        names.append(name)
+        if text is None:
+            return None
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        return str(path)
+
+    yield write
+    for name in names:
+        delete_study(api, name)
+    for name in names:
+        wait_until(lambda: not of_study(api, POD, name), 90, message=f"pods of {name} gone")

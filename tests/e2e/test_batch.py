@@ -9,125 +9,33 @@ The stratctl commands run as separate processes; every wait has a deadline.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-import uuid
 
 import pytest
 
 from stratctl import labels
 from stratctl.engine.status import collect
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP, VOLCANO_JOB
+from stratctl.kube.cluster import BATCH_JOB, EVENT, POD, PODGROUP, VOLCANO_JOB
 from stratctl.kube.state import TrialState, classify, latest_attempts
-from tests.e2e.support import wait_until
+from tests.e2e.support import Cli, fake_study, finish, recorded, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
 
 
-def study_yaml(name, namespace, trials, duration, *, replicas=2, min_available=None, parallelism=None,
-               annotations=None, workload="batch", extra=""):
-    gang = f", min_available: {min_available}" if min_available else ""
-    cap = parallelism or trials
-    notes = ", ".join(f"{key}: {json.dumps(value)}" for key, value in
-                      {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items())
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        workload: {workload}
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {{{notes}}}
-          resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
-          tasks: [{{name: worker, replicas: {replicas}{gang}}}]
-        checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
-        """) + textwrap.dedent(extra)
-
-
-class Stratctl:
-    """The CLI as separate processes, pointed at the testbed (the kubeconfig in the
-    environment, not on the command line)."""
-
-    def __init__(self, testbed):
-        self.tb = testbed
-        # wide enough that a table cell is one line
-        self.env = {**os.environ, "KUBECONFIG": testbed.kubeconfig, "STRATCTL_TRACEBACK": "1", "COLUMNS": "200"}
-
-    def args(self, *args):
-        return [sys.executable, "-m", "stratctl", *args, "--context", self.tb.admin_context, "-n", self.tb.namespace]
-
-    def start(self, *args) -> subprocess.Popen:
-        return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-
-    def run(self, *args, timeout=60, code=0) -> str:
-        done = subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == code, f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
-        return done.stdout
-
-    def status(self, name) -> dict:
-        return json.loads(self.run("status", name, "-o", "json"))
-
-
-def recorded(api, name):
-    """Once `submit` has recorded the study (status knows it)."""
-    wait_until(lambda: api.list(CONFIGMAP, label_selector=f"{labels.STUDY}={name}")[0], 60,
-               message=f"the study record of {name}")
-
-
-def finish(proc: subprocess.Popen, timeout: float) -> dict:
-    out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, f"submit exited {proc.returncode}:\n{err[-3000:]}"
-    return json.loads(out)
+def study_yaml(name, namespace, trials, duration, *, workload="batch", replicas=2, **kw):
+    return fake_study(name, namespace, trials, duration, fields={"workload": workload}, replicas=replicas, **kw)
 
 
 @pytest.fixture
 def cli(testbed):
-    return Stratctl(testbed)
-
-
-@pytest.fixture
-def studies(api, tmp_path):
-    """Write study files; delete their jobs, PodGroups and records afterwards, wait for the GPUs."""
-    names = []
-
-    def write(name, text):
-        names.append(name)
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text)
-        return str(path)
-
-    yield write
-    for name in names:
-        for kind in (BATCH_JOB, VOLCANO_JOB, PODGROUP, CONFIGMAP):
-            for item in api.list(kind, label_selector=f"{labels.STUDY}={name}")[0]:
-                api.delete(kind, item["metadata"]["name"])
-    for name in names:
-        wait_until(lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0], 90,
-                   message=f"pods of {name} gone")
-
-
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
+    return Cli(testbed, columns=200)  # wide enough that a table cell is one line
 
 
 def batch_jobs(api, study):
     return api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={study}")[0]
-
-
-def running_pods(api, selector):
-    pods, _ = api.list(POD, label_selector=selector)
-    return [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
 
 
 def env_of(job):

@@ -5,11 +5,8 @@ completes the study without duplicates."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,69 +15,16 @@ from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB
 from stratctl.kube.record import record_name
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
+from tests.e2e.support import Cli, unique
+from tests.e2e.support import busybox_study as study_yaml
 
 pytestmark = pytest.mark.e2e
 
 
-def study_yaml(name: str, namespace: str, trials: int, cap: int, duration: str, image: str = "busybox",
-               flag: str = "--seed") -> str:
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        queue: default
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}, grid: true}}
-        strategy: {{kind: grid}}
-        trial:
-          image: {image}
-          command: ["train", "{flag}={{{{ params.seed }}}}"]
-          annotations:
-            testbed.stratctl.io/run-duration: "{duration}"
-          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
-          tasks: [{{name: worker, replicas: 1}}]
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
-        """)
-
-
-class Stratctl:
-    """The CLI as separate processes, as a user runs it (no traceback: exit codes as shipped)."""
-
-    def __init__(self, testbed):
-        self.tb = testbed
-        self.env = {k: v for k, v in os.environ.items() if k != "STRATCTL_TRACEBACK"}
-        self.env["KUBECONFIG"] = testbed.kubeconfig
-
-    def args(self, *args):
-        return [sys.executable, "-m", "stratctl", *args, "--context", self.tb.admin_context, "-n", self.tb.namespace]
-
-    def run(self, *args, timeout=180) -> subprocess.CompletedProcess:
-        return subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def start(self, *args) -> subprocess.Popen:
-        return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-
-
 @pytest.fixture
 def cli(testbed):
-    return Stratctl(testbed)
-
-
-@pytest.fixture
-def studies(api):
-    names: list[str] = []
-    yield names.append
-    for name in names:
-        for kind in (VOLCANO_JOB, CONFIGMAP):
-            items, _ = api.list(kind, label_selector=f"{labels.STUDY}={name}")
-            for item in items:
-                api.delete(kind, item["metadata"]["name"])
-
-
-@pytest.fixture
-def unique():
-    return f"{int(time.time() * 1000) % 100000:05d}"
+    """As a user runs it (no traceback: exit codes as shipped); the exit code is the test's to check."""
+    return Cli(testbed, traceback=False, timeout=180)
 
 
 def jobs_of(api, name: str) -> dict[str, dict]:
@@ -93,12 +37,10 @@ def container(job: dict) -> dict:
 
 
 def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_the_new_spec(
-        testbed, api, cli, studies, tmp_path, unique):
-    name = f"edited-{unique}"
-    studies(name)
-    path = tmp_path / "study.yaml"
-    path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s"))
-    first = cli.run("submit", str(path), "-o", "json")
+        testbed, api, cli, studies):
+    name = unique("edited")
+    path = Path(studies(name, study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s")))
+    first = cli.call("submit", str(path), "-o", "json")
     assert first.returncode == 0, first.stderr[-2000:]
     before = {n: j["metadata"]["uid"] for n, j in jobs_of(api, name).items()}
     record = api.get(CONFIGMAP, record_name(name), testbed.namespace)["data"]
@@ -106,7 +48,7 @@ def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_
 
     path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s", image="busybox:1.36",
                                flag="--random-seed"))
-    refused = cli.run("submit", str(path))
+    refused = cli.call("submit", str(path))
     assert refused.returncode == 4, refused.stderr[-2000:]
     assert (f"study {name} changed since it was submitted (trial.command.1, trial.image): 3 of 3 trial(s) in the "
             "cluster would run with a different spec") in refused.stderr
@@ -114,7 +56,7 @@ def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_
     assert {n: j["metadata"]["uid"] for n, j in jobs_of(api, name).items()} == before  # nothing created
     assert api.get(CONFIGMAP, record_name(name), testbed.namespace)["data"]["spec-hash"] == record["spec-hash"]
 
-    rerun = cli.run("submit", str(path), "--rerun-changed", "-o", "json")
+    rerun = cli.call("submit", str(path), "--rerun-changed", "-o", "json")
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert json.loads(rerun.stdout)["succeeded"] == 3
     jobs = jobs_of(api, name)
@@ -126,29 +68,27 @@ def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_
         assert new["status"]["state"]["phase"] == "Completed"
         assert new["metadata"]["annotations"][labels.REQUEUED_BECAUSE] == \
             "study changed (trial.command.1, trial.image)"
-    again = cli.run("submit", str(path), "--rerun-changed")  # the same command again: nothing more
+    again = cli.call("submit", str(path), "--rerun-changed")  # the same command again: nothing more
     assert again.returncode == 0 and sorted(jobs_of(api, name)) == sorted(jobs)
 
 
 def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplicates(
-        testbed, api, cli, studies, tmp_path, unique):
-    name = f"timeout-{unique}"
-    studies(name)
-    path = tmp_path / "study.yaml"
-    path.write_text(study_yaml(name, testbed.namespace, trials=4, cap=2, duration="6s"))
+        testbed, api, cli, studies):
+    name = unique("timeout")
+    path = Path(studies(name, study_yaml(name, testbed.namespace, trials=4, cap=2, duration="6s")))
     started = time.monotonic()
-    stopped = cli.run("submit", str(path), "--timeout", "2s", "--parallelism", "static", "--max-inflight", "2")
+    stopped = cli.call("submit", str(path), "--timeout", "2s", "--parallelism", "static", "--max-inflight", "2")
     took = time.monotonic() - started
     assert stopped.returncode == 124, stopped.stderr[-2000:]
     assert "timed out after 2s" in stopped.stderr and took < 20
     assert len(jobs_of(api, name)) == 2  # the first two trials keep running; the record stays
 
-    short = cli.run("wait", name, "--timeout", "1s")
+    short = cli.call("wait", name, "--timeout", "1s")
     assert short.returncode == 124, short.stderr
     assert short.stdout.splitlines()[-1].startswith(f"{name}: timed out after 1s, not finished (2 waiting")
 
     waiter = cli.start("wait", name, "--timeout", "3m", "--interval", "1")
-    resumed = cli.run("submit", str(path), "--parallelism", "static", "--max-inflight", "2", "-o", "json")
+    resumed = cli.call("submit", str(path), "--parallelism", "static", "--max-inflight", "2", "-o", "json")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)
     assert summary["succeeded"] == 4 and summary["created"] == 2 and summary["existing"] == 0
@@ -162,18 +102,16 @@ def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplic
 
 
 def test_rerun_changed_replaces_running_attempts_and_a_rerun_after_it_never_runs_a_trial_twice(
-        testbed, api, cli, studies, tmp_path, unique):
-    name = f"running-{unique}"
-    studies(name)
-    path = tmp_path / "study.yaml"
-    path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s"))
-    detached = cli.run("submit", str(path), "--detach")
+        testbed, api, cli, studies):
+    name = unique("running")
+    path = Path(studies(name, study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s")))
+    detached = cli.call("submit", str(path), "--detach")
     assert detached.returncode == 0, detached.stderr[-2000:]
     old = jobs_of(api, name)
     assert len(old) == 3
 
     path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s", image="busybox:1.36"))
-    refused = cli.run("submit", str(path), "--detach")
+    refused = cli.call("submit", str(path), "--detach")
     assert refused.returncode == 4 and "(trial.image): 3 of 3 trial(s)" in refused.stderr
     rerun = cli.start("submit", str(path), "--rerun-changed", "-o", "json")
     out, err = rerun.communicate(timeout=180)
@@ -183,5 +121,5 @@ def test_rerun_changed_replaces_running_attempts_and_a_rerun_after_it_never_runs
     jobs = jobs_of(api, name)
     assert sorted(jobs) == sorted(f"{n}-a1" for n in old)  # the running old attempts are gone, not finished
     assert all(container(j)["image"] == "busybox:1.36" for j in jobs.values())
-    again = cli.run("submit", str(path))
+    again = cli.call("submit", str(path))
     assert again.returncode == 0 and sorted(jobs_of(api, name)) == sorted(jobs)

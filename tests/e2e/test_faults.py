@@ -24,9 +24,7 @@ import random
 import re
 import subprocess
 import sys
-import textwrap
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlparse
@@ -35,11 +33,11 @@ import pytest
 import yaml
 
 from stratctl import labels
-from stratctl.kube.cluster import CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
+from stratctl.kube.cluster import POD, PODGROUP, VOLCANO_JOB
 from stratctl.kube.state import latest_attempts, volcano_phase
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
-from tests.e2e.support import wait_until
+from tests.e2e.support import Cli, fake_study, unique
 
 pytestmark = pytest.mark.e2e
 
@@ -58,21 +56,7 @@ MAX_OUTAGE_LINES = 10  # for one outage of ~10-30 s
 
 
 def study_yaml(name: str, namespace: str, trials: int = TRIALS, duration: str = DURATION) -> str:
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {{testbed.stratctl.io/run-duration: "{duration}"}}
-          resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
-          tasks: [{{name: worker, replicas: 2}}]
-        checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 4, initial: {PARALLEL}, max: {PARALLEL}}}}}
-        """)
+    return fake_study(name, namespace, trials, duration, replicas=2, parallelism=PARALLEL, min_parallelism=4)
 
 
 # ------------------------------------------------------------------ the tools
@@ -87,34 +71,19 @@ def fault(*args: str, timeout: float = 120) -> None:
     assert done.returncode == 0, f"fault.sh {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
 
 
-class Cli:
-    """The CLI as separate processes, as the restricted user (RBAC, APF)."""
+def restricted_cli(testbed, traceback: bool = True) -> Cli:
+    """The CLI as the restricted user (RBAC, APF); with traceback an error escaping submit
+    shows where, and counts as a crash below."""
+    return Cli(testbed, context=testbed.restricted_context, traceback=traceback)
 
-    def __init__(self, testbed, traceback: bool = True):
-        self.tb = testbed
-        self.env = {k: v for k, v in os.environ.items() if k != "STRATCTL_TRACEBACK"}
-        self.env["KUBECONFIG"] = testbed.kubeconfig
-        if traceback:  # an error escaping submit shows where, and counts as a crash below
-            self.env["STRATCTL_TRACEBACK"] = "1"
 
-    def args(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "stratctl", *args, "--context", self.tb.restricted_context,
-                "-n", self.tb.namespace]
-
-    def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-
-    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
-
-    def submit(self, path: str) -> subprocess.Popen:
-        return self.start("submit", path, "-o", "json", "--poll-interval", "1")
+def submit_json(cli: Cli, path: str) -> subprocess.Popen:
+    return cli.start("submit", path, "-o", "json", "--poll-interval", "1")
 
 
 @pytest.fixture
 def cli(testbed):
-    return Cli(testbed)
+    return restricted_cli(testbed)
 
 
 def canary(api, namespace: str, timeout: float = 150) -> None:
@@ -181,29 +150,9 @@ def restored(testbed, api):
 
 
 @pytest.fixture
-def studies(api, tmp_path):
-    """Write study files; afterwards delete their jobs and records and wait for their pods."""
-    names: list[str] = []
-
-    def write(name: str, text: str) -> str:
-        names.append(name)
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text)
-        return str(path)
-
-    yield write
-    fault("restore")  # a test that failed mid-fault: the cleanup needs the API server
-    for name in names:
-        for kind in (VOLCANO_JOB, CONFIGMAP):
-            for item in api.list(kind, label_selector=f"{labels.STUDY}={name}")[0]:
-                api.delete(kind, item["metadata"]["name"])
-    for name in names:
-        wait_until(lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0], 60,
-                   message=f"pods of {name} gone")
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
+def studies(studies):
+    yield studies
+    fault("restore")  # a test that failed mid-fault: the cleanup (the shared fixture's, after this) needs the API server
 
 
 def jobs_of(api, study: str) -> list[dict]:
@@ -261,7 +210,7 @@ def assert_study_whole(api, cli: Cli, path: str, name: str, progress: dict | Non
                    and "lost by the job controller" not in
                    (j["metadata"].get("annotations") or {}).get(labels.REQUEUED_BECAUSE, ""))
     assert not again, f"attempts beyond the first although no trial failed, was preempted or lost: {again}"
-    done = cli.run("status", name, "-o", "json")
+    done = cli.call("status", name, "-o", "json")
     assert done.returncode == 0, f"status exited {done.returncode}:\n{done.stderr}"
     snap = json.loads(done.stdout)
     rows = {t["trial"]: t for t in snap["trials"]}
@@ -299,7 +248,7 @@ def test_submit_rides_out_an_apiserver_restart(testbed, api, cli, studies):
     its own command line. Volcano may take a minute or more to notice (see canary)."""
     name = unique("f-api")
     path = studies(name, study_yaml(name, testbed.namespace))
-    submit = cli.submit(path)
+    submit = submit_json(cli, path)
     try:
         wait_mid_run(api, name, submit)
         fault("apiserver-restart", "5")
@@ -319,7 +268,7 @@ def test_submit_rides_out_an_etcd_pause(testbed, api, cli, studies):
     """(b) etcd SIGSTOPped mid-run for 20 s (the API server hangs on it), then continued."""
     name = unique("f-etcd")
     path = studies(name, study_yaml(name, testbed.namespace))
-    submit = cli.submit(path)
+    submit = submit_json(cli, path)
     pause = None
     try:
         wait_mid_run(api, name, submit)
@@ -353,7 +302,7 @@ def test_submit_killed_at_random_moments_then_rerun_completes_the_study_once(tes
     proc = None
     try:
         for moment in moments:
-            proc = cli.submit(path)
+            proc = submit_json(cli, path)
             time.sleep(moment)
             assert proc.poll() is None, f"submit ended before its kill at {moment} s (seed {seed}):\n{proc.communicate()[1]}"
             proc.kill()
@@ -364,7 +313,7 @@ def test_submit_killed_at_random_moments_then_rerun_completes_the_study_once(tes
                             for j in jobs)
             assert all(n == 1 for n in pairs.values()), f"duplicates after the kill at {moment} s: {pairs}"
             seen.append((moment, len(jobs)))
-        proc = cli.submit(path)
+        proc = submit_json(cli, path)
         progress, err = finish(proc, api, name)
     finally:
         if proc is not None and proc.poll() is None:
@@ -380,7 +329,7 @@ def test_submit_killed_at_random_moments_then_rerun_completes_the_study_once(tes
 
 def test_status_drain_and_resume_fail_cleanly_while_the_apiserver_is_down(testbed, api):
     """With the API server stopped: exit 3, one clear line on stderr, no traceback, soon."""
-    plain = Cli(testbed, traceback=False)
+    plain = restricted_cli(testbed, traceback=False)
     server = yaml.safe_load(Path(testbed.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
     address = urlparse(server).netloc
     name = unique("f-down")

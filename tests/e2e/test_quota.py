@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from stratctl.kube.gpus import free_gpus
 from stratctl.kube.state import TrialState, classify
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
+from tests.e2e.support import busybox_study
 
 pytestmark = pytest.mark.e2e
 
@@ -30,25 +30,8 @@ TRIALS, SECONDS, FLOOD_AT, FLOOD_FOR = 48, 15, 2.0, 20.0
 
 
 def study_yaml(name: str, namespace: str) -> str:
-    return textwrap.dedent(
-        f"""\
-        name: {name}
-        namespace: {namespace}
-        queue: default
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {TRIALS - 1}, grid: true}}
-        strategy: {{kind: grid}}
-        trial:
-          image: busybox
-          command: ["train", "--seed={{{{ params.seed }}}}"]
-          annotations:
-            testbed.stratctl.io/run-duration: "{SECONDS}s"
-          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
-          tasks: [{{name: worker, replicas: 2}}]
-        throttle: {{parallelism: {{min: 1, initial: 4, max: 32}}}}
-        """
-    )
+    return busybox_study(name, namespace, TRIALS, f"{SECONDS}s", replicas=2,
+                         throttle="{parallelism: {min: 1, initial: 4, max: 32}}")
 
 
 def test_a_flood_by_the_same_user_neither_duplicates_nor_starves_the_trials(testbed, api, tmp_path):

@@ -8,121 +8,27 @@ processes, as a user (or a CI job) runs them.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
-import uuid
 
 import pytest
 
 from stratctl import labels
-from stratctl.kube.cluster import CONFIGMAP, POD, VOLCANO_JOB
+from stratctl.kube.cluster import VOLCANO_JOB
 from stratctl.kube.state import TrialState, classify, latest_attempts
-from tests.e2e.support import wait_until
+from tests.e2e.support import env_of, fake_study, finish, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
 
 
-def study_yaml(name, namespace, trials, duration, *, critical=False, replicas=1, min_available=None,
-               parallelism=None, annotations=None, extra=""):
-    gang = f", min_available: {min_available}" if min_available else ""
-    cap = parallelism or trials
-    notes = ", ".join(f"{key}: {json.dumps(value)}" for key, value in
-                      {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items())
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        critical: {str(critical).lower()}
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {{{notes}}}
-          resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}
-          tasks: [{{name: worker, replicas: {replicas}{gang}}}]
-        checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
-        """) + textwrap.dedent(extra)
-
-
-class Stratctl:
-    """The CLI as separate processes, pointed at the testbed."""
-
-    def __init__(self, testbed):
-        self.tb = testbed
-        self.env = {**os.environ, "KUBECONFIG": testbed.kubeconfig, "STRATCTL_TRACEBACK": "1"}
-
-    def args(self, *args):
-        return [sys.executable, "-m", "stratctl", *args, "--context", self.tb.admin_context,
-                "-n", self.tb.namespace]
-
-    def start(self, *args) -> subprocess.Popen:
-        return subprocess.Popen(self.args(*args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-
-    def run(self, *args, timeout=60, code=0) -> str:
-        done = subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == code, f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
-        return done.stdout
-
-
-def finish(proc: subprocess.Popen, timeout: float) -> dict:
-    out, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, f"submit exited {proc.returncode}:\n{err[-3000:]}"
-    return json.loads(out)
-
-
-@pytest.fixture
-def cli(testbed):
-    return Stratctl(testbed)
-
-
-@pytest.fixture
-def studies(api, tmp_path):
-    """Write study files; delete their jobs and records afterwards, and wait for the GPUs."""
-    names = []
-
-    def write(name, text):
-        names.append(name)
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text)
-        return str(path)
-
-    yield write
-    extra = [n for n in names]
-    for name in extra:
-        for kind in (VOLCANO_JOB, CONFIGMAP):
-            items, _ = api.list(kind, label_selector=f"{labels.STUDY}={name}")
-            for item in items:
-                api.delete(kind, item["metadata"]["name"])
-    for name in extra:
-        wait_until(lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0], 60,
-                   message=f"pods of {name} gone")
+def study_yaml(name, namespace, trials, duration, *, critical=False, **kw):
+    return fake_study(name, namespace, trials, duration, fields={"critical": str(critical).lower()}, **kw)
 
 
 def jobs_of(api, study):
     items, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={study}")
     return items
-
-
-def running_pods(api, selector):
-    pods, _ = api.list(POD, label_selector=selector)
-    return [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
-
-
-def env_of(job):
-    container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
-    return {e["name"]: e.get("value") for e in container.get("env") or []}
-
-
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:5]}"
 
 
 def test_preempted_trials_resume_from_checkpoints_and_all_complete(testbed, api, cli, studies):

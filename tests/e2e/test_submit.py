@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -19,52 +18,15 @@ from stratctl.engine.launch import Connection, submit_study
 from stratctl.errors import NotFound, Throttled
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
+from tests.e2e.support import unique
+from tests.e2e.support import busybox_study as study_yaml
 
 pytestmark = pytest.mark.e2e
-
-
-def study_yaml(name: str, namespace: str, trials: int, duration: str = "2s", extra: str = "") -> str:
-    return textwrap.dedent(
-        f"""\
-        name: {name}
-        namespace: {namespace}
-        queue: default
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}, grid: true}}
-        strategy: {{kind: grid}}
-        trial:
-          image: busybox
-          command: ["train", "--seed={{{{ params.seed }}}}"]
-          annotations:
-            testbed.stratctl.io/run-duration: "{duration}"
-          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
-          tasks: [{{name: worker, replicas: 1}}]
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
-        """
-    ) + textwrap.dedent(extra)
 
 
 @pytest.fixture
 def admin(api):
     return api
-
-
-@pytest.fixture
-def cleanup_study(admin):
-    names: list[str] = []
-    yield names.append
-    for name in names:
-        for kind in (VOLCANO_JOB, BATCH_JOB, CONFIGMAP):
-            items, _ = admin.list(kind, label_selector=f"{labels.STUDY}={name}")
-            for item in items:
-                admin.delete(kind, item["metadata"]["name"])
-
-
-@pytest.fixture
-def unique():
-    """A suffix that keeps this run's study names apart from earlier runs' (still being deleted)."""
-    return f"{int(time.time() * 1000) % 100000:05d}"
 
 
 def study_jobs(admin: Cluster, name: str, kind=VOLCANO_JOB) -> list[dict]:
@@ -96,10 +58,10 @@ class RequestLog:
 
 
 def test_200_trials_by_a_throttled_user_are_each_created_once_and_429s_are_honoured(
-    testbed, admin, tmp_path, cleanup_study, unique, monkeypatch
+    testbed, admin, tmp_path, studies, monkeypatch
 ):
-    name = f"burst200-{unique}"
-    cleanup_study(name)
+    name = unique("burst200")
+    studies(name)
     path = tmp_path / "study.yaml"
     path.write_text(study_yaml(name, testbed.namespace, 200, duration="1s"))
     log = RequestLog(monkeypatch)
@@ -145,11 +107,11 @@ def run_cli(*args: str, env=None, **kw) -> subprocess.Popen:
 
 @pytest.mark.parametrize("kill_at", [0, 1, 25, 59])
 def test_sigkill_at_any_moment_then_rerun_creates_each_trial_exactly_once(
-    testbed, admin, tmp_path, cleanup_study, unique, kill_at
+    testbed, admin, tmp_path, studies, kill_at
 ):
     """Kill -9 once `kill_at` trials exist (0: before the first create), then rerun."""
-    name = f"kill{kill_at}-{unique}"
-    cleanup_study(name)
+    name = unique(f"kill{kill_at}")
+    studies(name)
     path = tmp_path / "study.yaml"
     path.write_text(study_yaml(name, testbed.namespace, 60, duration="1s"))
     common = ["--kubeconfig", testbed.kubeconfig, "--context", testbed.restricted_context, "--qps", "20", "--burst", "5"]
@@ -176,9 +138,9 @@ def test_sigkill_at_any_moment_then_rerun_creates_each_trial_exactly_once(
     assert summary["errors"] == {}
 
 
-def test_server_dry_run_creates_nothing_and_reports_the_servers_message(testbed, admin, tmp_path, cleanup_study, unique):
-    name = f"dryrun-{unique}"
-    cleanup_study(name)
+def test_server_dry_run_creates_nothing_and_reports_the_servers_message(testbed, admin, tmp_path, studies):
+    name = unique("dryrun")
+    studies(name)
     good = tmp_path / "good.yaml"
     good.write_text(study_yaml(name, testbed.namespace, 5))
     common = ["--kubeconfig", testbed.kubeconfig, "--context", testbed.restricted_context]

@@ -11,91 +11,35 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import textwrap
 import time
 
 import pytest
 
 from stratctl import labels
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD
 from stratctl.kube.record import loop_following, record_name
-from tests.e2e.support import wait_until
-from tests.e2e.test_batch import Stratctl, recorded, unique
+from tests.e2e.support import STUDY_KINDS, Cli, fake_study, recorded, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
 KNOWN_LOG = ["testbed trial: started", "testbed trial: epoch 1 loss 0.90",
              "testbed trial: fake GPU, nothing computed", "testbed trial: epoch 2 loss 0.50"]
-KINDS = (VOLCANO_JOB, BATCH_JOB, PODGROUP, POD, CONFIGMAP)
 
 
-def study_yaml(name, namespace, trials, duration, tasks="[{name: worker, replicas: 1}]", message=None):
-    notes = {"testbed.stratctl.io/run-duration": duration}
-    if message:
-        notes["testbed.stratctl.io/termination-message"] = message
-    return textwrap.dedent(f"""\
-        name: {name}
-        namespace: {namespace}
-        priority_class: stratctl-low
-        space:
-          seed: {{type: int, low: 0, high: {trials - 1}}}
-        strategy: {{kind: grid}}
-        trial:
-          image: stratctl.invalid/fake-trial:0
-          annotations: {json.dumps(notes)}
-          resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}, limits: {{nvidia.com/gpu: 1}}}}
-          tasks: {tasks}
-        throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
-        """)
-
-
-class Script(Stratctl):
-    """The CLI as a script runs it: no terminal on stdin (so no confirmation prompt), and
-    the exit codes and one-line messages users see (no tracebacks)."""
-
-    def __init__(self, testbed):
-        super().__init__(testbed)
-        self.env.pop("STRATCTL_TRACEBACK")
-
-    def run(self, *args, timeout=60, code=0) -> str:
-        done = subprocess.run(self.args(*args), env=self.env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-        assert done.returncode == code, f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
-        return done.stdout
-
-    def start(self, *args) -> subprocess.Popen:
-        return subprocess.Popen(self.args(*args), env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+def study_yaml(name, namespace, trials, duration, tasks=None, message=None):
+    notes = {"testbed.stratctl.io/termination-message": message} if message else None
+    return fake_study(name, namespace, trials, duration, tasks=tasks, annotations=notes, checkpoint=False)
 
 
 @pytest.fixture
 def cli(testbed):
-    return Script(testbed)
-
-
-@pytest.fixture
-def studies(api, tmp_path):
-    """Write study files; whatever a test leaves of them is deleted afterwards."""
-    names = []
-
-    def write(name, text):
-        names.append(name)
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text)
-        return str(path)
-
-    yield write
-    for name in names:
-        for kind in KINDS:
-            for item in api.list(kind, label_selector=f"{labels.STUDY}={name}")[0]:
-                api.delete(kind, item["metadata"]["name"])
-    for name in names:
-        wait_until(lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0], 90,
-                   message=f"pods of {name} gone")
+    """The CLI as a script runs it: no terminal on stdin (so no confirmation prompt), and
+    the exit codes and one-line messages users see (no tracebacks)."""
+    return Cli(testbed, traceback=False, columns=200, stdin=subprocess.DEVNULL)
 
 
 def left_of(api, name):
-    return {kind[1] + ("" if kind != BATCH_JOB else " (batch)"): len(items) for kind in KINDS
+    return {kind[1] + ("" if kind != BATCH_JOB else " (batch)"): len(items) for kind in STUDY_KINDS
             if (items := api.list(kind, label_selector=f"{labels.STUDY}={name}")[0])}
 
 
