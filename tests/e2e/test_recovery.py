@@ -238,8 +238,7 @@ def test_the_table_reads_the_loops_summary_and_the_first_page_of_jobs(testbed, a
     assert [(t.trial, t.state, t.attempt, t.params) for t in fast.trials] == \
         [(t.trial, t.state, t.attempt, t.params) for t in full.trials][:3]
     assert fast.total_trials == 6
-    done = subprocess.run(cli.args("status", name, "--limit", "3"), env=cli.env, capture_output=True, text=True,
-                          timeout=60)
+    done = cli.call("status", name, "--limit", "3", timeout=60)
     assert done.returncode == 0, done.stderr
     assert "finished: 6 succeeded, 0 failed in " in done.stdout  # the outcome the loop's final summary gives
     assert done.stderr == "3 more trials not shown (--limit)\n"

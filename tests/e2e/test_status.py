@@ -11,12 +11,12 @@ import subprocess
 
 import pytest
 
-from tests.e2e.test_recovery import cli, studies, study_yaml, unique  # noqa: F401 (fixtures)
+from tests.e2e.support import fake_study as study_yaml, unique
 
 pytestmark = pytest.mark.e2e
 
 
-def test_status_of_a_finished_study_as_a_person_and_a_script_read_it(testbed, api, cli, studies):  # noqa: F811
+def test_status_of_a_finished_study_as_a_person_and_a_script_read_it(testbed, api, cli, studies):
     name = unique("st")
     loss = "{{ (params.seed - 2) * (params.seed - 2) + params.seed / 10 }}"
     message = '{"loss": ' + loss + ', "accuracy": {{ 1 - params.seed / 10 }}}'
