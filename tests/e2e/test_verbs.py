@@ -43,7 +43,12 @@ def left_of(api, name):
             if (items := api.list(kind, label_selector=f"{labels.STUDY}={name}")[0])}
 
 
-def test_delete_removes_every_object_of_a_finished_study(testbed, api, cli, studies):
+@pytest.mark.parametrize("who", ["admin", "restricted"])
+def test_delete_removes_every_object_of_a_finished_study(testbed, api, who, studies):
+    """As the admin and as the restricted user, who may delete jobs but not pods: the
+    garbage collector takes the pods the jobs own."""
+    context = testbed.admin_context if who == "admin" else testbed.restricted_context
+    cli = Cli(testbed, context=context, traceback=False, columns=200, stdin=subprocess.DEVNULL)
     name = unique("del")
     path = studies(name, study_yaml(name, testbed.namespace, 3, "1s", tasks="[{name: worker, replicas: 2}]"))
     progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120))
