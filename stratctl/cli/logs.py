@@ -33,7 +33,8 @@ def logs(
     from stratctl.errors import UsageError
 
     if bool(trial) == best:
-        raise UsageError("name a trial, or pass --best")
+        raise UsageError(f"name one trial of {study} (`stratctl status {study} -o name` lists them), "
+                         "or pass --best" if not best else "name a trial or pass --best, not both")
     cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
         ns = cluster.namespace

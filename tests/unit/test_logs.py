@@ -107,3 +107,15 @@ def test_the_cluster_reads_a_log_as_text_from_the_pods_log_subresource():
     [request] = made.api.requests
     assert request["url"].endswith("/api/v1/namespaces/ns/pods/t1-w-0/log?container=main&tailLines=5")
     assert made.metrics.sent == {"log Pod": 1}
+
+
+def test_logs_needs_one_trial_or_best_and_says_where_to_find_the_names():
+    from typer.testing import CliRunner
+
+    from stratctl.cli.main import app
+
+    neither = CliRunner().invoke(app, ["logs", "sweep"])
+    assert neither.exit_code == 2
+    assert "name one trial of sweep (`stratctl status sweep -o name` lists them), or pass --best" in neither.output
+    both = CliRunner().invoke(app, ["logs", "sweep", "sweep-1", "--best"])
+    assert both.exit_code == 2 and "not both" in both.output
