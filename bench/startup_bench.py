@@ -11,7 +11,10 @@ system) of the process, which other load on the machine disturbs less. Commands:
   - `stratctl validate examples/demo.yaml` (target: median <= 0.3 s),
   - `stratctl validate examples/ppo-tuning.yaml`, the quasi-random (Sobol) example (<= 0.5 s),
   - one Tab of bash completion, `stratctl sta<Tab>` (<= 0.2 s), as the completion script in
-    completions/ asks it: `_STRATCTL_COMPLETE=complete_bash COMP_WORDS=... stratctl`.
+    completions/ asks it: `_STRATCTL_COMPLETE=complete_bash COMP_WORDS=... stratctl`,
+  - `stratctl status --context <Tab>` (<= 0.2 s), the contexts of $KUBECONFIG,
+  - with STRATCTL_BENCH_KUBECONFIG set, `stratctl status -n $STRATCTL_BENCH_NAMESPACE
+    (default stratctl-e2e) --context restricted <Tab>`: study names read from that cluster.
 Commands run as `python -m stratctl`; `--src DIR` puts another checkout of stratctl first on
 PYTHONPATH, to measure a version before a change with the same interpreter; repeated, the
 checkouts take turns in the same rounds (`--src /tmp/before --src .`).
@@ -30,18 +33,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TARGETS = {"validate demo": 0.3, "validate quasi-random": 0.5, "complete `sta<Tab>`": 0.2}
+TARGETS = {"validate demo": 0.3, "validate quasi-random": 0.5, "complete `sta<Tab>`": 0.2,
+           "complete --context": 0.2, "complete study": 0.2}
 
 
 def commands() -> list[tuple[str, list[str], dict[str, str]]]:
     stratctl = [sys.executable, "-m", "stratctl"]
     complete = {"_STRATCTL_COMPLETE": "complete_bash", "COMP_WORDS": "stratctl sta", "COMP_CWORD": "1"}
+    study = []
+    if os.environ.get("STRATCTL_BENCH_KUBECONFIG"):
+        namespace = os.environ.get("STRATCTL_BENCH_NAMESPACE", "stratctl-e2e")
+        study = [("complete study", stratctl,
+                  {**complete, "KUBECONFIG": os.environ["STRATCTL_BENCH_KUBECONFIG"],
+                   "COMP_WORDS": f"stratctl status -n {namespace} --context restricted ", "COMP_CWORD": "6"})]
     return [
         ("python -c pass", [sys.executable, "-c", "pass"], {}),
         ("stratctl --version", [*stratctl, "--version"], {}),
         ("validate demo", [*stratctl, "validate", str(ROOT / "examples/demo.yaml")], {}),
         ("validate quasi-random", [*stratctl, "validate", str(ROOT / "examples/ppo-tuning.yaml")], {}),
         ("complete `sta<Tab>`", stratctl, complete),
+        ("complete --context", stratctl,
+         {**complete, "COMP_WORDS": "stratctl status --context ", "COMP_CWORD": "3"}),
+        *study,
     ]
 
 

@@ -1,3 +1,3 @@
-from stratctl.cli.main import main
+from stratctl.cli.entry import main
 
 main()

@@ -1,0 +1,95 @@
+"""Shell completion answered without loading Typer, click, rich or pydantic.
+
+A Tab runs `stratctl` with `_STRATCTL_COMPLETE=complete_<shell>`; importing the CLI costs
+most of a 0.3 s answer. `answer()` handles the questions whose answer needs no CLI
+objects, in Typer's exact output per shell, and returns None for every other one (options,
+study names, files), which then go through Typer as before:
+
+- a command name in bash (zsh and fish show each command's help, which lives in Typer);
+- a context after `--context` (all three shells), read from the kubeconfig as YAML.
+
+`COMMAND_NAMES` must list what the Typer app registers; tests/unit/test_fastcomplete.py
+compares it and each answer with Typer's own.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+COMMAND_NAMES = ["validate", "render", "plan", "schema", "submit", "status", "drain", "resume", "wait", "delete",
+                 "logs"]
+
+
+def _split(line: str) -> list[str] | None:
+    try:
+        return shlex.split(line)
+    except ValueError:  # an open quote: leave it to click's own splitting
+        return None
+
+
+def _words(shell: str) -> tuple[list[str], str] | None:
+    """(the words before the one completed, the word completed), as Typer's classes read them."""
+    if shell == "bash":
+        words = _split(os.environ.get("COMP_WORDS", ""))
+        try:
+            cword = int(os.environ.get("COMP_CWORD", ""))
+        except ValueError:
+            return None
+        if words is None:
+            return None
+        return words[1:cword], (words[cword] if cword < len(words) else "")
+    line = os.environ.get("_TYPER_COMPLETE_ARGS", "")
+    words = _split(line)
+    if words is None:
+        return None
+    args = words[1:]
+    if args and not line.endswith(" "):
+        return args[:-1], args[-1]
+    return args, ""
+
+
+def _format(shell: str, values: list[str]) -> str | None:
+    if shell == "bash":
+        return "\n".join(values)
+    if shell == "zsh":
+        if not values:
+            return "_files"
+        def escape(s: str) -> str:
+            return (s.replace('"', '""').replace("'", "''").replace("$", "\\$").replace("`", "\\`")
+                    .replace(":", r"\\:"))
+        body = "\n".join(f'"{escape(v)}"' for v in values)
+        return f"_arguments '*: :(({body}))'"
+    if shell == "fish" and os.environ.get("_TYPER_COMPLETE_FISH_ACTION") == "get-args" and values:
+        return "\n".join(values)
+    return None  # fish's is-args and empty answers: Typer's path
+
+
+def _option_value(args: list[str], *names: str) -> str | None:
+    value = None
+    for i, word in enumerate(args):
+        for name in names:
+            if word == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif word.startswith(name + "="):
+                value = word[len(name) + 1:]
+    return value
+
+
+def answer(instruction: str) -> str | None:
+    """The completion output for `_STRATCTL_COMPLETE=instruction`, or None to ask Typer."""
+    shell = instruction.removeprefix("complete_")
+    if not instruction.startswith("complete_") or shell not in ("bash", "zsh", "fish"):
+        return None
+    words = _words(shell)
+    if words is None:
+        return None
+    args, incomplete = words
+    if args and args[-1] == "--context":
+        from stratctl.kube.kubeconfig import context_names
+
+        names = context_names(_option_value(args, "--kubeconfig"))
+        return _format(shell, [n for n in names if n.startswith(incomplete)])
+    if shell == "bash" and not incomplete.startswith("-") and all(a in ("--traceback",) for a in args):
+        return _format(shell, [n for n in COMMAND_NAMES if n.startswith(incomplete)])
+    return None
