@@ -14,6 +14,7 @@ SPEC_HASH = f"{PREFIX}/spec-hash"  # hash of the rendered manifests of this atte
 CRITICAL = f"{PREFIX}/critical"  # "true" | "false"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "stratctl"
+RECORD_PREFIX = "stratctl-study-"  # the name of a study's record ConfigMap, before the study's
 
 # Annotations (free text).
 PARAMS = f"{PREFIX}/params"  # JSON object of the trial's parameters

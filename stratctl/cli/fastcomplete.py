@@ -6,7 +6,11 @@ objects, in Typer's exact output per shell, and returns None for every other one
 study names, files), which then go through Typer as before:
 
 - a command name in bash (zsh and fish show each command's help, which lives in Typer);
-- a context after `--context` (all three shells), read from the kubeconfig as YAML.
+- a context after `--context` (all three shells), read from the kubeconfig as YAML;
+- a study name as the STUDY of status, drain, resume, delete, logs and wait, after
+  nothing but connection options, read with one HTTPS request made by the standard
+  library (`kube.quickread`) within the Tab's budget, unless the kubeconfig needs the
+  Kubernetes client (an exec plugin): then Typer's callback reads it.
 
 `COMMAND_NAMES` must list what the Typer app registers; tests/unit/test_fastcomplete.py
 compares it and each answer with Typer's own.
@@ -16,9 +20,48 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 
 COMMAND_NAMES = ["validate", "render", "plan", "schema", "submit", "status", "drain", "resume", "wait", "delete",
                  "logs"]
+
+
+STUDY_COMMANDS = ("status", "drain", "resume", "delete", "logs", "wait")
+CONNECTION_OPTIONS = ("-n", "--namespace", "--context", "--kubeconfig")
+
+
+def _study_position(args: list[str]) -> tuple[str | None, str | None, str | None] | None:
+    """(kubeconfig, context, namespace) when the word completed is the STUDY of a study
+    command given nothing but connection options before it; None otherwise."""
+    if not args or args[0] not in STUDY_COMMANDS:
+        return None
+    rest, values, i = args[1:], {}, 0
+    while i < len(rest):
+        name, eq, value = rest[i].partition("=")
+        if name not in CONNECTION_OPTIONS or (not eq and i + 1 >= len(rest)):
+            return None
+        values[name], i = (value, i + 1) if eq else (rest[i + 1], i + 2)
+    return values.get("--kubeconfig"), values.get("--context"), values.get("--namespace", values.get("-n"))
+
+
+def _studies(kubeconfig: str | None, context: str | None, namespace: str | None) -> list[str] | None:
+    """The namespace's studies read within the Tab's budget (none past it); None when the
+    kubeconfig needs the Kubernetes client."""
+    from stratctl.engine.names import BUDGET
+    from stratctl.kube import quickread
+
+    box: list = []
+
+    def read() -> None:
+        try:
+            box.append(quickread.study_names(kubeconfig, context, namespace, timeout=BUDGET))
+        except Exception:  # a completion says nothing rather than print an error into the shell
+            box.append([])
+
+    thread = threading.Thread(target=read, name="complete", daemon=True)
+    thread.start()
+    thread.join(BUDGET)
+    return box[0] if box else []
 
 
 def _split(line: str) -> list[str] | None:
@@ -90,6 +133,12 @@ def answer(instruction: str) -> str | None:
 
         names = context_names(_option_value(args, "--kubeconfig"))
         return _format(shell, [n for n in names if n.startswith(incomplete)])
+    where = None if incomplete.startswith("-") else _study_position(args)
+    if where is not None:
+        names = _studies(*where)
+        if names is not None:
+            return _format(shell, [n for n in names if n.startswith(incomplete)])
+        return None
     if shell == "bash" and not incomplete.startswith("-") and all(a in ("--traceback",) for a in args):
         return _format(shell, [n for n in COMMAND_NAMES if n.startswith(incomplete)])
     return None

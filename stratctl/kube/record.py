@@ -17,7 +17,7 @@ from stratctl.errors import NotFound, StratctlError, UsageError
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
 from stratctl.study import document
 
-PREFIX = "stratctl-study-"
+PREFIX = labels.RECORD_PREFIX
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 

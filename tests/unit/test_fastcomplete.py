@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from stratctl.cli.fastcomplete import COMMAND_NAMES, answer
+from tests.unit.test_completion import kubeconfig, server  # noqa: F401 (a fixture)
 
 KUBECONFIG = """\
 apiVersion: v1
@@ -67,8 +68,47 @@ def test_other_questions_go_to_typer(monkeypatch):
     monkeypatch.setenv("COMP_WORDS", "stratctl status --")
     monkeypatch.setenv("COMP_CWORD", "2")
     assert answer("complete_bash") is None  # options
-    monkeypatch.setenv("COMP_WORDS", "stratctl status ")
-    assert answer("complete_bash") is None  # study names
+    monkeypatch.setenv("COMP_WORDS", "stratctl status --sort loss ")
+    monkeypatch.setenv("COMP_CWORD", "4")
+    assert answer("complete_bash") is None  # a study after other options: Typer's parser knows them
     monkeypatch.setenv("_TYPER_COMPLETE_ARGS", "stratctl s")
     assert answer("complete_zsh") is None  # command help lives in Typer
     assert answer("source_bash") is None
+
+
+def test_study_names_are_read_without_typer_or_the_kubernetes_client(tmp_path, server):
+    path = kubeconfig(tmp_path, server.server_port)
+    env = {**os.environ, "_STRATCTL_COMPLETE": "complete_bash", "COMP_WORDS": "stratctl delete -n other --context prod s",
+           "COMP_CWORD": "6", "KUBECONFIG": path}
+    code = ("import sys\nfrom stratctl.cli.fastcomplete import answer\nout = answer('complete_bash')\n"
+            "print(out, 'typer' in sys.modules, 'kubernetes' in sys.modules)")
+    assert _run(code, env).split() == ["sweep", "False", "False"]
+    assert server.handler.paths[-1].startswith("/api/v1/namespaces/other/configmaps?labelSelector=")
+    fast = _run("import sys; from stratctl.cli.entry import main; main(); sys.exit(3)", env)
+    assert fast == _run("from stratctl.cli.main import main; main()", env) == "sweep\n"
+
+
+def test_a_kubeconfig_with_an_exec_plugin_goes_the_clients_way(tmp_path, monkeypatch):
+    from stratctl.kube import quickread
+
+    config = tmp_path / "kubeconfig"
+    config.write_text(KUBECONFIG.replace("user: {token: t}", "user: {exec: {command: get-token}}"))
+    assert quickread.study_names(str(config), None, "ns", timeout=0.5) is None
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.setenv("COMP_WORDS", "stratctl status ")
+    monkeypatch.setenv("COMP_CWORD", "2")
+    assert answer("complete_bash") is None
+
+
+@pytest.mark.parametrize("args, where", [
+    (["status"], (None, None, None)),
+    (["logs", "-n", "ml", "--context=lab", "--kubeconfig", "k"], ("k", "lab", "ml")),
+    (["wait", "--namespace=ml"], (None, None, "ml")),
+    (["status", "sweep"], None),  # the STUDY is given: a TRIAL or an option comes next
+    (["status", "-n"], None),  # completing the namespace
+    (["plan"], None),
+])
+def test_where_a_study_name_is_completed(args, where):
+    from stratctl.cli.fastcomplete import _study_position
+
+    assert _study_position(args) == where
