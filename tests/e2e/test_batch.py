@@ -199,7 +199,7 @@ def test_a_preempted_batch_trial_resumes_as_its_next_attempt_and_completes(testb
         assert float(notes[labels.GPU_SECONDS_LOST]) > 0
     snap = cli.status(name)
     [study] = snap["studies"]
-    assert study["states"]["succeeded"] == trials and study["failures"] == 0
+    assert study["states"]["succeeded"] == trials and study["failed_attempts"] == 0
     assert study["preemptions"] >= len(resumed) and study["gpu_hours_lost"] > 0
     print(f"\nbatch preemption: {len(resumed)} of {trials} trials resumed; the high-priority gang placed after "
           f"{placed:.1f}s; {study['gpu_hours_lost'] * 3600:.0f} GPU-s lost")
