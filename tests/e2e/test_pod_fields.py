@@ -67,9 +67,8 @@ def objects(testbed):
     for name in made:
         kubectl(testbed, "patch", "pvc", f"{name}-ckpt", "--type=merge", "-p", unprotect)
         kubectl(testbed, "patch", "pv", f"{name}-pv", "--type=merge", "-p", unprotect)
-        kubectl(testbed, "delete", "--ignore-not-found", "--wait=false", "pvc", f"{name}-ckpt", "configmap",
-                f"{name}-cfg", "secret", f"{name}-creds")
-        kubectl(testbed, "delete", "--ignore-not-found", "--wait=false", "pv", f"{name}-pv")
+        kubectl(testbed, "delete", "--ignore-not-found", "--wait=false", f"pvc/{name}-ckpt", f"configmap/{name}-cfg",
+                f"secret/{name}-creds", f"pv/{name}-pv")
 
 
 @pytest.mark.parametrize("workload", ["volcano", "batch"])
