@@ -155,3 +155,28 @@ def test_the_checkpoint_example_mounts_its_claim_at_the_checkpoint_and_resumes_f
     assert env["STRATCTL_CHECKPOINT_DIR"].startswith("/ckpt/ckpt-pvc/")
     assert {"name": "ckpt", "mountPath": "/ckpt"} in container["volumeMounts"]
     assert "--resume" in container["args"][0]
+
+
+def test_a_field_stratctl_does_not_model_is_reached_through_a_copy_of_the_bundled_template(tmp_path):
+    # what the README shows: copy the bundled template, add beside `containers:`, point at it
+    bundled = (Path(__file__).parents[2] / "templates" / "volcano-job.yaml.j2").read_text()
+    added = ('        runtimeClassName: nvidia\n'
+             '        initContainers:\n'
+             '        - name: fetch-data\n'
+             '          image: {{ "registry.example.com/fetch:1" | tojson }}\n'
+             '          args: ["--to=/data/{{ study }}"]\n')
+    assert bundled.count("        containers:\n") == 1
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "volcano-job.yaml.j2").write_text(
+        bundled.replace("        containers:\n", added + "        containers:\n"))
+    text = STUDY.format(workload="volcano").replace("trial:\n", "templates_dir: templates\ntrial:\n"
+                                                    "  template: volcano-job.yaml.j2\n", 1)
+    study = load(tmp_path, text)
+    pod = _pod(Renderer(study).render(expand(study)[0]), "volcano")
+    assert pod["runtimeClassName"] == "nvidia"
+    [init] = pod["initContainers"]
+    assert {k: v for k, v in init.items() if k != "env"} == {
+        "name": "fetch-data", "image": "registry.example.com/fetch:1", "args": ["--to=/data/pods"]}
+    assert {e["name"] for e in init["env"]} >= {"STRATCTL_TRIAL"}  # stamped like every container
+    assert pod["volumes"] == VOLUMES  # the modelled fields still render from the copy
+    assert {e["name"] for e in pod["containers"][0]["env"]} >= {"STRATCTL_TRIAL", "STRATCTL_CHECKPOINT_DIR"}
