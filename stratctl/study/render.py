@@ -403,6 +403,8 @@ def _study_context(study: Study) -> dict[str, Any]:
             "args": task.args if task.args is not None else t.args,
             "env": [{"name": k, "value": v} for k, v in env.items()],
             "resources": {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v},
+            "volume_mounts": [m.manifest() for m in (*t.volume_mounts, *task.volume_mounts)],
+            "env_from": [e.manifest() for e in t.env_from],
         })
     policies = [{"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
                 for p in t.effective_policies]
@@ -414,8 +416,21 @@ def _study_context(study: Study) -> dict[str, Any]:
         "gang_size": study.gang_size,
         "policies": policies,
         "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
+        "pod": _pod_fields(t),
         "min_resources": min_resources(study),
     }
+
+
+def _pod_fields(t: Any) -> dict[str, Any]:
+    """The trial's pod-level fields in Kubernetes' words, only those it sets (the
+    templates render each one present)."""
+    fields = {
+        "volumes": [v.manifest() for v in t.volumes],
+        "affinity": t.affinity.manifest() if t.affinity else {},
+        "imagePullSecrets": [{"name": name} for name in t.image_pull_secrets],
+        "securityContext": t.security_context.manifest() if t.security_context else {},
+    }
+    return {k: v for k, v in fields.items() if v}
 
 
 def min_resources(study: Study) -> dict[str, str]:

@@ -41,10 +41,13 @@ VARIABLES = {
 # The manifest templates (templates/*.j2) also see the study model itself.
 MANIFEST_VARIABLES = {
     "spec": "the study file's fields, with defaults filled in",
-    "tasks": "the tasks with trial-level defaults applied (image, command, args, env, resources)",
+    "tasks": "the tasks with trial-level defaults applied (image, command, args, env, resources, volume_mounts, "
+             "env_from)",
     "gang_size": "pods that must start together (minAvailable)",
     "policies": "Volcano lifecycle policies",
     "tolerations": "the tolerations, as Kubernetes objects",
+    "pod": "the trial's pod fields set, as Kubernetes names and objects (volumes, affinity, imagePullSecrets, "
+           "securityContext)",
     "min_resources": "resources of the gang's minAvailable pods, summed (PodGroup minResources)",
     **VARIABLES,
 }

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_
 from stratctl.study import document
 
 from stratctl.study import sandbox
+from stratctl.study.pod import Affinity, EnvFrom, SecurityContext, Volume, VolumeMount, undefined_mounts
 from stratctl.study.distributions import (  # noqa: F401 - part of the study's public surface
     Choice,
     IntRange,
@@ -155,6 +156,7 @@ class Task(_Model):
     args: list[str] | None = None
     env: EnvMap
     resources: Resources | None = None
+    volume_mounts: list[VolumeMount] = []  # added to trial.volume_mounts for this task's pods
 
     _env = field_validator("env", mode="before")(classmethod(lambda cls, v: _env(v)))
 
@@ -192,6 +194,12 @@ class TrialSpec(_Model):
     annotations: dict[str, str] = {}
     labels: dict[str, str] = {}
     service_account: str | None = None
+    volumes: list[Volume] = []
+    volume_mounts: list[VolumeMount] = []  # mounted in every task's container
+    affinity: Affinity | None = None
+    image_pull_secrets: list[str] = []
+    env_from: list[EnvFrom] = []
+    security_context: SecurityContext | None = None
     policies: list[Policy] | None = None
     template: str | None = None  # a file in the templates directory
 
@@ -225,6 +233,16 @@ class TrialSpec(_Model):
             if (t.image or self.image) is None:
                 raise _bad("image", "task {name!r} has no image (set trial.image or the task's image)",
                            field=f"tasks.{i}", name=t.name)
+        volumes = [v.name for v in self.volumes]
+        for i, name in enumerate(volumes):
+            if name in volumes[:i]:
+                raise _bad("volume_name", "duplicate volume name {name!r}", field=f"volumes.{i}.name", name=name)
+        for where, mounts in [("volume_mounts", self.volume_mounts),
+                              *((f"tasks.{i}.volume_mounts", t.volume_mounts) for i, t in enumerate(self.tasks))]:
+            missing = undefined_mounts(mounts, set(volumes), where)
+            if missing:
+                raise _bad("volume_mount", "mount of volume {name!r}, which trial.volumes does not define",
+                           field=missing[0], name=missing[1])
         total = sum(t.replicas for t in self.tasks)
         if self.min_available is not None and self.min_available > total:
             raise _bad("min_available", "min_available ({m}) exceeds the {n} pods of a trial",
