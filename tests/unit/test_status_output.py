@@ -17,7 +17,7 @@ from stratctl.cli.main import app
 from stratctl.engine.status import Snapshot, collect, sort_trials
 from stratctl.engine.summary import StudyRow, TrialRow, study_row, summary_data
 from stratctl.errors import ExitCode, UsageError
-from stratctl.kube.record import StudyRecord, record_manifest
+from stratctl.kube.record import StudyRecord
 from stratctl.kube.state import timestamp
 from stratctl.view import statusout
 from stratctl.view.columns import duration, plural, study_note
