@@ -53,20 +53,10 @@ def _unknown(error: ClusterError) -> bool:
     return not isinstance(error, (Unavailable, Unreachable))
 
 
-def namespace_exists(cluster: Cluster, namespace: str, probe: dict) -> bool | None:
-    """Whether `namespace` exists. Users who may not read namespaces (most) are asked with a
-    server-side dry run of `probe`, a ConfigMap in it: the API server refuses that with 404
-    when the namespace does not exist, and stores nothing either way."""
+def _exists(read) -> bool | None:
+    """Whether `read()` finds its object: True, False on 404, None when the user may not ask."""
     try:
-        cluster.get(NAMESPACE, namespace)
-        return True
-    except NotFound:
-        return False
-    except ClusterError as exc:
-        if not _unknown(exc):
-            raise
-    try:
-        cluster.create({**probe, "metadata": {**probe["metadata"], "namespace": namespace}}, dry_run=True)
+        read()
         return True
     except AlreadyExists:
         return True
@@ -76,6 +66,17 @@ def namespace_exists(cluster: Cluster, namespace: str, probe: dict) -> bool | No
         if not _unknown(exc):
             raise
         return None
+
+
+def namespace_exists(cluster: Cluster, namespace: str, probe: dict) -> bool | None:
+    """Whether `namespace` exists. Users who may not read namespaces (most) are asked with a
+    server-side dry run of `probe`, a ConfigMap in it: the API server refuses that with 404
+    when the namespace does not exist, and stores nothing either way."""
+    found = _exists(lambda: cluster.get(NAMESPACE, namespace))
+    if found is not None:
+        return found
+    return _exists(lambda: cluster.create({**probe, "metadata": {**probe["metadata"], "namespace": namespace}},
+                                          dry_run=True))
 
 
 def allowed(cluster: Cluster, access: Access) -> bool | None:

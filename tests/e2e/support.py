@@ -174,3 +174,20 @@ def busybox_study(name: str, namespace: str, trials: int, duration: str = "2s", 
           tasks: [{{name: worker, replicas: {replicas}}}]
         throttle: {throttle}
         """) + textwrap.dedent(extra)
+
+
+def high_priority_gang(api, namespace, name, pods=8):
+    """A production gang of `pods` one-GPU pods at the stratctl-high priority, running 5 s."""
+    api.create({
+        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": pods, "maxRetry": 1,
+                 "priorityClassName": "stratctl-high",
+                 "tasks": [{"name": "serve", "replicas": pods, "minAvailable": pods, "template": {
+                     "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "5s"}},
+                     "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
+                              "priorityClassName": "stratctl-high",
+                              "containers": [{"name": "serve", "image": "stratctl.invalid/prod:0",
+                                              "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
+                                                            "limits": {"nvidia.com/gpu": "1"}}}]}}}]},
+    })

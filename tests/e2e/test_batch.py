@@ -18,7 +18,7 @@ from stratctl import labels
 from stratctl.engine.status import collect
 from stratctl.kube.cluster import BATCH_JOB, EVENT, POD, PODGROUP, VOLCANO_JOB
 from stratctl.kube.state import TrialState, classify, latest_attempts
-from tests.e2e.support import Cli, fake_study, finish, recorded, running_pods, unique, wait_until
+from tests.e2e.support import Cli, fake_study, finish, high_priority_gang, recorded, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -142,22 +142,6 @@ def test_drain_then_resume_a_batch_study(testbed, api, cli, studies):
     snap = cli.status(name)
     assert snap["studies"][0]["states"]["succeeded"] == 4 and not snap["studies"][0]["drained"]
     assert sorted(t["attempt"] for t in snap["trials"]) == [0, 0, 1, 1]
-
-
-def high_priority_gang(api, namespace, name, pods=8):
-    api.create({
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": pods, "maxRetry": 1,
-                 "priorityClassName": "stratctl-high",
-                 "tasks": [{"name": "serve", "replicas": pods, "minAvailable": pods, "template": {
-                     "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "5s"}},
-                     "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
-                              "priorityClassName": "stratctl-high",
-                              "containers": [{"name": "serve", "image": "stratctl.invalid/prod:0",
-                                              "resources": {"requests": {GPU: "1", "cpu": "100m"},
-                                                            "limits": {GPU: "1"}}}]}}}]},
-    })
 
 
 def test_a_preempted_batch_trial_resumes_as_its_next_attempt_and_completes(testbed, api, cli, studies):

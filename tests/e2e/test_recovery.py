@@ -15,7 +15,7 @@ import pytest
 from stratctl import labels
 from stratctl.kube.cluster import VOLCANO_JOB
 from stratctl.kube.state import TrialState, classify, latest_attempts
-from tests.e2e.support import env_of, fake_study, finish, running_pods, unique, wait_until
+from tests.e2e.support import env_of, fake_study, finish, high_priority_gang, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -47,19 +47,7 @@ def test_preempted_trials_resume_from_checkpoints_and_all_complete(testbed, api,
     try:
         wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus, 90,
                    message=f"the study holding all {gpus} GPUs")
-        api.create({
-            "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-            "metadata": {"name": high, "namespace": testbed.namespace},
-            "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": 8, "maxRetry": 1,
-                     "priorityClassName": "stratctl-high",
-                     "tasks": [{"name": "serve", "replicas": 8, "minAvailable": 8, "template": {
-                         "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "5s"}},
-                         "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
-                                  "priorityClassName": "stratctl-high",
-                                  "containers": [{"name": "serve", "image": "stratctl.invalid/prod:0",
-                                                  "resources": {"requests": {GPU: "1", "cpu": "100m"},
-                                                                "limits": {GPU: "1"}}}]}}}]},
-        })
+        high_priority_gang(api, testbed.namespace, high)
         wait_until(lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8, 60,
                    message="the high-priority gang running on reclaimed GPUs")
         progress = finish(submit, timeout=150)
