@@ -27,6 +27,7 @@ from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, C
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.blocked import Blocked
 from stratctl.engine.pace import api_room
+from stratctl.engine.packing import Candidate, Packing, pack, passed_over
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer
@@ -37,6 +38,7 @@ from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror, watch_health
 from stratctl.kube.outage import Change, Outage, duration
+from stratctl.study import shape
 from stratctl.study.changes import spec_text
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
@@ -74,8 +76,9 @@ def outage_wait(failed: int, poll_interval: float) -> float:
 
 
 def gang_shape(study: Study) -> list[int]:
-    """GPUs of each pod of one trial: the shape free GPUs must hold for it to start."""
-    return [study.task_resources(t).gpus() for t in study.trial.tasks for _ in range(t.replicas)]
+    """GPUs of each pod of one trial (of a study whose trials share one shape): the shape
+    free GPUs must hold for it to start."""
+    return list(shape.gang(study))
 
 
 def default_policy(study: Study, options: SubmitOptions):
@@ -122,6 +125,13 @@ class Submitter:
         # each trial's expected seconds, when the study states them (backfill picks by them)
         self._expected = ({t.name: renderer.expected_seconds(t) for t in trials}
                           if renderer is not None and renderer.states_duration else {})
+        # each trial's shape, when the study's trials differ in shape: admitted by packing them
+        # into the free GPUs (engine/packing.py), with the passed-over times its aging rule needs
+        self._shapes = ({t.name: renderer.shape(t) for t in trials}
+                        if renderer is not None and study.varying_shape else {})
+        self._passed: dict[str, float] = {}
+        self._reserved: str | None = None
+        self._packing: Packing | None = None
         self.cluster = cluster
         self.throttle = throttle
         self.options = options
@@ -165,6 +175,13 @@ class Submitter:
         # else the loop's, told by whole cycles.
         self._told = getattr(cluster, "outage", None) is None
         self.outage: Outage = Outage(options.outage_timeout, clock=clock) if self._told else cluster.outage
+
+    def reference_shape(self) -> list[int]:
+        """The shape the cluster's signals count whole gangs of: the study's, or its largest
+        trial's when trials differ (packing then decides per trial)."""
+        if self._shapes:
+            return list(max(self._shapes.values(), key=lambda s: (sum(s), max(s, default=0), len(s))))
+        return gang_shape(self.study)
 
     # -- the study record -----------------------------------------------------------
 
@@ -404,6 +421,9 @@ class Submitter:
             shadow, backfill_fit = capacity.shadow, capacity.backfill_fit
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             precedence = str(capacity.precedence) if capacity.precedence else None
+            if self._shapes and capacity.free_after is not None:
+                self._packing = self._pack(states, capacity.free_after)
+                p.gangs_fit = self._packing.fit
             p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
         control = self.prometheus.latest() if self.prometheus is not None else None
         p.etcd_commit_p99 = control.etcd_commit_p99 if control else None
@@ -424,6 +444,31 @@ class Submitter:
             shadow=shadow if self._expected else None,  # backfill needs the study's own durations
             backfill_fit=backfill_fit,
         )
+
+    def _waiting(self, states: dict[str, TrialState]) -> list[str]:
+        """The trials waiting to be created, in the study's order (refused ones aside)."""
+        return [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
+
+    def _pack(self, states: dict[str, TrialState], free: dict[str, int]) -> Packing:
+        """Which waiting trials to admit, by shape (engine/packing.py). A reserved trial
+        (passed over for `throttle.aging`) keeps the study's other trials back until it runs."""
+        reserved = self._reserved
+        if reserved is not None and states.get(reserved) is TrialState.PENDING:
+            return Packing([], 0, reserved)  # created, not started yet: nothing goes ahead of it
+        if reserved is not None and states.get(reserved) is not TrialState.WAITING:
+            self.reporter.event(f"trial {reserved} started: admitting trials of every shape again")
+            self._reserved = reserved = None
+        waiting = [Candidate(n, self._shapes[n]) for n in self._waiting(states)]
+        config = getattr(self.policy, "config", self.policy)
+        packing = pack(waiting, free, self._passed, self.clock(), self.study.throttle.aging_seconds,
+                       getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead))
+        if packing.reserved is not None and packing.reserved != reserved:
+            gpus = sum(self._shapes[packing.reserved])
+            waited = self.clock() - self._passed[packing.reserved]
+            self.reporter.event(f"trial {packing.reserved} ({gpus} GPUs) passed over by smaller trials for "
+                                f"{waited:.0f}s: admitting it first, the study's other trials wait until it runs")
+            self._reserved = packing.reserved
+        return packing
 
     def _decide(self, observed: Observed) -> Decision:
         p = self.progress
@@ -497,7 +542,10 @@ class Submitter:
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._observe_pressure(states)
         decision = self._decide(observed)
-        waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
+        listed = waiting = self._waiting(states)
+        if self._packing is not None:  # trials of different shapes: those that fit first
+            present = set(waiting)
+            waiting = [n for n in self._packing.order if n in present]
         if decision.backfill is not None:  # only trials that end before the waiting gang can start
             waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
         admit = decision.admit(replace(observed, waiting=len(waiting)))
@@ -505,6 +553,8 @@ class Submitter:
             submitted = self._submit_batch(waiting[:admit], pool)
             states.update({n: TrialState.PENDING for n in submitted})
             self._tally(states)
+            if self._shapes:
+                self._passed = passed_over(listed, set(submitted), self._passed, self.clock())
         if self.study.cleanup == "delete":
             self.cleanup(states)
         self.reporter.update(self.progress)

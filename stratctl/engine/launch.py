@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated
-from stratctl.engine.controller import Submitter, SubmitOptions, gang_shape, job_kind, study_selector
+from stratctl.engine.controller import Submitter, SubmitOptions, job_kind, study_selector
 from stratctl.engine.preflight import preflight
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.revision import revise
@@ -95,7 +95,7 @@ def submit_study(
                            "`stratctl submit` without --detach")
         if (options.parallelism == "adaptive" or yields) and not options.detach:
             submitter.signals = ClusterSignals(
-                cluster, gang_shape(study), study.namespace, study.priority_class,
+                cluster, submitter.reference_shape(), study.namespace, study.priority_class,
                 yields, study.queue).start()
         if submitter.prometheus is not None:
             submitter.prometheus.start()

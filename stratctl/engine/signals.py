@@ -40,6 +40,7 @@ class Capacity:
     precedence: Precedence | None = None  # the largest higher-priority gang waiting, if any
     shadow: float | None = None  # seconds until it can start by the expected ends of the pods below it
     backfill_fit: int | None = None  # whole gangs the free GPUs hold now, that gang's own demand aside
+    free_after: dict[str, int] | None = None  # node → free GPUs once the pods already waiting are placed
 
 
 class ClusterSignals:
@@ -109,7 +110,7 @@ class ClusterSignals:
             shadow = shadow_time(nodes, pods, precedence, now)
             backfill_fit = backfill_gangs(nodes, pods, groups, ahead, self.shape)
         return Capacity(sum(after.values()), gangs_fit(after, self.shape), fragmentation(after, self.shape), len(nodes),
-                        precedence, shadow, backfill_fit)
+                        precedence, shadow, backfill_fit, after)
 
     def pod_starts(self) -> dict[str, float]:
         """Job uid → when the first of its pods started, from the pods there and those

@@ -25,6 +25,7 @@ class Plan:
     drawn: int  # combinations drawn by the strategy, before duplicates were merged
     estimate: Estimate
     seconds: Sequence[float] | None = None  # each trial's expected duration, when they differ
+    shapes: Sequence[tuple[int, ...]] | None = None  # each trial's GPUs per pod, when shapes differ
 
     @property
     def duplicates(self) -> int:
@@ -34,11 +35,15 @@ class Plan:
 def make_plan(path: str | Path) -> Plan:
     """Load, expand and render-check a study, and estimate its cost."""
     study, trials = validate(path)
-    seconds = None
-    if study.cost.per_trial:
+    seconds = shapes = None
+    if study.cost.per_trial or study.varying_shape:
         renderer = Renderer(study)
-        seconds = [renderer.expected_seconds(t) for t in trials]
-    return Plan(study, trials, size(study), estimate(study, trials, seconds), seconds)
+        if study.cost.per_trial:
+            seconds = [renderer.expected_seconds(t) for t in trials]
+        if study.varying_shape:
+            shapes = [renderer.shape(t) for t in trials]
+    gpus = None if shapes is None else [sum(s) for s in shapes]
+    return Plan(study, trials, size(study), estimate(study, trials, seconds, gpus), seconds, shapes)
 
 
 def _value(v: Any) -> str:
@@ -52,12 +57,16 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
     trials.add_column("trial", no_wrap=True)
     for name in s.space:
         trials.add_column(name, justify="right")
+    if plan.shapes is not None:
+        trials.add_column("pods", justify="right")
+        trials.add_column("GPUs", justify="right")
     if plan.seconds is not None:
         trials.add_column("expected", justify="right")
     shown = plan.trials if max_rows is None else plan.trials[:max_rows]
     for i, t in enumerate(shown):
+        shape = [str(len(plan.shapes[i])), str(sum(plan.shapes[i]))] if plan.shapes is not None else []
         expected = [_duration(plan.seconds[i])] if plan.seconds is not None else []
-        trials.add_row(str(t.index), t.name, *(_value(t.params[k]) for k in s.space), *expected)
+        trials.add_row(str(t.index), t.name, *(_value(t.params[k]) for k in s.space), *shape, *expected)
     lines = []
     if len(shown) < len(plan.trials):
         lines.append(f"… {len(plan.trials) - len(shown)} more trials (use --max-rows 0 or -o json to see all)")
@@ -68,14 +77,24 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
         f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {s.queue}; "
         f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
     )
-    lines.append(
-        f"each trial: a gang of {s.gang_size} pods ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
-        f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
-        + (" on average" if plan.seconds is not None else "")
-    )
-    per_trial = f"{_duration(e.expected_seconds)} (mean)" if plan.seconds is not None else _duration(e.expected_seconds)
-    cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {per_trial} × " \
-           f"{e.trials} trials × retry factor {e.retry_factor:g}"
+    if plan.shapes is not None:
+        pods = sorted({len(shape) for shape in plan.shapes})
+        gang = f"{pods[0]}" if len(pods) == 1 else f"{pods[0]}–{pods[-1]}"
+        tasks = ', '.join(f"{t.name}×{t.replicas if isinstance(t.replicas, int) else 'by trial'}" for t in s.trial.tasks)
+        lines.append(f"each trial: a gang of {gang} pods ({tasks}), "
+                     f"{e.gpus_text} by trial, expected {_duration(e.expected_seconds)}"
+                     + (" on average" if plan.seconds is not None else ""))
+        cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = the sum of each trial's GPUs × its expected duration × " \
+               f"retry factor {e.retry_factor:g}"
+    else:
+        lines.append(
+            f"each trial: a gang of {s.gang_size} pods ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
+            f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
+            + (" on average" if plan.seconds is not None else "")
+        )
+        per_trial = f"{_duration(e.expected_seconds)} (mean)" if plan.seconds is not None else _duration(e.expected_seconds)
+        cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {per_trial} × " \
+               f"{e.trials} trials × retry factor {e.retry_factor:g}"
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
     lines.append(cost)
@@ -90,8 +109,9 @@ def as_json(plan: Plan) -> dict:
         "strategy": plan.study.strategy.model_dump(),
         "drawn": plan.drawn,
         "duplicates": plan.duplicates,
-        "gang_size": plan.study.gang_size,
+        "gang_size": None if plan.shapes is not None else plan.study.gang_size,
         "trials": [{"index": t.index, "name": t.name, "params": dict(t.params),
+                    **({"pods": len(plan.shapes[i]), "gpus": sum(plan.shapes[i])} if plan.shapes is not None else {}),
                     **({"expected_seconds": plan.seconds[i]} if plan.seconds is not None else {})}
                    for i, t in enumerate(plan.trials)],
         "estimate": plan.estimate.as_dict(),

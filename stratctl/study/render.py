@@ -30,7 +30,7 @@ from jinja2.exceptions import TemplateError
 
 from stratctl import labels
 
-from stratctl.study import sandbox
+from stratctl.study import sandbox, shape
 from stratctl.errors import Problem, StudyError
 from stratctl.study.digest import canonical, digest, hash_text
 from stratctl.study.model import parse_duration
@@ -90,17 +90,23 @@ class Renderer:
             labels.CRITICAL: "true" if study.critical else "false",
             labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
         }
-        self._study_context = _study_context(study)
+        # trial shapes that vary (templated replicas or GPUs): one renderer per distinct shape
+        self._shape_fields = shape.fields(study)
+        self._by_shape: dict[tuple[str, ...], Renderer] = {}
+        self._study_context = {} if self._shape_fields else _study_context(study)
         # only a duration the study states is an estimate worth planning with, not the default
         self._stamps_expected = "expected_duration" in study.cost.model_fields_set
         self._nonce = secrets.token_hex(4)
+        self._gang: tuple[int, ...] | None = None
         self._compiled: tuple[list[str], list[str]] | None = None
-        if self._per_study(self._ast):
+        if self._per_study(self._ast) and not self._shape_fields:
             self._prepare_skeleton()
 
     # ------------------------------------------------------------ public
 
     def render(self, trial: Trial, attempt: int = 0, resume: bool = False) -> list[dict]:
+        if self._shape_fields:
+            return self._shaped(trial).render(trial, attempt, resume)
         ctx = self._trial_context(trial, attempt, resume)
         if self._compiled is not None:
             return self._fill(ctx)
@@ -112,6 +118,25 @@ class Renderer:
         for labels_map in _label_maps(docs):
             labels_map[labels.SPEC_HASH] = spec_digest
         return docs
+
+    def shape(self, trial: Trial) -> tuple[int, ...]:
+        """GPUs of each pod of the trial's gang (what free GPUs must hold for it to start)."""
+        if self._shape_fields:
+            return self._shaped(trial).shape(trial)
+        if self._gang is None:
+            self._gang = shape.gang(self.study)
+        return self._gang
+
+    def _shaped(self, trial: Trial) -> Renderer:
+        """The renderer of the study resolved to this trial's shape (study/shape.py)."""
+        ctx = self._trial_context(trial, 0, False)
+        rendered = {path: self._run(self._string(text), ctx) for path, text in self._shape_fields}
+        key = tuple(rendered.values())
+        renderer = self._by_shape.get(key)
+        if renderer is None:
+            resolved = shape.resolve(self.study, rendered, f"trial {trial.index} ({trial.name})")
+            renderer = self._by_shape[key] = Renderer(resolved, self.dir)
+        return renderer
 
     @property
     def states_duration(self) -> bool:

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from stratctl.study import document
 
@@ -84,6 +84,8 @@ class Resources(_Model):
     @classmethod
     def _gpu_whole(cls, values: dict[str, Quantity]) -> dict[str, Quantity]:
         gpu = values.get(GPU)
+        if isinstance(gpu, str) and sandbox.is_template(gpu):
+            return values  # a trial-shape template: checked per trial (study/shape.py)
         if gpu is not None:
             try:
                 ok = float(gpu) >= 0 and float(gpu) == int(float(gpu))
@@ -145,11 +147,31 @@ def _own_env(values: dict[str, str]) -> dict[str, str]:
 EnvMap = Annotated[dict[str, str], Field(default_factory=dict), AfterValidator(_own_env)]
 
 
+MAX_REPLICAS = 10_000
+
+
+def _count(value: Any) -> Any:
+    """A task's replicas: a whole number, or a template over the trial's values (the trial's
+    shape then varies, study/shape.py renders and checks it per trial)."""
+    if isinstance(value, str) and sandbox.is_template(value):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad("replicas", "must be a whole number, or a template over the trial's values "
+                   "(e.g. \"{{{{ params.workers }}}}\"), got {v!r}", v=value)
+    if value < 1:
+        raise _bad("replicas", "must be at least 1")
+    if value > MAX_REPLICAS:
+        raise _bad("replicas", "must be at most {m}", m=MAX_REPLICAS)
+    return value
+
+
 class Task(_Model):
     """A role in the gang (workers, parameter servers, evaluators): replicas of one pod."""
 
     name: str
-    replicas: int = Field(default=1, ge=1, le=10_000)
+    replicas: Annotated[int | str, BeforeValidator(_count)] = 1
     min_available: int | None = Field(default=None, ge=0)
     image: str | None = None
     command: list[str] | None = None
@@ -167,7 +189,7 @@ class Task(_Model):
 
     @model_validator(mode="after")
     def _min(self):
-        if self.min_available is not None and self.min_available > self.replicas:
+        if isinstance(self.replicas, int) and self.min_available is not None and self.min_available > self.replicas:
             raise _bad("min_available", "min_available ({m}) exceeds replicas ({r})", field="min_available",
                        m=self.min_available, r=self.replicas)
         return self
@@ -243,8 +265,9 @@ class TrialSpec(_Model):
             if missing:
                 raise _bad("volume_mount", "mount of volume {name!r}, which trial.volumes does not define",
                            field=missing[0], name=missing[1])
-        total = sum(t.replicas for t in self.tasks)
-        if self.min_available is not None and self.min_available > total:
+        total = sum(t.replicas for t in self.tasks if isinstance(t.replicas, int))
+        templated = any(not isinstance(t.replicas, int) for t in self.tasks)
+        if self.min_available is not None and self.min_available > total and not templated:
             raise _bad("min_available", "min_available ({m}) exceeds the {n} pods of a trial",
                        field="min_available", m=self.min_available, n=total)
         return self
@@ -291,6 +314,22 @@ class Throttle(_Model):
     # lower-priority work stepped aside: without it, trials refill every GPU that frees
     # and starve the production job Volcano cannot place.
     yield_to_higher_priority: bool = True
+    # When trials differ in shape: a trial passed over by others for this long is admitted
+    # before any other, so large trials are never starved (engine/packing.py). Seconds or "5m".
+    aging: float | str = "5m"
+
+    @field_validator("aging")
+    @classmethod
+    def _aging(cls, v: float | str) -> float | str:
+        try:
+            parse_duration(v)
+        except ValueError as e:
+            raise _bad("duration", str(e)) from None
+        return v
+
+    @property
+    def aging_seconds(self) -> float:
+        return parse_duration(self.aging)
 
 
 class Cost(_Model):
@@ -443,7 +482,18 @@ class Study(_Model):
         return task.resources or self.trial.resources
 
     @property
+    def varying_shape(self) -> bool:
+        """Whether trials differ in gang size or GPUs: replicas or the GPU request is a
+        template over the trial's values (study/shape.py resolves it per trial)."""
+        return any(isinstance(t.replicas, str) or isinstance(self.task_resources(t).requests.get(GPU), str)
+                   and sandbox.is_template(self.task_resources(t).requests[GPU])
+                   or isinstance(self.task_resources(t).limits.get(GPU), str)
+                   and sandbox.is_template(self.task_resources(t).limits[GPU])
+                   for t in self.trial.tasks)
+
+    @property
     def gpus_per_trial(self) -> int:
+        """GPUs of one trial (of a study whose trials all have the same shape)."""
         return sum(t.replicas * self.task_resources(t).gpus() for t in self.trial.tasks)
 
     @property

@@ -1,0 +1,117 @@
+"""Which waiting trials to admit when the study's trials differ in shape (gang size or
+GPUs per pod): a pure function of the free GPUs per node and the waiting trials.
+
+The rule, every cycle:
+
+- **fit first, largest first (best-fit decreasing).** The waiting trials are placed into
+  the free GPUs (per node, after the pods already waiting for a node) largest shape
+  first, each pod on the node with the least room that still takes it, as a bin-packing
+  scheduler places them. The trials that fit are admitted first. When a block large
+  enough for a big trial is free, the big trial takes it; the small ones fill the holes
+  left. When the free GPUs are fragmented (no node holds a big trial's pod), the big
+  trials do not fit and the small ones that do are admitted: **small first while GPUs
+  are fragmented**, large when a block frees. No gang is created that would sit
+  half-placed or wait in Volcano's queue while GPUs it could not use stay idle.
+- **queued ahead.** Beyond those that fit, the policy may keep a few gangs queued
+  (`queue_ahead`) so freed GPUs are taken without a round trip: while fragmented, the
+  smallest waiting trials (they start first as holes free); otherwise in study order.
+- **aging: large trials are not starved.** A trial is *passed over* when a trial after it
+  in the study's order is admitted while it waits. Once one has been passed over for
+  `aging` seconds (the oldest such first), it is *reserved*: it is admitted first (queued
+  if it does not fit yet), and no other trial of the study is admitted until it fits
+  with them, so the GPUs the study's own trials release add up to its block. Its wait is
+  therefore bounded by `aging` plus the time the study's running trials take to free a
+  block, whatever the mix of shapes.
+
+`pack` decides; the submit loop (controller) keeps the passed-over times and acts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    shape: tuple[int, ...]  # GPUs of each pod of the trial's gang
+
+
+@dataclass(frozen=True)
+class Packing:
+    order: list[str]  # the waiting trials to admit, in this order (at most fit + ahead of them)
+    fit: int  # how many of the first in `order` fit the free GPUs now, together
+    reserved: str | None = None  # a passed-over trial holding the study's other admissions
+    fragmented: bool = False  # the largest waiting shape fits nowhere although GPUs are free
+
+
+def place(room: dict[str, int], shape: Sequence[int]) -> dict[str, int] | None:
+    """The room left once a gang of `shape` is placed (largest pod first, best fit), or
+    None when it does not fit whole."""
+    left = dict(room)
+    for need in sorted((g for g in shape if g > 0), reverse=True):
+        fits = [n for n, r in left.items() if r >= need]
+        if not fits:
+            return None
+        best = min(fits, key=lambda n: (left[n], n))
+        left[best] -= need
+    return left
+
+
+def _size(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    return sum(shape), max(shape, default=0), len(shape)
+
+
+def pack(waiting: Sequence[Candidate], free: dict[str, int], passed: dict[str, float], now: float,
+         aging: float, ahead: int) -> Packing:
+    """The admission order for `waiting` (in study order); `passed`: trial → when it was
+    first passed over."""
+    if not waiting:
+        return Packing([], 0)
+    by_shape: dict[tuple[int, ...], list[str]] = {}
+    for c in waiting:
+        by_shape.setdefault(c.shape, []).append(c.name)
+    shapes = sorted(by_shape, key=_size, reverse=True)
+    fragmented = sum(free.values()) > 0 and place(free, shapes[0]) is None
+    room = dict(free)
+    fitted: list[str] = []
+    position = {c.name: i for i, c in enumerate(waiting)}
+    aged = [n for n, since in passed.items() if n in position and now - since >= aging]
+    reserved = min(aged, key=lambda n: (passed[n], position[n])) if aged else None
+    if reserved is not None:
+        shape = waiting[position[reserved]].shape
+        after = place(room, shape)
+        if after is None:  # it waits for a block: nothing else of the study goes ahead of it
+            return Packing([reserved], 0, reserved, fragmented)
+        fitted.append(reserved)
+        room = after
+    for shape in shapes:
+        for name in by_shape[shape]:
+            if name == reserved:
+                continue
+            after = place(room, shape)
+            if after is None:
+                break  # the other trials of this shape do not fit either
+            fitted.append(name)
+            room = after
+    taken = set(fitted)
+    rest = [c for c in waiting if c.name not in taken]
+    if fragmented:
+        rest.sort(key=lambda c: (_size(c.shape), position[c.name]))
+    return Packing(fitted + [c.name for c in rest[:ahead]], len(fitted), reserved, fragmented)
+
+
+def passed_over(waiting: Sequence[str], admitted: set[str], passed: dict[str, float], now: float) -> dict[str, float]:
+    """The passed-over times after a cycle: a waiting trial not admitted, placed before an
+    admitted one in study order, is passed over from now (kept if it was already); trials
+    no longer waiting are forgotten."""
+    present = set(waiting)
+    still = {n: since for n, since in passed.items() if n in present and n not in admitted}
+    if not admitted:
+        return still
+    last = max(i for i, n in enumerate(waiting) if n in admitted)
+    for name in waiting[:last]:
+        if name not in admitted:
+            still.setdefault(name, now)
+    return still
