@@ -51,10 +51,11 @@ def resolve(study: Study, rendered: dict[Path, str], trial: str) -> Study:
         low = 1 if path[-1] == "replicas" else 0
         high = MAX_REPLICAS if path[-1] == "replicas" else 1_000
         number = _whole(text)
-        if number is None or not low <= number <= high:
+        copied = path[-2] == "limits" and rendered.get(path[:-2] + ("requests", GPU)) == text
+        if (number is None or not low <= number <= high) and not copied:  # a limit filled from the request: said once
             problems.append(study.problem(path, f"{'.'.join(map(str, path))}: {what} renders to {text.strip()!r} for "
                                                 f"{trial}: expected a whole number from {low} to {high:,}"))
-        else:
+        elif number is not None:
             values[path] = number
     if problems:
         raise StudyError(problems)
