@@ -3,8 +3,9 @@
 One study of 1-, 2-, 4- and 8-GPU trials (one pod each; durations drawn from a range) runs
 to completion once per strategy and round, in one run, while another team's pods hold
 GPUs on every node in uneven amounts (pinned to their nodes, as a running job's pods
-are): for the first `--hold` seconds no node has 8 GPUs free, only holes of 1 to 7, then
-the other team's pods end and whole nodes free up.
+are): at the start no node has 8 GPUs free, only holes of 1 to 7; the other team's pods
+then end one node at a time, spread over `--hold` seconds, and whole nodes free up while
+trials of every size still wait.
 
   submit-all  every trial created at once (what `kubectl apply -f DIR` does): Volcano
               holds the 8-GPU gangs in its queue, admitted (Inqueue) against the free
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.adaptive_experiment import cleanup, median  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.kube.cluster import NODE, POD, Cluster  # noqa: E402
+from stratctl.kube.cluster import NODE, POD, PODGROUP, Cluster  # noqa: E402
 from stratctl.kube.gpus import free_gpus, pod_gpus  # noqa: E402
 from stratctl.study.space import expand  # noqa: E402
 from stratctl.study.spec import load_study  # noqa: E402
@@ -78,6 +79,33 @@ def _durations(n: int, duration: tuple[int, int], seed: int) -> list[int]:
     return [rng.randint(*duration) for _ in range(n)]
 
 
+def release(i: int, nodes: int, hold: float) -> float:
+    """When the other team's pod on the i-th node ends: one node after the other over `hold`."""
+    return hold * (i + 1) / nodes
+
+
+def lower_bound(sizes: list[int], durations: list[int], nodes: int, hold: float, step: float = 0.1) -> float:
+    """No schedule ends sooner than the largest of: the trials' GPU-seconds over the GPUs the
+    other team leaves; the 8-GPU trials' GPU-seconds over the whole nodes it has released; the
+    first release plus the longest 8-GPU trial."""
+    releases = [release(i, nodes, hold) for i in range(nodes)]
+    largest = max(sizes)
+    work = sum(g * d for g, d in zip(sizes, durations))
+    blocked = sum(g * d for g, d in zip(sizes, durations) if g == largest)
+    t = done = whole = 0.0
+    t_area = t_whole = None
+    while t_area is None or t_whole is None:
+        done += sum(8 - (HELD[i % len(HELD)] if t < r else 0) for i, r in enumerate(releases)) * step
+        whole += sum(8 for r in releases if t >= r) * step
+        t += step
+        if t_area is None and done >= work:
+            t_area = t
+        if t_whole is None and whole >= blocked:
+            t_whole = t
+    longest = max(d for g, d in zip(sizes, durations) if g == largest)
+    return max(t_area, t_whole, min(releases) + longest)
+
+
 def other_team_pod(name: str, namespace: str, node: str, gpus: int, seconds: float) -> dict:
     """A running pod of another team's job, on its node (bound already: no scheduler involved)."""
     return {
@@ -102,6 +130,7 @@ class Result:
     succeeded: int
     total: int
     starts: dict = field(default_factory=dict)
+    peak_queued: int = 0  # the study's gangs waiting in Volcano's queue at once (PodGroups Pending or Inqueue)
 
     @property
     def ratio(self) -> float:
@@ -119,6 +148,7 @@ class Sampler(threading.Thread):
         self.idle = 0.0
         self.starts: dict[str, float] = {}  # trial → seconds from the start to its pod running
         self.sizes: dict[str, int] = {}
+        self.peak_queued = 0
 
     def run(self) -> None:
         last = time.monotonic()
@@ -126,6 +156,9 @@ class Sampler(threading.Thread):
             now = time.monotonic()
             nodes, _ = self.admin.list(NODE)
             pods, _ = self.admin.list(POD, all_namespaces=True)
+            groups, _ = self.admin.list(PODGROUP, label_selector=f"{labels.STUDY}={self.study}")
+            self.peak_queued = max(self.peak_queued, sum(
+                1 for g in groups if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue")))
             for pod in pods:
                 meta = pod["metadata"]
                 trial = (meta.get("labels") or {}).get(labels.TRIAL)
@@ -153,7 +186,7 @@ def measure(strategy: str, target, per_size: dict[int, int], duration: tuple[int
         sizes = [size for size, n in per_size.items() for _ in range(n)]
         for i, node in enumerate(nodes):
             admin.create(other_team_pod(f"other-{tag}-{strategy}-{i}"[:60], target.namespace, node,
-                                        HELD[i % len(HELD)], hold))
+                                        HELD[i % len(HELD)], release(i, len(nodes), hold)))
         sampler = Sampler(admin, name, len(trials))
         sampler.start()
         context = target.restricted_context or target.admin_context
@@ -169,14 +202,9 @@ def measure(strategy: str, target, per_size: dict[int, int], duration: tuple[int
         sampler.join()
     done = json.loads(out.stdout) if out.stdout.strip() else {}
     large = [t for t, g in sampler.sizes.items() if g == max(per_size)]
-    gpu_seconds = sum(g * d for g, d in zip(sizes, durations))
-    room = sum(8 - HELD[i % len(HELD)] for i in range(len(nodes)))  # GPUs free while the other team holds
-    capacity = 8 * len(nodes)
-    area = hold + max(0.0, gpu_seconds - room * hold) / capacity
-    longest_large = max((d for g, d in zip(sizes, durations) if g == max(per_size)), default=0)
-    result = Result(strategy, makespan, max(area, hold + longest_large), sampler.idle,
+    result = Result(strategy, makespan, lower_bound(sizes, durations, len(nodes), hold), sampler.idle,
                     max((sampler.starts.get(t, makespan) for t in large), default=0.0),
-                    done.get("succeeded", 0), total, dict(sampler.starts))
+                    done.get("succeeded", 0), total, dict(sampler.starts), sampler.peak_queued)
     cleanup(admin, name)
     for pod in admin.list(POD, label_selector=f"{OTHER_TEAM}=true")[0]:
         admin.delete(POD, pod["metadata"]["name"])
@@ -209,6 +237,7 @@ def main() -> None:
             r = measure(strategy, target, per_size, (low, high), args.hold, args.seed, f"{tag}{round_}", caps[strategy])
             print(f"  makespan {r.makespan:.1f}s (bound {r.bound:.1f}s, ratio {r.ratio:.2f}), idle "
                   f"{r.idle_gpu_seconds:.0f} GPU-s, longest 8-GPU wait {r.longest_large_wait:.1f}s, "
+                  f"peak queued gangs {r.peak_queued}, "
                   f"{r.succeeded}/{r.total} succeeded", flush=True)
             results.append(r)
     report(results, args, per_size, (low, high))
@@ -217,16 +246,17 @@ def main() -> None:
 def report(results: list[Result], args, per_size: dict[int, int], duration: tuple[int, int]) -> None:
     print(f"\n{sum(per_size.values())} trials ({', '.join(f'{n}×{g} GPU' for g, n in per_size.items())}), "
           f"{duration[0]}–{duration[1]} s each; another team holds {'/'.join(map(str, HELD))} GPUs of 8 per node "
-          f"for {args.hold:g} s; static cap {args.cap}; medians of {args.rounds} round(s)\n")
+          f"at the start, released one node at a time over {args.hold:g} s; static cap {args.cap}; "
+          f"medians of {args.rounds} round(s)\n")
     print(f"{'strategy':11} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle GPU-s':>11} "
-          f"{'longest 8-GPU wait s':>21} {'done':>7}   all rounds (makespan)")
+          f"{'longest 8-GPU wait s':>21} {'peak queued':>12} {'done':>7}   all rounds (makespan)")
     by: dict[str, list[Result]] = {}
     for r in results:
         by.setdefault(r.strategy, []).append(r)
     for strategy, runs in by.items():
         print(f"{strategy:11} {median([r.makespan for r in runs]):10.1f} {median([r.bound for r in runs]):8.1f} "
               f"{median([r.ratio for r in runs]):6.2f} {median([r.idle_gpu_seconds for r in runs]):11.0f} "
-              f"{median([r.longest_large_wait for r in runs]):21.1f} "
+              f"{median([r.longest_large_wait for r in runs]):21.1f} {median([r.peak_queued for r in runs]):12.0f} "
               f"{min(r.succeeded for r in runs):>3}/{runs[0].total:<3}   "
               f"{', '.join(f'{r.makespan:.0f}' for r in runs)}")
 

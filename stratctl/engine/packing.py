@@ -13,8 +13,10 @@ The rule, every cycle:
   are fragmented**, large when a block frees. No gang is created that would sit
   half-placed or wait in Volcano's queue while GPUs it could not use stay idle.
 - **queued ahead.** Beyond those that fit, the policy may keep a few gangs queued
-  (`queue_ahead`) so freed GPUs are taken without a round trip: while fragmented, the
-  smallest waiting trials (they start first as holes free); otherwise in study order.
+  (`queue_ahead`) so freed GPUs are taken without a round trip. While the GPUs are
+  fragmented these are the largest waiting trials: the holes are filled by the trials
+  that fit them already, and a queued large gang takes a whole node the moment one
+  frees, before small gangs (anyone's) break it up again; otherwise in study order.
 - **aging: large trials are not starved.** A trial is *passed over* when a trial after it
   in the study's order is admitted while it waits. Once one has been passed over for
   `aging` seconds (the oldest such first), it is *reserved*: it is admitted first (queued
@@ -97,8 +99,8 @@ def pack(waiting: Sequence[Candidate], free: dict[str, int], passed: dict[str, f
             room = after
     taken = set(fitted)
     rest = [c for c in waiting if c.name not in taken]
-    if fragmented:
-        rest.sort(key=lambda c: (_size(c.shape), position[c.name]))
+    if fragmented:  # the next block that frees goes to the largest
+        rest.sort(key=lambda c: (tuple(-x for x in _size(c.shape)), position[c.name]))
     return Packing(fitted + [c.name for c in rest[:ahead]], len(fitted), reserved, fragmented)
 
 

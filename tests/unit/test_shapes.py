@@ -157,8 +157,9 @@ def test_fragmented_gpus_take_the_small_trials_and_no_large_one():
     assert packing.fragmented
     # the 2-GPU trial first (largest that fits), then the 1-GPU ones into the holes left
     assert packing.order[:packing.fit] == ["t3", "t2", "t5", "t6"]
-    # queued ahead: the smallest of the rest first (the 4-GPU before the 8-GPU ones)
-    assert packing.order[packing.fit:] == ["t1", "t0"]
+    # queued ahead: the largest of the rest first, in study order (the 8-GPU ones before the 4-GPU one),
+    # so the next node that frees whole goes to a large trial
+    assert packing.order[packing.fit:] == ["t0", "t4"]
 
 
 def test_a_free_block_goes_to_the_large_trial_and_the_holes_to_the_small_ones():
