@@ -85,25 +85,44 @@ def release(i: int, nodes: int, hold: float) -> float:
 
 
 def lower_bound(sizes: list[int], durations: list[int], nodes: int, hold: float, step: float = 0.1) -> float:
-    """No schedule ends sooner than the largest of: the trials' GPU-seconds over the GPUs the
-    other team leaves; the 8-GPU trials' GPU-seconds over the whole nodes it has released; the
-    first release plus the longest 8-GPU trial."""
+    """No schedule ends sooner than the larger of: the trials' GPU-seconds over the GPUs the
+    other team leaves (area); and the best schedule of the 8-GPU trials alone, each needing a
+    node the other team has released (exact for that relaxation: the smallest T for which
+    their durations pack into the nodes' windows T − release, found by bisection)."""
     releases = [release(i, nodes, hold) for i in range(nodes)]
-    largest = max(sizes)
     work = sum(g * d for g, d in zip(sizes, durations))
-    blocked = sum(g * d for g, d in zip(sizes, durations) if g == largest)
-    t = done = whole = 0.0
-    t_area = t_whole = None
-    while t_area is None or t_whole is None:
+    t = done = 0.0
+    while done < work:
         done += sum(8 - (HELD[i % len(HELD)] if t < r else 0) for i, r in enumerate(releases)) * step
-        whole += sum(8 for r in releases if t >= r) * step
         t += step
-        if t_area is None and done >= work:
-            t_area = t
-        if t_whole is None and whole >= blocked:
-            t_whole = t
-    longest = max(d for g, d in zip(sizes, durations) if g == largest)
-    return max(t_area, t_whole, min(releases) + longest)
+    largest = max(sizes)
+    blocked = sorted((d for g, d in zip(sizes, durations) if g == largest), reverse=True)
+    low, high = min(releases), max(releases) + sum(blocked)
+    while high - low > step:
+        mid = (low + high) / 2
+        low, high = (low, mid) if _packs(blocked, [mid - r for r in releases]) else (mid, high)
+    return max(t, high)
+
+
+def _packs(jobs: list[int], windows: list[float]) -> bool:
+    """Whether the jobs (longest first) fit into the windows, each window running its jobs
+    one after another (exact, by backtracking; a few jobs)."""
+    left = sorted((w for w in windows if w > 0), reverse=True)
+
+    def fit(i: int) -> bool:
+        if i == len(jobs):
+            return True
+        tried = set()
+        for k, room in enumerate(left):
+            if room >= jobs[i] and room not in tried:
+                tried.add(room)
+                left[k] -= jobs[i]
+                if fit(i + 1):
+                    return True
+                left[k] += jobs[i]
+        return False
+
+    return fit(0)
 
 
 def other_team_pod(name: str, namespace: str, node: str, gpus: int, seconds: float) -> dict:
