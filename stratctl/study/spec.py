@@ -291,6 +291,9 @@ class Throttle(_Model):
     # lower-priority work stepped aside: without it, trials refill every GPU that frees
     # and starve the production job Volcano cannot place.
     yield_to_higher_priority: bool = True
+    # What the etcd-latency breaker does: hold new trials, or also drain the running ones
+    # until it clears (engine/shedding.py; critical studies only ever hold).
+    on_breaker: Literal["hold", "drain"] = "hold"
 
 
 class Cost(_Model):
