@@ -78,12 +78,12 @@ class Shedding:
         if self.state.tripped and not self.reason:
             self._trip()
         elif not self.state.tripped and self.reason:
-            self._clear(was)
+            self._clear(was, record is not None and parse_record(record).drained)
         elif self.reason and observed.in_flight:
             self._suspend()  # trials that started while the breaker holds the study
-        if not self.reason:
+        if not self.reason or observed.drained:  # a user's drain says why itself
             return observed
-        return replace(observed, drained=True, drained_by=observed.drained_by or f"etcd breaker: {self.reason}")
+        return replace(observed, drained=True, drained_by=f"etcd breaker: {self.reason}")
 
     def panel(self) -> str:
         """The breaker's line in the live panel: '' while it is closed and nothing moves it."""
@@ -115,11 +115,12 @@ class Shedding:
         self.say(f"etcd breaker tripped ({self.reason}): suspended {len(suspended)} trial(s) of "
                  f"{self.study.name}; they resume from their checkpoints when it clears")
 
-    def _clear(self, was: bool) -> None:
+    def _clear(self, was: bool, drained: bool) -> None:
         self._flag("", None)
+        then = (f"the study stays drained by `stratctl drain` until `stratctl resume {self.study.name}`" if drained
+                else f"suspended trials of {self.study.name} resume")
         if was:
             self.say(f"etcd breaker cleared ({self._ms()}, below {self.config.low * 1000:.0f}ms for "
-                     f"{self.config.clear:.0f}s): suspended trials of {self.study.name} resume")
+                     f"{self.config.clear:.0f}s): {then}")
         else:
-            self.say(f"etcd breaker flag left by an earlier run lowered (this loop's breaker is closed): "
-                     f"suspended trials of {self.study.name} resume")
+            self.say(f"etcd breaker flag left by an earlier run lowered (this loop's breaker is closed): {then}")

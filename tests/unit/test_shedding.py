@@ -192,7 +192,8 @@ def test_a_users_drain_is_not_lifted_when_the_breaker_clears(tmp_path):
 
     submitter.shedding.step = step
     progress = submitter.run()
-    assert submitter.reporter.about("etcd breaker cleared")
+    [cleared] = submitter.reporter.about("etcd breaker cleared")
+    assert cleared.endswith("the study stays drained by `stratctl drain` until `stratctl resume loop`")
     # the breaker cleared at 25; the user's drain still held the study at 40: nothing new, nothing back
     assert (resumed["in_flight"], resumed["creates"], resumed["drained"]) == (0, 3, "true")
     assert sorted(resumed["outcome"].resumed) == sorted(t.name for t in trials[:3])
