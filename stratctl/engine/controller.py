@@ -35,6 +35,7 @@ from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
+from stratctl.engine.shedding import Shedding
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror, watch_health
 from stratctl.kube.outage import Change, Outage, duration
@@ -175,6 +176,8 @@ class Submitter:
         # else the loop's, told by whole cycles.
         self._told = getattr(cluster, "outage", None) is None
         self.outage: Outage = Outage(options.outage_timeout, clock=clock) if self._told else cluster.outage
+        # the etcd breaker's drain (throttle.on_breaker: drain); with `hold` it does nothing
+        self.shedding = Shedding(cluster, study, lambda message: self.reporter.event(message), clock, wall)
 
     def reference_shape(self) -> list[int]:
         """The shape the cluster's signals count whole gangs of: the study's, or its largest
@@ -470,6 +473,14 @@ class Submitter:
             self._reserved = packing.reserved
         return packing
 
+    def _shed(self, observed: Observed) -> Observed:
+        """The etcd breaker's drain (engine/shedding.py): it may suspend the study's trials,
+        or let them resume; the policy sees the study drained while the breaker holds it."""
+        observed = self.shedding.step(observed, self._record_cm)
+        self.record = replace(self.record, breaker=self.shedding.reason, breaker_at=self.shedding.at)
+        self.progress.breaker = self.shedding.panel()
+        return observed
+
     def _decide(self, observed: Observed) -> Decision:
         p = self.progress
         decision = self.policy.decide(observed, self.clock())
@@ -536,11 +547,11 @@ class Submitter:
         states = self.observe()
         if self._record_due():
             self._refresh_flags()
-        states = requeue.step(states, self._jobs, self.record.drained, record=self._record_cm)
-        states = salvage.step(states, self._jobs, self._all_jobs, self.record.drained, *self._mirrored())
+        states = requeue.step(states, self._jobs, self.record.held, record=self._record_cm)
+        states = salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
         self._tally(states)
         self.save_summary(force=self.progress.done)  # the cluster as just observed
-        observed = self._observe_pressure(states)
+        observed = self._shed(self._observe_pressure(states))
         decision = self._decide(observed)
         listed = waiting = self._waiting(states)
         if self._packing is not None:  # trials of different shapes: those that fit first

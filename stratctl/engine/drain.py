@@ -5,7 +5,9 @@ re-read the record each cycle) holds new trials, then suspends the study's runni
 pending attempts by deleting their jobs: pods get SIGTERM and their grace period to
 write a checkpoint. Each suspended trial is marked in the record with the attempt that
 was deleted and its accounting. `resume` creates each marked trial's next attempt with
-STRATCTL_RESUME=1 and clears the flag. Critical studies are never drained.
+STRATCTL_RESUME=1 and clears the flag. Critical studies are never drained. A submit
+loop whose study says `throttle.on_breaker: drain` suspends through `suspend` too, under a
+flag of its own (`engine/shedding.py`).
 
 Delete-and-requeue rather than Volcano's AbortJob/ResumeJob Commands: see the README
 section "Checkpoints and preemption".
@@ -22,9 +24,14 @@ from stratctl import labels
 from stratctl.study import document
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
-from stratctl.kube.record import job_kinds, parse_record, records, record_name, suspended_of, suspended_patch
+from stratctl.kube.record import (
+    BREAKER_KEY, job_kinds, loop_following, parse_record, records, record_name, suspended_of, suspended_patch,
+)
 from stratctl.engine.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
 from stratctl.kube.state import classify, latest_attempts
+
+BREAKER = "breaker"  # who suspended a trial, in its mark, when the etcd breaker did
+
 
 @dataclass
 class Outcome:
@@ -42,8 +49,9 @@ class Outcome:
         return dict(self.__dict__)
 
 
-def _suspend(cluster, namespace: str, name: str, kinds, now: float) -> list[str]:
-    """Mark then delete every running or pending attempt of the study; the trials marked."""
+def suspend(cluster, namespace: str, name: str, kinds, now: float, by: str = "") -> list[str]:
+    """Mark then delete every running or pending attempt of the study; the trials marked
+    (`by`: who suspended them, when not a user's `drain`, kept in each mark)."""
     jobs, kind_of = [], {}
     for kind in kinds:
         for job in cluster.list(kind, namespace, label_selector=f"{labels.STUDY}={name}")[0]:
@@ -68,6 +76,7 @@ def _suspend(cluster, namespace: str, name: str, kinds, now: float) -> list[str]
             "gpu_seconds_lost": round(carry.gpu_seconds_lost),
             "suspensions": carry.suspensions,
             "failures": carry.failures,
+            **({"by": by} if by else {}),
         }
     if not victims:
         return []
@@ -108,7 +117,7 @@ def drain(
             outcome.skipped = "critical"
             continue
         cluster.patch(CONFIGMAP, record_name(record.study), {"data": {"drained": "true"}}, namespace)
-        outcome.suspended = _suspend(cluster, namespace, record.study, job_kinds(record.source), clock())
+        outcome.suspended = suspend(cluster, namespace, record.study, job_kinds(record.source), clock())
     if settle and any(not o.skipped for o in outcomes):
         sleep(settle)
         for outcome in outcomes:
@@ -116,7 +125,7 @@ def drain(
                 continue
             cluster.patch(CONFIGMAP, record_name(outcome.study), {"data": {"drained": "true"}}, namespace)
             cm = cluster.get(CONFIGMAP, record_name(outcome.study), namespace)
-            late = _suspend(cluster, namespace, outcome.study, job_kinds(parse_record(cm).source), clock())
+            late = suspend(cluster, namespace, outcome.study, job_kinds(parse_record(cm).source), clock())
             outcome.suspended = sorted(set(outcome.suspended) | set(late))
     return outcomes
 
@@ -134,12 +143,23 @@ def _study_from_record(cm: dict, namespace: str):
     return study, {t.name: t for t in expand(study)}, Renderer(study)
 
 
-def resume(cluster, namespace: str, study: str) -> Outcome:
-    """Bring a drained study's suspended trials back from their checkpoints; undrain it."""
+def resume(cluster, namespace: str, study: str, clock: Callable[[], float] = time.time) -> Outcome:
+    """Bring a drained study's suspended trials back from their checkpoints; undrain it.
+
+    Trials the etcd breaker suspended stay suspended while the breaker holds the study and
+    its submit loop follows it: that loop resumes them when the breaker clears (a user's
+    resume does not lift a breaker drain). A breaker flag whose loop is gone is lifted here,
+    since nothing else would lift it."""
     [cm] = records(cluster, namespace, study)
     record = parse_record(cm)
     outcome = Outcome(record.study, critical=record.critical)
     marks = suspended_of(cm)
+    breaker = bool(record.breaker) and loop_following(cm, clock()) is not None
+    kept = {t: m for t, m in marks.items() if m.get("by") == BREAKER} if breaker else {}
+    if kept:
+        outcome.note = (f"{len(kept)} trial(s) drained by the etcd breaker stay suspended until it clears "
+                        "(the submit loop resumes them)")
+    marks = {t: m for t, m in marks.items() if t not in kept}
     remaining = dict(marks)
     if marks:
         try:
@@ -162,8 +182,10 @@ def resume(cluster, namespace: str, study: str) -> Outcome:
                 outcome.resumed.append(trial)
                 del remaining[trial]
     # New attempts first, then the flag: a loop that sees the study undrained sees them.
-    patch = suspended_patch(remaining)
+    patch = suspended_patch({**remaining, **kept})
     patch["data"]["drained"] = "false"
+    if not breaker:
+        patch["data"][BREAKER_KEY] = ""
     cluster.patch(CONFIGMAP, record_name(record.study), patch, namespace)
-    outcome.left = sorted(remaining)
+    outcome.left = sorted({**remaining, **kept})
     return outcome

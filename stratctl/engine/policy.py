@@ -65,6 +65,7 @@ class Observed:
     waiting: int  # trials not yet created
     stuck: int = 0  # pending gangs older than the scheduler's grace period
     drained: bool = False  # the study record says hold
+    drained_by: str = ""  # why, when not a user's drain (the etcd breaker's drain, engine/shedding.py)
     api_stalled: float = 0.0  # seconds our requests have been refused with none accepted (the pace's)
     api_room: int | None = None  # trials the request pace can create in one cycle while it holds back; None: any
     gangs_fit: int | None = None  # whole gangs of the study's shape the free GPUs could hold; None: unknown
@@ -150,7 +151,7 @@ def _least(*bounds: int | None) -> int | None:
 def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
     target = state.target
     if observed.drained:
-        return Decision(target, True, "study drained"), state
+        return Decision(target, True, observed.drained_by or "study drained"), state
     cooling = now - state.last_decrease < config.cooldown
 
     def decrease(why: str) -> tuple[Decision, PolicyState]:
@@ -244,7 +245,7 @@ class StaticPolicy:
 
     def decide(self, observed: Observed, now: float) -> Decision:
         if observed.drained:
-            return Decision(self.cap, True, "study drained")
+            return Decision(self.cap, True, observed.drained_by or "study drained")
         if observed.api_stalled >= self.api_stall:
             return Decision(self.cap, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, "
                                             "holding new trials")

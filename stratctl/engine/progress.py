@@ -46,6 +46,7 @@ class Progress:
     latency_p90: float | None = None
     etcd_commit_p99: float | None = None  # seconds, from --prometheus-url
     scheduling_latency_p90: float | None = None  # seconds, Volcano's e2e scheduling latency, from --prometheus-url
+    breaker: str = ""  # where the etcd breaker of a study set to drain stands ("" while closed and quiet)
     watch_errors: int = 0  # failures of the loop's watches (jobs, nodes, pods, PodGroups) so far, recovered or not
     watch_problem: str | None = None  # which watch is broken now and why; None while every watch is healthy
     errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted

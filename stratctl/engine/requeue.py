@@ -141,7 +141,8 @@ class Requeue:
         self._ending: dict[str, tuple[str, str]] = {}  # uid of a batch job to delete -> (name, why)
 
     def _record(self, drained: bool) -> tuple[dict[str, dict], bool]:
-        """The suspension marks and the drained flag, from one read of the study record.
+        """The suspension marks and whether the study is held (drained by a user or by the
+        etcd breaker), from one read of the study record.
 
         `drain` sets the flag before it writes marks and deletes jobs, so a loop that sees
         a mark (or a job gone) must judge it by a flag at least as fresh: the loop's own
@@ -150,7 +151,7 @@ class Requeue:
             cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.study.namespace)
         except NotFound:
             return {}, drained
-        return suspended_of(cm), parse_record(cm).drained
+        return suspended_of(cm), parse_record(cm).held
 
     def _state(self, job: dict, state: TrialState) -> TrialState | None:
         """The loop classified from the job alone; an attempt that ended FAILED may still
@@ -209,7 +210,7 @@ class Requeue:
         marks (`record`: the loop's latest read of it, else read here); `drained` (the
         loop's copy) counts only when there is no record.
         """
-        marks, drained = self._record(drained) if record is None else (suspended_of(record), parse_record(record).drained)
+        marks, drained = self._record(drained) if record is None else (suspended_of(record), parse_record(record).held)
         self._end_stuck()
         views = {}
         for name, state in states.items():

@@ -71,6 +71,7 @@ class StudyRow:
     api: str = ""  # the submit loop's note while the API quota pushes back (fresh, else "")
     started: float | None = None  # the first trial's creation
     finished: float | None = None  # the last trial's end, once every trial has ended
+    breaker: str = ""  # why the submit loop's etcd breaker drained the study ("" when it does not)
 
     @property
     def done(self) -> bool:
@@ -192,6 +193,7 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
         api=api_quota_of(record, now),
         started=min((r.created for r in rows if r.created is not None), default=None),
         finished=max(ended) if all_ended else None,
+        breaker=record.breaker,
     )
 
 
@@ -242,4 +244,5 @@ def summary_of(configmap: dict, now: float, fresh: float) -> StudyRow | None:
     # flags other terminals set since the loop wrote it
     row.drained, row.critical, row.target, row.decision = record.drained, record.critical, record.target, record.reason
     row.api = api_quota_of(record, now)
+    row.breaker = record.breaker
     return row

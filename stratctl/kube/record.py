@@ -22,6 +22,15 @@ API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes 
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 
 
+# The submit loop's breaker drain, apart from a user's `drained` flag (which it never
+# touches): {"at": wall time it tripped, "reason": text}, "" while the breaker is closed.
+BREAKER_KEY = "breaker"
+
+
+def breaker_value(reason: str, at: float | None) -> str:
+    return json.dumps({"at": at, "reason": reason}, sort_keys=True) if reason else ""
+
+
 def record_name(study_name: str) -> str:
     return f"{PREFIX}{study_name}"[:253]
 
@@ -41,6 +50,14 @@ class StudyRecord:
     api_quota: str = ""  # when the API quota pushes back: what it does to the study ("" otherwise)
     api_quota_at: float | None = None  # wall time that note was written
     spec: str = ""  # the study spec as canonical JSON (study.changes.spec_text; "" when too large or older)
+    breaker: str = ""  # why the submit loop's etcd breaker drained the study ("" when it does not)
+    breaker_at: float | None = None  # wall time it tripped
+
+    @property
+    def held(self) -> bool:
+        """Whether suspended trials stay suspended and nothing new starts: drained by a user
+        (`drain`), or by the etcd breaker (`throttle.on_breaker: drain`)."""
+        return self.drained or bool(self.breaker)
 
 
 def record_manifest(record: StudyRecord, namespace: str) -> dict:
@@ -74,6 +91,7 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         "max-failures": "" if record.max_failures is None else str(record.max_failures),
         API_QUOTA_KEY: json.dumps({"at": record.api_quota_at, "note": record.api_quota}) if record.api_quota else "",
         "spec": record.spec,
+        BREAKER_KEY: breaker_value(record.breaker, record.breaker_at),
     }
 
 
@@ -98,6 +116,12 @@ def parse_record(configmap: dict) -> StudyRecord:
         quota = {}
     quota = quota if isinstance(quota, dict) else {}
     at = quota.get("at")
+    try:
+        breaker = json.loads(data.get(BREAKER_KEY) or "{}")
+    except ValueError:
+        breaker = {}
+    breaker = breaker if isinstance(breaker, dict) else {}
+    tripped = breaker.get("at")
     return StudyRecord(
         study=meta_labels.get(labels.STUDY, ""),
         spec_hash=data.get("spec-hash", ""),
@@ -112,6 +136,8 @@ def parse_record(configmap: dict) -> StudyRecord:
         api_quota=quota.get("note") if isinstance(quota.get("note"), str) else "",
         api_quota_at=float(at) if isinstance(at, int | float) else None,
         spec=data.get("spec", ""),
+        breaker=breaker.get("reason") if isinstance(breaker.get("reason"), str) else "",
+        breaker_at=float(tripped) if isinstance(tripped, int | float) else None,
     )
 
 
@@ -144,7 +170,8 @@ def space_order(source: str) -> list[str]:
 # `drain` deletes the running attempts of a study and marks each trial here, under a key
 # the submit loop never writes: {trial: {"attempt": n, <carried totals>}}. The next
 # attempt (created by `resume` or by a submit loop once the study is no longer drained)
-# resumes from the checkpoint; `resume` clears the marks it has acted on.
+# resumes from the checkpoint; `resume` clears the marks it has acted on. A mark the etcd
+# breaker made says so ("by": "breaker"): `resume` leaves those to the submit loop.
 
 SUSPENDED_KEY = "suspended"
 

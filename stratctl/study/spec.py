@@ -331,6 +331,10 @@ class Throttle(_Model):
     def aging_seconds(self) -> float:
         return parse_duration(self.aging)
 
+    # What the etcd-latency breaker does: hold new trials, or also drain the running ones
+    # until it clears (engine/shedding.py; critical studies only ever hold).
+    on_breaker: Literal["hold", "drain"] = "hold"
+
 
 class Cost(_Model):
     # seconds, or "2h", "90m", "1h30m"; or a template over the trial's values that renders

@@ -238,7 +238,8 @@ def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
                [r.gpu_hours_lost for r in rows])
         column("age", "age", True, [duration(now - r.started) if r.started else "-" for r in rows],
                [None if not r.started else round(now - r.started, 3) for r in rows])
-        column("flags", "flags", False, [",".join(f for f, on in (("critical", r.critical), ("drained", r.drained))
+        column("flags", "flags", False, [",".join(f for f, on in (("critical", r.critical), ("drained", r.drained),
+                                                                   ("breaker-drained", bool(r.breaker)))
                                                   if on) or "-" for r in rows])
     return cols
 

@@ -34,6 +34,8 @@ def progress_table(p: Progress) -> Table:
         + ("  [yellow]holding[/]" if p.hold else ""),
     )
     table.add_row("decision", p.reason or "-")
+    if p.breaker:  # throttle.on_breaker: drain, while the etcd breaker moves or holds the study
+        table.add_row("etcd breaker", Text(p.breaker, style="yellow"))
     if p.blocked:  # gangs wait past the grace period: the cause, as the cluster states it
         table.add_row("why pending", Text(f"{p.stuck} gang(s): {p.blocked}", style="yellow"))
     if p.free_gpus is not None:

@@ -56,10 +56,14 @@ def studies_table(rows: list[StudyRow], now: float | None = None, width: int | N
     table, _ = _draw(columns, width, title=plural(len(rows), "study", "studies"))
     notes = []
     for s in rows:
-        flags = (" [critical]" if s.critical else "") + (" [drained]" if s.drained else "")
+        flags = (" [critical]" if s.critical else "") + (" [drained]" if s.drained else "") + (
+            " [breaker-drained]" if s.breaker else "")
         note = Text(f"{s.study}{flags}: ", style="bold")
         note.append(study_note(s, now))
         notes.append(note)
+        if s.breaker:  # throttle.on_breaker: drain, and the etcd breaker holds the study
+            notes.append(Text(f"{s.study}: etcd breaker: {s.breaker}; the submit loop resumes them when it "
+                              "clears", style="yellow"))
         if s.api:  # the API quota pushes back: say whether it, not the GPUs, is what limits the study
             notes.append(Text(f"{s.study}: {s.api}", style="yellow"))
     return Group(table, *notes)

@@ -28,6 +28,14 @@ def test_live_panel_shows_what_the_loop_is_doing():
     assert "4 × HTTP 429" in out
 
 
+def test_live_panel_shows_the_etcd_breaker_only_while_it_moves_or_holds():
+    assert "etcd breaker" not in text_of(progress_table(sample()))
+    p = sample()
+    p.breaker = "tripped 12s ago (etcd commit p99 90ms); resumes after 30s below 200ms (4s so far)"
+    assert "etcd breaker  tripped 12s ago (etcd commit p99 90ms); resumes after 30s below 200ms" in text_of(
+        progress_table(p))
+
+
 def test_log_lines_only_when_counts_change():
     stream = io.StringIO()
     log = LogDisplay(stream, clock=lambda: 0)

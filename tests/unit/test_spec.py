@@ -277,3 +277,10 @@ def test_stratctl_env_vars_are_reserved(tmp_path):
     assert problems(tmp_path, text) == [
         "study.yaml:9:8: trial.env: 'STRATCTL_TRIAL': STRATCTL_* variables are set by stratctl"
     ]
+
+
+def test_on_breaker_is_hold_or_drain_and_holds_by_default(tmp_path):
+    assert load(tmp_path, MINIMAL).throttle.on_breaker == "hold"
+    assert load(tmp_path, MINIMAL + "throttle: {on_breaker: drain}\n").throttle.on_breaker == "drain"
+    assert problems(tmp_path, MINIMAL + "throttle:\n  on_breaker: pause\n") == [
+        "study.yaml:15:15: throttle.on_breaker: must be one of 'hold' or 'drain'"]
