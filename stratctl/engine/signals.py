@@ -24,7 +24,10 @@ from stratctl.engine.precedence import (
 from stratctl.errors import ClusterError
 from stratctl.kube.cluster import NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
 from stratctl.kube.disruptions import Disruptions
-from stratctl.kube.gpus import after_demand, demand_besides, fragmentation, free_gpus, gangs_fit
+from stratctl.kube.gpus import (
+    _pg_key, after_demand, demand_besides, fragmentation, free_gpus, gangs_fit, group_key, place_fitting,
+)
+from stratctl.labels import STUDY
 from stratctl.kube.mirror import Mirror
 from stratctl.kube.state import run_starts
 
@@ -53,6 +56,7 @@ class ClusterSignals:
         self.priority_class = priority_class
         self.yield_to_higher = yield_to_higher
         self.queue = queue
+        self.own_study: str | None = None  # set when the study's trials differ in shape (controller)
         self._priorities: tuple[dict[str, int], int] | None = None
         self.nodes = Mirror(cluster, NODE)
         self.disruptions = Disruptions()
@@ -106,11 +110,29 @@ class ClusterSignals:
             waited_for = {w.key for w in ahead}
             left_out = blocked_above(groups, pods, sum(free.values()), own, values, default) - waited_for
         after = after_demand(free, demand_besides(pods, groups, left_out))
+        free_after = after
+        if self.own_study is not None:  # trials of different shapes: packing sees its own gangs as they are
+            free_after = self._for_packing(free, pods, groups, left_out)
         if precedence is not None and now is not None:
             shadow = shadow_time(nodes, pods, precedence, now)
             backfill_fit = backfill_gangs(nodes, pods, groups, ahead, self.shape)
         return Capacity(sum(after.values()), gangs_fit(after, self.shape), fragmentation(after, self.shape), len(nodes),
-                        precedence, shadow, backfill_fit, after)
+                        precedence, shadow, backfill_fit, free_after)
+
+    def _for_packing(self, free: dict[str, int], pods: list[dict], groups: list[dict],
+                     left_out: set[tuple[str, str]]) -> dict[str, int]:
+        """Free GPUs for packing a study's trials of different shapes: everyone else's waiting
+        demand as for any study, then the study's own waiting gangs only where they fit now.
+        Its own large gangs queued for the next whole node (engine/packing.py) fit nowhere
+        yet; counted against the largest holes, they would keep its small trials out of the
+        very holes packing is for."""
+        own = {group_key(p) for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(STUDY) == self.own_study}
+        own |= {_pg_key(g) for g in groups
+                if ((g.get("metadata") or {}).get("labels") or {}).get(STUDY) == self.own_study}
+        own = {key for key in own if key[1]}
+        room = after_demand(free, demand_besides(pods, groups, left_out | own))
+        mine = [p for p in pods if group_key(p) in own]
+        return place_fitting(room, demand_besides(mine, [g for g in groups if _pg_key(g) in own], set()))
 
     def pod_starts(self) -> dict[str, float]:
         """Job uid → when the first of its pods started, from the pods there and those

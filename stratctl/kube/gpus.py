@@ -158,6 +158,17 @@ def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
     return room
 
 
+def place_fitting(free: dict[str, int], demand: list[int]) -> dict[str, int]:
+    """Free GPUs left once the pods of `demand` that fit now are placed (largest first, best
+    fit); a pod that fits on no node takes nothing."""
+    room = dict(free)
+    for need in sorted(demand, reverse=True):
+        fits = [n for n, r in room.items() if r >= need]
+        if fits:
+            room[min(fits, key=lambda n: room[n])] -= need
+    return room
+
+
 def fragmentation(free: dict[str, int], shape: list[int]) -> float:
     """Share of free GPUs that cannot serve one more gang of `shape` (0: none wasted)."""
     total = sum(free.values())

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from stratctl import labels
 from stratctl.engine.packing import Candidate, pack, passed_over, place
 from stratctl.engine.signals import Capacity
 from stratctl.errors import StudyError
@@ -327,3 +328,45 @@ def test_a_large_trial_passed_over_is_reserved_and_starts(tmp_path):
     # large trials ran interleaved with the small ones, not all after them
     assert large_starts[0] < small_starts[-1]
     assert any("passed over by smaller trials" in e and "admitting it first" in e for e in events)
+
+
+# ---------------------------------------------------------------- what packing sees
+
+
+class _Items:
+    def __init__(self, items):
+        self._items = items
+
+    def items(self):
+        return self._items
+
+
+def _node(name: str, gpus: int) -> dict:
+    return {"metadata": {"name": name}, "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _pod(node: str | None, gpus: int, study: str | None = None, group: str | None = None) -> dict:
+    return {"metadata": {"namespace": "ns", "labels": {labels.STUDY: study} if study else {},
+                         "annotations": {"scheduling.k8s.io/group-name": group} if group else {}},
+            "spec": {**({"nodeName": node} if node else {}),
+                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running" if node else "Pending"}}
+
+
+def test_packing_does_not_count_the_studys_own_large_gangs_against_the_holes():
+    from stratctl.engine.signals import ClusterSignals
+
+    # holes of 7 and 6 GPUs; two 8-GPU gangs queued: the study's own (for the next whole node)
+    # and another team's
+    nodes = [_node("a", 8), _node("b", 8)]
+    pods = [_pod("a", 1), _pod("b", 2), _pod(None, 8, "mix", "mix-big"), _pod(None, 8, None, "other-big")]
+    signals = ClusterSignals(None, [8], "ns", yield_to_higher=False)
+    signals.nodes, signals.pods, signals.groups = _Items(nodes), _Items(pods), _Items([])
+    signals._priorities = None
+    # another team's waiting gang still counts against the largest hole, as for every study
+    assert signals.capacity().free_after == {"a": 0, "b": 0}
+    signals.own_study = "mix"
+    assert signals.capacity().free_after == {"a": 0, "b": 6}  # the study's own gang takes no hole
+    assert signals.capacity().gangs_fit == 0  # the rule for studies of one shape is unchanged
