@@ -25,6 +25,10 @@ The rule, every cycle:
   therefore bounded by `aging` plus the time the study's running trials take to free a
   block, whatever the mix of shapes.
 
+- **network topology.** For a study whose gangs must stay under one switch (hard network
+  topology), each gang is placed inside one allowed HyperNode (`domains`, the node sets
+  the signals read from the cluster's HyperNodes), the fullest one that still takes it.
+
 `pack` decides; the submit loop (controller) keeps the passed-over times and acts.
 """
 
@@ -48,9 +52,23 @@ class Packing:
     fragmented: bool = False  # the largest waiting shape fits nowhere although GPUs are free
 
 
-def place(room: dict[str, int], shape: Sequence[int]) -> dict[str, int] | None:
+def place(room: dict[str, int], shape: Sequence[int],
+          domains: Sequence[frozenset[str]] | None = None) -> dict[str, int] | None:
     """The room left once a gang of `shape` is placed (largest pod first, best fit), or
-    None when it does not fit whole."""
+    None when it does not fit whole; with `domains`, inside one of them (the one with the
+    least free GPUs that takes it)."""
+    if domains is not None:
+        best = None
+        for domain in domains:
+            inside = {n: r for n, r in room.items() if n in domain}
+            after = _place(inside, shape)
+            if after is not None and (best is None or sum(inside.values()) < best[0]):
+                best = (sum(inside.values()), after)
+        return None if best is None else {**room, **best[1]}
+    return _place(room, shape)
+
+
+def _place(room: dict[str, int], shape: Sequence[int]) -> dict[str, int] | None:
     left = dict(room)
     for need in sorted((g for g in shape if g > 0), reverse=True):
         fits = [n for n, r in left.items() if r >= need]
@@ -66,16 +84,16 @@ def _size(shape: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 def pack(waiting: Sequence[Candidate], free: dict[str, int], passed: dict[str, float], now: float,
-         aging: float, ahead: int) -> Packing:
+         aging: float, ahead: int, domains: Sequence[frozenset[str]] | None = None) -> Packing:
     """The admission order for `waiting` (in study order); `passed`: trial → when it was
-    first passed over."""
+    first passed over; `domains`: the node sets a gang must stay inside (hard topology)."""
     if not waiting:
         return Packing([], 0)
     by_shape: dict[tuple[int, ...], list[str]] = {}
     for c in waiting:
         by_shape.setdefault(c.shape, []).append(c.name)
     shapes = sorted(by_shape, key=_size, reverse=True)
-    fragmented = sum(free.values()) > 0 and place(free, shapes[0]) is None
+    fragmented = sum(free.values()) > 0 and place(free, shapes[0], domains) is None
     room = dict(free)
     fitted: list[str] = []
     position = {c.name: i for i, c in enumerate(waiting)}
@@ -83,7 +101,7 @@ def pack(waiting: Sequence[Candidate], free: dict[str, int], passed: dict[str, f
     reserved = min(aged, key=lambda n: (passed[n], position[n])) if aged else None
     if reserved is not None:
         shape = waiting[position[reserved]].shape
-        after = place(room, shape)
+        after = place(room, shape, domains)
         if after is None:  # it waits for a block: nothing else of the study goes ahead of it
             return Packing([reserved], 0, reserved, fragmented)
         fitted.append(reserved)
@@ -92,7 +110,7 @@ def pack(waiting: Sequence[Candidate], free: dict[str, int], passed: dict[str, f
         for name in by_shape[shape]:
             if name == reserved:
                 continue
-            after = place(room, shape)
+            after = place(room, shape, domains)
             if after is None:
                 break  # the other trials of this shape do not fit either
             fitted.append(name)

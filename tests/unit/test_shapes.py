@@ -370,3 +370,16 @@ def test_packing_does_not_count_the_studys_own_large_gangs_against_the_holes():
     signals.own_study = "mix"
     assert signals.capacity().free_after == {"a": 0, "b": 6}  # the study's own gang takes no hole
     assert signals.capacity().gangs_fit == 0  # the rule for studies of one shape is unchanged
+
+
+def test_with_a_hard_topology_each_gang_is_packed_inside_one_switch():
+    leaves = [frozenset({"a", "b"}), frozenset({"c", "d"})]
+    free = {"a": 1, "b": 0, "c": 1, "d": 2}
+    # a gang of two 1-GPU pods: not across a and c (two switches); inside c+d it fits
+    assert place(free, (1, 1), leaves) == {"a": 1, "b": 0, "c": 0, "d": 1}
+    assert place({"a": 1, "b": 0, "c": 1, "d": 0}, (1, 1), leaves) is None
+    assert place({"a": 1, "b": 0, "c": 1, "d": 0}, (1, 1)) == {"a": 0, "b": 0, "c": 0, "d": 0}
+    # packing: one free GPU per switch holds no 2-pod gang, and says the GPUs are fragmented
+    packing = pack(candidates((1, 1), (1, 1)), {"a": 1, "b": 0, "c": 1, "d": 0}, {}, now=0, aging=300,
+                   ahead=0, domains=leaves)
+    assert packing.fit == 0 and packing.fragmented
