@@ -398,10 +398,10 @@ class Submitter:
             stuck = [self._jobs[n] for n, since in self._pending_since.items()
                      if now - since > self.options.pending_grace and n in self._jobs]
             p.blocked = self.blocked.why(stuck, self._mirrored()[1], now)
-        precedence, shadow, backfill_fit = None, None, None
+        precedence, shadow, backfill_fit, spread = None, None, None, None
         if self.signals is not None:
             capacity = self.signals.capacity(self.wall())
-            shadow, backfill_fit = capacity.shadow, capacity.backfill_fit
+            shadow, backfill_fit, spread = capacity.shadow, capacity.backfill_fit, capacity.spread
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             precedence = str(capacity.precedence) if capacity.precedence else None
             p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
@@ -423,6 +423,7 @@ class Submitter:
             precedence=precedence,
             shadow=shadow if self._expected else None,  # backfill needs the study's own durations
             backfill_fit=backfill_fit,
+            spread=spread,
         )
 
     def _decide(self, observed: Observed) -> Decision:

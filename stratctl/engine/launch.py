@@ -96,7 +96,7 @@ def submit_study(
         if (options.parallelism == "adaptive" or yields) and not options.detach:
             submitter.signals = ClusterSignals(
                 cluster, gang_shape(study), study.namespace, study.priority_class,
-                yields, study.queue).start()
+                yields, study.queue, study.trial.network_topology).start()
         if submitter.prometheus is not None:
             submitter.prometheus.start()
         try:
