@@ -28,6 +28,8 @@ healthy() {
   curl -sf --max-time 2 "http://127.0.0.1:$VC_CM_HEALTHZ_PORT/healthz" >/dev/null || return 1
   curl -sf --max-time 2 "http://127.0.0.1:$VC_SCHED_HEALTHZ_PORT/healthz" >/dev/null || return 1
   curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null || return 1
+  # The network topology (a testbed started before it existed has none).
+  [[ $(kc get hypernodes -o name 2>/dev/null | wc -l) -eq $(grep -c '^kind: HyperNode' "$TESTBED_SRC/hypernodes.yaml") ]] || return 1
   # Everything we create last must be there.
   [[ $(kc get nodes -l type=kwok -o name 2>/dev/null | wc -l) -eq $(cat "$RUN_DIR/node-count" 2>/dev/null || echo -1) ]]
 }
@@ -216,6 +218,8 @@ kc wait --for condition=Established --timeout 30s crd --all >/dev/null
 tb_log "Volcano CRDs established ($(elapsed))"
 kc apply --server-side -f "$TESTBED_SRC/objects.yaml" >/dev/null
 tb_log "namespace, RBAC, priority classes, APF objects applied ($(elapsed))"
+# The network topology, before the scheduler starts (it builds its HyperNode tree from them).
+kc apply --server-side -f "$TESTBED_SRC/hypernodes.yaml" >/dev/null
 
 # ---------------------------------------------------------------- kube-controller-manager
 start kube-controller-manager "$BIN_DIR/kube-controller-manager" \

@@ -418,14 +418,14 @@ class Submitter:
             stuck = [self._jobs[n] for n, since in self._pending_since.items()
                      if now - since > self.options.pending_grace and n in self._jobs]
             p.blocked = self.blocked.why(stuck, self._mirrored()[1], now)
-        precedence, shadow, backfill_fit = None, None, None
+        precedence, shadow, backfill_fit, spread = None, None, None, None
         if self.signals is not None:
             capacity = self.signals.capacity(self.wall())
-            shadow, backfill_fit = capacity.shadow, capacity.backfill_fit
+            shadow, backfill_fit, spread = capacity.shadow, capacity.backfill_fit, capacity.spread
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             precedence = str(capacity.precedence) if capacity.precedence else None
             if self._shapes and capacity.free_after is not None:
-                self._packing = self._pack(states, capacity.free_after)
+                self._packing = self._pack(states, capacity.free_after, capacity.domains)
                 p.gangs_fit = self._packing.fit
             p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
         control = self.prometheus.latest() if self.prometheus is not None else None
@@ -446,13 +446,15 @@ class Submitter:
             precedence=precedence,
             shadow=shadow if self._expected else None,  # backfill needs the study's own durations
             backfill_fit=backfill_fit,
+            spread=spread,
         )
 
     def _waiting(self, states: dict[str, TrialState]) -> list[str]:
         """The trials waiting to be created, in the study's order (refused ones aside)."""
         return [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
 
-    def _pack(self, states: dict[str, TrialState], free: dict[str, int]) -> Packing:
+    def _pack(self, states: dict[str, TrialState], free: dict[str, int],
+              domains: list[frozenset[str]] | None = None) -> Packing:
         """Which waiting trials to admit, by shape (engine/packing.py). A reserved trial
         (passed over for `throttle.aging`) keeps the study's other trials back until it runs."""
         reserved = self._reserved
@@ -464,7 +466,7 @@ class Submitter:
         waiting = [Candidate(n, self._shapes[n]) for n in self._waiting(states)]
         config = getattr(self.policy, "config", self.policy)
         packing = pack(waiting, free, self._passed, self.clock(), self.study.throttle.aging_seconds,
-                       getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead))
+                       getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead), domains)
         if packing.reserved is not None and packing.reserved != reserved:
             gpus = sum(self._shapes[packing.reserved])
             waited = self.clock() - self._passed[packing.reserved]

@@ -96,7 +96,7 @@ def submit_study(
         if (options.parallelism == "adaptive" or yields) and not options.detach:
             submitter.signals = ClusterSignals(
                 cluster, submitter.reference_shape(), study.namespace, study.priority_class,
-                yields, study.queue)
+                yields, study.queue, study.trial.network_topology)
             if study.varying_shape:
                 submitter.signals.own_study = study.name
             submitter.signals.start()

@@ -35,7 +35,10 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   hold plus `queue_ahead` queued ones, less the study's gangs already pending. The few
   queued gangs take a trial's GPUs the moment it ends (the scheduler places them without
   waiting for the launcher's round trip); a target set while the cluster had room never
-  turns into a pile of gangs waiting behind a job that took the GPUs since;
+  turns into a pile of gangs waiting behind a job that took the GPUs since. Except when
+  free GPUs exist but no HyperNode the study's hard network topology allows holds a whole
+  gang (`spread`): then nothing is queued ahead either, since Volcano would let such gangs
+  into the queue for GPUs they can never use together, and the reason says why;
 - **yield**: while a gang of higher priority than the study's waits for GPUs it would
   get if lower-priority work stepped aside, admit nothing new (the target is kept): the
   GPUs that trials release then add up until Volcano can place it, instead of being
@@ -75,6 +78,7 @@ class Observed:
     precedence: str | None = None  # a higher-priority gang waiting for GPUs lower-priority work holds
     shadow: float | None = None  # seconds until that gang can start, by the expected ends of the pods below it
     backfill_fit: int | None = None  # whole gangs the free GPUs hold until then (that gang's demand aside)
+    spread: str | None = None  # free GPUs no allowed HyperNode can use for a whole gang (hard topology): why
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,14 @@ def room(observed: Observed, config: AdaptiveConfig) -> int | None:
         return None
     if observed.precedence:  # backfill: only gangs that start now can end before the shadow time
         return observed.backfill_fit or 0
-    return max(0, observed.gangs_fit + config.queue_ahead - observed.pending)
+    return _queued(observed, config.queue_ahead)
+
+
+def _queued(observed: Observed, queue_ahead: int) -> int:
+    """The whole gangs that fit plus `queue_ahead` queued ones, less the gangs pending; none
+    queued while the free GPUs are spread over HyperNodes (they would never start there)."""
+    ahead = 0 if observed.spread else queue_ahead
+    return max(0, (observed.gangs_fit or 0) + ahead - observed.pending)
 
 
 def decide(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
@@ -210,7 +221,8 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         return Decision(new, False, f"{fits} more gang(s) fit in free GPUs: target {target} → {new}"), replace(
             state, target=new, last_increase=now)
     if fits < 1:
-        return Decision(target, False, f"no free GPUs for another gang: keeping target {target}"), state
+        why = observed.spread or "no free GPUs for another gang"
+        return Decision(target, False, f"{why}: keeping target {target}"), state
     return Decision(target, False, f"target {target}"), state
 
 
@@ -260,6 +272,6 @@ class StaticPolicy:
             return Decision(self.cap, True, why)
         if observed.gangs_fit is None:
             return Decision(self.cap, False, f"static cap {self.cap}", room=observed.api_room)
-        room = max(0, observed.gangs_fit + self.queue_ahead - observed.pending)
-        return Decision(self.cap, False, f"static cap {self.cap}, {observed.gangs_fit} gang(s) fit in free GPUs",
-                        room=_least(room, observed.api_room))
+        room = _queued(observed, self.queue_ahead)
+        fit = observed.spread or f"{observed.gangs_fit} gang(s) fit in free GPUs"
+        return Decision(self.cap, False, f"static cap {self.cap}, {fit}", room=_least(room, observed.api_room))

@@ -7,7 +7,9 @@ node's non-terminated pods, as `kubectl describe node` sums them) and how many m
 of the study's shape those free GPUs could hold once the pods already waiting for a node
 are placed: fragmentation-aware, so 8 free GPUs spread one per node hold no gang of two
 4-GPU pods, and demand-aware, so launchers sharing a cluster do not all count the same
-free GPUs.
+free GPUs. For a study whose gangs must stay inside one HyperNode (hard network topology),
+only gangs that fit inside one allowed HyperNode count (`kube.topology`): free GPUs spread
+one per leaf switch hold none, and `Capacity.spread` says so.
 
 The pod mirror also feeds `disruptions`: the pods Volcano marked DisruptionTarget, kept
 past their deletion, which tell the loop which ended trials were preempted; and the start
@@ -22,7 +24,7 @@ from stratctl.engine.precedence import (
     Precedence, backfill_gangs, blocked_above, higher_priority_waiting, priority_values, shadow_time,
 )
 from stratctl.errors import ClusterError
-from stratctl.kube.cluster import NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
+from stratctl.kube.cluster import HYPERNODE, NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
 from stratctl.kube.disruptions import Disruptions
 from stratctl.kube.gpus import (
     _pg_key, after_demand, demand_besides, fragmentation, free_gpus, gangs_fit, group_key, place_fitting,
@@ -30,6 +32,8 @@ from stratctl.kube.gpus import (
 from stratctl.labels import STUDY
 from stratctl.kube.mirror import Mirror
 from stratctl.kube.state import run_starts
+from stratctl.kube.topology import domains, gangs_fit_within, spread
+from stratctl.study.topology import NetworkTopology
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +48,16 @@ class Capacity:
     shadow: float | None = None  # seconds until it can start by the expected ends of the pods below it
     backfill_fit: int | None = None  # whole gangs the free GPUs hold now, that gang's own demand aside
     free_after: dict[str, int] | None = None  # node → free GPUs once the pods already waiting are placed
+    spread: str | None = None  # why free GPUs hold no gang of a hard-topology study (no HyperNode holds one)
+    domains: list[frozenset[str]] | None = None  # node sets a hard-topology gang must stay inside
 
 
 class ClusterSignals:
     """GPU capacity from mirrored nodes and pods, and API health from the client's own requests."""
 
     def __init__(self, cluster: Cluster, shape: list[int], namespace: str | None = None,
-                 priority_class: str | None = None, yield_to_higher: bool = True, queue: str | None = None):
+                 priority_class: str | None = None, yield_to_higher: bool = True, queue: str | None = None,
+                 topology: NetworkTopology | None = None):
         self.cluster = cluster
         self.shape = shape
         self.priority_class = priority_class
@@ -65,6 +72,9 @@ class ClusterSignals:
         # gangs queued in the study's namespace (where submit may read PodGroups); other
         # namespaces' queued gangs show up once their pods exist
         self.groups = Mirror(cluster, PODGROUP, all_namespaces=False, namespace=namespace) if namespace else None
+        # a soft topology only prefers one HyperNode: room is counted as without one
+        self.tier = topology.highest_tier if topology is not None and topology.hard else None
+        self.hypernodes = Mirror(cluster, HYPERNODE) if self.tier is not None else None
 
     def start(self) -> ClusterSignals:
         self.nodes.start()
@@ -72,7 +82,20 @@ class ClusterSignals:
         if self.groups is not None:
             self.groups.start()
         self._priorities = self._read_priorities()
+        self.hypernodes = self._watch_hypernodes()
         return self
+
+    def _watch_hypernodes(self) -> Mirror | None:
+        """Without the right to list HyperNodes (or without Volcano's topology API) room is
+        counted as if the study had no network topology."""
+        if self.hypernodes is None:
+            return None
+        try:
+            return self.hypernodes.start()
+        except ClusterError as exc:
+            log.warning("cannot list HyperNodes (%s): counting room for gangs without the study's network topology",
+                        exc)
+            return None
 
     def _read_priorities(self) -> tuple[dict[str, int], int] | None:
         """Priority classes, read once: they are few and rarely change. Without the right to
@@ -90,6 +113,8 @@ class ClusterSignals:
         self.pods.stop()
         if self.groups is not None:
             self.groups.stop()
+        if self.hypernodes is not None:
+            self.hypernodes.stop()
 
     def capacity(self, now: float | None = None) -> Capacity:
         """`now`: the wall clock (seconds since the epoch), for the shadow time."""
@@ -116,8 +141,16 @@ class ClusterSignals:
         if precedence is not None and now is not None:
             shadow = shadow_time(nodes, pods, precedence, now)
             backfill_fit = backfill_gangs(nodes, pods, groups, ahead, self.shape)
-        return Capacity(sum(after.values()), gangs_fit(after, self.shape), fragmentation(after, self.shape), len(nodes),
-                        precedence, shadow, backfill_fit, free_after)
+        fit, why = self._fit(nodes, after)
+        return Capacity(sum(after.values()), fit, fragmentation(after, self.shape, fit), len(nodes),
+                        precedence, shadow, backfill_fit, free_after=free_after, spread=why,
+                        domains=self._domains(nodes))
+
+    def _domains(self, nodes: list[dict]) -> list[frozenset[str]] | None:
+        """The node sets a hard-topology gang must stay inside (None: anywhere)."""
+        if self.hypernodes is None or self.tier is None:
+            return None
+        return [d.nodes for d in domains(self.hypernodes.items(), nodes, self.tier)]
 
     def _for_packing(self, free: dict[str, int], pods: list[dict], groups: list[dict],
                      left_out: set[tuple[str, str]]) -> dict[str, int]:
@@ -133,6 +166,14 @@ class ClusterSignals:
         room = after_demand(free, demand_besides(pods, groups, left_out | own))
         mine = [p for p in pods if group_key(p) in own]
         return place_fitting(room, demand_besides(mine, [g for g in groups if _pg_key(g) in own], set()))
+
+    def _fit(self, nodes: list[dict], free: dict[str, int]) -> tuple[int, str | None]:
+        """Whole gangs the free GPUs hold (inside one allowed HyperNode for a hard topology),
+        and why there are none although there would be without the topology."""
+        if self.hypernodes is None or self.tier is None:
+            return gangs_fit(free, self.shape), None
+        fit = gangs_fit_within(free, self.shape, domains(self.hypernodes.items(), nodes, self.tier))
+        return fit, spread(free, self.shape, fit, self.tier)
 
     def pod_starts(self) -> dict[str, float]:
         """Job uid → when the first of its pods started, from the pods there and those

@@ -52,6 +52,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("scheduling.k8s.io/v1", "PriorityClass"): ("priorityclasses", False),
     ("v1", "Namespace"): ("namespaces", False),
     ("scheduling.volcano.sh/v1beta1", "Queue"): ("queues", False),
+    ("topology.volcano.sh/v1alpha1", "HyperNode"): ("hypernodes", False),
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): ("selfsubjectaccessreviews", False),
 }
 
@@ -65,6 +66,7 @@ PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 EVENT = ("v1", "Event")
 NAMESPACE = ("v1", "Namespace")
 QUEUE = ("scheduling.volcano.sh/v1beta1", "Queue")
+HYPERNODE = ("topology.volcano.sh/v1alpha1", "HyperNode")
 ACCESS_REVIEW = ("authorization.k8s.io/v1", "SelfSubjectAccessReview")
 
 

@@ -169,10 +169,11 @@ def place_fitting(free: dict[str, int], demand: list[int]) -> dict[str, int]:
     return room
 
 
-def fragmentation(free: dict[str, int], shape: list[int]) -> float:
-    """Share of free GPUs that cannot serve one more gang of `shape` (0: none wasted)."""
+def fragmentation(free: dict[str, int], shape: list[int], fit: int | None = None) -> float:
+    """Share of free GPUs that cannot serve one more gang of `shape` (0: none wasted);
+    `fit`: the whole gangs they hold, when counted otherwise (inside network domains)."""
     total = sum(free.values())
     if total == 0:
         return 0.0
-    usable = gangs_fit(free, shape) * sum(shape)
+    usable = (gangs_fit(free, shape) if fit is None else fit) * sum(shape)
     return max(0.0, (total - min(total, usable)) / total)

@@ -442,6 +442,7 @@ def _study_context(study: Study) -> dict[str, Any]:
         "policies": policies,
         "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
         "pod": _pod_fields(t),
+        "network_topology": t.network_topology.manifest() if t.network_topology else {},
         "min_resources": min_resources(study),
     }
 

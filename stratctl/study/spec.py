@@ -18,6 +18,7 @@ from stratctl.study import document
 
 from stratctl.study import sandbox
 from stratctl.study.pod import Affinity, EnvFrom, SecurityContext, Volume, VolumeMount, undefined_mounts
+from stratctl.study.topology import NetworkTopology
 from stratctl.study.distributions import (  # noqa: F401 - part of the study's public surface
     Choice,
     IntRange,
@@ -222,6 +223,7 @@ class TrialSpec(_Model):
     image_pull_secrets: list[str] = []
     env_from: list[EnvFrom] = []
     security_context: SecurityContext | None = None
+    network_topology: NetworkTopology | None = None  # one Volcano HyperNode per gang
     policies: list[Policy] | None = None
     template: str | None = None  # a file in the templates directory
 
