@@ -23,13 +23,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from stratctl import labels
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.blocked import Blocked
 from stratctl.engine.pace import api_room
+from stratctl.engine.placement import Placer, Placing
+from stratctl.engine.queues import amounts
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
-from stratctl.study.render import Renderer
+from stratctl.kube.record import API_QUOTA_KEY, PLACEMENTS_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
+from stratctl.study.render import Renderer, min_resources
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
 from stratctl.engine.progress import Progress, Reporter, Silent
@@ -129,6 +131,11 @@ class Submitter:
         self.signals: ClusterSignals | None = None
         # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
         self.jobs: Mirror | None = None
+        # The cluster's Volcano queues, kept by a watch (launch starts it) when the study lists
+        # several: each new attempt goes to the first with room (placement.py)
+        self.queues: Mirror | None = None
+        self.placer = Placer(study.queues, self._queue_objects, amounts(min_resources(study)),
+                             lambda message: self.reporter.event(message)) if len(study.queues) > 1 else None
         # read in the background (launch starts it): a slow Prometheus never delays a cycle
         self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url)) if options.prometheus_url else None
         self._pending_since: dict[str, float] = {}
@@ -213,6 +220,9 @@ class Submitter:
         if note != self.record.api_quota:
             self.record = replace(self.record, api_quota=note, api_quota_at=self.wall())
             self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == API_QUOTA_KEY})
+        if self.placer is not None and self.placer.counts() != self.record.placements:
+            self.record = replace(self.record, placements=self.placer.counts())
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == PLACEMENTS_KEY})
         patch = self._unsaved_due(now, force)
         summary = self._summary_due(now, force)
         if summary is not None:
@@ -305,13 +315,32 @@ class Submitter:
         if self.jobs is not None and obj.get("kind") == self._kind[1]:
             self.jobs.add(obj)
 
-    def submit_trial(self, trial: Trial, dry_run: bool = False) -> str:
+    def submit_trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict] | None = None) -> str:
         """Create every manifest of the trial's first attempt; 'created' or 'existing'.
 
         A 409 is success when the object there carries the same spec hash.
         """
-        manifests = self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
+        manifests = manifests or self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
         return create_attempt(self.cluster, manifests, self.namespace, dry_run=dry_run, created=self._seen)
+
+    def _queue_objects(self) -> dict[str, dict]:
+        """The cluster's Volcano queues by name: as watched, else read now."""
+        if self.queues is not None:
+            items = self.queues.items()
+        else:
+            try:
+                items, _ = self.cluster.list(QUEUE)
+            except ClusterError:
+                items = []
+        return {q["metadata"]["name"]: q for q in items}
+
+    def _placed(self, names: list[str], dry_run: bool) -> dict[str, list[dict] | None]:
+        """The first attempts of these trials, each sent to its queue (in order: each choice
+        counts the gangs placed before it); None: as rendered (one queue, or a dry run)."""
+        if self.placer is None or dry_run:
+            return {name: None for name in names}
+        return {name: self.placer.place(name, self._manifests.get(name)
+                                        or self.renderer.render(self.trials[name], attempt=0)) for name in names}
 
     def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> list[str]:
         """Create the trials' first attempts; the names submitted.
@@ -323,7 +352,8 @@ class Submitter:
         spec hash counts it as submitted. When nothing got through, the cycle fails with
         the first such error, so the loop waits for the server (a server dry run, one pass,
         reports every failure per trial instead)."""
-        futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run) for name in names}
+        placed = self._placed(names, dry_run)
+        futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run, placed[name]) for name in names}
         submitted: list[str] = []
         paused: dict[str, ClusterError] = {}
         for name, future in futures.items():
@@ -489,6 +519,8 @@ class Submitter:
         if not self._recorded:
             self.ensure_record()
         states = self.observe()
+        if self.placer is not None:
+            self.placer.observe(self._jobs, states)
         if self._record_due():
             self._refresh_flags()
         states = requeue.step(states, self._jobs, self.record.drained, record=self._record_cm)
@@ -525,10 +557,11 @@ class Submitter:
         self.outage.listen(self._heard)
         pool = ThreadPoolExecutor(self.options.workers)
         # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
-        requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+        renderer = self.renderer if self.placer is None else Placing(self.renderer, self.placer)  # next attempts too
+        requeue = Requeue(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
                           signals=self.signals)
         # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
-        salvage = Salvage(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+        salvage = Salvage(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
                           clock=self.clock, wall=self.wall, created=self._seen)
         self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
         failed = 0  # cycles failed in a row

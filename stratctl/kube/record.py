@@ -19,6 +19,7 @@ from stratctl.study import document
 
 PREFIX = labels.RECORD_PREFIX
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
+PLACEMENTS_KEY = "placements"  # a study listing several queues: {queue: trials whose latest attempt went there}
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 
 
@@ -41,6 +42,7 @@ class StudyRecord:
     api_quota: str = ""  # when the API quota pushes back: what it does to the study ("" otherwise)
     api_quota_at: float | None = None  # wall time that note was written
     spec: str = ""  # the study spec as canonical JSON (study.changes.spec_text; "" when too large or older)
+    placements: dict[str, int] = field(default_factory=dict)  # queue -> trials there (queue fallback)
 
 
 def record_manifest(record: StudyRecord, namespace: str) -> dict:
@@ -74,6 +76,7 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         "max-failures": "" if record.max_failures is None else str(record.max_failures),
         API_QUOTA_KEY: json.dumps({"at": record.api_quota_at, "note": record.api_quota}) if record.api_quota else "",
         "spec": record.spec,
+        PLACEMENTS_KEY: json.dumps(record.placements, sort_keys=True) if record.placements else "",
     }
 
 
@@ -112,7 +115,16 @@ def parse_record(configmap: dict) -> StudyRecord:
         api_quota=quota.get("note") if isinstance(quota.get("note"), str) else "",
         api_quota_at=float(at) if isinstance(at, int | float) else None,
         spec=data.get("spec", ""),
+        placements=_counts(data.get(PLACEMENTS_KEY)),
     )
+
+
+def _counts(text: str | None) -> dict[str, int]:
+    try:
+        counts = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return {str(k): v for k, v in counts.items() if isinstance(v, int)} if isinstance(counts, dict) else {}
 
 
 def job_kinds(source: str) -> tuple[tuple[str, str], ...]:

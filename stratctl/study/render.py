@@ -408,8 +408,10 @@ def _study_context(study: Study) -> dict[str, Any]:
         })
     policies = [{"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
                 for p in t.effective_policies]
+    spec = study.model_dump(mode="json")
+    spec["queue"] = study.home_queue  # a trial renders for the first queue; the loop places it (engine/queues.py)
     return {
-        "spec": study.model_dump(mode="json"),
+        "spec": spec,
         "study": study.name,
         "namespace": study.namespace,
         "tasks": tasks,

@@ -1,0 +1,160 @@
+"""Queue fallback: the pure choice of a queue for each new trial, the manifests it writes,
+and the submit loop placing trials in a capped queue, then the next one."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from stratctl import labels
+from stratctl.engine.queues import Room, choose, gang_demand, place, place_all, queue_of_job, room_of
+from stratctl.kube.cluster import QUEUE
+from stratctl.study.render import Renderer
+from stratctl.study.space import expand
+from stratctl.study.spec import load_study
+from tests.unit.fake_cluster import FakeCluster
+from tests.unit.fakes import Events, FakeClock
+from tests.unit.loop import STUDY, make
+
+G = "nvidia.com/gpu"
+
+
+def gpus(n) -> dict:
+    return {G: Decimal(n)}
+
+
+def test_the_first_queue_with_room_takes_the_gang():
+    rooms = [Room("research", gpus(16), gpus(12)), Room("overflow")]
+    assert choose(rooms, gpus(4)).queue == "research"
+    placement = choose(rooms, gpus(8))
+    assert (placement.queue, placement.reason, placement.fallback) == ("overflow", "research full (12/16 GPUs)", False)
+
+
+def test_only_the_resources_the_capability_names_count():
+    room = Room("research", gpus(16), {G: Decimal(16), "cpu": Decimal(100)})
+    assert not room.fits(gpus(1))
+    assert room.fits({"cpu": Decimal(4)})  # the capability says nothing of cpu
+    assert Room("research", gpus(16), gpus(16)).fits({"cpu": Decimal(1), G: Decimal(0)})
+
+
+def test_a_queue_without_capability_always_has_room_and_a_closed_one_never():
+    assert Room("open", None, gpus(1000)).fits(gpus(64))
+    closed = [Room("a", open=False), Room("b", gpus(8), gpus(8))]
+    assert choose(closed + [Room("c")], gpus(1)).queue == "c"
+    assert choose(closed + [Room("c")], gpus(1)).reason == "a not open, b full (8/8 GPUs)"
+
+
+def test_when_no_queue_has_room_the_gang_waits_in_the_last():
+    placement = choose([Room("a", gpus(8), gpus(8)), Room("b", gpus(4), gpus(2))], gpus(4))
+    assert (placement.queue, placement.fallback) == ("b", True)
+    assert placement.reason == "a full (8/8 GPUs), b full (2/4 GPUs); waits in the last queue"
+
+
+def test_each_placement_counts_the_gangs_placed_before_it():
+    rooms = [Room("capped", gpus(16), gpus(4)), Room("overflow")]
+    assert [p.queue for p in place_all(rooms, [gpus(4)] * 5)] == ["capped"] * 3 + ["overflow"] * 2
+
+
+def test_room_from_a_queue_object_less_the_gangs_in_transit():
+    queue = {"metadata": {"name": "capped"}, "spec": {"capability": {G: "16", "cpu": "8"}},
+             "status": {"allocated": {G: "8", "cpu": "500m", "pods": "4"}, "state": "Open"}}
+    room = room_of("capped", queue, [gpus(4), gpus(2)])
+    assert room.capability == {G: Decimal(16), "cpu": Decimal(8)}
+    assert room.used[G] == Decimal(14) and room.used["cpu"] == Decimal("0.5")
+    assert room.fits(gpus(2)) and not room.fits(gpus(3))
+    assert room_of("gone", None).open is False
+    assert room_of("shut", {"status": {"state": "Closed"}}).open is False
+    assert room_of("uncapped", {"spec": {}}).capability is None
+
+
+def test_gang_demand_of_a_volcano_job_and_of_a_podgroup():
+    pod = {"spec": {"containers": [{"resources": {"limits": {G: "2"}, "requests": {G: "2", "cpu": "1"}}}]}}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+           "spec": {"tasks": [{"replicas": 4, "minAvailable": 3, "template": pod}, {"replicas": 1, "template": pod}]}}
+    assert gang_demand([job]) == {G: Decimal(8), "cpu": Decimal(4)}
+    group = {"kind": "PodGroup", "spec": {"minResources": {G: "6"}}}
+    assert gang_demand([{"apiVersion": "batch/v1", "kind": "Job"}, group]) == gpus(6)
+
+
+@pytest.fixture
+def listed(tmp_path):
+    def write(extra: str = "") -> str:
+        path = tmp_path / "study.yaml"
+        path.write_text(STUDY.replace("queue: default", "queue: [capped, overflow]") + extra)
+        return str(path)
+    return write
+
+
+def test_placing_sets_the_queue_and_keeps_the_spec_hash(listed):
+    study = load_study(listed())
+    trial = expand(study)[0]
+    manifests = Renderer(study).render(trial)
+    assert manifests[0]["spec"]["queue"] == "capped"  # rendered for the first queue
+    placed = place(manifests, "overflow")
+    assert placed[0]["spec"]["queue"] == "overflow" and queue_of_job(placed[0]) == "overflow"
+    assert placed[0]["metadata"]["labels"][labels.SPEC_HASH] == manifests[0]["metadata"]["labels"][labels.SPEC_HASH]
+    assert manifests[0]["spec"]["queue"] == "capped"  # the rendering is left as it was
+
+
+def test_a_rerun_adopts_a_trial_wherever_an_earlier_run_placed_it(listed):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(listed(), cluster, clock)
+    manifests = submitter.renderer.render(trials[0])
+    assert submitter.submit_trial(trials[0], manifests=place(manifests, "overflow")) == "created"
+    # a rerun whose create answer was lost chose another queue this time: the same trial, adopted
+    assert submitter.submit_trial(trials[0], manifests=place(manifests, "capped")) == "existing"
+    assert cluster.creates == [trials[0].name]
+
+
+def queues(cluster: FakeCluster, capability: int) -> None:
+    for name, cap in (("capped", {G: str(capability)}), ("overflow", None)):
+        cluster.objects[(*QUEUE, cluster.namespace, name)] = {
+            "apiVersion": QUEUE[0], "kind": QUEUE[1], "metadata": {"name": name},
+            "spec": {"capability": cap} if cap else {}, "status": {"state": "Open", "allocated": {}}}
+
+
+def allocate(cluster: FakeCluster) -> None:
+    """What Volcano does: a queue's allocated is the GPUs of its running gangs."""
+    for name in ("capped", "overflow"):
+        running = [j for j in cluster.jobs(lambda p: p == "Running") if j["spec"]["queue"] == name]
+        cluster.objects[(*QUEUE, cluster.namespace, name)]["status"]["allocated"] = {G: str(2 * len(running))}
+
+
+def test_the_loop_fills_the_capped_queue_then_sends_trials_to_the_next(listed):
+    cluster, clock = FakeCluster(), FakeClock()
+    queues(cluster, capability=4)  # room for two gangs of 2 GPUs
+    submitter, trials = make(listed(), cluster, clock)
+    events = Events()
+    submitter.reporter = events
+    advance = submitter.sleep
+
+    def sleep(seconds):
+        advance(seconds)
+        allocate(cluster)
+
+    submitter.sleep = sleep
+    progress = submitter.run()
+    assert progress.succeeded == 10 and sorted(cluster.creates) == sorted(t.name for t in trials)
+    jobs = cluster.jobs()
+    # at most 3 in flight: two in capped, the third to overflow, from the first cycle on
+    first = sorted((j for j in jobs), key=lambda j: cluster.creates.index(j["metadata"]["name"]))[:3]
+    assert [j["spec"]["queue"] for j in first] == ["capped", "capped", "overflow"]
+    assert {j["spec"]["queue"] for j in jobs} == {"capped", "overflow"}
+    assert all(j["metadata"]["annotations"][labels.QUEUE] == j["spec"]["queue"] for j in jobs)
+    assert events.about("→ queue overflow: capped full (4/4 GPUs)")
+    record = json.loads(cluster.record("loop")["data"]["placements"])
+    assert sum(record.values()) == 10 and record == {
+        q: sum(1 for j in jobs if j["spec"]["queue"] == q) for q in ("capped", "overflow")}
+
+
+def test_a_one_queue_study_is_placed_as_before(study_file):
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock)
+    assert submitter.placer is None
+    submitter.run()
+    jobs = cluster.jobs()
+    assert {j["spec"]["queue"] for j in jobs} == {"default"}
+    assert not any(labels.QUEUE in (j["metadata"].get("annotations") or {}) for j in jobs)
+    assert "placements" not in cluster.record("loop")["data"] or not cluster.record("loop")["data"]["placements"]
