@@ -30,7 +30,7 @@ from stratctl.engine.pace import api_room
 from stratctl.engine.placement import Placer, Placing
 from stratctl.engine.queues import amounts
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import API_QUOTA_KEY, PLACEMENTS_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
+from stratctl.kube.record import API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
 from stratctl.study.render import Renderer, min_resources
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
@@ -59,6 +59,7 @@ class SubmitOptions:
     prometheus_url: str | None = None  # etcd and Volcano scheduler metrics, when the cluster has Prometheus
     outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
     timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
+    move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -166,7 +167,8 @@ class Submitter:
         self._record_written = float("-inf")  # clock time of the last record write
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
-        self._paused: set[str] = set()  # trials whose create failed transiently, already said
+        self._paused: set[str] = set()
+        self._moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue  # trials whose create failed transiently, already said
         self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
         # Whether the API server answers: the cluster's own account (every request tells it),
         # else the loop's, told by whole cycles.
@@ -183,7 +185,8 @@ class Submitter:
         except AlreadyExists:
             existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
             self.record = replace(
-                self.record, drained=existing.drained, finished=existing.finished, target=existing.target
+                self.record, drained=existing.drained, finished=existing.finished, target=existing.target,
+                moved=existing.moved
             )
             # a change was judged before the loop started (revision.revise)
             self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
@@ -529,6 +532,8 @@ class Submitter:
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._observe_pressure(states)
         decision = self._decide(observed)
+        if self.placer is not None and self.options.move_waiting:
+            self._move_waiting()
         waiting = [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
         if decision.backfill is not None:  # only trials that end before the waiting gang can start
             waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
@@ -546,6 +551,29 @@ class Submitter:
             self.progress.detached = True
             return True
         return False
+
+    def _move_waiting(self) -> None:
+        """`--move-waiting`: delete the job of a trial whose gang has waited past the grace
+        in a full queue without starting, when another of the study's queues has room; the
+        trial waits again and its next create goes to the queue with room (the same name
+        and spec hash: still exactly once)."""
+        now = self.clock()
+        waited = [n for n in self.order if n in self._pending_since and now - self._pending_since[n] > self.options.pending_grace
+                  and (self._jobs[n]["metadata"].get("uid") if n in self._jobs else None) not in self._moved]
+        for move in self.placer.to_move(self._jobs, waited):
+            job = self._jobs[move.trial]
+            name = job["metadata"]["name"]
+            try:
+                self.cluster.delete(self._kind, name, self.namespace)
+                if self._kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, name, self.namespace)
+            except NotFound:
+                pass
+            self._moved.add(job["metadata"].get("uid"))
+            self.record = replace(self.record, moved=self.record.moved + 1)
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == MOVED_KEY})
+            self.reporter.event(f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started "
+                                f"and {move.reason}")
 
     def _timed_out(self, deadline: float | None) -> bool:
         self.progress.timed_out = deadline is not None and self.clock() >= deadline

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stratctl.engine.queues import Amounts, Placement, Room, choose, gang_demand, place, queue_of_job, room_of
+from stratctl.engine.queues import (
+    Amounts, Move, Placement, Room, choose, gang_demand, moves, place, queue_of_job, room_of,
+)
 from stratctl.kube.state import TrialState
 
 
@@ -54,6 +56,19 @@ class Placer:
         self.where[trial] = placement.queue
         return place(manifests, placement.queue)
 
+    def to_move(self, jobs: dict[str, dict], waited: list[str]) -> list[Move]:
+        """Of the trials whose gang has waited past the grace (`waited`, in the study's
+        order), those to take out of a full queue into one with room (`--move-waiting`):
+        only jobs that have not started (no pod running)."""
+        waiting = [(trial, queue_of_job(jobs[trial]), gang_demand([jobs[trial]]) or self.gang)
+                   for trial in waited if trial in jobs and not_started(jobs[trial])]
+        chosen = moves([w for w in waiting if w[1] in self.names], self.rooms)
+        for move in chosen:  # the room it goes to is kept for it until it is created again
+            gang = next(g for t, _, g in waiting if t == move.trial)
+            self.rooms = [r.taking(gang) if r.name == move.target else r.releasing(gang) if r.name == move.source
+                          else r for r in self.rooms]
+        return chosen
+
     def _rooms(self, transit: dict[str, list[Amounts]]) -> list[Room]:
         objects = self.queues()
         if not objects:  # no queue could be read: the first queue, as with one queue
@@ -74,6 +89,12 @@ class Placer:
         for queue in self.where.values():
             counts[queue] = counts.get(queue, 0) + 1
         return counts
+
+
+def not_started(job: dict) -> bool:
+    """No pod of the job runs yet (a Volcano Job's `running`, a batch/v1 Job's `ready`)."""
+    status = job.get("status") or {}
+    return not status.get("running") and not status.get("ready") and not status.get("succeeded")
 
 
 class Placing:

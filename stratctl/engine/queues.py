@@ -48,6 +48,13 @@ class Room:
             used[r] = used.get(r, Decimal(0)) + need
         return Room(self.name, self.capability, used, self.open)
 
+    def releasing(self, gang: Amounts) -> Room:
+        """The room without `gang` (one of the study's gangs counted in it)."""
+        used = dict(self.used)
+        for r, need in gang.items():
+            used[r] = max(Decimal(0), used.get(r, Decimal(0)) - need)
+        return Room(self.name, self.capability, used, self.open)
+
     def why_full(self, gang: Amounts) -> str:
         """Why the gang does not fit, in a few words ("research full (16/16 GPUs)")."""
         if not self.open:
@@ -93,6 +100,36 @@ def place_all(rooms: list[Room], gangs: list[Amounts]) -> list[Placement]:
         rooms = [r.taking(gang) if r.name == placement.queue else r for r in rooms]
         placements.append(placement)
     return placements
+
+
+@dataclass(frozen=True)
+class Move:
+    trial: str
+    source: str  # the queue it waits in
+    target: str  # the queue with room for it now
+    reason: str  # why it leaves ("research full (16/16 GPUs)")
+
+
+def moves(waiting: list[tuple[str, str, Amounts]], rooms: list[Room]) -> list[Move]:
+    """Gangs that have not started (trial, queue, gang), waiting in a queue without room
+    for them, that another of the study's queues has room for now, the earlier queues
+    first; each move counts those before it. A gang its own queue has room for (once it is
+    not counted there) is about to start: it stays."""
+    rooms = list(rooms)
+    out = []
+    for trial, queue, gang in waiting:
+        own = next((r for r in rooms if r.name == queue), None)
+        if own is None:
+            continue
+        without = own.releasing(gang)
+        if without.fits(gang):
+            continue
+        target = next((r for r in rooms if r.name != queue and r.fits(gang)), None)
+        if target is None:
+            continue
+        rooms = [without if r.name == queue else r.taking(gang) if r.name == target.name else r for r in rooms]
+        out.append(Move(trial, queue, target.name, without.why_full(gang)))
+    return out
 
 
 def room_of(name: str, queue: dict | None, transit: Iterable[Amounts] = ()) -> Room:

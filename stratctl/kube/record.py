@@ -20,6 +20,7 @@ from stratctl.study import document
 PREFIX = labels.RECORD_PREFIX
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
 PLACEMENTS_KEY = "placements"  # a study listing several queues: {queue: trials whose latest attempt went there}
+MOVED_KEY = "moved"  # trials taken out of a full queue into another (`submit --move-waiting`)
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 
 
@@ -43,6 +44,7 @@ class StudyRecord:
     api_quota_at: float | None = None  # wall time that note was written
     spec: str = ""  # the study spec as canonical JSON (study.changes.spec_text; "" when too large or older)
     placements: dict[str, int] = field(default_factory=dict)  # queue -> trials there (queue fallback)
+    moved: int = 0  # trials moved to another queue before they started
 
 
 def record_manifest(record: StudyRecord, namespace: str) -> dict:
@@ -77,6 +79,7 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         API_QUOTA_KEY: json.dumps({"at": record.api_quota_at, "note": record.api_quota}) if record.api_quota else "",
         "spec": record.spec,
         PLACEMENTS_KEY: json.dumps(record.placements, sort_keys=True) if record.placements else "",
+        MOVED_KEY: str(record.moved) if record.moved else "",
     }
 
 
@@ -116,6 +119,7 @@ def parse_record(configmap: dict) -> StudyRecord:
         api_quota_at=float(at) if isinstance(at, int | float) else None,
         spec=data.get("spec", ""),
         placements=_counts(data.get(PLACEMENTS_KEY)),
+        moved=int(data[MOVED_KEY]) if (data.get(MOVED_KEY) or "").isdigit() else 0,
     )
 
 

@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 
 from stratctl import labels
-from stratctl.engine.queues import Room, choose, gang_demand, place, place_all, queue_of_job, room_of
+from stratctl.engine.queues import Room, choose, gang_demand, moves, place, place_all, queue_of_job, room_of
+from stratctl.engine.requeue import create_attempt
 from stratctl.kube.cluster import QUEUE
 from stratctl.study.render import Renderer
 from stratctl.study.space import expand
@@ -158,3 +159,57 @@ def test_a_one_queue_study_is_placed_as_before(study_file):
     assert {j["spec"]["queue"] for j in jobs} == {"default"}
     assert not any(labels.QUEUE in (j["metadata"].get("annotations") or {}) for j in jobs)
     assert "placements" not in cluster.record("loop")["data"] or not cluster.record("loop")["data"]["placements"]
+
+
+def test_a_gang_waiting_in_a_full_queue_moves_to_one_with_room():
+    rooms = [Room("capped", gpus(4), gpus(8)), Room("overflow", gpus(4), gpus(0))]  # capped: 4 others' + 2 x 2 ours
+    got = moves([("a", "capped", gpus(2)), ("b", "capped", gpus(2)), ("c", "capped", gpus(2))], rooms)
+    assert [(m.trial, m.source, m.target) for m in got] == [("a", "capped", "overflow"), ("b", "capped", "overflow")]
+    assert got[0].reason == "capped full (6/4 GPUs)"  # and c: overflow is full once a and b go there
+
+
+def test_a_gang_its_queue_has_room_for_stays():
+    rooms = [Room("capped", gpus(16), gpus(14)), Room("overflow")]  # 12 running + this gang of 2 in transit
+    assert moves([("a", "capped", gpus(2))], rooms) == []
+    assert moves([("a", "overflow", gpus(2))], [Room("capped", gpus(16), gpus(16)), Room("overflow")]) == []
+
+
+def test_move_waiting_recreates_a_not_started_trial_in_the_queue_with_room(listed):
+    cluster, clock = FakeCluster(), FakeClock()
+    queues(cluster, capability=4)
+    cluster.objects[(*QUEUE, cluster.namespace, "capped")]["status"]["allocated"] = {G: "4"}  # full, by others
+    submitter, trials = make(listed(), cluster, clock, move_waiting=True, max_inflight=1, pending_grace=2.0)
+    stuck = trials[0]
+    # an earlier run placed it in capped when capped had room; it has not started since
+    create_attempt(cluster, place(submitter.renderer.render(stuck), "capped"), cluster.namespace)
+    events = Events()
+    submitter.reporter = events
+
+    def sleep(seconds):  # Volcano: nothing starts in the full queue, the rest starts then finishes
+        clock.sleep(seconds)
+        for job in cluster.jobs():
+            phase = cluster.phase(job)
+            if phase == "Running":
+                cluster.set_phase(job, "Completed")
+            elif phase == "Pending" and job["spec"]["queue"] != "capped":
+                cluster.set_phase(job, "Running")
+
+    submitter.sleep = sleep
+    progress = submitter.run()
+    assert progress.succeeded == 10
+    assert cluster.creates.count(stuck.name) == 2  # deleted from capped, created once more in overflow
+    assert {j["spec"]["queue"] for j in cluster.jobs()} == {"overflow"}
+    assert events.about(f"trial {stuck.name} moved: queue capped → overflow, it had not started and "
+                        "capped full (4/4 GPUs)")
+    assert cluster.record("loop")["data"]["moved"] == "1"
+
+
+def test_without_move_waiting_a_queued_trial_stays_where_it_is(listed):
+    cluster, clock = FakeCluster(), FakeClock()
+    queues(cluster, capability=4)
+    cluster.objects[(*QUEUE, cluster.namespace, "capped")]["status"]["allocated"] = {G: "4"}
+    submitter, trials = make(listed(), cluster, clock, max_inflight=1, pending_grace=2.0, timeout=30.0)
+    create_attempt(cluster, place(submitter.renderer.render(trials[0]), "capped"), cluster.namespace)
+    submitter.sleep = clock.sleep  # nothing ever starts
+    submitter.run()
+    assert cluster.jobs()[0]["spec"]["queue"] == "capped" and len(cluster.jobs()) == 1
