@@ -71,7 +71,8 @@ class Room:
         unit = " GPUs" if resource == GPU else f" {resource}"
         if cap is None:
             return f"{_shown(used)}{unit}, uncapped"
-        return f"{_shown(used)}/{_shown(cap)}{unit}"
+        over = f", {_shown(used - cap)} more waiting" if used > cap else ""  # gangs asking beyond the capability
+        return f"{_shown(min(used, cap))}/{_shown(cap)}{unit}{over}"
 
 
 @dataclass(frozen=True)

@@ -52,3 +52,32 @@ def test_trials_fill_the_capped_queue_then_go_to_the_next(testbed, api, cli, stu
     assert again.returncode == 0, again.stderr
     jobs_after, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")
     assert sorted(j["metadata"]["uid"] for j in jobs_after) == sorted(j["metadata"]["uid"] for j in jobs)
+
+
+def test_move_waiting_takes_gangs_that_have_not_started_out_of_the_full_queue(testbed, api, cli, studies):
+    name = unique("qmove")
+    one_queue = fake_study(name, testbed.namespace, 10, "40s", replicas=GANG, fields={"queue": "capped"})
+    path = studies(name, one_queue)
+    first = cli.call("submit", path, "--timeout", "8s", timeout=120)  # 8 gangs start in capped, 2 wait there
+    assert first.returncode == 124, first.stderr
+    jobs, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")
+    assert len(jobs) == 10 and {j["spec"]["queue"] for j in jobs} == {"capped"}
+    waiting = {j["metadata"]["labels"][labels.TRIAL] for j in jobs if not (j.get("status") or {}).get("running")}
+    assert len(waiting) == 2, [j.get("status") for j in jobs]
+    # the same trials (the first queue is unchanged, so are their spec hashes), now with a second queue
+    with open(path, "w") as f:
+        f.write(one_queue.replace("queue: capped", "queue: [capped, overflow]"))
+    done = cli.call("submit", path, "--move-waiting", timeout=240)
+    assert done.returncode == 0, done.stderr
+    for trial in waiting:
+        # the first to move sees the other still waiting in capped: "(16/16 GPUs, 2 more waiting)"
+        assert f"trial {trial} moved: queue capped → overflow, it had not started and capped full (16/16 GPUs" \
+            in done.stderr, done.stderr
+    jobs, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")
+    where = {j["metadata"]["labels"][labels.TRIAL]: j["spec"]["queue"] for j in jobs}
+    assert len(jobs) == 10 and {t for t, q in where.items() if q == "overflow"} == waiting
+    rows = cli.status(name)["trials"]
+    assert {r["state"] for r in rows} == {"succeeded"} and {r["trial"]: r["queue"] for r in rows} == where
+    record = api.get(CONFIGMAP, record_name(name), testbed.namespace)
+    assert record["data"]["moved"] == "2"
+    assert json.loads(record["data"]["placements"]) == {"capped": 8, "overflow": 2}

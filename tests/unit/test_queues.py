@@ -165,7 +165,7 @@ def test_a_gang_waiting_in_a_full_queue_moves_to_one_with_room():
     rooms = [Room("capped", gpus(4), gpus(8)), Room("overflow", gpus(4), gpus(0))]  # capped: 4 others' + 2 x 2 ours
     got = moves([("a", "capped", gpus(2)), ("b", "capped", gpus(2)), ("c", "capped", gpus(2))], rooms)
     assert [(m.trial, m.source, m.target) for m in got] == [("a", "capped", "overflow"), ("b", "capped", "overflow")]
-    assert got[0].reason == "capped full (6/4 GPUs)"  # and c: overflow is full once a and b go there
+    assert got[0].reason == "capped full (4/4 GPUs, 2 more waiting)"  # and c: overflow is full once a and b go there
 
 
 def test_a_gang_its_queue_has_room_for_stays():
