@@ -8,9 +8,9 @@ create jobs would be refused only after the study's record was written. So `subm
 turns them into problems (pure: facts in, problems out), every one of them reported at
 once, each located at the study field it concerns:
 
-- the namespace exists; the Volcano queue exists and is Open; the PriorityClass exists;
+- the namespace exists; every listed Volcano queue exists and is Open; the PriorityClass exists;
 - every pod of a trial fits some Ready node's allocatable (its nodeSelector honoured), a
-  whole gang fits the empty cluster, and the queue's `spec.capability` holds a gang;
+  whole gang fits the empty cluster, and a listed queue's `spec.capability` holds a gang;
 - the user may make every kind of request `submit` makes (`accesses`).
 
 A problem with the study (a name the cluster lacks, a pod too large) exits 2, like any
