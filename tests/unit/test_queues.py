@@ -213,3 +213,14 @@ def test_without_move_waiting_a_queued_trial_stays_where_it_is(listed):
     submitter.sleep = clock.sleep  # nothing ever starts
     submitter.run()
     assert cluster.jobs()[0]["spec"]["queue"] == "capped" and len(cluster.jobs()) == 1
+
+
+def test_status_shows_a_queue_column_when_trials_are_in_several_queues():
+    from stratctl.engine.summary import TrialRow
+    from stratctl.view.columns import trial_columns
+
+    rows = [TrialRow("s", "s-a", "running", 0, queue="capped"), TrialRow("s", "s-b", "pending", 0, queue="overflow")]
+    column = next(c for c in trial_columns(rows, 0.0) if c.key == "queue")
+    assert column.cells == ["capped", "overflow"]
+    one = [TrialRow("s", "s-a", "running", 0, queue="default")]
+    assert "queue" not in [c.key for c in trial_columns(one, 0.0)]
