@@ -30,7 +30,10 @@ from stratctl.engine.pace import api_room
 from stratctl.engine.placement import Placer, Placing
 from stratctl.engine.queues import amounts
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
+from stratctl.kube.record import (
+    API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest,
+    record_name,
+)
 from stratctl.study.render import Renderer, min_resources
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
@@ -167,8 +170,8 @@ class Submitter:
         self._record_written = float("-inf")  # clock time of the last record write
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
-        self._paused: set[str] = set()
-        self._moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue  # trials whose create failed transiently, already said
+        self._paused: set[str] = set()  # trials whose create failed transiently, already said
+        self._moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue
         self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
         # Whether the API server answers: the cluster's own account (every request tells it),
         # else the loop's, told by whole cycles.
@@ -558,8 +561,9 @@ class Submitter:
         trial waits again and its next create goes to the queue with room (the same name
         and spec hash: still exactly once)."""
         now = self.clock()
-        waited = [n for n in self.order if n in self._pending_since and now - self._pending_since[n] > self.options.pending_grace
-                  and (self._jobs[n]["metadata"].get("uid") if n in self._jobs else None) not in self._moved]
+        grace = self.options.pending_grace
+        waited = [n for n in self.order if n in self._pending_since and now - self._pending_since[n] > grace
+                  and n in self._jobs and self._jobs[n]["metadata"].get("uid") not in self._moved]
         for move in self.placer.to_move(self._jobs, waited):
             job = self._jobs[move.trial]
             name = job["metadata"]["name"]
