@@ -49,6 +49,7 @@ def submit(
     metrics_address: Annotated[str, typer.Option("--metrics-address", metavar="ADDRESS", help="Address the metrics are served on (0.0.0.0 for every interface).")] = "127.0.0.1",
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
     rerun_changed: Annotated[bool, typer.Option("--rerun-changed", help="The study was edited since it was submitted: give changed trials new attempts with the new spec (unchanged ones are kept).")] = False,
+    move_waiting: Annotated[bool, typer.Option("--move-waiting", help="A study listing several queues: take a trial that has not started out of a full queue and create it again in one of the study's queues with room.")] = False,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DURATION", help="Stop following the study after this long (45s, 30m, 2h), trials left running, exit 124; rerun to resume.")] = None,
 ) -> None:
     """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
@@ -70,6 +71,7 @@ def submit(
         prometheus_url=prometheus_url,
         outage_timeout=outage_timeout,
         timeout=duration_option(timeout, "--timeout"),
+        move_waiting=move_waiting,
     )
     from rich.console import Console
 

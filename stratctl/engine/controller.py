@@ -23,14 +23,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from stratctl import labels
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.blocked import Blocked
 from stratctl.engine.pace import api_room
 from stratctl.engine.packing import Candidate, Packing, pack, passed_over
+from stratctl.engine.placement import Placer, Placing
+from stratctl.engine.queues import amounts
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
-from stratctl.kube.record import API_QUOTA_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest, record_name
-from stratctl.study.render import Renderer
+from stratctl.kube.record import (
+    API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest,
+    record_name,
+)
+from stratctl.study.render import Renderer, min_resources
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
 from stratctl.engine.progress import Progress, Reporter, Silent
@@ -60,6 +65,7 @@ class SubmitOptions:
     prometheus_url: str | None = None  # etcd and Volcano scheduler metrics, when the cluster has Prometheus
     outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
     timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
+    move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -140,6 +146,11 @@ class Submitter:
         self.signals: ClusterSignals | None = None
         # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
         self.jobs: Mirror | None = None
+        # The cluster's Volcano queues, kept by a watch (launch starts it) when the study lists
+        # several: each new attempt goes to the first with room (placement.py)
+        self.queues: Mirror | None = None
+        self.placer = Placer(study.queues, self._queue_objects, amounts(min_resources(self._largest(study, trials))),
+                             lambda message: self.reporter.event(message)) if len(study.queues) > 1 else None
         # read in the background (launch starts it): a slow Prometheus never delays a cycle
         self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url)) if options.prometheus_url else None
         self._pending_since: dict[str, float] = {}
@@ -171,6 +182,7 @@ class Submitter:
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
+        self._moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue
         self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
         # Whether the API server answers: the cluster's own account (every request tells it),
         # else the loop's, told by whole cycles.
@@ -178,6 +190,13 @@ class Submitter:
         self.outage: Outage = Outage(options.outage_timeout, clock=clock) if self._told else cluster.outage
         # the etcd breaker's drain (throttle.on_breaker: drain); with `hold` it does nothing
         self.shedding = Shedding(cluster, study, lambda message: self.reporter.event(message), clock, wall)
+
+    def _largest(self, study: Study, trials: list[Trial]) -> Study:
+        """The study as its largest trial runs it (its own shape when trials share one)."""
+        if not self._shapes:
+            return study
+        largest = max(trials, key=lambda t: sum(self._shapes[t.name]))
+        return self.renderer.study_for(largest)
 
     def reference_shape(self) -> list[int]:
         """The shape the cluster's signals count whole gangs of: the study's, or its largest
@@ -196,7 +215,8 @@ class Submitter:
         except AlreadyExists:
             existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
             self.record = replace(
-                self.record, drained=existing.drained, finished=existing.finished, target=existing.target
+                self.record, drained=existing.drained, finished=existing.finished, target=existing.target,
+                moved=existing.moved
             )
             # a change was judged before the loop started (revision.revise)
             self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
@@ -233,6 +253,9 @@ class Submitter:
         if note != self.record.api_quota:
             self.record = replace(self.record, api_quota=note, api_quota_at=self.wall())
             self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == API_QUOTA_KEY})
+        if self.placer is not None and self.placer.counts() != self.record.placements:
+            self.record = replace(self.record, placements=self.placer.counts())
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == PLACEMENTS_KEY})
         patch = self._unsaved_due(now, force)
         summary = self._summary_due(now, force)
         if summary is not None:
@@ -325,13 +348,32 @@ class Submitter:
         if self.jobs is not None and obj.get("kind") == self._kind[1]:
             self.jobs.add(obj)
 
-    def submit_trial(self, trial: Trial, dry_run: bool = False) -> str:
+    def submit_trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict] | None = None) -> str:
         """Create every manifest of the trial's first attempt; 'created' or 'existing'.
 
         A 409 is success when the object there carries the same spec hash.
         """
-        manifests = self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
+        manifests = manifests or self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
         return create_attempt(self.cluster, manifests, self.namespace, dry_run=dry_run, created=self._seen)
+
+    def _queue_objects(self) -> dict[str, dict]:
+        """The cluster's Volcano queues by name: as watched, else read now."""
+        if self.queues is not None:
+            items = self.queues.items()
+        else:
+            try:
+                items, _ = self.cluster.list(QUEUE)
+            except ClusterError:
+                items = []
+        return {q["metadata"]["name"]: q for q in items}
+
+    def _placed(self, names: list[str], dry_run: bool) -> dict[str, list[dict] | None]:
+        """The first attempts of these trials, each sent to its queue (in order: each choice
+        counts the gangs placed before it); None: as rendered (one queue, or a dry run)."""
+        if self.placer is None or dry_run:
+            return {name: None for name in names}
+        return {name: self.placer.place(name, self._manifests.get(name)
+                                        or self.renderer.render(self.trials[name], attempt=0)) for name in names}
 
     def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> list[str]:
         """Create the trials' first attempts; the names submitted.
@@ -343,7 +385,8 @@ class Submitter:
         spec hash counts it as submitted. When nothing got through, the cycle fails with
         the first such error, so the loop waits for the server (a server dry run, one pass,
         reports every failure per trial instead)."""
-        futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run) for name in names}
+        placed = self._placed(names, dry_run)
+        futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run, placed[name]) for name in names}
         submitted: list[str] = []
         paused: dict[str, ClusterError] = {}
         for name, future in futures.items():
@@ -547,6 +590,8 @@ class Submitter:
         if not self._recorded:
             self.ensure_record()
         states = self.observe()
+        if self.placer is not None:
+            self.placer.observe(self._jobs, states)
         if self._record_due():
             self._refresh_flags()
         states = requeue.step(states, self._jobs, self.record.held, record=self._record_cm)
@@ -555,6 +600,8 @@ class Submitter:
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._shed(self._observe_pressure(states))
         decision = self._decide(observed)
+        if self.placer is not None and self.options.move_waiting:
+            self._move_waiting()
         listed = waiting = self._waiting(states)
         if self._packing is not None:  # trials of different shapes: those that fit first
             present = set(waiting)
@@ -578,6 +625,30 @@ class Submitter:
             return True
         return False
 
+    def _move_waiting(self) -> None:
+        """`--move-waiting`: delete the job of a trial whose gang has waited past the grace
+        in a full queue without starting, when another of the study's queues has room; the
+        trial waits again and its next create goes to the queue with room (the same name
+        and spec hash: still exactly once)."""
+        now = self.clock()
+        grace = self.options.pending_grace
+        waited = [n for n in self.order if n in self._pending_since and now - self._pending_since[n] > grace
+                  and n in self._jobs and self._jobs[n]["metadata"].get("uid") not in self._moved]
+        for move in self.placer.to_move(self._jobs, waited):
+            job = self._jobs[move.trial]
+            name = job["metadata"]["name"]
+            try:
+                self.cluster.delete(self._kind, name, self.namespace)
+                if self._kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, name, self.namespace)
+            except NotFound:
+                pass
+            self._moved.add(job["metadata"].get("uid"))
+            self.record = replace(self.record, moved=self.record.moved + 1)
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == MOVED_KEY})
+            self.reporter.event(f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started "
+                                f"and {move.reason}")
+
     def _timed_out(self, deadline: float | None) -> bool:
         self.progress.timed_out = deadline is not None and self.clock() >= deadline
         return self.progress.timed_out
@@ -588,10 +659,11 @@ class Submitter:
         self.outage.listen(self._heard)
         pool = ThreadPoolExecutor(self.options.workers)
         # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
-        requeue = Requeue(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+        renderer = self.renderer if self.placer is None else Placing(self.renderer, self.placer)  # next attempts too
+        requeue = Requeue(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
                           signals=self.signals)
         # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
-        salvage = Salvage(self.cluster, self.renderer, self.study, self.trials, self._kind, self.reporter,
+        salvage = Salvage(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
                           clock=self.clock, wall=self.wall, created=self._seen)
         self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
         failed = 0  # cycles failed in a row

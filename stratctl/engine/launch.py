@@ -16,6 +16,7 @@ from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.revision import revise
 from stratctl.study.render import Renderer
 from stratctl.engine.signals import ClusterSignals
+from stratctl.kube.cluster import QUEUE
 from stratctl.kube.mirror import Mirror
 from stratctl.study.space import Trial, expand
 from stratctl.study.spec import Study, load_study
@@ -87,6 +88,8 @@ def submit_study(
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
                                 label_selector=study_selector(study)).start()
+        if len(study.queues) > 1:  # queue fallback: each new trial goes to the first queue with room
+            submitter.queues = Mirror(cluster, QUEUE).start()
         # a static cap needs the cluster's signals only to see who it yields to
         yields = study.throttle.yield_to_higher_priority
         if options.detach and reporter is not None:
@@ -96,7 +99,7 @@ def submit_study(
         if (options.parallelism == "adaptive" or yields) and not options.detach:
             submitter.signals = ClusterSignals(
                 cluster, submitter.reference_shape(), study.namespace, study.priority_class,
-                yields, study.queue, study.trial.network_topology)
+                yields, study.queues, study.trial.network_topology)
             if study.varying_shape:
                 submitter.signals.own_study = study.name
             submitter.signals.start()
@@ -108,6 +111,8 @@ def submit_study(
             if submitter.prometheus is not None:
                 submitter.prometheus.stop()
             submitter.jobs.stop()
+            if submitter.queues is not None:
+                submitter.queues.stop()
             if submitter.signals:
                 submitter.signals.stop()
     finally:

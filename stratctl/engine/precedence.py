@@ -6,7 +6,7 @@ mirrored nodes, pods and PodGroups.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,9 +48,10 @@ def priority_values(classes: Iterable[dict]) -> tuple[dict[str, int], int]:
 
 def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods: Iterable[dict],
                             own_priority: int, values: dict[str, int], default: int,
-                            queue: str | None = None) -> list[Precedence]:
+                            queue: str | Collection[str] | None = None) -> list[Precedence]:
     """Gangs that outrank the study and wait (PodGroup Pending or Inqueue) for GPUs they
-    would get if lower-priority work stepped aside, largest first.
+    would get if lower-priority work stepped aside, largest first; with `queue`, only those
+    in that queue (or any of those queues: a study's trials may go to several).
 
     Volcano places a big gang only once enough GPUs are free at the same moment, and
     enqueues smaller gangs into every GPU that frees meanwhile, so a launcher that keeps
@@ -60,6 +61,7 @@ def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods:
     for nothing.
     """
     nodes, pods = list(nodes), list(pods)
+    queues = {queue} if isinstance(queue, str) else set(queue or ())
     waiting = []
     for pg in groups:
         spec, meta = pg.get("spec") or {}, pg.get("metadata") or {}
@@ -68,7 +70,7 @@ def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods:
         cls = spec.get("priorityClassName")
         rank = values.get(cls, default) if cls else default
         gpus = whole_units((spec.get("minResources") or {}).get(GPU, 0))
-        if rank <= own_priority or gpus <= 0 or (queue and (spec.get("queue") or "default") != queue):
+        if rank <= own_priority or gpus <= 0 or (queues and (spec.get("queue") or "default") not in queues):
             continue
         own = (meta.get("namespace", ""), meta.get("name", ""))
         # GPUs that stay taken whatever lower-priority work does: pods of at least its rank

@@ -8,9 +8,9 @@ create jobs would be refused only after the study's record was written. So `subm
 turns them into problems (pure: facts in, problems out), every one of them reported at
 once, each located at the study field it concerns:
 
-- the namespace exists; the Volcano queue exists and is Open; the PriorityClass exists;
+- the namespace exists; every listed Volcano queue exists and is Open; the PriorityClass exists;
 - every pod of a trial fits some Ready node's allocatable (its nodeSelector honoured), a
-  whole gang fits the empty cluster, and the queue's `spec.capability` holds a gang;
+  whole gang fits the empty cluster, and a listed queue's `spec.capability` holds a gang;
 - the user may make every kind of request `submit` makes (`accesses`).
 
 A problem with the study (a name the cluster lacks, a pod too large) exits 2, like any
@@ -172,22 +172,32 @@ def _known(what: str, names: Iterable[str]) -> str:
     return f"{what}: {', '.join(names)}" if names else f"it has no {what}"
 
 
+def _queue_at(study: Study, index: int) -> tuple:
+    """Where the study file names its `index`-th queue."""
+    return ("queue",) if isinstance(study.queue, str) else ("queue", index)
+
+
 def _queue(study: Study, facts: Facts) -> list[Finding]:
-    where = ("queue",)
     if not facts.volcano:
-        return [Finding(study.problem(where, "queue: the cluster has no Volcano queues (no API "
-                                              "scheduling.volcano.sh/v1beta1 queues): is Volcano installed?"), cluster=True)]
+        return [Finding(study.problem(("queue",), "queue: the cluster has no Volcano queues (no API "
+                                                  "scheduling.volcano.sh/v1beta1 queues): is Volcano installed?"),
+                        cluster=True)]
     if facts.queues is None:
         return []
-    queue = facts.queues.get(study.queue)
-    if queue is None:
-        return [Finding(study.problem(where, f"queue: no Volcano queue {study.queue!r} in the cluster "
-                                              f"({_known('queues', facts.queues)})"))]
-    state = ((queue.get("status") or {}).get("state")) or "Open"
-    if state != "Open":
-        return [Finding(study.problem(where, f"queue: Volcano queue {study.queue!r} is {state}: it admits no new "
-                                              "gang (open it, or name an Open queue)"))]
-    return []
+    findings = []
+    for index, name in enumerate(study.queues):  # every listed queue: a trial may go to any of them
+        where = _queue_at(study, index)
+        field = ".".join(map(str, where))
+        queue = facts.queues.get(name)
+        if queue is None:
+            findings.append(Finding(study.problem(where, f"{field}: no Volcano queue {name!r} in the cluster "
+                                                         f"({_known('queues', facts.queues)})")))
+            continue
+        state = ((queue.get("status") or {}).get("state")) or "Open"
+        if state != "Open":
+            findings.append(Finding(study.problem(where, f"{field}: Volcano queue {name!r} is {state}: it admits no "
+                                                         "new gang (open it, or name an Open queue)")))
+    return findings
 
 
 def _distinct(trials: Iterable[list[Pod]]) -> list[list[Pod]]:
@@ -287,19 +297,30 @@ def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem |
 
 
 def _capability(study: Study, facts: Facts, shapes: list[list[Pod]]) -> list[Finding]:
-    queue = (facts.queues or {}).get(study.queue)
+    """A gang must fit the capability of at least one listed queue (the queues it exceeds
+    are passed over; with one queue, that one)."""
+    findings = []
+    for index, name in enumerate(study.queues):
+        finding = _exceeds(study, facts, shapes, index, name)
+        if finding is None:
+            return []
+        findings.append(finding)
+    return findings
+
+
+def _exceeds(study: Study, facts: Facts, shapes: list[list[Pod]], index: int, name: str) -> Finding | None:
+    queue = (facts.queues or {}).get(name)
     capability = ((queue or {}).get("spec") or {}).get("capability") or {}
-    if not capability:
-        return []
+    where = _queue_at(study, index)
     for pods in shapes:
         for resource, cap in sorted(capability.items()):
             need = sum((parse(p.requests.get(resource, "0")) or Decimal(0)) * p.gang for p in pods)
             limit = parse(cap)
             if limit is not None and need > limit:
-                return [Finding(study.problem(("queue",), f"queue: Volcano queue {study.queue!r} holds at most {cap} "
-                                                          f"{resource} (spec.capability), and one gang needs "
-                                                          f"{_shown(need, resource)}"))]
-    return []
+                return Finding(study.problem(where, f"{'.'.join(map(str, where))}: Volcano queue {name!r} holds at "
+                                                    f"most {cap} {resource} (spec.capability), and one gang needs "
+                                                    f"{_shown(need, resource)}"))
+    return None
 
 
 def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:

@@ -56,7 +56,7 @@ class ClusterSignals:
     """GPU capacity from mirrored nodes and pods, and API health from the client's own requests."""
 
     def __init__(self, cluster: Cluster, shape: list[int], namespace: str | None = None,
-                 priority_class: str | None = None, yield_to_higher: bool = True, queue: str | None = None,
+                 priority_class: str | None = None, yield_to_higher: bool = True, queue: str | tuple[str, ...] | None = None,
                  topology: NetworkTopology | None = None):
         self.cluster = cluster
         self.shape = shape

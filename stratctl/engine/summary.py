@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from stratctl import labels
 from stratctl.kube.record import api_quota_of, parse_record, space_order, suspended_of
+from stratctl.engine.queues import queue_of_job
 from stratctl.engine.recovery import Limits, carried, effective_state, usage, view_of
 from stratctl.kube.gpus import job_gpus
 from stratctl.kube.state import (TrialState, attempt_of, classify, ended_at, is_batch, phase_of, podgroup_name,
@@ -50,6 +51,7 @@ class TrialRow:
     finished: float | None = None  # when the latest attempt ended
     exit_code: int | None = None  # of a container of the latest attempt that exited non-zero
     reason: str = ""  # why a failed trial failed: the container's reason, and why it was given up
+    queue: str = ""  # the queue of the latest attempt ("" when its job does not say: a batch/v1 Job of a one-queue study)
 
 
 @dataclass
@@ -99,6 +101,7 @@ def slim_job(job: dict) -> tuple[str, int, dict]:
         },
         "status": {k: status.get(k) for k in SLIM_STATUS if k in status},
         "gpus": job_gpus(job),
+        "queue": queue_of_job(job) or "",
     }
     return (meta.get("labels") or {}).get(labels.TRIAL, ""), attempt_of(job), slim
 
@@ -156,6 +159,7 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 started=run_start(job, starts.get(job["metadata"]["uid"])), finished=ended_at(job),
                 exit_code=code if state is TrialState.FAILED else None,
                 reason="; ".join(filter(None, [why, notes.get(labels.GIVEN_UP, "")])) if state is TrialState.FAILED else "",
+                queue=job.get("queue") or queue_of_job(job) or "",
             ))
         for trial, mark in sorted(marks.items()):
             if trial in seen:

@@ -19,6 +19,8 @@ from stratctl.study import document
 
 PREFIX = labels.RECORD_PREFIX
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
+PLACEMENTS_KEY = "placements"  # a study listing several queues: {queue: trials whose latest attempt went there}
+MOVED_KEY = "moved"  # trials taken out of a full queue into another (`submit --move-waiting`)
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 
 
@@ -52,6 +54,8 @@ class StudyRecord:
     spec: str = ""  # the study spec as canonical JSON (study.changes.spec_text; "" when too large or older)
     breaker: str = ""  # why the submit loop's etcd breaker drained the study ("" when it does not)
     breaker_at: float | None = None  # wall time it tripped
+    placements: dict[str, int] = field(default_factory=dict)  # queue -> trials there (queue fallback)
+    moved: int = 0  # trials moved to another queue before they started
 
     @property
     def held(self) -> bool:
@@ -92,6 +96,8 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         API_QUOTA_KEY: json.dumps({"at": record.api_quota_at, "note": record.api_quota}) if record.api_quota else "",
         "spec": record.spec,
         BREAKER_KEY: breaker_value(record.breaker, record.breaker_at),
+        PLACEMENTS_KEY: json.dumps(record.placements, sort_keys=True) if record.placements else "",
+        MOVED_KEY: str(record.moved) if record.moved else "",
     }
 
 
@@ -138,7 +144,17 @@ def parse_record(configmap: dict) -> StudyRecord:
         spec=data.get("spec", ""),
         breaker=breaker.get("reason") if isinstance(breaker.get("reason"), str) else "",
         breaker_at=float(tripped) if isinstance(tripped, int | float) else None,
+        placements=_counts(data.get(PLACEMENTS_KEY)),
+        moved=int(data[MOVED_KEY]) if (data.get(MOVED_KEY) or "").isdigit() else 0,
     )
+
+
+def _counts(text: str | None) -> dict[str, int]:
+    try:
+        counts = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return {str(k): v for k, v in counts.items() if isinstance(v, int)} if isinstance(counts, dict) else {}
 
 
 def job_kinds(source: str) -> tuple[tuple[str, str], ...]:

@@ -74,7 +74,7 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
         lines.append(f"{plan.drawn} combinations drawn, {plan.duplicates} duplicates merged: "
                      f"{len(plan.trials)} distinct trials")
     lines.append(
-        f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {s.queue}; "
+        f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {' → '.join(s.queues)}; "
         f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
     )
     if plan.shapes is not None:

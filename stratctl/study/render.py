@@ -127,6 +127,10 @@ class Renderer:
             self._gang = shape.gang(self.study)
         return self._gang
 
+    def study_for(self, trial: Trial) -> Study:
+        """The study as the trial runs it: its shape templates resolved for that trial."""
+        return self._shaped(trial).study if self._shape_fields else self.study
+
     def _shaped(self, trial: Trial) -> Renderer:
         """The renderer of the study resolved to this trial's shape (study/shape.py)."""
         ctx = self._trial_context(trial, 0, False)
@@ -433,8 +437,10 @@ def _study_context(study: Study) -> dict[str, Any]:
         })
     policies = [{"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
                 for p in t.effective_policies]
+    spec = study.model_dump(mode="json")
+    spec["queue"] = study.home_queue  # a trial renders for the first queue; the loop places it (engine/queues.py)
     return {
-        "spec": study.model_dump(mode="json"),
+        "spec": spec,
         "study": study.name,
         "namespace": study.namespace,
         "tasks": tasks,

@@ -12,6 +12,7 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Union
 
+from pydantic_core import PydanticCustomError
 from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from stratctl.study import document
@@ -378,7 +379,8 @@ class Study(_Model):
 
     name: str
     namespace: str = "default"
-    queue: str = "default"
+    # a queue name, or the queues to try in order (see `queues`, engine/queues.py)
+    queue: str | list[str] = "default"
     priority_class: str | None = None
     critical: bool = False
     workload: Literal["volcano", "batch"] = "volcano"
@@ -400,10 +402,31 @@ class Study(_Model):
     def _name(cls, v: str) -> str:
         return dns_label(v, "study name", MAX_NAME)
 
-    @field_validator("namespace", "queue")
+    @field_validator("namespace")
     @classmethod
     def _label(cls, v: str, info) -> str:  # noqa: ANN001
         return dns_label(v, info.field_name)
+
+    @field_validator("queue", mode="before")
+    @classmethod
+    def _queue(cls, v: Any) -> Any:
+        """A queue name, or a non-empty list of distinct ones (the order is the preference)."""
+        if isinstance(v, str):
+            return dns_label(v, "queue")
+        if not isinstance(v, list) or not v:
+            raise _bad("queue", "queue must be a queue name or a non-empty list of queue names")
+        seen: set[str] = set()
+        for i, name in enumerate(v):
+            if not isinstance(name, str):
+                raise _bad("queue", "queue {i}: expected a queue name, got {got!r}", field=str(i), i=i, got=name)
+            try:
+                dns_label(name, "queue")
+            except PydanticCustomError as e:  # the same error, located at the entry
+                raise _bad(e.type, e.message(), field=str(i)) from None
+            if name in seen:
+                raise _bad("queue", "queue {name!r} is listed twice", field=str(i), name=name)
+            seen.add(name)
+        return v
 
     @field_validator("space")
     @classmethod
@@ -483,6 +506,16 @@ class Study(_Model):
             return None
         base = self._source.parent if self._source else Path.cwd()
         return (base / self.templates_dir).resolve()
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues trials may go to, in order of preference (one, for `queue: NAME`)."""
+        return (self.queue,) if isinstance(self.queue, str) else tuple(self.queue)
+
+    @property
+    def home_queue(self) -> str:
+        """The first queue: where trials go while it has room, and what manifests render."""
+        return self.queues[0]
 
     def task_resources(self, task: Task) -> Resources:
         return task.resources or self.trial.resources

@@ -143,6 +143,8 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
     column("state", cells=[r.state for r in rows], priority=0)
     column("attempt", numeric=True, cells=["-" if r.attempt < 0 else str(r.attempt) for r in rows],
            raw=[None if r.attempt < 0 else r.attempt for r in rows], priority=5)
+    if len({r.queue for r in rows if r.queue}) > 1:  # trials spread over several queues (queue fallback)
+        column("queue", cells=[r.queue or "-" for r in rows], raw=[r.queue or None for r in rows], priority=5)
     taken = {c.key for c in cols} | {"age", "duration", "exit", "why"}
     for prefix, name_of in (("param", lambda r: r.params), ("result", lambda r: r.result)):
         for name in _names([name_of(r) for r in rows]):

@@ -70,6 +70,9 @@ def test_only_gangs_of_the_study_queue_count_when_it_is_given():
     got = higher_priority_waiting([other, same], NODES, [pod("a", 8, 10)], 10, VALUES, DEFAULT, queue="default")
     assert [w.gang for w in got] == ["ns/prod-3"]
     assert len(higher_priority_waiting([other, same], NODES, [], 10, VALUES, DEFAULT)) == 2
+    # a study listing several queues yields to gangs waiting in any of them
+    got = higher_priority_waiting([other, same], NODES, [], 10, VALUES, DEFAULT, queue=("default", "serving"))
+    assert sorted(w.gang for w in got) == ["ns/prod-2", "ns/prod-3"]
 
 
 def test_largest_waiting_gang_first():

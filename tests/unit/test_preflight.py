@@ -404,3 +404,26 @@ def test_the_preflight_reads_go_at_once_and_count_with_the_loop():
         gated.gate(lambda: None)
     assert time.monotonic() - started < 1.0
     assert gated.gate.__self__.stats is throttle.stats and cluster.gate == throttle.call
+
+
+LISTED = STUDY.replace("queue: research", "queue: [research, spare]")
+
+
+def test_every_listed_queue_must_exist_and_be_open(tmp_path):
+    queues = {"research": queue("research", "Closed")}
+    assert run(tmp_path, LISTED, queues=queues)[0] == [
+        "study.yaml:3:9: queue.0: Volcano queue 'research' is Closed: it admits no new gang (open it, or name an "
+        "Open queue)",
+        "study.yaml:3:19: queue.1: no Volcano queue 'spare' in the cluster (queues: research)"]
+
+
+def test_one_listed_queue_holding_a_gang_is_enough(tmp_path):
+    small = {"nvidia.com/gpu": "16"}
+    assert run(tmp_path, LISTED, queues={"research": queue("research", capability=small),
+                                         "spare": queue("spare")})[0] == []
+    assert run(tmp_path, LISTED, queues={"research": queue("research", capability=small),
+                                         "spare": queue("spare", capability=small)})[0] == [
+        "study.yaml:3:9: queue.0: Volcano queue 'research' holds at most 16 nvidia.com/gpu (spec.capability), and "
+        "one gang needs 24",
+        "study.yaml:3:19: queue.1: Volcano queue 'spare' holds at most 16 nvidia.com/gpu (spec.capability), and "
+        "one gang needs 24"]
