@@ -101,6 +101,15 @@ def record_data(record: StudyRecord) -> dict[str, str]:
     }
 
 
+def _json_object(text: str | None) -> dict:
+    """A record key holding a JSON object; {} when absent or unreadable."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def api_quota_of(record: StudyRecord, now: float) -> str:
     """The API-quota note to show at wall time `now`: only while its loop keeps it fresh."""
     if not record.api_quota or record.api_quota_at is None or now - record.api_quota_at > API_QUOTA_FRESH:
@@ -116,17 +125,9 @@ def parse_record(configmap: dict) -> StudyRecord:
         finished = json.loads(data.get("finished") or "{}")
     except ValueError:
         finished = {}
-    try:
-        quota = json.loads(data.get(API_QUOTA_KEY) or "{}")
-    except ValueError:
-        quota = {}
-    quota = quota if isinstance(quota, dict) else {}
+    quota = _json_object(data.get(API_QUOTA_KEY))
     at = quota.get("at")
-    try:
-        breaker = json.loads(data.get(BREAKER_KEY) or "{}")
-    except ValueError:
-        breaker = {}
-    breaker = breaker if isinstance(breaker, dict) else {}
+    breaker = _json_object(data.get(BREAKER_KEY))
     tripped = breaker.get("at")
     return StudyRecord(
         study=meta_labels.get(labels.STUDY, ""),

@@ -306,6 +306,15 @@ class Parallelism(_Model):
         return self
 
 
+def _duration(value: float | str) -> float | str:
+    """A duration field: seconds, or "2h", "90m", "1h30m"."""
+    try:
+        parse_duration(value)
+    except ValueError as e:
+        raise _bad("duration", str(e)) from None
+    return value
+
+
 class Throttle(_Model):
     qps: float = Field(default=5.0, gt=0, allow_inf_nan=False)
     burst: int = Field(default=10, ge=1)
@@ -321,14 +330,7 @@ class Throttle(_Model):
     # before any other, so large trials are never starved (engine/packing.py). Seconds or "5m".
     aging: float | str = "5m"
 
-    @field_validator("aging")
-    @classmethod
-    def _aging(cls, v: float | str) -> float | str:
-        try:
-            parse_duration(v)
-        except ValueError as e:
-            raise _bad("duration", str(e)) from None
-        return v
+    _aging = field_validator("aging")(classmethod(lambda cls, v: _duration(v)))
 
     @property
     def aging_seconds(self) -> float:
@@ -352,11 +354,7 @@ class Cost(_Model):
     def _duration(cls, v: float | str) -> float | str:
         if isinstance(v, str) and sandbox.is_template(v):
             return v  # checked and rendered per trial by the renderer
-        try:
-            parse_duration(v)
-        except ValueError as e:
-            raise _bad("duration", str(e)) from None
-        return v
+        return _duration(v)
 
     @property
     def per_trial(self) -> bool:
