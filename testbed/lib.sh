@@ -12,6 +12,7 @@ VC_CM_METRICS_PORT=${STRATCTL_TESTBED_VC_CM_METRICS_PORT:-26281}
 VC_SCHED_HEALTHZ_PORT=${STRATCTL_TESTBED_VC_SCHED_HEALTHZ_PORT:-26252}
 VC_SCHED_METRICS_PORT=${STRATCTL_TESTBED_VC_SCHED_METRICS_PORT:-26280}
 KWOK_PORT=${STRATCTL_TESTBED_KWOK_PORT:-26247}
+PROMETHEUS_PORT=${STRATCTL_TESTBED_PROMETHEUS_PORT:-26290}
 
 NODES=${STRATCTL_TESTBED_NODES:-8}
 GPUS_PER_NODE=${STRATCTL_TESTBED_GPUS_PER_NODE:-8}
@@ -20,9 +21,10 @@ NAMESPACE=stratctl-e2e
 RESTRICTED_USER=trial-runner
 KUBECONFIG_PATH=$RUN_DIR/kubeconfig
 APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 
 # Start order; down stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager vc-controller-manager vc-scheduler kwok)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager vc-controller-manager vc-scheduler kwok prometheus)
 
 tb_log() { echo "testbed: $*" >&2; }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start the local testbed: etcd -> kube-apiserver -> CRDs/RBAC/APF/queues ->
-# kube-controller-manager -> vc-controller-manager -> vc-scheduler -> kwok -> fake GPU nodes.
-# Builds the binaries first when the cache is empty (testbed/build.sh).
+# kube-controller-manager -> vc-controller-manager -> vc-scheduler -> kwok -> fake GPU nodes
+# -> Prometheus scraping them all. Builds the binaries first when the cache is empty
+# (testbed/build.sh) and installs the Debian packages it uses (testbed/packages.sh).
 # The last line of output is the kubeconfig path. See testbed/README.md.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -10,6 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 T0=${EPOCHREALTIME/./}
 elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0) / 100000 )); printf '%d.%ds' $(( d / 10 )) $(( d % 10 )); }
 
+bash "$TESTBED_SRC/packages.sh" >&2
 resolve_bin_dir
 
 mkdir -p "$RUN_DIR"
@@ -28,6 +30,8 @@ healthy() {
   curl -sf --max-time 2 "http://127.0.0.1:$VC_CM_HEALTHZ_PORT/healthz" >/dev/null || return 1
   curl -sf --max-time 2 "http://127.0.0.1:$VC_SCHED_HEALTHZ_PORT/healthz" >/dev/null || return 1
   curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null || return 1
+  curl -sf --max-time 2 "$PROMETHEUS_URL/-/ready" >/dev/null || return 1
+  curl -sf --max-time 2 "http://127.0.0.1:$VC_SCHED_METRICS_PORT/metrics" >/dev/null || return 1
   # The network topology (a testbed started before it existed has none).
   [[ $(kc get hypernodes -o name 2>/dev/null | wc -l) -eq $(grep -c '^kind: HyperNode' "$TESTBED_SRC/hypernodes.yaml") ]] || return 1
   # Everything we create last must be there.
@@ -35,7 +39,7 @@ healthy() {
 }
 # STRATCTL_TESTBED_FRESH=1: always start from scratch (CI), even when already up.
 if [[ ${STRATCTL_TESTBED_FRESH:-0} != 1 ]] && healthy; then
-  tb_log "already up (state in $RUN_DIR)"
+  tb_log "already up (state in $RUN_DIR); Prometheus: $PROMETHEUS_URL"
   echo "$KUBECONFIG_PATH"
   exit 0
 fi
@@ -45,13 +49,13 @@ if compgen -G "$RUN_DIR/pids/*.pid" >/dev/null; then
 fi
 
 # ---------------------------------------------------------------- fresh state
-rm -rf "$RUN_DIR/etcd" "$RUN_DIR/pki" "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/kwok-home" "$RUN_DIR"/*.kubeconfig
+rm -rf "$RUN_DIR/etcd" "$RUN_DIR/prometheus" "$RUN_DIR/prometheus-url" "$RUN_DIR/pki" "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/kwok-home" "$RUN_DIR"/*.kubeconfig
 mkdir -p "$RUN_DIR"/{pki,logs,pids,kwok-home,etc}
 echo "$BIN_DIR" > "$RUN_DIR/bin-dir"
 
 port_free() { ! (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$VC_CM_HEALTHZ_PORT" \
-         "$VC_CM_METRICS_PORT" "$VC_SCHED_HEALTHZ_PORT" "$VC_SCHED_METRICS_PORT" "$KWOK_PORT"; do
+         "$VC_CM_METRICS_PORT" "$VC_SCHED_HEALTHZ_PORT" "$VC_SCHED_METRICS_PORT" "$KWOK_PORT" "$PROMETHEUS_PORT"; do
   port_free "$p" || { tb_log "port 127.0.0.1:$p is in use (override with STRATCTL_TESTBED_*_PORT)"; exit 1; }
 done
 
@@ -238,7 +242,7 @@ start vc-controller-manager "$BIN_DIR/vc-controller-manager" \
   --leader-elect=false \
   --controllers job-controller,pg-controller,queue-controller,gc-controller \
   --enable-healthz=true --healthz-address "127.0.0.1:$VC_CM_HEALTHZ_PORT" \
-  --listen-address "127.0.0.1:$VC_CM_METRICS_PORT" \
+  --listen-address "127.0.0.1:$VC_CM_METRICS_PORT" --enable-metrics \
   --kube-api-qps 200 --kube-api-burst 400 --worker-threads 8 \
   --logtostderr -v 2
 wait_for vc-controller-manager 30 curl_ok "http://127.0.0.1:$VC_CM_HEALTHZ_PORT/healthz"
@@ -248,7 +252,7 @@ start vc-scheduler "$BIN_DIR/vc-scheduler" \
   --scheduler-conf "$TESTBED_SRC/volcano-scheduler.conf" \
   --leader-elect=false --schedule-period 500ms \
   --enable-healthz=true --healthz-address "127.0.0.1:$VC_SCHED_HEALTHZ_PORT" \
-  --listen-address "127.0.0.1:$VC_SCHED_METRICS_PORT" \
+  --listen-address "127.0.0.1:$VC_SCHED_METRICS_PORT" --enable-metrics \
   --cache-dumper=false --logtostderr -v 2
 wait_for vc-scheduler 30 curl_ok "http://127.0.0.1:$VC_SCHED_HEALTHZ_PORT/healthz"
 
@@ -323,5 +327,47 @@ done
 tb_log "$NODES fake nodes x $GPUS_PER_NODE nvidia.com/gpu Ready ($(elapsed))"
 
 bash "$TESTBED_SRC/apf.sh" "${STRATCTL_TESTBED_APF:-off}" >&2
+
+# ---------------------------------------------------------------- Prometheus
+# Scrapes every component, and any stratctl a test starts with --metrics-port: a JSON
+# target list written to $RUN_DIR/prometheus/targets/ is picked up within seconds.
+mkdir -p "$RUN_DIR/prometheus/targets" "$RUN_DIR/prometheus/data"
+printf '%s' "$ADMIN_TOKEN" > "$RUN_DIR/prometheus/token"
+chmod 600 "$RUN_DIR/prometheus/token"
+cat > "$RUN_DIR/prometheus/prometheus.yml" <<EOF
+global:
+  scrape_interval: 2s
+  scrape_timeout: 2s
+  evaluation_interval: 2s
+scrape_configs:
+- job_name: kube-apiserver
+  scheme: https
+  scrape_interval: 5s  # ~2 MB of series per scrape
+  scrape_timeout: 5s
+  tls_config: {ca_file: $PKI/ca.crt}
+  authorization: {credentials_file: $RUN_DIR/prometheus/token}
+  static_configs: [{targets: ["127.0.0.1:$APISERVER_PORT"]}]
+- job_name: etcd
+  static_configs: [{targets: ["127.0.0.1:$ETCD_PORT"]}]
+- job_name: kube-controller-manager
+  scheme: https
+  tls_config: {insecure_skip_verify: true}  # its self-signed serving certificate
+  authorization: {credentials_file: $RUN_DIR/prometheus/token}
+  static_configs: [{targets: ["127.0.0.1:$KCM_PORT"]}]
+- job_name: volcano-scheduler
+  static_configs: [{targets: ["127.0.0.1:$VC_SCHED_METRICS_PORT"]}]
+- job_name: volcano-controllers
+  static_configs: [{targets: ["127.0.0.1:$VC_CM_METRICS_PORT"]}]
+- job_name: stratctl
+  file_sd_configs: [{files: ["$RUN_DIR/prometheus/targets/*.json"], refresh_interval: 2s}]
+EOF
+start prometheus prometheus --config.file "$RUN_DIR/prometheus/prometheus.yml" \
+  --storage.tsdb.path "$RUN_DIR/prometheus/data" --storage.tsdb.retention.time 6h \
+  --web.listen-address "127.0.0.1:$PROMETHEUS_PORT" --web.enable-lifecycle \
+  --log.level warn
+wait_for prometheus 30 curl_ok "$PROMETHEUS_URL/-/ready"
+echo "$PROMETHEUS_URL" > "$RUN_DIR/prometheus-url"
+tb_log "Prometheus: $PROMETHEUS_URL (stratctl targets: $RUN_DIR/prometheus/targets/*.json)"
+
 tb_log "up in $(elapsed); logs in $RUN_DIR/logs; contexts: admin (default), restricted (namespace $NAMESPACE)"
 echo "$KUBECONFIG_PATH"

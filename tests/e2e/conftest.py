@@ -60,6 +60,12 @@ class Testbed:
     kubectl: str | None = None
     #: True when the fixture runs the local testbed (testbed/*.sh), False for an external cluster.
     local: bool = True
+    #: Prometheus scraping the cluster's components (testbed: up.sh starts it; external
+    #: cluster: STRATCTL_TEST_PROMETHEUS_URL), else None.
+    prometheus_url: str | None = None
+    #: Its file-based service discovery directory: a JSON target list written there is
+    #: scraped as job "stratctl" (testbed; external: STRATCTL_TEST_PROMETHEUS_TARGETS).
+    prometheus_targets: Path | None = None
     _clients: dict = field(default_factory=dict, repr=False)
 
     def api_client(self, context: str | None = None):
@@ -154,13 +160,23 @@ def testbed():
             namespace=os.environ.get("STRATCTL_TEST_NAMESPACE", "stratctl-e2e"),
             kubectl=shutil.which("kubectl"),
             local=False,
+            prometheus_url=os.environ.get("STRATCTL_TEST_PROMETHEUS_URL") or None,
+            prometheus_targets=Path(os.environ["STRATCTL_TEST_PROMETHEUS_TARGETS"])
+            if os.environ.get("STRATCTL_TEST_PROMETHEUS_TARGETS")
+            else None,
         )
         return
 
     kubeconfig, started = _testbed_up()
     bin_dir = (_run_dir() / "bin-dir").read_text().strip()
     kubectl = Path(bin_dir) / "kubectl"
-    tb = Testbed(kubeconfig=kubeconfig, kubectl=str(kubectl) if kubectl.exists() else None)
+    url_file = _run_dir() / "prometheus-url"
+    tb = Testbed(
+        kubeconfig=kubeconfig,
+        kubectl=str(kubectl) if kubectl.exists() else None,
+        prometheus_url=url_file.read_text().strip() if url_file.exists() else None,
+        prometheus_targets=_run_dir() / "prometheus" / "targets",
+    )
     try:
         yield tb
     finally:

@@ -403,3 +403,26 @@ def test_capped_queue_holds_back_a_gang_above_its_capability(testbed, admin, job
     time.sleep(4)
     assert not admin.running_pods(name)
     assert (admin.podgroup(name).get("status") or {}).get("phase") == "Pending"
+
+
+COMPONENT_JOBS = ("kube-apiserver", "etcd", "kube-controller-manager", "volcano-scheduler", "volcano-controllers")
+
+
+def test_prometheus_scrapes_every_component(testbed):
+    """The testbed's Prometheus scrapes the control plane's components (an external cluster
+    is checked only if STRATCTL_TEST_PROMETHEUS_URL names its Prometheus)."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    if testbed.prometheus_url is None:
+        pytest.skip("this cluster has no Prometheus (set STRATCTL_TEST_PROMETHEUS_URL)")
+
+    def up() -> dict[str, float]:
+        query = urllib.parse.urlencode({"query": "up"})
+        with urllib.request.urlopen(f"{testbed.prometheus_url}/api/v1/query?{query}", timeout=5) as response:
+            result = json.load(response)["data"]["result"]
+        return {sample["metric"]["job"]: float(sample["value"][1]) for sample in result}
+
+    # Each job answers `up` once scraped (within a scrape interval of a fresh start).
+    wait_until(lambda: all(up().get(job) == 1.0 for job in COMPONENT_JOBS), timeout=30, message=f"up == 1 for {COMPONENT_JOBS}")

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The Debian packages the testbed runs (idempotent: installs only what is missing).
+#   prometheus: the Prometheus server and promtool (scrapes the testbed; checks the rules)
+set -euo pipefail
+PACKAGES=(prometheus)
+COMMANDS=(prometheus)
+
+missing=()
+for i in "${!PACKAGES[@]}"; do
+  command -v "${COMMANDS[$i]}" >/dev/null 2>&1 || missing+=("${PACKAGES[$i]}")
+done
+(( ${#missing[@]} == 0 )) && exit 0
+
+if (( EUID == 0 )); then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+  sudo=(sudo -n)
+else
+  echo "testbed: needs the Debian packages ${missing[*]}: run 'sudo apt-get install ${missing[*]}' (or run this as root)" >&2
+  exit 1
+fi
+echo "testbed: installing Debian packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq >&2
+# The packages' own services are not started here (no systemd; the testbed runs its own).
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
