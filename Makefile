@@ -36,7 +36,10 @@ demo: venv
 	@kubeconfig=$$(bash testbed/up.sh | tail -n 1) && \
 	  study=$$($(BIN)/python -c "import yaml; print(yaml.safe_load(open('$(STUDY)'))['name'])") && \
 	  echo "testbed kubeconfig: $$kubeconfig" && \
-	  $(BIN)/stratctl submit $(STUDY) --kubeconfig "$$kubeconfig" --context restricted --poll-interval 1 && \
+	  prometheus=$$(cat "$$(dirname "$$kubeconfig")/prometheus-url") && \
+	  echo "testbed Prometheus: $$prometheus" && \
+	  $(BIN)/stratctl submit $(STUDY) --kubeconfig "$$kubeconfig" --context restricted --poll-interval 1 \
+	    --prometheus-url "$$prometheus" && \
 	  $(BIN)/stratctl status "$$study" --kubeconfig "$$kubeconfig" --context restricted -n stratctl-e2e
 
 ## Benchmarks: rendering (no cluster), then submission, status and the adaptive experiment

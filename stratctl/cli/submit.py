@@ -43,7 +43,7 @@ def submit(
     poll_interval: Annotated[float, typer.Option("--poll-interval", min=0.1, help="Seconds between reconcile cycles.")] = 2.0,
     workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Concurrent create requests.")] = 16,
     parallelism: Annotated[Parallelism, typer.Option("--parallelism", help="adaptive: follow cluster pressure within the study's bounds; static: keep --max-inflight.")] = Parallelism.adaptive,
-    prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd commit p99 above 250 ms holds new submissions (and drains the study if its throttle.on_breaker is drain); Volcano scheduling p90 above 2 s halves the target.")] = None,
+    prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd p99 above 250 ms holds new submissions (and drains the study if its throttle.on_breaker is drain); Volcano scheduling p90 above 2 s halves the target.")] = None,
     outage_timeout: Annotated[float, typer.Option("--outage-timeout", min=1, help="Seconds the API server may not answer (restarting, etcd paused) before submit gives up with exit 3; meanwhile it retries.")] = 300.0,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
     metrics_address: Annotated[str, typer.Option("--metrics-address", metavar="ADDRESS", help="Address the metrics are served on (0.0.0.0 for every interface).")] = "127.0.0.1",

@@ -1,7 +1,7 @@
 """The etcd breaker's hysteresis: when a study set to `throttle.on_breaker: drain` is
 drained, and when it comes back.
 
-A pure state machine fed one reading of etcd's commit latency (p99, seconds, from
+A pure state machine fed one reading of etcd's latency (p99, seconds, from
 Prometheus) per submit-loop cycle, with the loop's clock. It **trips** once the latency has
 stayed above `high` for `persist` seconds unbroken: a spike of a few seconds is noise, and
 a drain costs every running trial the work since its last checkpoint. Once tripped it
@@ -59,7 +59,7 @@ def step(latency: float | None, config: BreakerConfig, state: BreakerState, now:
 
 def describe(latency: float | None, config: BreakerConfig, state: BreakerState, now: float) -> str:
     """Where the breaker stands, for the live panel: '' while it is closed and nothing moves it."""
-    ms = "no reading" if latency is None else f"etcd commit p99 {latency * 1000:.0f}ms"
+    ms = "no reading" if latency is None else f"etcd p99 {latency * 1000:.0f}ms"
     if not state.tripped:
         if state.since is None:
             return ""

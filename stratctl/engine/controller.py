@@ -472,10 +472,10 @@ class Submitter:
                 p.gangs_fit = self._packing.fit
             p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
         control = self.prometheus.latest() if self.prometheus is not None else None
-        p.etcd_commit_p99 = control.etcd_commit_p99 if control else None
+        p.etcd_p99 = control.etcd_p99 if control else None
         p.scheduling_latency_p90 = control.volcano_latency_p90 if control else None
         return Observed(
-            etcd_commit_p99=p.etcd_commit_p99,
+            etcd_p99=p.etcd_p99,
             scheduling_latency_p90=p.scheduling_latency_p90,
             in_flight=p.in_flight,
             pending=p.pending,

@@ -5,7 +5,7 @@ and acts on the result; nothing here does I/O or reads a clock.
 
 This is the trial loop: it listens to the cluster (pending gangs, free and fragmented
 GPUs, higher-priority gangs) and to the control plane's health as the servers themselves
-see it (etcd's commit latency, Volcano's scheduling latency, from Prometheus). The API
+see it (etcd's latency as the API server sees it, Volcano's scheduling latency, from Prometheus). The API
 server's answers to *our requests* — 429s, Retry-After, our own request latency — pace the
 requests instead (`pace`, applied by `throttle`) and never move the target: a 429 says
 "send requests more slowly", not "the GPUs hold fewer trials", and trials already running
@@ -73,7 +73,7 @@ class Observed:
     api_room: int | None = None  # trials the request pace can create in one cycle while it holds back; None: any
     gangs_fit: int | None = None  # whole gangs of the study's shape the free GPUs could hold; None: unknown
     free_gpus: int | None = None
-    etcd_commit_p99: float | None = None  # seconds, from Prometheus when available
+    etcd_p99: float | None = None  # seconds, from Prometheus when available
     scheduling_latency_p90: float | None = None  # seconds, Volcano's e2e scheduling latency, from Prometheus
     precedence: str | None = None  # a higher-priority gang waiting for GPUs lower-priority work holds
     shadow: float | None = None  # seconds until that gang can start, by the expected ends of the pods below it
@@ -108,7 +108,7 @@ class AdaptiveConfig:
     pending_high: int = 2  # pending gangs tolerated before backing off
     queue_ahead: int = 2  # gangs kept queued beyond those the free GPUs hold, ready for the next freed GPUs
     api_stall: float = 15.0  # seconds with nothing of ours accepted before new trials are held
-    etcd_high: float = 0.25  # seconds, p99 etcd backend commit: the breaker
+    etcd_high: float = 0.25  # seconds, p99 of the API server's etcd requests: the breaker
     scheduling_high: float = 2.0  # seconds, p90 of Volcano's scheduling cycle (its period is 1 s)
     cooldown: float = 10.0  # seconds after a decrease before any change
     persist: float = 2.0  # seconds stuck gangs or high latency must last before they count
@@ -175,9 +175,9 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
                                                                               congested_since=None)
 
     hold = False
-    if observed.etcd_commit_p99 is not None and observed.etcd_commit_p99 > config.etcd_high:
+    if observed.etcd_p99 is not None and observed.etcd_p99 > config.etcd_high:
         hold = True
-        return decrease(f"etcd commit p99 {observed.etcd_commit_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms")
+        return decrease(f"etcd p99 {observed.etcd_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms")
     if observed.api_stalled >= config.api_stall:
         return Decision(target, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, holding "
                                       f"new trials (target {target} kept)"), state

@@ -44,7 +44,7 @@ class Progress:
     gangs_fit: int | None = None
     fragmentation: float | None = None
     latency_p90: float | None = None
-    etcd_commit_p99: float | None = None  # seconds, from --prometheus-url
+    etcd_p99: float | None = None  # seconds, from --prometheus-url
     scheduling_latency_p90: float | None = None  # seconds, Volcano's e2e scheduling latency, from --prometheus-url
     breaker: str = ""  # where the etcd breaker of a study set to drain stands ("" while closed and quiet)
     watch_errors: int = 0  # failures of the loop's watches (jobs, nodes, pods, PodGroups) so far, recovered or not

@@ -1,9 +1,15 @@
 """Optional pressure signals from a Prometheus server (`submit --prometheus-url`).
 
-etcd's backend commit latency is the earliest sign that the control plane is saturating
-(every write waits on it); Volcano's end-to-end scheduling latency says the scheduler is
-falling behind (a cycle that takes seconds places new gangs late, and more gangs make it
-longer). Each is one instant query. `ControlPlaneWatch` runs them in a background thread
+etcd's latency is the earliest sign that the control plane is saturating (every write
+waits on it). It is read as the API server sees it: the p99 of its requests to etcd
+(`etcd_request_duration_seconds`, lists left out: a large list is slow by its size, not
+because etcd is). That is the metric that rises when etcd stalls, whatever the cause
+(a slow disk, compaction, a paused or overloaded process): etcd's own commit histogram
+observes only commits that happen, so a stalled etcd shows nothing there, and managed
+clusters rarely expose etcd's metrics at all, while every API server exports its own.
+Volcano's end-to-end scheduling latency says the scheduler is falling behind (a cycle
+that takes seconds places new gangs late, and more gangs make it longer). Each is one
+instant query over a 1-minute rate, so a Prometheus scraping every 30 s still answers. `ControlPlaneWatch` runs them in a background thread
 every few seconds, so a slow or unreachable Prometheus never delays the submit loop: the
 loop reads the latest reading, and a reading too old (or none) is no signal at all.
 """
@@ -22,17 +28,19 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-ETCD_COMMIT_P99 = (
-    "histogram_quantile(0.99, sum(rate(etcd_disk_backend_commit_duration_seconds_bucket[1m])) by (le))"
+ETCD_P99 = (
+    'histogram_quantile(0.99, sum(rate(etcd_request_duration_seconds_bucket{operation!~"list.*"}[1m])) by (le))'
 )
 VOLCANO_LATENCY_P90_MS = (
     "histogram_quantile(0.9, sum(rate(volcano_e2e_scheduling_latency_milliseconds_bucket[1m])) by (le))"
 )
+#: Every query stratctl sends (the end-to-end tests check each returns data).
+QUERIES = (ETCD_P99, VOLCANO_LATENCY_P90_MS)
 
 
 @dataclass(frozen=True)
 class ControlPlane:
-    etcd_commit_p99: float | None  # seconds
+    etcd_p99: float | None  # seconds
     volcano_latency_p90: float | None  # seconds
     at: float = 0.0  # clock time of the reading
 
@@ -66,7 +74,7 @@ class Prometheus:
     def control_plane(self, at: float = 0.0) -> ControlPlane:
         latency_ms = self.query(VOLCANO_LATENCY_P90_MS)
         return ControlPlane(
-            etcd_commit_p99=self.query(ETCD_COMMIT_P99),
+            etcd_p99=self.query(ETCD_P99),
             volcano_latency_p90=None if latency_ms is None else latency_ms / 1000,
             at=at,
         )

@@ -1,6 +1,6 @@
 """Shedding: the submit loop drains its study while etcd is in trouble (`throttle.on_breaker: drain`).
 
-**Which breaker drains.** Only the etcd-latency breaker (etcd's commit p99 from
+**Which breaker drains.** Only the etcd-latency breaker (etcd's p99 latency, as the API server sees it, from
 Prometheus). It speaks for the control plane that every client of the cluster shares, and
 running gangs keep it busy (pod status updates, leases, events, the scheduler's binds, the
 job controller's writes): suspending non-critical trials takes load off it for the work
@@ -62,7 +62,7 @@ class Shedding:
         What the policy then sees: drained while the breaker holds the study."""
         if not self.enabled:
             return observed
-        now, self._latency = self.clock(), observed.etcd_commit_p99
+        now, self._latency = self.clock(), observed.etcd_p99
         was = self.state.tripped
         self.state = breaker.step(self._latency, self.config, self.state, now)
         if self.study.critical:
@@ -95,7 +95,7 @@ class Shedding:
         return where
 
     def _ms(self) -> str:
-        return "no reading" if self._latency is None else f"etcd commit p99 {self._latency * 1000:.0f}ms"
+        return "no reading" if self._latency is None else f"etcd p99 {self._latency * 1000:.0f}ms"
 
     def _flag(self, reason: str, at: float | None) -> None:
         self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": {BREAKER_KEY: breaker_value(reason, at)}},

@@ -44,7 +44,7 @@ def progress_table(p: Progress) -> Table:
             f"{plural(p.free_gpus, 'free GPU')}, room for {plural(p.gangs_fit, 'more gang')}, "
             f"{(p.fragmentation or 0) * 100:.0f}% fragmented"
             + (f", API p90 {p.latency_p90 * 1000:.0f}ms" if p.latency_p90 is not None else "")
-            + (f", etcd commit p99 {p.etcd_commit_p99 * 1000:.0f}ms" if p.etcd_commit_p99 is not None else "")
+            + (f", etcd p99 {p.etcd_p99 * 1000:.0f}ms" if p.etcd_p99 is not None else "")
             + (f", scheduling p90 {p.scheduling_latency_p90 * 1000:.0f}ms" if p.scheduling_latency_p90 is not None else ""),
         )
     table.add_row("submitted", f"{p.created} created, {p.existing} already there, {len(p.errors)} refused")

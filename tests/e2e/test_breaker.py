@@ -7,19 +7,16 @@ as its next attempts with STRATCTL_RESUME=1, and still finishes with every trial
 succeeded exactly once; a critical study set to drain is not drained; a study left at
 `hold` has nothing deleted.
 
-The testbed runs no Prometheus, so `submit --prometheus-url` points at a small Prometheus
-query endpoint the test starts on 127.0.0.1. It answers stratctl's etcd-latency query in
-one of two ways:
+`submit --prometheus-url` is given one of two Prometheus servers:
 
-- **a real trip** (`test_..._on_a_real_etcd_pause`): etcd is SIGSTOPped for a few seconds
-  (testbed/fault.sh etcd-pause), and the endpoint answers with the API server's own view
-  of etcd: the p99 of its `etcd_request_duration_seconds` histogram (every operation) over
-  the last 30 s, scraped from its /metrics every second and computed as Prometheus'
-  `histogram_quantile` over a rate would. etcd's own commit histogram cannot see a paused
-  etcd; the API server's requests that waited on it can.
-- **a scripted trip** (`test_..._on_a_scripted_reading`): the endpoint answers 600 ms,
-  then 50 ms, when the test says, so the breaker's timing (persist, clear, minimum time
-  drained) is checked against a known trace.
+- **a real trip** (`test_..._on_a_real_etcd_pause`): the testbed's own Prometheus, which
+  scrapes the API server, while etcd is SIGSTOPped for a few seconds (testbed/fault.sh
+  etcd-pause). stratctl's query is the p99 of the API server's `etcd_request_duration_seconds`
+  (its requests to etcd): etcd's own commit histogram cannot see a paused etcd; the API
+  server's requests that waited on it can.
+- **a scripted trip** (`test_..._on_a_scripted_reading`): a small query endpoint the test
+  starts answers 600 ms, then 50 ms, when the test says, so the breaker's timing (persist,
+  clear, minimum time drained) is checked against a known trace.
 
 The Kubernetes API is never mocked.
 """
@@ -27,17 +24,20 @@ The Kubernetes API is never mocked.
 from __future__ import annotations
 
 import json
-import re
+import math
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from stratctl import labels
+from stratctl.engine.prometheus import ETCD_P99, Prometheus
 from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB
 from stratctl.kube.record import parse_record, record_name, suspended_of
 from stratctl.kube.state import TrialState, classify, latest_attempts
@@ -46,27 +46,6 @@ from tests.e2e.support import env_of, fake_study, finish, running_pods, unique, 
 pytestmark = pytest.mark.e2e
 
 FAULT = Path(__file__).resolve().parents[2] / "testbed" / "fault.sh"
-WINDOW = 30.0  # seconds of the API server's etcd requests the real reading covers (a rate's range)
-BUCKET = re.compile(r'^etcd_request_duration_seconds_bucket\{[^}]*le="([^"]+)"\} (\S+)$', re.MULTILINE)
-
-
-def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
-    """Prometheus' histogram_quantile over cumulative bucket counts (upper bound → count)."""
-    bounds = sorted(buckets)
-    total = buckets[bounds[-1]] if bounds else 0
-    if total <= 0:
-        return None
-    rank, below, lower = q * total, 0.0, 0.0
-    for bound in bounds:
-        count = buckets[bound]
-        if count >= rank:
-            if bound == float("inf"):
-                return lower
-            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-12)
-        below, lower = count, bound
-    return lower
-
-
 class PrometheusStandIn:
     """Answers Prometheus instant queries (/api/v1/query): `etcd()` seconds for the etcd
     latency query (no sample when None), no sample for any other (Volcano's)."""
@@ -103,53 +82,6 @@ class PrometheusStandIn:
         self.server.server_close()
 
 
-class ApiServerEtcdView:
-    """The API server's etcd request latency, p99 over the last WINDOW seconds, from its
-    /metrics scraped every second in a background thread (what a Prometheus scraping it
-    would answer for histogram_quantile(0.99, sum(rate(..._bucket[30s])) by (le)))."""
-
-    def __init__(self, testbed):
-        self.command = [testbed.kubectl, "--kubeconfig", testbed.kubeconfig, "--context", testbed.admin_context,
-                        "get", "--raw", "/metrics"]
-        self.samples: list[tuple[float, dict[float, float]]] = []
-        self.readings: list[tuple[float, float | None]] = []
-        self.p99: float | None = None
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _scrape(self) -> dict[float, float] | None:
-        done = subprocess.run(self.command, capture_output=True, text=True, timeout=10)
-        if done.returncode != 0:
-            return None
-        buckets: dict[float, float] = {}
-        for bound, count in BUCKET.findall(done.stdout):
-            buckets[float(bound)] = buckets.get(float(bound), 0.0) + float(count)
-        return buckets
-
-    def _run(self):
-        while not self._stop.is_set():
-            now = time.monotonic()
-            try:
-                buckets = self._scrape()
-            except subprocess.TimeoutExpired:
-                buckets = None
-            if buckets:
-                self.samples.append((now, buckets))
-                base = [b for t, b in self.samples if t <= now - WINDOW] or [self.samples[0][1]]
-                delta = {bound: count - base[-1].get(bound, 0.0) for bound, count in buckets.items()}
-                self.p99 = histogram_quantile(0.99, delta)
-                self.readings.append((now, self.p99))
-            self._stop.wait(1.0)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self.thread.join(15)
-
-
 def fault(*args: str, timeout: float = 120) -> None:
     done = subprocess.run(["bash", str(FAULT), *args], capture_output=True, text=True, timeout=timeout)
     sys.stderr.write(done.stderr)
@@ -170,7 +102,7 @@ def uids(api, study):
     return {j["metadata"]["uid"] for j in jobs_of(api, study)}
 
 
-def one_trip(testbed, api, cli, studies, prometheus, trip, heal, sweep_duration, others_duration):
+def one_trip(testbed, api, cli, studies, prometheus_url, trip, heal, sweep_duration, others_duration):
     """Start the three studies, `trip()` the breaker once every study runs, check what was
     drained and what was not, `heal()`, and check that the drained study comes back and
     every study finishes. Returns (seconds from trip() to the sweep's jobs gone, from
@@ -182,14 +114,13 @@ def one_trip(testbed, api, cli, studies, prometheus, trip, heal, sweep_duration,
         steady: studies(steady, study_yaml(steady, testbed.namespace, 2, others_duration, 2, "hold")),
     }
     runs = {name: cli.start("submit", path, "-o", "json", "--poll-interval", "1",
-                            "--prometheus-url", prometheus.url) for name, path in paths.items()}
+                            "--prometheus-url", prometheus_url) for name, path in paths.items()}
     try:
         wait_until(lambda: all(len(running_pods(api, f"{labels.STUDY}={n}")) == want
                                for n, want in ((sweep, 3), (prod, 2), (steady, 2))), 90,
                    message="every study's first trials running")
         before = {n: uids(api, n) for n in (prod, steady)}
         first = {j["metadata"]["labels"][labels.TRIAL] for j in jobs_of(api, sweep)}
-        assert prometheus.queries > 0
 
         tripped = time.monotonic()
         trip()
@@ -197,7 +128,7 @@ def one_trip(testbed, api, cli, studies, prometheus, trip, heal, sweep_duration,
         took = time.monotonic() - tripped
         cm = api.get(CONFIGMAP, record_name(sweep))
         record = parse_record(cm)
-        assert record.breaker.startswith("etcd commit p99 ") and not record.drained, record
+        assert record.breaker.startswith("etcd p99 ") and not record.drained, record
         marks = suspended_of(cm)
         assert set(marks) == first and {m["by"] for m in marks.values()} == {"breaker"}
         wait_until(lambda: not running_pods(api, f"{labels.STUDY}={sweep}"), 60, message="the sweep's pods gone")
@@ -245,29 +176,41 @@ def one_trip(testbed, api, cli, studies, prometheus, trip, heal, sweep_duration,
 
 
 def test_the_etcd_breaker_drains_a_noncritical_study_on_a_real_etcd_pause(testbed, api, cli, studies):
-    if not testbed.local or not testbed.kubectl:
+    if not testbed.local:
         pytest.skip("pausing etcd needs the local testbed (testbed/fault.sh)")
-    with ApiServerEtcdView(testbed) as view, PrometheusStandIn(lambda: view.p99) as prometheus:
-        wait_until(lambda: view.p99 is not None, 30, message="a first reading of the API server's etcd latency")
-        calm = view.p99
-        try:
-            took, _, total = one_trip(testbed, api, cli, studies, prometheus,
-                                      trip=lambda: fault("etcd-pause", "6"), heal=lambda: None,
-                                      sweep_duration="60s", others_duration="120s")
-        finally:
-            fault("restore")  # etcd continued, whatever failed
-    high = [p for _, p in view.readings if p is not None and p > 0.25]
-    sys.stderr.write(f"etcd p99 (API server's view) before: {calm * 1000:.0f}ms; above 250ms in {len(high)} "
-                     f"readings, peak {max(high):.1f}s; jobs gone {took:.0f}s after the pause began; "
-                     f"back {total:.0f}s after\n")
+    assert testbed.prometheus_url, "the local testbed runs Prometheus (testbed/up.sh)"
+    prometheus = Prometheus(testbed.prometheus_url, timeout=5)
+    calm = wait_until(lambda: prometheus.query(ETCD_P99), 60, message="a first reading of etcd's p99 latency")
+    began = time.time()
+    try:
+        took, _, total = one_trip(testbed, api, cli, studies, testbed.prometheus_url,
+                                  trip=lambda: fault("etcd-pause", "6"), heal=lambda: None,
+                                  sweep_duration="60s", others_duration="120s")
+    finally:
+        fault("restore")  # etcd continued, whatever failed
+    # what stratctl read, over the test: the same query as a range
+    readings = [v for v in query_range(testbed.prometheus_url, ETCD_P99, began, time.time()) if v is not None]
+    high = [v for v in readings if v > 0.25]
+    sys.stderr.write(f"etcd p99 (API server's view) before: {calm * 1000:.0f}ms; above 250ms in {len(high)} of "
+                     f"{len(readings)} readings, peak {max(high):.1f}s; jobs gone {took:.0f}s after the pause "
+                     f"began; back {total:.0f}s after\n")
     assert calm < 0.25 and max(high) > 3  # the pause, as the API server saw it
+
+
+def query_range(url: str, expr: str, start: float, end: float, step: float = 2.0) -> list[float | None]:
+    query = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
+    with urllib.request.urlopen(f"{url}/api/v1/query_range?{query}", timeout=10) as response:
+        result = json.load(response)["data"]["result"]
+    values = [float(v) for _, v in result[0]["values"]] if result else []
+    return [v if math.isfinite(v) else None for v in values]
 
 
 def test_the_etcd_breaker_drains_a_noncritical_study_on_a_scripted_reading(testbed, api, cli, studies):
     reading = {"etcd": 0.05}
     with PrometheusStandIn(lambda: reading["etcd"]) as prometheus:
-        took, back, total = one_trip(testbed, api, cli, studies, prometheus,
+        took, back, total = one_trip(testbed, api, cli, studies, prometheus.url,
                                      trip=lambda: reading.update(etcd=0.6), heal=lambda: reading.update(etcd=0.05),
                                      sweep_duration="40s", others_duration="80s")
+    assert prometheus.queries > 0
     # persist 10 s before it trips (readings every 5 s); 30 s below 200 ms and 60 s drained before it clears
     assert took >= 10 and back >= 25 and total >= 60, (took, back, total)

@@ -31,8 +31,8 @@ def test_live_panel_shows_what_the_loop_is_doing():
 def test_live_panel_shows_the_etcd_breaker_only_while_it_moves_or_holds():
     assert "etcd breaker" not in text_of(progress_table(sample()))
     p = sample()
-    p.breaker = "tripped 12s ago (etcd commit p99 90ms); resumes after 30s below 200ms (4s so far)"
-    assert "etcd breaker  tripped 12s ago (etcd commit p99 90ms); resumes after 30s below 200ms" in text_of(
+    p.breaker = "tripped 12s ago (etcd p99 90ms); resumes after 30s below 200ms (4s so far)"
+    assert "etcd breaker  tripped 12s ago (etcd p99 90ms); resumes after 30s below 200ms" in text_of(
         progress_table(p))
 
 

@@ -115,7 +115,7 @@ def test_a_persistently_slow_volcano_scheduler_decreases_and_blocks_increases():
 
 
 def test_etcd_breaker_holds_new_submissions():
-    d, _ = decide(obs(in_flight=8, etcd_commit_p99=0.8, gangs_fit=3), CONFIG, PolicyState(8), 0)
+    d, _ = decide(obs(in_flight=8, etcd_p99=0.8, gangs_fit=3), CONFIG, PolicyState(8), 0)
     assert d.hold and d.target == 4 and "etcd" in d.reason
 
 

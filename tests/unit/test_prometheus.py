@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from stratctl.engine.prometheus import ETCD_COMMIT_P99, VOLCANO_LATENCY_P90_MS, ControlPlane, ControlPlaneWatch, Prometheus
+from stratctl.engine.prometheus import ETCD_P99, VOLCANO_LATENCY_P90_MS, ControlPlane, ControlPlaneWatch, Prometheus
 from tests.unit.fakes import FakeClock
 
 
@@ -44,21 +44,21 @@ def vector(*values):
 
 def test_control_plane_signals_are_read_from_instant_queries(server):
     url, answers, seen = server
-    answers[ETCD_COMMIT_P99] = vector(0.031)
+    answers[ETCD_P99] = vector(0.031)
     answers[VOLCANO_LATENCY_P90_MS] = vector(150, 100)  # one sample per scheduler: summed
     cp = Prometheus(url + "/").control_plane(at=5.0)
-    assert cp.etcd_commit_p99 == pytest.approx(0.031)
+    assert cp.etcd_p99 == pytest.approx(0.031)
     assert cp.volcano_latency_p90 == pytest.approx(0.25)
     assert cp.at == 5.0
-    assert set(seen) == {ETCD_COMMIT_P99, VOLCANO_LATENCY_P90_MS}
+    assert set(seen) == {ETCD_P99, VOLCANO_LATENCY_P90_MS}
 
 
 def test_missing_nan_or_unreachable_metrics_are_none_never_an_error(server):
     url, answers, _ = server
-    answers[ETCD_COMMIT_P99] = vector("NaN")
+    answers[ETCD_P99] = vector("NaN")
     cp = Prometheus(url).control_plane()
     assert cp == ControlPlane(None, None)
-    assert Prometheus("http://127.0.0.1:9", timeout=0.5).query(ETCD_COMMIT_P99) is None
+    assert Prometheus("http://127.0.0.1:9", timeout=0.5).query(ETCD_P99) is None
 
 
 def test_the_loop_reads_the_latest_reading_without_waiting_for_prometheus():

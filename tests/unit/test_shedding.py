@@ -24,7 +24,7 @@ START = 1000.0  # FakeClock's
 
 
 def slow_etcd(since: float, until: float):
-    """etcd commit p99 of 600 ms from `since` to `until` seconds into the run, 50 ms otherwise."""
+    """etcd p99 of 600 ms from `since` to `until` seconds into the run, 50 ms otherwise."""
     return lambda t: 0.6 if since <= t < until else 0.05
 
 
@@ -107,15 +107,15 @@ def test_a_sustained_trip_drains_the_running_trials_and_they_resume_when_it_clea
     assert "suspended 3 trial(s)" in tripped and sorted(deleted) == sorted(first)  # the three running
     creates, _, data = seen[12]  # while drained: the flag and the marks, nothing new
     record = parse_record({"metadata": {"labels": {}}, "data": data})
-    assert record.breaker.startswith("etcd commit p99 600ms above 250ms") and not record.drained
+    assert record.breaker.startswith("etcd p99 600ms above 250ms") and not record.drained
     assert {t: (m["attempt"], m["by"]) for t, m in suspended_of({"data": data}).items()} == {
         t: (0, "breaker") for t in first}
     assert creates == 3 and seen[24][0] == 3  # nothing created from the trip until it cleared
-    assert seen["panel"] == ("tripped 4s ago (etcd commit p99 600ms); resumes after 5s below 200ms "
+    assert seen["panel"] == ("tripped 4s ago (etcd p99 600ms); resumes after 5s below 200ms "
                              "and 6s more drained")
     assert "loop [breaker-drained]:" in seen["status"] and "suspended" in seen["status"]
-    assert "loop: etcd breaker: etcd commit p99 600ms above 250ms for 3s" in seen["status"]
-    assert seen["reason"].startswith("etcd breaker: etcd commit p99 600ms above 250ms")
+    assert "loop: etcd breaker: etcd p99 600ms above 250ms for 3s" in seen["status"]
+    assert seen["reason"].startswith("etcd breaker: etcd p99 600ms above 250ms")
     assert progress.succeeded == 10 and progress.failed == 0
     # the suspended trials came back once, as attempt 1 resuming from their checkpoints
     again = [j for j in cluster.jobs() if j["metadata"]["labels"][labels.ATTEMPT] == "1"]
@@ -166,7 +166,7 @@ def test_hold_keeps_the_loop_as_it_was(tmp_path):
     cluster, submitter, deleted, progress, clock = run_with(tmp_path, "hold")
     assert deleted == [] and cluster.record("loop")["data"][BREAKER_KEY] == ""
     assert submitter.reporter.about("etcd breaker") == []
-    assert any("etcd commit p99 600ms above 250ms" in line and "(holding)" in line for line in submitter.reporter.lines)
+    assert any("etcd p99 600ms above 250ms" in line and "(holding)" in line for line in submitter.reporter.lines)
     # the same run without the breaker drain in the loop at all: the same creates, events, schedule
     base_cluster, base, _, base_progress, base_clock = run_with(tmp_path, "hold", shedding=False)
     assert cluster.creates == base_cluster.creates and submitter.reporter.lines == base.reporter.lines
@@ -235,7 +235,7 @@ def test_a_breaker_flag_left_by_a_stopped_loop_is_lowered_and_its_trials_resume(
     submitter.ensure_record()  # as an earlier run left it: two trials suspended by its breaker, then it died
     marks = {t.name: {"attempt": 0, "by": "breaker", "suspensions": 1} for t in trials[:2]}
     patch = suspended_patch(marks)
-    patch["data"][BREAKER_KEY] = breaker_value("etcd commit p99 600ms above 250ms", time.time())
+    patch["data"][BREAKER_KEY] = breaker_value("etcd p99 600ms above 250ms", time.time())
     cluster.patch(CONFIGMAP, "stratctl-study-loop", patch)
     progress = submitter.run()
     assert submitter.reporter.about("flag left by an earlier run lowered")
@@ -250,7 +250,7 @@ def test_resume_lifts_a_breaker_flag_no_submit_loop_follows(tmp_path):
     submitter.ensure_record()  # no heartbeat: no loop would ever lower the flag
     marks = {t.name: {"attempt": 0, "by": "breaker", "suspensions": 1} for t in trials[:2]}
     patch = suspended_patch(marks)
-    patch["data"][BREAKER_KEY] = breaker_value("etcd commit p99 600ms above 250ms", time.time())
+    patch["data"][BREAKER_KEY] = breaker_value("etcd p99 600ms above 250ms", time.time())
     cluster.patch(CONFIGMAP, "stratctl-study-loop", patch)
     outcome = resume(cluster, cluster.namespace, "loop")
     assert sorted(outcome.resumed) == sorted(t.name for t in trials[:2]) and outcome.left == []
