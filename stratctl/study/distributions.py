@@ -112,10 +112,21 @@ def in_grid(param: Choice | Uniform | LogUniform | IntRange) -> bool:
     return bool(param.grid)
 
 
+#: Strategies that choose each trial from the results of finished ones (engine/search.py).
+CLOSED_LOOP = ("tpe", "gp", "cmaes", "nsga2")
+#: Of those, the ones that optimise one objective only.
+SINGLE_OBJECTIVE = ("cmaes",)
+
+
 class Strategy(_Model):
-    kind: Literal["grid", "random", "quasi-random"]
+    kind: Literal["grid", "random", "quasi-random", "tpe", "gp", "cmaes", "nsga2"]
     seed: int = 0
     trials: int | None = Field(default=None, ge=1)
+
+    @property
+    def closed_loop(self) -> bool:
+        """Whether trials are asked of a sampler as results come in (not expanded up front)."""
+        return self.kind in CLOSED_LOOP
 
     @model_validator(mode="after")
     def _trials(self):
@@ -124,3 +135,10 @@ class Strategy(_Model):
         if self.kind != "grid" and self.trials is None:
             raise _bad("missing_trials", "strategy {kind!r} needs 'trials' (how many to sample)", kind=self.kind)
         return self
+
+
+class Objective(_Model):
+    """A result metric the search optimises: `{metric: loss, direction: minimize}`."""
+
+    metric: str = Field(min_length=1)
+    direction: Literal["minimize", "maximize"] = "minimize"
