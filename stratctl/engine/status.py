@@ -135,6 +135,18 @@ def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict],
             starts[uid] = min(started, starts.get(uid, started))
 
 
+def trial_results(cluster, namespace: str, study: str, jobs: dict[str, dict], chunk: int = 100) -> dict[str, dict]:
+    """The results of these trials (trial name → the result of its given job, the latest
+    attempt), from their pods that reached a node: a few lists, `chunk` trials each."""
+    by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
+    names = sorted(jobs)
+    results: dict[str, dict] = {}
+    for i in range(0, len(names), chunk):
+        selector = f"{labels.STUDY}={study},{labels.TRIAL} in ({','.join(names[i:i + chunk])})"
+        _read_pods(cluster, namespace, selector, results, {})
+    return {by_job[job]: value for job, value in results.items() if job in by_job}
+
+
 def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
             reasons_for_all: bool = True, shown: int | None = None, selector: str | None = None) -> Snapshot:
     """One consistent-enough picture of the namespace's studies (or one study).

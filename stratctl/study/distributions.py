@@ -3,6 +3,7 @@ strategy that draws from them."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Annotated, Literal, Union
 
@@ -112,10 +113,25 @@ def in_grid(param: Choice | Uniform | LogUniform | IntRange) -> bool:
     return bool(param.grid)
 
 
-#: Strategies that choose each trial from the results of finished ones (engine/search.py).
+#: Strategies that choose each trial from the results of finished ones (study/search.py).
 CLOSED_LOOP = ("tpe", "gp", "cmaes", "nsga2")
 #: Of those, the ones that optimise one objective only.
 SINGLE_OBJECTIVE = ("cmaes",)
+#: What each needs beyond the default install: (module, what to install), Optuna first.
+_NEEDS = {
+    "tpe": (("optuna", "stratctl[search]"),),
+    "nsga2": (("optuna", "stratctl[search]"),),
+    "cmaes": (("optuna", "stratctl[search]"), ("cmaes", "stratctl[search]")),
+    "gp": (("optuna", "stratctl[search]"), ("torch", "stratctl[gp]"), ("scipy", "stratctl[gp]")),
+}
+
+
+def missing(kind: str) -> str | None:
+    """What to install for strategy `kind`, or None when everything it needs is importable."""
+    for module, extra in _NEEDS.get(kind, ()):
+        if importlib.util.find_spec(module) is None:
+            return f"strategy {kind!r} needs the Python package {module!r}: pip install '{extra}'"
+    return None
 
 
 class Strategy(_Model):

@@ -27,6 +27,7 @@ from stratctl.study.distributions import (  # noqa: F401 - part of the study's p
     Objective,
     Param,
     SINGLE_OBJECTIVE,
+    missing,
     Strategy,
     Uniform,
     grid_size,
@@ -484,6 +485,9 @@ class Study(_Model):
             if self.objective is None:
                 raise _bad("objective", "strategy {kind!r} chooses trials from results: it needs 'objective' "
                            "(e.g. objective: {{metric: loss, direction: minimize}})", field="strategy.kind", kind=kind)
+            needs = missing(kind)
+            if needs:
+                raise _bad("strategy_needs", needs, field="strategy.kind")
             if kind in SINGLE_OBJECTIVE and len(self.objectives) > 1:
                 raise _bad("objective", "strategy {kind!r} optimises one objective; {n} are given (use tpe or "
                            "nsga2 for several)", field="objective", kind=kind, n=len(self.objectives))

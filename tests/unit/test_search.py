@@ -1,4 +1,4 @@
-"""Closed-loop strategies (engine/search.py): the study fields, and the Searcher's asks
+"""Closed-loop strategies (study/search.py): the study fields, and the Searcher's asks
 rebuilt from a history as the cluster would show it."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import importlib.util
 
 import pytest
 
-from stratctl.engine import search
-from stratctl.engine.search import Searcher, Told, missing, values_of
+from stratctl.study import distributions
+from stratctl.study.distributions import missing
+from stratctl.study.search import Searcher, Told, values_of
 from tests.unit.studies import load, problems
 
 pytest.importorskip("optuna", reason="the [search] extra")
@@ -69,14 +70,20 @@ def test_an_unknown_direction_is_located(tmp_path):
         "study.yaml:7:29: objective.1: expected a mapping like {metric: loss, direction: minimize}, got 4"]
 
 
-def test_missing_packages_are_named_with_what_to_install(monkeypatch):
+def test_missing_packages_are_named_with_what_to_install(monkeypatch, tmp_path):
     real = importlib.util.find_spec
-    monkeypatch.setattr(search.importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("optuna", "torch") else real(name, *a))
+    gone = {"optuna", "torch"}
+    monkeypatch.setattr(distributions.importlib.util, "find_spec",
+                        lambda name, *a: None if name in gone else real(name, *a))
     assert missing("tpe") == "strategy 'tpe' needs the Python package 'optuna': pip install 'stratctl[search]'"
-    monkeypatch.setattr(search.importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    # refused when the study is read: located, so validate, plan and submit say it before anything
+    assert problems(tmp_path, TPE) == [
+        "study.yaml:6:18: strategy.kind: strategy 'tpe' needs the Python package 'optuna': "
+        "pip install 'stratctl[search]'"]
+    gone.discard("optuna")
     assert missing("tpe") is None
     assert missing("gp") == "strategy 'gp' needs the Python package 'torch': pip install 'stratctl[gp]'"
+    assert missing("random") is None
 
 
 def test_values_of_reads_each_objective_from_a_result(tmp_path):
@@ -115,6 +122,12 @@ def test_a_rebuilt_searcher_continues_without_asking_an_existing_trial(tmp_path)
     assert not {name for name, _ in again} & ({name for name, _ in asked} | {t.name for t in done})
     # the same history asks the same trials (deterministic), a longer one others
     assert Searcher(study, done).ask(4) == asked
+    # a trial that was running when the searcher was rebuilt is told as it ends
+    two.tell(asked[0][0], "complete", (0.25,))
+    two.tell(asked[0][0], "complete", (9.0,))  # told once only
+    two.tell("tpe-done0", "failed")  # ended before the rebuild: stays as it was
+    frozen = {t.number: t for t in two.optuna_study.trials}
+    assert frozen[3].value == 0.25 and frozen[0].value == 0.0 and frozen[0].state.name == "COMPLETE"
 
 
 def test_a_spent_discrete_space_asks_no_more(tmp_path):

@@ -17,17 +17,22 @@ point if the sampler saw only finished trials. TPE runs with `constant_liar` (a 
 trial counts as a bad result near its point, so the next ask goes elsewhere); the other
 samplers see running trials as running. Each rebuild seeds the sampler with the study's
 seed plus the size of the history, so a loop that restarts does not replay the random
-draws of the one before it; a point that still comes out as an existing trial's
-(a small discrete space) is asked again, a few times, before the space is called spent.
+draws of the one before it. A point that still comes out as an existing trial's (a
+small discrete space) is asked again a few times, then the first point of the space not
+tried yet is taken; the space is spent when there is none.
 
 Optuna is an optional dependency (`pip install 'stratctl[search]'`; `gp` also needs
-PyTorch and SciPy): a study that needs it without it installed is refused with that
-line, before anything is submitted.
+PyTorch and SciPy): a study that needs it without it installed is refused when it is
+read, with the line that says what to install (`distributions.missing`).
+
+`first(study)` is what `plan`, `render` and `validate` show of such a study: the trials
+its search would ask first, from no history (what a first `submit` asks, with the same
+seed, while nothing has ended).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import itertools
 import math
 import numbers
 import warnings
@@ -36,16 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratctl.study.space import param_hash
-from stratctl.study.spec import Choice, IntRange, LogUniform, Study
+from stratctl.study.spec import Choice, IntRange, LogUniform, Study, grid_size
 
-#: Extra each strategy needs beyond Optuna itself: (module, what to install).
-_NEEDS = {
-    "tpe": (),
-    "nsga2": (),
-    "cmaes": (("cmaes", "stratctl[search]"),),
-    "gp": (("torch", "stratctl[gp]"), ("scipy", "stratctl[gp]")),
-}
 ASKS_PER_TRIAL = 8  # how often a point that is an existing trial's is asked again
+SMALL = 100_000  # a discrete space of at most this many points is walked for one not tried yet
 
 
 @dataclass(frozen=True)
@@ -57,14 +56,6 @@ class Told:
     state: str  # "complete" | "failed" | "pruned" | "running"
     values: tuple[float, ...] | None = None  # one per objective, when complete
     steps: Mapping[int, float] = field(default_factory=dict)  # intermediate values (step → value)
-
-
-def missing(kind: str) -> str | None:
-    """What to install for strategy `kind`, or None when everything it needs is importable."""
-    for module, extra in (("optuna", "stratctl[search]"), *_NEEDS.get(kind, ())):
-        if importlib.util.find_spec(module) is None:
-            return f"strategy {kind!r} needs the Python package {module!r}: pip install '{extra}'"
-    return None
 
 
 def values_of(result: Mapping[str, Any] | None, study: Study) -> tuple[float, ...] | None:
@@ -92,7 +83,7 @@ class Searcher:
         self.budget = study.strategy.trials or 0
         self.distributions = {name: _distribution(optuna, p) for name, p in study.space.items()}
         self.names: dict[str, int] = {}  # trial name -> Optuna trial number
-        self._asked: dict[str, Any] = {}  # trial name -> optuna Trial, for trials asked here
+        self._running: set[str] = set()  # trials not told yet (asked here, or running when rebuilt)
         seed = study.strategy.seed + len(history)
         directions = [o.direction for o in study.objectives]
         with warnings.catch_warnings():  # multivariate TPE is "experimental" in Optuna's words
@@ -122,17 +113,19 @@ class Searcher:
         return out
 
     def tell(self, name: str, state: str, values: tuple[float, ...] | None = None) -> None:
-        """A trial asked here ended: complete (with its values), failed or pruned."""
-        trial = self._asked.pop(name, None)
-        if trial is None:
+        """A running trial ended: complete (with its values), failed or pruned. A trial
+        not running here (unknown, or told already) is left as it is."""
+        if name not in self._running:
             return
+        self._running.discard(name)
+        number = self.names[name]
         TrialState = self._optuna.trial.TrialState
         if state == "complete" and values is not None:
-            self.optuna_study.tell(trial, list(values) if len(values) > 1 else values[0])
+            self.optuna_study.tell(number, list(values) if len(values) > 1 else values[0])
         elif state == "pruned":
-            self.optuna_study.tell(trial, state=TrialState.PRUNED)
+            self.optuna_study.tell(number, state=TrialState.PRUNED)
         else:
-            self.optuna_study.tell(trial, state=TrialState.FAIL)
+            self.optuna_study.tell(number, state=TrialState.FAIL)
 
     def _ask_new(self) -> tuple[str, dict[str, Any]] | None:
         TrialState = self._optuna.trial.TrialState
@@ -142,10 +135,32 @@ class Searcher:
             name = f"{self.study.name}-{param_hash(params)}"
             if name not in self.names:
                 self.names[name] = trial.number
-                self._asked[name] = trial
+                self._running.add(name)
                 return name, params
             # an existing trial's point: drop this ask, and try again
             self.optuna_study.tell(trial, state=TrialState.FAIL)
+        unused = self._unused()
+        if unused is None:
+            return None
+        # a small discrete space the sampler keeps coming back to: its first point not tried yet
+        self.optuna_study.enqueue_trial(unused)
+        trial = self.optuna_study.ask(self.distributions)
+        name = f"{self.study.name}-{param_hash(unused)}"
+        self.names[name] = trial.number
+        self._running.add(name)
+        return name, dict(unused)
+
+    def _unused(self) -> dict[str, Any] | None:
+        """The first point of a discrete space (every parameter a choice or an int) that is
+        no trial yet, in grid order; None when every point is one, or the space is continuous
+        or too large to walk."""
+        space = self.study.space.values()
+        if not all(isinstance(p, Choice | IntRange) for p in space) or math.prod(grid_size(p) for p in space) > SMALL:
+            return None
+        for point in itertools.product(*(p.grid_values() for p in space)):
+            params = {name: _plain(v) for name, v in zip(self.study.space, point)}
+            if f"{self.study.name}-{param_hash(params)}" not in self.names:
+                return params
         return None
 
     def _add(self, told: Told) -> None:
@@ -169,7 +184,9 @@ class Searcher:
                 params=params, distributions=distributions, intermediate_values=dict(told.steps),
                 state={"running": TrialState.RUNNING, "pruned": TrialState.PRUNED}.get(state, TrialState.FAIL))
         self.optuna_study.add_trial(frozen)
-        self.names[told.name] = len(self.names)
+        self.names[told.name] = self.optuna_study.get_trials(deepcopy=False)[-1].number
+        if frozen.state == TrialState.RUNNING:
+            self._running.add(told.name)
 
 
 def _distribution(optuna: Any, param: Any) -> Any:
@@ -214,3 +231,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, numbers.Integral):
         return int(value)
     return float(value)
+
+
+def first(study: Study) -> list[tuple[str, dict[str, Any]]]:
+    """The trials a search asks first, before any has ended: as many as the study starts
+    with in flight (`throttle.parallelism.initial`), within the budget."""
+    return Searcher(study, []).ask(min(study.strategy.trials or 0, study.throttle.parallelism.initial))

@@ -1,0 +1,168 @@
+"""A closed-loop search in the submit loop (engine/closedloop.py), on an in-memory cluster
+in virtual time: asks as many as the policy admits, tells results as trials end, and a
+loop killed mid-run is continued by the next without a duplicate and within the budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stratctl import labels
+from stratctl.kube.record import parse_record
+from tests.unit.fake_cluster import FakeCluster
+from tests.unit.fakes import FakeClock
+from tests.unit.loop import make
+
+pytest.importorskip("optuna", reason="the [search] extra")
+
+SEARCH = """\
+name: tpe
+namespace: stratctl-e2e
+space:
+  x: {type: uniform, low: -5, high: 5}
+strategy: {kind: tpe, trials: 9, seed: 2}
+objective: {metric: loss, direction: minimize}
+trial:
+  image: busybox
+  resources: {requests: {nvidia.com/gpu: 1}}
+  tasks: [{name: worker, replicas: 1}]
+throttle: {qps: 100, burst: 10, parallelism: {min: 1, initial: 3, max: 3}}
+"""
+
+
+def loss(params: dict) -> float:
+    return (params["x"] - 2.0) ** 2
+
+
+class SearchCluster(FakeCluster):
+    """Jobs run one step and end; each that completes leaves a pod whose result is the
+    trial's loss (as a trial's container writes to /dev/termination-log), unless the test
+    says its trial writes none."""
+
+    def __init__(self):
+        super().__init__()
+        self.silent: set[str] = set()  # trials that succeed without a result
+        self.asked_in_flight: list[int] = []
+
+    def advance(self, finish: str = "Completed") -> None:
+        for job in self.jobs():
+            phase = self.phase(job)
+            if phase == "Running":
+                self.set_phase(job, finish)
+                self._pod(job)
+            elif phase == "Pending":
+                self.set_phase(job, "Running")
+
+    def _pod(self, job: dict) -> None:
+        meta = job["metadata"]
+        params = json.loads(meta["annotations"][labels.PARAMS])
+        trial = meta["labels"][labels.TRIAL]
+        message = "" if trial in self.silent else json.dumps({"loss": loss(params)})
+        self.objects[("v1", "Pod", self.namespace, f"{meta['name']}-worker-0")] = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{meta['name']}-worker-0", "namespace": self.namespace,
+                         "labels": {"volcano.sh/job-name": meta["name"], labels.STUDY: meta["labels"][labels.STUDY],
+                                    labels.TRIAL: trial}},
+            "status": {"phase": "Succeeded", "containerStatuses": [
+                {"name": "worker", "state": {"terminated": {"exitCode": 0, "message": message}}}]},
+        }
+
+
+@pytest.fixture
+def search_file(tmp_path):
+    def write(text: str = SEARCH) -> str:
+        path = tmp_path / "study.yaml"
+        path.write_text(text)
+        return str(path)
+    return write
+
+
+def told(cluster) -> dict:
+    return parse_record(cluster.record("tpe")).told
+
+
+def test_the_loop_asks_what_it_admits_and_tells_every_result(search_file):
+    cluster, clock = SearchCluster(), FakeClock()
+    submitter, first = make(search_file(), cluster, clock)
+    progress = submitter.run()
+    assert progress.total == 9 and progress.succeeded == 9 and progress.created == 9
+    assert len(set(cluster.creates)) == 9 == len(cluster.creates)  # nine distinct trials, each created once
+    assert cluster.max_in_flight_seen == 3  # never more asked than admitted
+    # the first three are the ones `plan` shows (same seed, no history)
+    assert cluster.creates[:3] == [t.name for t in first]
+    entries = told(cluster)
+    assert set(entries) == set(cluster.creates)
+    for name, entry in entries.items():
+        assert entry["state"] == "complete" and entry["values"] == [pytest.approx(loss(entry["params"]))]
+    assert sorted(e["index"] for e in entries.values()) == list(range(9))
+    assert cluster.record("tpe")["data"]["trials"] == "9"
+
+
+class Killed(BaseException):
+    """The launcher dying mid-run (SIGKILL): nothing after it runs."""
+
+
+def test_a_killed_loop_is_continued_without_a_duplicate_and_within_the_budget(search_file):
+    cluster, clock = SearchCluster(), FakeClock()
+    first, _ = make(search_file(), cluster, clock)
+    cycles = []
+
+    def die(seconds):
+        cycles.append(seconds)
+        if len(cycles) == 3:
+            raise Killed()
+        clock.sleep(seconds)
+        cluster.advance()
+
+    first.sleep = die
+    with pytest.raises(Killed):
+        first.run()
+    before = list(cluster.creates)
+    assert 3 < len(before) < 9
+    second, _ = make(search_file(), cluster, clock)
+    progress = second.run()
+    assert cluster.creates[:len(before)] == before
+    assert len(cluster.creates) == 9 == len(set(cluster.creates))
+    assert progress.succeeded == 9 and progress.total == 9
+    assert progress.created == 9 - len(before)
+    # the second loop learnt from what the first one's trials reported
+    history = second.search.searcher.optuna_study.trials
+    assert [t.state.name for t in history].count("COMPLETE") == 9
+
+
+def test_the_history_outlives_cleaned_up_jobs(search_file):
+    cluster, clock = SearchCluster(), FakeClock()
+    text = SEARCH + "cleanup: delete\n"
+    submitter, _ = make(search_file(text), cluster, clock)
+    assert submitter.run().succeeded == 9
+    assert not cluster.jobs()  # every job deleted as it ended
+    assert len(told(cluster)) == 9
+    # a rerun finds the search done from the record alone: nothing asked, nothing created
+    again, _ = make(search_file(text), cluster, clock)
+    progress = again.run()
+    assert progress.created == 0 and len(cluster.creates) == 9 and progress.succeeded == 9
+
+
+def test_a_trial_without_the_objective_in_its_result_is_told_as_failed(search_file):
+    cluster, clock = SearchCluster(), FakeClock()
+    submitter, first = make(search_file(), cluster, clock)
+    cluster.silent.add(first[0].name)
+    events = []
+    submitter.reporter.event = events.append
+    progress = submitter.run()
+    assert progress.succeeded == 9  # the trial did succeed; the search learnt nothing from it
+    assert told(cluster)[first[0].name]["state"] == "failed" and "values" not in told(cluster)[first[0].name]
+    assert f"trial {first[0].name}: succeeded without loss in its result: told as failed" in events
+
+
+def test_a_spent_discrete_space_ends_the_search_early(search_file):
+    cluster, clock = SearchCluster(), FakeClock()
+    text = SEARCH.replace("x: {type: uniform, low: -5, high: 5}", "x: {type: int, low: 0, high: 3}")
+    submitter, _ = make(search_file(text), cluster, clock)
+    events = []
+    submitter.reporter.event = events.append
+    progress = submitter.run()
+    assert sorted(json.loads(j["metadata"]["annotations"][labels.PARAMS])["x"] for j in cluster.jobs()) == [0, 1, 2, 3]
+    assert progress.total == 4 and progress.succeeded == 4 and progress.done
+    assert "search: the space has no new point left after 4 trials" in events
