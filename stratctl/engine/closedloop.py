@@ -43,6 +43,17 @@ def trial_of_job(job: dict) -> Trial | None:
     return Trial(index, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
 
 
+def marked_trials(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Trial]:
+    """Suspended trials (trial → its suspension mark), from the index and parameters their
+    marks keep (engine/drain.py: `identity`)."""
+    out = {}
+    for name, mark in marks.items():
+        params, index = mark.get("params"), mark.get("index")
+        if isinstance(params, dict) and isinstance(index, int):
+            out[name] = Trial(index, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
+    return out
+
+
 def told_entry(trial: Trial, state: str, values: tuple[float, ...] | None) -> dict[str, Any]:
     """What the record keeps of a told trial (key `told`)."""
     entry: dict[str, Any] = {"index": trial.index, "params": dict(trial.params), "state": state}
@@ -81,12 +92,15 @@ class ClosedLoop:
         return self.searcher.remaining if self.searcher is not None else (self.study.strategy.trials or 0)
 
     def rebuild(self, latest: Mapping[str, dict], results: Mapping[str, Mapping[str, Any]],
-                told: Mapping[str, Mapping[str, Any]]) -> list[Trial]:
+                told: Mapping[str, Mapping[str, Any]], marks: Mapping[str, Mapping[str, Any]] = {}) -> list[Trial]:
         """The search's trials so far, in the order they were asked, with the sampler built
         from them. `latest`: trial name → its latest job; `results`: trial name → result;
-        `told`: the record's told trials."""
+        `told`: the record's told trials; `marks`: its suspended trials (drained: no job)."""
         trials: dict[str, Trial] = {}
         history: dict[str, Told] = {}
+        for name, trial in marked_trials(marks).items():  # running, as far as the search is concerned
+            trials[name] = trial
+            history[name] = Told(name, trial.params, "running")
         for name, entry in told.items():
             params = entry.get("params")
             index = entry.get("index")
@@ -101,7 +115,7 @@ class ClosedLoop:
                                  values)
             self.told[name] = dict(entry)
         for name, job in latest.items():
-            if name in trials:
+            if name in trials and name not in marks:
                 continue
             trial = trial_of_job(job)
             if trial is None:

@@ -34,7 +34,7 @@ from stratctl.engine.queues import amounts
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import (
     API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, TOLD_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest,
-    record_name,
+    record_name, suspended_of,
 )
 from stratctl.study.render import Renderer, min_resources
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
@@ -456,9 +456,11 @@ class Submitter:
         else:
             jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
         latest = latest_attempts(jobs)
-        ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in self.record.told]
+        cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
+        told, marks = parse_record(cm).told, suspended_of(cm)
+        ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in told]
         results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
-        for trial in self.search.rebuild(latest, results, self.record.told):
+        for trial in self.search.rebuild(latest, results, told, marks):
             if trial.name not in self.trials:
                 self._register(trial)
         told = len(self.search.told)

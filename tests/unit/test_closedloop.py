@@ -5,6 +5,7 @@ loop killed mid-run is continued by the next without a duplicate and within the 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,7 @@ from stratctl import labels
 from stratctl.kube.record import parse_record
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
-from tests.unit.loop import make
+from tests.unit.loop import make as make_loop
 
 pytest.importorskip("optuna", reason="the [search] extra")
 
@@ -29,6 +30,15 @@ trial:
   tasks: [{name: worker, replicas: 1}]
 throttle: {qps: 100, burst: 10, parallelism: {min: 1, initial: 3, max: 3}}
 """
+
+
+def make(path, cluster, clock, **options):
+    """The loop of `submit FILE`: its record keeps the study's text (what `resume` renders from)."""
+    submitter, first = make_loop(path, cluster, clock, **options)
+    text = open(path).read()
+    submitter.source = text
+    submitter.record = replace(submitter.record, source=text)
+    return submitter, first
 
 
 def loss(params: dict) -> float:
@@ -166,3 +176,41 @@ def test_a_spent_discrete_space_ends_the_search_early(search_file):
     assert sorted(json.loads(j["metadata"]["annotations"][labels.PARAMS])["x"] for j in cluster.jobs()) == [0, 1, 2, 3]
     assert progress.total == 4 and progress.succeeded == 4 and progress.done
     assert "search: the space has no new point left after 4 trials" in events
+
+
+def test_drained_trials_come_back_and_count_once(search_file):
+    from stratctl.engine.drain import drain, resume
+
+    cluster, clock = SearchCluster(), FakeClock()
+    first, _ = make(search_file(), cluster, clock)
+    cycles = []
+
+    def die(seconds):
+        cycles.append(seconds)
+        if len(cycles) == 2:
+            raise Killed()
+        clock.sleep(seconds)
+        cluster.advance()
+
+    first.sleep = die
+    with pytest.raises(Killed):
+        first.run()
+    running = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs(lambda p: p in ("Pending", "Running"))}
+    assert running
+    [outcome] = drain(cluster, cluster.namespace, "tpe", settle=0)
+    assert set(outcome.suspended) == running and not cluster.jobs(lambda p: p in ("Pending", "Running"))
+    # a loop started while the study is drained knows the drained trials: it asks no one in their place
+    held, _ = make(search_file(), cluster, clock)
+    held.sleep = lambda seconds: (_ for _ in ()).throw(Killed())
+    with pytest.raises(Killed):
+        held.run()
+    assert held.search.searcher.size == len(set(cluster.creates))
+    assert running <= set(held.trials)
+    # `stratctl resume` brings them back as their next attempt, from the marks alone (no job left)
+    assert set(resume(cluster, cluster.namespace, "tpe").resumed) == running
+    attempts = {j["metadata"]["labels"][labels.TRIAL]: j["metadata"]["labels"][labels.ATTEMPT] for j in cluster.jobs()
+                if j["metadata"]["labels"][labels.TRIAL] in running}
+    assert set(attempts.values()) == {"1"}
+    progress = make(search_file(), cluster, clock)[0].run()
+    trials = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs()}
+    assert len(trials) == 9 and progress.succeeded == 9 and len(told(cluster)) == 9
