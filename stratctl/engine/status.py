@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 import time
+
+import yaml
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from stratctl import labels
-from stratctl.kube.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
-from stratctl.kube.record import job_kinds, parse_record, records
+from stratctl.errors import NotFound
+from stratctl.kube.cluster import CONFIGMAP, PODGROUP, POD, VOLCANO_JOB, resource_path
+from stratctl.kube.record import job_kinds, parse_record, record_name, records
 from stratctl.kube.state import TrialState, classify, job_of_pod, run_starts
 from stratctl.kube.waiting import Queues, condition, gang_events, queue_of, reason
 from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, study_row, summary_of
@@ -336,11 +339,30 @@ def default_ranking(rows: list[TrialRow]) -> str | None:
     return None
 
 
+def declared_ranking(cluster, namespace: str, study: str) -> str | None:
+    """The ranking the study's objective declares (`loss`, or `-accuracy` to maximise; the
+    first objective of several), as its record keeps the study; None without one."""
+    try:
+        record = parse_record(cluster.get(CONFIGMAP, record_name(study), namespace))
+    except NotFound:
+        return None
+    try:
+        spec = json.loads(record.spec) if record.spec else yaml.safe_load(record.source)
+    except ValueError:  # yaml's errors are ValueErrors too
+        return None
+    objective = spec.get("objective") if isinstance(spec, dict) else None
+    first = objective[0] if isinstance(objective, list) and objective else objective
+    if not isinstance(first, dict) or not isinstance(first.get("metric"), str):
+        return None
+    return ("-" if first.get("direction") == "maximize" else "") + first["metric"]
+
+
 def best_trial(cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
-    """The study's best succeeded trial that reports the ranking's metric, and the ranking used."""
+    """The study's best succeeded trial that reports the ranking's metric, and the ranking
+    used: the one given, else the study's objective, else a guess from the metrics reported."""
     rows = [r for r in collect(cluster, namespace, study, reasons_for_all=False).trials
             if r.state == TrialState.SUCCEEDED.value]
-    ranking = ranking or default_ranking(rows)
+    ranking = ranking or declared_ranking(cluster, namespace, study) or default_ranking(rows)
     if not ranking:
         return None
     name = ranking.lstrip("-+")

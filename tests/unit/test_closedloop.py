@@ -214,3 +214,28 @@ def test_drained_trials_come_back_and_count_once(search_file):
     progress = make(search_file(), cluster, clock)[0].run()
     trials = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs()}
     assert len(trials) == 9 and progress.succeeded == 9 and len(told(cluster)) == 9
+
+
+def test_status_ranks_by_the_declared_objective(search_file):
+    from stratctl.engine.status import declared_ranking
+
+    cluster, clock = SearchCluster(), FakeClock()
+    text = SEARCH.replace("objective: {metric: loss, direction: minimize}",
+                          "objective: [{metric: score, direction: maximize}, {metric: loss}]")
+    submitter, _ = make(search_file(text), cluster, clock)
+    submitter.run()
+    assert declared_ranking(cluster, cluster.namespace, "tpe") == "-score"
+    cluster.record("tpe")["data"]["spec"] = ""  # too large to keep: the study's text says it too
+    assert declared_ranking(cluster, cluster.namespace, "tpe") == "-score"
+    assert declared_ranking(cluster, cluster.namespace, "nope") is None
+
+
+def test_the_best_trial_is_the_objectives_best(search_file):
+    from stratctl.engine.status import best_trial
+
+    cluster, clock = SearchCluster(), FakeClock()
+    submitter, _ = make(search_file(), cluster, clock)
+    submitter.run()
+    row, ranking = best_trial(cluster, cluster.namespace, "tpe")
+    assert ranking == "loss"
+    assert row.result["loss"] == min(e["values"][0] for e in told(cluster).values())
