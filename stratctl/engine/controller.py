@@ -463,6 +463,10 @@ class Submitter:
         for trial in self.search.rebuild(latest, results, told, marks):
             if trial.name not in self.trials:
                 self._register(trial)
+        # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now
+        self.record = replace(self.record, told={**told, **self.search.told})
+        if set(self.search.told) - set(told):
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
         told = len(self.search.told)
         self.progress.total = len(self.order) + self.search.remaining
         self.reporter.event(f"search {self.study.strategy.kind}: {len(self.order)} trials so far ({told} ended), "

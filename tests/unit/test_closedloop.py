@@ -239,3 +239,28 @@ def test_the_best_trial_is_the_objectives_best(search_file):
     row, ranking = best_trial(cluster, cluster.namespace, "tpe")
     assert ranking == "loss"
     assert row.result["loss"] == min(e["values"][0] for e in told(cluster).values())
+
+
+def test_trials_that_ended_while_no_loop_followed_are_told_and_recorded(search_file):
+    cluster, clock = SearchCluster(), FakeClock()
+    first, _ = make(search_file(), cluster, clock)
+    cycles = []
+
+    def die(seconds):
+        cycles.append(seconds)
+        if len(cycles) == 2:
+            raise Killed()
+        clock.sleep(seconds)
+        cluster.advance()
+
+    first.sleep = die
+    with pytest.raises(Killed):
+        first.run()
+    recorded = set(told(cluster))
+    cluster.advance()
+    cluster.advance()  # the trials in flight end while no loop runs
+    ended = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs(lambda p: p == "Completed")}
+    assert ended - recorded
+    make(search_file(), cluster, clock)[0].run()
+    assert ended <= set(told(cluster)) and len(told(cluster)) == 9
+    assert all(e["state"] == "complete" for e in told(cluster).values())
