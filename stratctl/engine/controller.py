@@ -50,7 +50,7 @@ from stratctl.study.changes import spec_text
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.kube.state import TrialState, classify, latest_attempts
-from stratctl.engine.status import trial_results
+from stratctl.engine.status import results_in, trial_results
 from stratctl.engine.summary import build, latest_slim, summary_data
 from stratctl.engine.throttle import Throttle
 
@@ -492,7 +492,11 @@ class Submitter:
         if not ended:
             return
         succeeded = {n: self._jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in self._jobs}
-        results = trial_results(self.cluster, self.namespace, self.study.name, succeeded) if succeeded else {}
+        pods, _ = self._mirrored()  # the loop's watch of pods holds most results already
+        results = results_in(pods, succeeded) if pods is not None else {}
+        unread = {n: job for n, job in succeeded.items() if n not in results}
+        if unread:
+            results.update(trial_results(self.cluster, self.namespace, self.study.name, unread))
         told = {}
         for name, state in ended.items():
             entry = self.search.tell(self.trials[name], state, results.get(name))

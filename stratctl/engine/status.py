@@ -138,6 +138,20 @@ def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict],
             starts[uid] = min(started, starts.get(uid, started))
 
 
+def results_in(pods, jobs: dict[str, dict]) -> dict[str, dict]:
+    """The results of these trials (trial name → its given job) that pods already at hand
+    hold (a watch's copy of the cluster's pods)."""
+    by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
+    out: dict[str, dict] = {}
+    for pod in pods:
+        trial = by_job.get(job_of_pod(pod) or "")
+        if trial is not None and trial not in out:
+            value = _result(pod)
+            if value is not None:
+                out[trial] = value
+    return out
+
+
 def trial_results(cluster, namespace: str, study: str, jobs: dict[str, dict], chunk: int = 100) -> dict[str, dict]:
     """The results of these trials (trial name → the result of its given job, the latest
     attempt), from their pods that reached a node: a few lists, `chunk` trials each."""
