@@ -54,12 +54,28 @@ def marked_trials(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Trial]:
     return out
 
 
-def told_entry(trial: Trial, state: str, values: tuple[float, ...] | None) -> dict[str, Any]:
-    """What the record keeps of a told trial (key `told`)."""
+STEPS_KEPT = 100  # intermediate values the record keeps per ended trial (the latest steps)
+
+
+def told_entry(trial: Trial, state: str, values: tuple[float, ...] | None,
+               steps: Mapping[int, float] | None = None, **extra: Any) -> dict[str, Any]:
+    """What the record keeps of a told trial (key `told`): its intermediate values as
+    [[step, value], ...] (the latest STEPS_KEPT), for the pruner of a later loop."""
     entry: dict[str, Any] = {"index": trial.index, "params": dict(trial.params), "state": state}
     if values is not None:
         entry["values"] = list(values)
+    if steps:
+        entry["steps"] = [[step, float(f"{steps[step]:.6g}")] for step in sorted(steps)[-STEPS_KEPT:]]
+    entry.update(extra)
     return entry
+
+
+def steps_of_entry(entry: Mapping[str, Any]) -> dict[int, float]:
+    out = {}
+    for pair in entry.get("steps") or []:
+        if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], int) and isinstance(pair[1], int | float):
+            out[pair[0]] = float(pair[1])
+    return out
 
 
 def outcome(state: TrialState, result: Mapping[str, Any] | None, study: Study) -> tuple[str, tuple | None] | None:
@@ -112,7 +128,7 @@ class ClosedLoop:
             values = tuple(float(v) for v in values) if isinstance(values, list) and state == "complete" else None
             trials[name] = trial
             history[name] = Told(name, trial.params, state if values is not None or state != "complete" else "failed",
-                                 values)
+                                 values, steps_of_entry(entry))
             self.told[name] = dict(entry)
         for name, job in latest.items():
             if name in trials and name not in marks:
@@ -140,9 +156,10 @@ class ClosedLoop:
         return [Trial(next_index + i, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
                 for i, (name, params) in enumerate(self.searcher.ask(n))]
 
-    def tell(self, trial: Trial, state: TrialState, result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    def tell(self, trial: Trial, state: TrialState, result: Mapping[str, Any] | None,
+             steps: Mapping[int, float] | None = None) -> dict[str, Any] | None:
         """A trial ended: tell the sampler, and return its record entry (None if it has not
-        ended, or was told before)."""
+        ended, or was told before). `steps`: its intermediate values, as last read."""
         if trial.name in self.told or self.searcher is None:
             return None
         said = outcome(state, result, self.study)
@@ -151,5 +168,21 @@ class ClosedLoop:
         if state is TrialState.SUCCEEDED and said[0] == "failed":
             self.missing_values.append(trial.name)
         self.searcher.tell(trial.name, *said)
-        self.told[trial.name] = entry = told_entry(trial, *said)
+        self.told[trial.name] = entry = told_entry(trial, *said, steps)
+        return entry
+
+    def report(self, trial: Trial, steps: Mapping[int, float]) -> bool:
+        """A running trial's intermediate values so far; whether the pruner stops it."""
+        return self.searcher is not None and trial.name not in self.told and self.searcher.report(trial.name, steps)
+
+    def prune(self, trial: Trial, steps: Mapping[int, float], gpu_seconds: float, at: float) -> dict[str, Any]:
+        """Tell the sampler the trial was pruned; its record entry (its last value kept as
+        `value`, its GPU time as `gpu_seconds`, the wall time as `at`)."""
+        assert self.searcher is not None
+        self.searcher.tell(trial.name, "pruned")
+        last = max(steps)
+        metric = self.study.objectives[0].metric
+        self.told[trial.name] = entry = told_entry(trial, "pruned", None, steps, step=last, value=steps[last],
+                                                   result={metric: steps[last], "step": last},
+                                                   gpu_seconds=round(gpu_seconds, 1), at=round(at, 3))
         return entry

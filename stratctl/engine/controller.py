@@ -27,6 +27,8 @@ from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.blocked import Blocked
 from stratctl.engine.closedloop import ClosedLoop
+from stratctl.engine.intermediate import steps_of
+from stratctl.engine.recovery import usage
 from stratctl.engine.pace import api_room
 from stratctl.engine.packing import Candidate, Packing, pack, passed_over
 from stratctl.engine.placement import Placer, Placing
@@ -143,6 +145,8 @@ class Submitter:
         self._shapes = ({t.name: renderer.shape(t) for t in trials}
                         if renderer is not None and study.varying_shape else {})
         self._passed: dict[str, float] = {}
+        self._steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
+        self._said_no_pruning = False
         self._reserved: str | None = None
         self._packing: Packing | None = None
         self.cluster = cluster
@@ -499,7 +503,7 @@ class Submitter:
             results.update(trial_results(self.cluster, self.namespace, self.study.name, unread))
         told = {}
         for name, state in ended.items():
-            entry = self.search.tell(self.trials[name], state, results.get(name))
+            entry = self.search.tell(self.trials[name], state, results.get(name), self._steps.pop(name, None))
             if entry is not None:
                 told[name] = entry
                 if name in self.search.missing_values:
@@ -508,6 +512,45 @@ class Submitter:
         if told:
             self.record = replace(self.record, told={**self.record.told, **told})
             self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
+
+    def _prune(self, states: dict[str, TrialState]) -> None:
+        """Read the running trials' intermediate values (their pods' reports, from the loop's
+        watch of pods) and stop those the pruner judges: the told entry in the record first,
+        then the job deleted, so its GPUs go to the next trial at once."""
+        pods, _ = self._mirrored()
+        if pods is None:
+            if not self._said_no_pruning:
+                self._said_no_pruning = True
+                self.reporter.event("pruner: this loop does not watch pods (--detach or a static cap without "
+                                    "yielding): trials are not pruned")
+            return
+        running = {n: self._jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in self._jobs}
+        if not running:
+            return
+        metric = self.study.objectives[0].metric
+        reported = steps_of(pods, metric)
+        for name, job in running.items():
+            steps = reported.get(job["metadata"]["name"])
+            if not steps:
+                continue
+            self._steps[name] = steps
+            if not self.search.report(self.trials[name], steps):
+                continue
+            spent = usage(job, self.wall(), TrialState.RUNNING).gpu_seconds
+            entry = self.search.prune(self.trials[name], steps, spent, self.wall())
+            self.record = replace(self.record, told={**self.record.told, name: entry},
+                                  finished={**self.record.finished, name: TrialState.PRUNED.value})
+            self._save_record(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
+            try:
+                self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
+                if self._kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
+            except NotFound:
+                pass
+            states[name] = TrialState.PRUNED
+            self._steps.pop(name, None)
+            self.reporter.event(f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
+                                f"({self.study.pruner.kind} pruner)")
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -519,6 +562,7 @@ class Submitter:
                 counts[state] += 1
         p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
         p.succeeded, p.failed, p.waiting = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED], counts[TrialState.WAITING]
+        p.pruned = counts[TrialState.PRUNED]
         if self.search is not None:  # the budget not asked yet waits too
             p.waiting += self.search.remaining
         stats, bucket = self.throttle.stats, self.throttle.bucket
@@ -684,6 +728,8 @@ class Submitter:
         states = salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
         if self.search is not None:
             self._tell(states)
+            if self.study.pruner is not None:
+                self._prune(states)
         self._tally(states)
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._shed(self._observe_pressure(states))

@@ -24,7 +24,7 @@ from stratctl.kube.state import (TrialState, attempt_of, classify, ended_at, is_
 
 ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
                            TrialState.RETRYING,
-                           TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.FAILED)]
+                           TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.PRUNED, TrialState.FAILED)]
 
 
 @dataclass
@@ -171,6 +171,20 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 gpu_seconds=float(mark.get("gpu_seconds") or 0),
                 gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
             ))
+        for trial, entry in sorted(record.told.items()):  # pruned trials of a search: their jobs are gone
+            if trial in seen or entry.get("state") != TrialState.PRUNED.value:
+                continue
+            seen.add(trial)
+            params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+            if order:
+                params = {**{k: params[k] for k in order if k in params}, **params}
+            rows.append(TrialRow(
+                study=record.study, trial=trial, state=TrialState.PRUNED.value, attempt=0, params=params,
+                result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
+                gpu_seconds=float(entry.get("gpu_seconds") or 0),
+                index=entry.get("index") if isinstance(entry.get("index"), int) else None,
+                finished=float(entry["at"]) if isinstance(entry.get("at"), int | float) else None,
+            ))
         for trial, outcome in sorted(record.finished.items()):
             if trial not in seen:
                 seen.add(trial)
@@ -186,7 +200,8 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
     counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
-    ended = [r.finished for r in rows if r.state in (TrialState.SUCCEEDED.value, TrialState.FAILED.value)]
+    ended = [r.finished for r in rows
+             if r.state in (TrialState.SUCCEEDED.value, TrialState.PRUNED.value, TrialState.FAILED.value)]
     all_ended = len(ended) == len(rows) and len(rows) >= record.trials > 0 and None not in ended
     return StudyRow(
         study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,

@@ -158,3 +158,28 @@ class Objective(_Model):
 
     metric: str = Field(min_length=1)
     direction: Literal["minimize", "maximize"] = "minimize"
+
+
+class Pruner(_Model):
+    """Stops a closed-loop search's trials early from their intermediate values (`stratctl
+    report`): Optuna's median, successive-halving (ASHA) or Hyperband pruner."""
+
+    kind: Literal["median", "successive-halving", "hyperband"]
+    # median: trials that end before any is judged, and steps of a trial before it is
+    startup_trials: int = Field(default=5, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    # successive-halving and hyperband: the steps a trial gets before its first judgement,
+    # the steps a whole trial runs (hyperband), and the share kept at each rung (1 in N)
+    min_steps: int = Field(default=1, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
+    reduction_factor: int = Field(default=3, ge=2)
+
+    @model_validator(mode="after")
+    def _fields(self):
+        if self.kind == "hyperband" and self.max_steps is None:
+            raise _bad("max_steps", "the hyperband pruner needs 'max_steps' (the steps a whole trial reports)",
+                       field="max_steps")
+        if self.max_steps is not None and self.max_steps < self.min_steps:
+            raise _bad("max_steps", "max_steps ({a}) is below min_steps ({b})", field="max_steps",
+                       a=self.max_steps, b=self.min_steps)
+        return self

@@ -89,7 +89,9 @@ class Searcher:
         with warnings.catch_warnings():  # multivariate TPE is "experimental" in Optuna's words
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = _sampler(optuna, study.strategy.kind, seed)
-        self.optuna_study = optuna.create_study(sampler=sampler, directions=directions)
+        self.optuna_study = optuna.create_study(sampler=sampler, directions=directions,
+                                                pruner=_pruner(optuna, study.pruner))
+        self._reported: dict[str, set[int]] = {}  # trial -> steps told to the pruner
         for told in history:
             self._add(told)
 
@@ -126,6 +128,27 @@ class Searcher:
             self.optuna_study.tell(number, state=TrialState.PRUNED)
         else:
             self.optuna_study.tell(number, state=TrialState.FAIL)
+
+    def report(self, name: str, steps: Mapping[int, float]) -> bool:
+        """A running trial's intermediate values (step → value of the objective) so far;
+        whether the pruner says to stop it now. Steps told before are not told again."""
+        if name not in self._running or self.study.pruner is None:
+            return False
+        seen = self._reported.setdefault(name, set())
+        new = sorted(step for step in steps if step not in seen)
+        if not new:
+            return False
+        trial = self._trial(name)
+        for step in new:
+            trial.report(float(steps[step]), step)
+            seen.add(step)
+        return trial.should_prune()
+
+    def _trial(self, name: str) -> Any:
+        """The live Optuna trial of a running trial (asked here or running when rebuilt)."""
+        number = self.names[name]
+        frozen = self.optuna_study.get_trials(deepcopy=False)[number]
+        return self._optuna.trial.Trial(self.optuna_study, frozen._trial_id)
 
     def _ask_new(self) -> tuple[str, dict[str, Any]] | None:
         TrialState = self._optuna.trial.TrialState
@@ -187,6 +210,7 @@ class Searcher:
         self.names[told.name] = self.optuna_study.get_trials(deepcopy=False)[-1].number
         if frozen.state == TrialState.RUNNING:
             self._running.add(told.name)
+            self._reported[told.name] = set(frozen.intermediate_values)
 
 
 def _distribution(optuna: Any, param: Any) -> Any:
@@ -197,6 +221,18 @@ def _distribution(optuna: Any, param: Any) -> Any:
         high = param.low + param.step * (param.size - 1)  # the lattice's last point
         return d.IntDistribution(param.low, high, step=param.step)
     return d.FloatDistribution(param.low, param.high, log=isinstance(param, LogUniform))
+
+
+def _pruner(optuna: Any, pruner: Any) -> Any:
+    p = optuna.pruners
+    if pruner is None:
+        return p.NopPruner()
+    if pruner.kind == "median":
+        return p.MedianPruner(n_startup_trials=pruner.startup_trials, n_warmup_steps=pruner.warmup_steps)
+    if pruner.kind == "successive-halving":
+        return p.SuccessiveHalvingPruner(min_resource=pruner.min_steps, reduction_factor=pruner.reduction_factor)
+    return p.HyperbandPruner(min_resource=pruner.min_steps, max_resource=pruner.max_steps,
+                             reduction_factor=pruner.reduction_factor)
 
 
 def _sampler(optuna: Any, kind: str, seed: int) -> Any:

@@ -26,6 +26,7 @@ from stratctl.study.distributions import (  # noqa: F401 - part of the study's p
     LogUniform,
     Objective,
     Param,
+    Pruner,
     SINGLE_OBJECTIVE,
     missing,
     Strategy,
@@ -390,6 +391,8 @@ class Study(_Model):
     # what the search optimises (a list for several): closed-loop strategies need it;
     # `status --best` sorts by it
     objective: Objective | list[Objective] | None = None
+    # stops trials early from the intermediate values they report (`stratctl report`)
+    pruner: Pruner | None = None
     trial: TrialSpec
     checkpoint: Checkpoint = Checkpoint()
     retries: Retries = Retries()
@@ -491,10 +494,16 @@ class Study(_Model):
             if kind in SINGLE_OBJECTIVE and len(self.objectives) > 1:
                 raise _bad("objective", "strategy {kind!r} optimises one objective; {n} are given (use tpe or "
                            "nsga2 for several)", field="objective", kind=kind, n=len(self.objectives))
+            if self.pruner is not None and len(self.objectives) > 1:
+                raise _bad("pruner", "a pruner judges one objective's intermediate values; {n} objectives are given",
+                           field="pruner", n=len(self.objectives))
             for name, p in self.space.items():
                 if p.grid:
                     raise _bad("grid", "strategy {kind!r} chooses every value of {name!r} itself: remove 'grid'",
                                field=f"space.{name}.grid", kind=kind, name=name)
+        if self.pruner is not None and not self.strategy.closed_loop:
+            raise _bad("pruner", "a pruner stops trials of a closed-loop search: use strategy kind tpe, gp, cmaes or "
+                       "nsga2 (got {kind!r})", field="pruner", kind=kind)
         if self.strategy.kind == "grid":
             for name, p in self.space.items():
                 if not isinstance(p, Choice | IntRange) and not p.grid:

@@ -264,3 +264,94 @@ def test_trials_that_ended_while_no_loop_followed_are_told_and_recorded(search_f
     make(search_file(), cluster, clock)[0].run()
     assert ended <= set(told(cluster)) and len(told(cluster)) == 9
     assert all(e["state"] == "complete" for e in told(cluster).values())
+
+
+PRUNED = SEARCH.replace("objective: {metric: loss, direction: minimize}\n",
+                        "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3}\n")
+STEPS = 4  # steps a trial runs (one per cycle) before it ends
+
+
+class LearningCluster(SearchCluster):
+    """Running trials report one step per cycle along a curve set by their parameters
+    (`loss + 1 / (step + 1)`), as `stratctl report` would write them to their pod; a trial
+    ends after STEPS steps with its final loss."""
+
+    def advance(self, finish: str = "Completed") -> None:
+        for job in self.jobs():
+            phase, status = self.phase(job), job.setdefault("status", {})
+            if phase == "Pending":
+                self.set_phase(job, "Running")
+                status["state"]["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+                status["steps"] = 0
+            elif phase == "Running":
+                status["steps"] += 1
+                if status["steps"] >= STEPS:
+                    self.set_phase(job, finish)
+                self._pod(job)
+
+    def _pod(self, job: dict) -> None:
+        super()._pod(job)
+        meta = job["metadata"]
+        pod = self.objects[("v1", "Pod", self.namespace, f"{meta['name']}-worker-0")]
+        final = loss(json.loads(meta["annotations"][labels.PARAMS]))
+        steps = {str(s): {"loss": final + 1 / (s + 1)} for s in range(job["status"]["steps"])}
+        pod["metadata"]["annotations"] = {labels.REPORT: json.dumps(steps)}
+        if self.phase(job) == "Running":
+            pod["status"] = {"phase": "Running"}
+
+
+class PodsWatch:
+    """The loop's watch of pods, as ClusterSignals keeps it: here, the fake cluster's pods."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def items(self):
+        return [o for (av, kind, _, _), o in self.cluster.objects.items() if kind == "Pod"]
+
+
+def with_pods(submitter, cluster):
+    submitter._mirrored = lambda: (PodsWatch(cluster).items(), [])
+    return submitter
+
+
+def test_the_pruner_stops_losing_trials_and_their_gpus_go_to_the_next(search_file):
+    cluster, clock = LearningCluster(), FakeClock()
+    submitter, _ = make(search_file(PRUNED), cluster, clock)
+    events = []
+    submitter.reporter.event = events.append
+    progress = with_pods(submitter, cluster).run()
+    entries = told(cluster)
+    pruned = {n for n, e in entries.items() if e["state"] == "pruned"}
+    assert pruned and progress.pruned == len(pruned) and progress.succeeded == 9 - len(pruned)
+    assert progress.done and len(cluster.creates) == 9 == len(entries)  # the budget counts pruned trials
+    complete = [e for e in entries.values() if e["state"] == "complete"]
+    for name in pruned:
+        entry = entries[name]
+        assert entry["step"] < STEPS - 1 and entry["value"] == pytest.approx(loss(entry["params"]) + 1 / (entry["step"] + 1))
+        # worse than the median of the trials that ended, at the step it was stopped
+        at_step = sorted(dict(e["steps"])[entry["step"]] for e in complete if entry["step"] in dict(e["steps"]))
+        assert entry["value"] > at_step[len(at_step) // 2 - (len(at_step) % 2 == 0)]
+        assert not [j for j in cluster.jobs() if j["metadata"]["labels"][labels.TRIAL] == name]  # its job deleted
+        assert any(line.startswith(f"trial {name} pruned at step {entry['step']}: loss ") for line in events)
+    assert parse_record(cluster.record("tpe")).finished == {name: "pruned" for name in pruned}
+    # status shows them, with their parameters and last value
+    from stratctl.engine.status import collect
+    snap = collect(cluster, cluster.namespace, "tpe")
+    rows = {r.trial: r for r in snap.trials}
+    assert {n for n, r in rows.items() if r.state == "pruned"} == pruned
+    assert all(rows[n].params == entries[n]["params"] and rows[n].result["loss"] == entries[n]["value"]
+               for n in pruned)
+    assert snap.studies[0].states["pruned"] == len(pruned)
+    assert all(rows[n].finished is not None for n in pruned)  # when it was stopped: the study can end
+
+
+def test_a_rebuilt_search_keeps_pruned_trials_and_their_curves(search_file):
+    cluster, clock = LearningCluster(), FakeClock()
+    with_pods(make(search_file(PRUNED), cluster, clock)[0], cluster).run()
+    again = with_pods(make(search_file(PRUNED), cluster, clock)[0], cluster)
+    progress = again.run()
+    assert progress.created == 0 and progress.done
+    trials = again.search.searcher.optuna_study.trials
+    states = {t.state.name for t in trials}
+    assert "PRUNED" in states and all(t.intermediate_values for t in trials)

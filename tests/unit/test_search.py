@@ -191,3 +191,54 @@ def test_failed_and_pruned_trials_are_told_as_such(tmp_path):
     searcher.tell("tpe-unknown", "complete", (0.0,))  # not asked here: nothing to tell
     assert [(t.state.name, t.value) for t in searcher.optuna_study.trials] == [
         ("FAIL", None), ("PRUNED", None), ("COMPLETE", 1.5)]
+
+
+MEDIAN = TPE.replace("objective: {metric: loss, direction: minimize}\n",
+                     "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 2}\n")
+
+
+def test_the_median_pruner_stops_a_trial_worse_than_the_median_at_its_step(tmp_path):
+    searcher = Searcher(load(tmp_path, MEDIAN), [])
+    (a, _), (b, _), (c, _), (d, _) = searcher.ask(4)
+    for name, curve in ((a, [1.0, 0.5, 0.3]), (b, [1.0, 0.6, 0.4])):
+        assert not searcher.report(name, dict(enumerate(curve)))
+        searcher.tell(name, "complete", (curve[-1],))
+    assert not searcher.report(c, {0: 0.9, 1: 0.45})  # better than the median so far: goes on
+    assert searcher.report(d, {0: 1.5})  # worse than both at step 0: stopped
+    assert not searcher.report(d, {0: 1.5})  # nothing new: no new verdict
+    searcher.tell(d, "pruned")
+    assert [t.state.name for t in searcher.optuna_study.trials][3] == "PRUNED"
+
+
+def test_intermediate_values_survive_a_rebuild(tmp_path):
+    study = load(tmp_path, MEDIAN)
+    done = [Told(f"tpe-done{i}", {"x": float(i), "opt": "adam"}, "complete", (0.3 + i / 10,), {0: 1.0, 1: 0.5})
+            for i in range(2)]
+    running = Told("tpe-run", {"x": 4.0, "opt": "sgd"}, "running", None, {0: 2.0})
+    searcher = Searcher(study, [*done, running])
+    assert searcher.optuna_study.trials[0].intermediate_values == {0: 1.0, 1: 0.5}
+    # the running trial's step 0 was reported before the rebuild: a later step decides
+    assert searcher.report("tpe-run", {0: 2.0, 1: 3.0})
+
+
+@pytest.mark.parametrize("pruner, problem", [
+    ("{kind: hyperband}", "study.yaml:8:1: pruner.max_steps: the hyperband pruner needs 'max_steps' (the steps a "
+                          "whole trial reports)"),
+    ("{kind: hyperband, min_steps: 5, max_steps: 2}", "study.yaml:8:52: pruner.max_steps: max_steps (2) is below "
+                                                      "min_steps (5)"),
+    ("{kind: mean}", "study.yaml:8:16: pruner.kind: must be one of 'median', 'successive-halving' or 'hyperband' "
+                     "(did you mean 'median'?)"),
+])
+def test_pruner_fields_are_checked(tmp_path, pruner, problem):
+    assert problems(tmp_path, MEDIAN.replace("{kind: median, startup_trials: 2}", pruner)) == [problem]
+
+
+def test_a_pruner_needs_a_closed_loop_search_and_one_objective(tmp_path):
+    random = MEDIAN.replace("kind: tpe, trials: 12, seed: 1", "kind: random, trials: 12, seed: 1")
+    assert problems(tmp_path, random) == [
+        "study.yaml:8:9: pruner: a pruner stops trials of a closed-loop search: use strategy kind tpe, gp, cmaes or "
+        "nsga2 (got 'random')"]
+    two = MEDIAN.replace("objective: {metric: loss, direction: minimize}",
+                         "objective: [{metric: loss}, {metric: acc, direction: maximize}]")
+    assert problems(tmp_path, two) == [
+        "study.yaml:8:9: pruner: a pruner judges one objective's intermediate values; 2 objectives are given"]
