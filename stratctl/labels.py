@@ -34,6 +34,12 @@ ENV_ATTEMPT = "STRATCTL_ATTEMPT"
 ENV_CHECKPOINT = "STRATCTL_CHECKPOINT_DIR"
 ENV_RESUME = "STRATCTL_RESUME"  # "1" when the attempt should resume from its checkpoint
 ENV_PARAMS = "STRATCTL_PARAMS"  # JSON object of the trial's parameters
+# the pod's own name (downward API), in studies with a pruner: where `stratctl report` writes
+ENV_POD = "STRATCTL_POD"
+
+# A pod's intermediate values, written by `stratctl report` inside the trial:
+# {"<step>": {"<metric>": value, ...}, ...} (the latest steps); read by the submit loop's pruner.
+REPORT = f"{PREFIX}/report"
 
 # Annotations on a re-submitted attempt carrying the totals of the trial's earlier
 # attempts, so `status` reads a trial's history from its latest job alone (older attempts

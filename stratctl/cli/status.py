@@ -54,11 +54,14 @@ def status(
 
     if study and (all_namespaces or selector):
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
-    if best and not sort:
-        raise UsageError("--best N ranks trials by a metric: give it with --sort METRIC (the study declares no objective)")
     if best and not study:
         raise UsageError("--best N ranks the trials of one study: name the STUDY")
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=8)
+    if best and not sort:  # the study's objective ranks them, when it declares one
+        sort = core.declared_ranking(cluster, cluster.namespace, study)
+        if not sort:
+            raise UsageError("--best N ranks trials by a metric: give it with --sort METRIC (the study declares no "
+                             "objective)")
     table = output in (Output.table, Output.wide)
     console = Console()
     terminal = console.is_terminal

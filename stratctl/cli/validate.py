@@ -26,6 +26,8 @@ def validate(
         except StudyError as e:
             problems += e.problems
         else:
-            typer.echo(f"{study.file}: valid: study {study.name}, {len(trials)} trials")
+            count = (f"up to {study.strategy.trials} trials chosen from results ({study.strategy.kind})"
+                     if study.strategy.closed_loop else f"{len(trials)} trials")
+            typer.echo(f"{study.file}: valid: study {study.name}, {count}")
     if problems:
         raise StudyError(problems)

@@ -15,7 +15,7 @@ from stratctl.engine.summary import StudyRow
 from stratctl.errors import ExitCode
 from stratctl.kube.state import TrialState
 
-DONE = (TrialState.SUCCEEDED.value, TrialState.FAILED.value)
+DONE = (TrialState.SUCCEEDED.value, TrialState.PRUNED.value, TrialState.FAILED.value)
 
 
 def finished(row: StudyRow) -> bool:

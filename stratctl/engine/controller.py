@@ -26,14 +26,17 @@ from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.blocked import Blocked
+from stratctl.engine.closedloop import ClosedLoop
+from stratctl.engine.intermediate import steps_of
+from stratctl.engine.recovery import usage
 from stratctl.engine.pace import api_room
 from stratctl.engine.packing import Candidate, Packing, pack, passed_over
 from stratctl.engine.placement import Placer, Placing
 from stratctl.engine.queues import amounts
 from stratctl.engine.policy import AdaptiveConfig, AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.kube.record import (
-    API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest,
-    record_name,
+    API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, TOLD_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest,
+    record_name, suspended_of,
 )
 from stratctl.study.render import Renderer, min_resources
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
@@ -49,6 +52,7 @@ from stratctl.study.changes import spec_text
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.kube.state import TrialState, classify, latest_attempts
+from stratctl.engine.status import results_in, trial_results
 from stratctl.engine.summary import build, latest_slim, summary_data
 from stratctl.engine.throttle import Throttle
 
@@ -125,8 +129,12 @@ class Submitter:
         wall: Callable[[], float] = time.time,
     ):
         self.study = study
-        self.trials = {t.name: t for t in trials}
-        self.order = [t.name for t in trials]
+        # a closed-loop search asks its trials as it goes (engine/closedloop.py), none up front:
+        # `trials` are then the first it would ask, rendered already (and what a dry run sends)
+        self.search = ClosedLoop(study) if study.strategy.closed_loop else None
+        self._first = list(trials)
+        self.trials = {t.name: t for t in trials} if self.search is None else {}
+        self.order = [t.name for t in trials] if self.search is None else []
         self.renderer = renderer
         self._manifests = manifests or {}  # first attempts rendered up front (launch.prepare)
         # each trial's expected seconds, when the study states them (backfill picks by them)
@@ -137,6 +145,8 @@ class Submitter:
         self._shapes = ({t.name: renderer.shape(t) for t in trials}
                         if renderer is not None and study.varying_shape else {})
         self._passed: dict[str, float] = {}
+        self._steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
+        self._said_no_pruning = False
         self._reserved: str | None = None
         self._packing: Packing | None = None
         self.cluster = cluster
@@ -159,11 +169,12 @@ class Submitter:
         self.sleep = sleep
         self.source = source
         self.namespace = study.namespace
-        self.progress = Progress(study=study.name, total=len(trials))
+        budget = self.search.remaining if self.search is not None else len(trials)
+        self.progress = Progress(study=study.name, total=budget)
         self.record = StudyRecord(
             study=study.name,
             spec_hash=study.spec_hash,
-            trials=len(trials),
+            trials=budget,
             critical=study.critical,
             source=source,
             max_failures=study.retries.max_failures,
@@ -216,7 +227,7 @@ class Submitter:
             existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
             self.record = replace(
                 self.record, drained=existing.drained, finished=existing.finished, target=existing.target,
-                moved=existing.moved
+                moved=existing.moved, told=existing.told
             )
             # a change was judged before the loop started (revision.revise)
             self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
@@ -429,6 +440,118 @@ class Submitter:
             if self._kind == BATCH_JOB:
                 self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
 
+    # -- closed-loop search (engine/closedloop.py) ----------------------------------------
+
+    def _register(self, trial: Trial) -> None:
+        """A trial of a closed-loop search joins the loop's trials (requeue and salvage share
+        the dict, so its next attempts are theirs as for any trial)."""
+        self.trials[trial.name] = trial
+        self.order.append(trial.name)
+        if self.renderer is not None and self.renderer.states_duration:
+            self._expected[trial.name] = self.renderer.expected_seconds(trial)
+        if self.renderer is not None and self.study.varying_shape:
+            self._shapes[trial.name] = self.renderer.shape(trial)
+
+    def _rebuild_search(self) -> None:
+        """The search so far, from the cluster alone: the study's jobs, their pods' results,
+        and the record's told trials."""
+        if self.jobs is not None:
+            jobs, _ = self.jobs.snapshot()
+        else:
+            jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
+        latest = latest_attempts(jobs)
+        cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
+        told, marks = parse_record(cm).told, suspended_of(cm)
+        ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in told]
+        results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
+        for trial in self.search.rebuild(latest, results, told, marks):
+            if trial.name not in self.trials:
+                self._register(trial)
+        # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now
+        self.record = replace(self.record, told={**told, **self.search.told})
+        if set(self.search.told) - set(told):
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
+        told = len(self.search.told)
+        self.progress.total = len(self.order) + self.search.remaining
+        self.reporter.event(f"search {self.study.strategy.kind}: {len(self.order)} trials so far ({told} ended), "
+                            f"{self.search.remaining} more to ask")
+
+    def _ask(self, n: int) -> list[str]:
+        """Ask the search for `n` new trials; their names (fewer once the budget or the space is spent)."""
+        trials = self.search.ask(n, len(self.order))
+        for trial in trials:
+            self._register(trial)
+        if len(trials) < n and self.search.remaining:  # the space has no point left that is not a trial already
+            self.reporter.event(f"search: the space has no new point left after {len(self.order)} trials")
+            self.search.spent()
+            self.progress.total = len(self.order)
+            self.record = replace(self.record, trials=len(self.order))
+            self._unsaved["trials"] = str(len(self.order))
+        return [t.name for t in trials]
+
+    def _tell(self, states: dict[str, TrialState]) -> None:
+        """Tell the sampler the trials that ended since the last cycle, and the record."""
+        ended = {n: s for n, s in states.items() if s in (TrialState.SUCCEEDED, TrialState.FAILED)
+                 and n not in self.search.told}
+        if not ended:
+            return
+        succeeded = {n: self._jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in self._jobs}
+        pods, _ = self._mirrored()  # the loop's watch of pods holds most results already
+        results = results_in(pods, succeeded) if pods is not None else {}
+        unread = {n: job for n, job in succeeded.items() if n not in results}
+        if unread:
+            results.update(trial_results(self.cluster, self.namespace, self.study.name, unread))
+        told = {}
+        for name, state in ended.items():
+            entry = self.search.tell(self.trials[name], state, results.get(name), self._steps.pop(name, None))
+            if entry is not None:
+                told[name] = entry
+                if name in self.search.missing_values:
+                    metrics = ", ".join(o.metric for o in self.study.objectives)
+                    self.reporter.event(f"trial {name}: succeeded without {metrics} in its result: told as failed")
+        if told:
+            self.record = replace(self.record, told={**self.record.told, **told})
+            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
+
+    def _prune(self, states: dict[str, TrialState]) -> None:
+        """Read the running trials' intermediate values (their pods' reports, from the loop's
+        watch of pods) and stop those the pruner judges: the told entry in the record first,
+        then the job deleted, so its GPUs go to the next trial at once."""
+        pods, _ = self._mirrored()
+        if pods is None:
+            if not self._said_no_pruning:
+                self._said_no_pruning = True
+                self.reporter.event("pruner: this loop does not watch pods (--detach or a static cap without "
+                                    "yielding): trials are not pruned")
+            return
+        running = {n: self._jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in self._jobs}
+        if not running:
+            return
+        metric = self.study.objectives[0].metric
+        reported = steps_of(pods, metric)
+        for name, job in running.items():
+            steps = reported.get(job["metadata"]["name"])
+            if not steps:
+                continue
+            self._steps[name] = steps
+            if not self.search.report(self.trials[name], steps):
+                continue
+            spent = usage(job, self.wall(), TrialState.RUNNING).gpu_seconds
+            entry = self.search.prune(self.trials[name], steps, spent, self.wall())
+            self.record = replace(self.record, told={**self.record.told, name: entry},
+                                  finished={**self.record.finished, name: TrialState.PRUNED.value})
+            self._save_record(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
+            try:
+                self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
+                if self._kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
+            except NotFound:
+                pass
+            states[name] = TrialState.PRUNED
+            self._steps.pop(name, None)
+            self.reporter.event(f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
+                                f"({self.study.pruner.kind} pruner)")
+
     # -- the loop -----------------------------------------------------------------------
 
     def _tally(self, states: dict[str, TrialState]) -> None:
@@ -439,6 +562,9 @@ class Submitter:
                 counts[state] += 1
         p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
         p.succeeded, p.failed, p.waiting = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED], counts[TrialState.WAITING]
+        p.pruned = counts[TrialState.PRUNED]
+        if self.search is not None:  # the budget not asked yet waits too
+            p.waiting += self.search.remaining
         stats, bucket = self.throttle.stats, self.throttle.bucket
         p.throttle_waits, p.throttle_wait_seconds = bucket.waits, bucket.waited_seconds
         p.throttled_429 = stats.throttled
@@ -556,7 +682,9 @@ class Submitter:
 
     def dry_run(self) -> Progress:
         """Send every manifest with dryRun=All (server) or only render them (client)."""
-        names = list(self.order)
+        if self.search is not None:  # a closed-loop search: the trials it would ask first
+            self.trials.update({t.name: t for t in self._first})
+        names = [t.name for t in self._first] if self.search is not None else list(self.order)
         self.progress.dry_run = self.options.dry_run
         if self.options.dry_run == "server":
             with ThreadPoolExecutor(self.options.workers) as pool:
@@ -589,6 +717,8 @@ class Submitter:
         """One reconcile: observe, recover, decide, admit. True when the run is over."""
         if not self._recorded:
             self.ensure_record()
+        if self.search is not None and not self.search.started:
+            self._rebuild_search()
         states = self.observe()
         if self.placer is not None:
             self.placer.observe(self._jobs, states)
@@ -596,6 +726,10 @@ class Submitter:
             self._refresh_flags()
         states = requeue.step(states, self._jobs, self.record.held, record=self._record_cm)
         states = salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
+        if self.search is not None:
+            self._tell(states)
+            if self.study.pruner is not None:
+                self._prune(states)
         self._tally(states)
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._shed(self._observe_pressure(states))
@@ -608,7 +742,11 @@ class Submitter:
             waiting = [n for n in self._packing.order if n in present]
         if decision.backfill is not None:  # only trials that end before the waiting gang can start
             waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
-        admit = decision.admit(replace(observed, waiting=len(waiting)))
+        unasked = self.search.remaining if self.search is not None and decision.backfill is None else 0
+        admit = decision.admit(replace(observed, waiting=len(waiting) + unasked))
+        if admit > len(waiting) and unasked:  # a closed-loop search: ask as many as are admitted
+            waiting = waiting + self._ask(admit - len(waiting))
+            admit = min(admit, len(waiting))
         if admit:
             submitted = self._submit_batch(waiting[:admit], pool)
             states.update({n: TrialState.PENDING for n in submitted})

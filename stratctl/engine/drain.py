@@ -27,6 +27,7 @@ from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachab
 from stratctl.kube.record import (
     BREAKER_KEY, job_kinds, loop_following, parse_record, records, record_name, suspended_of, suspended_patch,
 )
+from stratctl.engine.closedloop import marked_trials, trial_of_job
 from stratctl.engine.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
 from stratctl.kube.state import classify, latest_attempts
 
@@ -77,6 +78,7 @@ def suspend(cluster, namespace: str, name: str, kinds, now: float, by: str = "")
             "suspensions": carry.suspensions,
             "failures": carry.failures,
             **({"by": by} if by else {}),
+            **identity(job),
         }
     if not victims:
         return []
@@ -130,8 +132,16 @@ def drain(
     return outcomes
 
 
+def identity(job: dict) -> dict:
+    """The trial's index and parameters, as its job carries them: kept in its suspension
+    mark, so a trial a closed-loop search asked can come back once its job is gone."""
+    trial = trial_of_job(job)
+    return {"index": trial.index, "params": dict(trial.params)} if trial is not None else {}
+
+
 def _study_from_record(cm: dict, namespace: str):
-    """The study, its trials by name and a renderer, rebuilt from the text in its record."""
+    """The study, its trials by name and a renderer, rebuilt from the text in its record
+    (a closed-loop search's suspended trials from their marks: it expands to no list)."""
     from stratctl.study.render import Renderer
     from stratctl.study.space import expand
     from stratctl.study.spec import Study, study_from_document
@@ -140,6 +150,8 @@ def _study_from_record(cm: dict, namespace: str):
     study = study_from_document(document.parse(record.source, f"<record {record_name(record.study)}>"))
     if study.namespace != namespace:
         study = Study.model_validate({**study.model_dump(), "namespace": namespace})
+    if study.strategy.closed_loop:
+        return study, marked_trials(suspended_of(cm)), Renderer(study)
     return study, {t.name: t for t in expand(study)}, Renderer(study)
 
 

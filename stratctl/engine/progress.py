@@ -25,6 +25,7 @@ class Progress:
     running: int = 0
     succeeded: int = 0
     failed: int = 0
+    pruned: int = 0  # stopped early by a closed-loop search's pruner
     waiting: int = 0
     target: int = 0
     wanted: int = 0  # trials this cycle's decision let in (the GPUs had room for them)
@@ -62,7 +63,7 @@ class Progress:
 
     @property
     def done(self) -> bool:
-        return self.succeeded + self.failed + len(self.errors) >= self.total
+        return self.succeeded + self.failed + self.pruned + len(self.errors) >= self.total
 
     @property
     def api_limited(self) -> bool:

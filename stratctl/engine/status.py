@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 import time
+
+import yaml
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from stratctl import labels
-from stratctl.kube.cluster import PODGROUP, POD, VOLCANO_JOB, resource_path
-from stratctl.kube.record import job_kinds, parse_record, records
+from stratctl.errors import NotFound
+from stratctl.kube.cluster import CONFIGMAP, PODGROUP, POD, VOLCANO_JOB, resource_path
+from stratctl.kube.record import job_kinds, parse_record, record_name, records
 from stratctl.kube.state import TrialState, classify, job_of_pod, run_starts
 from stratctl.kube.waiting import Queues, condition, gang_events, queue_of, reason
 from stratctl.engine.summary import StudyRow, TrialRow, build, latest_slim, study_row, summary_of
@@ -133,6 +136,32 @@ def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict],
                 exits[job] = ended
         for uid, started in run_starts(items).items():
             starts[uid] = min(started, starts.get(uid, started))
+
+
+def results_in(pods, jobs: dict[str, dict]) -> dict[str, dict]:
+    """The results of these trials (trial name → its given job) that pods already at hand
+    hold (a watch's copy of the cluster's pods)."""
+    by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
+    out: dict[str, dict] = {}
+    for pod in pods:
+        trial = by_job.get(job_of_pod(pod) or "")
+        if trial is not None and trial not in out:
+            value = _result(pod)
+            if value is not None:
+                out[trial] = value
+    return out
+
+
+def trial_results(cluster, namespace: str, study: str, jobs: dict[str, dict], chunk: int = 100) -> dict[str, dict]:
+    """The results of these trials (trial name → the result of its given job, the latest
+    attempt), from their pods that reached a node: a few lists, `chunk` trials each."""
+    by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
+    names = sorted(jobs)
+    results: dict[str, dict] = {}
+    for i in range(0, len(names), chunk):
+        selector = f"{labels.STUDY}={study},{labels.TRIAL} in ({','.join(names[i:i + chunk])})"
+        _read_pods(cluster, namespace, selector, results, {})
+    return {by_job[job]: value for job, value in results.items() if job in by_job}
 
 
 def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
@@ -324,11 +353,30 @@ def default_ranking(rows: list[TrialRow]) -> str | None:
     return None
 
 
+def declared_ranking(cluster, namespace: str, study: str) -> str | None:
+    """The ranking the study's objective declares (`loss`, or `-accuracy` to maximise; the
+    first objective of several), as its record keeps the study; None without one."""
+    try:
+        record = parse_record(cluster.get(CONFIGMAP, record_name(study), namespace))
+    except NotFound:
+        return None
+    try:
+        spec = json.loads(record.spec) if record.spec else yaml.safe_load(record.source)
+    except ValueError:  # yaml's errors are ValueErrors too
+        return None
+    objective = spec.get("objective") if isinstance(spec, dict) else None
+    first = objective[0] if isinstance(objective, list) and objective else objective
+    if not isinstance(first, dict) or not isinstance(first.get("metric"), str):
+        return None
+    return ("-" if first.get("direction") == "maximize" else "") + first["metric"]
+
+
 def best_trial(cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
-    """The study's best succeeded trial that reports the ranking's metric, and the ranking used."""
+    """The study's best succeeded trial that reports the ranking's metric, and the ranking
+    used: the one given, else the study's objective, else a guess from the metrics reported."""
     rows = [r for r in collect(cluster, namespace, study, reasons_for_all=False).trials
             if r.state == TrialState.SUCCEEDED.value]
-    ranking = ranking or default_ranking(rows)
+    ranking = ranking or declared_ranking(cluster, namespace, study) or default_ranking(rows)
     if not ranking:
         return None
     name = ranking.lstrip("-+")

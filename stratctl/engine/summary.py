@@ -24,7 +24,7 @@ from stratctl.kube.state import (TrialState, attempt_of, classify, ended_at, is_
 
 ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
                            TrialState.RETRYING,
-                           TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.FAILED)]
+                           TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.PRUNED, TrialState.FAILED)]
 
 
 @dataclass
@@ -74,12 +74,17 @@ class StudyRow:
     started: float | None = None  # the first trial's creation
     finished: float | None = None  # the last trial's end, once every trial has ended
     breaker: str = ""  # why the submit loop's etcd breaker drained the study ("" when it does not)
+    # what pruning saved: each pruned trial's GPU time short of the mean of the trials that ran to the end
+    gpu_hours_saved: float = 0.0
 
     @property
     def done(self) -> bool:
-        """Every trial ended (succeeded or failed, given up): nothing more will change."""
-        ended = self.states.get(TrialState.SUCCEEDED.value, 0) + self.states.get(TrialState.FAILED.value, 0)
-        return ended >= self.trials > 0
+        """Every trial ended (succeeded, pruned or failed, given up): nothing more will change."""
+        return ended_count(self.states) >= self.trials > 0
+
+
+def ended_count(states: dict[str, int]) -> int:
+    return sum(states.get(s.value, 0) for s in (TrialState.SUCCEEDED, TrialState.PRUNED, TrialState.FAILED))
 
 
 SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
@@ -171,6 +176,20 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
                 gpu_seconds=float(mark.get("gpu_seconds") or 0),
                 gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
             ))
+        for trial, entry in sorted(record.told.items()):  # pruned trials of a search: their jobs are gone
+            if trial in seen or entry.get("state") != TrialState.PRUNED.value:
+                continue
+            seen.add(trial)
+            params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+            if order:
+                params = {**{k: params[k] for k in order if k in params}, **params}
+            rows.append(TrialRow(
+                study=record.study, trial=trial, state=TrialState.PRUNED.value, attempt=0, params=params,
+                result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
+                gpu_seconds=float(entry.get("gpu_seconds") or 0),
+                index=entry.get("index") if isinstance(entry.get("index"), int) else None,
+                finished=float(entry["at"]) if isinstance(entry.get("at"), int | float) else None,
+            ))
         for trial, outcome in sorted(record.finished.items()):
             if trial not in seen:
                 seen.add(trial)
@@ -186,7 +205,8 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
     counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
-    ended = [r.finished for r in rows if r.state in (TrialState.SUCCEEDED.value, TrialState.FAILED.value)]
+    ended = [r.finished for r in rows
+             if r.state in (TrialState.SUCCEEDED.value, TrialState.PRUNED.value, TrialState.FAILED.value)]
     all_ended = len(ended) == len(rows) and len(rows) >= record.trials > 0 and None not in ended
     return StudyRow(
         study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
@@ -198,7 +218,18 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
         started=min((r.created for r in rows if r.created is not None), default=None),
         finished=max(ended) if all_ended else None,
         breaker=record.breaker,
+        gpu_hours_saved=saved_by_pruning(rows) / 3600,
     )
+
+
+def saved_by_pruning(rows: list[TrialRow]) -> float:
+    """GPU-seconds pruning saved: for each pruned trial, what a trial that ran to the end
+    used on average (the study's succeeded trials) less what it used; 0 before any ended."""
+    whole = [r.gpu_seconds for r in rows if r.state == TrialState.SUCCEEDED.value and r.gpu_seconds > 0]
+    if not whole:
+        return 0.0
+    mean = sum(whole) / len(whole)
+    return sum(max(0.0, mean - r.gpu_seconds) for r in rows if r.state == TrialState.PRUNED.value)
 
 
 
@@ -241,8 +272,7 @@ def summary_of(configmap: dict, now: float, fresh: float) -> StudyRow | None:
     if row is None or row.as_of is None:
         return None
     record = parse_record(configmap)
-    finished = row.states.get(TrialState.SUCCEEDED.value, 0) + row.states.get(TrialState.FAILED.value, 0)
-    final = finished >= row.trials > 0
+    final = ended_count(row.states) >= row.trials > 0
     if not final and now - row.as_of > fresh:
         return None
     # flags other terminals set since the loop wrote it

@@ -21,6 +21,9 @@ PREFIX = labels.RECORD_PREFIX
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
 PLACEMENTS_KEY = "placements"  # a study listing several queues: {queue: trials whose latest attempt went there}
 MOVED_KEY = "moved"  # trials taken out of a full queue into another (`submit --move-waiting`)
+# a closed-loop search's ended trials as told to its sampler: {trial: {"index", "params",
+# "state", "values"}}, so the search's history outlives the trials' jobs (engine/closedloop.py)
+TOLD_KEY = "told"
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 
 
@@ -56,6 +59,7 @@ class StudyRecord:
     breaker_at: float | None = None  # wall time it tripped
     placements: dict[str, int] = field(default_factory=dict)  # queue -> trials there (queue fallback)
     moved: int = 0  # trials moved to another queue before they started
+    told: dict[str, dict] = field(default_factory=dict)  # closed-loop search: ended trials as told
 
     @property
     def held(self) -> bool:
@@ -98,6 +102,7 @@ def record_data(record: StudyRecord) -> dict[str, str]:
         BREAKER_KEY: breaker_value(record.breaker, record.breaker_at),
         PLACEMENTS_KEY: json.dumps(record.placements, sort_keys=True) if record.placements else "",
         MOVED_KEY: str(record.moved) if record.moved else "",
+        TOLD_KEY: json.dumps(record.told, sort_keys=True, separators=(",", ":")) if record.told else "",
     }
 
 
@@ -147,6 +152,7 @@ def parse_record(configmap: dict) -> StudyRecord:
         breaker_at=float(tripped) if isinstance(tripped, int | float) else None,
         placements=_counts(data.get(PLACEMENTS_KEY)),
         moved=int(data[MOVED_KEY]) if (data.get(MOVED_KEY) or "").isdigit() else 0,
+        told={k: v for k, v in _json_object(data.get(TOLD_KEY)).items() if isinstance(v, dict)},
     )
 
 

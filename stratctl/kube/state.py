@@ -26,10 +26,13 @@ class TrialState(str, Enum):
     # The latest attempt failed and the trial has failures left (retries.max_failures):
     # its next attempt is due. Only recovery, which knows the limit, says so (recovery.py).
     RETRYING = "retrying"
+    # A closed-loop search's pruner stopped the trial early (its intermediate values were
+    # not going to win): not a failure; its job is deleted, its GPUs go to the next trial.
+    PRUNED = "pruned"
 
     @property
     def finished(self) -> bool:
-        return self in (TrialState.SUCCEEDED, TrialState.FAILED)
+        return self in (TrialState.SUCCEEDED, TrialState.FAILED, TrialState.PRUNED)
 
     @property
     def in_flight(self) -> bool:

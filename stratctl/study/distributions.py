@@ -3,6 +3,7 @@ strategy that draws from them."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Annotated, Literal, Union
 
@@ -112,10 +113,36 @@ def in_grid(param: Choice | Uniform | LogUniform | IntRange) -> bool:
     return bool(param.grid)
 
 
+#: Strategies that choose each trial from the results of finished ones (study/search.py).
+CLOSED_LOOP = ("tpe", "gp", "cmaes", "nsga2")
+#: Of those, the ones that optimise one objective only.
+SINGLE_OBJECTIVE = ("cmaes",)
+#: What each needs beyond the default install: (module, what to install), Optuna first.
+_NEEDS = {
+    "tpe": (("optuna", "stratctl[search]"),),
+    "nsga2": (("optuna", "stratctl[search]"),),
+    "cmaes": (("optuna", "stratctl[search]"), ("cmaes", "stratctl[search]")),
+    "gp": (("optuna", "stratctl[search]"), ("torch", "stratctl[gp]"), ("scipy", "stratctl[gp]")),
+}
+
+
+def missing(kind: str) -> str | None:
+    """What to install for strategy `kind`, or None when everything it needs is importable."""
+    for module, extra in _NEEDS.get(kind, ()):
+        if importlib.util.find_spec(module) is None:
+            return f"strategy {kind!r} needs the Python package {module!r}: pip install '{extra}'"
+    return None
+
+
 class Strategy(_Model):
-    kind: Literal["grid", "random", "quasi-random"]
+    kind: Literal["grid", "random", "quasi-random", "tpe", "gp", "cmaes", "nsga2"]
     seed: int = 0
     trials: int | None = Field(default=None, ge=1)
+
+    @property
+    def closed_loop(self) -> bool:
+        """Whether trials are asked of a sampler as results come in (not expanded up front)."""
+        return self.kind in CLOSED_LOOP
 
     @model_validator(mode="after")
     def _trials(self):
@@ -123,4 +150,36 @@ class Strategy(_Model):
             raise _bad("grid_trials", "the grid strategy takes every combination; remove 'trials'", field="trials")
         if self.kind != "grid" and self.trials is None:
             raise _bad("missing_trials", "strategy {kind!r} needs 'trials' (how many to sample)", kind=self.kind)
+        return self
+
+
+class Objective(_Model):
+    """A result metric the search optimises: `{metric: loss, direction: minimize}`."""
+
+    metric: str = Field(min_length=1)
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+
+class Pruner(_Model):
+    """Stops a closed-loop search's trials early from their intermediate values (`stratctl
+    report`): Optuna's median, successive-halving (ASHA) or Hyperband pruner."""
+
+    kind: Literal["median", "successive-halving", "hyperband"]
+    # median: trials that end before any is judged, and steps of a trial before it is
+    startup_trials: int = Field(default=5, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    # successive-halving and hyperband: the steps a trial gets before its first judgement,
+    # the steps a whole trial runs (hyperband), and the share kept at each rung (1 in N)
+    min_steps: int = Field(default=1, ge=1)
+    max_steps: int | None = Field(default=None, ge=1)
+    reduction_factor: int = Field(default=3, ge=2)
+
+    @model_validator(mode="after")
+    def _fields(self):
+        if self.kind == "hyperband" and self.max_steps is None:
+            raise _bad("max_steps", "the hyperband pruner needs 'max_steps' (the steps a whole trial reports)",
+                       field="max_steps")
+        if self.max_steps is not None and self.max_steps < self.min_steps:
+            raise _bad("max_steps", "max_steps ({a}) is below min_steps ({b})", field="max_steps",
+                       a=self.max_steps, b=self.min_steps)
         return self

@@ -4,7 +4,7 @@ table or JSON. Nothing here touches a cluster."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,18 @@ def make_plan(path: str | Path) -> Plan:
         if study.varying_shape:
             shapes = [renderer.shape(t) for t in trials]
     gpus = None if shapes is None else [sum(s) for s in shapes]
-    return Plan(study, trials, size(study), estimate(study, trials, seconds, gpus), seconds, shapes)
+    cost = estimate(study, trials, seconds, gpus)
+    if study.strategy.closed_loop:  # the first asks shown; the budget costed, as the first asks average
+        budget = study.strategy.trials or 0
+        scale = budget / len(trials) if trials else 0.0
+        cost = replace(cost, trials=budget, gpu_hours=cost.gpu_hours * scale,
+                       money=None if cost.money is None else cost.money * scale)
+        return Plan(study, trials, len(trials), cost, seconds, shapes)
+    return Plan(study, trials, size(study), cost, seconds, shapes)
+
+
+def _objectives(study: Study) -> str:
+    return ", ".join(f"{o.direction} {o.metric}" for o in study.objectives)
 
 
 def _value(v: Any) -> str:
@@ -52,7 +63,11 @@ def _value(v: Any) -> str:
 
 def table(plan: Plan, max_rows: int | None = 50) -> Group:
     s, e = plan.study, plan.estimate
-    trials = Table(title=f"study {s.name}: {len(plan.trials)} trials", title_justify="left")
+    title = f"study {s.name}: {len(plan.trials)} trials"
+    if s.strategy.closed_loop:
+        title = (f"study {s.name}: up to {s.strategy.trials} trials chosen from results ({s.strategy.kind}, "
+                 f"objective {_objectives(s)}); the first {len(plan.trials)} it asks")
+    trials = Table(title=title, title_justify="left")
     trials.add_column("#", justify="right")
     trials.add_column("trial", no_wrap=True)
     for name in s.space:
@@ -107,6 +122,7 @@ def as_json(plan: Plan) -> dict:
         "namespace": plan.study.namespace,
         "spec_hash": plan.study.spec_hash,
         "strategy": plan.study.strategy.model_dump(),
+        "objective": [o.model_dump() for o in plan.study.objectives],
         "drawn": plan.drawn,
         "duplicates": plan.duplicates,
         "gang_size": None if plan.shapes is not None else plan.study.gang_size,

@@ -366,6 +366,8 @@ class Renderer:
             {"name": labels.ENV_RESUME, "value": v["resume_text"]},
             {"name": labels.ENV_PARAMS, "value": v["params_json"]},
         ]
+        if self.study.pruner is not None:  # where `stratctl report` writes the trial's intermediate values
+            env.append({"name": labels.ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         ours = {e["name"] for e in env}
         pods = _pods(docs)
         for meta_ in [d.setdefault("metadata", {}) for d in docs] + [p.setdefault("metadata", {}) for p in pods]:

@@ -76,7 +76,15 @@ def bulk() -> Iterator[None]:
 
 
 def expand(study: Study, limit: int = DEFAULT_LIMIT) -> list[Trial]:
-    """The study's trials, in a stable order, duplicates merged; refuses more than `limit`."""
+    """The study's trials, in a stable order, duplicates merged; refuses more than `limit`.
+
+    A closed-loop search (`strategy.closed_loop`) chooses its trials as results come in:
+    its expansion is the trials it would ask first (study/search.py: `first`)."""
+    if study.strategy.closed_loop:
+        from stratctl.study.search import first  # Optuna is imported only for such studies
+
+        return [Trial(i, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
+                for i, (name, params) in enumerate(first(study))]
     with bulk():
         return _expand(study, limit)
 

@@ -17,14 +17,18 @@ from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, Valida
 
 from stratctl.study import document
 
-from stratctl.study import sandbox
+from stratctl.study import sandbox, wording
 from stratctl.study.pod import Affinity, EnvFrom, SecurityContext, Volume, VolumeMount, undefined_mounts
 from stratctl.study.topology import NetworkTopology
 from stratctl.study.distributions import (  # noqa: F401 - part of the study's public surface
     Choice,
     IntRange,
     LogUniform,
+    Objective,
     Param,
+    Pruner,
+    SINGLE_OBJECTIVE,
+    missing,
     Strategy,
     Uniform,
     grid_size,
@@ -384,6 +388,11 @@ class Study(_Model):
     workload: Literal["volcano", "batch"] = "volcano"
     space: dict[str, Param] = Field(min_length=1)
     strategy: Strategy
+    # what the search optimises (a list for several): closed-loop strategies need it;
+    # `status --best` sorts by it
+    objective: Objective | list[Objective] | None = None
+    # stops trials early from the intermediate values they report (`stratctl report`)
+    pruner: Pruner | None = None
     trial: TrialSpec
     checkpoint: Checkpoint = Checkpoint()
     retries: Retries = Retries()
@@ -438,8 +447,63 @@ class Study(_Model):
                            "as a method of the parameters mapping); rename it", field=name, name=name)
         return space
 
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _objectives(cls, v: Any) -> Any:
+        """One objective or a non-empty list of them, each error located at its own field."""
+        if v is None:
+            return None
+        many = isinstance(v, list)
+        if many and not v or not many and not isinstance(v, dict):
+            raise _bad("objective", "give a metric ({metric: loss, direction: minimize}) or a non-empty list of them")
+        out, seen = [], set()
+        for i, item in enumerate(v if many else [v]):
+            at = f"{i}." if many else ""
+            if not isinstance(item, dict):
+                raise _bad("objective", "expected a mapping like {{metric: loss, direction: minimize}}, got {got!r}",
+                           field=at.rstrip(".") or None, got=item)
+            try:
+                objective = Objective.model_validate(item)
+            except ValidationError as e:
+                first = e.errors()[0]
+                where = at + ".".join(str(part) for part in first["loc"])
+                raise _bad("objective", wording.plain(first), field=where.rstrip(".") or None) from None
+            if objective.metric in seen:
+                raise _bad("objective", "metric {m!r} is listed twice", field=f"{at}metric", m=objective.metric)
+            seen.add(objective.metric)
+            out.append(objective)
+        return out if many else out[0]
+
+    @property
+    def objectives(self) -> list[Objective]:
+        """The objectives, as a list (empty when the study names none)."""
+        if self.objective is None:
+            return []
+        return list(self.objective) if isinstance(self.objective, list) else [self.objective]
+
     @model_validator(mode="after")
     def _whole(self):
+        kind = self.strategy.kind
+        if self.strategy.closed_loop:
+            if self.objective is None:
+                raise _bad("objective", "strategy {kind!r} chooses trials from results: it needs 'objective' "
+                           "(e.g. objective: {{metric: loss, direction: minimize}})", field="strategy.kind", kind=kind)
+            needs = missing(kind)
+            if needs:
+                raise _bad("strategy_needs", needs, field="strategy.kind")
+            if kind in SINGLE_OBJECTIVE and len(self.objectives) > 1:
+                raise _bad("objective", "strategy {kind!r} optimises one objective; {n} are given (use tpe or "
+                           "nsga2 for several)", field="objective", kind=kind, n=len(self.objectives))
+            if self.pruner is not None and len(self.objectives) > 1:
+                raise _bad("pruner", "a pruner judges one objective's intermediate values; {n} objectives are given",
+                           field="pruner", n=len(self.objectives))
+            for name, p in self.space.items():
+                if p.grid:
+                    raise _bad("grid", "strategy {kind!r} chooses every value of {name!r} itself: remove 'grid'",
+                               field=f"space.{name}.grid", kind=kind, name=name)
+        if self.pruner is not None and not self.strategy.closed_loop:
+            raise _bad("pruner", "a pruner stops trials of a closed-loop search: use strategy kind tpe, gp, cmaes or "
+                       "nsga2 (got {kind!r})", field="pruner", kind=kind)
         if self.strategy.kind == "grid":
             for name, p in self.space.items():
                 if not isinstance(p, Choice | IntRange) and not p.grid:

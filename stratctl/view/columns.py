@@ -235,6 +235,9 @@ def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
         number("failed_attempts", "failed attempts", [r.failures for r in rows])
         number("preemptions", "preemptions", [r.preemptions for r in rows])
     column("gpu_hours", "GPU-h", True, [f"{r.gpu_hours:.2f}" for r in rows], [r.gpu_hours for r in rows])
+    if wide or any(r.states.get("pruned") for r in rows):
+        column("gpu_hours_saved", "GPU-h saved", True, [f"{r.gpu_hours_saved:.2f}" for r in rows],
+               [r.gpu_hours_saved for r in rows])
     if wide:
         column("gpu_hours_lost", "GPU-h lost", True, [f"{r.gpu_hours_lost:.2f}" for r in rows],
                [r.gpu_hours_lost for r in rows])

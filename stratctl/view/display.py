@@ -25,9 +25,10 @@ def progress_table(p: Progress) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
-    finished = p.succeeded + p.failed
+    finished = p.succeeded + p.failed + p.pruned
     table.add_row("study", p.study)
-    table.add_row("trials", f"{finished}/{p.total} finished ({p.succeeded} succeeded, {p.failed} failed)")
+    pruned = f", {p.pruned} pruned" if p.pruned else ""
+    table.add_row("trials", f"{finished}/{p.total} finished ({p.succeeded} succeeded{pruned}, {p.failed} failed)")
     table.add_row(
         "in flight",
         f"{p.in_flight} of target {p.target} ({p.running} running, {p.pending} pending gangs), {p.waiting} waiting"
@@ -64,7 +65,7 @@ def progress_table(p: Progress) -> Table:
 
 
 def render_progress(p: Progress):
-    finished = p.succeeded + p.failed + len(p.errors)
+    finished = p.succeeded + p.failed + p.pruned + len(p.errors)
     bar = ProgressBar(total=max(p.total, 1), completed=finished, width=60)
     return Group(progress_table(p), bar)
 
@@ -113,13 +114,15 @@ class LogDisplay:
         print(f"{stamp} {text}", file=self.stream, flush=True)
 
     def update(self, p: Progress) -> None:
-        key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, len(p.errors), p.throttled_429,
+        key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, p.pruned, len(p.errors), p.throttled_429,
                p.watch_problem, p.blocked)
         if key == self._last:
             return
         self._last = key
         self._line(
-            f"{p.study}: {p.succeeded + p.failed}/{p.total} finished ({p.failed} failed), "
+            f"{p.study}: {p.succeeded + p.failed + p.pruned}/{p.total} finished ({p.failed} failed"
+            + (f", {p.pruned} pruned), " if p.pruned else "), ")
+            + 
             f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
             f"{p.created} created, {p.throttled_429} x 429"
             + (f"; {p.watch_problem}" if p.watch_problem else "")
@@ -139,7 +142,8 @@ def summary(p: Progress) -> str:
         lines += [f"  {trial}: {message}" for trial, message in sorted(p.errors.items())]
         return "\n".join(lines)
     lines = [
-        f"study {p.study}: {p.succeeded} succeeded, {p.failed} failed, {p.in_flight} in flight, "
+        f"study {p.study}: {p.succeeded} succeeded, " + (f"{p.pruned} pruned, " if p.pruned else "")
+        + f"{p.failed} failed, {p.in_flight} in flight, "
         f"{p.waiting} not yet submitted, of {plural(p.total, 'trial')}",
         f"created {p.created}, already there {p.existing}; {p.api_writes} API writes "
         f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "

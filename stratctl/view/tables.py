@@ -16,7 +16,7 @@ from stratctl.engine.summary import StudyRow, TrialRow
 from stratctl.view.columns import GAP, Column, duration, fit, plural, study_columns, study_note, trial_columns
 
 STYLE = {"running": "green", "pending": "yellow", "preempted": "magenta", "suspended": "cyan", "retrying": "yellow",
-         "succeeded": "bold green", "failed": "red", "waiting": "dim"}
+         "succeeded": "bold green", "pruned": "blue", "failed": "red", "waiting": "dim"}
 
 age = duration  # the name older callers use
 

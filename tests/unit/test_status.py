@@ -47,7 +47,7 @@ def test_study_and_trial_rows_from_recorded_jobs():
     )
     [study] = snap.studies
     assert study.states == {"waiting": 6, "pending": 1, "running": 1, "preempted": 0, "retrying": 0, "suspended": 1,
-                            "succeeded": 1, "failed": 0}
+                            "succeeded": 1, "pruned": 0, "failed": 0}
     assert study.in_flight == 2 and study.target == 4 and study.decision == "adaptive: 4"
     assert study.preemptions == 2  # 1 carried + 1 in-place restart of attempt 1
     assert study.attempts == 1 + 2 + 1 + 1

@@ -98,7 +98,7 @@ def test_every_pydantic_error_type_in_the_table_has_a_sentence():
     ("type: choice", "type: choise",
      "study.yaml:5:14: space.bs: 'type' must be one of choice, uniform, loguniform, int (did you mean 'choice'?)"),
     ("kind: random", "kind: randm",
-     "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random' or 'quasi-random' (did you mean 'random'?)"),
+     "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2' (did you mean 'random'?)"),
     ("namespace: ns", "namespace: ns\nworkload: volcan",
      "study.yaml:3:11: workload: must be one of 'volcano' or 'batch' (did you mean 'volcano'?)"),
     ("namespace: ns", "namespace: ns\ncleanup: dlete",
@@ -106,7 +106,7 @@ def test_every_pydantic_error_type_in_the_table_has_a_sentence():
     ("  image: busybox", "  image: busybox\n  restart_policy: never",
      "study.yaml:9:19: trial.restart_policy: must be one of 'Never' or 'OnFailure' (did you mean 'Never'?)"),
     ("kind: random", "kind: sobol",  # nothing close: no suggestion, the list says it all
-     "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random' or 'quasi-random'"),
+     "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2'"),
 ])
 def test_a_mistyped_value_suggests_the_closest_allowed_one(tmp_path, old, new, message):
     assert problems(tmp_path, MINIMAL.replace(old, new)) == [message]
