@@ -19,6 +19,7 @@ GPUS_PER_NODE=${STRATCTL_TESTBED_GPUS_PER_NODE:-8}
 
 NAMESPACE=stratctl-e2e
 RESTRICTED_USER=trial-runner
+NO_NODES_USER=no-node-reader  # bound without the cluster-wide reads (context restricted-no-nodes)
 KUBECONFIG_PATH=$RUN_DIR/kubeconfig
 APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
 PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT

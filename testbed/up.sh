@@ -82,11 +82,12 @@ EOF
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 )
 tok() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-ADMIN_TOKEN=$(tok); RESTRICTED_TOKEN=$(tok); KCM_TOKEN=$(tok); VC_CM_TOKEN=$(tok); VC_SCHED_TOKEN=$(tok); KWOK_TOKEN=$(tok)
+ADMIN_TOKEN=$(tok); RESTRICTED_TOKEN=$(tok); NO_NODES_TOKEN=$(tok); KCM_TOKEN=$(tok); VC_CM_TOKEN=$(tok); VC_SCHED_TOKEN=$(tok); KWOK_TOKEN=$(tok)
 # token,user,uid,"groups". Control-plane components are system:masters, hence exempt from APF.
 cat > "$PKI/tokens.csv" <<EOF
 $ADMIN_TOKEN,admin,uid-admin,"system:masters"
 $RESTRICTED_TOKEN,$RESTRICTED_USER,uid-$RESTRICTED_USER,"stratctl:trial-runners"
+$NO_NODES_TOKEN,$NO_NODES_USER,uid-$NO_NODES_USER,"stratctl:trial-runners"
 $KCM_TOKEN,system:kube-controller-manager,uid-kcm,"system:masters"
 $VC_CM_TOKEN,volcano-controllers,uid-vc-cm,"system:masters"
 $VC_SCHED_TOKEN,volcano-scheduler,uid-vc-sched,"system:masters"
@@ -140,6 +141,9 @@ users:
 - name: $RESTRICTED_USER
   user:
     token: $RESTRICTED_TOKEN
+- name: $NO_NODES_USER
+  user:
+    token: $NO_NODES_TOKEN
 contexts:
 - name: admin
   context:
@@ -149,6 +153,11 @@ contexts:
   context:
     cluster: stratctl-testbed
     user: $RESTRICTED_USER
+    namespace: $NAMESPACE
+- name: restricted-no-nodes
+  context:
+    cluster: stratctl-testbed
+    user: $NO_NODES_USER
     namespace: $NAMESPACE
 current-context: admin
 EOF
@@ -213,6 +222,8 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --allow-privileged=true \
   --max-requests-inflight 150 --max-mutating-requests-inflight 50 \
   --enable-priority-and-fairness=true \
+  --audit-policy-file "$TESTBED_SRC/audit-policy.yaml" --audit-log-path "$RUN_DIR/logs/audit.log" \
+  --audit-log-format json --audit-log-maxsize 200 --audit-log-maxbackup 1 \
   --profiling=false --v=1
 wait_for kube-apiserver 60 curl_ok --cacert "$PKI/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$APISERVER_URL/readyz"
 
@@ -221,6 +232,9 @@ kc apply --server-side -f "$CRD_DIR" >/dev/null
 kc wait --for condition=Established --timeout 30s crd --all >/dev/null
 tb_log "Volcano CRDs established ($(elapsed))"
 kc apply --server-side -f "$TESTBED_SRC/objects.yaml" >/dev/null
+# The restricted users are bound to exactly what `stratctl rbac` prints (a unit test keeps
+# these files equal to its output): trial-runner with the cluster-wide reads, no-node-reader without.
+kc apply --server-side -f "$TESTBED_SRC/rbac.yaml" -f "$TESTBED_SRC/rbac-no-nodes.yaml" >/dev/null
 tb_log "namespace, RBAC, priority classes, APF objects applied ($(elapsed))"
 # The network topology, before the scheduler starts (it builds its HyperNode tree from them).
 kc apply --server-side -f "$TESTBED_SRC/hypernodes.yaml" >/dev/null

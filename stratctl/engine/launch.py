@@ -79,8 +79,10 @@ def submit_study(
                       first_patience=START_PATIENCE)
     try:
         # before the study's record or any trial is written: a study that cannot run here is refused whole
-        preflight(preflight_gated(cluster, throttle), study, prepared.manifests.values(),
-                  namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
+        blind = preflight(preflight_gated(cluster, throttle), study, prepared.manifests.values(),
+                          namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
+        if blind and reporter is not None:
+            reporter.event(blind)
         if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
             revise(cluster, study, trials, renderer, prepared.manifests, job_kind(study), rerun_changed,
                    reporter or Silent(), file=str(path))
@@ -96,7 +98,7 @@ def submit_study(
             reporter.event("--detach: not watching nodes and pods, so no GPU signal and no yielding to "
                            "higher-priority gangs; trials preempted after it returns are resumed by the next "
                            "`stratctl submit` without --detach")
-        if (options.parallelism == "adaptive" or yields) and not options.detach:
+        if (options.parallelism == "adaptive" or yields) and not options.detach and not blind:
             submitter.signals = ClusterSignals(
                 cluster, submitter.reference_shape(), study.namespace, study.priority_class,
                 yields, study.queues, study.trial.network_topology)

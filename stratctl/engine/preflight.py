@@ -66,9 +66,24 @@ def accesses(study: Study, watch_cluster: bool = True) -> list[Access]:
     needed += [Access("list", "", "pods", ns, "submit reads how trials ended from them"),
                Access("list", "", "events", ns, "submit reads how trials ended from them")]
     if watch_cluster:
-        needed += [Access(verb, "", kind, None, "submit counts the free GPUs from them") for kind in ("nodes", "pods")
-                   for verb in ("list", "watch")]
+        needed += [Access(verb, "", kind, None, CLUSTER_READ) for kind in ("nodes", "pods") for verb in ("list", "watch")]
     return needed
+
+
+CLUSTER_READ = "submit counts the free GPUs from them"  # optional: without them the loop goes without its GPU signal
+
+
+def degraded(facts: Facts) -> str | None:
+    """The one line a submit says when it may not read nodes and pods across the cluster
+    (it goes on without its GPU signal), else None."""
+    refused = [a for a in facts.denied if a.why == CLUSTER_READ]
+    if not refused:
+        return None
+    what = ", ".join(sorted({a.resource for a in refused}))
+    verbs = ", ".join(sorted({a.verb for a in refused}))
+    return (f"not permitted to {verbs} {what} across the cluster: no GPU signal and no yielding to higher-priority "
+            "gangs, the target follows pending gangs and the API's answers only (an admin grants the reads with "
+            "`stratctl rbac --cluster-wide-reads`)")
 
 
 # -- the pods a trial runs, from its rendered manifests --------------------------------
@@ -339,6 +354,8 @@ def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
         denied = facts.denied
     grouped: dict[tuple[str, str | None], list[Access]] = {}
     for access in denied:
+        if access.why == CLUSTER_READ:  # not a refusal: the loop goes without (`degraded`)
+            continue
         grouped.setdefault((access.what, access.namespace), []).append(access)
     findings = []
     for (what, namespace), refused in grouped.items():
@@ -357,12 +374,14 @@ def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
 
 
 def preflight(cluster, study: Study, trials: Iterable[list[dict]], namespace_flag: bool = False,
-              watch_cluster: bool = True) -> None:
+              watch_cluster: bool = True) -> str | None:
     """Read the cluster's facts and raise `PreflightError` with every problem found; nothing
-    is created (the namespace probe and the access reviews store nothing)."""
+    is created (the namespace probe and the access reviews store nothing). Returns the
+    line saying what the loop goes without, when the user may not read nodes and pods."""
     cluster.reach()  # the first contact: an API server out of reach is told within START_PATIENCE
     probe = record_manifest(StudyRecord(study.name, study.spec_hash, 0), study.namespace)
     found = cluster_facts.read(cluster, study.namespace, accesses(study, watch_cluster), probe)
     findings = check(study, found, trials, namespace_flag)
     if findings:
         raise PreflightError([f.problem for f in findings], exit_code(findings))
+    return degraded(found)
