@@ -14,9 +14,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-## The test command (README, .ci/run): unit tests, the import contract, then end-to-end
-## tests on the local testbed (built and started by the session fixture if needed).
+## The test command (README, .ci/run): the Debian packages the tests use (promtool, the
+## testbed's Prometheus), the import contract, unit tests, then end-to-end tests on the
+## local testbed (built and started by the session fixture if needed).
 test: venv
+	bash testbed/packages.sh
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 

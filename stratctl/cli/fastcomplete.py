@@ -23,7 +23,7 @@ import shlex
 import threading
 
 COMMAND_NAMES = ["validate", "render", "plan", "schema", "submit", "status", "drain", "resume", "wait", "delete",
-                 "logs", "report", "rbac"]
+                 "logs", "report", "rbac", "dashboard"]
 
 
 STUDY_COMMANDS = ("status", "drain", "resume", "delete", "logs", "wait")

@@ -33,7 +33,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
 # A module registers its commands with `register(app)` when it has several (drain, resume).
-COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "wait", "delete", "logs", "report", "rbac"]
+COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "wait", "delete", "logs", "report", "rbac", "dashboard"]
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:

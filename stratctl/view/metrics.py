@@ -29,6 +29,7 @@ class MetricsReporter:
         self.waiting = gauge("trials_waiting", "Trials not yet created")
         self.succeeded = gauge("trials_succeeded", "Trials finished successfully")
         self.failed = gauge("trials_failed", "Trials that failed")
+        self.pruned = gauge("trials_pruned", "Trials a closed-loop search's pruner stopped early")
         self.hold = gauge("admission_held", "1 while new submissions are held")
         self.free_gpus = gauge("cluster_free_gpus", "Free nvidia.com/gpu summed over ready nodes")
         self.gangs_fit = gauge("cluster_gangs_fit", "Whole gangs of the study's shape the free GPUs could hold")
@@ -42,6 +43,9 @@ class MetricsReporter:
                                       registry=self.registry)
         self.decisions = Counter("stratctl_target_changes", "Changes of the in-flight target", labels,
                                  registry=self.registry)
+        self.waits = Counter("stratctl_throttle_waits", "Requests the client-side token bucket made wait", labels,
+                             registry=self.registry)
+        self._seen_waits = 0
         self._seen_429 = 0
         self._seen_watch_errors = 0
         self._last_target: int | None = None
@@ -59,7 +63,7 @@ class MetricsReporter:
     def _start(self, study: str) -> None:
         """Export every counter at 0 from the first update, so a rate() over the series is
         defined from the start instead of appearing with the first event."""
-        for counter in (self.throttled, self.watch_failures, self.decisions):
+        for counter in (self.throttled, self.watch_failures, self.decisions, self.waits):
             counter.labels(study)
 
     def update(self, p: Progress) -> None:
@@ -69,7 +73,7 @@ class MetricsReporter:
         for gauge, value in (
             (self.target, p.target), (self.in_flight, p.in_flight), (self.pending, p.pending),
             (self.stuck, p.stuck), (self.waiting, p.waiting), (self.succeeded, p.succeeded),
-            (self.failed, p.failed), (self.hold, int(p.hold)), (self.free_gpus, p.free_gpus),
+            (self.failed, p.failed), (self.pruned, p.pruned), (self.hold, int(p.hold)), (self.free_gpus, p.free_gpus),
             (self.gangs_fit, p.gangs_fit), (self.latency, p.latency_p90),
             (self.watch_broken, int(p.watch_problem is not None)),
             (self.api_qps, p.api.qps if p.api else None), (self.api_window, p.api.window if p.api else None),
@@ -80,6 +84,9 @@ class MetricsReporter:
         if p.throttled_429 > self._seen_429:
             self.throttled.labels(s).inc(p.throttled_429 - self._seen_429)
             self._seen_429 = p.throttled_429
+        if p.throttle_waits > self._seen_waits:
+            self.waits.labels(s).inc(p.throttle_waits - self._seen_waits)
+            self._seen_waits = p.throttle_waits
         if p.watch_errors > self._seen_watch_errors:
             self.watch_failures.labels(s).inc(p.watch_errors - self._seen_watch_errors)
             self._seen_watch_errors = p.watch_errors
