@@ -1,38 +1,50 @@
-"""Submission throughput on a real cluster: stratctl against kubectl, in one run.
+"""Submission throughput on a real cluster, side by side in one run: `stratctl submit` as
+the user runs it (a process: start-up, render, record and watches included, `--qps 0`)
+against the API server's own ceiling and against kubectl.
 
-The same N rendered trials are created three ways, with client-side limits off:
-  1. `stratctl submit --detach` (concurrent creates through the throttle, qps unlimited);
-  2. `kubectl apply -f DIR` of the same manifests, one file per trial;
-  3. one `kubectl create -f FILE` process per trial file.
-Each run gets its own study name so nothing collides; everything is deleted afterwards.
-Each gang asks for more GPUs than the whole cluster has, so it is never enqueued and no
-pod starts: the benchmark measures the API path, not the scheduler.
+The same N trials (Volcano Jobs, gangs of 2 asking for more GPUs than the cluster has, so
+no pod starts: the API path is measured, not the scheduler) are created three ways:
 
-    python bench/submit_bench.py [--trials 200]
+  raw       concurrent HTTPS POSTs of the same manifests, pre-serialised, over keep-alive
+            connections (`--raw-connections` threads, one connection each): the API
+            server's ceiling on this machine — nothing a client can do goes faster;
+  stratctl  `stratctl submit FILE --detach --qps 0` as a process, timed from exec to exit;
+  kubectl   `kubectl apply -f DIR`, one file per trial.
+
+Each method runs `--repeat` times, interleaved (raw, stratctl, kubectl, raw, ...), so
+the machine's load falls on all of them; the medians are compared. Every run has its own
+study name; everything is deleted after each run. Figures go to stdout and to
+bench/results/submit.json with the commit they were measured at.
+
+    python bench/submit_bench.py [--trials 500] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import http.client
+import json
+import os
+import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
-
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.results import save  # noqa: E402
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
+from stratctl.engine.launch import prepare  # noqa: E402
 from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.engine.controller import SubmitOptions  # noqa: E402
-from stratctl.engine.launch import Connection, prepare, submit_study  # noqa: E402
 from stratctl.view.yamlout import dump_all  # noqa: E402
-
 
 
 def study_text(name: str, namespace: str, trials: int) -> str:
@@ -60,6 +72,9 @@ def delete_study(admin: Cluster, name: str) -> None:
         items, _ = admin.list(kind, label_selector=f"{labels.STUDY}={name}")
         for item in items:
             admin.delete(kind, item["metadata"]["name"])
+    deadline = time.time() + 120
+    while count(admin, name) and time.time() < deadline:
+        time.sleep(0.5)
 
 
 def count(admin: Cluster, name: str) -> int:
@@ -67,86 +82,127 @@ def count(admin: Cluster, name: str) -> int:
     return len(items)
 
 
-def write_trial_files(path: Path, namespace: str, directory: Path) -> list[Path]:
-    files = []
-    for name, manifests in prepare(path, namespace).manifests.items():
-        f = directory / f"{name}.yaml"
-        f.write_text(dump_all(manifests))
-        files.append(f)
-    return files
+def credentials(kubeconfig: str, context: str) -> tuple[str, str, str]:
+    """(server URL, CA file, bearer token) of a kubeconfig context."""
+    doc = yaml.safe_load(Path(kubeconfig).read_text())
+    ctx = next(c["context"] for c in doc["contexts"] if c["name"] == context)
+    cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
+    user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
+    return cluster["server"], cluster["certificate-authority"], user["token"]
 
 
-def kubectl_requests(stderr: str) -> tuple[int, int]:
-    """(requests, writes) from kubectl -v=6 logs."""
-    reqs = re.findall(r'"Response".*?verb="(\w+)"|\b(GET|POST|PUT|PATCH|DELETE) https://', stderr)
-    verbs = [a or b for a, b in reqs]
-    return len(verbs), sum(v in ("POST", "PUT", "PATCH", "DELETE") for v in verbs)
+def raw_posts(server: str, ca: str, token: str, namespace: str, bodies: list[bytes], connections: int) -> float:
+    """Seconds to POST every body over `connections` keep-alive HTTPS connections at once."""
+    host, port = server.removeprefix("https://").split(":")
+    path = f"/apis/batch.volcano.sh/v1alpha1/namespaces/{namespace}/jobs"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"}
+    context = ssl.create_default_context(cafile=ca)
+    queue = list(enumerate(bodies))
+    lock = threading.Lock()
+    failures: list[str] = []
+    conns = [http.client.HTTPSConnection(host, int(port), context=context) for _ in range(connections)]
+    for conn in conns:  # TLS handshakes before the clock starts: the ceiling of a warm client
+        conn.request("GET", "/readyz", headers=headers)
+        conn.getresponse().read()
+
+    def work(conn):
+        while True:
+            with lock:
+                if not queue:
+                    return
+                _, body = queue.pop()
+            conn.request("POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status != 201:
+                failures.append(str(response.status))
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in conns]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - started
+    for conn in conns:
+        conn.close()
+    assert not failures, failures[:5]
+    return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--workers", type=int, default=32)
+    parser.add_argument("--trials", type=int, default=500)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--raw-connections", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=32, help="stratctl submit --workers")
     args = parser.parse_args()
     n = args.trials
     target = testbed_target()
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
+    server, ca, token = credentials(target.kubeconfig, target.admin_context)
+    kubectl = [target.kubectl, "--kubeconfig", target.kubeconfig, "--context", target.admin_context]
+    stratctl = [sys.executable, "-m", "stratctl"]
     stamp = str(int(time.time()))[-6:]
-    results = []
+    times: dict[str, list[float]] = {"raw": [], "stratctl": [], "kubectl": []}
+    load = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        kubectl = [target.kubectl, "--kubeconfig", target.kubeconfig] + (
-            ["--context", target.admin_context] if target.admin_context else []
-        )
-
-        # 1. stratctl
-        name = f"bench-s-{stamp}"
-        path = tmpdir / "stratctl.yaml"
-        path.write_text(study_text(name, target.namespace, n))
-        started = time.perf_counter()
-        progress = submit_study(
-            path,
-            Connection(target.kubeconfig, target.admin_context, target.namespace),
-            SubmitOptions(detach=True, workers=args.workers, poll_interval=0.2),
-            qps=0,
-            burst=1,
-        )
-        seconds = time.perf_counter() - started
-        assert count(admin, name) == n and progress.created == n, progress
-        results.append(("stratctl submit --detach", seconds, progress.api_requests, progress.api_writes))
-        delete_study(admin, name)
-
-        def kubectl_run(label: str, key: str, per_file: bool) -> None:
-            """Render the same study into one file per trial, create them with kubectl, time it."""
-            name = f"bench-{key}-{stamp}"
-            path = tmpdir / f"{key}.yaml"
+        for rep in range(args.repeat):
+            # raw: the same manifests stratctl renders, serialised before the clock starts
+            name = f"bench-r{rep}-{stamp}"
+            path = tmpdir / f"{name}.yaml"
             path.write_text(study_text(name, target.namespace, n))
-            directory = tmpdir / key
-            directory.mkdir()
-            files = write_trial_files(path, target.namespace, directory)
-            commands = ([kubectl + ["create", "-f", str(f), "-v=6"] for f in files] if per_file
-                        else [kubectl + ["apply", "-f", str(directory), "-v=6"]])
-            reqs = writes = 0
-            started = time.perf_counter()
-            for command in commands:
-                out = subprocess.run(command, capture_output=True, text=True)
-                assert out.returncode == 0, out.stderr[-2000:]
-                r, w = kubectl_requests(out.stderr)
-                reqs, writes = reqs + r, writes + w
-            seconds = time.perf_counter() - started
+            bodies = [json.dumps(m[0]).encode() for m in prepare(path, target.namespace).manifests.values()]
+            times["raw"].append(raw_posts(server, ca, token, target.namespace, bodies, args.raw_connections))
             assert count(admin, name) == n
-            results.append((label, seconds, reqs, writes))
             delete_study(admin, name)
 
-        kubectl_run("kubectl apply -f DIR", "a", per_file=False)
-        kubectl_run("kubectl create -f FILE (per trial)", "c", per_file=True)
+            name = f"bench-s{rep}-{stamp}"
+            path = tmpdir / f"{name}.yaml"
+            path.write_text(study_text(name, target.namespace, n))
+            started = time.perf_counter()
+            done = subprocess.run(stratctl + ["submit", str(path), "--detach", "--qps", "0", "--workers",
+                                              str(args.workers), "--kubeconfig", target.kubeconfig, "--context",
+                                              target.admin_context, "-o", "json"], capture_output=True, text=True)
+            times["stratctl"].append(time.perf_counter() - started)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert count(admin, name) == n and json.loads(done.stdout)["created"] == n
+            delete_study(admin, name)
 
-    base = results[0][1]
-    print(f"\nsubmission of {n} Volcano Jobs (gangs of 2), client-side limits off\n")
-    print(f"{'method':38} {'seconds':>8} {'trials/s':>9} {'stratctl speed-up':>18} {'requests/trial':>15} {'writes/trial':>13}")
-    for method, seconds, reqs, writes in results:
-        print(f"{method:38} {seconds:8.2f} {n / seconds:9.1f} {seconds / base:17.1f}x {reqs / n:15.2f} {writes / n:13.2f}")
+            name = f"bench-k{rep}-{stamp}"
+            path = tmpdir / f"{name}.yaml"
+            path.write_text(study_text(name, target.namespace, n))
+            directory = tmpdir / name
+            directory.mkdir()
+            for trial, manifests in prepare(path, target.namespace).manifests.items():
+                (directory / f"{trial}.yaml").write_text(dump_all(manifests))
+            started = time.perf_counter()
+            done = subprocess.run(kubectl + ["apply", "-f", str(directory)], capture_output=True, text=True)
+            times["kubectl"].append(time.perf_counter() - started)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert count(admin, name) == n
+            delete_study(admin, name)
+            load.append(os.getloadavg()[0])
     admin.close()
+
+    median = {k: statistics.median(v) for k, v in times.items()}
+    rate = {k: n / s for k, s in median.items()}
+    print(f"\nsubmission of {n} Volcano Jobs (gangs of 2), client-side limits off; median of {args.repeat} "
+          f"interleaved runs; load average {statistics.mean(load):.1f} on {os.cpu_count()} cores\n")
+    print(f"{'method':62} {'seconds':>8} {'trials/s':>9} {'vs raw':>7}")
+    labels_ = {"raw": f"raw HTTPS POSTs, {args.raw_connections} keep-alive connections (the ceiling)",
+               "stratctl": f"stratctl submit --detach --qps 0 (process, --workers {args.workers})",
+               "kubectl": "kubectl apply -f DIR"}
+    for key in ("raw", "stratctl", "kubectl"):
+        print(f"{labels_[key]:62} {median[key]:8.2f} {rate[key]:9.1f} {rate[key] / rate['raw']:6.2f}x")
+    ratio_raw, ratio_kubectl = rate["stratctl"] / rate["raw"], rate["stratctl"] / rate["kubectl"]
+    print(f"\nstratctl: {ratio_raw:.2f}x the API server's ceiling (target ≥ 0.8x), "
+          f"{ratio_kubectl:.1f}x kubectl apply (target ≥ 3x)")
+    save("submit", {"trials": n, "repeat": args.repeat, "seconds": times, "median_seconds": median,
+                    "trials_per_second": rate, "stratctl_vs_raw": ratio_raw, "stratctl_vs_kubectl_apply": ratio_kubectl,
+                    "raw_connections": args.raw_connections, "workers": args.workers,
+                    "load_average": statistics.mean(load), "cores": os.cpu_count()})
 
 
 if __name__ == "__main__":
