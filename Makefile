@@ -12,6 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	# bytecode now, as a regular install has it: every command's start-up is measured (bench/)
+	$(BIN)/python -m compileall -q stratctl >/dev/null
 	touch $@
 
 ## The test command (README, .ci/run): the Debian packages the tests use (promtool, the
@@ -48,7 +50,11 @@ demo: venv
 ## on the local testbed. Each prints its figures against a baseline run side by side.
 bench: venv
 	$(BIN)/python bench/render_bench.py
+	$(BIN)/python bench/startup_bench.py
 	$(BIN)/python bench/submit_bench.py
+	$(BIN)/python bench/status_bench.py
+	$(BIN)/python bench/quota_bench.py
+	$(BIN)/python bench/mixed_shapes.py
 
 ## Regenerate completions/stratctl.{bash,zsh,fish} from the CLI definition.
 completions: venv

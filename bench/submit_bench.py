@@ -2,8 +2,9 @@
 the user runs it (a process: start-up, render, record and watches included, `--qps 0`)
 against the API server's own ceiling and against kubectl.
 
-The same N trials (Volcano Jobs, gangs of 2 asking for more GPUs than the cluster has, so
-no pod starts: the API path is measured, not the scheduler) are created three ways:
+The same N trials (Volcano Jobs, gangs of two 8-GPU pods in the testbed's `capped` queue,
+which holds 16 GPUs: one gang runs, the others wait in the queue without pods, so the API
+path is measured, not the scheduler) are created three ways:
 
   raw       concurrent HTTPS POSTs of the same manifests, pre-serialised, over keep-alive
             connections (`--raw-connections` threads, one connection each): the API
@@ -43,7 +44,8 @@ from bench.results import save  # noqa: E402
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.engine.launch import prepare  # noqa: E402
-from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.errors import NotFound  # noqa: E402
+from stratctl.kube.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.view.yamlout import dump_all  # noqa: E402
 
 
@@ -52,7 +54,7 @@ def study_text(name: str, namespace: str, trials: int) -> str:
         f"""\
         name: {name}
         namespace: {namespace}
-        queue: default
+        queue: capped
         space:
           seed: {{type: int, low: 0, high: {trials - 1}, grid: true}}
           lr: {{type: choice, values: [0.001]}}
@@ -60,7 +62,7 @@ def study_text(name: str, namespace: str, trials: int) -> str:
         trial:
           image: busybox
           command: ["train", "--seed={{{{ params.seed }}}}", "--lr={{{{ params.lr }}}}"]
-          resources: {{requests: {{nvidia.com/gpu: 1000, cpu: 100m}}}}
+          resources: {{requests: {{nvidia.com/gpu: 8, cpu: 100m}}, limits: {{nvidia.com/gpu: 8}}}}
           tasks: [{{name: worker, replicas: 2}}]
         throttle: {{qps: 5, burst: 10, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
         """
@@ -68,12 +70,24 @@ def study_text(name: str, namespace: str, trials: int) -> str:
 
 
 def delete_study(admin: Cluster, name: str) -> None:
+    """Delete the run's jobs, their PodGroups (not left to the garbage collector, which would
+    still be busy with them during the next run) and its record, and wait until all are gone."""
     for kind in (VOLCANO_JOB, CONFIGMAP):
         items, _ = admin.list(kind, label_selector=f"{labels.STUDY}={name}")
         for item in items:
             admin.delete(kind, item["metadata"]["name"])
-    deadline = time.time() + 120
-    while count(admin, name) and time.time() < deadline:
+
+    def groups():
+        items, _ = admin.list(PODGROUP)
+        return [g["metadata"]["name"] for g in items if g["metadata"]["name"].startswith(f"{name}-")]
+
+    for group in groups():
+        try:
+            admin.delete(PODGROUP, group)
+        except NotFound:
+            pass
+    deadline = time.time() + 180
+    while (count(admin, name) or groups()) and time.time() < deadline:
         time.sleep(0.5)
 
 
