@@ -113,21 +113,26 @@ class Killed(BaseException):
     """The launcher dying mid-run (SIGKILL): nothing after it runs."""
 
 
-def test_a_killed_loop_is_continued_without_a_duplicate_and_within_the_budget(search_file):
-    cluster, clock = SearchCluster(), FakeClock()
-    first, _ = make(search_file(), cluster, clock)
-    cycles = []
+def kill_after(submitter, cluster, clock, cycles: int) -> None:
+    """Run the loop until it has slept `cycles` times (the cluster moving on between), then kill it."""
+    slept = []
 
     def die(seconds):
-        cycles.append(seconds)
-        if len(cycles) == 3:
+        slept.append(seconds)
+        if len(slept) == cycles:
             raise Killed()
         clock.sleep(seconds)
         cluster.advance()
 
-    first.sleep = die
+    submitter.sleep = die
     with pytest.raises(Killed):
-        first.run()
+        submitter.run()
+
+
+def test_a_killed_loop_is_continued_without_a_duplicate_and_within_the_budget(search_file):
+    cluster, clock = SearchCluster(), FakeClock()
+    first, _ = make(search_file(), cluster, clock)
+    kill_after(first, cluster, clock, 3)
     before = list(cluster.creates)
     assert 3 < len(before) < 9
     second, _ = make(search_file(), cluster, clock)
@@ -183,18 +188,7 @@ def test_drained_trials_come_back_and_count_once(search_file):
 
     cluster, clock = SearchCluster(), FakeClock()
     first, _ = make(search_file(), cluster, clock)
-    cycles = []
-
-    def die(seconds):
-        cycles.append(seconds)
-        if len(cycles) == 2:
-            raise Killed()
-        clock.sleep(seconds)
-        cluster.advance()
-
-    first.sleep = die
-    with pytest.raises(Killed):
-        first.run()
+    kill_after(first, cluster, clock, 2)
     running = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs(lambda p: p in ("Pending", "Running"))}
     assert running
     [outcome] = drain(cluster, cluster.namespace, "tpe", settle=0)
@@ -244,18 +238,7 @@ def test_the_best_trial_is_the_objectives_best(search_file):
 def test_trials_that_ended_while_no_loop_followed_are_told_and_recorded(search_file):
     cluster, clock = SearchCluster(), FakeClock()
     first, _ = make(search_file(), cluster, clock)
-    cycles = []
-
-    def die(seconds):
-        cycles.append(seconds)
-        if len(cycles) == 2:
-            raise Killed()
-        clock.sleep(seconds)
-        cluster.advance()
-
-    first.sleep = die
-    with pytest.raises(Killed):
-        first.run()
+    kill_after(first, cluster, clock, 2)
     recorded = set(told(cluster))
     cluster.advance()
     cluster.advance()  # the trials in flight end while no loop runs
