@@ -172,12 +172,13 @@ def test_every_problem_at_once(testbed, api, study, unique):
 @pytest.fixture
 def jobless_user(testbed, api, unique, tmp_path):
     """A kubeconfig for a ServiceAccount that may do everything the testbed's restricted user
-    may, except create, patch and delete Volcano jobs."""
+    may (the RBAC of `stratctl rbac --cluster-wide-reads`), except create, patch and delete
+    Volcano jobs."""
     from kubernetes import client
 
     core, rbac = client.CoreV1Api(testbed.admin()), client.RbacAuthorizationV1Api(testbed.admin())
     ns, name = testbed.namespace, f"pf-jobless-{unique}"
-    role = rbac.read_namespaced_role("stratctl-trial-runner", ns)
+    role = rbac.read_namespaced_role("stratctl", ns)
     rules = []
     for rule in role.rules:
         if "batch.volcano.sh" in (rule.api_groups or []):
@@ -189,9 +190,11 @@ def jobless_user(testbed, api, unique, tmp_path):
     rbac.create_namespaced_role_binding(ns, {"metadata": {"name": name}, "subjects": subject,
                                              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                                          "name": name}})
-    rbac.create_cluster_role_binding({"metadata": {"name": name}, "subjects": subject,
-                                      "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                                  "name": "stratctl-trial-runner-read"}})
+    cluster_roles = {f"{name}-{i}": role for i, role in enumerate((f"stratctl:{ns}", "stratctl:cluster-reads"))}
+    for binding, cluster_role in cluster_roles.items():
+        rbac.create_cluster_role_binding({"metadata": {"name": binding}, "subjects": subject,
+                                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                                      "name": cluster_role}})
     try:
         token = core.create_namespaced_service_account_token(name, ns, {"spec": {"expirationSeconds": 600}}).status.token
         config = yaml.safe_load(Path(testbed.kubeconfig).read_text())
@@ -203,7 +206,8 @@ def jobless_user(testbed, api, unique, tmp_path):
         path.write_text(yaml.safe_dump(config))
         yield str(path), name
     finally:
-        rbac.delete_cluster_role_binding(name)
+        for binding in cluster_roles:
+            rbac.delete_cluster_role_binding(binding)
         rbac.delete_namespaced_role_binding(name, ns)
         rbac.delete_namespaced_role(name, ns)
         core.delete_namespaced_service_account(name, ns)
