@@ -6,7 +6,23 @@ __version__ = "0.1.0"
 def report(step: int, flush: bool = False, **values: float) -> bool:
     """Report a running trial's intermediate values (`stratctl report --step N loss=0.41`):
     `stratctl.report(3, loss=0.41)`. Written to the trial's pod at most every 5 s (`flush`:
-    now); True when this call wrote. For the study's pruner (see the README)."""
-    from stratctl.engine.intermediate import report as write
+    now); True when this call wrote. For the study's pruner (see the README).
 
-    return write(step, {k: float(v) for k, v in values.items()}, flush=flush)
+    It never stops the training that calls it: a report that cannot be written (no rights,
+    the API server out of reach) is said on stderr, once per kind of failure, and False is
+    returned; the next report tries again."""
+    import sys
+
+    from stratctl.engine.intermediate import report as write
+    from stratctl.errors import StratctlError
+
+    try:
+        return write(step, {k: float(v) for k, v in values.items()}, flush=flush)
+    except StratctlError as exc:
+        if type(exc) not in _said:
+            _said.add(type(exc))
+            print(f"stratctl.report: not written ({exc}); training goes on", file=sys.stderr)
+        return False
+
+
+_said: set[type] = set()  # kinds of report failures said already

@@ -89,3 +89,22 @@ def test_the_loop_reads_each_jobs_steps_of_one_metric():
             pod("b", {"0": {"acc": 0.3}, "x": {"loss": 1}, "1": {"loss": "nan"}, "2": {"loss": True}}),
             pod("c", "not json"), pod("d", None), {"metadata": {"annotations": {labels.REPORT: "{}"}}}]
     assert steps_of(pods, "loss") == {"a": {0: 1.0, 1: 0.5, 2: 0.4}, "b": {}}
+
+
+def test_the_python_function_never_stops_the_training(tmp_path, monkeypatch, capsys):
+    from stratctl.errors import ClusterError
+
+    monkeypatch.setenv(labels.ENV_POD, "p")
+    monkeypatch.setenv("STRATCTL_REPORT_FILE", str(tmp_path / "h.json"))
+    monkeypatch.setattr(stratctl, "_said", set())
+
+    def refused(kubeconfig, context):
+        def patch(pod, ns, body):
+            raise ClusterError("patch Pod p: forbidden: User cannot patch resource pods")
+        return patch
+
+    monkeypatch.setattr(intermediate, "_patch", refused)
+    assert stratctl.report(0, loss=1.0) is False
+    assert stratctl.report(1, loss=0.9, flush=True) is False
+    assert capsys.readouterr().err == ("stratctl.report: not written (patch Pod p: forbidden: User cannot patch "
+                                       "resource pods); training goes on\n")  # said once
