@@ -22,7 +22,6 @@ from stratctl.kube.record import parse_record, record_name
 from tests.e2e.support import finish, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
-pytest.importorskip("optuna", reason="the [search] extra")
 
 BUDGET = 12
 

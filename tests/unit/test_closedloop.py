@@ -15,7 +15,6 @@ from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make as make_loop
 
-pytest.importorskip("optuna", reason="the [search] extra")
 
 SEARCH = """\
 name: tpe
