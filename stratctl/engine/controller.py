@@ -471,10 +471,9 @@ class Submitter:
         self.record = replace(self.record, told={**told, **self.search.told})
         if set(self.search.told) - set(told):
             self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
-        told = len(self.search.told)
         self.progress.total = len(self.order) + self.search.remaining
-        self.reporter.event(f"search {self.study.strategy.kind}: {len(self.order)} trials so far ({told} ended), "
-                            f"{self.search.remaining} more to ask")
+        self.reporter.event(f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
+                            f"({len(self.search.told)} ended), {self.search.remaining} more to ask")
 
     def _ask(self, n: int) -> list[str]:
         """Ask the search for `n` new trials; their names (fewer once the budget or the space is spent)."""
