@@ -122,8 +122,9 @@ def run_study(target, admin: Cluster, text: str, name: str, tmp: Path, steps: in
         done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     assert done.returncode == 0, done.stderr[-2000:]
-    status = json.loads(subprocess.run([sys.executable, "-m", "stratctl", "status", name, "-o", "json",
-                                        "--kubeconfig", target.kubeconfig, "--context", target.admin_context],
+    status = json.loads(subprocess.run([sys.executable, "-m", "stratctl", "status", name, "-o", "json", "-n",
+                                        target.namespace, "--kubeconfig", target.kubeconfig, "--context",
+                                        target.admin_context],
                                        capture_output=True, text=True, check=True).stdout)
     told = parse_record(admin.get(CONFIGMAP, record_name(name))).told
     rows = sorted((e["index"], e) for e in told.values())
