@@ -40,7 +40,6 @@ from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.engine.intermediate import report  # noqa: E402
 from stratctl.kube.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.kube.record import parse_record, record_name  # noqa: E402
 
 MINIMUM = -1.031628
 
@@ -126,21 +125,20 @@ def run_study(target, admin: Cluster, text: str, name: str, tmp: Path, steps: in
                                         target.namespace, "--kubeconfig", target.kubeconfig, "--context",
                                         target.admin_context],
                                        capture_output=True, text=True, check=True).stdout)
-    told = parse_record(admin.get(CONFIGMAP, record_name(name))).told
-    rows = sorted((e["index"], e) for e in told.values())
-    gpu = {t["trial"]: t["gpu_seconds"] for t in status["trials"]}
-    by_index = {e["index"]: (name_, e) for name_, e in told.items()}
+    # every strategy's trials as status shows them (a random study keeps no `told` key): in the
+    # order they were created (index), the best succeeded value so far and the GPU time spent
+    rows = sorted(status["trials"], key=lambda t: t["index"] if t["index"] is not None else 10 ** 9)
     curve, spent, best = [], 0.0, float("inf")
-    for index in sorted(by_index):
-        trial, entry = by_index[index]
-        spent += gpu.get(trial, 0.0)
-        if entry["state"] == "complete":
-            best = min(best, entry["values"][0])
+    for row in rows:
+        spent += row["gpu_seconds"]
+        value = (row.get("result") or {}).get("loss")
+        if row["state"] == "succeeded" and isinstance(value, int | float):
+            best = min(best, value)
         curve.append((best, spent))
     delete(admin, name)
     return {"seconds": seconds, "curve": curve, "best": best, "trials": len(rows),
             "gpu_seconds": status["studies"][0]["gpu_hours"] * 3600,
-            "pruned": sum(1 for _, e in rows if e["state"] == "pruned")}
+            "pruned": sum(1 for row in rows if row["state"] == "pruned")}
 
 
 def delete(admin: Cluster, name: str) -> None:
