@@ -7,7 +7,7 @@ The objective is the six-hump camel function of the trial's two parameters (mini
 -1.0316), rendered into each trial's result (the fake trial's termination message), so
 it is known exactly. Each study runs `--budget` trials, `--parallel` at a time:
 
-  search    tpe, random and quasi-random (Sobol), `--seeds` seeds each: the best value
+  search    tpe, gp, random and quasi-random (Sobol), `--seeds` seeds each: the best value
             after the budget, and the trials and GPU-seconds until the regret first fell
             below `--regret` (the median over seeds);
   pruning   tpe with and without a median pruner, trials reporting a learning curve
@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -177,25 +178,41 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--regret", type=float, default=0.1)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--strategies", default="tpe,gp,random,quasi-random",
+                        help="compared side by side (gp needs the [gp] extra: PyTorch)")
     args = parser.parse_args()
+    strategies = [k for k in args.strategies.split(",") if k]
+    if "gp" in strategies:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            print("gp left out: PyTorch is not installed (pip install 'stratctl[gp]')", file=sys.stderr)
+            strategies.remove("gp")
     target = testbed_target()
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     stamp = str(int(time.time()))[-5:]
-    results: dict[str, list[dict]] = {"tpe": [], "random": [], "quasi-random": [], "tpe-reporting": [],
-                                      "tpe-pruned": []}
+    results: dict[str, list[dict]] = {**{k: [] for k in strategies}, "tpe-reporting": [], "tpe-pruned": []}
     anchors = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         for seed in range(1, args.seeds + 1):
-            for kind in ("tpe", "random", "quasi-random"):
+            # the studies of one seed run at once (the testbed has GPUs for all of them), so the
+            # figures are per trial, not per wall-clock second
+            runs = {}
+            for kind in strategies:
                 name = f"sb-{kind[:2]}{seed}-{stamp}"
-                text = study_text(name, target.namespace, kind, seed, args.budget, args.parallel, None)
-                results[kind].append(run_study(target, admin, text, name, tmpdir, None))
+                runs[kind] = (study_text(name, target.namespace, kind, seed, args.budget, args.parallel, None), name,
+                              None)
             for pruned in (False, True):
-                key = "tpe-pruned" if pruned else "tpe-reporting"
                 name = f"sb-{'pr' if pruned else 'rp'}{seed}-{stamp}"
-                text = study_text(name, target.namespace, "tpe", seed, args.budget, args.parallel, pruned)
-                results[key].append(run_study(target, admin, text, name, tmpdir, args.steps))
+                runs["tpe-pruned" if pruned else "tpe-reporting"] = (
+                    study_text(name, target.namespace, "tpe", seed, args.budget, args.parallel, pruned), name, args.steps)
+            with ThreadPoolExecutor(len(runs)) as pool:
+                done = {key: pool.submit(run_study, target, admin, text, name, tmpdir, steps)
+                        for key, (text, name, steps) in runs.items()}
+                for key, future in done.items():
+                    results[key].append(future.result())
+            print(f"seed {seed}: " + ", ".join(f"{k} {results[k][-1]['best']:.4f}" for k in runs), flush=True)
             anchors.append(optuna_anchor(seed, args.budget, args.parallel))
     admin.close()
 
@@ -203,7 +220,7 @@ def main() -> None:
           f"{args.seeds} seeds; median over seeds\n")
     print(f"{'strategy':28} {'best':>9} {'trials to regret ≤ ' + str(args.regret):>24} {'GPU-s to it':>12}")
     summary = {}
-    for kind in ("tpe", "random", "quasi-random"):
+    for kind in strategies:
         reach = [to_regret(r["curve"], args.regret) for r in results[kind]]
         summary[kind] = {"best": median([r["best"] for r in results[kind]]),
                          "trials_to_regret": median([t for t, _ in reach]),

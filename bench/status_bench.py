@@ -13,7 +13,10 @@ job, as JSON does) and for one whose loop keeps a summary in the study record (s
 reads that summary and the first page of jobs). The bench writes that summary the way
 the loop does (summary.build over every job, then one patch) and reports what it costs.
 
-Target (issue 6): status ≤ 2 s and ≤ 2× kubectl get.
+Targets: the table for a study no loop follows no slower than `kubectl get` of the same
+jobs, `-o json` within 1.2x of it. The local testbed's Volcano scheduler is paused while
+reads are timed (bench/testbed.py: scheduler_paused). Figures to stdout and
+bench/results/status.json (or status-<N>.json for another --trials).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.testbed import testbed_target  # noqa: E402
+from bench.results import save  # noqa: E402
+from bench.testbed import scheduler_paused, testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.kube.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.errors import AlreadyExists  # noqa: E402
@@ -93,6 +97,26 @@ def write_summary(cluster: Cluster, namespace: str) -> dict:
     return {"build_seconds": round(built, 3), "bytes": len(data["summary"])}
 
 
+def write_summary_data(cluster: Cluster, namespace: str) -> dict:
+    jobs, _ = cluster.list(VOLCANO_JOB, namespace, label_selector=f"{labels.STUDY}={STUDY}")
+    cm = cluster.get(CONFIGMAP, record_name(STUDY), namespace)
+    at = time.time()
+    (row,), _ = build(at, [cm], latest_slim(jobs))
+    return summary_data(row, at)
+
+
+def interleaved(commands: dict[str, tuple[list[str], dict]], repeat: int) -> dict:
+    """Each command once per round, `repeat` rounds, so drift hits every command alike."""
+    rounds = [{name: run(argv, env, 1) for name, (argv, env) in commands.items()} for _ in range(repeat)]
+    out = {}
+    for name in commands:
+        runs = [r[name] for r in rounds]
+        out[name] = {"seconds": round(statistics.median(r["seconds"] for r in runs), 3),
+                     "min_seconds": min(r["seconds"] for r in runs),
+                     "peak_rss_mib": max(r["peak_rss_mib"] for r in runs), "output_bytes": runs[-1]["output_bytes"]}
+    return out
+
+
 def run(argv: list[str], env: dict, repeat: int) -> dict:
     times, rss, size = [], [], 0
     for _ in range(repeat):
@@ -141,26 +165,33 @@ def main() -> None:
         stratctl = [sys.executable, "-m", "stratctl", "status", STUDY, "-n", ns, *ctx]
         kubectl = [target.kubectl or "kubectl", "-n", ns, *ctx, "get"]
         sel = ["-l", f"{labels.STUDY}={STUDY}"]
-        results = {
-            "trials": args.trials,
-            "podgroups": pgs,
-            "create_seconds": round(made, 1),
-            "stratctl status -o json": run(stratctl + ["-o", "json"], env, args.repeat),
-            "stratctl status (table, 50 rows), no submit loop": run(stratctl, {**env, "COLUMNS": "200"}, args.repeat),
-            "submit loop summary": write_summary(cluster, ns),
-            "stratctl status (table, 50 rows), summary kept by submit": run(stratctl, {**env, "COLUMNS": "200"},
-                                                                            args.repeat),
-            "kubectl get jobs.batch.volcano.sh": run(kubectl + ["jobs.batch.volcano.sh", *sel], env, args.repeat),
-            "kubectl get jobs.batch.volcano.sh -o json": run(kubectl + ["jobs.batch.volcano.sh", *sel, "-o", "json"],
-                                                             env, args.repeat),
-            "kubectl get jobs,podgroups,pods": run(
-                kubectl + ["jobs.batch.volcano.sh,podgroups.scheduling.volcano.sh,pods", *sel], env, args.repeat),
+        summary = write_summary(cluster, ns)  # after the timings of a study no loop follows
+        plain = {**env, "COLUMNS": "200"}
+        commands = {
+            "stratctl status -o json": (stratctl + ["-o", "json"], env),
+            "stratctl status (table, 50 rows), no submit loop": (stratctl, plain),
+            "kubectl get jobs.batch.volcano.sh": (kubectl + ["jobs.batch.volcano.sh", *sel], env),
+            "kubectl get jobs.batch.volcano.sh -o json": (kubectl + ["jobs.batch.volcano.sh", *sel, "-o", "json"], env),
+            "kubectl get jobs,podgroups,pods": (
+                kubectl + ["jobs.batch.volcano.sh,podgroups.scheduling.volcano.sh,pods", *sel], env),
         }
+        cluster.patch(CONFIGMAP, record_name(STUDY), {"data": {"summary": None}}, ns)  # no loop follows it
+        with scheduler_paused(target) as paused:
+            timed = interleaved(commands, args.repeat)
+            cluster.patch(CONFIGMAP, record_name(STUDY), {"data": write_summary_data(cluster, ns)}, ns)
+            timed["stratctl status (table, 50 rows), summary kept by submit"] = run(stratctl, plain, args.repeat)
+        results = {"trials": args.trials, "podgroups": pgs, "create_seconds": round(made, 1),
+                   "scheduler_paused": paused, "submit loop summary": summary, **timed}
         base = results["kubectl get jobs.batch.volcano.sh"]["seconds"]
+        results["status_table_vs_kubectl_get"] = round(
+            results["stratctl status (table, 50 rows), no submit loop"]["seconds"] / base, 2)
         results["status_json_vs_kubectl_get"] = round(results["stratctl status -o json"]["seconds"] / base, 2)
+        results["status_json_vs_kubectl_get_json"] = round(
+            results["stratctl status -o json"]["seconds"] / results["kubectl get jobs.batch.volcano.sh -o json"]["seconds"], 2)
         results["status_table_with_summary_vs_kubectl_get"] = round(
             results["stratctl status (table, 50 rows), summary kept by submit"]["seconds"] / base, 2)
         print(json.dumps(results, indent=2))
+        save("status" if args.trials == 10_000 else f"status-{args.trials}", results)
     finally:
         if not args.keep:
             subprocess.run([target.kubectl or "kubectl", "--kubeconfig", target.kubeconfig, "-n", ns,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from enum import Enum
@@ -101,7 +100,7 @@ def status(
                     live.update(picture(*read()), refresh=True)
         snap, namespaces = read()
         if output is Output.json:
-            typer.echo(json.dumps(statusout.document(snap, bool(study), namespaces), indent=2))
+            typer.echo(statusout.json_text(statusout.document(snap, bool(study), namespaces)))
         elif output is Output.yaml:
             typer.echo(dump_all([statusout.document(snap, bool(study), namespaces)]), nl=False)
         elif not snap.studies:

@@ -10,6 +10,7 @@ name the queue. So the queue is read too, and its state comes first. `reason` is
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -76,6 +77,14 @@ def reason(podgroup: dict | None, queue_name: str | None = None, queue: dict | N
     if phase == "Pending":
         return "waiting for the queue to admit the gang"
     return ""
+
+
+def gang_kind(podgroup: dict) -> str:
+    """What makes gangs wait for the same reason: the same queue, phase, members, priority
+    class and resources asked for."""
+    spec, status = podgroup.get("spec") or {}, podgroup.get("status") or {}
+    return json.dumps([spec.get("queue"), status.get("phase"), spec.get("minMember"), spec.get("priorityClassName"),
+                       spec.get("minResources"), spec.get("minTaskMember")], sort_keys=True)
 
 
 def gang_events(cluster, namespace: str, podgroup: str) -> list[dict]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Any
 
 GPU = "nvidia.com/gpu"
@@ -39,7 +40,12 @@ def format_quantity(value: Decimal, binary: bool = False) -> str:
 
 def whole_units(value: Any) -> int:
     """Whole units of an extended resource such as nvidia.com/gpu ("2", 2); 0 if not a number."""
-    amount = parse(value) if value is not None else None
+    return 0 if value is None else _whole_units(str(value))
+
+
+@lru_cache(maxsize=1024)  # a study's jobs repeat a few quantities thousands of times
+def _whole_units(text: str) -> int:
+    amount = parse(text)
     return int(amount) if amount is not None and amount >= 0 else 0
 
 

@@ -153,6 +153,18 @@ def test_json_keys_are_snake_case_with_rfc3339_times_index_start_finish_duration
     assert statusout.document(snapshot(), False).keys() == {"namespace", "taken_at", "studies"}
 
 
+def test_json_text_is_the_document_with_one_trial_a_line():
+    doc = statusout.document(snapshot(), True)
+    text = statusout.json_text(doc)
+    assert json.loads(text) == doc
+    lines = text.splitlines()
+    assert [json.loads(line.strip().rstrip(",")) for line in lines if line.startswith('    {"study"')] == doc["trials"]
+    empty = {**doc, "trials": []}
+    assert json.loads(statusout.json_text(empty)) == empty
+    studies = statusout.document(snapshot(), False)
+    assert statusout.json_text(studies) == json.dumps(studies, indent=2)
+
+
 def test_wide_columns_have_distinct_names():
     for columns in (statusout.text(snapshot(), True, wide=True).split("\n\n"),):
         for part in columns:

@@ -111,3 +111,25 @@ def test_queues_are_read_once_and_unknown_when_unreadable():
     queues = Queues(cluster)
     assert queues.get("q") is None and queues.get("q") is None and queues.get(None) is None
     assert cluster.gets == [("Queue", "q")]
+
+
+def test_gangs_of_one_kind_are_explained_by_the_events_of_one_of_them():
+    """Each events list is a scan of the namespace's events: gangs in the same queue and
+    phase asking for the same resources share one, and a different kind reads its own."""
+    pending = {"phase": "Pending"}
+    big = {"queue": "default", "minMember": 1, "minResources": {"nvidia.com/gpu": "8"}}
+    small = {**big, "minResources": {"nvidia.com/gpu": "1"}}
+    objects = {("Queue", "default"): {"status": {"state": "Open"}},
+               ("Event", "involvedObject.name=b1-uid"): [event("queue resource quota insufficient: insufficient "
+                                                               "nvidia.com/gpu", "2026-01-01T00:00:00Z")],
+               ("Event", "involvedObject.name=s1-uid"): [event("0/4 nodes are unavailable: 4 Insufficient "
+                                                               "nvidia.com/gpu.", "2026-01-01T00:00:00Z")]}
+    for name, spec in [("b1", big), ("b2", big), ("b3", big), ("s1", small), ("s2", small)]:
+        objects[("PodGroup", f"{name}-uid")] = {"spec": spec, "status": pending}
+    cluster = Cluster(objects)
+    rows = [row(n, n) for n in ("b1", "b2", "b3", "s1", "s2")]
+    explain_pending(cluster, "ns", rows)
+    assert [r.pending for r in rows] == ["queue resource quota insufficient: insufficient nvidia.com/gpu"] * 3 + [
+        "0/4 nodes are unavailable: 4 Insufficient nvidia.com/gpu."] * 2
+    assert sorted(sel for kind, sel in cluster.gets if kind == "Event") == [
+        "involvedObject.name=b1-uid", "involvedObject.name=s1-uid"]
