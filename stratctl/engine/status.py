@@ -184,7 +184,15 @@ def collect(cluster, namespace: str, study: str | None = None, now: float | None
     if full:
         names = [parse_record(cm).study for cm in full]
         selector = f"{labels.STUDY}={study}" if study else f"{labels.STUDY} in ({','.join(names)})"
+        early = None
+        if study and shown and not reasons_for_all:
+            # why the first `shown` trials wait (an events scan or two) is found while every job is read
+            helper = ThreadPoolExecutor(1)
+            early = helper.submit(_explained_first, cluster, namespace, full[0], now, shown)
+            helper.shutdown(wait=False)
         rows_of_studies, rows = _read_all(cluster, namespace, full, selector, now, reasons_for_all)
+        if early is not None:
+            _carry_reasons(early.result(), rows)
         studies.update((r.study, r) for r in rows_of_studies)
         trials.extend(rows)
         total += len(rows)
@@ -200,6 +208,21 @@ def collect(cluster, namespace: str, study: str | None = None, now: float | None
     ordered = [studies[name] for name in (parse_record(cm).study for cm in cms) if name in studies]
     trials.sort(key=lambda r: (r.study, r.trial))
     return Snapshot(namespace, now, ordered, trials, total_trials=total if shown is not None else None)
+
+
+def _explained_first(cluster, namespace: str, cm: dict, now: float, n: int) -> list[TrialRow]:
+    rows, _ = _first_trials(cluster, namespace, cm, now, n)
+    explain_pending(cluster, namespace, rows)
+    return rows
+
+
+def _carry_reasons(explained: list[TrialRow], rows: list[TrialRow]) -> None:
+    """Reasons found for an earlier read of a trial, onto the rows of the full read where
+    the trial still waits in the same attempt (others are left for `explain_pending`)."""
+    why = {(r.trial, r.job): r.pending for r in explained if r.pending}
+    for row in rows:
+        if row.state == TrialState.PENDING.value and not row.pending:
+            row.pending = why.get((row.trial, row.job), "")
 
 
 def namespaces_with_studies(cluster, selector: str | None = None) -> list[str]:

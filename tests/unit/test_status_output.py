@@ -325,3 +325,33 @@ def test_a_label_selector_picks_studies_and_a_study_with_it_is_a_usage_error(fin
     chosen = run("-l", "stratctl.io/critical=true")
     assert chosen.exit_code == 0 and chosen.output == "No studies found in namespace stratctl-e2e.\n"
     assert run("loop", "-A").exit_code == 2 and run("loop", "-l", "a=b").exit_code == 2
+
+
+def test_the_table_of_a_study_no_loop_follows_explains_its_first_trials_while_reading_the_rest(study_file):
+    """Without a fresh summary every job is read; why the first trials wait is found at the
+    same time from their own PodGroups, and the namespace's PodGroups are never listed."""
+    from stratctl.kube.cluster import PODGROUP, VOLCANO_JOB
+    from stratctl.kube.state import podgroup_name
+    from tests.unit.recorded import unschedulable_podgroup
+    from tests.unit.test_summary import run_until
+
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, _ = make(study_file(), cluster, clock)
+    submitter.wall = lambda: 5000.0 + clock()
+    run_until(submitter, cluster, clock, cycles=2)
+    jobs = sorted(cluster.list(VOLCANO_JOB)[0], key=lambda j: j["metadata"]["name"])
+    assert len(jobs) >= 3
+    for job in jobs:
+        group = unschedulable_podgroup(job)
+        group["metadata"]["name"] = podgroup_name(job)
+        cluster.create(group)
+    cluster.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
+                    "status": {"state": "Open"}})
+    cluster.record("loop")["data"].pop("summary", None)  # no loop follows it
+    cluster.listed.clear()
+    snap = collect(cluster, "stratctl-e2e", "loop", now=5000.0 + clock(), shown=4, reasons_for_all=False)
+    shown, beyond = snap.trials[:4], snap.trials[4:]
+    assert [t.state for t in shown].count("pending") >= 1 and [t.state for t in beyond].count("pending") >= 1
+    assert all(t.pending.startswith("2/2 tasks in gang unschedulable") for t in shown if t.state == "pending")
+    assert all(not t.pending for t in beyond)  # beyond the table: not looked up
+    assert not [k for k, _ in cluster.listed if k == PODGROUP[1]]
