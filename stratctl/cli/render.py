@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-
 
 
 def render(
@@ -33,11 +33,19 @@ def render(
         if not trials:
             raise UsageError(f"no trial of study {study.name} matches {', '.join(sorted(wanted))}")
     renderer = Renderer(study)
-    manifests = renderer.render_all(trials, attempt=attempt, resume=resume)
-    if output_dir is None:
-        typer.echo(dump_all(doc for docs in manifests for doc in docs), nl=False)
-        return
-    output_dir.mkdir(parents=True, exist_ok=True)
-    for t, docs in zip(trials, manifests):
-        (output_dir / f"{attempt_name(t, attempt)}.yaml").write_text(dump_all(docs))
-    typer.echo(f"wrote {len(trials)} files to {output_dir}", err=True)
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    # in chunks, each written before the next is rendered: memory stays flat however many trials
+    for start in range(0, len(trials), CHUNK):
+        chunk = trials[start:start + CHUNK]
+        manifests = renderer.render_all(chunk, attempt=attempt, resume=resume)
+        if output_dir is None:
+            sys.stdout.write(dump_all(doc for docs in manifests for doc in docs))
+            continue
+        for t, docs in zip(chunk, manifests):
+            (output_dir / f"{attempt_name(t, attempt)}.yaml").write_text(dump_all(docs))
+    if output_dir is not None:
+        typer.echo(f"wrote {len(trials)} files to {output_dir}", err=True)
+
+
+CHUNK = 500  # trials rendered and written at a time

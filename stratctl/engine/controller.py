@@ -688,10 +688,7 @@ class Submitter:
         if self.options.dry_run == "server":
             with ThreadPoolExecutor(self.options.workers) as pool:
                 self._submit_batch(names, pool, dry_run=True)
-        else:
-            for name in names:
-                if name not in self._manifests:
-                    self._manifests[name] = self.renderer.render(self.trials[name], attempt=0)
+        else:  # every trial was rendered, and so checked, by launch.prepare
             self.progress.created = len(names)
         self._tally({n: TrialState.WAITING for n in names})
         return self.progress

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated
 from stratctl.engine.controller import Submitter, SubmitOptions, job_kind, study_selector
-from stratctl.engine.preflight import preflight
+from stratctl.engine.preflight import pods_of, preflight, shape_key
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.revision import revise
 from stratctl.study.render import Renderer
@@ -30,29 +30,42 @@ class Prepared:
     study: Study
     trials: list[Trial]
     renderer: Renderer
-    manifests: dict[str, list[dict]]  # trial name -> manifests of its first attempt
+    manifests: dict[str, list[dict]]  # trial name -> manifests of its first attempt, for the first KEPT trials
+    shapes: list[list[dict]]  # the manifests of one trial of each distinct pod shape (what preflight fits)
+
+
+KEPT = 2_000  # first attempts kept rendered; later trials render again when their turn comes
+CHUNK = 500
 
 
 def prepare(path, namespace: str | None = None) -> Prepared:
     """Load, expand and render the whole study before anything touches the cluster.
 
     Rendering every trial up front is what makes a bad template or value fail the
-    command with nothing created, instead of failing trial 173 after 172 were submitted;
-    the manifests are kept, so nothing is rendered twice.
+    command with nothing created, instead of failing trial 173 after 172 were submitted.
+    The manifests of the first KEPT trials in submission order are kept, so the first
+    creates render nothing twice; the rest are rendered, checked and dropped (rendering
+    runs at about 14,000 trials/s), so memory stays flat at 100,000 trials.
     """
     study = load_study(path)
     if namespace and namespace != study.namespace:
         study = study.with_namespace(namespace)
     trials = expand(study)
     renderer = Renderer(study)
-    rendered = renderer.render_all(trials, attempt=0)
-    manifests = {t.name: m for t, m in zip(trials, rendered)}
     if study.cost.per_trial and study.throttle.order == "longest-first":
         # Longest expected first (LPT): the last trials to start are short ones, so the
         # study does not end with a few long trials running on an otherwise idle cluster.
         seconds = {t.name: renderer.expected_seconds(t) for t in trials}
         trials = sorted(trials, key=lambda t: -seconds[t.name])
-    return Prepared(study, trials, renderer, manifests)
+    manifests: dict[str, list[dict]] = {}
+    shapes: dict[tuple, list[dict]] = {}
+    for start in range(0, len(trials), CHUNK):
+        chunk = trials[start:start + CHUNK]
+        for trial, docs in zip(chunk, renderer.render_all(chunk, attempt=0)):
+            if len(manifests) < KEPT:
+                manifests[trial.name] = docs
+            shapes.setdefault(shape_key(pods_of(docs)), docs)
+    return Prepared(study, trials, renderer, manifests, list(shapes.values()))
 
 
 def submit_study(
@@ -79,7 +92,7 @@ def submit_study(
                       first_patience=START_PATIENCE)
     try:
         # before the study's record or any trial is written: a study that cannot run here is refused whole
-        blind = preflight(preflight_gated(cluster, throttle), study, prepared.manifests.values(),
+        blind = preflight(preflight_gated(cluster, throttle), study, prepared.shapes,
                           namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
         if blind and reporter is not None:
             reporter.event(blind)

@@ -215,13 +215,17 @@ def _queue(study: Study, facts: Facts) -> list[Finding]:
     return findings
 
 
+def shape_key(pods: list[Pod]) -> tuple:
+    """What makes two trials' pods fit alike: tasks, requests, node selectors, replicas, gang."""
+    return tuple((p.task, tuple(sorted(p.requests.items())), tuple(sorted(p.node_selector.items())),
+                  p.replicas, p.gang) for p in pods)
+
+
 def _distinct(trials: Iterable[list[Pod]]) -> list[list[Pod]]:
     """The different shapes among the trials (resources may be templated per trial)."""
     seen: dict[tuple, list[Pod]] = {}
     for pods in trials:
-        key = tuple((p.task, tuple(sorted(p.requests.items())), tuple(sorted(p.node_selector.items())),
-                     p.replicas, p.gang) for p in pods)
-        seen.setdefault(key, pods)
+        seen.setdefault(shape_key(pods), pods)
     return list(seen.values())
 
 

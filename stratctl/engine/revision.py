@@ -54,7 +54,7 @@ def revise(cluster, study: Study, trials: list[Trial], renderer: Renderer, manif
             rendered[name] = _hash_now(renderer, by_name[name], latest.get(name), manifests)
     old = _old_study(_loads(record.spec), study)
     if old is not None:
-        _judge_cleaned_up(old, existing, rendered, manifests)
+        _judge_cleaned_up(old, existing, rendered)
     comparison = compare(old.model_dump(mode="json") if old else None, study.model_dump(mode="json"), existing,
                          rendered, spec_changed=record.spec_hash != study.spec_hash)
     if not comparison.refused:
@@ -113,12 +113,11 @@ def _old_study(spec: dict | None, study: Study) -> Study | None:
     return old
 
 
-def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dict[str, str],
-                      manifests: dict[str, list[dict]]) -> None:
+def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dict[str, str]) -> None:
     """Finished trials whose jobs were cleaned up carry no hash: render them as the study
     was last submitted and as it is now, and compare those (left unknown when the old
     study cannot be rendered any more)."""
-    unknown = [n for n, h in existing.items() if h is None and n in rendered and n in manifests]
+    unknown = [n for n, h in existing.items() if h is None and n in rendered]
     if not unknown:
         return
     try:
@@ -127,7 +126,6 @@ def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dic
         for name in unknown:
             if name in old_trials:
                 existing[name] = old_renderer.render(old_trials[name])[0]["metadata"]["labels"][labels.SPEC_HASH]
-                rendered[name] = manifests[name][0]["metadata"]["labels"][labels.SPEC_HASH]
     except (StratctlError, ValueError):
         return
 

@@ -261,3 +261,25 @@ def test_submit_exits_4_when_trials_exist_with_another_spec(tmp_path, monkeypatc
     result = run("submit", write(tmp_path, MINIMAL, "study.yaml"))
     assert result.exit_code == ExitCode.CONFLICT == 4
     assert "2 trial(s) exist in the cluster with a different spec hash" in result.stderr
+
+
+def test_a_large_study_keeps_the_first_manifests_and_one_trial_of_each_shape(tmp_path, monkeypatch):
+    """Every trial is rendered before the cluster is touched, but only the first KEPT stay
+    in memory; preflight gets one trial of each pod shape, and a bad trial past KEPT still
+    fails the command whole."""
+    from stratctl.engine import launch
+    from stratctl.engine.preflight import pods_of, shape_key
+
+    monkeypatch.setattr(launch, "KEPT", 7)
+    monkeypatch.setattr(launch, "CHUNK", 4)
+    text = (MINIMAL.replace("trials: 5", "trials: 30")
+            .replace("{limits: {nvidia.com/gpu: 1}}", '{limits: {nvidia.com/gpu: "{{ 1 if params.bs == 16 else 2 }}"}}'))
+    prepared = launch.prepare(write(tmp_path, text))
+    assert len(prepared.trials) == 30
+    assert list(prepared.manifests) == [t.name for t in prepared.trials[:7]]
+    assert sorted(str(pods_of(m)[0].requests["nvidia.com/gpu"]) for m in prepared.shapes) == ["1", "2"]
+    assert len({shape_key(pods_of(m)) for m in prepared.shapes}) == len(prepared.shapes)
+    # trial 29 alone renders a bad value: nothing prepared, the error names it
+    bad = text.replace('"{{ 1 if params.bs == 16 else 2 }}"', '"{{ 1 if index < 29 else 1 // 0 }}"')
+    result = run("submit", write(tmp_path, bad, "bad.yaml"), "--dry-run", "client")
+    assert result.exit_code == 2 and "trial 29" in result.stderr, result.stderr

@@ -1,0 +1,152 @@
+"""stratctl at 100,000 trials: render, plan, submit --detach and status, each as the process
+a user runs, with its wall time, trials/s and peak memory (ru_maxrss).
+
+  offline   `render` and `plan` of the same study at --small and --trials trials, and
+            `submit --dry-run client` (load, expand, render and check every trial): memory
+            is flat when the peak RSS grows far less than the trial count;
+  submit    `submit --detach --qps 0` of --trials gangs that can never be placed (two
+            1000-GPU pods each, in the testbed's `capped` queue) onto the cluster;
+  status    `status STUDY` (table) and `status STUDY -o json` beside `kubectl get` and
+            `kubectl get -o json` of the same jobs, interleaved, --repeat rounds.
+
+The local testbed's Volcano scheduler is paused for the whole run (bench/testbed.py:
+scheduler_paused): it has nothing to place, and 100,000 pending gangs would make it spend
+the machine's CPU on them. At the end the local testbed is restarted fresh (deleting
+100,000 jobs and their PodGroups takes the garbage collector far longer than a restart);
+a cluster given by STRATCTL_TEST_KUBECONFIG gets `kubectl delete` instead (--keep: neither).
+
+    python bench/scale_bench.py [--trials 100000] [--small 10000] [--repeat 2] [--keep]
+
+Figures to stdout and bench/results/scale.json (scale-<N>.json for another --trials).
+Targets: flat memory; status within 2x `kubectl get` of the same jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.results import save  # noqa: E402
+from bench.status_bench import run  # noqa: E402
+from bench.testbed import REPO, scheduler_paused, testbed_target  # noqa: E402
+from stratctl import labels  # noqa: E402
+
+
+def study_text(name: str, namespace: str, trials: int) -> str:
+    return textwrap.dedent(
+        f"""\
+        name: {name}
+        namespace: {namespace}
+        queue: capped
+        space:
+          lr: {{type: loguniform, low: 1.0e-4, high: 1.0e-1}}
+          batch_size: {{type: choice, values: [32, 64, 128]}}
+        strategy: {{kind: random, seed: 1, trials: {trials}}}
+        trial:
+          image: stratctl.invalid/never:0
+          command: ["train", "--lr={{{{ params.lr }}}}", "--batch-size={{{{ params.batch_size }}}}"]
+          resources: {{requests: {{nvidia.com/gpu: 1000, cpu: 100m}}, limits: {{nvidia.com/gpu: 1000}}}}
+          tasks: [{{name: worker, replicas: 2}}]
+        throttle: {{qps: 5, burst: 10, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
+        """
+    )
+
+
+def timed(argv: list[str], env: dict, trials: int, stdout=subprocess.DEVNULL) -> dict:
+    """One run of a command as a process: seconds, trials/s, peak RSS."""
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.PIPE)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.monotonic() - started
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} failed ({code}): {err.decode()[-2000:]}")
+    return {"seconds": round(seconds, 2), "trials_per_second": round(trials / seconds),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=100_000)
+    parser.add_argument("--small", type=int, default=10_000, help="the offline commands also at this size")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help="leave the jobs in the cluster")
+    args = parser.parse_args()
+
+    target = testbed_target()
+    ns = target.namespace
+    env = {**os.environ, "KUBECONFIG": target.kubeconfig}
+    ctx = ["--context", target.admin_context] if target.admin_context else []
+    stratctl = [sys.executable, "-m", "stratctl"]
+    results: dict = {"trials": args.trials}
+    name = f"scale-{args.trials}"
+    with tempfile.TemporaryDirectory() as tmp, scheduler_paused(target) as paused:
+        results["scheduler_paused"] = paused
+        files = {}
+        for n in (args.small, args.trials):
+            files[n] = Path(tmp) / f"scale-{n}.yaml"
+            files[n].write_text(study_text(f"scale-{n}", ns, n))
+        offline = {}
+        for n, path in files.items():
+            offline[n] = {
+                "render": timed(stratctl + ["render", str(path)], env, n),
+                "plan": timed(stratctl + ["plan", str(path)], env, n),
+                "submit --dry-run client": timed(stratctl + ["submit", str(path), "--dry-run", "client", *ctx], env, n),
+            }
+            print(f"{n:>7} trials: " + "; ".join(f"{k} {v['seconds']} s ({v['trials_per_second']}/s, "
+                                                  f"{v['peak_rss_mib']} MiB)" for k, v in offline[n].items()),
+                  flush=True)
+        results["offline"] = {str(n): v for n, v in offline.items()}
+        results["submit --detach --qps 0"] = timed(
+            stratctl + ["submit", str(files[args.trials]), "--detach", "--qps", "0", *ctx], env, args.trials)
+        print(f"submit --detach --qps 0 of {args.trials}: {results['submit --detach --qps 0']}", flush=True)
+
+        status = stratctl + ["status", name, "-n", ns, *ctx]
+        kubectl = [target.kubectl or "kubectl", "-n", ns, *ctx, "get", "jobs.batch.volcano.sh",
+                   "-l", f"{labels.STUDY}={name}"]
+        commands = {"stratctl status (table, 50 rows)": (status, {**env, "COLUMNS": "200"}),
+                    "stratctl status -o json": (status + ["-o", "json"], env),
+                    "kubectl get": (kubectl, env),
+                    "kubectl get -o json": (kubectl + ["-o", "json"], env)}
+        rounds = [{k: run(argv, e, 1) for k, (argv, e) in commands.items()} for _ in range(args.repeat)]
+        for k in commands:
+            runs = [r[k] for r in rounds]
+            results[k] = {"seconds": round(statistics.median(r["seconds"] for r in runs), 2),
+                          "peak_rss_mib": max(r["peak_rss_mib"] for r in runs), "output_bytes": runs[-1]["output_bytes"]}
+            print(f"{k}: {results[k]}", flush=True)
+    base = results["kubectl get"]["seconds"]
+    small, large = offline[args.small], offline[args.trials]
+    results["ratios"] = {
+        "status_table_vs_kubectl_get": round(results["stratctl status (table, 50 rows)"]["seconds"] / base, 2),
+        "status_json_vs_kubectl_get": round(results["stratctl status -o json"]["seconds"] / base, 2),
+        "status_json_vs_kubectl_get_json": round(
+            results["stratctl status -o json"]["seconds"] / results["kubectl get -o json"]["seconds"], 2),
+        **{f"{k}_rss_growth_{args.small}_to_{args.trials}": round(large[k]["peak_rss_mib"] / small[k]["peak_rss_mib"], 2)
+           for k in small},
+    }
+    print(json.dumps(results["ratios"], indent=2))
+    save("scale" if args.trials == 100_000 else f"scale-{args.trials}", results)
+    if args.keep:
+        return
+    if os.environ.get("STRATCTL_TEST_KUBECONFIG"):
+        subprocess.run([target.kubectl or "kubectl", "--kubeconfig", target.kubeconfig, "-n", ns, *ctx, "delete",
+                        "jobs.batch.volcano.sh,configmaps", "-l", f"{labels.STUDY}={name}", "--wait=false"],
+                       check=False, capture_output=True)
+    else:
+        subprocess.run(["bash", str(REPO / "testbed" / "up.sh")], env={**os.environ, "STRATCTL_TESTBED_FRESH": "1"},
+                       check=True, stdout=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    main()
