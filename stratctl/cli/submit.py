@@ -51,6 +51,7 @@ def submit(
     rerun_changed: Annotated[bool, typer.Option("--rerun-changed", help="The study was edited since it was submitted: give changed trials new attempts with the new spec (unchanged ones are kept).")] = False,
     move_waiting: Annotated[bool, typer.Option("--move-waiting", help="A study listing several queues: take a trial that has not started out of a full queue and create it again in one of the study's queues with room.")] = False,
     timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DURATION", help="Stop following the study after this long (45s, 30m, 2h), trials left running, exit 124; rerun to resume.")] = None,
+    storage: Annotated[Optional[str], typer.Option("--storage", metavar="URL", help="Mirror a closed-loop search into this Optuna storage for optuna-dashboard: journal:PATH, PATH.log, or a database URL (sqlite:///search.db, postgresql://...).")] = None,
 ) -> None:
     """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
 
@@ -72,6 +73,7 @@ def submit(
         outage_timeout=outage_timeout,
         timeout=duration_option(timeout, "--timeout"),
         move_waiting=move_waiting,
+        storage=storage,
     )
     from rich.console import Console
 

@@ -70,6 +70,7 @@ class SubmitOptions:
     outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
     timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
     move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
+    storage: str | None = None  # an Optuna storage URL the closed-loop search is mirrored into (engine/storage.py)
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -154,6 +155,7 @@ class Submitter:
         self.options = options
         self.policy = policy or default_policy(study, options)
         self.signals: ClusterSignals | None = None
+        self.storage = None  # a StorageMirror (engine/storage.py) with --storage
         # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
         self.jobs: Mirror | None = None
         # The cluster's Volcano queues, kept by a watch (launch starts it) when the study lists
@@ -512,6 +514,21 @@ class Submitter:
             self.record = replace(self.record, told={**self.record.told, **told})
             self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
 
+    def _mirror_storage(self) -> None:
+        """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
+        does not answer is said once per failing stretch and tried again next cycle."""
+        try:
+            self.storage.sync(self.record.told)
+        except Exception as exc:  # noqa: BLE001 - the storage's own error; the cluster stays the truth
+            if not self.storage.failing:
+                self.reporter.event(f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again "
+                                    "each cycle")
+            self.storage.failing = True
+        else:
+            if self.storage.failing:
+                self.reporter.event("--storage: mirroring again")
+            self.storage.failing = False
+
     def _prune(self, states: dict[str, TrialState]) -> None:
         """Read the running trials' intermediate values (their pods' reports, from the loop's
         watch of pods) and stop those the pruner judges: the told entry in the record first,
@@ -726,6 +743,8 @@ class Submitter:
             self._tell(states)
             if self.study.pruner is not None:
                 self._prune(states)
+            if self.storage is not None:
+                self._mirror_storage()
         self._tally(states)
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._shed(self._observe_pressure(states))

@@ -81,6 +81,11 @@ def submit_study(
     """`stratctl submit`: validate and render everything, then run the submit loop."""
     prepared = prepare(path, connection.namespace)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
+    mirror = None
+    if options.storage and not options.dry_run:  # opened before the cluster is touched: a bad URL changes nothing
+        from stratctl.engine.storage import StorageMirror
+
+        mirror = StorageMirror.open(options.storage, study)
     source = study.text
     qps = study.throttle.qps if qps is None else qps
     burst = study.throttle.burst if burst is None else burst
@@ -101,6 +106,7 @@ def submit_study(
                    reporter or Silent(), file=str(path))
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
+        submitter.storage = mirror
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
                                 label_selector=study_selector(study)).start()
         if len(study.queues) > 1:  # queue fallback: each new trial goes to the first queue with room

@@ -213,6 +213,18 @@ class Searcher:
             self._reported[told.name] = set(frozen.intermediate_values)
 
 
+def distributions(study: Study) -> dict[str, Any]:
+    """Optuna's distribution of each parameter of the study's space."""
+    import optuna
+
+    return {name: _distribution(optuna, p) for name, p in study.space.items()}
+
+
+def in_space(study: Study, params: Mapping[str, Any]) -> bool:
+    """Whether `params` is a point of the study's space as it is now (every parameter, each in range)."""
+    return set(params) == set(study.space) and all(_fits(study.space[k], v) for k, v in params.items())
+
+
 def _distribution(optuna: Any, param: Any) -> Any:
     d = optuna.distributions
     if isinstance(param, Choice):
