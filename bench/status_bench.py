@@ -52,7 +52,8 @@ def job(i: int, namespace: str) -> dict:
     notes = {labels.PARAMS: json.dumps({"lr": 10 ** -(i % 5), "seed": i}), labels.CHECKPOINT: f"/ckpt/{name}"}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": meta_labels, "annotations": notes},
+        "metadata": {"name": name, "namespace": namespace, "annotations": notes,
+                     "labels": {**meta_labels, labels.SHARD: labels.shard_of(name)}},  # as stratctl renders them
         "spec": {
             "schedulerName": "volcano", "queue": "default", "minAvailable": 1, "maxRetry": 3,
             "tasks": [{"name": "worker", "replicas": 1, "minAvailable": 1, "template": {

@@ -4,6 +4,8 @@ These are the contract between rendering (which writes them), the controller and
 (which read them back to rebuild state from the cluster alone) and the trial's own code.
 """
 
+import zlib
+
 PREFIX = "stratctl.io"
 
 # Labels (selectable): every object stratctl creates carries study and trial.
@@ -12,6 +14,10 @@ TRIAL = f"{PREFIX}/trial"  # the trial's base name (attempt-independent)
 ATTEMPT = f"{PREFIX}/attempt"  # "0", "1", ...
 SPEC_HASH = f"{PREFIX}/spec-hash"  # hash of the rendered manifests of this attempt
 CRITICAL = f"{PREFIX}/critical"  # "true" | "false"
+# which of SHARDS parts of its study a trial's objects fall in (a hash of the trial's name),
+# so a study's jobs can be listed in parts at once; not covered by the spec hash
+SHARD = f"{PREFIX}/shard"
+SHARDS = 8
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "stratctl"
 RECORD_PREFIX = "stratctl-study-"  # the name of a study's record ConfigMap, before the study's
@@ -55,3 +61,8 @@ GIVEN_UP = f"{PREFIX}/given-up"  # set on the last attempt when recovery gives t
 # neither a preemption nor a failure: why (`lost by the job controller`), for `status`.
 REQUEUED_BECAUSE = f"{PREFIX}/requeued-because"
 LOST = f"{PREFIX}/lost"  # attempts of the trial lost in a row before this one (lost.py)
+
+
+def shard_of(trial: str) -> str:
+    """The shard of a trial (every attempt of it in the same one)."""
+    return str(zlib.crc32(trial.encode()) % SHARDS)

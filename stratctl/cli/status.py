@@ -55,7 +55,7 @@ def status(
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
     if best and not study:
         raise UsageError("--best N ranks the trials of one study: name the STUDY")
-    cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=8)
+    cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
         sort = core.declared_ranking(cluster, cluster.namespace, study)
         if not sort:

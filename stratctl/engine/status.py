@@ -19,6 +19,7 @@ A trial's result is the JSON object its container wrote as termination message
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import yaml
@@ -239,27 +240,38 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
     starts: dict[str, float] = {}  # job uid -> when its first pod started
     exits: dict[str, tuple[int, str]] = {}  # job name -> exit code and reason of a failed container
 
-    def read_jobs(kind):
-        for items in _pages(cluster, kind, namespace, selector):
-            _keep_latest(jobs, items)
+    lock = threading.Lock()
+
+    def read_jobs(kind, part):
+        for items in _pages(cluster, kind, namespace, part):
+            with lock:
+                _keep_latest(jobs, items)
 
     queues = Queues(cluster)
 
-    def read_podgroups():
-        for items in _pages(cluster, PODGROUP, namespace, selector):
+    def read_podgroups(part):
+        for items in _pages(cluster, PODGROUP, namespace, part):
             for pg in items:
                 owner, why = _owner_job(pg), _pending_reason(pg, queues)
                 if owner and why:
                     reasons[owner] = why
 
     kinds = sorted({kind for cm in cms for kind in job_kinds(parse_record(cm).source)})
-    readers = [lambda kind=kind: read_jobs(kind) for kind in kinds]
+    readers = [lambda kind=kind, part=part: read_jobs(kind, part) for kind in kinds for part in shards(selector)]
     readers += [lambda: _read_pods(cluster, namespace, selector, results, starts, exits)]
-    readers += [read_podgroups] if reasons_for_all else []
+    readers += [lambda part=part: read_podgroups(part) for part in shards(selector)] if reasons_for_all else []
     with ThreadPoolExecutor(len(readers)) as pool:
         for future in [pool.submit(reader) for reader in readers]:
             future.result()
     return build(now, cms, jobs, reasons, results, starts, exits)
+
+
+def shards(selector: str) -> list[str]:
+    """The selector in parts listed at once: one per shard label value, and one for the
+    objects of a stratctl that set none. The API server serialises one list on one core;
+    in parts, every core of it works, and this process parses one part while it waits for
+    the others."""
+    return [f"{selector},{labels.SHARD}={s}" for s in range(labels.SHARDS)] + [f"{selector},!{labels.SHARD}"]
 
 
 def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict]], items: list[dict]) -> None:

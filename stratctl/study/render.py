@@ -69,7 +69,8 @@ def validate(path: str | Path) -> tuple[Study, list[Trial]]:
 
 
 def spec_hash(manifests: list[dict]) -> str:
-    """Stable short hash of manifests, ignoring the spec-hash labels themselves."""
+    """Stable short hash of manifests, ignoring the spec-hash labels themselves (and the shard
+    labels, which are set after it)."""
     return digest(_without_hash(manifests))
 
 
@@ -117,7 +118,7 @@ class Renderer:
         spec_digest = digest(docs)
         for labels_map in _label_maps(docs):
             labels_map[labels.SPEC_HASH] = spec_digest
-        return docs
+        return _sharded(docs, ctx["trial"])
 
     def shape(self, trial: Trial) -> tuple[int, ...]:
         """GPUs of each pod of the trial's gang (what free GPUs must hold for it to start)."""
@@ -190,7 +191,7 @@ class Renderer:
                 node = node[step]
             for key, name in assignments:
                 node[key] = values[name]
-        return docs
+        return _sharded(docs, ctx["trial"])
 
     # ------------------------------------------------------------ templates
 
@@ -517,6 +518,15 @@ def _pods(docs: list[dict]) -> list[dict]:
     return pods
 
 
+def _sharded(docs: list[dict], trial: str) -> list[dict]:
+    """The shard label on each object (not its pods), after the spec hash: the hash of an
+    attempt is the same whichever stratctl version rendered it."""
+    shard = labels.shard_of(trial)
+    for doc in docs:
+        doc["metadata"]["labels"][labels.SHARD] = shard
+    return docs
+
+
 def _label_maps(docs: list[dict]) -> list[dict]:
     return [d["metadata"]["labels"] for d in docs] + [p["metadata"]["labels"] for p in _pods(docs)]
 
@@ -556,7 +566,7 @@ def _keys(node: Any):
 
 def _without_hash(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: _without_hash(v) for k, v in node.items() if k != labels.SPEC_HASH}
+        return {k: _without_hash(v) for k, v in node.items() if k not in (labels.SPEC_HASH, labels.SHARD)}
     if isinstance(node, list):
         return [_without_hash(v) for v in node]
     return node

@@ -83,15 +83,16 @@ class FakeCluster:
 
     def _select(self, kind, namespace, label_selector) -> list[dict]:
         """Objects of a kind in name order (as the API server lists them), filtered by a
-        label selector of `k=v`, `k`, `k in (a,b)` terms."""
-        terms = re.findall(r"([^,=\s]+)(?:\s+in\s+\(([^)]*)\)|=([^,]*))?", label_selector or "")
+        label selector of `k=v`, `k`, `!k`, `k in (a,b)` terms."""
+        terms = re.findall(r"(!?)([^,=\s!]+)(?:\s+in\s+\(([^)]*)\)|=([^,]*))?", label_selector or "")
         out = []
         for (api_version, k, ns, name), obj in sorted(self.objects.items(), key=lambda kv: kv[0][3]):
             if (api_version, k) != kind or ns != (namespace or self.namespace):
                 continue
             have = obj["metadata"].get("labels") or {}
-            if all(key in have and (values == equal == "" or have[key] in (values.split(",") if values else [equal]))
-                   for key, values, equal in terms):
+            if all((key not in have) if negated else
+                   key in have and (values == equal == "" or have[key] in (values.split(",") if values else [equal]))
+                   for negated, key, values, equal in terms):
                 out.append(obj)
         return out
 

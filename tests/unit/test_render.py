@@ -274,3 +274,19 @@ def test_rendered_yaml_round_trips(tmp_path):
     _, trials, r = _volcano(tmp_path)
     docs = r.render(trials[0])
     assert list(yaml.safe_load_all(dump_all(docs))) == docs
+
+
+def test_every_attempt_of_a_trial_is_in_its_shard_outside_the_spec_hash(tmp_path):
+    study = load(tmp_path, MINIMAL.replace("trials: 5", "trials: 40"))
+    renderer = Renderer(study)
+    seen = set()
+    for trial in expand(study):
+        first, later = renderer.render(trial), renderer.render(trial, attempt=2, resume=True)
+        shard = labels.shard_of(trial.name)
+        assert {d["metadata"]["labels"][labels.SHARD] for d in first + later} == {shard}
+        assert first[0]["metadata"]["labels"][labels.SPEC_HASH] == spec_hash(first)
+        unsharded = json.loads(json.dumps(first))
+        del unsharded[0]["metadata"]["labels"][labels.SHARD]
+        assert spec_hash(unsharded) == spec_hash(first)  # an attempt rendered before shards hashes the same
+        seen.add(shard)
+    assert seen == {str(s) for s in range(labels.SHARDS)}

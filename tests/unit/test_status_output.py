@@ -355,3 +355,20 @@ def test_the_table_of_a_study_no_loop_follows_explains_its_first_trials_while_re
     assert all(t.pending.startswith("2/2 tasks in gang unschedulable") for t in shown if t.state == "pending")
     assert all(not t.pending for t in beyond)  # beyond the table: not looked up
     assert not [k for k, _ in cluster.listed if k == PODGROUP[1]]
+
+
+def test_every_trial_is_read_from_the_shards_and_from_jobs_of_a_stratctl_without_them(study_file):
+    from stratctl import labels
+    from stratctl.kube.cluster import VOLCANO_JOB
+    from tests.unit.test_summary import run_until
+
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, _ = make(study_file(), cluster, clock)
+    submitter.wall = lambda: 5000.0 + clock()
+    run_until(submitter, cluster, clock, cycles=2)
+    jobs = cluster.list(VOLCANO_JOB)[0]
+    assert len({j["metadata"]["labels"][labels.SHARD] for j in jobs}) > 1
+    old = jobs[0]["metadata"]["name"]
+    del cluster.objects[(*VOLCANO_JOB, "stratctl-e2e", old)]["metadata"]["labels"][labels.SHARD]
+    snap = collect(cluster, "stratctl-e2e", "loop", now=5000.0 + clock(), shown=None)
+    assert sorted(t.job for t in snap.trials if t.job) == sorted(j["metadata"]["name"] for j in jobs)
