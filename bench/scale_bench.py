@@ -4,8 +4,9 @@ a user runs, with its wall time, trials/s and peak memory (ru_maxrss).
   offline   `render` and `plan` of the same study at --small and --trials trials, and
             `submit --dry-run client` (load, expand, render and check every trial): memory
             is flat when the peak RSS grows far less than the trial count;
-  submit    `submit --detach --qps 0` of --trials gangs that can never be placed (two
-            1000-GPU pods each, in the testbed's `capped` queue) onto the cluster;
+  submit    `submit --detach --qps 0` of --trials gangs that can never be placed (the
+            study of bench/submit_bench.py with two 1000-GPU pods a gang, in the testbed's
+            16-GPU `capped` queue) onto the cluster;
   status    `status STUDY` (table) and `status STUDY -o json` beside `kubectl get` and
             `kubectl get -o json` of the same jobs, interleaved, --repeat rounds.
 
@@ -30,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -38,28 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.results import save  # noqa: E402
 from bench.status_bench import run  # noqa: E402
+from bench.submit_bench import study_text  # noqa: E402
 from bench.testbed import REPO, scheduler_paused, testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-
-
-def study_text(name: str, namespace: str, trials: int) -> str:
-    return textwrap.dedent(
-        f"""\
-        name: {name}
-        namespace: {namespace}
-        queue: capped
-        space:
-          lr: {{type: loguniform, low: 1.0e-4, high: 1.0e-1}}
-          batch_size: {{type: choice, values: [32, 64, 128]}}
-        strategy: {{kind: random, seed: 1, trials: {trials}}}
-        trial:
-          image: stratctl.invalid/never:0
-          command: ["train", "--lr={{{{ params.lr }}}}", "--batch-size={{{{ params.batch_size }}}}"]
-          resources: {{requests: {{nvidia.com/gpu: 1000, cpu: 100m}}, limits: {{nvidia.com/gpu: 1000}}}}
-          tasks: [{{name: worker, replicas: 2}}]
-        throttle: {{qps: 5, burst: 10, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
-        """
-    )
 
 
 def timed(argv: list[str], env: dict, trials: int, stdout=subprocess.DEVNULL) -> dict:
@@ -96,7 +77,7 @@ def main() -> None:
         files = {}
         for n in (args.small, args.trials):
             files[n] = Path(tmp) / f"scale-{n}.yaml"
-            files[n].write_text(study_text(f"scale-{n}", ns, n))
+            files[n].write_text(study_text(f"scale-{n}", ns, n, gpus=1000))
         offline = {}
         for n, path in files.items():
             offline[n] = {

@@ -49,7 +49,8 @@ from stratctl.kube.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # n
 from stratctl.view.yamlout import dump_all  # noqa: E402
 
 
-def study_text(name: str, namespace: str, trials: int) -> str:
+def study_text(name: str, namespace: str, trials: int, gpus: int = 8) -> str:
+    """`trials` gangs of two `gpus`-GPU pods in the `capped` queue (16 GPUs: 1000 never fit)."""
     return textwrap.dedent(
         f"""\
         name: {name}
@@ -62,7 +63,7 @@ def study_text(name: str, namespace: str, trials: int) -> str:
         trial:
           image: busybox
           command: ["train", "--seed={{{{ params.seed }}}}", "--lr={{{{ params.lr }}}}"]
-          resources: {{requests: {{nvidia.com/gpu: 8, cpu: 100m}}, limits: {{nvidia.com/gpu: 8}}}}
+          resources: {{requests: {{nvidia.com/gpu: {gpus}, cpu: 100m}}, limits: {{nvidia.com/gpu: {gpus}}}}}
           tasks: [{{name: worker, replicas: 2}}]
         throttle: {{qps: 5, burst: 10, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
         """
