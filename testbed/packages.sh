@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The Debian packages the testbed runs (idempotent: installs only what is missing).
 #   prometheus: the Prometheus server and promtool (scrapes the testbed; checks the rules)
+#   postgresql: a database server the tests start as a local process (submit --storage)
 set -euo pipefail
-PACKAGES=(prometheus)
-COMMANDS=(prometheus)
+PACKAGES=(prometheus postgresql)
+PROBES=(prometheus "/usr/lib/postgresql/*/bin/initdb")  # a command, or a path pattern
 
 missing=()
 for i in "${!PACKAGES[@]}"; do
-  command -v "${COMMANDS[$i]}" >/dev/null 2>&1 || missing+=("${PACKAGES[$i]}")
+  command -v "${PROBES[$i]}" >/dev/null 2>&1 || compgen -G "${PROBES[$i]}" >/dev/null || missing+=("${PACKAGES[$i]}")
 done
 (( ${#missing[@]} == 0 )) && exit 0
 

@@ -1,8 +1,16 @@
 """A closed-loop search mirrored into an Optuna storage (`submit --storage`,
-engine/storage.py): a journal file and a SQLite database (Optuna's RDB storage, a real
-database engine), each trial once across loops, a failing storage never stopping the loop."""
+engine/storage.py): a journal file, a SQLite database and a PostgreSQL server started here
+as a local process (Debian's package, installed by testbed/packages.sh), each trial once
+across loops, a failing storage never stopping the loop."""
 
 from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
 
 import optuna
 import pytest
@@ -21,13 +29,44 @@ def search_file(tmp_path):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server of its own (initdb in a scratch directory, trust auth, a free port
+    on 127.0.0.1), as the postgres user when run as root; stopped at the end."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed: testbed/packages.sh installs it")
+        pytest.skip("PostgreSQL is not installed (bash testbed/packages.sh)")
+    bindir = os.path.dirname(found[-1])
+    data = tempfile.mkdtemp(prefix="stratctl-pg-")
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        shutil.chown(data, "postgres", "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run([*as_user, f"{bindir}/initdb", "-D", f"{data}/db", "-A", "trust", "-U", "stratctl"],
+                   check=True, capture_output=True)
+    subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", f"{data}/db", "-l", f"{data}/log", "-w", "-o",
+                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    try:
+        yield f"postgresql://stratctl@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", f"{data}/db", "-m", "immediate", "stop"],
+                       check=False, capture_output=True)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def mirrored(url: str) -> list:
     return optuna.load_study(study_name="tpe", storage=open_storage(url)).get_trials()
 
 
-@pytest.mark.parametrize("scheme", ["journal", "sqlite"])
-def test_every_ended_trial_is_mirrored_once_across_a_killed_loop_and_its_rerun(search_file, tmp_path, scheme):
-    url = f"journal:{tmp_path / 'search.log'}" if scheme == "journal" else f"sqlite:///{tmp_path / 'search.db'}"
+@pytest.mark.parametrize("scheme", ["journal", "sqlite", "postgresql"])
+def test_every_ended_trial_is_mirrored_once_across_a_killed_loop_and_its_rerun(search_file, tmp_path, scheme, request):
+    url = {"journal": f"journal:{tmp_path / 'search.log'}", "sqlite": f"sqlite:///{tmp_path / 'search.db'}"}.get(scheme)
+    if scheme == "postgresql":
+        url = request.getfixturevalue("postgres")
     cluster, clock = SearchCluster(), FakeClock()
     first, _ = make(search_file, cluster, clock)
     first.storage = StorageMirror.open(url, first.study)
