@@ -12,13 +12,14 @@ it is known exactly. Each study runs `--budget` trials, `--parallel` at a time:
             below `--regret` (the median over seeds);
   pruning   tpe with and without a median pruner, trials reporting a learning curve
             (`loss_t = f + 2 / (t + 1)`, one step a second, `--steps` steps, through
-            stratctl's report function): GPU-seconds spent and the best value;
+            stratctl's report function): GPU-seconds the budget took, the best value, and
+            the GPU-seconds until the regret first fell below `--regret`;
   anchor    Optuna's TPESampler (same options, same seeds, same budget) in process with
             `optimize(n_jobs=parallel)`: the best value, beside stratctl's tpe.
 
-    python bench/search_bench.py [--budget 24] [--parallel 4] [--seeds 3]
+    python bench/search_bench.py [--budget 24] [--parallel 4] [--seeds 3] [--only all|search|pruning]
 
-Figures to stdout and bench/results/search.json.
+Figures to stdout and bench/results/search.json (search-<only>.json with --only).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from stratctl.engine.intermediate import report  # noqa: E402
 from stratctl.kube.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster  # noqa: E402
 
 MINIMUM = -1.031628
+INF = float("inf")  # trials or GPU-seconds to a regret never reached within the budget
 
 
 def camel(x: float, y: float) -> float:
@@ -178,10 +180,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--regret", type=float, default=0.1)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--only", choices=("all", "search", "pruning"), default="all",
+                        help="search: the strategies; pruning: tpe with and without the pruner")
     parser.add_argument("--strategies", default="tpe,gp,random,quasi-random",
                         help="compared side by side (gp needs the [gp] extra: PyTorch)")
     args = parser.parse_args()
-    strategies = [k for k in args.strategies.split(",") if k]
+    strategies = [k for k in args.strategies.split(",") if k] if args.only != "pruning" else []
     if "gp" in strategies:
         try:
             import torch  # noqa: F401
@@ -191,7 +195,8 @@ def main() -> None:
     target = testbed_target()
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     stamp = str(int(time.time()))[-5:]
-    results: dict[str, list[dict]] = {**{k: [] for k in strategies}, "tpe-reporting": [], "tpe-pruned": []}
+    results: dict[str, list[dict]] = {**{k: [] for k in strategies},
+                                      **({"tpe-reporting": [], "tpe-pruned": []} if args.only != "search" else {})}
     anchors = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
@@ -203,7 +208,7 @@ def main() -> None:
                 name = f"sb-{kind[:2]}{seed}-{stamp}"
                 runs[kind] = (study_text(name, target.namespace, kind, seed, args.budget, args.parallel, None), name,
                               None)
-            for pruned in (False, True):
+            for pruned in (False, True) if args.only != "search" else ():
                 name = f"sb-{'pr' if pruned else 'rp'}{seed}-{stamp}"
                 runs["tpe-pruned" if pruned else "tpe-reporting"] = (
                     study_text(name, target.namespace, "tpe", seed, args.budget, args.parallel, pruned), name, args.steps)
@@ -213,41 +218,50 @@ def main() -> None:
                 for key, future in done.items():
                     results[key].append(future.result())
             print(f"seed {seed}: " + ", ".join(f"{k} {results[k][-1]['best']:.4f}" for k in runs), flush=True)
-            anchors.append(optuna_anchor(seed, args.budget, args.parallel))
+            if "tpe" in strategies:
+                anchors.append(optuna_anchor(seed, args.budget, args.parallel))
     admin.close()
 
     print(f"\nsix-hump camel (minimum {MINIMUM}), budget {args.budget} trials, {args.parallel} in flight, "
-          f"{args.seeds} seeds; median over seeds\n")
+          f"{args.seeds} seeds; median over seeds (a seed that never reached the regret counts as beyond the budget)\n")
     print(f"{'strategy':28} {'best':>9} {'trials to regret ≤ ' + str(args.regret):>24} {'GPU-s to it':>12}")
     summary = {}
-    for kind in strategies:
-        reach = [to_regret(r["curve"], args.regret) for r in results[kind]]
-        summary[kind] = {"best": median([r["best"] for r in results[kind]]),
-                         "trials_to_regret": median([t for t, _ in reach]),
-                         "gpu_seconds_to_regret": median([g for _, g in reach]),
+    shown = lambda v, f: "-" if v is None else (f">{args.budget}" if v == INF else format(v, f))  # noqa: E731
+    for kind, runs in results.items():
+        reach = [to_regret(r["curve"], args.regret) for r in runs]
+        summary[kind] = {"best": median([r["best"] for r in runs]),
+                         "trials_to_regret": median([INF if t is None else t for t, _ in reach]),
+                         "gpu_seconds_to_regret": median([INF if g is None else g for _, g in reach]),
+                         "gpu_seconds": median([r["gpu_seconds"] for r in runs]),
                          "reached": sum(1 for t, _ in reach if t is not None)}
         s = summary[kind]
-        shown = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
         print(f"{kind:28} {s['best']:9.4f} {shown(s['trials_to_regret'], '.1f'):>16} "
               f"({s['reached']}/{args.seeds} reached) {shown(s['gpu_seconds_to_regret'], '.0f'):>8}")
-    plain, pruned = results["tpe-reporting"], results["tpe-pruned"]
-    gpu_plain, gpu_pruned = median([r["gpu_seconds"] for r in plain]), median([r["gpu_seconds"] for r in pruned])
-    saved = 1 - gpu_pruned / gpu_plain if gpu_plain else None
-    print(f"\npruning (tpe, trials reporting {args.steps} steps): without {gpu_plain:.0f} GPU-s, best "
-          f"{median([r['best'] for r in plain]):.4f}; with the median pruner {gpu_pruned:.0f} GPU-s "
-          f"({median([r['pruned'] for r in pruned])} pruned), best {median([r['best'] for r in pruned]):.4f}: "
-          f"{saved * 100:.0f}% of the GPU-seconds saved (target ≥ 30%)")
-    print(f"anchor: Optuna's TPE in process, optimize(n_jobs={args.parallel}): best {median(anchors):.4f}; "
-          f"stratctl's tpe: {summary['tpe']['best']:.4f}")
-    save("search", {"budget": args.budget, "parallel": args.parallel, "seeds": args.seeds, "regret": args.regret,
-                    "summary": summary, "pruning": {"gpu_seconds_without": gpu_plain, "gpu_seconds_with": gpu_pruned,
-                                                    "saved": saved,
-                                                    "best_without": median([r["best"] for r in plain]),
-                                                    "best_with": median([r["best"] for r in pruned])},
-                    "optuna_anchor_best": median(anchors), "optuna_anchor_each": anchors,
-                    "runs": {k: [{x: r[x] for x in ("best", "trials", "gpu_seconds", "pruned", "seconds")}
-                                 for r in v] for k, v in results.items()}})
-
+    pruning = None
+    if "tpe-pruned" in summary:
+        plain, pruned = summary["tpe-reporting"], summary["tpe-pruned"]
+        pruning = {"gpu_seconds_without": plain["gpu_seconds"], "gpu_seconds_with": pruned["gpu_seconds"],
+                   "saved": 1 - pruned["gpu_seconds"] / plain["gpu_seconds"],
+                   "gpu_seconds_to_regret_without": plain["gpu_seconds_to_regret"],
+                   "gpu_seconds_to_regret_with": pruned["gpu_seconds_to_regret"],
+                   "best_without": plain["best"], "best_with": pruned["best"]}
+        to = pruning["gpu_seconds_to_regret_with"], pruning["gpu_seconds_to_regret_without"]
+        pruning["saved_to_regret"] = 1 - to[0] / to[1] if INF not in to else None
+        print(f"\npruning (tpe, trials reporting {args.steps} steps): the budget took {plain['gpu_seconds']:.0f} GPU-s "
+              f"without, {pruned['gpu_seconds']:.0f} with the median pruner ({pruning['saved'] * 100:.0f}% saved), "
+              f"best {plain['best']:.4f} and {pruned['best']:.4f}; to regret ≤ {args.regret}: {shown(to[1], '.0f')} "
+              f"and {shown(to[0], '.0f')} GPU-s"
+              + (f" ({pruning['saved_to_regret'] * 100:.0f}% saved; target ≥ 30%)" if pruning["saved_to_regret"]
+                 is not None else ""))
+    if anchors:
+        print(f"anchor: Optuna's TPE in process, optimize(n_jobs={args.parallel}): best {median(anchors):.4f}; "
+              f"stratctl's tpe: {summary['tpe']['best']:.4f}")
+    save("search" if args.only == "all" else f"search-{args.only}",
+         {"budget": args.budget, "parallel": args.parallel, "seeds": args.seeds, "regret": args.regret,
+          "summary": {k: {x: (None if v == INF else v) for x, v in row.items()} for k, row in summary.items()},
+          "pruning": pruning, "optuna_anchor_best": median(anchors) if anchors else None, "optuna_anchor_each": anchors,
+          "runs": {k: [{x: r[x] for x in ("best", "trials", "gpu_seconds", "pruned", "seconds", "curve")} for r in v]
+                   for k, v in results.items()}})
 
 if __name__ == "__main__":
     main()
