@@ -4,15 +4,15 @@ a user runs, with its wall time, trials/s and peak memory (ru_maxrss).
   offline   `render` and `plan` of the same study at --small and --trials trials, and
             `submit --dry-run client` (load, expand, render and check every trial): memory
             is flat when the peak RSS grows far less than the trial count;
-  submit    `submit --detach --qps 0` of --trials gangs that can never be placed (the
-            study of bench/submit_bench.py with two 1000-GPU pods a gang, in the testbed's
-            16-GPU `capped` queue) onto the cluster;
+  submit    `submit --detach --qps 0` of --trials gangs (the study of bench/submit_bench.py:
+            two 8-GPU pods a gang in the testbed's 16-GPU `capped` queue, which preflight
+            accepts) that the paused scheduler never places;
   status    `status STUDY` (table) and `status STUDY -o json` beside `kubectl get` and
             `kubectl get -o json` of the same jobs, interleaved, --repeat rounds.
 
 The local testbed's Volcano scheduler is paused for the whole run (bench/testbed.py:
-scheduler_paused): it has nothing to place, and 100,000 pending gangs would make it spend
-the machine's CPU on them. At the end the local testbed is restarted fresh (deleting
+scheduler_paused): the gangs stay pending, and 100,000 of them would make it spend the
+machine's CPU on them (on a cluster given by kubeconfig, one gang at a time runs). At the end the local testbed is restarted fresh (deleting
 100,000 jobs and their PodGroups takes the garbage collector far longer than a restart);
 a cluster given by STRATCTL_TEST_KUBECONFIG gets `kubectl delete` instead (--keep: neither).
 
@@ -77,7 +77,7 @@ def main() -> None:
         files = {}
         for n in (args.small, args.trials):
             files[n] = Path(tmp) / f"scale-{n}.yaml"
-            files[n].write_text(study_text(f"scale-{n}", ns, n, gpus=1000))
+            files[n].write_text(study_text(f"scale-{n}", ns, n))
         offline = {}
         for n, path in files.items():
             offline[n] = {

@@ -50,7 +50,7 @@ from stratctl.view.yamlout import dump_all  # noqa: E402
 
 
 def study_text(name: str, namespace: str, trials: int, gpus: int = 8) -> str:
-    """`trials` gangs of two `gpus`-GPU pods in the `capped` queue (16 GPUs: 1000 never fit)."""
+    """`trials` gangs of two `gpus`-GPU pods in the `capped` queue (16 GPUs: one gang at a time)."""
     return textwrap.dedent(
         f"""\
         name: {name}
