@@ -17,7 +17,7 @@ from stratctl.engine.revision import revise
 from stratctl.study.render import Renderer
 from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.cluster import QUEUE
-from stratctl.kube.mirror import Mirror
+from stratctl.kube.mirror import Mirror, trimmed_job
 from stratctl.study.space import Trial, expand
 from stratctl.study.spec import Study, load_study
 from stratctl.engine.throttle import Throttle
@@ -108,7 +108,7 @@ def submit_study(
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.storage = mirror
         submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
-                                label_selector=study_selector(study)).start()
+                                label_selector=study_selector(study), transform=trimmed_job).start()
         if len(study.queues) > 1:  # queue fallback: each new trial goes to the first queue with room
             submitter.queues = Mirror(cluster, QUEUE).start()
         # a static cap needs the cluster's signals only to see who it yields to

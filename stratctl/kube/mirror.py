@@ -46,6 +46,27 @@ def without_managed_fields(obj: dict) -> dict:
     return obj
 
 
+def trimmed_job(obj: dict) -> dict:
+    """What the submit loop reads of its study's jobs: metadata without managedFields, the
+    status, and the spec with each pod template cut to its containers' names and resources
+    (GPU accounting), node selector and priority class. Commands, env, volumes and the
+    templates' annotations (the parameters, again) go: a mirrored job keeps about a third
+    of its bytes. Nothing recreates a job from the mirror: new attempts are rendered."""
+    without_managed_fields(obj)
+    spec = obj.get("spec") or {}
+    for template in [t.get("template") for t in spec.get("tasks") or [] if isinstance(t, dict)] + [spec.get("template")]:
+        if isinstance(template, dict):
+            pod = template.get("spec") or {}
+            kept = {k: pod[k] for k in ("nodeSelector", "priorityClassName", "schedulerName") if k in pod}
+            for key in ("containers", "initContainers"):
+                if isinstance(pod.get(key), list):
+                    kept[key] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                                 for c in pod[key] if isinstance(c, dict)]
+            template["spec"] = kept
+            template["metadata"] = {"labels": ((template.get("metadata") or {}).get("labels") or {})}
+    return obj
+
+
 class Mirror:
     """A list-then-watch cache of one kind of object, refreshed by a background thread.
 

@@ -236,3 +236,32 @@ def test_the_mirror_tells_the_last_state_of_deleted_objects_and_of_those_a_relis
     mirror._thread.join(timeout=10)
     assert [(o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in gone] == [("a", "12"), ("b", "2")]
     assert mirror.listed_at == clock.now  # the last list: complete from then on
+
+
+def test_a_trimmed_job_keeps_what_the_loop_reads_in_a_fraction_of_the_bytes(tmp_path):
+    import json
+
+    from stratctl.engine.queues import queue_of_job
+    from stratctl.kube.gpus import job_gpus
+    from stratctl.kube.mirror import trimmed_job
+    from stratctl.kube.state import attempt_of, classify, podgroup_name
+    from stratctl.study.render import Renderer
+    from stratctl.study.space import expand
+    from tests.unit.studies import MINIMAL, load
+
+    text = MINIMAL.replace('args: ["--lr={{ params.lr }}"]', 'args: ["--lr={{ params.lr }}"]\n  env: {DATA: /data/'
+                           + "x" * 400 + '}\n  command: ["python", "-m", "train"]')
+    study = load(tmp_path, text)
+    job = Renderer(study).render(expand(study)[0], attempt=1)[0]
+    job["metadata"].update(uid="u-1", managedFields=[{"manager": "stratctl", "fieldsV1": {"f:spec": {}}}])
+    job["status"] = {"state": {"phase": "Running"}, "running": 2, "retryCount": 1}
+    before = json.loads(json.dumps(job))
+    after = trimmed_job(json.loads(json.dumps(job)))
+    assert len(json.dumps(after)) < 0.6 * len(json.dumps(before))
+    for read in (job_gpus, queue_of_job, classify, attempt_of, podgroup_name):
+        assert read(after) == read(before), read.__name__
+    assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+    assert after["metadata"]["labels"] == before["metadata"]["labels"] and "managedFields" not in after["metadata"]
+    assert after["status"] == before["status"]
+    assert {k: v for k, v in after["spec"].items() if k != "tasks"} == {
+        k: v for k, v in before["spec"].items() if k != "tasks"}
