@@ -53,6 +53,7 @@ bench: venv
 	$(BIN)/python bench/startup_bench.py
 	$(BIN)/python bench/submit_bench.py
 	$(BIN)/python bench/status_bench.py
+	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/quota_bench.py
 	$(BIN)/python bench/mixed_shapes.py
 	$(BIN)/python bench/search_bench.py

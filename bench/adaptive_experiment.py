@@ -38,6 +38,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.results import save, scalars  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.kube.gpus import free_gpus, pod_gpus  # noqa: E402
@@ -505,6 +506,8 @@ def main() -> None:
                                    workload=args.workload, duration=duration, horizon=900 * scale,
                                    schedule_factory=lambda gpus, horizon: competing_schedule(gpus, horizon, scale)))
     report(results, args, duration, scale)
+    save("adaptive" if args.workload == "volcano" else f"adaptive-{args.workload}",
+         {"trials": args.trials, "repeat": args.repeat, "time_scale": scale, "runs": [scalars(r) for r in results]})
 
 
 def median(values: list[float]) -> float:

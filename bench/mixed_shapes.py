@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.adaptive_experiment import cleanup, median  # noqa: E402
+from bench.results import save, scalars  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.kube.cluster import NODE, POD, PODGROUP, Cluster  # noqa: E402
 from stratctl.kube.gpus import free_gpus, pod_gpus  # noqa: E402
@@ -289,6 +290,8 @@ def main() -> None:
                   f"{r.succeeded}/{r.total} succeeded", flush=True)
             results.append(r)
     report(results, args, per_size, (low, high))
+    save("mixed-shapes", {"rounds": args.rounds, "per_size": per_size, "duration_seconds": [low, high],
+                          "hold_seconds": args.hold, "cap": args.cap, "runs": [scalars(r) for r in results]})
 
 
 def report(results: list[Result], args, per_size: dict[int, int], duration: tuple[int, int]) -> None:

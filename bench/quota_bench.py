@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.results import save, scalars  # noqa: E402
 from stratctl import labels  # noqa: E402
 from stratctl.errors import ClusterError  # noqa: E402
 from stratctl.kube.cluster import VOLCANO_JOB, Cluster  # noqa: E402
@@ -261,6 +262,7 @@ def main() -> None:
             saved = json.loads(path.read_text()) if path.exists() else []
             path.write_text(json.dumps(saved + [asdict(runs[-1])], indent=1))
     report(runs)
+    save("quota", {"trials": args.trials, "runs": [scalars(r) for r in runs]})
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from jinja2 import FileSystemLoader
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.results import save  # noqa: E402
 from stratctl.study import sandbox  # noqa: E402
 from stratctl.study.render import DEFAULT_TEMPLATES, Renderer, bundled_templates  # noqa: E402
 from stratctl.study.space import expand  # noqa: E402
@@ -169,6 +170,13 @@ def main() -> None:
     print(f"target: {n:,} trials in < 1 s: {verdict} ({fast_s:.3f} s wall, {fast_cpu:.3f} s CPU, best of {args.repeat})")
     if fast_cpu < 0.8 * fast_s:
         print("note: CPU time well below wall time: this process was waiting for a CPU (a busy machine)")
+    save("render", {"trials": n, "load_average": round(load[0], 2), "bytes_per_trial": manifest_bytes,
+                    "compiled": {"seconds": round(fast_s, 3), "cpu_seconds": round(fast_cpu, 3),
+                                 "trials_per_second": round(n / fast_s)},
+                    "per_trial": {"seconds": round(slow_s, 3), "trials_per_second": round(n / slow_s)},
+                    "naive": {"trials": m, "seconds": round(naive_s, 3), "trials_per_second": round(naive_rate)},
+                    "compiled_vs_naive": round(n / fast_s / naive_rate, 1),
+                    "peak_traced_mib": round(fast_peak / 2**20, 1), "max_rss_mib": round(rss / 1024, 1)})
 
 
 if __name__ == "__main__":

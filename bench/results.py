@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -31,3 +32,8 @@ def save(name: str, figures: dict) -> Path:
                                 **figures}, indent=2, sort_keys=False) + "\n")
     print(f"figures written to {path.relative_to(RESULTS.parent.parent)} (commit {head}{', dirty' if dirty else ''})")
     return path
+
+
+def scalars(run) -> dict:
+    """A run's figures (a dataclass) without its timelines and tallies: what a results file keeps."""
+    return {k: v for k, v in asdict(run).items() if not isinstance(v, list | dict)}

@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.results import save  # noqa: E402
 
 TARGETS = {"validate demo": 0.3, "validate quasi-random": 0.5, "complete `sta<Tab>`": 0.2,
            "complete --context": 0.2, "complete study": 0.2}
@@ -103,6 +106,12 @@ def main() -> None:
             verdict = "" if target is None else f"<= {target:.1f} s {'ok' if median <= target else 'MISSED'}"
             print(f"{name:<24} {median:8.3f} {min(times):8.3f} {max(times):8.3f} {median / floor:7.1f} "
                   f"{statistics.median(cpus[src, name]):7.3f}  {verdict}")
+    if sources == [ROOT]:  # this checkout alone: its figures are the ones to keep
+        save("startup", {"runs": args.runs, "commands": {
+            name: {"median_seconds": round(statistics.median(walls[ROOT, name]), 3),
+                   "min_seconds": round(min(walls[ROOT, name]), 3),
+                   "median_cpu_seconds": round(statistics.median(cpus[ROOT, name]), 3),
+                   "target_seconds": TARGETS.get(name)} for name, _, _ in cases}})
 
 
 if __name__ == "__main__":
