@@ -56,6 +56,7 @@ bench: venv
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/quota_bench.py
 	$(BIN)/python bench/mixed_shapes.py
+	$(BIN)/python bench/adaptive_experiment.py
 	$(BIN)/python bench/search_bench.py
 
 ## Regenerate completions/stratctl.{bash,zsh,fish} from the CLI definition.
