@@ -318,8 +318,9 @@ def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
     and the events of one PodGroup per kind of gang.
 
     Listing a PodGroup's events is a field-selector scan of every event in the namespace
-    (the API server has no index for it): about 1.5 s each beside 10,000 waiting gangs. Gangs in the same queue, in the same phase, asking for the same resources and
-    members wait for the same reason, so the events of the first of them explain the rest.
+    (the API server has no index for it): about 1.5 s each beside 10,000 waiting gangs.
+    Gangs in the same queue, in the same phase, asking for the same resources and members
+    wait for the same reason, so the events of the first of them explain the rest.
     """
     from stratctl.errors import ClusterError
 
