@@ -45,7 +45,8 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     command with nothing created, instead of failing trial 173 after 172 were submitted.
     The manifests of the first KEPT trials in submission order are kept, so the first
     creates render nothing twice; the rest are rendered, checked and dropped (rendering
-    runs at about 14,000 trials/s), so memory stays flat at 100,000 trials.
+    runs at about 14,000 trials/s), so memory does not grow with the manifests: 148 MiB
+    for 100,000 trials, against 86 MiB for 10,000 (bench/scale_bench.py).
     """
     study = load_study(path)
     if namespace and namespace != study.namespace:

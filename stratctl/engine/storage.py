@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from stratctl.engine.closedloop import steps_of_entry
 from stratctl.errors import UsageError
 from stratctl.study.search import distributions, in_space
 from stratctl.study.spec import Study
@@ -79,8 +80,6 @@ class StorageMirror:
         return len(new)
 
     def _frozen(self, name: str, entry: Mapping[str, Any]) -> Any:
-        from stratctl.engine.closedloop import steps_of_entry
-
         TrialState = self._optuna.trial.TrialState
         params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
         known = {k: v for k, v in params.items() if k in self.distributions}
