@@ -32,6 +32,7 @@ from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
 from stratctl.errors import AlreadyExists, ClusterError, Invalid, NotFound, Throttled, Unavailable, UsageError
+from stratctl.kube.answers import parse
 from stratctl.kube.grants import Grants, access, denial_is_transient
 from stratctl.kube.outage import Outage, duration
 
@@ -139,7 +140,7 @@ def watch_event(line: bytes, what: str) -> tuple[str, dict]:
     """One line of a watch stream as (type, object); an ERROR event raises the error of its
     Status, anything but a watch event raises `Unavailable` (pure; tested without a server)."""
     try:
-        event = json.loads(line)
+        event = parse(line)
         kind, obj = event["type"], event.get("object") or {}
     except (ValueError, KeyError, TypeError, AttributeError):
         raise Unavailable(f"{what}: not a watch event: {line[:200]!r}") from None
@@ -296,7 +297,7 @@ class Cluster:
             if raw:  # a body that is not JSON: a container's log
                 return data
             try:
-                return json.loads(data) if data else None
+                return parse(data) if data else None
             except ValueError:
                 raise Unavailable(f"{what}: the API server answered {status} with a body that is not JSON") from None
         error = error_for(status, data, response.headers, what, self.grants.ago(key, clock()))
