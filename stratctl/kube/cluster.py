@@ -379,8 +379,12 @@ class Cluster:
         field_selector: str | None = None,
         page_size: int = 500,
         all_namespaces: bool = False,
+        transform: Callable[[dict], dict] | None = None,
     ) -> tuple[list[dict], str]:
-        """Every matching object, fetched in pages; returns (items, resourceVersion)."""
+        """Every matching object, fetched in pages; returns (items, resourceVersion).
+
+        `transform` trims each object as its page arrives, so a list of 100,000 jobs never
+        holds them whole at once: only one page of them, and what the transform keeps."""
         path = resource_path(*kind, None if all_namespaces else self._ns(namespace))
         items: list[dict] = []
         token = None
@@ -392,7 +396,8 @@ class Cluster:
                 "continue": token,
             }
             page = self.request("GET", path, query, what=f"list {kind[1]}")
-            items.extend(page.get("items") or [])
+            batch = page.pop("items", None) or []
+            items.extend(map(transform, batch) if transform else batch)
             token = page.get("metadata", {}).get("continue")
             if not token:
                 return items, page.get("metadata", {}).get("resourceVersion", "")

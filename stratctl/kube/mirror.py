@@ -117,9 +117,10 @@ class Mirror:
 
     def relist(self) -> None:
         items, version = self.cluster.list(self.kind, self.namespace, label_selector=self.label_selector,
-                                           all_namespaces=self.all_namespaces)
+                                           all_namespaces=self.all_namespaces, transform=self.transform)
+        fresh = {self._key(o): o for o in items}
+        del items
         with self._lock:
-            fresh = {self._key(o): self.transform(o) for o in items}
             gone = [self._objects[key] for key in self._objects.keys() - fresh.keys()]
             self.deletions += len(gone)
             self._objects = fresh

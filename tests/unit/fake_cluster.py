@@ -75,11 +75,13 @@ class FakeCluster:
         except KeyError:
             raise NotFound(f"{kind[1]} {name} not found") from None
 
-    def list(self, kind, namespace=None, label_selector=None, field_selector=None, **_) -> tuple[list[dict], str]:
+    def list(self, kind, namespace=None, label_selector=None, field_selector=None, transform=None,
+             **_) -> tuple[list[dict], str]:
         self.metrics.record("GET", 200, 0.001)
         self._answer()
         self.listed.append((tuple(kind), field_selector))
-        return [copy.deepcopy(o) for o in self._select(tuple(kind), namespace, label_selector)], "1"
+        items = [copy.deepcopy(o) for o in self._select(tuple(kind), namespace, label_selector)]
+        return (list(map(transform, items)) if transform else items), "1"
 
     def _select(self, kind, namespace, label_selector) -> list[dict]:
         """Objects of a kind in name order (as the API server lists them), filtered by a

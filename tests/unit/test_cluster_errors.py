@@ -2,8 +2,10 @@ import json
 
 import pytest
 
-from stratctl.kube.cluster import error_for, resource_path
+from stratctl.kube.cluster import POD, error_for, resource_path
 from stratctl.errors import AlreadyExists, Invalid, NotFound, Throttled, Unavailable
+from tests.unit.fakes import FakeClock
+from tests.unit.http_fakes import Answer, cluster
 
 
 def status(message, code):
@@ -45,3 +47,23 @@ def test_resource_paths():
     assert resource_path("v1", "Pod", None) == "/api/v1/pods"
     with pytest.raises(Invalid, match="does not manage"):
         resource_path("apps/v1", "Deployment", "ns")
+
+
+def test_a_list_trims_each_page_as_it_arrives():
+    """`transform` runs on a page's objects before the next page is asked for: a list of
+    100,000 jobs holds one page untrimmed, never all of them."""
+    def page(names, token):
+        return Answer(200, json.dumps({"items": [{"metadata": {"name": n, "managedFields": [1]}, "spec": {"big": "x"}}
+                                                 for n in names],
+                                       "metadata": {"continue": token, "resourceVersion": "7"}}).encode())
+    made = cluster(FakeClock(), page(["a", "b"], "t1"), page(["c"], ""))
+    trimmed_before_next = []
+
+    def trim(obj):
+        trimmed_before_next.append((obj["metadata"]["name"], len(made.api.requests)))
+        return {"name": obj["metadata"]["name"]}
+
+    items, version = made.list(POD, transform=trim)
+    assert items == [{"name": "a"}, {"name": "b"}, {"name": "c"}] and version == "7"
+    assert trimmed_before_next == [("a", 1), ("b", 1), ("c", 2)]
+    assert "continue=t1" in made.api.requests[1]["url"]

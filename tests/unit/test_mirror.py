@@ -47,7 +47,7 @@ class ScriptedCluster:
         self.mirror.stop()
         return Unavailable("the script is over")
 
-    def list(self, kind, namespace=None, label_selector=None, all_namespaces=False):
+    def list(self, kind, namespace=None, label_selector=None, all_namespaces=False, transform=None):
         self.calls.append(("list",))
         self.on_call(self.calls[-1])
         if not self.lists:
@@ -55,7 +55,8 @@ class ScriptedCluster:
         answer = self.lists.pop(0)
         if isinstance(answer, BaseException):
             raise answer
-        return answer
+        items, version = answer
+        return ([transform(o) for o in items] if transform else items), version
 
     def watch(self, kind, resource_version, namespace=None, label_selector=None, timeout_seconds=30,
               all_namespaces=False):
