@@ -266,3 +266,9 @@ def test_a_trimmed_job_keeps_what_the_loop_reads_in_a_fraction_of_the_bytes(tmp_
     assert after["status"] == before["status"]
     assert {k: v for k, v in after["spec"].items() if k != "tasks"} == {
         k: v for k, v in before["spec"].items() if k != "tasks"}
+    # another trial of the same shape: its trimmed pod spec is the very same object
+    other = Renderer(study).render(expand(study)[1], attempt=0)[0]
+    assert other["metadata"]["name"] != job["metadata"]["name"]
+    again = trimmed_job(json.loads(json.dumps(other)))
+    assert all(a["template"]["spec"] is b["template"]["spec"]
+               for a, b in zip(again["spec"]["tasks"], after["spec"]["tasks"]))
