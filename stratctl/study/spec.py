@@ -253,13 +253,14 @@ class TrialSpec(_Model):
         return values
 
     @model_validator(mode="after")
-    def _tasks(self):
+    def _tasks(self, info):  # noqa: ANN001
         names = [t.name for t in self.tasks]
         for i, name in enumerate(names):
             if name in names[:i]:
                 raise _bad("task_name", "duplicate task name {name!r}", field=f"tasks.{i}.name", name=name)
+        on_slurm = (info.context or {}).get("backend") == "slurm"  # a Slurm task runs on the node, no image
         for i, t in enumerate(self.tasks):
-            if (t.image or self.image) is None:
+            if (t.image or self.image) is None and not on_slurm:
                 raise _bad("image", "task {name!r} has no image (set trial.image or the task's image)",
                            field=f"tasks.{i}", name=t.name)
         volumes = [v.name for v in self.volumes]
@@ -373,6 +374,48 @@ class Cost(_Model):
         return parse_duration(self.expected_duration)
 
 
+class Slurm(_Model):
+    """Where and how a study's attempts run on a Slurm cluster (`backend: slurm`).
+
+    Every value becomes an `#SBATCH` option of each attempt's script (templates/
+    slurm-job.sh.j2): one line each, so no value may hold a line break."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit: float | str = "1h"  # sbatch --time, rounded up to whole minutes
+    constraint: str | None = None
+    gres: str = "gpu"  # the study's GPUs: `gpu`, or `gpu:a100` for a type (--gpus-per-task=a100:<count>)
+    output_dir: str = "stratctl-out"  # each attempt writes <output_dir>/<study>/<trial>/ (its log and result)
+    extra: list[str] = []  # further sbatch options, e.g. ["--exclusive"]
+
+    @field_validator("partition", "account", "qos", "constraint", "gres", "output_dir")
+    @classmethod
+    def _one_line(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+        if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
+            raise _bad("slurm", "slurm.{field} must be one non-empty line without surrounding spaces",
+                       field=info.field_name)
+        return v
+
+    @field_validator("time_limit")
+    @classmethod
+    def _limit(cls, v: float | str) -> float | str:
+        return _duration(v)
+
+    @field_validator("extra")
+    @classmethod
+    def _options(cls, v: list[str]) -> list[str]:
+        for i, option in enumerate(v):
+            if not option.startswith("--") or any(c in option for c in "\n\r\0"):
+                raise _bad("slurm", "slurm.extra {i}: expected one sbatch option starting with '--', got {got!r}",
+                           field=str(i), i=i, got=option)
+        return v
+
+    @property
+    def minutes(self) -> int:
+        return max(1, -(-int(parse_duration(self.time_limit)) // 60))
+
+
 # ---------------------------------------------------------------- the study
 
 
@@ -386,6 +429,9 @@ class Study(_Model):
     priority_class: str | None = None
     critical: bool = False
     workload: Literal["volcano", "batch"] = "volcano"
+    # where the attempts run: Kubernetes with Volcano (the default), or a Slurm cluster
+    backend: Literal["kubernetes", "slurm"] = "kubernetes"
+    slurm: Slurm = Slurm()
     space: dict[str, Param] = Field(min_length=1)
     strategy: Strategy
     # what the search optimises (a list for several): closed-loop strategies need it;
@@ -509,6 +555,13 @@ class Study(_Model):
                 if not isinstance(p, Choice | IntRange) and not p.grid:
                     raise _bad("grid", "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
                                field=f"space.{name}", name=name)
+        if self.backend == "slurm":
+            if len(self.trial.tasks) != 1:
+                raise _bad("slurm_tasks", "backend slurm runs one kind of task a trial (one sbatch job of N tasks): "
+                           "exactly one entry in trial.tasks, with its replicas", field="trial.tasks")
+            if not (self.trial.tasks[0].command or self.trial.command):
+                raise _bad("slurm_command", "backend slurm runs trial.command on the nodes (there is no image "
+                           "entrypoint): set trial.command", field="trial")
         if self.workload == "batch" and len(self.trial.tasks) != 1:
             raise _bad("batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed",
                        field="trial.tasks")
@@ -551,7 +604,8 @@ class Study(_Model):
         """The same study in another namespace (`submit -n`), still read from the same file."""
         # only the fields the file set: a full dump would mark every default as set (e.g.
         # cost.expected_duration, which then stamps every job with the default duration)
-        study = Study.model_validate({**self.model_dump(exclude_unset=True), "namespace": namespace})
+        study = Study.model_validate({**self.model_dump(exclude_unset=True), "namespace": namespace},
+                                     context={"backend": self.backend})
         study._source, study._doc = self._source, self._doc
         return study
 
@@ -623,7 +677,8 @@ def study_from_document(doc: document.Document, source: Path | None = None) -> S
     space = doc.data.get("space")
     problems = set(doc.problems) | set(_template_problems(doc, list(space) if isinstance(space, dict) else None))
     try:
-        study = Study.model_validate(doc.data)
+        study = Study.model_validate(doc.data, context={"backend": (doc.data or {}).get("backend")
+                                                        if isinstance(doc.data, dict) else None})
     except ValidationError as e:
         problems |= document.validation_problems(doc, e, Study)
         raise StudyError(sorted(problems, key=_order)) from None

@@ -1,0 +1,105 @@
+"""An attempt's sbatch script, from the attempt as the study renders it (pure).
+
+The study core renders every attempt the same way for every backend: the trial template,
+its parameters and stratctl's STRATCTL_* environment (study, trial, attempt, checkpoint,
+resume flag, parameters). A Slurm attempt takes from that rendering what a batch job
+needs, the task's command line, environment and resources, and puts it in the sbatch
+script of `templates/slurm-job.sh.j2`: one job whose tasks are the gang (Slurm starts
+them together or not at all), GPUs as `--gpus-per-task=[type:]<n>` (the type from
+`slurm.gres`, e.g. `gpu:a100`), the study's `slurm:` block as #SBATCH options. Every value is shell-quoted here, so no
+parameter value can become a command or a second #SBATCH line.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import FileSystemLoader
+
+from stratctl import labels
+from stratctl.study import sandbox
+from stratctl.study.quantity import parse as parse_quantity
+from stratctl.study.spec import Study
+
+TEMPLATE = "slurm-job.sh.j2"
+COMMENT_PREFIX = "stratctl:"  # the comment of every job stratctl submits: stratctl:<study>/<trial>/<attempt>/<hash>
+
+
+@dataclass(frozen=True)
+class Script:
+    """One attempt as Slurm runs it."""
+
+    job: str  # the job name: the attempt's name, unique in the study
+    trial: str
+    attempt: int
+    comment: str  # looked up before a job is submitted again (exactly once across crashes)
+    text: str  # the sbatch script
+    tasks: int
+    gpus: int  # GPUs of the whole gang
+
+
+def comment_of(study: str, trial: str, attempt: int, spec_hash: str) -> str:
+    return f"{COMMENT_PREFIX}{study}/{trial}/{attempt}/{spec_hash}"
+
+
+def parse_comment(comment: str | None) -> tuple[str, str, int, str] | None:
+    """(study, trial, attempt, spec hash) of a job stratctl submitted; None for another job."""
+    if not comment or not comment.startswith(COMMENT_PREFIX):
+        return None
+    parts = comment[len(COMMENT_PREFIX):].split("/")
+    if len(parts) != 4 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2]), parts[3]
+
+
+def _job_and_pods(docs: list[dict]) -> tuple[dict, list[tuple[int, dict]]]:
+    job = next(d for d in docs if d.get("kind") == "Job")
+    spec = job.get("spec") or {}
+    if spec.get("tasks"):
+        return job, [(t.get("replicas") or 1, (t.get("template") or {}).get("spec") or {}) for t in spec["tasks"]]
+    return job, [(spec.get("parallelism") or 1, (spec.get("template") or {}).get("spec") or {})]
+
+
+def _resources(container: dict) -> dict[str, str]:
+    res = container.get("resources") or {}
+    return {**(res.get("requests") or {}), **(res.get("limits") or {})}
+
+
+def build(study: Study, docs: list[dict], templates_dir: Path) -> Script:
+    """The sbatch script of one rendered attempt (`docs`: the study's manifests of it)."""
+    job, pods = _job_and_pods(docs)
+    replicas, pod = pods[0]  # one kind of task: the study's validation says so
+    container = (pod.get("containers") or [{}])[0]
+    meta = job.get("metadata") or {}
+    name = meta["name"]
+    trial = meta["labels"][labels.TRIAL]
+    attempt = int(meta["labels"][labels.ATTEMPT])
+    comment = comment_of(study.name, trial, attempt, meta["labels"].get(labels.SPEC_HASH, ""))
+    wanted = _resources(container)
+    gpus = int(parse_quantity(wanted.get("nvidia.com/gpu", "0")) or 0)
+    cpus = max(1, math.ceil(parse_quantity(wanted["cpu"]) or 1)) if "cpu" in wanted else None
+    memory = parse_quantity(wanted["memory"]) if "memory" in wanted else None
+    slurm = study.slurm
+    output = str(Path(slurm.output_dir) / study.name / trial)
+    options = [f"--job-name={name}", f"--comment={comment}", f"--ntasks={replicas}", f"--time={slurm.minutes}",
+               f"--output={output}/{name}-%j.log", "--requeue"]
+    options += [f"--{key}={value}" for key, value in (("partition", slurm.partition), ("account", slurm.account),
+                                                       ("qos", slurm.qos), ("constraint", slurm.constraint)) if value]
+    if gpus:
+        options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}{gpus}")
+    if cpus:
+        options.append(f"--cpus-per-task={cpus}")
+    if memory:
+        options.append(f"--mem-per-cpu={math.ceil(memory / (cpus or 1) / 2**20)}M")
+    options += slurm.extra
+    env = [(e["name"], shlex.quote(str(e.get("value", "")))) for e in container.get("env") or []
+           if "value" in e and e["name"].isidentifier()]
+    command = " ".join(shlex.quote(str(word)) for word in (container.get("command") or []) + (container.get("args") or []))
+    template = sandbox.environment(FileSystemLoader([str(templates_dir)])).get_template(TEMPLATE)
+    text = template.render(options=options, env=env,
+                           command=command, output=shlex.quote(output))
+    return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text, tasks=replicas,
+                  gpus=gpus * replicas)
