@@ -1,0 +1,115 @@
+"""Slurm's own commands, run as processes: what the Slurm backend sends and reads.
+
+`sbatch` submits, `squeue --json` lists, `scancel`, `scontrol` hold, release and requeue.
+Nothing here depends on job accounting (`sacct` needs slurmdbd, which many sites and the
+testbed do not run): a job is seen through `squeue` while the controller remembers it
+(MinJobAge), and an ended attempt leaves its result file beside its log.
+
+A command's failure is sorted the way the API server's answers are: the controller busy or
+unreachable ("Socket timed out", "temporarily unable to accept job", refused connections)
+is `Unavailable`, to back off from and retry; a submit limit reached (MaxSubmitJobs, an
+association or QOS limit) is `Throttled`, pressure to slow down for; anything else is
+`Invalid`, the verdict on that one job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stratctl.errors import Invalid, Throttled, Unavailable
+
+Run = Callable[..., subprocess.CompletedProcess]
+
+# what sbatch, squeue and scontrol print when the controller cannot take a request now
+TRANSIENT = re.compile(
+    r"socket timed out|temporarily unable to accept|unable to contact slurm controller|connection refused|"
+    r"resource temporarily unavailable|slurm_receive_msg|zero bytes were transmitted|slurmctld.*not responding|"
+    r"communication connection failure|insufficient resources.*try again|try again later",
+    re.IGNORECASE)
+# a submit limit: the cluster's way of saying "not so many at once"
+PRESSURE = re.compile(r"MaxSubmitJobs|SubmitJobLimit|MaxSubmit|job submit limit|QOSMaxSubmitJob|AssocMaxSubmitJob",
+                      re.IGNORECASE)
+
+
+def error_of(command: str, code: int, stderr: str) -> Exception:
+    """The error a failed command stands for (see the module docstring)."""
+    text = " ".join(stderr.split())[:400] or f"exit status {code}"
+    message = f"{command}: {text}"
+    if PRESSURE.search(stderr):
+        return Throttled(message, status=429)
+    if TRANSIENT.search(stderr) or code < 0:  # killed by a signal (a timeout): no answer
+        return Unavailable(message)
+    return Invalid(message, status=422)
+
+
+@dataclass
+class Slurm:
+    """One Slurm cluster as its commands see it (SLURM_CONF and the like come from `env`)."""
+
+    env: dict[str, str] | None = None
+    run: Run = subprocess.run
+    timeout: float = 60.0
+    calls: int = 0  # commands run, for the loop's counters
+
+    def _run(self, argv: list[str], stdin: str | None = None) -> str:
+        self.calls += 1
+        env = {**os.environ, **(self.env or {})}
+        try:
+            done = self.run(argv, input=stdin, capture_output=True, text=True, timeout=self.timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise Unavailable(f"{argv[0]}: no answer in {self.timeout:g}s") from None
+        except FileNotFoundError:
+            raise Invalid(f"{argv[0]} is not installed here: the Slurm backend runs Slurm's client commands "
+                          "(Debian: apt-get install slurm-client)") from None
+        if done.returncode != 0:
+            raise error_of(argv[0], done.returncode, done.stderr)
+        return done.stdout
+
+    def submit(self, script: str, workdir: str | None = None) -> int:
+        """Submit one batch script (on stdin); its job id."""
+        argv = ["sbatch", "--parsable"] + ([f"--chdir={workdir}"] if workdir else [])
+        out = self._run(argv, stdin=script).strip()
+        try:
+            return int(out.split(";")[0])
+        except ValueError:
+            raise Invalid(f"sbatch: unexpected answer {out[:200]!r}") from None
+
+    def jobs(self) -> list[dict]:
+        """Every job the controller knows (pending, running, and ended within MinJobAge)."""
+        out = self._run(["squeue", "--json", "--all"])
+        try:
+            return json.loads(out).get("jobs") or []
+        except ValueError:
+            raise Unavailable(f"squeue --json: not JSON: {out[:200]!r}") from None
+
+    def nodes(self) -> list[dict]:
+        """Every node with its partitions, state and GRES in use (`sinfo --json`)."""
+        out = self._run(["sinfo", "--json"])
+        try:
+            return json.loads(out).get("nodes") or []
+        except ValueError:
+            raise Unavailable(f"sinfo --json: not JSON: {out[:200]!r}") from None
+
+    def find(self, name: str) -> int | None:
+        """The id of a job of this name the controller knows, if any: looked up before a
+        submit whose answer was lost is sent again."""
+        out = self._run(["squeue", "--all", "--noheader", "--format=%i", f"--name={name}"])
+        ids = [int(x) for x in out.split() if x.isdigit()]
+        return min(ids) if ids else None
+
+    def cancel(self, job_id: int) -> None:
+        self._run(["scancel", str(job_id)])
+
+    def hold(self, job_id: int) -> None:
+        self._run(["scontrol", "hold", str(job_id)])
+
+    def release(self, job_id: int) -> None:
+        self._run(["scontrol", "release", str(job_id)])
+
+    def requeue(self, job_id: int, hold: bool = False) -> None:
+        self._run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
