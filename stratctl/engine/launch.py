@@ -82,6 +82,10 @@ def submit_study(
     """`stratctl submit`: validate and render everything, then run the submit loop."""
     prepared = prepare(path, connection.namespace)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
+    if study.backend == "slurm":
+        from stratctl.engine.slurmloop import submit_slurm
+
+        return submit_slurm(prepared, options, qps, burst, reporter, policy)
     mirror = None
     if options.storage and not options.dry_run:  # opened before the cluster is touched: a bad URL changes nothing
         from stratctl.engine.storage import StorageMirror

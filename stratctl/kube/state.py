@@ -7,36 +7,9 @@ A Volcano Job reports `status.state.phase`; a plain batch Job reports conditions
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
 
 from stratctl import labels
-
-
-class TrialState(str, Enum):
-    WAITING = "waiting"  # not in the cluster yet
-    PENDING = "pending"  # created, gang not yet scheduled
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    # The attempt ended because its pods were evicted (preempted, reclaimed): not a
-    # failure; the next attempt resumes it from its checkpoint (recovery.py).
-    PREEMPTED = "preempted"
-    # `stratctl drain` deleted the attempt; `stratctl resume` brings the trial back.
-    SUSPENDED = "suspended"
-    # The latest attempt failed and the trial has failures left (retries.max_failures):
-    # its next attempt is due. Only recovery, which knows the limit, says so (recovery.py).
-    RETRYING = "retrying"
-    # A closed-loop search's pruner stopped the trial early (its intermediate values were
-    # not going to win): not a failure; its job is deleted, its GPUs go to the next trial.
-    PRUNED = "pruned"
-
-    @property
-    def finished(self) -> bool:
-        return self in (TrialState.SUCCEEDED, TrialState.FAILED, TrialState.PRUNED)
-
-    @property
-    def in_flight(self) -> bool:
-        return self in (TrialState.PENDING, TrialState.RUNNING)
+from stratctl.trialstate import TrialState  # noqa: F401 - read here by most of the engine
 
 
 VOLCANO_PHASES = {

@@ -68,8 +68,9 @@ def _resources(container: dict) -> dict[str, str]:
     return {**(res.get("requests") or {}), **(res.get("limits") or {})}
 
 
-def build(study: Study, docs: list[dict], templates_dir: Path) -> Script:
-    """The sbatch script of one rendered attempt (`docs`: the study's manifests of it)."""
+def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
+    """The sbatch script of one rendered attempt (`docs`: the study's manifests of it),
+    from the first of `templates` (directories) holding templates/slurm-job.sh.j2."""
     job, pods = _job_and_pods(docs)
     replicas, pod = pods[0]  # one kind of task: the study's validation says so
     container = (pod.get("containers") or [{}])[0]
@@ -98,8 +99,8 @@ def build(study: Study, docs: list[dict], templates_dir: Path) -> Script:
     env = [(e["name"], shlex.quote(str(e.get("value", "")))) for e in container.get("env") or []
            if "value" in e and e["name"].isidentifier()]
     command = " ".join(shlex.quote(str(word)) for word in (container.get("command") or []) + (container.get("args") or []))
-    template = sandbox.environment(FileSystemLoader([str(templates_dir)])).get_template(TEMPLATE)
+    template = sandbox.environment(FileSystemLoader([str(d) for d in templates])).get_template(TEMPLATE)
     text = template.render(options=options, env=env,
-                           command=command, output=shlex.quote(output))
+                           command=command, output=shlex.quote(output), attempt=attempt)
     return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text, tasks=replicas,
                   gpus=gpus * replicas)

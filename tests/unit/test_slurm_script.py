@@ -33,7 +33,7 @@ trial:
 def scripts(tmp_path, text=STUDY, attempt=0):
     study = load(tmp_path, text)
     renderer = Renderer(study)
-    return study, [build(study, renderer.render(t, attempt=attempt), bundled_templates()) for t in expand(study)]
+    return study, [build(study, renderer.render(t, attempt=attempt), [bundled_templates()]) for t in expand(study)]
 
 
 def test_the_options_name_the_attempt_and_ask_for_the_gang(tmp_path):
@@ -76,7 +76,8 @@ def test_the_script_runs_the_command_with_hostile_values_as_plain_words(tmp_path
     assert json.loads(ran["env"]["STRATCTL_PARAMS"]) == {"lr": "x; rm -rf / #\n$(id)"}
     assert ran["env"]["STRATCTL_CHECKPOINT_DIR"] == f"/ckpt/sweep/{hostile.trial}"
     assert ran["env"]["STRATCTL_ATTEMPT"] == "0"
-    assert (tmp_path / "stratctl-out" / "sweep" / hostile.trial).is_dir()
+    out = tmp_path / "stratctl-out" / "sweep" / hostile.trial
+    assert (out / "attempt-0.job").read_text() == "0\n" and (out / "attempt-0.exit").read_text() == "0\n"
     assert not [line for line in hostile.text.splitlines() if line.startswith("#SBATCH") and "rm -rf" in line]
 
 

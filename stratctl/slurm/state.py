@@ -1,0 +1,137 @@
+"""What state each trial of a study is in on Slurm, from `squeue --json` and the files
+its attempts leave in their output directories (pure, but for `read_marks`).
+
+A job stratctl submitted carries the comment `stratctl:<study>/<trial>/<attempt>/<hash>`
+(slurm/script.py). While the controller remembers a job, its state is squeue's; once it
+has forgotten it (MinJobAge after the end; there is no accounting to ask), the attempt's
+files tell: `attempt-N.job` says it started, `attempt-N.exit` how it ended.
+
+Preemption is not failure: with PreemptMode=REQUEUE Slurm puts a preempted job back in
+the queue, the same job, its restart count up; its script resumes from the checkpoint.
+Those restarts are the trial's preemptions. A job held by the user (`stratctl drain`) is
+suspended, not pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stratctl.slurm.script import parse_comment
+from stratctl.trialstate import TrialState
+
+STATES = {
+    "PENDING": TrialState.PENDING, "CONFIGURING": TrialState.PENDING, "REQUEUED": TrialState.PENDING,
+    "REQUEUE_HOLD": TrialState.PENDING, "REQUEUE_FED": TrialState.PENDING, "RESV_DEL_HOLD": TrialState.PENDING,
+    "RUNNING": TrialState.RUNNING, "COMPLETING": TrialState.RUNNING, "RESIZING": TrialState.RUNNING,
+    "SUSPENDED": TrialState.RUNNING, "STOPPED": TrialState.RUNNING, "SIGNALING": TrialState.RUNNING,
+    "STAGE_OUT": TrialState.RUNNING,
+    "COMPLETED": TrialState.SUCCEEDED,
+    "FAILED": TrialState.FAILED, "TIMEOUT": TrialState.FAILED, "NODE_FAIL": TrialState.FAILED,
+    "OUT_OF_MEMORY": TrialState.FAILED, "BOOT_FAIL": TrialState.FAILED, "DEADLINE": TrialState.FAILED,
+    "CANCELLED": TrialState.FAILED,
+    "PREEMPTED": TrialState.PREEMPTED,  # preempted and not requeued (PreemptMode=CANCEL): the next attempt resumes
+}
+HELD = ("JobHeldUser", "JobHeldAdmin")  # `scontrol hold` / `requeuehold`: drained
+# why a pending job waits, in the words the adaptive policy reads
+CAPACITY = ("Resources", "Priority", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions")
+LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of one trial, as Slurm (or its files) shows it."""
+
+    trial: str
+    attempt: int
+    state: TrialState
+    job_id: int | None = None
+    slurm_state: str = ""
+    reason: str = ""  # why a pending job waits (squeue's state_reason)
+    restarts: int = 0  # times Slurm requeued it (preemptions)
+    spec_hash: str = ""
+    exit_code: int | None = None
+
+    @property
+    def waits_for_capacity(self) -> bool:
+        return self.state is TrialState.PENDING and self.reason in CAPACITY
+
+    @property
+    def waits_for_limits(self) -> bool:
+        return self.state is TrialState.PENDING and self.reason.startswith(LIMITS)
+
+
+def of_job(job: dict, study: str) -> Attempt | None:
+    """The attempt a squeue job stands for; None for a job of another study or not stratctl's."""
+    named = parse_comment(job.get("comment"))
+    if named is None or named[0] != study:
+        return None
+    _, trial, attempt, spec_hash = named
+    slurm_state = str(job.get("job_state") or "")
+    reason = str(job.get("state_reason") or "")
+    state = STATES.get(slurm_state, TrialState.PENDING)
+    if state is TrialState.PENDING and reason in HELD:
+        state = TrialState.SUSPENDED
+    code = job.get("exit_code")
+    return Attempt(trial, attempt, state, job.get("job_id"), slurm_state, "" if reason == "None" else reason,
+                   int(job.get("restart_cnt") or 0), spec_hash, code if isinstance(code, int) else None)
+
+
+def of_marks(trial: str, attempt: int, job_id: int | None, exit_code: int | None) -> Attempt:
+    """An attempt the controller no longer lists, from its files: it started (job id), and
+    ended with `exit_code`, or ended without its script finishing (cancelled, timed out,
+    its node lost): failed."""
+    if exit_code is None:
+        return Attempt(trial, attempt, TrialState.FAILED, job_id, reason="ended without an exit status")
+    return Attempt(trial, attempt, TrialState.SUCCEEDED if exit_code == 0 else TrialState.FAILED, job_id,
+                   exit_code=exit_code)
+
+
+def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, tuple[int | None, int | None]]]) -> dict[str, Attempt]:
+    """Each trial's latest attempt: from squeue where the controller lists it, else from
+    the marks its attempts left (`read_marks`). Of two jobs of one attempt (a submit sent
+    again after its answer was lost, where the lookup missed it) the first one counts."""
+    seen: dict[str, Attempt] = {}
+    for job in jobs:
+        found = of_job(job, study)
+        if found is None:
+            continue
+        have = seen.get(found.trial)
+        if have is None or (found.attempt, -(found.job_id or 0)) > (have.attempt, -(have.job_id or 0)):
+            seen[found.trial] = found
+    for trial, attempts in marks.items():
+        if not attempts:
+            continue
+        number = max(attempts)
+        if trial in seen and seen[trial].attempt >= number:
+            continue
+        job_id, code = attempts[number]
+        seen[trial] = of_marks(trial, number, job_id, code)
+    return seen
+
+
+def read_marks(directory: Path) -> dict[str, dict[int, tuple[int | None, int | None]]]:
+    """The attempt files under a study's output directory: trial → attempt → (job id, exit status)."""
+    out: dict[str, dict[int, tuple[int | None, int | None]]] = {}
+    if not directory.is_dir():
+        return out
+    for trial_dir in directory.iterdir():
+        if not trial_dir.is_dir():
+            continue
+        attempts: dict[int, tuple[int | None, int | None]] = {}
+        for mark in trial_dir.glob("attempt-*.job"):
+            number = mark.stem.split("-", 1)[1]
+            if not number.isdigit():
+                continue
+            exit_file = trial_dir / f"attempt-{number}.exit"
+            attempts[int(number)] = (_int(mark), _int(exit_file) if exit_file.exists() else None)
+        if attempts:
+            out[trial_dir.name] = attempts
+    return out
+
+
+def _int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
