@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STUDY  ?= examples/demo.yaml
 
-.PHONY: venv test unit e2e lint demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off clean
+.PHONY: venv test unit e2e lint demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off slurm-up slurm-down clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -80,3 +80,12 @@ testbed-apf-off:
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+
+## The local Slurm testbed (testbed/slurm/): munged, slurmctld and four slurmd with four
+## fake GPUs each, as local processes; the Slurm tests (tests/slurm) bring it up themselves.
+slurm-up:
+	bash testbed/slurm/packages.sh
+	bash testbed/slurm/up.sh
+
+slurm-down:
+	bash testbed/slurm/down.sh

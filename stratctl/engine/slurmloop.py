@@ -91,6 +91,7 @@ class SlurmLoop:
         self._pending_since: dict[str, float] = {}
         self.preemptions: dict[str, int] = {}
         self.failures: dict[str, int] = {}
+        self._first = True
 
     # -- one cycle ------------------------------------------------------------------------
 
@@ -106,7 +107,10 @@ class SlurmLoop:
             if attempt is None:
                 out[name] = TrialState.WAITING
                 continue
-            self.preemptions[name] = max(self.preemptions.get(name, 0), attempt.restarts)
+            if attempt.restarts > self.preemptions.get(name, 0):
+                self.reporter.event(f"trial {name}: preempted, requeued by Slurm (restart {attempt.restarts} of job "
+                                    f"{attempt.job_id}): it resumes from its checkpoint; not a failure")
+                self.preemptions[name] = attempt.restarts
             failed_before = attempt.attempt  # every earlier attempt of the trial ended in failure or preemption
             if attempt.state is TrialState.FAILED and failed_before < self.study.retries.max_failures:
                 out[name] = TrialState.RETRYING
@@ -158,6 +162,8 @@ class SlurmLoop:
 
     def cycle(self, pool: ThreadPoolExecutor) -> dict[str, TrialState]:
         seen = self.observe()
+        if self._first:  # trials submitted before this run (a rerun, another launcher): recognised, not resent
+            self.progress.existing, self._first = len(seen), False
         states = self.states(seen)
         observed = self.observed(seen, states)
         decision = self.policy.decide(observed, self.clock())

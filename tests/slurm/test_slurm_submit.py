@@ -1,0 +1,87 @@
+"""`stratctl submit` of a `backend: slurm` study against real Slurm daemons: every trial
+exactly once across a SIGKILL and a rerun, and preemption by a higher-tier partition is
+a requeue the trial resumes from, not a failure."""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+import time
+
+STUDY = """\
+name: {name}
+backend: slurm
+slurm: {{partition: research, time_limit: 5m}}
+checkpoint: {{location: "{ckpt}/{{{{ trial }}}}"}}
+space:
+  seed: {{type: int, low: 0, high: {last}, grid: true}}
+strategy: {{kind: grid}}
+trial:
+  command: ["bash", "-c", {command}]
+  resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}
+  tasks: [{{name: worker, replicas: 1}}]
+throttle: {{parallelism: {{min: 1, initial: {inflight}, max: {inflight}}}}}
+"""
+
+
+def study(tmp_path, name, trials, command, gpus=1, inflight=4):
+    path = tmp_path / "study.yaml"
+    path.write_text(STUDY.format(name=name, ckpt=tmp_path / "ckpt", last=trials - 1, command=json.dumps(command),
+                                 gpus=gpus, inflight=inflight))
+    return path
+
+
+def marks(tmp_path, name):
+    """trial -> the attempt files and logs its directory holds."""
+    root = tmp_path / "stratctl-out" / name
+    return {d.name: sorted(p.name for p in d.iterdir()) for d in root.iterdir()} if root.is_dir() else {}
+
+
+def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(slurm, tmp_path):
+    name = f"once-{int(time.time()) % 100000}"
+    command = 'sleep 3; echo "{\\"loss\\": $RANDOM}" > "$STRATCTL_OUTPUT_DIR/result.json"'
+    path = study(tmp_path, name, 10, command, inflight=4)
+    first = slurm.start("submit", str(path), "--poll-interval", "0.5", cwd=tmp_path)
+    slurm.wait("the first trials in Slurm", lambda: len(slurm.jobs(name)) >= 3)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    done = slurm.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    progress = json.loads(done.stdout)
+    assert progress["succeeded"] == 10 and progress["failed"] == 0
+    jobs = slurm.jobs(name)
+    per_trial: dict[str, list[int]] = {}
+    for job in jobs:
+        per_trial.setdefault(job["comment"].split("/")[1], []).append(job["job_id"])
+    assert len(per_trial) == 10 and all(len(ids) == 1 for ids in per_trial.values()), per_trial
+    files = marks(tmp_path, name)
+    assert set(files) == set(per_trial)
+    for trial, names in files.items():
+        logs = [n for n in names if n.endswith(".log")]
+        assert len(logs) == 1 and "attempt-0.job" in names and "attempt-0.exit" in names, (trial, names)
+        assert "attempt-1.job" not in names and "result.json" in names
+    # the rerun recognised what the killed run had submitted and submitted only the rest
+    assert progress["existing"] >= 3 and progress["created"] + progress["existing"] == 10, progress
+
+
+def test_a_preempted_trial_is_requeued_and_resumes_from_its_checkpoint(slurm, tmp_path):
+    name = f"preempt-{int(time.time()) % 100000}"
+    command = textwrap.dedent("""\
+        if [ "$STRATCTL_RESUME" = 1 ]; then echo "$SLURM_RESTART_COUNT" > "$STRATCTL_OUTPUT_DIR/resumed"; fi
+        sleep 10; echo '{"loss": 1}' > "$STRATCTL_OUTPUT_DIR/result.json\"""")
+    path = study(tmp_path, name, 4, command, gpus=4, inflight=4)  # four 4-GPU trials fill the four nodes
+    loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    slurm.wait("every trial running", lambda: sum(j["job_state"] == "RUNNING" for j in slurm.jobs(name)) == 4)
+    prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", "--job-name=prod-urgent",
+                     "--wrap", "sleep 2").stdout.strip()
+    requeued = slurm.wait("a trial requeued", lambda: [j for j in slurm.jobs(name) if j["restart_cnt"] > 0])
+    out, err = loop.communicate(timeout=180)
+    assert loop.returncode == 0, err[-2000:]
+    progress = json.loads(out)
+    assert progress["succeeded"] == 4 and progress["failed"] == 0
+    trial = requeued[0]["comment"].split("/")[1]
+    assert (tmp_path / "stratctl-out" / name / trial / "resumed").read_text().strip() == "1"
+    assert f"trial {trial}: preempted, requeued by Slurm" in err
+    assert len(slurm.jobs(name)) == 4  # the same job, requeued: no new attempt, nothing duplicated
+    assert prod.isdigit()
