@@ -1,0 +1,61 @@
+"""A Slurm study's trial states from squeue's jobs and the attempt files (pure), and the
+capacity the loop reads from sinfo."""
+
+from __future__ import annotations
+
+from stratctl.engine.slurmloop import free_gpus, gangs_fit
+from stratctl.slurm.state import latest, read_marks
+from stratctl.trialstate import TrialState
+
+
+def job(trial, attempt, state, job_id, reason="None", restarts=0, study="s", exit_code=0):
+    return {"job_id": job_id, "comment": f"stratctl:{study}/{trial}/{attempt}/h", "job_state": state,
+            "state_reason": reason, "restart_cnt": restarts, "exit_code": exit_code}
+
+
+def test_squeue_states_map_to_trial_states():
+    jobs = [job("a", 0, "PENDING", 1, "Resources"), job("b", 0, "RUNNING", 2, restarts=1),
+            job("c", 0, "COMPLETED", 3), job("d", 0, "TIMEOUT", 4), job("e", 0, "PENDING", 5, "JobHeldUser"),
+            job("f", 0, "PENDING", 6, "QOSMaxGRESPerUser"), job("x", 0, "RUNNING", 7, study="other"),
+            {"job_id": 8, "comment": "", "job_state": "RUNNING"}]
+    seen = latest(jobs, "s", {})
+    assert {t: a.state for t, a in seen.items()} == {
+        "a": TrialState.PENDING, "b": TrialState.RUNNING, "c": TrialState.SUCCEEDED, "d": TrialState.FAILED,
+        "e": TrialState.SUSPENDED, "f": TrialState.PENDING}
+    assert seen["a"].waits_for_capacity and not seen["a"].waits_for_limits
+    assert seen["f"].waits_for_limits and not seen["f"].waits_for_capacity
+    assert seen["b"].restarts == 1 and seen["b"].reason == ""
+
+
+def test_the_latest_attempt_wins_and_of_two_jobs_of_one_attempt_the_first():
+    seen = latest([job("a", 0, "FAILED", 1, exit_code=1), job("a", 1, "RUNNING", 9), job("a", 1, "PENDING", 12)],
+                  "s", {})
+    assert (seen["a"].attempt, seen["a"].job_id, seen["a"].state) == (1, 9, TrialState.RUNNING)
+
+
+def test_attempts_slurm_forgot_come_from_their_files(tmp_path):
+    for trial, files in {"a": {"attempt-0.job": "11", "attempt-0.exit": "0"},
+                         "b": {"attempt-0.job": "12", "attempt-0.exit": "3", "attempt-1.job": "15"},
+                         "c": {"attempt-0.job": "13"}, "d": {}}.items():
+        (tmp_path / trial).mkdir()
+        for name, text in files.items():
+            (tmp_path / trial / name).write_text(text + "\n")
+    marks = read_marks(tmp_path)
+    assert marks == {"a": {0: (11, 0)}, "b": {0: (12, 3), 1: (15, None)}, "c": {0: (13, None)}}
+    seen = latest([job("c", 1, "PENDING", 20)], "s", marks)
+    assert seen["a"].state is TrialState.SUCCEEDED
+    assert (seen["b"].attempt, seen["b"].state) == (1, TrialState.FAILED)  # ended without its script finishing
+    assert (seen["c"].attempt, seen["c"].state) == (1, TrialState.PENDING)  # squeue's newer attempt wins
+    assert read_marks(tmp_path / "missing") == {}
+
+
+def test_free_gpus_and_whole_gangs_from_sinfo():
+    nodes = [{"name": "n1", "state": "idle", "gres": "gpu:4", "gres_used": "gpu:0", "partitions": ["research"]},
+             {"name": "n2", "state": "mixed", "gres": "gpu:a100:4(S:0-1)", "gres_used": "gpu:a100:3(IDX:0-2)",
+              "partitions": ["research", "prod"]},
+             {"name": "n3", "state": "down", "gres": "gpu:4", "gres_used": "gpu:0", "partitions": ["research"]},
+             {"name": "n4", "state": "idle", "gres": "gpu:4", "gres_used": "gpu:0", "partitions": ["prod"]}]
+    assert free_gpus(nodes, "research") == [4, 1]
+    assert free_gpus(nodes, None) == [4, 1, 4]
+    assert gangs_fit([4, 1], [2, 2]) == 1  # the lone GPU on n2 holds no 2-GPU task
+    assert gangs_fit([4, 1], [1, 1]) == 2 and gangs_fit([4, 1, 4], [4]) == 2
