@@ -55,9 +55,10 @@ def status(
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
     if best and not study:
         raise UsageError("--best N ranks the trials of one study: name the STUDY")
-    cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
+    on_slurm = _slurm_study(study)  # a study FILE of backend slurm: Slurm's commands, no Kubernetes
+    cluster = None if on_slurm else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
-        sort = core.declared_ranking(cluster, cluster.namespace, study)
+        sort = _ranking(on_slurm) if on_slurm else core.declared_ranking(cluster, cluster.namespace, study)
         if not sort:
             raise UsageError("--best N ranks trials by a metric: give it with --sort METRIC (the study declares no "
                              "objective)")
@@ -66,6 +67,12 @@ def status(
     terminal = console.is_terminal
 
     def snapshot(ns: str):
+        if on_slurm:
+            from stratctl.engine.slurmstatus import snapshot as slurm_snapshot
+
+            snap = slurm_snapshot(on_slurm)
+            snap.trials = core.sort_trials(snap.trials, sort)[:best or None]
+            return snap
         if not study:  # the studies only; machine outputs exact (every trial counted)
             return core.collect(cluster, ns, None, reasons_for_all=False,
                                 shown=0 if table or output is Output.name else None, selector=selector)
@@ -82,14 +89,14 @@ def status(
 
     def read():
         if not all_namespaces:
-            return snapshot(cluster.namespace), None
+            return snapshot(cluster.namespace if cluster else ""), None
         snaps = [snapshot(ns) for ns in core.namespaces_with_studies(cluster, selector)]
         merged = core.Snapshot("", time.time(), [s for snap in snaps for s in snap.studies], [])
         return merged, [snap.namespace for snap in snaps for _ in snap.studies]
 
     def picture(snap, namespaces):
         if not snap.studies:
-            return statusout.empty_line(None if all_namespaces else cluster.namespace)
+            return statusout.empty_line(None if all_namespaces or not cluster else cluster.namespace)
         return statusout.picture(snap, bool(study), console.width, output is Output.wide, limit or None, namespaces)
 
     try:
@@ -104,7 +111,7 @@ def status(
         elif output is Output.yaml:
             typer.echo(dump_all([statusout.document(snap, bool(study), namespaces)]), nl=False)
         elif not snap.studies:
-            print(statusout.empty_line(None if all_namespaces else cluster.namespace), file=sys.stderr)
+            print(statusout.empty_line(None if all_namespaces or not cluster else cluster.namespace), file=sys.stderr)
         elif output is Output.name:
             typer.echo(statusout.names(snap, bool(study)), nl=False)
         elif output is Output.csv:
@@ -116,7 +123,28 @@ def status(
             if study and statusout.hidden(snap, limit or None):  # on stderr: the columns stay parseable
                 print(statusout.hidden(snap, limit or None), file=sys.stderr)
     finally:
-        cluster.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _slurm_study(argument: str | None):
+    """The study of a STUDY argument that names a study file of backend slurm; None otherwise
+    (a Kubernetes study is named by its name: its record is in the cluster)."""
+    import os
+
+    if not argument or not os.path.isfile(argument):
+        return None
+    from stratctl.study.spec import load_study
+
+    study = load_study(argument)
+    if study.backend != "slurm":
+        raise UsageError(f"{argument} is a Kubernetes study: give its name, `stratctl status {study.name}`")
+    return study
+
+
+def _ranking(study) -> str | None:
+    first = study.objectives[0] if study.objective is not None else None
+    return None if first is None else ("-" if first.direction == "maximize" else "") + first.metric
 
 
 def register(app: typer.Typer) -> None:

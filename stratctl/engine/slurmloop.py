@@ -72,6 +72,16 @@ def gangs_fit(free: list[int], gang: list[int]) -> int:
     return slots // max(1, len(gang))
 
 
+def trial_state(attempt: Attempt, max_failures: int) -> TrialState:
+    """The trial's state from its latest attempt: a failed (or preempted and not requeued)
+    attempt with failures left makes it RETRYING, its next attempt due. Every earlier
+    attempt of the trial ended that way, so the attempt number counts them."""
+    if attempt.state is TrialState.PREEMPTED or (attempt.state is TrialState.FAILED
+                                                 and attempt.attempt < max_failures):
+        return TrialState.RETRYING
+    return attempt.state
+
+
 class SlurmLoop:
     def __init__(self, study: Study, trials: list[Trial], renderer: Renderer, slurm: Slurm, throttle: Throttle,
                  options: SubmitOptions, reporter: Reporter | None = None, policy=None,
@@ -111,14 +121,8 @@ class SlurmLoop:
                 self.reporter.event(f"trial {name}: preempted, requeued by Slurm (restart {attempt.restarts} of job "
                                     f"{attempt.job_id}): it resumes from its checkpoint; not a failure")
                 self.preemptions[name] = attempt.restarts
-            failed_before = attempt.attempt  # every earlier attempt of the trial ended in failure or preemption
-            if attempt.state is TrialState.FAILED and failed_before < self.study.retries.max_failures:
-                out[name] = TrialState.RETRYING
-            elif attempt.state is TrialState.PREEMPTED:
-                out[name] = TrialState.RETRYING
-            else:
-                out[name] = attempt.state
-            self.failures[name] = failed_before + (attempt.state is TrialState.FAILED)
+            out[name] = trial_state(attempt, self.study.retries.max_failures)
+            self.failures[name] = attempt.attempt + (attempt.state is TrialState.FAILED)
         return out
 
     def submit_attempt(self, trial: Trial, number: int) -> str:

@@ -63,6 +63,15 @@ def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(slurm, tmp_path
         assert "attempt-1.job" not in names and "result.json" in names
     # the rerun recognised what the killed run had submitted and submitted only the rest
     assert progress["existing"] >= 3 and progress["created"] + progress["existing"] == 10, progress
+    # status reads the same: every trial squeue lists, succeeded in its first attempt, with its result
+    shown = slurm.stratctl("status", str(path), "-o", "json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)["trials"]
+    assert {r["trial"] for r in rows} == set(per_trial)
+    names = {j["comment"].split("/")[1]: (j["name"], j["job_state"]) for j in jobs}
+    for row in rows:
+        assert (row["job"], row["phase"]) == names[row["trial"]] == (row["trial"], "COMPLETED"), row
+        assert row["state"] == "succeeded" and row["attempt"] == 0 and "loss" in row["result"]
 
 
 def test_a_preempted_trial_is_requeued_and_resumes_from_its_checkpoint(slurm, tmp_path):
