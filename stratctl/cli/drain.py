@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, OptionalStudyArg, Output, OutputOpt, StudyArg, emit
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, OptionalStudyArg, Output, OutputOpt, StudyArg, emit, slurm_study
 
 JsonOpt = Annotated[bool, typer.Option("--json", hidden=True, help="Same as -o json.")]
 
@@ -27,14 +27,20 @@ def drain(
     Suspended trials keep their checkpoints; `stratctl resume STUDY` brings them back.
     Critical studies are never touched.
     """
-    from stratctl.engine import drain as core
-    from stratctl.engine.connect import Connection, one_shot
+    on_slurm = slurm_study(study)
+    if on_slurm:
+        from stratctl.engine import slurmdrain
 
-    cluster = one_shot(Connection(kubeconfig, context, namespace))
-    try:
-        outcomes = core.drain(cluster, cluster.namespace, study, all_noncritical, settle=settle)
-    finally:
-        cluster.close()
+        outcomes = [slurmdrain.drain(on_slurm)]
+    else:
+        from stratctl.engine import drain as core
+        from stratctl.engine.connect import Connection, one_shot
+
+        cluster = one_shot(Connection(kubeconfig, context, namespace))
+        try:
+            outcomes = core.drain(cluster, cluster.namespace, study, all_noncritical, settle=settle)
+        finally:
+            cluster.close()
     if emit([o.as_dict() for o in outcomes], Output.json if output_json else output):
         return
     from rich.console import Console
@@ -56,14 +62,20 @@ def resume(
     output_json: JsonOpt = False,
 ) -> None:
     """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again."""
-    from stratctl.engine import drain as core
-    from stratctl.engine.connect import Connection, one_shot
+    on_slurm = slurm_study(study)
+    if on_slurm:
+        from stratctl.engine import slurmdrain
 
-    cluster = one_shot(Connection(kubeconfig, context, namespace))
-    try:
-        outcome = core.resume(cluster, cluster.namespace, study)
-    finally:
-        cluster.close()
+        outcome = slurmdrain.resume(on_slurm)
+    else:
+        from stratctl.engine import drain as core
+        from stratctl.engine.connect import Connection, one_shot
+
+        cluster = one_shot(Connection(kubeconfig, context, namespace))
+        try:
+            outcome = core.resume(cluster, cluster.namespace, study)
+        finally:
+            cluster.close()
     if emit(outcome.as_dict(), Output.json if output_json else output):
         return
     from rich.console import Console

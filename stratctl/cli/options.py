@@ -67,3 +67,19 @@ def duration_option(text: str | None, flag: str) -> float | None:
         return parse_duration(float(text) if text.replace(".", "", 1).isdigit() else text)
     except ValueError as e:
         raise UsageError(f"{flag} {text!r}: {e}") from None
+
+
+def slurm_study(argument: str | None):
+    """The study of a STUDY argument that names a study file of backend slurm; None otherwise
+    (a Kubernetes study is named by its name: its record is in the cluster)."""
+    import os
+
+    if not argument or not os.path.isfile(argument):
+        return None
+    from stratctl.errors import UsageError
+    from stratctl.study.spec import load_study
+
+    study = load_study(argument)
+    if study.backend != "slurm":
+        raise UsageError(f"{argument} is a Kubernetes study: give its name ({study.name}) instead of its file")
+    return study

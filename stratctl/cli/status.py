@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies, slurm_study
 from stratctl.errors import UsageError
 
 
@@ -55,7 +55,7 @@ def status(
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
     if best and not study:
         raise UsageError("--best N ranks the trials of one study: name the STUDY")
-    on_slurm = _slurm_study(study)  # a study FILE of backend slurm: Slurm's commands, no Kubernetes
+    on_slurm = slurm_study(study)  # a study FILE of backend slurm: Slurm's commands, no Kubernetes
     cluster = None if on_slurm else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
         sort = _ranking(on_slurm) if on_slurm else core.declared_ranking(cluster, cluster.namespace, study)
@@ -125,21 +125,6 @@ def status(
     finally:
         if cluster is not None:
             cluster.close()
-
-
-def _slurm_study(argument: str | None):
-    """The study of a STUDY argument that names a study file of backend slurm; None otherwise
-    (a Kubernetes study is named by its name: its record is in the cluster)."""
-    import os
-
-    if not argument or not os.path.isfile(argument):
-        return None
-    from stratctl.study.spec import load_study
-
-    study = load_study(argument)
-    if study.backend != "slurm":
-        raise UsageError(f"{argument} is a Kubernetes study: give its name, `stratctl status {study.name}`")
-    return study
 
 
 def _ranking(study) -> str | None:

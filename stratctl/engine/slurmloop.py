@@ -111,13 +111,18 @@ class SlurmLoop:
 
     def states(self, seen: dict[str, Attempt]) -> dict[str, TrialState]:
         """Each trial's state; a failed attempt with failures left is RETRYING (its next is due)."""
+        from stratctl.engine.slurmdrain import drained
+
+        draining = drained(self.study, Path(self.workdir) if self.workdir else None)
         out = {}
         for name in self.order:
             attempt = seen.get(name)
             if attempt is None:
                 out[name] = TrialState.WAITING
                 continue
-            if attempt.restarts > self.preemptions.get(name, 0):
+            if attempt.state is TrialState.SUSPENDED or draining:  # `drain` requeues held: no preemption
+                self.preemptions[name] = attempt.restarts
+            elif attempt.restarts > self.preemptions.get(name, 0):
                 self.reporter.event(f"trial {name}: preempted, requeued by Slurm (restart {attempt.restarts} of job "
                                     f"{attempt.job_id}): it resumes from its checkpoint; not a failure")
                 self.preemptions[name] = attempt.restarts
@@ -160,7 +165,10 @@ class SlurmLoop:
             free, fit = sum(gpus), gangs_fit(gpus, self.gang)
         except ClusterError:
             pass  # no capacity signal this cycle: the policy goes on without it
+        from stratctl.engine.slurmdrain import drained
+
         return Observed(in_flight=sum(1 for s in states.values() if s.in_flight), pending=len(pending),
+                        drained=drained(self.study, Path(self.workdir) if self.workdir else None),
                         waiting=sum(1 for s in states.values() if s in (TrialState.WAITING, TrialState.RETRYING)),
                         stuck=stuck, free_gpus=free, gangs_fit=fit)
 

@@ -70,7 +70,8 @@ def of_job(job: dict, study: str) -> Attempt | None:
     slurm_state = str(job.get("job_state") or "")
     reason = str(job.get("state_reason") or "")
     state = STATES.get(slurm_state, TrialState.PENDING)
-    if state is TrialState.PENDING and reason in HELD:
+    held = reason in HELD or slurm_state == "REQUEUE_HOLD" or job.get("priority") == 0  # a held job's priority is 0
+    if held and (state is TrialState.PENDING or slurm_state == "COMPLETING"):  # COMPLETING: being requeued held
         state = TrialState.SUSPENDED
     code = job.get("exit_code")
     return Attempt(trial, attempt, state, job.get("job_id"), slurm_state, "" if reason == "None" else reason,

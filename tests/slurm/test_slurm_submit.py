@@ -94,3 +94,34 @@ def test_a_preempted_trial_is_requeued_and_resumes_from_its_checkpoint(slurm, tm
     assert f"trial {trial}: preempted, requeued by Slurm" in err
     assert len(slurm.jobs(name)) == 4  # the same job, requeued: no new attempt, nothing duplicated
     assert prod.isdigit()
+
+
+def test_drain_holds_the_study_and_resume_brings_it_back(slurm, tmp_path):
+    name = f"drain-{int(time.time()) % 100000}"
+    command = textwrap.dedent("""\
+        if [ "$STRATCTL_RESUME" = 1 ]; then echo resumed > "$STRATCTL_OUTPUT_DIR/resumed"; fi
+        sleep 6; echo '{"loss": 1}' > "$STRATCTL_OUTPUT_DIR/result.json\"""")
+    path = study(tmp_path, name, 6, command, gpus=4, inflight=6)  # 4 fit at once, 2 wait pending
+    loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    slurm.wait("four trials running", lambda: sum(j["job_state"] == "RUNNING" for j in slurm.jobs(name)) == 4)
+    drained = slurm.stratctl("drain", str(path), "-o", "json", cwd=tmp_path)
+    assert drained.returncode == 0, drained.stderr
+    assert len(json.loads(drained.stdout)[0]["suspended"]) == 6
+    def all_held():
+        jobs = slurm.jobs(name)
+        return len(jobs) == 6 and all(j["job_state"] == "PENDING" and j["priority"] == 0 for j in jobs)
+
+    slurm.wait("every job held", all_held)
+    time.sleep(3)  # a drained study stays drained: the loop admits nothing, nothing runs
+    assert all_held()
+    shown = json.loads(slurm.stratctl("status", str(path), "-o", "json", cwd=tmp_path).stdout)
+    assert shown["studies"][0]["states"] == {"suspended": 6} and shown["studies"][0]["drained"]
+    resumed = slurm.stratctl("resume", str(path), "-o", "json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(json.loads(resumed.stdout)["resumed"]) == 6
+    out, err = loop.communicate(timeout=180)
+    assert loop.returncode == 0, err[-2000:]
+    assert json.loads(out)["succeeded"] == 6 and "preempted" not in err  # a drain is no preemption
+    assert len(slurm.jobs(name)) == 6  # held and released, never resubmitted
+    resumed_trials = [d for d in (tmp_path / "stratctl-out" / name).iterdir() if (d / "resumed").exists()]
+    assert len(resumed_trials) == 4  # the four that were running came back from their checkpoints

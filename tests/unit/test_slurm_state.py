@@ -17,11 +17,12 @@ def test_squeue_states_map_to_trial_states():
     jobs = [job("a", 0, "PENDING", 1, "Resources"), job("b", 0, "RUNNING", 2, restarts=1),
             job("c", 0, "COMPLETED", 3), job("d", 0, "TIMEOUT", 4), job("e", 0, "PENDING", 5, "JobHeldUser"),
             job("f", 0, "PENDING", 6, "QOSMaxGRESPerUser"), job("x", 0, "RUNNING", 7, study="other"),
+            job("g", 0, "REQUEUE_HOLD", 9, "JobHeldAdmin"), {**job("h", 0, "PENDING", 10, "Priority"), "priority": 0},
             {"job_id": 8, "comment": "", "job_state": "RUNNING"}]
     seen = latest(jobs, "s", {})
     assert {t: a.state for t, a in seen.items()} == {
         "a": TrialState.PENDING, "b": TrialState.RUNNING, "c": TrialState.SUCCEEDED, "d": TrialState.FAILED,
-        "e": TrialState.SUSPENDED, "f": TrialState.PENDING}
+        "e": TrialState.SUSPENDED, "f": TrialState.PENDING, "g": TrialState.SUSPENDED, "h": TrialState.SUSPENDED}
     assert seen["a"].waits_for_capacity and not seen["a"].waits_for_limits
     assert seen["f"].waits_for_limits and not seen["f"].waits_for_capacity
     assert seen["b"].restarts == 1 and seen["b"].reason == ""
