@@ -82,7 +82,7 @@ def test_a_preempted_trial_is_requeued_and_resumes_from_its_checkpoint(slurm, tm
     path = study(tmp_path, name, 4, command, gpus=4, inflight=4)  # four 4-GPU trials fill the four nodes
     loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
     slurm.wait("every trial running", lambda: sum(j["job_state"] == "RUNNING" for j in slurm.jobs(name)) == 4)
-    prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", "--job-name=prod-urgent",
+    prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", "--job-name=prod-urgent", "--output=/dev/null",
                      "--wrap", "sleep 2").stdout.strip()
     requeued = slurm.wait("a trial requeued", lambda: [j for j in slurm.jobs(name) if j["restart_cnt"] > 0])
     out, err = loop.communicate(timeout=180)
