@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.support import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,14 +40,8 @@ class SlurmBed:
         return subprocess.Popen([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def wait(self, what: str, condition, timeout: float = 90.0, every: float = 0.5):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(every)
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+    def wait(self, what: str, condition, timeout: float = 90.0):
+        return wait_until(condition, timeout, message=what)
 
 
 @pytest.fixture(scope="session")
