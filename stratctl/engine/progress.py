@@ -34,6 +34,7 @@ class Progress:
     throttle_waits: int = 0
     throttle_wait_seconds: float = 0.0
     throttled_429: int = 0
+    backend: str = "kubernetes"  # where the trials run: kubernetes | slurm
     api_writes: int = 0
     api_requests: int = 0
     api_sent: dict[str, int] = field(default_factory=dict)  # requests sent per kind ("create Job"), retries included

@@ -96,7 +96,7 @@ class SlurmLoop:
         self.clock, self.sleep = clock, sleep
         self.workdir = workdir
         self.output = Path(workdir or ".") / study.slurm.output_dir / study.name
-        self.progress = Progress(study=study.name, total=len(trials))
+        self.progress = Progress(study=study.name, total=len(trials), backend="slurm")
         self.gang = shape.gang(study)
         self._pending_since: dict[str, float] = {}
         self.preemptions: dict[str, int] = {}
@@ -211,6 +211,9 @@ class SlurmLoop:
         p.waiting = counts[TrialState.WAITING] + counts[TrialState.RETRYING]
         p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
         p.api_requests = self.slurm.calls
+        p.api_sent, p.api_refused = dict(self.slurm.sent), dict(self.slurm.refused)
+        p.api_writes, p.throttled_429 = self.slurm.sent.get("sbatch", 0), sum(self.slurm.refused.values())
+        p.throttle_waits, p.throttle_wait_seconds = self.throttle.bucket.waits, self.throttle.bucket.waited_seconds
         self.reporter.update(p)
 
     # -- the loop -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import os
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stratctl.errors import Invalid, Throttled, Unavailable
 
@@ -55,9 +55,12 @@ class Slurm:
     run: Run = subprocess.run
     timeout: float = 60.0
     calls: int = 0  # commands run, for the loop's counters
+    sent: dict[str, int] = field(default_factory=dict)  # commands run, by command
+    refused: dict[str, int] = field(default_factory=dict)  # of those, refused for a submit limit (Throttled)
 
     def _run(self, argv: list[str], stdin: str | None = None) -> str:
         self.calls += 1
+        self.sent[argv[0]] = self.sent.get(argv[0], 0) + 1
         env = {**os.environ, **(self.env or {})}
         try:
             done = self.run(argv, input=stdin, capture_output=True, text=True, timeout=self.timeout, env=env)
@@ -67,7 +70,10 @@ class Slurm:
             raise Invalid(f"{argv[0]} is not installed here: the Slurm backend runs Slurm's client commands "
                           "(Debian: apt-get install slurm-client)") from None
         if done.returncode != 0:
-            raise error_of(argv[0], done.returncode, done.stderr)
+            error = error_of(argv[0], done.returncode, done.stderr)
+            if isinstance(error, Throttled):
+                self.refused[argv[0]] = self.refused.get(argv[0], 0) + 1
+            raise error
         return done.stdout
 
     def submit(self, script: str, workdir: str | None = None) -> int:

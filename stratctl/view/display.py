@@ -149,7 +149,14 @@ def summary(p: Progress) -> str:
         f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
     ]
-    if p.api_sent:
+    if p.backend == "slurm":  # Slurm's commands, not API requests
+        lines[1] = (f"created {p.created}, already there {p.existing}; {p.api_writes} sbatch, "
+                    f"{p.throttled_429} refused for submit limits, {p.throttle_waits} throttle waits "
+                    f"({p.throttle_wait_seconds:.1f}s)")
+        if p.api_sent:
+            lines.append("Slurm commands: " + ", ".join(f"{k} {n}" for k, n in sorted(p.api_sent.items(),
+                                                                                        key=lambda kv: -kv[1])))
+    elif p.api_sent:
         lines.append(f"requests by kind ({p.api_requests / max(p.created + p.existing, 1):.2f} per trial): "
                      + by_kind(p.api_sent, p.api_refused))
     for trial, message in sorted(p.errors.items()):
