@@ -16,6 +16,7 @@ from stratctl.engine.throttle import Throttle
 from stratctl.slurm.commands import Slurm
 from stratctl.study.render import Renderer
 from stratctl.study.space import expand
+from stratctl.view.display import summary
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.studies import load
 
@@ -83,6 +84,9 @@ def test_a_lost_answer_is_looked_up_not_sent_twice(tmp_path):
     assert len(fake.sent) == 3  # the lost one sent once, looked up on the retry; the refused one sent again
     assert clock() > 0  # the retries waited (backoff), on the virtual clock
     assert run.progress.created == 2
+    text = summary(run.progress)  # in Slurm's words: its commands, not API writes and 429s
+    assert "created 2, already there 0; 3 sbatch, 0 refused for submit limits" in text and "429" not in text
+    assert "Slurm commands: squeue 3, sbatch 3, sinfo 1" in text  # one list and a lookup before each resend
 
 
 def test_a_failed_attempt_is_retried_as_the_next_until_failures_run_out(tmp_path):
