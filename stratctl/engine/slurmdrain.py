@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stratctl.engine.drain import Outcome
+from stratctl.errors import Invalid
 from stratctl.slurm.commands import Slurm
 from stratctl.slurm.state import latest
 from stratctl.study.spec import Study
@@ -39,14 +40,25 @@ def drain(study: Study, slurm: Slurm | None = None, workdir: Path | None = None)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARK).write_text("drained by stratctl drain; `stratctl resume` removes this file\n")
     outcome = Outcome(study.name)
-    for trial, attempt in sorted(latest(slurm.jobs(), study.name, {}).items()):
-        if attempt.state is TrialState.RUNNING:
-            slurm.requeue(attempt.job_id, hold=True)
-        elif attempt.state is TrialState.PENDING:
-            slurm.hold(attempt.job_id)
-        else:
-            continue
-        outcome.suspended.append(trial)
+    # Pending jobs are held first: requeueing a running one frees its GPUs, and the
+    # scheduler would start a pending job there before its hold came. One that started
+    # meanwhile anyway is requeued held by the second pass.
+    for _ in range(2):
+        seen = latest(slurm.jobs(), study.name, {})
+        for state in (TrialState.PENDING, TrialState.RUNNING):
+            for trial, attempt in sorted(seen.items()):
+                if attempt.state is not state:
+                    continue
+                try:
+                    if state is TrialState.PENDING:
+                        slurm.hold(attempt.job_id)
+                    else:
+                        slurm.requeue(attempt.job_id, hold=True)
+                except Invalid:  # it started or ended between the list and the command: the next pass sees it
+                    continue
+                if trial not in outcome.suspended:
+                    outcome.suspended.append(trial)
+    outcome.suspended.sort()
     return outcome
 
 

@@ -109,9 +109,14 @@ def test_drain_holds_the_study_and_resume_brings_it_back(slurm, tmp_path):
     assert len(json.loads(drained.stdout)[0]["suspended"]) == 6
     def all_held():
         jobs = slurm.jobs(name)
+        seen[:] = [(j["job_id"], j["job_state"], j["state_reason"], j["priority"], j["restart_cnt"]) for j in jobs]
         return len(jobs) == 6 and all(j["job_state"] == "PENDING" and j["priority"] == 0 for j in jobs)
 
-    slurm.wait("every job held", all_held)
+    seen: list[tuple] = []
+    try:
+        slurm.wait("every job held", all_held)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the study's jobs: {seen}") from None
     time.sleep(3)  # a drained study stays drained: the loop admits nothing, nothing runs
     assert all_held()
     shown = json.loads(slurm.stratctl("status", str(path), "-o", "json", cwd=tmp_path).stdout)
