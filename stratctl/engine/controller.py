@@ -190,7 +190,7 @@ class Submitter:
         self._record_cm: dict | None = None  # the record as last read (suspension marks included)
         self._following = False  # whether the record's heartbeat says this loop follows the study
         self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
-        self._unsaved: dict[str, str] = {}  # record keys changed since the last record write (coalesced)
+        self._unsaved: set[str] = set()  # record keys changed since the last record write (coalesced)
         self._record_written = float("-inf")  # clock time of the last record write
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
@@ -241,6 +241,7 @@ class Submitter:
         data = record_data(self.record)
         self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": {k: data[k] for k in keys}},
                            self.namespace)
+        self._unsaved.difference_update(keys)
 
     def _refresh_flags(self) -> None:
         self._flags_read, self._deletions_read = self.clock(), self._deletions_seen
@@ -265,10 +266,10 @@ class Submitter:
         note = self.progress.api_note or ""
         if note != self.record.api_quota:
             self.record = replace(self.record, api_quota=note, api_quota_at=self.wall())
-            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == API_QUOTA_KEY})
+            self._unsaved.add(API_QUOTA_KEY)
         if self.placer is not None and self.placer.counts() != self.record.placements:
             self.record = replace(self.record, placements=self.placer.counts())
-            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == PLACEMENTS_KEY})
+            self._unsaved.add(PLACEMENTS_KEY)
         patch = self._unsaved_due(now, force)
         summary = self._summary_due(now, force)
         if summary is not None:
@@ -300,15 +301,17 @@ class Submitter:
         """The record keys changed since the last write, if one may be written now."""
         tight = self.progress.api is not None and self.progress.api.tight
         due = force or now - self._record_written >= (SUMMARY_EVERY if tight else RECORD_EVERY)
-        return dict(self._unsaved) if self._unsaved and due else {}
+        if not (self._unsaved and due):
+            return {}
+        data = record_data(self.record)  # as the record is now: a key changed twice is written once, its latest
+        return {k: data[k] for k in self._unsaved}
 
     def _write_record(self, patch: dict[str, str], now: float) -> None:
         if not patch:
             return
         self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": patch}, self.namespace)
         self._record_written = now
-        for key in patch:
-            self._unsaved.pop(key, None)
+        self._unsaved.difference_update(patch)
 
     def _summary_due(self, now: float, force: bool) -> tuple[tuple[float, dict, float], dict] | None:
         """The summary to write now, if one is due: (what to remember of it, its record keys)."""
@@ -472,7 +475,7 @@ class Submitter:
         # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now
         self.record = replace(self.record, told={**told, **self.search.told})
         if set(self.search.told) - set(told):
-            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
+            self._unsaved.add(TOLD_KEY)
         self.progress.total = len(self.order) + self.search.remaining
         self.reporter.event(f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
                             f"({len(self.search.told)} ended), {self.search.remaining} more to ask")
@@ -487,7 +490,7 @@ class Submitter:
             self.search.spent()
             self.progress.total = len(self.order)
             self.record = replace(self.record, trials=len(self.order))
-            self._unsaved["trials"] = str(len(self.order))
+            self._unsaved.add("trials")
         return [t.name for t in trials]
 
     def _tell(self, states: dict[str, TrialState]) -> None:
@@ -512,7 +515,7 @@ class Submitter:
                     self.reporter.event(f"trial {name}: succeeded without {metrics} in its result: told as failed")
         if told:
             self.record = replace(self.record, told={**self.record.told, **told})
-            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == TOLD_KEY})
+            self._unsaved.add(TOLD_KEY)
 
     def _mirror_storage(self) -> None:
         """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
@@ -677,7 +680,7 @@ class Submitter:
                 f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}"
             )
             self.record = replace(self.record, target=decision.target, reason=decision.reason)
-            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k in ("target", "reason")})
+            self._unsaved.update(("target", "reason"))
             if self._record_cm is not None:  # now, unless a write went out moments ago (then with the next)
                 self._write_record(self._unsaved_due(self.clock(), self.progress.done), self.clock())
         self._last_decision = decision
@@ -798,7 +801,7 @@ class Submitter:
                 pass
             self._moved.add(job["metadata"].get("uid"))
             self.record = replace(self.record, moved=self.record.moved + 1)
-            self._unsaved.update({k: v for k, v in record_data(self.record).items() if k == MOVED_KEY})
+            self._unsaved.add(MOVED_KEY)
             self.reporter.event(f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started "
                                 f"and {move.reason}")
 

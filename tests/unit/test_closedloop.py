@@ -337,3 +337,28 @@ def test_a_rebuilt_search_keeps_pruned_trials_and_their_curves(search_file):
     trials = again.search.searcher.optuna_study.trials
     states = {t.state.name for t in trials}
     assert "PRUNED" in states and all(t.intermediate_values for t in trials)
+
+
+def test_no_record_write_takes_back_a_told_trial(search_file):
+    """A pruned trial is written to the record at once (before its job goes); a write of
+    the told trials queued earlier in the cycle must not land after it with the older copy."""
+    cluster, clock = LearningCluster(), FakeClock()
+    written: dict[str, str] = {}
+    lost: list[set] = []
+    patch = cluster.patch
+
+    def watch(kind, name, body, namespace=None):
+        key = "told"
+        if key in body.get("data", {}):
+            now = set(json.loads(body["data"][key]))
+            if set(written) - now:
+                lost.append(set(written) - now)
+            written.update(dict.fromkeys(now, ""))
+        return patch(kind, name, body, namespace)
+
+    cluster.patch = watch
+    # cycles closer than the record's write interval: told trials wait for the next write
+    submitter, _ = make(search_file(PRUNED), cluster, clock, poll_interval=0.5)
+    progress = with_pods(submitter, cluster).run()
+    assert progress.pruned and not lost, lost
+    assert progress.pruned == sum(e["state"] == "pruned" for e in told(cluster).values())
