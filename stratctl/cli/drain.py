@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, OptionalStudyArg, Output, OutputOpt, StudyArg, emit, slurm_study
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, OptionalStudyArg, Output, OutputOpt, StudyArg, emit, file_study
 
 JsonOpt = Annotated[bool, typer.Option("--json", hidden=True, help="Same as -o json.")]
 
@@ -27,11 +27,11 @@ def drain(
     Suspended trials keep their checkpoints; `stratctl resume STUDY` brings them back.
     Critical studies are never touched.
     """
-    on_slurm = slurm_study(study)
-    if on_slurm:
-        from stratctl.engine import slurmdrain
+    on_scheduler = file_study(study)
+    if on_scheduler:
+        from stratctl.engine import attemptdrain
 
-        outcomes = [slurmdrain.drain(on_slurm)]
+        outcomes = [attemptdrain.drain(on_scheduler)]
     else:
         from stratctl.engine import drain as core
         from stratctl.engine.connect import Connection, one_shot
@@ -62,11 +62,11 @@ def resume(
     output_json: JsonOpt = False,
 ) -> None:
     """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again."""
-    on_slurm = slurm_study(study)
-    if on_slurm:
-        from stratctl.engine import slurmdrain
+    on_scheduler = file_study(study)
+    if on_scheduler:
+        from stratctl.engine import attemptdrain
 
-        outcome = slurmdrain.resume(on_slurm)
+        outcome = attemptdrain.resume(on_scheduler)
     else:
         from stratctl.engine import drain as core
         from stratctl.engine.connect import Connection, one_shot

@@ -69,9 +69,10 @@ def duration_option(text: str | None, flag: str) -> float | None:
         raise UsageError(f"{flag} {text!r}: {e}") from None
 
 
-def slurm_study(argument: str | None):
-    """The study of a STUDY argument that names a study file of backend slurm; None otherwise
-    (a Kubernetes study is named by its name: its record is in the cluster)."""
+def file_study(argument: str | None):
+    """The study of a STUDY argument that names the file of a study on a batch scheduler
+    (engine/backend.py: its state lives with the scheduler and its output directory); None
+    otherwise (a Kubernetes study is named by its name: its record is in the cluster)."""
     import os
 
     if not argument or not os.path.isfile(argument):
@@ -79,7 +80,9 @@ def slurm_study(argument: str | None):
     from stratctl.errors import UsageError
     from stratctl.study.spec import load_study
 
+    from stratctl.engine.backend import is_attempt_backend
+
     study = load_study(argument)
-    if study.backend != "slurm":
+    if not is_attempt_backend(study):
         raise UsageError(f"{argument} is a Kubernetes study: give its name ({study.name}) instead of its file")
     return study

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies, slurm_study
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies, file_study
 from stratctl.errors import UsageError
 
 
@@ -55,10 +55,10 @@ def status(
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
     if best and not study:
         raise UsageError("--best N ranks the trials of one study: name the STUDY")
-    on_slurm = slurm_study(study)  # a study FILE of backend slurm: Slurm's commands, no Kubernetes
-    cluster = None if on_slurm else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
+    on_scheduler = file_study(study)  # the FILE of a study on a batch scheduler: its commands, no Kubernetes
+    cluster = None if on_scheduler else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
-        sort = _ranking(on_slurm) if on_slurm else core.declared_ranking(cluster, cluster.namespace, study)
+        sort = _ranking(on_scheduler) if on_scheduler else core.declared_ranking(cluster, cluster.namespace, study)
         if not sort:
             raise UsageError("--best N ranks trials by a metric: give it with --sort METRIC (the study declares no "
                              "objective)")
@@ -67,10 +67,10 @@ def status(
     terminal = console.is_terminal
 
     def snapshot(ns: str):
-        if on_slurm:
-            from stratctl.engine.slurmstatus import snapshot as slurm_snapshot
+        if on_scheduler:
+            from stratctl.engine.attemptstatus import snapshot as scheduler_snapshot
 
-            snap = slurm_snapshot(on_slurm)
+            snap = scheduler_snapshot(on_scheduler)
             snap.trials = core.sort_trials(snap.trials, sort)[:best or None]
             return snap
         if not study:  # the studies only; machine outputs exact (every trial counted)

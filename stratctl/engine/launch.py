@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stratctl.engine.backend import is_attempt_backend
 from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated
 from stratctl.engine.controller import Submitter, SubmitOptions, job_kind, study_selector
 from stratctl.engine.preflight import pods_of, preflight, shape_key
@@ -82,10 +83,10 @@ def submit_study(
     """`stratctl submit`: validate and render everything, then run the submit loop."""
     prepared = prepare(path, connection.namespace)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
-    if study.backend == "slurm":
-        from stratctl.engine.slurmloop import submit_slurm
+    if is_attempt_backend(study):  # a batch scheduler that runs an attempt as one job (engine/backend.py)
+        from stratctl.engine.attemptloop import submit_attempts
 
-        return submit_slurm(prepared, options, qps, burst, reporter, policy)
+        return submit_attempts(prepared, options, qps, burst, reporter, policy)
     mirror = None
     if options.storage and not options.dry_run:  # opened before the cluster is touched: a bad URL changes nothing
         from stratctl.engine.storage import StorageMirror

@@ -35,6 +35,10 @@ class Progress:
     throttle_wait_seconds: float = 0.0
     throttled_429: int = 0
     backend: str = "kubernetes"  # where the trials run: kubernetes | slurm
+    # on a batch scheduler (engine/backend.py): the command that creates an attempt and what a refusal to is called
+    create_command: str = ""
+    scheduler: str = ""  # its name in messages (`Slurm`)
+    limit_words: str = ""
     api_writes: int = 0
     api_requests: int = 0
     api_sent: dict[str, int] = field(default_factory=dict)  # requests sent per kind ("create Job"), retries included

@@ -14,9 +14,9 @@ suspended, not pending.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from stratctl.attempt import Attempt
 from stratctl.slurm.script import parse_comment
 from stratctl.trialstate import TrialState
 
@@ -38,27 +38,12 @@ CAPACITY = ("Resources", "Priority", "Nodes_required_for_job_are_DOWN,_DRAINED_o
 LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """One attempt of one trial, as Slurm (or its files) shows it."""
-
-    trial: str
-    attempt: int
-    state: TrialState
-    job_id: int | None = None
-    slurm_state: str = ""
-    reason: str = ""  # why a pending job waits (squeue's state_reason)
-    restarts: int = 0  # times Slurm requeued it (preemptions)
-    spec_hash: str = ""
-    exit_code: int | None = None
-
-    @property
-    def waits_for_capacity(self) -> bool:
-        return self.state is TrialState.PENDING and self.reason in CAPACITY
-
-    @property
-    def waits_for_limits(self) -> bool:
-        return self.state is TrialState.PENDING and self.reason.startswith(LIMITS)
+def _attempt(trial: str, attempt: int, state: TrialState, job_id: int | None, slurm_state: str = "",
+             reason: str = "", restarts: int = 0, spec_hash: str = "", exit_code: int | None = None) -> Attempt:
+    pending = state is TrialState.PENDING
+    return Attempt(trial, attempt, state, "" if job_id is None else str(job_id), slurm_state, reason, restarts,
+                   spec_hash, exit_code, waits_for_capacity=pending and reason in CAPACITY,
+                   waits_for_limits=pending and reason.startswith(LIMITS))
 
 
 def of_job(job: dict, study: str) -> Attempt | None:
@@ -74,8 +59,8 @@ def of_job(job: dict, study: str) -> Attempt | None:
     if held and (state is TrialState.PENDING or slurm_state == "COMPLETING"):  # COMPLETING: being requeued held
         state = TrialState.SUSPENDED
     code = job.get("exit_code")
-    return Attempt(trial, attempt, state, job.get("job_id"), slurm_state, "" if reason == "None" else reason,
-                   int(job.get("restart_cnt") or 0), spec_hash, code if isinstance(code, int) else None)
+    return _attempt(trial, attempt, state, job.get("job_id"), slurm_state, "" if reason == "None" else reason,
+                    int(job.get("restart_cnt") or 0), spec_hash, code if isinstance(code, int) else None)
 
 
 def of_marks(trial: str, attempt: int, job_id: int | None, exit_code: int | None) -> Attempt:
@@ -83,9 +68,9 @@ def of_marks(trial: str, attempt: int, job_id: int | None, exit_code: int | None
     ended with `exit_code`, or ended without its script finishing (cancelled, timed out,
     its node lost): failed."""
     if exit_code is None:
-        return Attempt(trial, attempt, TrialState.FAILED, job_id, reason="ended without an exit status")
-    return Attempt(trial, attempt, TrialState.SUCCEEDED if exit_code == 0 else TrialState.FAILED, job_id,
-                   exit_code=exit_code)
+        return _attempt(trial, attempt, TrialState.FAILED, job_id, reason="ended without an exit status")
+    return _attempt(trial, attempt, TrialState.SUCCEEDED if exit_code == 0 else TrialState.FAILED, job_id,
+                    exit_code=exit_code)
 
 
 def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, tuple[int | None, int | None]]]) -> dict[str, Attempt]:
@@ -98,7 +83,7 @@ def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, tuple[int | 
         if found is None:
             continue
         have = seen.get(found.trial)
-        if have is None or (found.attempt, -(found.job_id or 0)) > (have.attempt, -(have.job_id or 0)):
+        if have is None or (found.attempt, -int(found.job or 0)) > (have.attempt, -int(have.job or 0)):
             seen[found.trial] = found
     for trial, attempts in marks.items():
         if not attempts:

@@ -51,8 +51,10 @@ def progress_table(p: Progress) -> Table:
     table.add_row("submitted", f"{p.created} created, {p.existing} already there, {len(p.errors)} refused")
     table.add_row(
         "throttle",
-        f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), {p.throttled_429} × HTTP 429, "
-        f"{p.api_requests} requests, {p.api_writes} writes",
+        f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), "
+        + (f"{p.throttled_429} refused for {p.limit_words}, {p.api_requests} commands, {p.api_writes} "
+           f"{p.create_command}" if p.create_command else
+           f"{p.throttled_429} × HTTP 429, {p.api_requests} requests, {p.api_writes} writes"),
     )
     if p.api_note:  # the API quota pushes back: whether it, not the GPUs, limits the study
         table.add_row("API quota", Text(p.api_note.removeprefix("API quota: "),
@@ -124,7 +126,8 @@ class LogDisplay:
             + (f", {p.pruned} pruned), " if p.pruned else "), ")
             + 
             f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
-            f"{p.created} created, {p.throttled_429} x 429"
+            f"{p.created} created, "
+            + (f"{p.throttled_429} refused for {p.limit_words}" if p.create_command else f"{p.throttled_429} x 429")
             + (f"; {p.watch_problem}" if p.watch_problem else "")
             + (f"; {p.stuck} gang(s) waiting: {p.blocked}" if p.blocked else "")
             + (f"; {p.api_note}" if p.api_limited else "")
@@ -149,12 +152,12 @@ def summary(p: Progress) -> str:
         f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
     ]
-    if p.backend == "slurm":  # Slurm's commands, not API requests
-        lines[1] = (f"created {p.created}, already there {p.existing}; {p.api_writes} sbatch, "
-                    f"{p.throttled_429} refused for submit limits, {p.throttle_waits} throttle waits "
+    if p.create_command:  # a batch scheduler's commands, not API requests
+        lines[1] = (f"created {p.created}, already there {p.existing}; {p.api_writes} {p.create_command}, "
+                    f"{p.throttled_429} refused for {p.limit_words}, {p.throttle_waits} throttle waits "
                     f"({p.throttle_wait_seconds:.1f}s)")
         if p.api_sent:
-            lines.append("Slurm commands: " + ", ".join(f"{k} {n}" for k, n in sorted(p.api_sent.items(),
+            lines.append(f"{p.scheduler} commands: " + ", ".join(f"{k} {n}" for k, n in sorted(p.api_sent.items(),
                                                                                         key=lambda kv: -kv[1])))
     elif p.api_sent:
         lines.append(f"requests by kind ({p.api_requests / max(p.created + p.existing, 1):.2f} per trial): "

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from stratctl.engine.controller import SubmitOptions
 from stratctl.engine.policy import StaticPolicy
-from stratctl.engine.slurmloop import SlurmLoop
+from stratctl.engine.attemptloop import AttemptLoop
+from stratctl.slurm.scheduler import SlurmScheduler
 from stratctl.engine.throttle import Throttle
 from stratctl.slurm.commands import Slurm
 from stratctl.study.render import Renderer
@@ -69,9 +70,9 @@ def loop(tmp_path, fake):
     study = load(tmp_path, STUDY)
     clock = FakeClock()
     throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
-    return SlurmLoop(study, expand(study), Renderer(study), Slurm(run=fake), throttle,
-                     SubmitOptions(poll_interval=1, workers=1), policy=StaticPolicy(4), clock=clock,
-                     sleep=clock.sleep, workdir=str(tmp_path)), clock
+    scheduler = SlurmScheduler(study, Renderer(study), Slurm(run=fake), workdir=str(tmp_path))
+    return AttemptLoop(study, expand(study), scheduler, throttle, SubmitOptions(poll_interval=1, workers=1),
+                       policy=StaticPolicy(4), clock=clock, sleep=clock.sleep), clock
 
 
 def test_a_lost_answer_is_looked_up_not_sent_twice(tmp_path):

@@ -3,7 +3,8 @@ capacity the loop reads from sinfo."""
 
 from __future__ import annotations
 
-from stratctl.engine.slurmloop import free_gpus, gangs_fit
+from stratctl.engine.attemptloop import gangs_fit
+from stratctl.slurm.scheduler import free_gpus
 from stratctl.slurm.state import latest, read_marks
 from stratctl.trialstate import TrialState
 
@@ -31,7 +32,7 @@ def test_squeue_states_map_to_trial_states():
 def test_the_latest_attempt_wins_and_of_two_jobs_of_one_attempt_the_first():
     seen = latest([job("a", 0, "FAILED", 1, exit_code=1), job("a", 1, "RUNNING", 9), job("a", 1, "PENDING", 12)],
                   "s", {})
-    assert (seen["a"].attempt, seen["a"].job_id, seen["a"].state) == (1, 9, TrialState.RUNNING)
+    assert (seen["a"].attempt, seen["a"].job, seen["a"].state) == (1, "9", TrialState.RUNNING)
 
 
 def test_attempts_slurm_forgot_come_from_their_files(tmp_path):

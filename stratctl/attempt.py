@@ -1,0 +1,24 @@
+"""One attempt of one trial as a batch scheduler shows it, the same on every backend that
+runs an attempt as one scheduler job (Slurm, YARN): each backend reads it from its own
+objects and the shared attempt loop (engine/attemptloop.py) decides on it alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratctl.trialstate import TrialState
+
+
+@dataclass(frozen=True)
+class Attempt:
+    trial: str
+    attempt: int  # 0 for the first; each failure or preemption that needs a new job adds one
+    state: TrialState
+    job: str = ""  # the scheduler's id of it (a Slurm job id, a YARN application id)
+    native_state: str = ""  # the scheduler's own word for its state (squeue's job_state)
+    reason: str = ""  # why a pending attempt waits, in the scheduler's words
+    restarts: int = 0  # times the scheduler itself requeued it (preemptions): never failures
+    spec_hash: str = ""
+    exit_code: int | None = None
+    waits_for_capacity: bool = False  # pending for GPUs (resources, priority), not for a limit or a hold
+    waits_for_limits: bool = False  # pending for a quota or submit limit the scheduler enforces
