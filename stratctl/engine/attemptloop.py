@@ -123,9 +123,10 @@ class AttemptLoop:
         stuck = sum(1 for n in pending if seen[n].waits_for_capacity
                     and now - self._pending_since[n] > self.options.pending_grace)
         free = fit = None
-        try:
-            gpus = self.throttle.call(self.scheduler.free_gpus)
-            free, fit = sum(gpus), gangs_fit(gpus, self.gang)
+        try:  # --detach reads no capacity, as on Kubernetes: every trial goes in up to the cap, and it returns
+            if not self.options.detach:
+                gpus = self.throttle.call(self.scheduler.free_gpus)
+                free, fit = sum(gpus), gangs_fit(gpus, self.gang)
         except ClusterError:
             pass  # no capacity signal this cycle: the policy goes on without it
         return Observed(in_flight=sum(1 for s in states.values() if s.in_flight), pending=len(pending),

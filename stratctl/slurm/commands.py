@@ -21,7 +21,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stratctl.errors import Invalid, Throttled, Unavailable
+from stratctl.errors import Invalid, Throttled, Unavailable, Unreachable
 
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -36,9 +36,21 @@ PRESSURE = re.compile(r"MaxSubmitJobs|SubmitJobLimit|MaxSubmit|job submit limit|
                       re.IGNORECASE)
 
 
+# Slurm's commands find no cluster at all: nothing to wait for, a setup to fix
+NO_CLUSTER = re.compile(r"could not establish a configuration source|fetch_config: DNS SRV lookup failed|"
+                        r"unable to process configuration file|can't open (slurm )?config", re.IGNORECASE)
+
+
 def error_of(command: str, code: int, stderr: str) -> Exception:
     """The error a failed command stands for (see the module docstring)."""
-    text = " ".join(stderr.split())[:400] or f"exit status {code}"
+    if NO_CLUSTER.search(stderr):
+        return Unreachable(
+            f"{command}: Slurm's commands find no cluster from here (SLURM_CONF is {os.environ.get('SLURM_CONF') or 'not set'}"
+            ", and no slurm.conf or DNS SRV record of a controller is found otherwise): set SLURM_CONF to the "
+            "cluster's slurm.conf (the local testbed's: `source \"$(bash testbed/slurm/up.sh | tail -1)\"`)")
+    # each line starts with the command's own name ("squeue: error: ..."): said once
+    lines = [line.removeprefix(f"{command}: ") for line in stderr.splitlines() if line.strip()]
+    text = " ".join(" ".join(lines).split())[:400] or f"exit status {code}"
     message = f"{command}: {text}"
     if PRESSURE.search(stderr):
         return Throttled(message, status=429)

@@ -172,3 +172,20 @@ def test_status_drain_and_resume_run_any_scheduler(tmp_path):
     back = attemptdrain.resume(study, mem)
     assert back.resumed == [a, b] and not mem.drained()
     assert {mem.jobs[t].state for t in (a, b)} == {TrialState.PENDING}
+
+
+def test_detach_reads_no_capacity_and_submits_up_to_the_cap(tmp_path):
+    """As on Kubernetes: `--detach` watches nothing, so a full cluster does not keep a static
+    cap's trials back (with capacity read, a static cap queues at most two beyond what fits)."""
+    study = load(tmp_path, STUDY)
+    for detach, created in ((False, 2), (True, 3)):
+        mem = MemoryScheduler(gpus=(0, 0))  # every GPU taken
+        mem.free_gpus = lambda mem=mem: mem.sent.setdefault("capacity", 0) or []
+        clock = FakeClock()
+        throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
+        options = SubmitOptions(poll_interval=1, workers=1, detach=detach, parallelism="static", max_inflight=3)
+        loop = AttemptLoop(study, expand(study), mem, throttle, options, clock=clock, sleep=clock.sleep)
+        with ThreadPoolExecutor(1) as pool:
+            loop.cycle(pool)
+        assert len(mem.creates) == created
+        assert ("capacity" in mem.sent) is not detach

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from stratctl.errors import Invalid, Throttled, Unavailable
+from stratctl.errors import Invalid, Throttled, Unavailable, Unreachable
 from stratctl.slurm.commands import Slurm, error_of
 
 
@@ -81,3 +81,22 @@ def test_jobs_and_nodes_read_the_json_and_find_looks_a_name_up():
     assert run.calls[2][0] == ["squeue", "--all", "--noheader", "--format=%i", "--name=trial-a1"]
     with pytest.raises(Unavailable, match="not JSON"):
         slurm.jobs()
+
+
+def test_no_cluster_configured_fails_at_once_with_what_to_set(monkeypatch):
+    """A first setup mistake (no SLURM_CONF, no slurm.conf) is not a controller to wait for."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    stderr = ("squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+              "squeue: error: fetch_config: DNS SRV lookup failed\n"
+              "squeue: error: _establish_config_source: failed to fetch config\n"
+              "squeue: fatal: Could not establish a configuration source\n")
+    slurm = Slurm(run=Script((1, "", stderr)))
+    with pytest.raises(Unreachable) as caught:
+        slurm.jobs()
+    assert not isinstance(caught.value, Unavailable)  # nothing retries it
+    assert "SLURM_CONF is not set" in str(caught.value) and "set SLURM_CONF" in str(caught.value)
+
+
+def test_a_command_name_is_said_once():
+    error = error_of("sbatch", 1, "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
+    assert str(error) == "sbatch: error: Batch job submission failed: Invalid partition name specified"
