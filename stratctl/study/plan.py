@@ -88,22 +88,30 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
     if plan.duplicates:
         lines.append(f"{plan.drawn} combinations drawn, {plan.duplicates} duplicates merged: "
                      f"{len(plan.trials)} distinct trials")
-    lines.append(
-        f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {' → '.join(s.queues)}; "
-        f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
-    )
+    if s.backend == "slurm":  # where it runs, in Slurm's words: a job of N tasks in a partition
+        lines.append(
+            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend slurm; partition "
+            f"{s.slurm.partition or '(the default)'}; time limit {_duration(s.slurm.minutes * 60)}; "
+            f"critical {str(s.critical).lower()}"
+        )
+    else:
+        lines.append(
+            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {' → '.join(s.queues)}; "
+            f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
+        )
+    gang_of = "one job of {n} tasks" if s.backend == "slurm" else "a gang of {n} pods"
     if plan.shapes is not None:
         pods = sorted({len(shape) for shape in plan.shapes})
         gang = f"{pods[0]}" if len(pods) == 1 else f"{pods[0]}–{pods[-1]}"
         tasks = ', '.join(f"{t.name}×{t.replicas if isinstance(t.replicas, int) else 'by trial'}" for t in s.trial.tasks)
-        lines.append(f"each trial: a gang of {gang} pods ({tasks}), "
+        lines.append(f"each trial: {gang_of.format(n=gang)} ({tasks}), "
                      f"{e.gpus_text} by trial, expected {_duration(e.expected_seconds)}"
                      + (" on average" if plan.seconds is not None else ""))
         cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = the sum of each trial's GPUs × its expected duration × " \
                f"retry factor {e.retry_factor:g}"
     else:
         lines.append(
-            f"each trial: a gang of {s.gang_size} pods ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
+            f"each trial: {gang_of.format(n=s.gang_size)} ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
             f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
             + (" on average" if plan.seconds is not None else "")
         )

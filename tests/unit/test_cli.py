@@ -109,6 +109,17 @@ def test_plan_table_shows_trials_and_cost(tmp_path):
     assert "7.50 GPU-hours" in result.stdout and "15.00 USD" in result.stdout
 
 
+def test_plan_of_a_slurm_study_speaks_slurm(tmp_path):
+    text = MINIMAL.replace("  image: busybox\n", "  command: [train]\n").replace(
+        "namespace: ns\n", "namespace: ns\nbackend: slurm\nslurm: {partition: research, time_limit: 90m}\n")
+    result = run("plan", write(tmp_path, text + "cost: {expected_duration: 30m}\n"))
+    assert result.exit_code == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "backend slurm; partition research; time limit 1.5h" in out and "workload" not in out
+    assert "each trial: one job of 2 tasks (worker×2), 2 GPUs, expected 30m" in out
+    assert "5.00 GPU-hours" in out  # 2 GPUs × 0.5 h × 5 trials, as on Kubernetes
+
+
 def test_plan_json(tmp_path):
     text = MINIMAL.replace("values: [16, 32]", "values: [16]").replace("{type: loguniform, low: 1.0e-4, high: 1.0e-1}",
                                                                     "{type: choice, values: [0.1, 0.2]}")
