@@ -22,3 +22,12 @@ class Attempt:
     exit_code: int | None = None
     waits_for_capacity: bool = False  # pending for GPUs (resources, priority), not for a limit or a hold
     waits_for_limits: bool = False  # pending for a quota or submit limit the scheduler enforces
+    started: float | None = None  # wall time its current run started (None before it runs)
+    ended: float | None = None  # wall time it ended (None while pending or running)
+    earlier_seconds: float = 0.0  # run time of the trial's earlier attempts (each failed or was lost)
+
+    def run_seconds(self, now: float) -> float:
+        """How long this attempt has run (its current run, to `now` while it runs)."""
+        if self.started is None:
+            return 0.0
+        return max(0.0, (self.ended if self.ended is not None else now) - self.started)

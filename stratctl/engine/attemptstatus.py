@@ -10,6 +10,7 @@ from stratctl.engine.attemptloop import trial_state
 from stratctl.engine.backend import Scheduler, scheduler_for
 from stratctl.engine.status import Snapshot
 from stratctl.engine.summary import StudyRow, TrialRow
+from stratctl.study import shape
 from stratctl.study.space import attempt_name, expand
 from stratctl.study.spec import Study
 from stratctl.trialstate import TrialState
@@ -19,11 +20,13 @@ def snapshot(study: Study, scheduler: Scheduler | None = None, now: float | None
     now = time.time() if now is None else now
     scheduler = scheduler or scheduler_for(study)
     seen = scheduler.attempts()
+    gpus = sum(shape.gang(study))  # of one trial: one kind of task on a batch scheduler
     rows = []
     for trial in expand(study):
         attempt = seen.get(trial.name)
         state = trial_state(attempt, study.retries.max_failures) if attempt else TrialState.WAITING
         number = attempt.attempt if attempt else 0
+        ran = attempt.run_seconds(now) + attempt.earlier_seconds if attempt else 0.0
         rows.append(TrialRow(
             study=study.name, trial=trial.name, state=state.value, attempt=number, params=dict(trial.params),
             job=attempt_name(trial, number), phase=attempt.native_state if attempt else "",
@@ -31,7 +34,9 @@ def snapshot(study: Study, scheduler: Scheduler | None = None, now: float | None
             result=scheduler.result(trial.name), preemptions=attempt.restarts if attempt else 0,
             failures=number + (state in (TrialState.FAILED, TrialState.RETRYING)) if attempt else 0,
             index=trial.index, exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
-            queue=scheduler.queue))
+            queue=scheduler.queue, gpu_seconds=ran * gpus,
+            gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,
+            started=attempt.started if attempt else None, finished=attempt.ended if attempt else None))
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
@@ -40,6 +45,7 @@ def snapshot(study: Study, scheduler: Scheduler | None = None, now: float | None
         trials=len(rows), states=counts,
         in_flight=counts.get(TrialState.PENDING.value, 0) + counts.get(TrialState.RUNNING.value, 0),
         target=None, decision="", attempts=sum(r.attempt + 1 for r in rows if r.state != TrialState.WAITING.value),
-        preemptions=sum(r.preemptions for r in rows), gpu_hours=0.0, gpu_hours_lost=0.0,
+        preemptions=sum(r.preemptions for r in rows), gpu_hours=sum(r.gpu_seconds for r in rows) / 3600,
+        gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
         failures=sum(r.failures for r in rows))
     return Snapshot(scheduler.where, now, [studied], rows)

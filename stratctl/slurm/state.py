@@ -14,7 +14,9 @@ suspended, not pending.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from stratctl.attempt import Attempt
 from stratctl.slurm.script import parse_comment
@@ -38,12 +40,34 @@ CAPACITY = ("Resources", "Priority", "Nodes_required_for_job_are_DOWN,_DRAINED_o
 LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
 
 
+class Mark(NamedTuple):
+    """What one attempt's files say: its job id (it started), its exit status (it ended),
+    and when (the files' modification times)."""
+
+    job_id: int | None
+    exit_code: int | None
+    started: float | None = None
+    ended: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.ended - self.started) if self.started is not None and self.ended is not None else 0.0
+
+
 def _attempt(trial: str, attempt: int, state: TrialState, job_id: int | None, slurm_state: str = "",
-             reason: str = "", restarts: int = 0, spec_hash: str = "", exit_code: int | None = None) -> Attempt:
+             reason: str = "", restarts: int = 0, spec_hash: str = "", exit_code: int | None = None,
+             started: float | None = None, ended: float | None = None) -> Attempt:
     pending = state is TrialState.PENDING
     return Attempt(trial, attempt, state, "" if job_id is None else str(job_id), slurm_state, reason, restarts,
                    spec_hash, exit_code, waits_for_capacity=pending and reason in CAPACITY,
-                   waits_for_limits=pending and reason.startswith(LIMITS))
+                   waits_for_limits=pending and reason.startswith(LIMITS), started=started, ended=ended)
+
+
+def _time(value) -> float | None:
+    """A time of squeue's JSON (seconds since the epoch; 0 when unset; a {set, number} object in later Slurm)."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def of_job(job: dict, study: str) -> Attempt | None:
@@ -59,21 +83,26 @@ def of_job(job: dict, study: str) -> Attempt | None:
     if held and (state is TrialState.PENDING or slurm_state == "COMPLETING"):  # COMPLETING: being requeued held
         state = TrialState.SUSPENDED
     code = job.get("exit_code")
+    ran = state in (TrialState.RUNNING, TrialState.SUCCEEDED, TrialState.FAILED, TrialState.PREEMPTED)
+    ended = state in (TrialState.SUCCEEDED, TrialState.FAILED, TrialState.PREEMPTED)
     return _attempt(trial, attempt, state, job.get("job_id"), slurm_state, "" if reason == "None" else reason,
-                    int(job.get("restart_cnt") or 0), spec_hash, code if isinstance(code, int) else None)
+                    int(job.get("restart_cnt") or 0), spec_hash, code if isinstance(code, int) else None,
+                    started=_time(job.get("start_time")) if ran else None,  # a pending job's is a forecast
+                    ended=_time(job.get("end_time")) if ended else None)  # a running job's is its time limit
 
 
-def of_marks(trial: str, attempt: int, job_id: int | None, exit_code: int | None) -> Attempt:
+def of_marks(trial: str, attempt: int, mark: Mark) -> Attempt:
     """An attempt the controller no longer lists, from its files: it started (job id), and
-    ended with `exit_code`, or ended without its script finishing (cancelled, timed out,
-    its node lost): failed."""
-    if exit_code is None:
-        return _attempt(trial, attempt, TrialState.FAILED, job_id, reason="ended without an exit status")
-    return _attempt(trial, attempt, TrialState.SUCCEEDED if exit_code == 0 else TrialState.FAILED, job_id,
-                    exit_code=exit_code)
+    ended with its exit status, or ended without its script finishing (cancelled, timed
+    out, its node lost): failed."""
+    if mark.exit_code is None:
+        # when it ended is unknown: no run time is counted for it
+        return _attempt(trial, attempt, TrialState.FAILED, mark.job_id, reason="ended without an exit status")
+    return _attempt(trial, attempt, TrialState.SUCCEEDED if mark.exit_code == 0 else TrialState.FAILED, mark.job_id,
+                    exit_code=mark.exit_code, started=mark.started, ended=mark.ended)
 
 
-def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, tuple[int | None, int | None]]]) -> dict[str, Attempt]:
+def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]]) -> dict[str, Attempt]:
     """Each trial's latest attempt: from squeue where the controller lists it, else from
     the marks its attempts left (`read_marks`). Of two jobs of one attempt (a submit sent
     again after its answer was lost, where the lookup missed it) the first one counts."""
@@ -91,29 +120,42 @@ def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, tuple[int | 
         number = max(attempts)
         if trial in seen and seen[trial].attempt >= number:
             continue
-        job_id, code = attempts[number]
-        seen[trial] = of_marks(trial, number, job_id, code)
+        seen[trial] = of_marks(trial, number, attempts[number])
+    for trial, attempts in marks.items():  # the run time of the attempts before the latest
+        if trial in seen:
+            earlier = sum(m.seconds for n, m in attempts.items() if n < seen[trial].attempt)
+            if earlier:
+                seen[trial] = replace(seen[trial], earlier_seconds=earlier)
     return seen
 
 
-def read_marks(directory: Path) -> dict[str, dict[int, tuple[int | None, int | None]]]:
-    """The attempt files under a study's output directory: trial → attempt → (job id, exit status)."""
-    out: dict[str, dict[int, tuple[int | None, int | None]]] = {}
+def read_marks(directory: Path) -> dict[str, dict[int, Mark]]:
+    """The attempt files under a study's output directory: trial → attempt → its Mark."""
+    out: dict[str, dict[int, Mark]] = {}
     if not directory.is_dir():
         return out
     for trial_dir in directory.iterdir():
         if not trial_dir.is_dir():
             continue
-        attempts: dict[int, tuple[int | None, int | None]] = {}
+        attempts: dict[int, Mark] = {}
         for mark in trial_dir.glob("attempt-*.job"):
             number = mark.stem.split("-", 1)[1]
             if not number.isdigit():
                 continue
             exit_file = trial_dir / f"attempt-{number}.exit"
-            attempts[int(number)] = (_int(mark), _int(exit_file) if exit_file.exists() else None)
+            ended = exit_file.exists()
+            attempts[int(number)] = Mark(_int(mark), _int(exit_file) if ended else None, _mtime(mark),
+                                         _mtime(exit_file) if ended else None)
         if attempts:
             out[trial_dir.name] = attempts
     return out
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _int(path: Path) -> int | None:

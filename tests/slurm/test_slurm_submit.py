@@ -9,6 +9,8 @@ import signal
 import textwrap
 import time
 
+import pytest
+
 STUDY = """\
 name: {name}
 backend: slurm
@@ -69,9 +71,13 @@ def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(slurm, tmp_path
     rows = json.loads(shown.stdout)["trials"]
     assert {r["trial"] for r in rows} == set(per_trial)
     names = {j["comment"].split("/")[1]: (j["name"], j["job_state"]) for j in jobs}
+    ran = {j["comment"].split("/")[1]: j["end_time"] - j["start_time"] for j in jobs}  # seconds, 1 GPU each
     for row in rows:
         assert (row["job"], row["phase"]) == names[row["trial"]] == (row["trial"], "COMPLETED"), row
         assert row["state"] == "succeeded" and row["attempt"] == 0 and "loss" in row["result"]
+        assert row["gpu_seconds"] == ran[row["trial"]] >= 3, row  # each slept 3 s on its GPU
+    [study_row] = json.loads(shown.stdout)["studies"]
+    assert study_row["gpu_hours"] == pytest.approx(sum(ran.values()) / 3600)
 
 
 def test_a_preempted_trial_is_requeued_and_resumes_from_its_checkpoint(slurm, tmp_path):

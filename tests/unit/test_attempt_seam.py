@@ -154,13 +154,19 @@ def test_status_drain_and_resume_run_any_scheduler(tmp_path):
         loop.cycle(pool)
     a, b, c = loop.order
     mem.set(a, state=TrialState.RUNNING, native_state="RUNNING")
-    mem.set(c, state=TrialState.SUCCEEDED, native_state="DONE", exit_code=0)
+    mem.set(c, state=TrialState.SUCCEEDED, native_state="DONE", exit_code=0, started=100.0, ended=400.0,
+            earlier_seconds=60.0)
+    mem.set(a, started=300.0)
     mem.results[c] = {"loss": 0.5}
-    snap = snapshot(study, mem, now=0)
+    snap = snapshot(study, mem, now=400)
     rows = {r.trial: r for r in snap.trials}
     assert snap.namespace == "memory:q"  # where the study runs, as status heads it
     assert (rows[a].state, rows[b].state, rows[c].state) == ("running", "pending", "succeeded")
     assert rows[b].pending == "Resources" and rows[c].result == {"loss": 0.5} and rows[a].queue == "q"
+    # GPU time: 2 GPUs a trial; c ran 300 s, and 60 s in an earlier attempt (lost); a runs since 300
+    assert (rows[c].gpu_seconds, rows[c].gpu_seconds_lost, rows[a].gpu_seconds) == (720.0, 120.0, 200.0)
+    [row] = snap.studies
+    assert row.gpu_hours == (720 + 200) / 3600 and row.gpu_hours_lost == 120 / 3600
     out = attemptdrain.drain(study, mem)
     assert out.suspended == [a, b] and mem.drained()
     assert mem.jobs[a].restarts == 1 and mem.jobs[a].state is TrialState.SUSPENDED

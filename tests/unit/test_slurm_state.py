@@ -3,9 +3,11 @@ capacity the loop reads from sinfo."""
 
 from __future__ import annotations
 
+import os
+
 from stratctl.engine.attemptloop import gangs_fit
 from stratctl.slurm.scheduler import free_gpus
-from stratctl.slurm.state import latest, read_marks
+from stratctl.slurm.state import Mark, latest, read_marks
 from stratctl.trialstate import TrialState
 
 
@@ -36,19 +38,33 @@ def test_the_latest_attempt_wins_and_of_two_jobs_of_one_attempt_the_first():
 
 
 def test_attempts_slurm_forgot_come_from_their_files(tmp_path):
-    for trial, files in {"a": {"attempt-0.job": "11", "attempt-0.exit": "0"},
-                         "b": {"attempt-0.job": "12", "attempt-0.exit": "3", "attempt-1.job": "15"},
-                         "c": {"attempt-0.job": "13"}, "d": {}}.items():
+    """Their state, and their run time: the marks' modification times (written at start and end)."""
+    for trial, files in {"a": {"attempt-0.job": ("11", 100), "attempt-0.exit": ("0", 160)},
+                         "b": {"attempt-0.job": ("12", 100), "attempt-0.exit": ("3", 130), "attempt-1.job": ("15", 200)},
+                         "c": {"attempt-0.job": ("13", 100)}, "d": {}}.items():
         (tmp_path / trial).mkdir()
-        for name, text in files.items():
+        for name, (text, at) in files.items():
             (tmp_path / trial / name).write_text(text + "\n")
+            os.utime(tmp_path / trial / name, (at, at))
     marks = read_marks(tmp_path)
-    assert marks == {"a": {0: (11, 0)}, "b": {0: (12, 3), 1: (15, None)}, "c": {0: (13, None)}}
+    assert marks == {"a": {0: Mark(11, 0, 100, 160)}, "b": {0: Mark(12, 3, 100, 130), 1: Mark(15, None, 200, None)},
+                     "c": {0: Mark(13, None, 100, None)}}
     seen = latest([job("c", 1, "PENDING", 20)], "s", marks)
-    assert seen["a"].state is TrialState.SUCCEEDED
+    assert seen["a"].state is TrialState.SUCCEEDED and seen["a"].run_seconds(now=999) == 60
     assert (seen["b"].attempt, seen["b"].state) == (1, TrialState.FAILED)  # ended without its script finishing
+    assert seen["b"].earlier_seconds == 30 and seen["b"].run_seconds(now=999) == 0  # its end time is unknown
     assert (seen["c"].attempt, seen["c"].state) == (1, TrialState.PENDING)  # squeue's newer attempt wins
+    assert seen["c"].earlier_seconds == 0  # attempt 0 never said how it ended
     assert read_marks(tmp_path / "missing") == {}
+
+
+def test_run_times_come_from_squeue_while_it_lists_the_job():
+    running = {**job("a", 0, "RUNNING", 1), "start_time": 1000, "end_time": 4600}  # end_time: its time limit
+    done = {**job("b", 0, "COMPLETED", 2), "start_time": 1000, "end_time": 1300}
+    pending = {**job("c", 0, "PENDING", 3, "Resources"), "start_time": 2000}  # a forecast
+    seen = latest([running, done, pending], "s", {})
+    assert seen["a"].run_seconds(now=1100) == 100 and seen["b"].run_seconds(now=9999) == 300
+    assert seen["c"].started is None and seen["c"].run_seconds(now=9999) == 0
 
 
 def test_free_gpus_and_whole_gangs_from_sinfo():
