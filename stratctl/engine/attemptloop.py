@@ -74,6 +74,15 @@ class AttemptLoop:
         self._pending_since: dict[str, float] = {}
         self.preemptions: dict[str, int] = {}
         self._first = True
+        self._silent = False  # the controller has not answered since the last whole cycle
+        throttle.on_retry = self._retrying
+
+    def _retrying(self, error: BaseException | None, wait: float) -> None:
+        """Said once per stretch the controller does not answer: the loop backs off, it is not stuck."""
+        if isinstance(error, Unavailable) and not self._silent:
+            self._silent = True
+            self.reporter.event(f"{self.scheduler.title} controller: {error}; backing off and trying again "
+                                "(nothing is submitted twice: each send whose answer was lost is looked up first)")
 
     # -- one cycle ------------------------------------------------------------------------
 
@@ -161,6 +170,9 @@ class AttemptLoop:
                                     f"(attempt {seen[name].attempt} {seen[name].state.value})")
             states[name] = TrialState.PENDING
             self.progress.created += 1
+        if self._silent:
+            self._silent = False
+            self.reporter.event(f"{self.scheduler.title} controller: answering again")
         self._count(states, decision)
         return states
 
@@ -191,7 +203,7 @@ class AttemptLoop:
                     failed_cycles = 0
                 except Unavailable as exc:
                     failed_cycles += 1
-                    self.reporter.event(f"{self.scheduler.title} controller: {exc}; trying again")
+                    self._retrying(exc, 0.0)  # the retries ran out: the next cycle tries again
                     self.sleep(min(30.0, self.options.poll_interval * 2 ** failed_cycles))
                     continue
                 except KeyboardInterrupt:

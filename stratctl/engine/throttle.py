@@ -208,6 +208,7 @@ class Throttle:
         self.writes = threading.Lock()  # the write seat, taken while throttled
         self.backoff = backoff
         self.stats = RetryStats()
+        self.on_retry: Callable[[BaseException | None, float], None] | None = None  # told of each retry and its wait
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
@@ -252,6 +253,8 @@ class Throttle:
             else:
                 wait = retry_wait(self.backoff, state.attempt_number, self._rng)
         self.stats.record(error, wait)
+        if self.on_retry is not None:
+            self.on_retry(error, wait)
         return wait
 
     def call(self, fn: Callable[[], T], mutating: bool = False) -> T:

@@ -99,19 +99,32 @@ class Slurm:
 
     def jobs(self) -> list[dict]:
         """Every job the controller knows (pending, running, and ended within MinJobAge)."""
-        out = self._run(["squeue", "--json", "--all"])
-        try:
-            return json.loads(out).get("jobs") or []
-        except ValueError:
-            raise Unavailable(f"squeue --json: not JSON: {out[:200]!r}") from None
+        return self._listed(["squeue", "--json", "--all"], "jobs")
 
     def nodes(self) -> list[dict]:
         """Every node with its partitions, state and GRES in use (`sinfo --json`)."""
-        out = self._run(["sinfo", "--json"])
+        return self._listed(["sinfo", "--json"], "nodes")
+
+    def _listed(self, argv: list[str], key: str) -> list[dict]:
+        """A `--json` listing, whole or not at all. A controller that does not answer makes
+        squeue and sinfo exit 0 with an empty list and the failure under "errors" (Slurm
+        22.05): taken at its word, every job of the study would look gone, and each be
+        submitted again. So a listing that says errors is no listing: Unavailable."""
+        out = self._run(argv)
+        command = " ".join(argv[:2])
         try:
-            return json.loads(out).get("nodes") or []
+            answer = json.loads(out)
         except ValueError:
-            raise Unavailable(f"sinfo --json: not JSON: {out[:200]!r}") from None
+            raise Unavailable(f"{command}: not JSON: {out[:200]!r}") from None
+        errors = answer.get("errors") if isinstance(answer, dict) else None
+        if errors:
+            said = "; ".join(str(e.get("description") or e.get("error") or e) if isinstance(e, dict) else str(e)
+                             for e in errors)
+            raise Unavailable(f"{command}: the controller's answer says it failed ({said[:300]}): not a whole listing")
+        listed = answer.get(key) if isinstance(answer, dict) else None
+        if not isinstance(listed, list):
+            raise Unavailable(f"{command}: no {key!r} in its answer")
+        return listed
 
     def find(self, name: str) -> int | None:
         """The id of a job of this name the controller knows, if any: looked up before a

@@ -5,9 +5,11 @@ a requeue the trial resumes from, not a failure."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +138,34 @@ def test_drain_holds_the_study_and_resume_brings_it_back(slurm, tmp_path):
     assert len(slurm.jobs(name)) == 6  # held and released, never resubmitted
     resumed_trials = [d for d in (tmp_path / "stratctl-out" / name).iterdir() if (d / "resumed").exists()]
     assert len(resumed_trials) == 4  # the four that were running came back from their checkpoints
+
+
+def test_a_controller_that_stops_answering_mid_submit_loses_nothing_and_duplicates_nothing(slurm, tmp_path):
+    """The controller of a flooded cluster answers "Socket timed out" (MessageTimeout): here
+    slurmctld is stopped (SIGSTOP) for three times its MessageTimeout while the study is
+    submitting, then continued. sbatch calls sent meanwhile wait in the controller's
+    socket backlog and may still go through after their client gave up: the loop backs
+    off, looks each one up before sending it again, and every trial runs exactly once."""
+    pid_file = Path(slurm.env.get("STRATCTL_SLURM_RUN", "")) / "run" / "slurmctld.pid"
+    if not pid_file.is_file():
+        pytest.skip("an external Slurm cluster: its controller is not ours to stop")
+    pid = int(pid_file.read_text().split()[0])
+    name = f"flood-{int(time.time()) % 100000}"
+    command = 'sleep 2; echo "{\\"loss\\": 1}" > "$STRATCTL_OUTPUT_DIR/result.json"'
+    path = study(tmp_path, name, 16, command, inflight=8)
+    loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "--workers", "4", "-o", "json", cwd=tmp_path)
+    slurm.wait("the first trials in Slurm", lambda: len(slurm.jobs(name)) >= 2)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(15)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out, err = loop.communicate(timeout=240)
+    assert loop.returncode == 0, err[-2000:]
+    progress = json.loads(out)
+    assert progress["succeeded"] == 16 and progress["failed"] == 0, progress
+    assert "trying again" in err, err[-2000:]  # it did meet the silent controller, and backed off
+    per_trial: dict[str, list[int]] = {}
+    for job in slurm.jobs(name):
+        per_trial.setdefault(job["comment"].split("/")[1], []).append(job["job_id"])
+    assert len(per_trial) == 16 and all(len(ids) == 1 for ids in per_trial.values()), per_trial

@@ -195,3 +195,23 @@ def test_detach_reads_no_capacity_and_submits_up_to_the_cap(tmp_path):
             loop.cycle(pool)
         assert len(mem.creates) == created
         assert ("capacity" in mem.sent) is not detach
+
+
+def test_a_silent_controller_is_said_once_and_its_return_too(tmp_path):
+    mem = MemoryScheduler()
+    events: list[str] = []
+    study, loop = make(tmp_path, mem, events)
+    answers = [Unavailable("list: no answer"), Unavailable("list: no answer")]
+    listing = mem.attempts
+
+    def attempts(marks=True):
+        if answers:
+            raise answers.pop(0)
+        return listing(marks)
+
+    mem.attempts = attempts
+    with ThreadPoolExecutor(1) as pool:
+        loop.cycle(pool)  # two retries inside the throttle, then an answer
+    assert events[0] == ("Memory controller: list: no answer; backing off and trying again (nothing is submitted "
+                         "twice: each send whose answer was lost is looked up first)")
+    assert events[1:] == ["Memory controller: answering again"] and len(mem.creates) == 3

@@ -100,3 +100,22 @@ def test_no_cluster_configured_fails_at_once_with_what_to_set(monkeypatch):
 def test_a_command_name_is_said_once():
     error = error_of("sbatch", 1, "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
     assert str(error) == "sbatch: error: Batch job submission failed: Invalid partition name specified"
+
+
+SILENT_CONTROLLER = {  # what squeue --json prints, exit status 0, when slurmctld does not answer (22.05)
+    "meta": {"Slurm": {"release": "22.05.8"}},
+    "errors": [{"description": "Failed while looking for jobs", "error_number": -1, "error": "Unspecified error",
+                "source": "slurm_load_jobs"}],
+    "jobs": []}
+
+
+def test_a_listing_that_says_errors_is_no_listing():
+    """An empty list with errors would make every job of the study look gone (and be sent again)."""
+    slurm = Slurm(run=Script((0, json.dumps(SILENT_CONTROLLER), ""),
+                             (0, json.dumps({**SILENT_CONTROLLER, "jobs": None, "nodes": []}), ""),
+                             (0, json.dumps({"jobs": []}), "")))
+    with pytest.raises(Unavailable, match="Failed while looking for jobs"):
+        slurm.jobs()
+    with pytest.raises(Unavailable, match="not a whole listing"):
+        slurm.nodes()
+    assert slurm.jobs() == []  # an empty queue, said without errors, is empty
