@@ -58,6 +58,7 @@ bench: venv
 	$(BIN)/python bench/mixed_shapes.py
 	$(BIN)/python bench/adaptive_experiment.py
 	$(BIN)/python bench/search_bench.py
+	$(BIN)/python bench/slurm_bench.py
 
 ## Regenerate completions/stratctl.{bash,zsh,fish} from the CLI definition.
 completions: venv

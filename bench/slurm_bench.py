@@ -162,7 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200, help="trials of the submission-throughput runs")
     parser.add_argument("--sweep", type=int, default=48, help="trials of the makespan runs")
-    parser.add_argument("--seconds", type=float, default=3.0, help="how long each makespan trial runs")
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long each makespan trial runs")
     args = parser.parse_args()
     ENV.update(slurm_env())
     stamp = int(time.time()) % 100000

@@ -12,6 +12,7 @@ parameter value can become a command or a second #SBATCH line.
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 from dataclasses import dataclass
@@ -68,6 +69,13 @@ def _resources(container: dict) -> dict[str, str]:
     return {**(res.get("requests") or {}), **(res.get("limits") or {})}
 
 
+@functools.lru_cache(maxsize=8)
+def _template(directories: tuple[str, ...]):
+    """The sandboxed, compiled job template of these directories: compiled once a run, not
+    once an attempt (a fresh sandbox and compile took most of a submit's own time)."""
+    return sandbox.environment(FileSystemLoader(list(directories))).get_template(TEMPLATE)
+
+
 def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
     """The sbatch script of one rendered attempt (`docs`: the study's manifests of it),
     from the first of `templates` (directories) holding templates/slurm-job.sh.j2."""
@@ -99,8 +107,7 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
     env = [(e["name"], shlex.quote(str(e.get("value", "")))) for e in container.get("env") or []
            if "value" in e and e["name"].isidentifier()]
     command = " ".join(shlex.quote(str(word)) for word in (container.get("command") or []) + (container.get("args") or []))
-    template = sandbox.environment(FileSystemLoader([str(d) for d in templates])).get_template(TEMPLATE)
-    text = template.render(options=options, env=env,
+    text = _template(tuple(str(d) for d in templates)).render(options=options, env=env,
                            command=command, output=shlex.quote(output), attempt=attempt)
     return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text, tasks=replicas,
                   gpus=gpus * replicas)

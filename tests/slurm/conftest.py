@@ -43,6 +43,17 @@ class SlurmBed:
     def wait(self, what: str, condition, timeout: float = 90.0):
         return wait_until(condition, timeout, message=what)
 
+    def wait_idle(self, timeout: float = 120.0) -> None:
+        """Until no GPU of the cluster is taken: for the tests that fill the whole cluster
+        (jobs another test left running end first)."""
+        from stratctl.slurm.scheduler import _gpus
+
+        def idle():
+            nodes = json.loads(self.run("sinfo", "--json").stdout)["nodes"]
+            return nodes and all(_gpus(n.get("gres_used")) == 0 for n in nodes)
+
+        self.wait("every GPU free", idle, timeout)
+
 
 @pytest.fixture(scope="session")
 def slurm() -> SlurmBed:

@@ -88,6 +88,7 @@ def test_a_preempted_trial_is_requeued_and_resumes_from_its_checkpoint(slurm, tm
         if [ "$STRATCTL_RESUME" = 1 ]; then echo "$SLURM_RESTART_COUNT" > "$STRATCTL_OUTPUT_DIR/resumed"; fi
         sleep 10; echo '{"loss": 1}' > "$STRATCTL_OUTPUT_DIR/result.json\"""")
     path = study(tmp_path, name, 4, command, gpus=4, inflight=4)  # four 4-GPU trials fill the four nodes
+    slurm.wait_idle()
     loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
     slurm.wait("every trial running", lambda: sum(j["job_state"] == "RUNNING" for j in slurm.jobs(name)) == 4)
     prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", "--job-name=prod-urgent", "--output=/dev/null",
@@ -110,6 +111,7 @@ def test_drain_holds_the_study_and_resume_brings_it_back(slurm, tmp_path):
         if [ "$STRATCTL_RESUME" = 1 ]; then echo resumed > "$STRATCTL_OUTPUT_DIR/resumed"; fi
         sleep 6; echo '{"loss": 1}' > "$STRATCTL_OUTPUT_DIR/result.json\"""")
     path = study(tmp_path, name, 6, command, gpus=4, inflight=6)  # 4 fit at once, 2 wait pending
+    slurm.wait_idle()
     loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
     slurm.wait("four trials running", lambda: sum(j["job_state"] == "RUNNING" for j in slurm.jobs(name)) == 4)
     drained = slurm.stratctl("drain", str(path), "-o", "json", cwd=tmp_path)
