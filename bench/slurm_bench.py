@@ -6,6 +6,7 @@ Submission throughput, N trials of one GPU that sleep long (16 start, the rest p
   array     one `sbatch --array=0-(N-1)`: one request for all N, the controller's ceiling;
   stratctl  `stratctl submit FILE --detach --qps 0 --parallelism static --max-inflight N`,
             timed from exec to exit (start-up, render and the study's listing included).
+Each runs `--repeat` times, interleaved (loop, array, stratctl, loop, ...); medians compared.
 
 Makespan, M trials of one GPU that each sleep S seconds (the cluster holds 16 at once):
   array%K   `sbatch --array=0-(M-1)%K`, the static cap Slurm users set, for K = 4 (a
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -162,6 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200, help="trials of the submission-throughput runs")
     parser.add_argument("--sweep", type=int, default=48, help="trials of the makespan runs")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the submission runs")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long each makespan trial runs")
     args = parser.parse_args()
     ENV.update(slurm_env())
@@ -169,20 +172,27 @@ def main() -> None:
     figures: dict = {"trials": args.trials, "sweep": args.sweep, "seconds": args.seconds, "gpus": GPUS}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        print(f"submission of {args.trials} one-GPU jobs (16 run, the rest pend), wall seconds:")
-        for method in ("loop", "array", "stratctl"):
-            tag = f"bs{method}{stamp}"
-            try:
-                if method == "loop":
-                    seconds = submit_loop(args.trials, tag)
-                elif method == "array":
-                    seconds = submit_array(args.trials, tag)
-                else:
-                    seconds = submit_stratctl(args.trials, tag, workdir)
-            finally:
-                cancel(tag)
+        print(f"submission of {args.trials} one-GPU jobs (16 run, the rest pend), wall seconds, median of "
+              f"{args.repeat} interleaved runs:")
+        runs: dict[str, list[float]] = {"loop": [], "array": [], "stratctl": []}
+        for round_ in range(args.repeat):
+            for method in runs:
+                tag = f"bs{method}{stamp}r{round_}"
+                try:
+                    if method == "loop":
+                        runs[method].append(submit_loop(args.trials, tag))
+                    elif method == "array":
+                        runs[method].append(submit_array(args.trials, tag))
+                    else:
+                        runs[method].append(submit_stratctl(args.trials, tag, workdir))
+                finally:
+                    cancel(tag)
+        for method, times in runs.items():
+            seconds = statistics.median(times)
             figures[f"submit_{method}_s"] = round(seconds, 2)
-            print(f"  {method:9} {seconds:6.2f} s  {args.trials / seconds:7.1f} jobs/s")
+            figures[f"submit_{method}_runs"] = [round(t, 2) for t in times]
+            print(f"  {method:9} {seconds:6.2f} s  {args.trials / seconds:7.1f} jobs/s  (runs: "
+                  f"{', '.join(f'{t:.2f}' for t in times)})")
         ratio = figures["submit_loop_s"] / figures["submit_stratctl_s"]
         figures["stratctl_vs_loop"] = round(ratio, 2)
         print(f"  stratctl {ratio:.2f}x the sbatch loop's throughput; the one-request array "

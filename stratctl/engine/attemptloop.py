@@ -20,6 +20,7 @@ sent again.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -129,8 +130,12 @@ class AttemptLoop:
                 del self._pending_since[name]
         for name in pending:
             self._pending_since.setdefault(name, now)
-        stuck = sum(1 for n in pending if seen[n].waits_for_capacity
-                    and now - self._pending_since[n] > self.options.pending_grace)
+        late = [n for n in pending if now - self._pending_since[n] > self.options.pending_grace]
+        stuck = sum(1 for n in late if seen[n].waits_for_capacity)
+        # why they wait, in the scheduler's words (Resources, Priority, a QOS or association limit): shown
+        reasons = Counter(seen[n].reason for n in late if seen[n].reason)
+        self.progress.stuck = len(late) if reasons else 0
+        self.progress.blocked = ", ".join(f"{why} ({count})" for why, count in reasons.most_common(3))
         free = fit = None
         try:  # --detach reads no capacity, as on Kubernetes: every trial goes in up to the cap, and it returns
             if not self.options.detach:

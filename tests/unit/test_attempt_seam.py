@@ -215,3 +215,18 @@ def test_a_silent_controller_is_said_once_and_its_return_too(tmp_path):
     assert events[0] == ("Memory controller: list: no answer; backing off and trying again (nothing is submitted "
                          "twice: each send whose answer was lost is looked up first)")
     assert events[1:] == ["Memory controller: answering again"] and len(mem.creates) == 3
+
+
+def test_why_attempts_wait_past_the_grace_is_shown_in_the_schedulers_words(tmp_path):
+    mem = MemoryScheduler()
+    study, loop = make(tmp_path, mem)
+    with ThreadPoolExecutor(1) as pool:
+        loop.cycle(pool)
+        a, b, c = loop.order
+        mem.set(a, reason="QOSMaxGRESPerUser", waits_for_capacity=False, waits_for_limits=True)
+        mem.set(b, reason="QOSMaxGRESPerUser", waits_for_capacity=False, waits_for_limits=True)
+        loop.cycle(pool)
+        assert loop.progress.blocked == ""  # within the grace period: not said yet
+        loop.clock.now += loop.options.pending_grace + 1
+        loop.cycle(pool)
+    assert loop.progress.blocked == "QOSMaxGRESPerUser (2), Resources (1)" and loop.progress.stuck == 3
