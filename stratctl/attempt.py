@@ -25,6 +25,21 @@ class Attempt:
     started: float | None = None  # wall time its current run started (None before it runs)
     ended: float | None = None  # wall time it ended (None while pending or running)
     earlier_seconds: float = 0.0  # run time of the trial's earlier attempts (each failed or was lost)
+    # of the earlier attempts, how many failed (None: all of them, as where a preemption
+    # requeues the same job and only a failure makes a new attempt: Slurm) and how many
+    # were preempted (where a preemption ends the attempt and the next one resumes: YARN)
+    failures_before: int | None = None
+    preempted_before: int = 0
+
+    @property
+    def failures(self) -> int:
+        """Failed attempts of the trial before this one."""
+        return self.attempt if self.failures_before is None else self.failures_before
+
+    @property
+    def preemptions(self) -> int:
+        """Times the trial was preempted, this attempt included."""
+        return self.restarts + self.preempted_before + (self.state is TrialState.PREEMPTED)
 
     def run_seconds(self, now: float) -> float:
         """How long this attempt has run (its current run, to `now` while it runs)."""

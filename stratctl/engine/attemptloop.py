@@ -48,11 +48,10 @@ def gangs_fit(free: list[int], gang: list[int]) -> int:
 
 
 def trial_state(attempt: Attempt, max_failures: int) -> TrialState:
-    """The trial's state from its latest attempt: a failed (or preempted and not requeued)
-    attempt with failures left makes it RETRYING, its next attempt due. Every earlier
-    attempt of the trial ended that way, so the attempt number counts them."""
+    """The trial's state from its latest attempt: a failed attempt with failures left, or a
+    preempted one that was not requeued, makes it RETRYING, its next attempt due."""
     if attempt.state is TrialState.PREEMPTED or (attempt.state is TrialState.FAILED
-                                                 and attempt.attempt < max_failures):
+                                                 and attempt.failures < max_failures):
         return TrialState.RETRYING
     return attempt.state
 

@@ -1,6 +1,6 @@
 """The backend seam: where a study's trials run, and what each scheduler family must do.
 
-A study says its backend (`backend: kubernetes | slurm`). Everything above the seam is
+A study says its backend (`backend: kubernetes | slurm | yarn`). Everything above the seam is
 shared: the study core (load, expand, render every attempt the same way, STRATCTL_*
 environment included), the adaptive policy (engine/policy.py), the token bucket and retry
 policy (engine/throttle.py), the recovery rules (a failure counts against
@@ -13,7 +13,7 @@ Two shapes of backend sit below it:
   are Volcano Jobs or batch/v1 Jobs with their PodGroups, the study record is a ConfigMap,
   the cluster is watched. It has what only a Kubernetes cluster offers (queues and their
   fallback, topology placement, PodGroup salvage, the closed-loop search's pruning).
-- **Batch schedulers that run an attempt as one job** (Slurm today): they implement the
+- **Batch schedulers that run an attempt as one job** (Slurm, YARN): they implement the
   `Scheduler` protocol below, and one loop, one `status`, one `drain`/`resume` run them
   all (engine/attemptloop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
   is a new `Scheduler` and a line in `scheduler_for`, nothing else.
@@ -90,4 +90,8 @@ def scheduler_for(study: Study, renderer=None, workdir: str | None = None) -> Sc
         from stratctl.slurm.scheduler import SlurmScheduler
 
         return SlurmScheduler(study, renderer, workdir=workdir)
+    if study.backend == "yarn":
+        from stratctl.yarn.scheduler import YarnScheduler
+
+        return YarnScheduler(study, renderer, workdir=workdir)
     raise UsageError(f"{study.name}: backend {study.backend} has no attempt scheduler")

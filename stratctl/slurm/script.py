@@ -20,10 +20,9 @@ from pathlib import Path
 
 from jinja2 import FileSystemLoader
 
-from stratctl import labels
 from stratctl.study import sandbox
-from stratctl.study.quantity import parse as parse_quantity
 from stratctl.study.spec import Study
+from stratctl.study.task import task_of
 
 TEMPLATE = "slurm-job.sh.j2"
 COMMENT_PREFIX = "stratctl:"  # the comment of every job stratctl submits: stratctl:<study>/<trial>/<attempt>/<hash>
@@ -56,19 +55,6 @@ def parse_comment(comment: str | None) -> tuple[str, str, int, str] | None:
     return parts[0], parts[1], int(parts[2]), parts[3]
 
 
-def _job_and_pods(docs: list[dict]) -> tuple[dict, list[tuple[int, dict]]]:
-    job = next(d for d in docs if d.get("kind") == "Job")
-    spec = job.get("spec") or {}
-    if spec.get("tasks"):
-        return job, [(t.get("replicas") or 1, (t.get("template") or {}).get("spec") or {}) for t in spec["tasks"]]
-    return job, [(spec.get("parallelism") or 1, (spec.get("template") or {}).get("spec") or {})]
-
-
-def _resources(container: dict) -> dict[str, str]:
-    res = container.get("resources") or {}
-    return {**(res.get("requests") or {}), **(res.get("limits") or {})}
-
-
 @functools.lru_cache(maxsize=8)
 def _template(directories: tuple[str, ...]):
     """The sandboxed, compiled job template of these directories: compiled once a run, not
@@ -79,18 +65,10 @@ def _template(directories: tuple[str, ...]):
 def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
     """The sbatch script of one rendered attempt (`docs`: the study's manifests of it),
     from the first of `templates` (directories) holding templates/slurm-job.sh.j2."""
-    job, pods = _job_and_pods(docs)
-    replicas, pod = pods[0]  # one kind of task: the study's validation says so
-    container = (pod.get("containers") or [{}])[0]
-    meta = job.get("metadata") or {}
-    name = meta["name"]
-    trial = meta["labels"][labels.TRIAL]
-    attempt = int(meta["labels"][labels.ATTEMPT])
-    comment = comment_of(study.name, trial, attempt, meta["labels"].get(labels.SPEC_HASH, ""))
-    wanted = _resources(container)
-    gpus = int(parse_quantity(wanted.get("nvidia.com/gpu", "0")) or 0)
-    cpus = max(1, math.ceil(parse_quantity(wanted["cpu"]) or 1)) if "cpu" in wanted else None
-    memory = parse_quantity(wanted["memory"]) if "memory" in wanted else None
+    task = task_of(docs)
+    name, trial, attempt, replicas = task.name, task.trial, task.attempt, task.replicas
+    comment = comment_of(study.name, trial, attempt, task.spec_hash)
+    gpus, cpus, memory = task.gpus, task.cpus, task.memory
     slurm = study.slurm
     output = str(Path(slurm.output_dir) / study.name / trial)
     options = [f"--job-name={name}", f"--comment={comment}", f"--ntasks={replicas}", f"--time={slurm.minutes}",
@@ -104,9 +82,8 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
     if memory:
         options.append(f"--mem-per-cpu={math.ceil(memory / (cpus or 1) / 2**20)}M")
     options += slurm.extra
-    env = [(e["name"], shlex.quote(str(e.get("value", "")))) for e in container.get("env") or []
-           if "value" in e and e["name"].isidentifier()]
-    command = " ".join(shlex.quote(str(word)) for word in (container.get("command") or []) + (container.get("args") or []))
+    env = [(key, shlex.quote(value)) for key, value in task.env]
+    command = " ".join(shlex.quote(word) for word in task.command)
     text = _template(tuple(str(d) for d in templates)).render(options=options, env=env,
                            command=command, output=shlex.quote(output), attempt=attempt)
     return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text, tasks=replicas,

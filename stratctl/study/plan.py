@@ -94,12 +94,18 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
             f"{s.slurm.partition or '(the default)'}; time limit {_duration(s.slurm.minutes * 60)}; "
             f"critical {str(s.critical).lower()}"
         )
+    elif s.backend == "yarn":  # in YARN's words: an application of N containers in a queue
+        lines.append(
+            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend yarn; queue {s.yarn.queue}"
+            f"{'; node label ' + s.yarn.node_label if s.yarn.node_label else ''}; critical {str(s.critical).lower()}"
+        )
     else:
         lines.append(
             f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {' → '.join(s.queues)}; "
             f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
         )
-    gang_of = "one job of {n} tasks" if s.backend == "slurm" else "a gang of {n} pods"
+    gang_of = {"slurm": "one job of {n} tasks", "yarn": "one application of {n} containers"}.get(
+        s.backend, "a gang of {n} pods")
     if plan.shapes is not None:
         pods = sorted({len(shape) for shape in plan.shapes})
         gang = f"{pods[0]}" if len(pods) == 1 else f"{pods[0]}–{pods[-1]}"

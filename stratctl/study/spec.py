@@ -258,7 +258,7 @@ class TrialSpec(_Model):
         for i, name in enumerate(names):
             if name in names[:i]:
                 raise _bad("task_name", "duplicate task name {name!r}", field=f"tasks.{i}.name", name=name)
-        on_slurm = (info.context or {}).get("backend") == "slurm"  # a Slurm task runs on the node, no image
+        on_slurm = (info.context or {}).get("backend") in ("slurm", "yarn")  # a batch task runs on the node, no image
         for i, t in enumerate(self.tasks):
             if (t.image or self.image) is None and not on_slurm:
                 raise _bad("image", "task {name!r} has no image (set trial.image or the task's image)",
@@ -416,6 +416,68 @@ class Slurm(_Model):
         return max(1, -(-int(parse_duration(self.time_limit)) // 60))
 
 
+class Yarn(_Model):
+    """Where and how a study's attempts run on a Hadoop YARN cluster (`backend: yarn`).
+
+    One attempt is one YARN application, submitted through the ResourceManager's REST API
+    (stratctl/yarn/): its application master is stratctl's gang AM (yarn-am/), which asks
+    for the attempt's N containers and starts the trial's command in all of them once all
+    N are allocated, never in fewer."""
+
+    # the ResourceManager's web address; several for an HA pair (a standby's answers move on to the next)
+    resource_managers: list[str] = Field(default=["http://localhost:8088"], min_length=1)
+    queue: str = "default"
+    node_label: str | None = None  # a node label expression for the attempts' containers
+    application_type: str = "STRATCTL"
+    tags: list[str] = []  # more application tags (stratctl adds its own, by which it finds its applications)
+    max_app_attempts: int = Field(default=2, ge=1)  # the RM restarts a lost AM this often, within one attempt
+    placement: Literal["any", "spread", "pack"] = "any"  # a gang's containers: anywhere, on distinct nodes, on one node
+    gang_timeout: float | str = 0.0  # a gang not whole in this long gives back what it holds and asks again (0: waits)
+    am_jar: str | None = None  # the gang AM's jar, on a file system every NodeManager reads (default: the built one)
+    am_memory_mb: int = Field(default=256, ge=64)
+    classpath: list[str] | None = None  # the AM's Hadoop classpath (default: the RM's yarn.application.classpath)
+    user: str | None = None  # user.name of each REST request (simple authentication)
+    output_dir: str = "stratctl-out"  # each attempt writes <output_dir>/<study>/<trial>/ (its result), shared by the nodes
+
+    @field_validator("resource_managers")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for i, url in enumerate(v):
+            if not re.fullmatch(r"https?://[^\s/]+/?", url):
+                raise _bad("yarn", "yarn.resource_managers {i}: expected a ResourceManager's web address such as "
+                           "http://rm1:8088, got {got!r}", field=str(i), i=i, got=url)
+        return [url.rstrip("/") for url in v]
+
+    @field_validator("queue", "node_label", "application_type", "am_jar", "user", "output_dir")
+    @classmethod
+    def _one_line(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+        if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
+            raise _bad("yarn", "yarn.{field} must be one non-empty line without surrounding spaces",
+                       field=info.field_name)
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        for i, tag in enumerate(v):
+            if not tag or len(tag) > 100 or not tag.isascii() or any(c in tag for c in ",\n\r\0"):
+                raise _bad("yarn", "yarn.tags {i}: a YARN application tag is 1-100 ASCII characters without a comma, "
+                           "got {got!r}", field=str(i), i=i, got=tag)
+            if tag.lower().startswith("stratctl"):
+                raise _bad("reserved", "yarn.tags {i}: tags starting with 'stratctl' are set by stratctl",
+                           field=str(i), i=i)
+        return v
+
+    @field_validator("gang_timeout")
+    @classmethod
+    def _timeout(cls, v: float | str) -> float | str:
+        return _duration(v)
+
+    @property
+    def gang_timeout_seconds(self) -> float:
+        return parse_duration(self.gang_timeout)
+
+
 # ---------------------------------------------------------------- the study
 
 
@@ -429,9 +491,10 @@ class Study(_Model):
     priority_class: str | None = None
     critical: bool = False
     workload: Literal["volcano", "batch"] = "volcano"
-    # where the attempts run: Kubernetes with Volcano (the default), or a Slurm cluster
-    backend: Literal["kubernetes", "slurm"] = "kubernetes"
+    # where the attempts run: Kubernetes with Volcano (the default), a Slurm or a YARN cluster
+    backend: Literal["kubernetes", "slurm", "yarn"] = "kubernetes"
     slurm: Slurm = Slurm()
+    yarn: Yarn = Yarn()
     space: dict[str, Param] = Field(min_length=1)
     strategy: Strategy
     # what the search optimises (a list for several): closed-loop strategies need it;
@@ -555,13 +618,15 @@ class Study(_Model):
                 if not isinstance(p, Choice | IntRange) and not p.grid:
                     raise _bad("grid", "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
                                field=f"space.{name}", name=name)
-        if self.backend == "slurm":
+        if self.backend in ("slurm", "yarn"):
+            job = "one sbatch job of N tasks" if self.backend == "slurm" else "one YARN application of N containers"
             if len(self.trial.tasks) != 1:
-                raise _bad("slurm_tasks", "backend slurm runs one kind of task a trial (one sbatch job of N tasks): "
-                           "exactly one entry in trial.tasks, with its replicas", field="trial.tasks")
+                raise _bad("batch_tasks", "backend {backend} runs one kind of task a trial ({job}): "
+                           "exactly one entry in trial.tasks, with its replicas", field="trial.tasks",
+                           backend=self.backend, job=job)
             if not (self.trial.tasks[0].command or self.trial.command):
-                raise _bad("slurm_command", "backend slurm runs trial.command on the nodes (there is no image "
-                           "entrypoint): set trial.command", field="trial")
+                raise _bad("batch_command", "backend {backend} runs trial.command on the nodes (there is no image "
+                           "entrypoint): set trial.command", field="trial", backend=self.backend)
         if self.workload == "batch" and len(self.trial.tasks) != 1:
             raise _bad("batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed",
                        field="trial.tasks")

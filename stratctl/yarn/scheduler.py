@@ -1,0 +1,208 @@
+"""The YARN backend behind the attempt seam (engine/backend.py): what the shared attempt
+loop, `status`, `drain` and `resume` ask of a batch scheduler, through the ResourceManager's
+REST API (yarn/rest.py) and the files each attempt leaves in its output directory.
+
+- An attempt is one application (yarn/app.py) whose AM is stratctl's gang AM: it starts the
+  trial's N containers together once all N are allocated, never fewer.
+- Created in two requests, `new-application` then the submission, each through the shared
+  token bucket and retry policy. Exactly once: the attempt's own tag is looked up before a
+  submission whose answer was lost is sent again.
+- Its state is the RM's while the RM remembers it, then its record's (yarn/state.py).
+- Capacity is the RM's view of its NodeManagers: the free `yarn.io/gpu` of each RUNNING
+  node (of the study's node label, when it has one).
+- YARN cannot hold an application: `drain` kills each pending or running attempt and marks
+  it drained; `resume` submits each drained trial's next attempt at once, which resumes
+  from its checkpoint (a drain is neither a failure nor a preemption).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+from stratctl.attempt import Attempt
+from stratctl.errors import Invalid, NotFound, UsageError
+from stratctl.study.render import Renderer, bundled_templates
+from stratctl.study.space import Trial, expand
+from stratctl.study.spec import Study
+from stratctl.yarn.app import AM_JAR, Application, Jar, build, study_tag
+from stratctl.yarn.rest import ResourceManager
+from stratctl.yarn.state import ENDED, latest, read_records, write_record
+
+DRAINED = "drained"  # the flag file, in the study's output directory
+RESULT = "result.json"
+GPU = "yarn.io/gpu"
+
+
+def output_of(study: Study, workdir: Path | str | None = None) -> Path:
+    """Where a study's attempts write their results (absolute: the containers run elsewhere)."""
+    return (Path(workdir or ".") / study.yarn.output_dir / study.name).absolute()
+
+
+def default_jar() -> Path:
+    """The gang AM's jar as `yarn-am/build.sh` builds it (STRATCTL_YARN_AM_JAR names another)."""
+    given = os.environ.get("STRATCTL_YARN_AM_JAR")
+    if given:
+        return Path(given)
+    cache = Path(os.environ.get("STRATCTL_YARN_CACHE") or Path.home() / ".cache" / "stratctl" / "yarn")
+    return cache / "am" / AM_JAR
+
+
+def free_gpus(nodes: list[dict], label: str | None) -> list[int]:
+    """Free GPUs of each RUNNING node (of the node label, when one is set) from /nodes."""
+    out = []
+    for node in nodes:
+        if node.get("state") != "RUNNING":
+            continue
+        if label and label not in (node.get("nodeLabels") or []):
+            continue
+        out.append(max(0, _gpus(node.get("availableResource"))))
+    return out
+
+
+def _gpus(resource: dict | None) -> int:
+    infos = ((resource or {}).get("resourceInformations") or {}).get("resourceInformation") or []
+    return sum(int(i.get("value") or 0) for i in infos if i.get("name") == GPU)
+
+
+class YarnScheduler:
+    kind, title = "yarn", "YARN"
+    create_command = "submit"  # the request that creates an attempt, as the submit summary counts it
+    limit_words = "application limits"  # what a refusal to create is, in YARN's words
+
+    def __init__(self, study: Study, renderer: Renderer | None = None, rm: ResourceManager | None = None,
+                 workdir: str | None = None, jar: Path | None = None):
+        self.study = study
+        self.rm = rm or ResourceManager(study.yarn.resource_managers, user=study.yarn.user)
+        self.renderer = renderer or Renderer(study)
+        self.output = output_of(study, workdir)
+        self._jar_path = jar
+        self._seen_ended: set[str] = set()
+
+    @property
+    def where(self) -> str:
+        return f"yarn:{self.study.yarn.queue}"
+
+    @property
+    def queue(self) -> str:
+        return self.study.yarn.queue
+
+    # -- observe ---------------------------------------------------------------------------
+
+    def attempts(self, marks: bool = True) -> dict[str, Attempt]:
+        """Each trial's latest attempt (`marks`: also those the RM has forgotten). An ended
+        application seen for the first time is recorded in its trial's directory."""
+        apps = self.rm.apps(study_tag(self.study.name), self.study.yarn.application_type)
+        for app in apps:
+            if app.get("state") in ENDED and app.get("id") not in self._seen_ended:
+                found = latest([app], self.study.name, {}, {})
+                for trial, attempt in found.items():
+                    write_record(self.output, trial, attempt.attempt, app)
+                self._seen_ended.add(app.get("id"))
+        records, drain_marks = read_records(self.output)
+        return latest(apps, self.study.name, records if marks else {}, drain_marks)
+
+    def free_gpus(self) -> list[int]:
+        return free_gpus(self.rm.nodes(), self.study.yarn.node_label)
+
+    def result(self, trial: str) -> dict | None:
+        try:
+            value = json.loads((self.output / trial / RESULT).read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    # -- create ----------------------------------------------------------------------------
+
+    @functools.cached_property
+    def jar(self) -> Jar:
+        path = Path(self.study.yarn.am_jar) if self.study.yarn.am_jar else (self._jar_path or default_jar())
+        try:
+            return Jar.of(path)
+        except OSError:
+            raise UsageError(f"{self.study.name}: the gang application master's jar {path} is not there: build it with "
+                             "`bash yarn-am/build.sh` (needs a JDK and Maven), or set yarn.am_jar in the study "
+                             "(a path every NodeManager reads)") from None
+
+    @functools.cached_property
+    def classpath(self) -> list[str]:
+        if self.study.yarn.classpath is not None:
+            return list(self.study.yarn.classpath)
+        value = self.rm.conf("yarn.application.classpath")
+        if not value:
+            raise UsageError(f"{self.study.name}: the ResourceManager does not say yarn.application.classpath: set "
+                             "yarn.classpath in the study (the Hadoop classpath of an application master)")
+        return [entry.strip() for entry in value.split(",") if entry.strip()]
+
+    def prepare(self, trial: Trial, number: int) -> Application:
+        """Attempt `number` of `trial`, ready to send: its application."""
+        app = self._build(trial, number)
+        (self.output / trial.name).mkdir(parents=True, exist_ok=True)
+        return app
+
+    def _build(self, trial: Trial, number: int) -> Application:
+        return build(self.study, self.renderer.render(trial, attempt=number, resume=number > 0),
+                     [self.renderer.dir, bundled_templates()], self.output)
+
+    def check(self, trial: Trial) -> None:
+        """Build the first attempt without sending it (a client dry run)."""
+        self._build(trial, 0)
+
+    def create(self, app: Application) -> None:
+        body = app.body(self.rm.new_application(), self.study, self.jar, self.classpath)
+        self.rm.submit(body)
+
+    def find(self, app: Application) -> bool:
+        """Whether the RM knows this attempt already (a submission whose answer was lost)."""
+        return bool(self.rm.apps(app.tag, self.study.yarn.application_type))
+
+    # -- suspend and bring back ------------------------------------------------------------
+
+    def _kill_drained(self, attempt: Attempt) -> None:
+        mark = self.output / attempt.trial / f"attempt-{attempt.attempt}.drained"
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(f"{attempt.job} killed by stratctl drain; `stratctl resume` submits the next attempt\n")
+        try:
+            self.rm.kill(attempt.job)
+        except NotFound:
+            raise Invalid(f"{attempt.job}: no longer known to the ResourceManager") from None
+
+    hold = stop = _kill_drained  # YARN has no hold: a drained attempt is killed and marked
+
+    def release(self, attempt: Attempt) -> None:
+        """Submit the drained trial's next attempt (it resumes from its checkpoint)."""
+        trial = next((t for t in expand(self.study) if t.name == attempt.trial), None)
+        if trial is None:
+            return
+        mark = self.output / attempt.trial / f"attempt-{attempt.attempt}.drained"
+        app = self.prepare(trial, attempt.attempt + 1)
+        if not self.find(app):
+            self.create(app)
+        mark.replace(mark.with_suffix(".resumed"))
+
+    def drained(self) -> bool:
+        return (self.output / DRAINED).exists()
+
+    def set_drained(self, on: bool) -> None:
+        if on:
+            self.output.mkdir(parents=True, exist_ok=True)
+            (self.output / DRAINED).write_text("drained by stratctl drain; `stratctl resume` removes this file\n")
+        else:
+            (self.output / DRAINED).unlink(missing_ok=True)
+
+    # -- counters --------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> int:
+        return self.rm.calls
+
+    @property
+    def sent(self) -> dict[str, int]:
+        return self.rm.sent
+
+    @property
+    def refused(self) -> dict[str, int]:
+        return self.rm.refused
+

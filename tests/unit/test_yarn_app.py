@@ -1,0 +1,119 @@
+"""An attempt's YARN application: its tags, the gang the AM reads from its environment,
+the REST submission body, and the task script, run for real by bash with hostile values."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+
+import pytest
+
+from stratctl.study.render import Renderer, bundled_templates
+from stratctl.study.space import expand
+from stratctl.yarn.app import Jar, build, parse_tags
+from tests.unit.studies import load, problems
+
+STUDY = """\
+name: sweep
+backend: yarn
+yarn: {resource_managers: ["http://rm1:8088", "http://rm2:8088/"], queue: research, tags: [team-a], placement: spread,
+       gang_timeout: 2m, max_app_attempts: 3}
+checkpoint: {location: "/ckpt/{{ study }}/{{ trial }}"}
+space:
+  lr: {type: choice, values: [0.1, "x\\"; rm -rf / #\\n$(id)"]}
+strategy: {kind: grid}
+trial:
+  command: ["python", "train.py", "--lr={{ params.lr }}"]
+  resources: {requests: {cpu: 2, memory: 4Gi}, limits: {nvidia.com/gpu: 1}}
+  tasks: [{name: worker, replicas: 2}]
+"""
+
+
+def apps(tmp_path, text=STUDY, attempt=0):
+    study = load(tmp_path, text)
+    renderer = Renderer(study)
+    return study, [build(study, renderer.render(t, attempt=attempt, resume=attempt > 0), [bundled_templates()],
+                         tmp_path / "out" / study.name) for t in expand(study)]
+
+
+def test_the_application_names_the_attempt_and_carries_the_gang(tmp_path):
+    study, (app, other) = apps(tmp_path)
+    assert study.yarn.resource_managers == ["http://rm1:8088", "http://rm2:8088"]
+    assert app.tasks == 2 and app.gpus == 2
+    tags = parse_tags(",".join(app.tags))
+    assert tags["study"] == "sweep" and tags["trial"] == app.trial and tags["n"] == "0"
+    assert app.tag in app.tags and app.tag != other.tag and "team-a" in app.tags
+    env = app.environment
+    assert env["STRATCTL_TASKS"] == "2"
+    assert env["STRATCTL_TASK_RESOURCES"] == "memory-mb=4096,vcores=2,yarn.io/gpu=1"
+    assert env["STRATCTL_PLACEMENT"] == "spread" and env["STRATCTL_GANG_TIMEOUT"] == "120"
+    assert base64.b64decode(env["STRATCTL_TASK_SCRIPT"]).decode() == app.script
+    jar = Jar("file:///opt/am.jar", 1234, 1796467261608)
+    body = app.body("application_1_0007", study, jar, ["/etc/hadoop", "/lib/*"])
+    assert body["application-id"] == "application_1_0007" and body["queue"] == "research"
+    assert body["application-type"] == "STRATCTL" and body["max-app-attempts"] == 3
+    assert body["application-tags"] == {"tag": app.tags}
+    spec = body["am-container-spec"]
+    assert spec["local-resources"]["entry"][0]["value"] == {
+        "resource": "file:///opt/am.jar", "type": "FILE", "visibility": "APPLICATION", "size": 1234,
+        "timestamp": 1796467261608}
+    command = spec["commands"]["command"]
+    assert '"' not in command and "$" not in command  # the NodeManager pastes it into bash -c "..." unescaped
+    environment = {e["key"]: e["value"] for e in spec["environment"]["entry"]}
+    assert environment["CLASSPATH"] == "./*:/etc/hadoop:/lib/*"
+    assert all(not set(v) & set('"\\`') for k, v in environment.items() if k != "CLASSPATH")
+
+
+def test_a_later_attempt_is_another_application_of_the_same_trial(tmp_path):
+    _, (zero, _) = apps(tmp_path)
+    _, (two, _) = apps(tmp_path, attempt=2)
+    assert zero.trial == two.trial and two.attempt == 2 and zero.tag != two.tag
+    assert parse_tags(two.tags)["n"] == "2"
+
+
+@pytest.mark.parametrize("restarted, resume", [(None, "0"), ("1", "1")])
+def test_the_task_script_runs_the_command_with_hostile_values_as_plain_words(tmp_path, restarted, resume):
+    _, (_, hostile) = apps(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text("#!/usr/bin/env python3\nimport json, os, sys\n"
+                      "print(json.dumps({'argv': sys.argv[1:], 'env': {k: v for k, v in os.environ.items() "
+                      "if k.startswith('STRATCTL_')}}))\n")
+    python.chmod(0o755)
+    script = tmp_path / "task.sh"
+    script.write_text(hostile.script)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", **({"STRATCTL_YARN_RESTARTED": restarted} if restarted else {})}
+    done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    ran = json.loads(done.stdout)
+    assert ran["argv"] == ["train.py", "--lr=x\"; rm -rf / #\n$(id)"]
+    assert ran["env"]["STRATCTL_RESUME"] == resume
+    assert ran["env"]["STRATCTL_CHECKPOINT_DIR"] == f"/ckpt/sweep/{hostile.trial}"
+    assert ran["env"]["STRATCTL_OUTPUT_DIR"] == str(tmp_path / "out" / "sweep" / hostile.trial)
+
+
+def test_a_yarn_study_needs_a_command_and_one_kind_of_task(tmp_path):
+    no_command = STUDY.replace('  command: ["python", "train.py", "--lr={{ params.lr }}"]\n', '  args: ["--lr=1"]\n')
+    assert any("set trial.command" in p and "backend yarn" in p for p in problems(tmp_path, no_command))
+    two = STUDY.replace("tasks: [{name: worker, replicas: 2}]", "tasks: [{name: a}, {name: b}]")
+    assert any("trial.tasks" in p and "one YARN application" in p for p in problems(tmp_path, two))
+
+
+@pytest.mark.parametrize("block, field, words", [
+    ("{resource_managers: [rm1:8088]}", "yarn.resource_managers.0", "web address"),
+    ("{resource_managers: []}", "yarn.resource_managers", "at least one value"),
+    ("{tags: [stratctl-x]}", "yarn.tags.0", "set by stratctl"),
+    ('{tags: ["a,b"]}', "yarn.tags.0", "without a comma"),
+    ("{placement: everywhere}", "yarn.placement", "'any', 'spread' or 'pack'"),
+    ("{gang_timeout: soon}", "yarn.gang_timeout", ""),
+    ("{max_app_attempts: 0}", "yarn.max_app_attempts", "must be at least 1"),
+    ("{colour: blue}", "in yarn", "unknown key 'colour'"),
+])
+def test_a_bad_yarn_block_is_a_located_error(tmp_path, block, field, words):
+    text = STUDY.replace(STUDY.split("\n")[2] + "\n" + STUDY.split("\n")[3], f"yarn: {block}")
+    found = problems(tmp_path, text)
+    assert found and all("study.yaml:3:" in p for p in found), found
+    assert any(field in p and words in p for p in found), found
