@@ -432,7 +432,7 @@ class Yarn(_Model):
     tags: list[str] = []  # more application tags (stratctl adds its own, by which it finds its applications)
     max_app_attempts: int = Field(default=2, ge=1)  # the RM restarts a lost AM this often, within one attempt
     placement: Literal["any", "spread", "pack"] = "any"  # a gang's containers: anywhere, on distinct nodes, on one node
-    gang_timeout: float | str = 0.0  # a gang not whole in this long gives back what it holds and asks again (0: waits)
+    gang_timeout: float | str | None = None  # a gang not whole in this long gives back what it holds and asks again
     am_jar: str | None = None  # the gang AM's jar, on a file system every NodeManager reads (default: the built one)
     am_memory_mb: int = Field(default=256, ge=64)
     classpath: list[str] | None = None  # the AM's Hadoop classpath (default: the RM's yarn.application.classpath)
@@ -470,12 +470,13 @@ class Yarn(_Model):
 
     @field_validator("gang_timeout")
     @classmethod
-    def _timeout(cls, v: float | str) -> float | str:
-        return _duration(v)
+    def _timeout(cls, v: float | str | None) -> float | str | None:
+        return None if v is None else _duration(v)
 
     @property
     def gang_timeout_seconds(self) -> float:
-        return parse_duration(self.gang_timeout)
+        """0 when the gang waits as long as it takes."""
+        return 0.0 if self.gang_timeout is None else parse_duration(self.gang_timeout)
 
 
 # ---------------------------------------------------------------- the study

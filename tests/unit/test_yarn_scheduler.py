@@ -1,0 +1,116 @@
+"""The YARN scheduler over an in-memory ResourceManager: applications created with their
+tags and looked up before a lost submission is sent again, ended ones recorded so a
+forgetful RM loses no history, drain kills and marks, resume sends the next attempts."""
+
+from __future__ import annotations
+
+from stratctl.engine import attemptdrain
+from stratctl.engine.attemptstatus import snapshot
+from stratctl.study.space import expand
+from stratctl.trialstate import TrialState
+from stratctl.yarn.scheduler import YarnScheduler
+from tests.unit.studies import load
+
+STUDY = """\
+name: s
+backend: yarn
+yarn: {resource_managers: ["http://rm:8088"], queue: research, classpath: [/etc/hadoop]}
+space:
+  seed: {type: int, low: 0, high: 1, grid: true}
+strategy: {kind: grid}
+trial:
+  command: ["train"]
+  resources: {limits: {nvidia.com/gpu: 1}}
+"""
+
+
+class MemoryRM:
+    """The RM's applications in a dict (`apps`), with the requests YarnScheduler sends."""
+
+    def __init__(self):
+        self.apps: dict[str, dict] = {}
+        self.calls, self.sent, self.refused = 0, {}, {}
+        self.killed: list[str] = []
+
+    def new_application(self):
+        return f"application_1_{len(self.apps) + 1:04d}"
+
+    def submit(self, body):
+        tags = ",".join(body["application-tags"]["tag"])
+        self.apps[body["application-id"]] = {"id": body["application-id"], "state": "ACCEPTED", "progress": 0.0,
+                                             "applicationTags": tags, "diagnostics": "", "launchTime": 0,
+                                             "finishedTime": 0, "finalStatus": "UNDEFINED"}
+
+    def apps_of(self, tag):
+        return [a for a in self.apps.values() if tag in a["applicationTags"].split(",")]
+
+    def kill(self, app_id):
+        self.killed.append(app_id)
+        self.apps[app_id].update(state="KILLED", finalStatus="KILLED", finishedTime=5000)
+
+    def set(self, app_id, **fields):
+        self.apps[app_id].update(fields)
+
+
+def scheduler(tmp_path):
+    study = load(tmp_path, STUDY)
+    rm = MemoryRM()
+    jar = tmp_path / "am.jar"
+    jar.write_bytes(b"jar")
+    return study, YarnScheduler(study, rm=_Adapter(rm), workdir=str(tmp_path), jar=jar), rm
+
+
+class _Adapter:
+    """MemoryRM under the names YarnScheduler calls (its `apps` is both a dict and a method)."""
+
+    def __init__(self, rm):
+        self.rm = rm
+        self.calls, self.sent, self.refused = 0, {}, {}
+
+    def __getattr__(self, name):
+        return getattr(self.rm, name)
+
+    def apps(self, tag, application_type=None):
+        return self.rm.apps_of(tag.lower())
+
+
+def test_created_with_tags_found_again_and_recorded_once_ended(tmp_path):
+    study, sched, rm = scheduler(tmp_path)
+    one, two = expand(study)
+    app = sched.prepare(one, 0)
+    assert not sched.find(app)
+    sched.create(app)
+    assert sched.find(app) and not sched.find(sched.prepare(two, 0))
+    [submitted] = rm.apps.values()
+    seen = sched.attempts()
+    assert seen[one.name].state is TrialState.PENDING and seen[one.name].job == submitted["id"]
+    rm.set(submitted["id"], state="FINISHED", finalStatus="SUCCEEDED", launchTime=1000, finishedTime=4000,
+           progress=100.0)
+    assert sched.attempts()[one.name].state is TrialState.SUCCEEDED
+    assert (sched.output / one.name / "attempt-0.yarn.json").exists()
+    rm.apps.clear()  # the RM forgets it (max-completed-applications)
+    again = sched.attempts()[one.name]
+    assert again.state is TrialState.SUCCEEDED and again.job == submitted["id"] and again.run_seconds(0) == 3.0
+    assert sched.attempts(marks=False) == {}
+
+
+def test_drain_kills_and_marks_resume_sends_the_next_attempt(tmp_path):
+    study, sched, rm = scheduler(tmp_path)
+    one, two = expand(study)
+    for trial in (one, two):
+        sched.create(sched.prepare(trial, 0))
+    first, second = rm.apps
+    rm.set(first, state="RUNNING", progress=50.0, launchTime=1000)
+    outcome = attemptdrain.drain(study, sched)
+    assert sorted(outcome.suspended) == sorted([one.name, two.name]) and sorted(rm.killed) == [first, second]
+    assert sched.drained()
+    rows = {r.trial: r for r in snapshot(study, sched, now=10.0).trials}
+    assert {r.state for r in rows.values()} == {"suspended"}
+    resumed = attemptdrain.resume(study, sched)
+    assert sorted(resumed.resumed) == sorted([one.name, two.name]) and not sched.drained()
+    seen = sched.attempts()
+    assert {a.attempt for a in seen.values()} == {1} and {a.state for a in seen.values()} == {TrialState.PENDING}
+    assert all(a.failures == 0 and a.preemptions == 0 for a in seen.values())
+    newer = [a for a in rm.apps.values() if "stratctl-n:1" in a["applicationTags"].split(",")]
+    assert len(newer) == 2
+    assert attemptdrain.resume(study, sched).resumed == []  # nothing resumed twice

@@ -1,0 +1,89 @@
+"""Session fixture for the YARN end-to-end tests: a real ResourceManager (Capacity
+Scheduler, queues prod and research, preemption on) and two NodeManagers of 4 GPUs each,
+Hadoop's MiniYARNCluster in one local JVM from testbed/yarn/, brought up here if needed,
+with stratctl's gang AM built (yarn-am/). An existing YARN cluster can be used instead:
+STRATCTL_TEST_YARN_RM names its ResourceManager's web address, STRATCTL_YARN_AM_JAR the AM
+jar on a file system its NodeManagers read."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.support import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class YarnBed:
+    rm: str  # the ResourceManager's web address
+    env: dict[str, str]  # what the testbed's env file exports (STRATCTL_YARN_AM_JAR, ...)
+    local: bool  # the testbed of this repo (its JVM may be stopped and continued)
+
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(f"{self.rm}/ws/v1/cluster/{path}", timeout=30) as answer:
+            return json.loads(answer.read())
+
+    def apps(self, study: str) -> list[dict]:
+        """The study's applications the RM remembers, ended ones included."""
+        listed = (self.get(f"apps?applicationTags=stratctl-study:{study}").get("apps") or {}).get("app") or []
+        return sorted(listed, key=lambda a: a["id"])
+
+    def free_gpus(self) -> int:
+        nodes = self.get("nodes")["nodes"]["node"]
+        return sum(i["value"] for n in nodes for i in n["availableResource"]["resourceInformations"]
+                   ["resourceInformation"] if i["name"] == "yarn.io/gpu")
+
+    def stratctl(self, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, *args: str, cwd: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait(self, what: str, condition, timeout: float = 90.0):
+        return wait_until(condition, timeout, message=what)
+
+    def wait_idle(self, timeout: float = 120.0) -> None:
+        """Until every GPU of the cluster is free: for the tests that fill the whole cluster."""
+        total = sum(i["value"] for n in self.get("nodes")["nodes"]["node"]
+                    for i in n["totalResource"]["resourceInformations"]["resourceInformation"]
+                    if i["name"] == "yarn.io/gpu")
+        self.wait("every GPU free", lambda: self.free_gpus() == total, timeout)
+
+    def pause(self, seconds: float) -> None:
+        """Stop the testbed's JVM (ResourceManager and NodeManagers) for a while, then continue it."""
+        pid = int((Path(self.env["STRATCTL_YARN_RUN"]) / "pids" / "miniyarn.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            import time
+
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.fixture(scope="session")
+def yarn() -> YarnBed:
+    given = os.environ.get("STRATCTL_TEST_YARN_RM")
+    if given:
+        return YarnBed(given.rstrip("/"), {}, local=False)
+    out = subprocess.run(["bash", str(REPO / "testbed" / "yarn" / "up.sh")], check=True, stdout=subprocess.PIPE,
+                         text=True).stdout
+    env_file = Path(out.strip().splitlines()[-1])
+    env = {}
+    for line in env_file.read_text().splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, value = line[len("export "):].split("=", 1)
+            env[key] = value
+    return YarnBed(env["STRATCTL_YARN_RM"], env, local=True)

@@ -1,0 +1,168 @@
+"""`stratctl submit` of a `backend: yarn` study against a real ResourceManager and real
+NodeManagers: every trial exactly once across a SIGKILL and a rerun, and across a
+ResourceManager that stops answering; a prod application's preemption ends an attempt
+the next one resumes from, not a failure; drain and resume; `status` agrees with the RM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+import time
+
+STUDY = """\
+name: {name}
+backend: yarn
+yarn: {{resource_managers: ["{rm}"], queue: {queue}}}
+checkpoint: {{location: "{ckpt}/{{{{ trial }}}}"}}
+space:
+  seed: {{type: int, low: 0, high: {last}, grid: true}}
+strategy: {{kind: grid}}
+trial:
+  command: ["bash", "-c", {command}]
+  resources: {{requests: {{memory: 256Mi}}, limits: {{nvidia.com/gpu: {gpus}}}}}
+  tasks: [{{name: worker, replicas: {tasks}}}]
+throttle: {{parallelism: {{min: 1, initial: {inflight}, max: {inflight}}}}}
+"""
+
+
+def study(yarn, tmp_path, name, trials, command, gpus=1, tasks=1, inflight=4, queue="research", file="study.yaml"):
+    path = tmp_path / file
+    path.write_text(STUDY.format(name=name, rm=yarn.rm, queue=queue, ckpt=tmp_path / "ckpt", last=trials - 1,
+                                 command=json.dumps(command), gpus=gpus, tasks=tasks, inflight=inflight))
+    return path
+
+
+def tag(app: dict, key: str) -> str:
+    return next(t.split(":", 1)[1] for t in app["applicationTags"].split(",") if t.startswith(f"stratctl-{key}:"))
+
+
+def per_trial(apps: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for app in apps:
+        out.setdefault(tag(app, "trial"), []).append(app)
+    return out
+
+
+def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(yarn, tmp_path):
+    name = f"once-{int(time.time()) % 100000}"
+    command = ('sleep 2; echo "$STRATCTL_TASK_INDEX" >> "$STRATCTL_OUTPUT_DIR/ran"; '
+               '[ "$STRATCTL_TASK_INDEX" = 0 ] && echo "{\\"loss\\": $RANDOM}" > "$STRATCTL_OUTPUT_DIR/result.json"; true')
+    path = study(yarn, tmp_path, name, 8, command, tasks=2, inflight=4)
+    first = yarn.start("submit", str(path), "--poll-interval", "0.5", cwd=tmp_path)
+    yarn.wait("the first applications in the RM", lambda: len(yarn.apps(name)) >= 3)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    done = yarn.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    progress = json.loads(done.stdout)
+    assert progress["succeeded"] == 8 and progress["failed"] == 0, progress
+    assert progress["existing"] >= 3 and progress["created"] + progress["existing"] == 8, progress
+    apps = per_trial(yarn.apps(name))
+    assert len(apps) == 8 and all(len(a) == 1 for a in apps.values()), {t: [x["id"] for x in a] for t, a in apps.items()}
+    out = tmp_path / "stratctl-out" / name
+    for trial in apps:  # both tasks of the gang ran, once each
+        assert sorted((out / trial / "ran").read_text().split()) == ["0", "1"], trial
+    # status reads what the RM says: every application FINISHED, its trial succeeded with its result
+    shown = yarn.stratctl("status", str(path), "-o", "json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)["trials"]
+    assert {r["trial"] for r in rows} == set(apps)
+    for row in rows:
+        [app] = apps[row["trial"]]
+        assert (row["state"], row["phase"], app["state"], app["finalStatus"]) == (
+            "succeeded", "FINISHED", "FINISHED", "SUCCEEDED"), (row, app)
+        assert row["attempt"] == 0 and "loss" in row["result"] and row["queue"] == "research"
+        assert row["gpu_seconds"] == (app["finishedTime"] - app["launchTime"]) / 1000 * 2, (row, app)
+
+
+def test_a_resource_manager_that_stops_answering_loses_and_duplicates_nothing(yarn, tmp_path):
+    if not yarn.local:
+        import pytest
+
+        pytest.skip("stops the testbed's own JVM")
+    name = f"pause-{int(time.time()) % 100000}"
+    path = study(yarn, tmp_path, name, 12, "sleep 1", inflight=6)
+    loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    yarn.wait("the first applications in the RM", lambda: len(yarn.apps(name)) >= 2)
+    yarn.pause(12)  # ResourceManager and NodeManagers frozen mid-submit
+    out, err = loop.communicate(timeout=240)
+    assert loop.returncode == 0, err[-2000:]
+    progress = json.loads(out)
+    assert progress["succeeded"] == 12 and progress["failed"] == 0, progress
+    apps = per_trial(yarn.apps(name))
+    assert len(apps) == 12 and all(len(a) == 1 for a in apps.values())
+
+
+def test_a_preempted_trial_resumes_as_its_next_attempt_not_a_failure(yarn, tmp_path):
+    name = f"preempt-{int(time.time()) % 100000}"
+    command = textwrap.dedent("""\
+        if [ "$STRATCTL_RESUME" = 1 ]; then echo "$STRATCTL_ATTEMPT" > "$STRATCTL_OUTPUT_DIR/resumed"; fi
+        sleep 15; echo '{"loss": 1}' > "$STRATCTL_OUTPUT_DIR/result.json\"""")
+    path = study(yarn, tmp_path, name, 4, command, gpus=2, inflight=4)  # four 2-GPU trials take all 8 GPUs
+    yarn.wait_idle()
+    loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    yarn.wait("every trial running", lambda: yarn.free_gpus() == 0 and sum(
+        a["state"] == "RUNNING" and a["progress"] >= 50 for a in yarn.apps(name)) == 4)
+    urgent = study(yarn, tmp_path, f"prod-{name}", 1, "sleep 1", gpus=4, queue="prod", file="prod.yaml")
+    prod = yarn.stratctl("submit", str(urgent), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    assert prod.returncode == 0 and json.loads(prod.stdout)["succeeded"] == 1, prod.stderr[-2000:]
+    out, err = loop.communicate(timeout=240)
+    assert loop.returncode == 0, err[-2000:]
+    progress = json.loads(out)
+    assert progress["succeeded"] == 4 and progress["failed"] == 0, progress
+    apps = per_trial(yarn.apps(name))
+    preempted = {t: a for t, a in apps.items() if len(a) > 1}
+    assert preempted, "no trial was preempted"
+    for trial, attempts in preempted.items():
+        first = attempts[0]
+        assert first["finalStatus"] == "FAILED" and "stratctl: preempted" in first["diagnostics"], first
+        assert (tmp_path / "stratctl-out" / name / trial / "resumed").read_text().strip() == str(len(attempts) - 1)
+        assert f"trial {trial}: attempt 1 submitted (attempt 0 preempted)" in err
+    rows = {r["trial"]: r for r in json.loads(yarn.stratctl("status", str(path), "-o", "json",
+                                                             cwd=tmp_path).stdout)["trials"]}
+    for trial, attempts in preempted.items():
+        assert rows[trial]["preemptions"] == len(attempts) - 1 and rows[trial]["failures"] == 0, rows[trial]
+        assert rows[trial]["state"] == "succeeded"
+
+
+def test_drain_kills_the_study_and_resume_brings_it_back(yarn, tmp_path):
+    name = f"drain-{int(time.time()) % 100000}"
+    command = textwrap.dedent("""\
+        if [ "$STRATCTL_RESUME" = 1 ]; then echo resumed > "$STRATCTL_OUTPUT_DIR/resumed"; fi
+        sleep 8; echo '{"loss": 1}' > "$STRATCTL_OUTPUT_DIR/result.json\"""")
+    path = study(yarn, tmp_path, name, 4, command, gpus=4, inflight=4)  # two fit at once, two wait
+    yarn.wait_idle()
+    loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    yarn.wait("two trials running", lambda: sum(
+        a["state"] == "RUNNING" and a["progress"] >= 50 for a in yarn.apps(name)) == 2)
+    drained = yarn.stratctl("drain", str(path), "-o", "json", cwd=tmp_path)
+    assert drained.returncode == 0, drained.stderr
+    assert len(json.loads(drained.stdout)[0]["suspended"]) == 4
+    yarn.wait("every application killed", lambda: all(a["state"] == "KILLED" for a in yarn.apps(name)))
+    time.sleep(3)  # the loop goes on, and submits nothing while the study is drained
+    assert len(yarn.apps(name)) == 4
+    rows = json.loads(yarn.stratctl("status", str(path), "-o", "json", cwd=tmp_path).stdout)["trials"]
+    assert {r["state"] for r in rows} == {"suspended"}
+    resumed = yarn.stratctl("resume", str(path), "-o", "json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(json.loads(resumed.stdout)[0]["resumed"]) == 4
+    out, err = loop.communicate(timeout=240)
+    assert loop.returncode == 0, err[-2000:]
+    progress = json.loads(out)
+    assert progress["succeeded"] == 4 and progress["failed"] == 0, progress
+    apps = per_trial(yarn.apps(name))
+    assert all(len(a) == 2 and a[0]["state"] == "KILLED" for a in apps.values())
+    for trial in apps:
+        assert (tmp_path / "stratctl-out" / name / trial / "resumed").exists()
+    rows = json.loads(yarn.stratctl("status", str(path), "-o", "json", cwd=tmp_path).stdout)["trials"]
+    assert all(r["state"] == "succeeded" and r["failures"] == 0 and r["preemptions"] == 0 for r in rows), rows
+
+
+def test_status_and_plan_speak_yarn(yarn, tmp_path):
+    path = study(yarn, tmp_path, f"plan-{int(time.time()) % 100000}", 2, "true", gpus=1, tasks=2)
+    plan = yarn.stratctl("plan", str(path), cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    assert "backend yarn; queue research" in plan.stdout and "one application of 2 containers" in plan.stdout
+    shown = yarn.stratctl("status", str(path), cwd=tmp_path)
+    assert shown.returncode == 0 and "yarn:research" in shown.stdout, shown.stdout + shown.stderr
