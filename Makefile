@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STUDY  ?= examples/demo.yaml
 
-.PHONY: venv test unit e2e lint demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off slurm-up slurm-down clean
+.PHONY: venv test unit e2e lint demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off slurm-up slurm-down yarn-up yarn-down yarn-am clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -90,3 +90,16 @@ slurm-up:
 
 slurm-down:
 	bash testbed/slurm/down.sh
+
+## The local YARN testbed (testbed/yarn/): a ResourceManager (Capacity Scheduler, queues
+## prod and research, preemption on) and two NodeManagers of 4 GPUs each, Hadoop's
+## MiniYARNCluster in one JVM; the YARN tests (tests/yarn) bring it up themselves.
+## yarn-am builds stratctl's gang application master (yarn-am/) for a cluster of your own.
+yarn-up:
+	bash testbed/yarn/up.sh
+
+yarn-down:
+	bash testbed/yarn/down.sh
+
+yarn-am:
+	bash yarn-am/build.sh

@@ -81,7 +81,7 @@ class AttemptLoop:
         """Said once per stretch the controller does not answer: the loop backs off, it is not stuck."""
         if isinstance(error, Unavailable) and not self._silent:
             self._silent = True
-            self.reporter.event(f"{self.scheduler.title} controller: {error}; backing off and trying again "
+            self.reporter.event(f"{self.scheduler.controller}: {error}; backing off and trying again "
                                 "(nothing is submitted twice: each send whose answer was lost is looked up first)")
 
     # -- one cycle ------------------------------------------------------------------------
@@ -176,7 +176,7 @@ class AttemptLoop:
             self.progress.created += 1
         if self._silent:
             self._silent = False
-            self.reporter.event(f"{self.scheduler.title} controller: answering again")
+            self.reporter.event(f"{self.scheduler.controller}: answering again")
         self._count(states, decision)
         return states
 

@@ -42,6 +42,7 @@ class Scheduler(Protocol):
 
     kind: str  # the study's `backend:` value
     title: str  # its name in messages (`Slurm`)
+    controller: str  # what answers its requests, in messages (`Slurm controller`, `YARN ResourceManager`)
     create_command: str  # what creates an attempt, as the submit summary counts it (`sbatch`)
     limit_words: str  # what a refusal to create is called there (`submit limits`)
 

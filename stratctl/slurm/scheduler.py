@@ -59,7 +59,7 @@ def _gpus(gres: str | None) -> int:
 
 
 class SlurmScheduler:
-    kind, title = "slurm", "Slurm"
+    kind, title, controller = "slurm", "Slurm", "Slurm controller"
     create_command = "sbatch"  # the command that creates an attempt, as the submit summary counts it
     limit_words = "submit limits"  # what a refusal to create is, in Slurm's words
 

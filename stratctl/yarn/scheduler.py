@@ -68,7 +68,7 @@ def _gpus(resource: dict | None) -> int:
 
 
 class YarnScheduler:
-    kind, title = "yarn", "YARN"
+    kind, title, controller = "yarn", "YARN", "YARN ResourceManager"
     create_command = "submit"  # the request that creates an attempt, as the submit summary counts it
     limit_words = "application limits"  # what a refusal to create is, in YARN's words
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import textwrap
 import time
+import urllib.request
 
 STUDY = """\
 name: {name}
@@ -35,6 +37,22 @@ def study(yarn, tmp_path, name, trials, command, gpus=1, tasks=1, inflight=4, qu
 
 def tag(app: dict, key: str) -> str:
     return next(t.split(":", 1)[1] for t in app["applicationTags"].split(",") if t.startswith(f"stratctl-{key}:"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int, series: str) -> str | None:
+    """The line of one series on a /metrics page, None while it is not served."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+            text = page.read().decode()
+    except OSError:
+        return None
+    return next((line for line in text.splitlines() if line.startswith(series)), None)
 
 
 def per_trial(apps: list[dict]) -> dict[str, list[dict]]:
@@ -83,10 +101,16 @@ def test_a_resource_manager_that_stops_answering_loses_and_duplicates_nothing(ya
         pytest.skip("stops the testbed's own JVM")
     name = f"pause-{int(time.time()) % 100000}"
     path = study(yarn, tmp_path, name, 12, "sleep 1", inflight=6)
-    loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    port = free_port()
+    loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", "--metrics-port", str(port),
+                      cwd=tmp_path)
     yarn.wait("the first applications in the RM", lambda: len(yarn.apps(name)) >= 2)
+    # the study's own metrics, exported as on Kubernetes
+    metrics = yarn.wait("the loop's metrics", lambda: scrape(port, f'stratctl_trials_in_flight{{study="{name}"}}'))
     yarn.pause(12)  # ResourceManager and NodeManagers frozen mid-submit
     out, err = loop.communicate(timeout=240)
+    assert "YARN ResourceManager:" in err and "answering again" in err, err[-2000:]
+    assert float(metrics.split()[-1]) >= 1
     assert loop.returncode == 0, err[-2000:]
     progress = json.loads(out)
     assert progress["succeeded"] == 12 and progress["failed"] == 0, progress
