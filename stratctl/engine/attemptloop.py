@@ -240,7 +240,7 @@ def submit_attempts(prepared, options: SubmitOptions, qps: float | None, burst: 
     if options.dry_run == "client":  # every first attempt built: what would be submitted
         for trial in prepared.trials:
             scheduler.check(trial)
-        return Progress(study=study.name, total=len(prepared.trials), waiting=len(prepared.trials),
+        return Progress(study=study.name, total=len(prepared.trials), created=len(prepared.trials),
                         dry_run="client", backend=study.backend)
     throttle = Throttle(qps=study.throttle.qps if qps is None else qps,
                         burst=max(1, study.throttle.burst if burst is None else burst), concurrency=options.workers)

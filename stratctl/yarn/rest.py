@@ -19,7 +19,7 @@ from urllib.parse import urlencode, urlsplit
 
 import urllib3
 
-from stratctl.errors import Invalid, NotFound, Throttled, Unavailable
+from stratctl.errors import Invalid, NotFound, Throttled, Unavailable, Unreachable
 
 API = "/ws/v1/cluster"
 
@@ -44,6 +44,7 @@ class ResourceManager:
     sent: dict[str, int] = field(default_factory=dict)  # by kind: `submit`, `list`, `kill`...
     refused: dict[str, int] = field(default_factory=dict)  # of those, refused as pressure (429/503)
     _active: int = 0
+    _answered: bool = False  # some RM has answered this command once
 
     def __post_init__(self) -> None:
         self.pool = self.pool or urllib3.PoolManager(maxsize=8, retries=False,
@@ -76,8 +77,12 @@ class ResourceManager:
                 said.append(f"{base}: a standby ResourceManager" + (f" (the active one: {_origin(located)})"
                                                                       if located else ""))
                 continue
-            self._active = i
+            self._active, self._answered = i, True
             return self._answer(kind, method, path, answer)
+        if not self._answered and not any("standby" in s for s in said):
+            # never reached at all: a setup to fix (an address, the RM not started), not a pause to wait out
+            raise Unreachable("no ResourceManager answers (" + "; ".join(said) + "): check yarn.resource_managers "
+                              "in the study (the local testbed's is http://127.0.0.1:28088: `make yarn-up`)")
         raise Unavailable("no ResourceManager answers as the active one: " + "; ".join(said))
 
     def _answer(self, kind: str, method: str, path: str, answer) -> dict:

@@ -8,7 +8,7 @@ import json
 import pytest
 import urllib3
 
-from stratctl.errors import Invalid, NotFound, Throttled, Unavailable
+from stratctl.errors import Invalid, NotFound, Throttled, Unavailable, Unreachable
 from stratctl.yarn.rest import ResourceManager
 
 
@@ -94,3 +94,16 @@ def test_new_application_submit_kill_and_conf():
     pool.by_base["http://rm1"] = Answer(200, {"properties": [{"key": "yarn.application.classpath",
                                                               "value": "/etc/hadoop,/lib/*", "resource": "x"}]})
     assert rm.conf("yarn.application.classpath") == "/etc/hadoop,/lib/*"
+
+
+def test_never_reached_is_a_setup_to_fix_once_reached_a_pause_to_wait_out():
+    pool = Pool({"http://rm1": refused()})
+    rm = ResourceManager(["http://rm1"], pool=pool)
+    with pytest.raises(Unreachable) as err:
+        rm.nodes()
+    assert "check yarn.resource_managers" in str(err.value)
+    pool.by_base["http://rm1"] = Answer(200, {"nodes": {"node": []}})
+    assert rm.nodes() == []
+    pool.by_base["http://rm1"] = refused()
+    with pytest.raises(Unavailable):  # it answered before: a restart or a pause, retried
+        rm.nodes()
