@@ -131,7 +131,9 @@ class ResourceManager:
         return listed if isinstance(listed, list) else []
 
     def conf(self, name: str) -> str | None:
-        """One value of the RM's configuration (its /conf servlet), None when not set."""
+        """One value of the RM's configuration (its /conf servlet, which answers
+        `{"property": {"key": …, "value": …}}`, or 404 for a name it does not hold), None
+        when not set."""
         self.calls += 1
         for base in [self.url] + [u for u in self.urls if u != self.url]:
             try:
@@ -139,13 +141,16 @@ class ResourceManager:
                                            headers={"Accept": "application/json"}, redirect=False)
             except urllib3.exceptions.HTTPError:
                 continue
+            if answer.status == 404:
+                return None
             if answer.status != 200:
                 continue
             try:
-                properties = json.loads(answer.data).get("properties") or []
+                said = json.loads(answer.data)
             except ValueError:
                 return None
-            return next((p.get("value") for p in properties if p.get("key") == name), None)
+            properties = [said.get("property") or {}] + list(said.get("properties") or [])
+            return next((p.get("value") for p in properties if isinstance(p, dict) and p.get("key") == name), None)
         raise Unavailable(f"no ResourceManager answers at {', '.join(self.urls)}")
 
 

@@ -91,9 +91,11 @@ def test_new_application_submit_kill_and_conf():
         ("POST", "http://rm1/ws/v1/cluster/apps/new-application"), ("POST", "http://rm1/ws/v1/cluster/apps"),
         ("PUT", "http://rm1/ws/v1/cluster/apps/application_9_0003/state")]
     assert pool.requests[-1][2] == {"state": "KILLED"}
-    pool.by_base["http://rm1"] = Answer(200, {"properties": [{"key": "yarn.application.classpath",
-                                                              "value": "/etc/hadoop,/lib/*", "resource": "x"}]})
+    pool.by_base["http://rm1"] = Answer(200, {"property": {"key": "yarn.application.classpath",
+                                                           "value": "/etc/hadoop,/lib/*", "isFinal": False}})
     assert rm.conf("yarn.application.classpath") == "/etc/hadoop,/lib/*"
+    pool.by_base["http://rm1"] = Answer(404, b"")
+    assert rm.conf("yarn.application.classpath") is None
 
 
 def test_never_reached_is_a_setup_to_fix_once_reached_a_pause_to_wait_out():
