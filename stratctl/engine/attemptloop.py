@@ -69,6 +69,7 @@ class AttemptLoop:
         self.clock, self.sleep = clock, sleep
         self.progress = Progress(study=study.name, total=len(trials), backend=scheduler.kind,
                                  create_command=scheduler.create_command, limit_words=scheduler.limit_words,
+                                 calls_word=scheduler.calls_word,
                                  scheduler=scheduler.title)
         self.gang = shape.gang(study)
         self._pending_since: dict[str, float] = {}

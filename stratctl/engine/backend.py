@@ -45,6 +45,7 @@ class Scheduler(Protocol):
     controller: str  # what answers its requests, in messages (`Slurm controller`, `YARN ResourceManager`)
     create_command: str  # what creates an attempt, as the submit summary counts it (`sbatch`)
     limit_words: str  # what a refusal to create is called there (`submit limits`)
+    calls_word: str  # what its calls are, in the submit summary (`commands`, `requests`)
 
     @property
     def where(self) -> str: ...  # the cluster as `status` names it (`slurm:research`)

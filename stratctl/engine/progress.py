@@ -39,6 +39,7 @@ class Progress:
     create_command: str = ""
     scheduler: str = ""  # its name in messages (`Slurm`)
     limit_words: str = ""
+    calls_word: str = "commands"  # what its calls are (`commands` run, HTTP `requests`)
     api_writes: int = 0
     api_requests: int = 0
     api_sent: dict[str, int] = field(default_factory=dict)  # requests sent per kind ("create Job"), retries included

@@ -62,6 +62,7 @@ class SlurmScheduler:
     kind, title, controller = "slurm", "Slurm", "Slurm controller"
     create_command = "sbatch"  # the command that creates an attempt, as the submit summary counts it
     limit_words = "submit limits"  # what a refusal to create is, in Slurm's words
+    calls_word = "commands"
 
     def __init__(self, study: Study, renderer: Renderer | None = None, slurm: Slurm | None = None,
                  workdir: str | None = None):

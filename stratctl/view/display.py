@@ -52,7 +52,7 @@ def progress_table(p: Progress) -> Table:
     table.add_row(
         "throttle",
         f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), "
-        + (f"{p.throttled_429} refused for {p.limit_words}, {p.api_requests} commands, {p.api_writes} "
+        + (f"{p.throttled_429} refused for {p.limit_words}, {p.api_requests} {p.calls_word}, {p.api_writes} "
            f"{p.create_command}" if p.create_command else
            f"{p.throttled_429} × HTTP 429, {p.api_requests} requests, {p.api_writes} writes"),
     )
@@ -157,7 +157,7 @@ def summary(p: Progress) -> str:
                     f"{p.throttled_429} refused for {p.limit_words}, {p.throttle_waits} throttle waits "
                     f"({p.throttle_wait_seconds:.1f}s)")
         if p.api_sent:
-            lines.append(f"{p.scheduler} commands: " + ", ".join(f"{k} {n}" for k, n in sorted(p.api_sent.items(),
+            lines.append(f"{p.scheduler} {p.calls_word}: " + ", ".join(f"{k} {n}" for k, n in sorted(p.api_sent.items(),
                                                                                         key=lambda kv: -kv[1])))
     elif p.api_sent:
         lines.append(f"requests by kind ({p.api_requests / max(p.created + p.existing, 1):.2f} per trial): "

@@ -71,6 +71,7 @@ class YarnScheduler:
     kind, title, controller = "yarn", "YARN", "YARN ResourceManager"
     create_command = "submit"  # the request that creates an attempt, as the submit summary counts it
     limit_words = "application limits"  # what a refusal to create is, in YARN's words
+    calls_word = "requests"  # REST requests to the ResourceManager
 
     def __init__(self, study: Study, renderer: Renderer | None = None, rm: ResourceManager | None = None,
                  workdir: str | None = None, jar: Path | None = None):

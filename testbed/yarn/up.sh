@@ -38,6 +38,7 @@ healthy() {
   cluster_ok
 }
 if [[ ${STRATCTL_YARN_FRESH:-0} != 1 ]] && healthy; then
+  bash "$YARN_SRC/../../yarn-am/build.sh" >/dev/null  # the AM is not part of the JVM: rebuilt, no restart
   yl_log "already up: $RM_URL (run directory $RUN)"
   echo "$ENV_FILE"
   exit 0
@@ -48,6 +49,7 @@ if [[ -e $PID_FILE ]]; then
 fi
 
 bash "$YARN_SRC/packages.sh"
+AM_JAR=$(bash "$YARN_SRC/../../yarn-am/build.sh" | tail -n 1)  # stratctl's gang application master
 
 # ---------------------------------------------------------------- run directory
 if [[ ${STRATCTL_YARN_FRESH:-0} == 1 ]]; then
@@ -108,7 +110,7 @@ fail() {
     -Dlog4j.configuration="file:$RUN/etc/log4j.properties" \
     -Dstratctl.yarn.run="$RUN" -Dstratctl.yarn.nodes="$NODES" -Dstratctl.yarn.gpus="$GPUS_PER_NODE" \
     -Dstratctl.yarn.vcores="$VCORES_PER_NODE" -Dstratctl.yarn.memMb="$MEM_PER_NODE" \
-    -Dstratctl.yarn.webPort="$WEB_PORT" -Dstratctl.yarn.rpcBase="$RPC_PORT" -Dstratctl.yarn.host="$HOST" \
+    -Dstratctl.yarn.lib="$LIB" -Dstratctl.yarn.webPort="$WEB_PORT" -Dstratctl.yarn.rpcBase="$RPC_PORT" -Dstratctl.yarn.host="$HOST" \
     -cp "$RUN/etc:$CLASSES:$LIB/*" MiniYarn
 ) </dev/null >>"$LOG" 2>&1 8>&- &  # the JVM must not hold the lock
 echo $! >"$PID_FILE"
@@ -134,6 +136,8 @@ export STRATCTL_YARN_RUN=$RUN
 # \$HADOOP_CONF_DIR:\$STRATCTL_YARN_LIB/*:\$STRATCTL_YARN_AM_LIB/*
 export STRATCTL_YARN_LIB=$LIB
 export STRATCTL_YARN_AM_LIB=$AM_LIB
+# stratctl's gang application master (yarn-am/build.sh), which stratctl's YARN backend ships
+export STRATCTL_YARN_AM_JAR=$AM_JAR
 # NodeManager dirs: <this>/yarn-*/stratctl-logDir-nm-<i>_0/<app>/<container>/{stdout,stderr}
 export STRATCTL_YARN_WORK=$RUN/target/test/data/stratctl
 # yarn-site.xml with the cluster's effective configuration (for a Hadoop client or an AM).

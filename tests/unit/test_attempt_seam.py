@@ -40,7 +40,7 @@ class MemoryScheduler:
     next create goes through but answers with a timeout."""
 
     kind, title, create_command, limit_words = "memory", "Memory", "put", "quota"
-    controller = "Memory controller"
+    controller, calls_word = "Memory controller", "calls"
     where, queue = "memory:q", "q"
 
     def __init__(self, gpus=(4, 4)):

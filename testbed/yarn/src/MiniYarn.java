@@ -131,6 +131,12 @@ public final class MiniYarn {
     csConf.writeXml(csXml);
     writeAtomically(new File(etc, "capacity-scheduler.xml"), csXml.toByteArray());
 
+    // What an application master's classpath is here (a client reads it from the RM's /conf:
+    // stratctl's YARN backend does): this configuration and the cluster's jars.
+    conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH, etc.getPath() + "," + prop("lib", ".") + "/*");
+    // SchedulingRequests with placement constraints (stratctl's gang AM: placement spread/pack)
+    conf.set("yarn.resourcemanager.placement-constraints.handler", "scheduler");
+
     // Small things that make a local test faster.
     conf.setInt("yarn.resourcemanager.nodemanagers.heartbeat-interval-ms", 500);
     conf.setInt(YarnConfiguration.RM_AM_MAX_ATTEMPTS, 2);
