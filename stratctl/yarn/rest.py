@@ -38,7 +38,7 @@ def _message(body: bytes) -> str:
 class ResourceManager:
     urls: list[str]
     user: str | None = None  # user.name of every request (simple authentication)
-    timeout: float = 30.0
+    timeout: float = 10.0  # a read: the RM answers in milliseconds; longer is a pause to back off from
     pool: urllib3.PoolManager | None = None
     calls: int = 0  # requests made, for the loop's counters
     sent: dict[str, int] = field(default_factory=dict)  # by kind: `submit`, `list`, `kill`...
