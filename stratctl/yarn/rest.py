@@ -130,6 +130,10 @@ class ResourceManager:
         listed = nodes.get("node") if isinstance(nodes, dict) else None
         return listed if isinstance(listed, list) else []
 
+    def scheduler(self) -> dict:
+        """The scheduler's view: queues with their capacities, use and applications."""
+        return self.request("scheduler", "GET", "/scheduler")
+
     def conf(self, name: str) -> str | None:
         """One value of the RM's configuration (its /conf servlet, which answers
         `{"property": {"key": …, "value": …}}`, or 404 for a name it does not hold), None

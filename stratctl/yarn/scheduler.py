@@ -8,8 +8,13 @@ REST API (yarn/rest.py) and the files each attempt leaves in its output director
   token bucket and retry policy. Exactly once: the attempt's own tag is looked up before a
   submission whose answer was lost is sent again.
 - Its state is the RM's while the RM remembers it, then its record's (yarn/state.py).
-- Capacity is the RM's view of its NodeManagers: the free `yarn.io/gpu` of each RUNNING
-  node (of the study's node label, when it has one).
+- Capacity is the RM's view: the free `yarn.io/gpu` of each RUNNING node (of the study's
+  node label, when it has one), no more in all than the study's queue may still take
+  (its maximum effective capacity less what it uses, from /scheduler).
+- The queue's application limits are pressure, not failures: an application waiting for
+  `maxParallelApps` or the AM resource limit is pending for limits; one refused for
+  `maximum-applications` is no failure of its trial (its next attempt is due), and holds
+  new submissions for a while (Throttled, as a 429 would).
 - YARN cannot hold an application: `drain` kills each pending or running attempt and marks
   it drained; `resume` submits each drained trial's next attempt at once, which resumes
   from its checkpoint (a drain is neither a failure nor a preemption).
@@ -20,17 +25,19 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from pathlib import Path
 
 from stratctl.attempt import Attempt
-from stratctl.errors import Invalid, NotFound, UsageError
+from stratctl.errors import Invalid, NotFound, Throttled, UsageError
 from stratctl.study.render import Renderer, bundled_templates
 from stratctl.study.space import Trial, expand
 from stratctl.study.spec import Study
 from stratctl.yarn.app import AM_JAR, Application, Jar, build, study_tag
 from stratctl.yarn.rest import ResourceManager
-from stratctl.yarn.state import ENDED, latest, read_records, write_record
+from stratctl.yarn.state import ENDED, latest, outcome, read_records, write_record
 
+REFUSED_HOLD = 10.0  # seconds without a submission after the queue refused one for its application limits
 DRAINED = "drained"  # the flag file, in the study's output directory
 RESULT = "result.json"
 GPU = "yarn.io/gpu"
@@ -62,6 +69,40 @@ def free_gpus(nodes: list[dict], label: str | None) -> list[int]:
     return out
 
 
+def queue_of(scheduler: dict, name: str) -> dict | None:
+    """The Capacity Scheduler's view of one queue (by its name or its path) in /scheduler."""
+    def walk(queues: dict | None):
+        for queue in (queues or {}).get("queue") or []:
+            if name in (queue.get("queueName"), queue.get("queuePath"), f"root.{queue.get('queueName')}"):
+                return queue
+            found = walk(queue.get("queues"))
+            if found is not None:
+                return found
+        return None
+
+    info = (scheduler.get("scheduler") or {}).get("schedulerInfo") or {}
+    return walk(info.get("queues"))
+
+
+def headroom(queue: dict | None) -> int | None:
+    """GPUs the queue may still take: its maximum effective capacity less what it uses
+    (None when the RM does not say: no queue of that name, another scheduler)."""
+    if not queue or "maxEffectiveCapacity" not in queue:
+        return None
+    return max(0, _gpus(queue.get("maxEffectiveCapacity")) - _gpus(queue.get("resourcesUsed")))
+
+
+def within(free: list[int], limit: int | None) -> list[int]:
+    """Free GPUs per node, no more in all than the queue's headroom."""
+    if limit is None:
+        return free
+    out = []
+    for gpus in free:
+        out.append(min(gpus, limit))
+        limit -= out[-1]
+    return out
+
+
 def _gpus(resource: dict | None) -> int:
     infos = ((resource or {}).get("resourceInformations") or {}).get("resourceInformation") or []
     return sum(int(i.get("value") or 0) for i in infos if i.get("name") == GPU)
@@ -81,6 +122,8 @@ class YarnScheduler:
         self.output = output_of(study, workdir)
         self._jar_path = jar
         self._seen_ended: set[str] = set()
+        self._refused_until = 0.0  # no submission before this (clock): the queue refused some for its limits
+        self.clock = time.monotonic
 
     @property
     def where(self) -> str:
@@ -101,12 +144,17 @@ class YarnScheduler:
                 found = latest([app], self.study.name, {}, {})
                 for trial, attempt in found.items():
                     write_record(self.output, trial, attempt.attempt, app)
+                if outcome(app) == "refused":
+                    self.rm.refused["submit"] = self.rm.refused.get("submit", 0) + 1
+                    self._refused_until = self.clock() + REFUSED_HOLD
                 self._seen_ended.add(app.get("id"))
         records, drain_marks = read_records(self.output)
         return latest(apps, self.study.name, records if marks else {}, drain_marks)
 
     def free_gpus(self) -> list[int]:
-        return free_gpus(self.rm.nodes(), self.study.yarn.node_label)
+        """Free GPUs of each usable node, as many as the study's queue may still take."""
+        free = free_gpus(self.rm.nodes(), self.study.yarn.node_label)
+        return within(free, headroom(queue_of(self.rm.scheduler(), self.study.yarn.queue)))
 
     def result(self, trial: str) -> dict | None:
         try:
@@ -152,6 +200,10 @@ class YarnScheduler:
         self._build(trial, 0)
 
     def create(self, app: Application) -> None:
+        wait = self._refused_until - self.clock()
+        if wait > 0:  # the queue refused the study's applications for its limits a moment ago: pressure
+            raise Throttled("the queue refused applications for its application limits (maximum-applications): "
+                            "holding new submissions", retry_after=wait)
         body = app.body(self.rm.new_application(), self.study, self.jar, self.classpath)
         self.rm.submit(body)
 

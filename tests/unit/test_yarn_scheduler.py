@@ -4,11 +4,14 @@ forgetful RM loses no history, drain kills and marks, resume sends the next atte
 
 from __future__ import annotations
 
+import pytest
+
 from stratctl.engine import attemptdrain
 from stratctl.engine.attemptstatus import snapshot
 from stratctl.study.space import expand
 from stratctl.trialstate import TrialState
-from stratctl.yarn.scheduler import YarnScheduler
+from stratctl.errors import Throttled
+from stratctl.yarn.scheduler import YarnScheduler, headroom, queue_of, within
 from tests.unit.studies import load
 
 STUDY = """\
@@ -114,3 +117,41 @@ def test_drain_kills_and_marks_resume_sends_the_next_attempt(tmp_path):
     newer = [a for a in rm.apps.values() if "stratctl-n:1" in a["applicationTags"].split(",")]
     assert len(newer) == 2
     assert attemptdrain.resume(study, sched).resumed == []  # nothing resumed twice
+
+
+def test_a_refusal_for_the_queues_limits_is_pressure_not_a_failure(tmp_path):
+    study, sched, rm = scheduler(tmp_path)
+    one, two = expand(study)
+    now = [100.0]
+    sched.clock = lambda: now[0]
+    sched.create(sched.prepare(one, 0))
+    [refused] = rm.apps
+    rm.set(refused, state="FAILED", finalStatus="FAILED", diagnostics="Queue root.research already has 3 "
+           "applications, cannot accept submission of application: " + refused)
+    seen = sched.attempts()[one.name]
+    assert seen.state is TrialState.PREEMPTED and seen.failures == 0
+    assert sched.refused == {"submit": 1}
+    with pytest.raises(Throttled) as err:
+        sched.create(sched.prepare(two, 0))
+    assert err.value.retry_after == 10.0 and "maximum-applications" in str(err.value)
+    sched.attempts()  # seen once: not counted again
+    assert sched.refused == {"submit": 1}
+    now[0] += 10.5
+    sched.create(sched.prepare(two, 0))
+    assert len(rm.apps) == 2
+
+
+def test_free_gpus_are_no_more_than_the_queue_may_still_take():
+    def gpus(n):
+        return {"resourceInformations": {"resourceInformation": [{"name": "yarn.io/gpu", "value": n}]}}
+
+    answer = {"scheduler": {"schedulerInfo": {"queues": {"queue": [
+        {"queueName": "prod", "queuePath": "root.prod", "maxEffectiveCapacity": gpus(8), "resourcesUsed": gpus(0)},
+        {"queueName": "team", "queuePath": "root.team", "queues": {"queue": [
+            {"queueName": "research", "queuePath": "root.team.research", "maxEffectiveCapacity": gpus(6),
+             "resourcesUsed": gpus(3)}]}}]}}}}
+    research = queue_of(answer, "research")
+    assert research is queue_of(answer, "root.team.research") and headroom(research) == 3
+    assert within([4, 2, 1], headroom(research)) == [3, 0, 0]
+    assert within([4, 2], headroom(queue_of(answer, "prod"))) == [4, 2]
+    assert within([4, 2], headroom(queue_of(answer, "missing"))) == [4, 2]  # the RM does not say: nodes alone
