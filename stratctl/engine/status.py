@@ -435,9 +435,14 @@ def declared_ranking(cluster, namespace: str, study: str) -> str | None:
 def best_trial(cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
     """The study's best succeeded trial that reports the ranking's metric, and the ranking
     used: the one given, else the study's objective, else a guess from the metrics reported."""
-    rows = [r for r in collect(cluster, namespace, study, reasons_for_all=False).trials
-            if r.state == TrialState.SUCCEEDED.value]
-    ranking = ranking or declared_ranking(cluster, namespace, study) or default_ranking(rows)
+    rows = collect(cluster, namespace, study, reasons_for_all=False).trials
+    return best_of(rows, ranking or declared_ranking(cluster, namespace, study))
+
+
+def best_of(rows: list[TrialRow], ranking: str | None) -> tuple[TrialRow, str] | None:
+    """The best succeeded trial of `rows` by the ranking (else a guess from the metrics reported)."""
+    rows = [r for r in rows if r.state == TrialState.SUCCEEDED.value]
+    ranking = ranking or default_ranking(rows)
     if not ranking:
         return None
     name = ranking.lstrip("-+")

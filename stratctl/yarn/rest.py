@@ -41,7 +41,7 @@ class ResourceManager:
     timeout: float = 10.0  # a read: the RM answers in milliseconds; longer is a pause to back off from
     pool: urllib3.PoolManager | None = None
     calls: int = 0  # requests made, for the loop's counters
-    sent: dict[str, int] = field(default_factory=dict)  # by kind: `submit`, `list`, `kill`...
+    sent: dict[str, int] = field(default_factory=dict)  # by kind: `submissions`, `list`, `kill`...
     refused: dict[str, int] = field(default_factory=dict)  # of those, refused as pressure (429/503)
     _active: int = 0
     _answered: bool = False  # some RM has answered this command once
@@ -111,7 +111,7 @@ class ResourceManager:
         return str(self.request("new-application", "POST", "/apps/new-application")["application-id"])
 
     def submit(self, body: dict) -> None:
-        self.request("submit", "POST", "/apps", body)
+        self.request("submissions", "POST", "/apps", body)
 
     def apps(self, tag: str, application_type: str | None = None) -> list[dict]:
         """Every application the RM remembers with this tag (tags are lowercase in YARN)."""

@@ -110,7 +110,7 @@ def _gpus(resource: dict | None) -> int:
 
 class YarnScheduler:
     kind, title, controller = "yarn", "YARN", "YARN ResourceManager"
-    create_command = "submit"  # the request that creates an attempt, as the submit summary counts it
+    create_command = "submissions"  # the request that creates an attempt, as the submit summary counts it
     limit_words = "application limits"  # what a refusal to create is, in YARN's words
     calls_word = "requests"  # REST requests to the ResourceManager
 
@@ -145,7 +145,7 @@ class YarnScheduler:
                 for trial, attempt in found.items():
                     write_record(self.output, trial, attempt.attempt, app)
                 if outcome(app) == "refused":
-                    self.rm.refused["submit"] = self.rm.refused.get("submit", 0) + 1
+                    self.rm.refused["submissions"] = self.rm.refused.get("submissions", 0) + 1
                     self._refused_until = self.clock() + REFUSED_HOLD
                 self._seen_ended.add(app.get("id"))
         records, drain_marks = read_records(self.output)

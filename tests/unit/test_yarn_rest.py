@@ -76,7 +76,7 @@ def test_answers_are_sorted_into_pressure_no_answer_and_verdicts(status, headers
     with pytest.raises(kind) as err:
         rm.submit({"application-id": "application_1_0001"})
     if status == 429:
-        assert err.value.retry_after == 7.0 and rm.refused == {"submit": 1}
+        assert err.value.retry_after == 7.0 and rm.refused == {"submissions": 1}
     if status == 400:
         assert "requested resource type=[yarn.io/gpu] < 0" in str(err.value)
 

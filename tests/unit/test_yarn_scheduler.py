@@ -130,12 +130,12 @@ def test_a_refusal_for_the_queues_limits_is_pressure_not_a_failure(tmp_path):
            "applications, cannot accept submission of application: " + refused)
     seen = sched.attempts()[one.name]
     assert seen.state is TrialState.PREEMPTED and seen.failures == 0
-    assert sched.refused == {"submit": 1}
+    assert sched.refused == {"submissions": 1}
     with pytest.raises(Throttled) as err:
         sched.create(sched.prepare(two, 0))
     assert err.value.retry_after == 10.0 and "maximum-applications" in str(err.value)
     sched.attempts()  # seen once: not counted again
-    assert sched.refused == {"submit": 1}
+    assert sched.refused == {"submissions": 1}
     now[0] += 10.5
     sched.create(sched.prepare(two, 0))
     assert len(rm.apps) == 2
