@@ -2,9 +2,11 @@
 # The Debian packages the testbed runs (idempotent: installs only what is missing).
 #   prometheus: the Prometheus server and promtool (scrapes the testbed; checks the rules)
 #   postgresql: a database server the tests start as a local process (submit --storage)
+#   a JDK and Maven: the YARN testbed (testbed/yarn/: Hadoop's MiniYARNCluster, its jars
+#   resolved by Maven) and stratctl's gang application master (yarn-am/)
 set -euo pipefail
-PACKAGES=(prometheus postgresql)
-PROBES=(prometheus "/usr/lib/postgresql/*/bin/initdb")  # a command, or a path pattern
+PACKAGES=(prometheus postgresql openjdk-17-jdk-headless maven)
+PROBES=(prometheus "/usr/lib/postgresql/*/bin/initdb" javac mvn)  # a command, or a path pattern
 
 missing=()
 for i in "${!PACKAGES[@]}"; do
