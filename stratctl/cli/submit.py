@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option, file_study
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option
 from stratctl.errors import ExitCode
 
 
@@ -123,8 +123,10 @@ def _best(file: Path, connection, study: str) -> str:
     from stratctl.view.statusout import best_line
 
     try:
-        batch = file_study(str(file))
-        if batch is not None:  # a study on a batch scheduler: its trials as `status` shows them
+        from stratctl.engine.backend import is_attempt_backend
+
+        batch = load_study(file)
+        if is_attempt_backend(batch):  # a study on a batch scheduler: its trials as `status` shows them
             from stratctl.engine.attemptstatus import snapshot
             from stratctl.engine.status import best_of
 
@@ -132,7 +134,7 @@ def _best(file: Path, connection, study: str) -> str:
             ranking = (("-" if first.direction == "maximize" else "") + first.metric) if first else None
             found = best_of(snapshot(batch).trials, ranking)
             return best_line(*found) + "\n" if found else ""
-        cluster = one_shot(replace(connection, namespace=connection.namespace or load_study(file).namespace))
+        cluster = one_shot(replace(connection, namespace=connection.namespace or batch.namespace))
         try:
             found = best_trial(cluster, cluster.namespace, study)
         finally:
