@@ -38,6 +38,11 @@ class YarnBed:
         listed = (self.get(f"apps?applicationTags=stratctl-study:{study}").get("apps") or {}).get("app") or []
         return sorted(listed, key=lambda a: a["id"])
 
+    def kill(self, app_id: str) -> None:
+        request = urllib.request.Request(f"{self.rm}/ws/v1/cluster/apps/{app_id}/state", method="PUT",
+                                         data=b'{"state": "KILLED"}', headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=30).close()
+
     def free_gpus(self) -> int:
         nodes = self.get("nodes")["nodes"]["node"]
         return sum(i["value"] for n in nodes for i in n["availableResource"]["resourceInformations"]

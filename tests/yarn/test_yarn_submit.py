@@ -11,6 +11,7 @@ import socket
 import textwrap
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +193,43 @@ def test_status_and_plan_speak_yarn(yarn, tmp_path):
     shown = yarn.stratctl("status", str(path), "-o", "json", cwd=tmp_path)  # nothing submitted yet
     assert shown.returncode == 0, shown.stderr
     assert [r["state"] for r in json.loads(shown.stdout)["trials"]] == ["waiting", "waiting"]
+
+
+def test_placement_spreads_or_packs_the_gang_and_a_partial_gang_gives_its_containers_back(yarn, tmp_path):
+    if not yarn.local:
+        pytest.skip("reads the testbed's NodeManager directories")
+    where = 'echo "$STRATCTL_TASK_INDEX $(pwd)" >> "$STRATCTL_OUTPUT_DIR/where"; sleep 1'
+    for placement, nodes in (("spread", 2), ("pack", 1)):
+        name = f"{placement}-{int(time.time()) % 100000}"
+        path = study(yarn, tmp_path, name, 1, where, tasks=2, file=f"{placement}.yaml")
+        path.write_text(path.read_text().replace("queue: research}", f"queue: research, placement: {placement}}}"))
+        done = yarn.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+        assert done.returncode == 0 and json.loads(done.stdout)["succeeded"] == 1, done.stderr[-2000:]
+        [ran] = list((tmp_path / "stratctl-out" / name).glob("*/where"))
+        seen = {line.split("/stratctl-localDir-")[1].split("/")[0] for line in ran.read_text().splitlines()}
+        assert len(seen) == nodes, (placement, seen)  # NodeManager i works in stratctl-localDir-nm-<i>_0
+    # a gang of 3 × 4 GPUs never fits the 8 GPUs: with gang_timeout it gives back what it holds, again and again
+    yarn.wait_idle()
+    name = f"partial-{int(time.time()) % 100000}"
+    path = study(yarn, tmp_path, name, 1, "true", gpus=4, tasks=3, file="partial.yaml")
+    path.write_text(path.read_text().replace("queue: research}", "queue: research, gang_timeout: 3s}"))
+    loop = yarn.start("submit", str(path), "--poll-interval", "0.5", cwd=tmp_path)
+    try:
+        logs = Path(yarn.env["STRATCTL_YARN_WORK"])
+
+        def given_back():
+            [app] = yarn.apps(name) or [None]
+            if app is None:
+                return None
+            found = list(logs.glob(f"yarn-*/*-logDir-nm-*/{app['id']}/*/AppMaster.stderr"))
+            text = found[0].read_text() if found else ""
+            return text.count("giving them back and asking again") >= 2 and (app, text)
+
+        app, text = yarn.wait("the partial gang given back twice", given_back, timeout=60)
+        assert "launched all" not in text and app["state"] == "RUNNING" and app["progress"] == 0.0
+        assert not list((tmp_path / "stratctl-out" / name).glob("*/result.json"))
+    finally:
+        loop.kill()
+        loop.wait(10)
+        for app in yarn.apps(name):
+            yarn.kill(app["id"])

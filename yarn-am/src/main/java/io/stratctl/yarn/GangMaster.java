@@ -156,9 +156,20 @@ public final class GangMaster {
       }
       return;
     }
-    PlacementConstraint constraint = "pack".equals(placement)
-        ? PlacementConstraints.targetIn(PlacementConstraints.NODE, PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build()
-        : PlacementConstraints.targetNotIn(PlacementConstraints.NODE, PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build();
+    PlacementConstraint constraint;
+    if ("pack".equals(placement) && held.isEmpty()) {
+      // affinity to the gang's own tag cannot place the first container (no node has the tag
+      // yet: the RM waits forever): the first goes anywhere, the rest beside it once it is held
+      missing = 1;
+      constraint = PlacementConstraints.targetNotIn(PlacementConstraints.NODE,
+          PlacementConstraints.PlacementTargets.allocationTag("stratctl-nothing")).build();
+    } else if ("pack".equals(placement)) {
+      constraint = PlacementConstraints.targetIn(PlacementConstraints.NODE,
+          PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build();
+    } else {
+      constraint = PlacementConstraints.targetNotIn(PlacementConstraints.NODE,
+          PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build();
+    }
     SchedulingRequest request = SchedulingRequest.newBuilder()
         .allocationRequestId(generation).priority(PRIORITY)
         .executionType(ExecutionTypeRequest.newInstance(ExecutionType.GUARANTEED, true))
@@ -200,6 +211,9 @@ public final class GangMaster {
         continue;
       }
       held.add(c);
+      if ("pack".equals(placement) && held.size() == 1 && tasks > 1) {
+        ask();  // the first of a packed gang is held: the rest beside it
+      }
     }
     log("allocated " + held.size() + " of " + tasks);
     if (!launched && !finished && held.size() == tasks) {
