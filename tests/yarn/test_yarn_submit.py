@@ -9,6 +9,7 @@ import json
 import signal
 import socket
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -233,3 +234,35 @@ def test_placement_spreads_or_packs_the_gang_and_a_partial_gang_gives_its_contai
         loop.wait(10)
         for app in yarn.apps(name):
             yarn.kill(app["id"])
+
+
+def test_a_dead_and_a_standby_resource_manager_are_passed_over(yarn, tmp_path):
+    """An HA pair's standby redirects to the active RM (HTTP 307); a dead address refuses
+    connections: listed before the real RM, both are passed over and the study runs."""
+    import http.server
+
+    class Standby(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            self.send_response(307)
+            self.send_header("Location", f"{yarn.rm}{self.path}")
+            self.end_headers()
+            self.wfile.write(b"This is standby RM. The redirect url is: " + yarn.rm.encode())
+
+        do_GET = do_POST = do_PUT = _answer
+
+        def log_message(self, *args):
+            pass
+
+    standby = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Standby)
+    threading.Thread(target=standby.serve_forever, daemon=True).start()
+    try:
+        name = f"ha-{int(time.time()) % 100000}"
+        path = study(yarn, tmp_path, name, 3, "true")
+        rms = f'["http://127.0.0.1:{free_port()}", "http://127.0.0.1:{standby.server_address[1]}", "{yarn.rm}"]'
+        path.write_text(path.read_text().replace(f'resource_managers: ["{yarn.rm}"]', f"resource_managers: {rms}"))
+        done = yarn.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)["succeeded"] == 3
+        assert len(yarn.apps(name)) == 3
+    finally:
+        standby.shutdown()
