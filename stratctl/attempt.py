@@ -4,7 +4,9 @@ objects and the shared attempt loop (engine/attemptloop.py) decides on it alone.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from stratctl.trialstate import TrialState
 
@@ -46,3 +48,50 @@ class Attempt:
         if self.started is None:
             return 0.0
         return max(0.0, (self.ended if self.ended is not None else now) - self.started)
+
+
+DRAINED = "drained"  # the study's drained flag: a file in its output directory
+RESULT = "result.json"  # what a trial's attempt writes as its result, in the trial's directory
+
+
+class StudyFiles:
+    """What a study on a batch scheduler keeps in its output directory (`output`, the
+    directory of its trials' directories): the drained flag `stratctl drain` sets and
+    `resume` clears, and each trial's result."""
+
+    output: Path
+
+    def result(self, trial: str) -> dict | None:
+        try:
+            value = json.loads((self.output / trial / RESULT).read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def drained(self) -> bool:
+        return (self.output / DRAINED).exists()
+
+    def set_drained(self, on: bool) -> None:
+        if on:
+            self.output.mkdir(parents=True, exist_ok=True)
+            (self.output / DRAINED).write_text("drained by stratctl drain; `stratctl resume` removes this file\n")
+        else:
+            (self.output / DRAINED).unlink(missing_ok=True)
+
+
+class Counted:
+    """A scheduler's counters for the submit summary, kept by its client (`client`)."""
+
+    client: object
+
+    @property
+    def calls(self) -> int:
+        return self.client.calls
+
+    @property
+    def sent(self) -> dict[str, int]:
+        return self.client.sent
+
+    @property
+    def refused(self) -> dict[str, int]:
+        return self.client.refused

@@ -14,10 +14,9 @@ loop, `status`, `drain` and `resume` ask of a batch scheduler, in Slurm's own co
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from stratctl.attempt import Attempt
+from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.slurm.commands import Slurm
 from stratctl.slurm.script import Script, build
 from stratctl.slurm.state import latest, read_marks
@@ -25,8 +24,6 @@ from stratctl.study.render import Renderer, bundled_templates
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 
-DRAINED = "drained"  # the flag file, in the study's output directory
-RESULT = "result.json"
 
 
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
@@ -58,7 +55,7 @@ def _gpus(gres: str | None) -> int:
     return total
 
 
-class SlurmScheduler:
+class SlurmScheduler(StudyFiles, Counted):
     kind, title, controller = "slurm", "Slurm", "Slurm controller"
     create_command = "sbatch"  # the command that creates an attempt, as the submit summary counts it
     limit_words = "submit limits"  # what a refusal to create is, in Slurm's words
@@ -67,6 +64,7 @@ class SlurmScheduler:
     def __init__(self, study: Study, renderer: Renderer | None = None, slurm: Slurm | None = None,
                  workdir: str | None = None):
         self.study, self.slurm, self.workdir = study, slurm or Slurm(), workdir
+        self.client = self.slurm
         self.renderer = renderer or Renderer(study)
         self.output = output_of(study, workdir)
 
@@ -86,13 +84,6 @@ class SlurmScheduler:
 
     def free_gpus(self) -> list[int]:
         return free_gpus(self.slurm.nodes(), self.study.slurm.partition)
-
-    def result(self, trial: str) -> dict | None:
-        try:
-            value = json.loads((self.output / trial / RESULT).read_text())
-        except (OSError, ValueError):
-            return None
-        return value if isinstance(value, dict) else None
 
     # -- create ----------------------------------------------------------------------------
 
@@ -127,27 +118,3 @@ class SlurmScheduler:
 
     def release(self, attempt: Attempt) -> None:
         self.slurm.release(int(attempt.job))
-
-    def drained(self) -> bool:
-        return (self.output / DRAINED).exists()
-
-    def set_drained(self, on: bool) -> None:
-        if on:
-            self.output.mkdir(parents=True, exist_ok=True)
-            (self.output / DRAINED).write_text("drained by stratctl drain; `stratctl resume` removes this file\n")
-        else:
-            (self.output / DRAINED).unlink(missing_ok=True)
-
-    # -- counters --------------------------------------------------------------------------
-
-    @property
-    def calls(self) -> int:
-        return self.slurm.calls
-
-    @property
-    def sent(self) -> dict[str, int]:
-        return self.slurm.sent
-
-    @property
-    def refused(self) -> dict[str, int]:
-        return self.slurm.refused

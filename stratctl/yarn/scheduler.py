@@ -23,12 +23,11 @@ REST API (yarn/rest.py) and the files each attempt leaves in its output director
 from __future__ import annotations
 
 import functools
-import json
 import os
 import time
 from pathlib import Path
 
-from stratctl.attempt import Attempt
+from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.errors import Invalid, NotFound, Throttled, UsageError
 from stratctl.study.render import Renderer, bundled_templates
 from stratctl.study.space import Trial, expand
@@ -38,8 +37,6 @@ from stratctl.yarn.rest import ResourceManager
 from stratctl.yarn.state import ENDED, latest, outcome, read_records, write_record
 
 REFUSED_HOLD = 10.0  # seconds without a submission after the queue refused one for its application limits
-DRAINED = "drained"  # the flag file, in the study's output directory
-RESULT = "result.json"
 GPU = "yarn.io/gpu"
 
 
@@ -108,7 +105,7 @@ def _gpus(resource: dict | None) -> int:
     return sum(int(i.get("value") or 0) for i in infos if i.get("name") == GPU)
 
 
-class YarnScheduler:
+class YarnScheduler(StudyFiles, Counted):
     kind, title, controller = "yarn", "YARN", "YARN ResourceManager"
     create_command = "submissions"  # the request that creates an attempt, as the submit summary counts it
     limit_words = "application limits"  # what a refusal to create is, in YARN's words
@@ -118,6 +115,7 @@ class YarnScheduler:
                  workdir: str | None = None, jar: Path | None = None):
         self.study = study
         self.rm = rm or ResourceManager(study.yarn.resource_managers, user=study.yarn.user)
+        self.client = self.rm
         self.renderer = renderer or Renderer(study)
         self.output = output_of(study, workdir)
         self._jar_path = jar
@@ -155,13 +153,6 @@ class YarnScheduler:
         """Free GPUs of each usable node, as many as the study's queue may still take."""
         free = free_gpus(self.rm.nodes(), self.study.yarn.node_label)
         return within(free, headroom(queue_of(self.rm.scheduler(), self.study.yarn.queue)))
-
-    def result(self, trial: str) -> dict | None:
-        try:
-            value = json.loads((self.output / trial / RESULT).read_text())
-        except (OSError, ValueError):
-            return None
-        return value if isinstance(value, dict) else None
 
     # -- create ----------------------------------------------------------------------------
 
@@ -234,28 +225,4 @@ class YarnScheduler:
         if not self.find(app):
             self.create(app)
         mark.replace(mark.with_suffix(".resumed"))
-
-    def drained(self) -> bool:
-        return (self.output / DRAINED).exists()
-
-    def set_drained(self, on: bool) -> None:
-        if on:
-            self.output.mkdir(parents=True, exist_ok=True)
-            (self.output / DRAINED).write_text("drained by stratctl drain; `stratctl resume` removes this file\n")
-        else:
-            (self.output / DRAINED).unlink(missing_ok=True)
-
-    # -- counters --------------------------------------------------------------------------
-
-    @property
-    def calls(self) -> int:
-        return self.rm.calls
-
-    @property
-    def sent(self) -> dict[str, int]:
-        return self.rm.sent
-
-    @property
-    def refused(self) -> dict[str, int]:
-        return self.rm.refused
 

@@ -191,3 +191,34 @@ def high_priority_gang(api, namespace, name, pods=8):
                                               "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
                                                             "limits": {"nvidia.com/gpu": "1"}}}]}}}]},
     })
+
+
+class StratctlRuns:
+    """`stratctl` run as a process in a testbed's environment (`env`: what its env file
+    exports), for the tests of a batch-scheduler backend."""
+
+    env: dict[str, str]
+
+    def stratctl(self, *args: str, cwd, timeout: float = 240) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
+                              capture_output=True, text=True, timeout=timeout)
+
+    def start(self, *args: str, cwd) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait(self, what: str, condition, timeout: float = 90.0):
+        return wait_until(condition, timeout, message=what)
+
+
+def testbed_up(script) -> dict[str, str]:
+    """Run a testbed's up.sh (idempotent) and return what its env file exports (the file
+    is the last line it prints)."""
+    out = subprocess.run(["bash", str(script)], check=True, stdout=subprocess.PIPE, text=True).stdout
+    env = {}
+    with open(out.strip().splitlines()[-1]) as env_file:
+        for line in env_file.read().splitlines():
+            if line.startswith("export ") and "=" in line:
+                key, value = line[len("export "):].split("=", 1)
+                env[key] = value
+    return env

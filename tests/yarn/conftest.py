@@ -10,21 +10,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.support import wait_until
+from tests.e2e.support import StratctlRuns, testbed_up
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class YarnBed:
+class YarnBed(StratctlRuns):
     rm: str  # the ResourceManager's web address
     env: dict[str, str]  # what the testbed's env file exports (STRATCTL_YARN_AM_JAR, ...)
     local: bool  # the testbed of this repo (its JVM may be stopped and continued)
@@ -47,17 +45,6 @@ class YarnBed:
         nodes = self.get("nodes")["nodes"]["node"]
         return sum(i["value"] for n in nodes for i in n["availableResource"]["resourceInformations"]
                    ["resourceInformation"] if i["name"] == "yarn.io/gpu")
-
-    def stratctl(self, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
-                              capture_output=True, text=True, timeout=timeout)
-
-    def start(self, *args: str, cwd: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def wait(self, what: str, condition, timeout: float = 90.0):
-        return wait_until(condition, timeout, message=what)
 
     def wait_idle(self, timeout: float = 120.0) -> None:
         """Until every GPU of the cluster is free: for the tests that fill the whole cluster."""
@@ -83,12 +70,5 @@ def yarn() -> YarnBed:
     given = os.environ.get("STRATCTL_TEST_YARN_RM")
     if given:
         return YarnBed(given.rstrip("/"), {}, local=False)
-    out = subprocess.run(["bash", str(REPO / "testbed" / "yarn" / "up.sh")], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout
-    env_file = Path(out.strip().splitlines()[-1])
-    env = {}
-    for line in env_file.read_text().splitlines():
-        if line.startswith("export ") and "=" in line:
-            key, value = line[len("export "):].split("=", 1)
-            env[key] = value
+    env = testbed_up(REPO / "testbed" / "yarn" / "up.sh")
     return YarnBed(env["STRATCTL_YARN_RM"], env, local=True)
