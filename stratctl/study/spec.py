@@ -431,7 +431,8 @@ class Yarn(_Model):
     application_type: str = "STRATCTL"
     tags: list[str] = []  # more application tags (stratctl adds its own, by which it finds its applications)
     max_app_attempts: int = Field(default=2, ge=1)  # the RM restarts a lost AM this often, within one attempt
-    placement: Literal["any", "spread", "pack"] = "any"  # a gang's containers: anywhere, on distinct nodes, on one node
+    placement: Literal["any", "spread", "pack"] = "any"  # a gang's containers: anywhere, apart, together
+    placement_scope: Literal["node", "rack"] = "node"  # apart or together on what: a node, a rack
     gang_timeout: float | str | None = None  # a gang not whole in this long gives back what it holds and asks again
     am_jar: str | None = None  # the gang AM's jar, on a file system every NodeManager reads (default: the built one)
     am_memory_mb: int = Field(default=256, ge=64)

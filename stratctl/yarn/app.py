@@ -143,6 +143,7 @@ def build(study: Study, docs: list[dict], templates: list[Path], output: Path) -
         "STRATCTL_TASK_RESOURCES": resources(task),
         "STRATCTL_TASK_SCRIPT": base64.b64encode(script.encode()).decode(),
         "STRATCTL_PLACEMENT": "" if yarn.placement == "any" else yarn.placement,
+        "STRATCTL_PLACEMENT_SCOPE": yarn.placement_scope,
         "STRATCTL_GANG_TIMEOUT": str(int(yarn.gang_timeout_seconds)),
         **({"STRATCTL_NODE_LABEL": yarn.node_label} if yarn.node_label else {}),
     }

@@ -48,7 +48,8 @@ def test_the_application_names_the_attempt_and_carries_the_gang(tmp_path):
     env = app.environment
     assert env["STRATCTL_TASKS"] == "2"
     assert env["STRATCTL_TASK_RESOURCES"] == "memory-mb=4096,vcores=2,yarn.io/gpu=1"
-    assert env["STRATCTL_PLACEMENT"] == "spread" and env["STRATCTL_GANG_TIMEOUT"] == "120"
+    assert env["STRATCTL_PLACEMENT"] == "spread" and env["STRATCTL_PLACEMENT_SCOPE"] == "node"
+    assert env["STRATCTL_GANG_TIMEOUT"] == "120"
     assert base64.b64decode(env["STRATCTL_TASK_SCRIPT"]).decode() == app.script
     jar = Jar("file:///opt/am.jar", 1234, 1796467261608)
     body = app.body("application_1_0007", study, jar, ["/etc/hadoop", "/lib/*"])

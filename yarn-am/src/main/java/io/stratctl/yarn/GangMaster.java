@@ -49,7 +49,8 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  * <li>STRATCTL_TASK_SCRIPT: base64 of the bash script each container runs;
  * <li>STRATCTL_NODE_LABEL (optional): a node label expression;
  * <li>STRATCTL_PLACEMENT (optional): spread (no two on one node) or pack (all on one node),
- *     as placement constraints on the gang's allocation tag;
+ *     as placement constraints on the gang's allocation tag; STRATCTL_PLACEMENT_SCOPE=rack
+ *     makes that one rack;
  * <li>STRATCTL_GANG_TIMEOUT (seconds, 0 = none): a gang not whole by then gives back what it holds
  *     and asks again after a jittered pause, so partial gangs do not hold GPUs forever.
  * </ul>
@@ -69,6 +70,8 @@ public final class GangMaster {
   private final Map<String, String> env = System.getenv();
   private final int tasks = Integer.parseInt(env.getOrDefault("STRATCTL_TASKS", "1"));
   private final String placement = env.getOrDefault("STRATCTL_PLACEMENT", "");
+  private final String scope = "rack".equals(env.get("STRATCTL_PLACEMENT_SCOPE"))
+      ? PlacementConstraints.RACK : PlacementConstraints.NODE;
   private final String label = emptyToNull(env.get("STRATCTL_NODE_LABEL"));
   private final long gangTimeoutMs = 1000L * Long.parseLong(env.getOrDefault("STRATCTL_GANG_TIMEOUT", "0").isEmpty()
       ? "0" : env.getOrDefault("STRATCTL_GANG_TIMEOUT", "0"));
@@ -113,7 +116,7 @@ public final class GangMaster {
     ResourceUtils.reinitializeResources(registered.getResourceTypes());
     capability = parseResources(env.getOrDefault("STRATCTL_TASK_RESOURCES", "memory-mb=1024,vcores=1"));
     log("registered (application attempt " + appAttempt + "); asking for " + tasks + " x " + capability
-        + (placement.isEmpty() ? "" : ", placement " + placement) + (label == null ? "" : ", node label " + label));
+        + (placement.isEmpty() ? "" : ", placement " + placement + " by " + scope) + (label == null ? "" : ", node label " + label));
     ask();
     while (!done.await(1, java.util.concurrent.TimeUnit.SECONDS)) {
       checkTimeout();
@@ -161,13 +164,13 @@ public final class GangMaster {
       // affinity to the gang's own tag cannot place the first container (no node has the tag
       // yet: the RM waits forever): the first goes anywhere, the rest beside it once it is held
       missing = 1;
-      constraint = PlacementConstraints.targetNotIn(PlacementConstraints.NODE,
+      constraint = PlacementConstraints.targetNotIn(scope,
           PlacementConstraints.PlacementTargets.allocationTag("stratctl-nothing")).build();
     } else if ("pack".equals(placement)) {
-      constraint = PlacementConstraints.targetIn(PlacementConstraints.NODE,
+      constraint = PlacementConstraints.targetIn(scope,
           PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build();
     } else {
-      constraint = PlacementConstraints.targetNotIn(PlacementConstraints.NODE,
+      constraint = PlacementConstraints.targetNotIn(scope,
           PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build();
     }
     SchedulingRequest request = SchedulingRequest.newBuilder()
