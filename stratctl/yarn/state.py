@@ -84,7 +84,9 @@ def of_app(app: dict, study: str, marks: dict[int, str] | None = None) -> Attemp
                        waits_for_limits=limits, **common)
     if state == "RUNNING":
         return Attempt(trial, number, TrialState.RUNNING, started=started, **common)
-    how = outcome(app, drained=mark is not None)  # drained, or drained and resumed (its next attempt sent)
+    # drained (or drained and resumed: its next attempt sent) when the drain's kill ended it;
+    # one that ended otherwise before the kill came keeps its own ending
+    how = outcome(app, drained=mark is not None and state == "KILLED")
     ended = _seconds(app.get("finishedTime"))
     if how == "drained":
         return Attempt(trial, number, TrialState.SUSPENDED, reason=f"drained{' and resumed' if mark == 'resumed' else ''}",

@@ -91,3 +91,8 @@ def test_free_gpus_of_running_nodes_of_the_label():
     nodes = [node("RUNNING", 4), node("RUNNING", 1, ["gpu"]), node("UNHEALTHY", 4), node("LOST", 4)]
     assert free_gpus(nodes, None) == [4, 1]
     assert free_gpus(nodes, "gpu") == [1]
+
+
+def test_a_drain_mark_on_an_attempt_that_ended_before_the_kill_keeps_its_ending():
+    done = of_app(app(state="FINISHED", final="SUCCEEDED", finished=1_001_000), "s", {0: "drained"})
+    assert done.state is TrialState.SUCCEEDED
