@@ -59,6 +59,7 @@ bench: venv
 	$(BIN)/python bench/adaptive_experiment.py
 	$(BIN)/python bench/search_bench.py
 	$(BIN)/python bench/slurm_bench.py
+	$(BIN)/python bench/yarn_bench.py
 
 ## Regenerate completions/stratctl.{bash,zsh,fish} from the CLI definition.
 completions: venv

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
@@ -89,6 +90,22 @@ def headroom(queue: dict | None) -> int | None:
     return max(0, _gpus(queue.get("maxEffectiveCapacity")) - _gpus(queue.get("resourcesUsed")))
 
 
+def queue_limit(queue: dict | None) -> str:
+    """Which of the queue's limits keeps its accepted applications from starting, in YARN's
+    words ("" when none is reached): the RM lists such an application ACCEPTED with no
+    diagnostics at all."""
+    if not queue:
+        return ""
+    active, cap = queue.get("numActiveApplications") or 0, queue.get("maxParallelApps")
+    if isinstance(cap, int) and 0 < cap <= active:
+        return f"the queue's maxParallelApps ({cap}) are running"
+    limit, used = queue.get("AMResourceLimit") or {}, queue.get("usedAMResource") or {}
+    if limit and used and (used.get("memory", 0) >= limit.get("memory", 1) or
+                           used.get("vCores", 0) >= limit.get("vCores", 1)):
+        return "the queue's AM resource limit (maximum-am-resource-percent) is reached"
+    return ""
+
+
 def within(free: list[int], limit: int | None) -> list[int]:
     """Free GPUs per node, no more in all than the queue's headroom."""
     if limit is None:
@@ -147,7 +164,13 @@ class YarnScheduler(StudyFiles, Counted):
                     self._refused_until = self.clock() + REFUSED_HOLD
                 self._seen_ended.add(app.get("id"))
         records, drain_marks = read_records(self.output)
-        return latest(apps, self.study.name, records if marks else {}, drain_marks)
+        seen = latest(apps, self.study.name, records if marks else {}, drain_marks)
+        unsaid = [t for t, a in seen.items() if a.native_state == "ACCEPTED" and not a.reason]
+        if unsaid:  # accepted and silent: held back by a queue limit, or about to get its AM container
+            why = queue_limit(queue_of(self.rm.scheduler(), self.study.yarn.queue))
+            for trial in unsaid if why else []:
+                seen[trial] = replace(seen[trial], reason=why, waits_for_limits=True, waits_for_capacity=False)
+        return seen
 
     def free_gpus(self) -> list[int]:
         """Free GPUs of each usable node, as many as the study's queue may still take."""

@@ -11,7 +11,7 @@ from stratctl.engine.attemptstatus import snapshot
 from stratctl.study.space import expand
 from stratctl.trialstate import TrialState
 from stratctl.errors import Throttled
-from stratctl.yarn.scheduler import YarnScheduler, headroom, queue_of, within
+from stratctl.yarn.scheduler import YarnScheduler, headroom, queue_limit, queue_of, within
 from tests.unit.studies import load
 
 STUDY = """\
@@ -46,6 +46,9 @@ class MemoryRM:
 
     def apps_of(self, tag):
         return [a for a in self.apps.values() if tag in a["applicationTags"].split(",")]
+
+    def scheduler(self):
+        return {}  # no queue of the study's name: no limit reached
 
     def kill(self, app_id):
         self.killed.append(app_id)
@@ -155,3 +158,23 @@ def test_free_gpus_are_no_more_than_the_queue_may_still_take():
     assert within([4, 2, 1], headroom(research)) == [3, 0, 0]
     assert within([4, 2], headroom(queue_of(answer, "prod"))) == [4, 2]
     assert within([4, 2], headroom(queue_of(answer, "missing"))) == [4, 2]  # the RM does not say: nodes alone
+
+
+def test_an_accepted_application_held_back_by_a_queue_limit_waits_for_limits(tmp_path):
+    study, sched, rm = scheduler(tmp_path)
+    one, two = expand(study)
+    for trial in (one, two):
+        sched.create(sched.prepare(trial, 0))
+    first, _ = rm.apps
+    rm.set(first, state="RUNNING", progress=50.0, launchTime=1000)
+    queue = {"queueName": "research", "numActiveApplications": 1, "maxParallelApps": 1}
+    sched.rm.scheduler = lambda: {"scheduler": {"schedulerInfo": {"queues": {"queue": [queue]}}}}
+    held = sched.attempts()[two.name]
+    assert held.state is TrialState.PENDING and held.waits_for_limits and not held.waits_for_capacity
+    assert held.reason == "the queue's maxParallelApps (1) are running"
+    queue["maxParallelApps"] = 5
+    free = sched.attempts()[two.name]
+    assert free.waits_for_capacity and free.reason == ""
+    assert queue_limit({"AMResourceLimit": {"memory": 1024, "vCores": 8}, "usedAMResource": {"memory": 1024,
+                                                                                           "vCores": 2}}).startswith(
+        "the queue's AM resource limit")
