@@ -73,8 +73,8 @@ public final class GangMaster {
   private final String scope = "rack".equals(env.get("STRATCTL_PLACEMENT_SCOPE"))
       ? PlacementConstraints.RACK : PlacementConstraints.NODE;
   private final String label = emptyToNull(env.get("STRATCTL_NODE_LABEL"));
-  private final long gangTimeoutMs = 1000L * Long.parseLong(env.getOrDefault("STRATCTL_GANG_TIMEOUT", "0").isEmpty()
-      ? "0" : env.getOrDefault("STRATCTL_GANG_TIMEOUT", "0"));
+  private final long gangTimeoutMs = 1000L * Long.parseLong(
+      env.getOrDefault("STRATCTL_GANG_TIMEOUT", "").isEmpty() ? "0" : env.get("STRATCTL_GANG_TIMEOUT"));
   private final int appAttempt = ContainerId.fromString(env.get(ApplicationConstants.Environment.CONTAINER_ID.name()))
       .getApplicationAttemptId().getAttemptId();
   private final Random random = new Random();
@@ -83,13 +83,15 @@ public final class GangMaster {
   private AMRMClientAsync<ContainerRequest> rm;
   private NMClientAsync nm;
   private Resource capability;
-  private final List<ContainerRequest> asks = new ArrayList<>();
+  private final List<ContainerRequest> asks = new ArrayList<>();          // plain asks outstanding
+  private final List<SchedulingRequest> placed = new ArrayList<>();      // placement asks sent
   private final List<Container> held = new ArrayList<>();
   private final Map<ContainerId, Integer> index = new HashMap<>();
   private boolean launched;
   private boolean finished;
   private int succeeded;
   private long askedAt;
+  private long pausedUntil;  // > 0: backing off after a gang timeout, holding and asking nothing
   private long generation;  // schedulingRequest ids of one round of asking
 
   public static void main(String[] args) throws Exception {
@@ -123,6 +125,8 @@ public final class GangMaster {
     }
     nm.stop();
     rm.stop();
+    log("exiting");
+    System.exit(0);
   }
 
   private static Resource parseResources(String spec) {
@@ -144,14 +148,38 @@ public final class GangMaster {
 
   // -- asking for the gang ---------------------------------------------------------------
 
+  /** Withdraws every outstanding ask (a SchedulingRequest is cancelled by sending it again with 0). */
+  private synchronized void cancelAsks() {
+    for (ContainerRequest r : asks) {
+      rm.removeContainerRequest(r);
+    }
+    asks.clear();
+    List<SchedulingRequest> cancel = new ArrayList<>();
+    for (SchedulingRequest r : placed) {
+      cancel.add(SchedulingRequest.newBuilder().allocationRequestId(r.getAllocationRequestId())
+          .priority(r.getPriority()).executionType(r.getExecutionType()).allocationTags(r.getAllocationTags())
+          .resourceSizing(ResourceSizing.newInstance(0, r.getResourceSizing().getResources()))
+          .placementConstraintExpression(r.getPlacementConstraint()).build());
+    }
+    placed.clear();
+    if (!cancel.isEmpty()) {
+      rm.addSchedulingRequests(cancel);
+    }
+  }
+
+  /** Asks for the containers the gang still misses (tasks - held), replacing any earlier ask. */
   private synchronized void ask() {
-    askedAt = System.currentTimeMillis();
+    cancelAsks();
+    if (held.isEmpty()) {
+      askedAt = System.currentTimeMillis();  // a new round: the gang timeout counts from here
+    }
     generation++;
     int missing = tasks - held.size();
     if (missing <= 0) {
       return;
     }
     if (placement.isEmpty()) {
+      log("requesting " + missing + " container(s), " + held.size() + " of " + tasks + " held");
       for (int i = 0; i < missing; i++) {
         ContainerRequest request = new ContainerRequest(capability, null, null, PRIORITY, true, label);
         asks.add(request);
@@ -173,35 +201,42 @@ public final class GangMaster {
       constraint = PlacementConstraints.targetNotIn(scope,
           PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build();
     }
+    log("requesting " + missing + " container(s), " + held.size() + " of " + tasks + " held, " + constraint);
     SchedulingRequest request = SchedulingRequest.newBuilder()
         .allocationRequestId(generation).priority(PRIORITY)
         .executionType(ExecutionTypeRequest.newInstance(ExecutionType.GUARANTEED, true))
         .allocationTags(java.util.Collections.singleton(GANG_TAG))
         .resourceSizing(ResourceSizing.newInstance(missing, capability))
         .placementConstraintExpression(constraint).build();
+    placed.add(request);
     rm.addSchedulingRequests(java.util.Collections.singletonList(request));
   }
 
   private synchronized void checkTimeout() {
-    if (launched || finished || gangTimeoutMs <= 0 || System.currentTimeMillis() - askedAt < gangTimeoutMs) {
+    long now = System.currentTimeMillis();
+    if (launched || finished) {
       return;
     }
-    log("gang not whole after " + gangTimeoutMs / 1000 + " s (" + held.size() + " of " + tasks
-        + " allocated): giving them back and asking again");
+    if (pausedUntil > 0) {
+      if (now >= pausedUntil) {
+        pausedUntil = 0;
+        ask();
+      }
+      return;
+    }
+    if (gangTimeoutMs <= 0 || now - askedAt < gangTimeoutMs) {
+      return;
+    }
+    // Jittered, so that gangs timing out together do not ask again together.
+    long backoff = 1000 + (long) (random.nextDouble() * Math.min(gangTimeoutMs, 10000));
+    log("gang timeout: not whole after " + gangTimeoutMs / 1000 + " s (" + held.size() + " of " + tasks
+        + " allocated): releasing them, asking again in " + backoff + " ms");
+    cancelAsks();
     for (Container c : held) {
       rm.releaseAssignedContainer(c.getId());
     }
     held.clear();
-    for (ContainerRequest r : asks) {
-      rm.removeContainerRequest(r);
-    }
-    asks.clear();
-    try {
-      wait(1000 + random.nextInt(5000));
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-    }
-    ask();
+    pausedUntil = now + backoff;
   }
 
   private synchronized void allocated(List<Container> containers) {
@@ -209,7 +244,8 @@ public final class GangMaster {
       if (!asks.isEmpty()) {
         rm.removeContainerRequest(asks.remove(0));
       }
-      if (launched || finished || held.size() >= tasks) {
+      if (launched || finished || pausedUntil > 0 || held.size() >= tasks) {
+        log("releasing surplus container " + c.getId());
         rm.releaseAssignedContainer(c.getId());
         continue;
       }
@@ -228,6 +264,7 @@ public final class GangMaster {
 
   private void launch() {
     launched = true;
+    cancelAsks();  // nothing more to ask for (e.g. an ask sent again after a lost container)
     ByteBuffer tokens = tokens();
     String command = "base64 -d <<< $STRATCTL_TASK_SCRIPT > stratctl-task.sh && exec bash stratctl-task.sh"
         + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stdout"
@@ -289,7 +326,7 @@ public final class GangMaster {
       }
       if (i == null) {  // held, not launched: lost before the gang was whole, ask again for one
         boolean removed = held.removeIf(c -> c.getId().equals(s.getContainerId()));
-        if (removed && !launched) {
+        if (removed && !launched && pausedUntil == 0) {
           log("allocated container " + s.getContainerId() + " lost before the gang was whole (" + exit + "): asking again");
           ask();
         }
