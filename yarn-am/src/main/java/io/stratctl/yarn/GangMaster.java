@@ -54,14 +54,19 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  * <li>STRATCTL_GANG_TIMEOUT (seconds, 0 = none): a gang not whole by then gives back what it holds
  *     and asks again after a jittered pause, so partial gangs do not hold GPUs forever.
  * </ul>
- * Each container gets every STRATCTL_* variable, STRATCTL_TASK_INDEX (0..N-1), STRATCTL_APP_ATTEMPT
- * and, when the RM restarted this AM (its container lost or preempted), STRATCTL_YARN_RESTARTED=1.
+ * Each container runs {@code base64 -d <<< $STRATCTL_TASK_SCRIPT > stratctl-task.sh && exec bash
+ * stratctl-task.sh} (stdout/stderr into its log dir) with every STRATCTL_* variable, the AM's PATH,
+ * STRATCTL_TASK_INDEX (0..N-1), STRATCTL_APP_ATTEMPT (this AM's attempt, 1-based) and, when the RM
+ * restarted this AM (its container lost or preempted), STRATCTL_YARN_RESTARTED=1.
  *
- * <p>It reports progress 0 while the gang is incomplete, 0.5 once launched. Endings, in the
+ * <p>No container starts before all N are allocated; surplus allocations are released; an ask
+ * sent again (gang timeout, a held container lost) replaces the outstanding one. It reports
+ * progress 0 while the gang is incomplete, 0.5 once launched. Endings, in the
  * final status and diagnostics stratctl reads: all N exit 0: SUCCEEDED "stratctl: N tasks
  * succeeded"; a container preempted or lost (-102, -100, -101, -108): FAILED "stratctl:
  * preempted: ..." (the next attempt resumes from its checkpoint); any other non-zero exit:
- * FAILED "stratctl: task i exited with code X". The others are stopped first.
+ * FAILED "stratctl: task i exited with code X". The others are stopped first. Then it
+ * unregisters and exits 0. On SIGTERM (the application killed) it just exits.
  */
 public final class GangMaster {
   private static final String GANG_TAG = "stratctl-gang";
