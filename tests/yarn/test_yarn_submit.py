@@ -224,7 +224,7 @@ def test_placement_spreads_or_packs_the_gang_and_a_partial_gang_gives_its_contai
                 return None
             found = list(logs.glob(f"yarn-*/*-logDir-nm-*/{app['id']}/*/AppMaster.stderr"))
             text = found[0].read_text() if found else ""
-            return text.count("giving them back and asking again") >= 2 and (app, text)
+            return text.count("gang timeout: not whole") >= 2 and (app, text)
 
         app, text = yarn.wait("the partial gang given back twice", given_back, timeout=60)
         assert "launched all" not in text and app["state"] == "RUNNING" and app["progress"] == 0.0
