@@ -80,22 +80,6 @@ jq -n --arg app "$app" --arg name "$name" --arg queue "$queue" --arg cmd "$am_cm
     "commands": {"command": $cmd},
     "environment": {"entry": [{"key": "CLASSPATH", "value": $cp}]}
   }}' >"$dir/submit.json"
-code=$(curl -s -o "$dir/submit.out" -w '%{http_code}' -H 'Content-Type: application/json' \
-  -X POST --data @"$dir/submit.json" "$api/apps?user.name=$user")
-[[ $code == 202 ]] || { yl_log "submit: HTTP $code: $(cat "$dir/submit.out")"; exit 1; }
-echo "$app"
-(( wait )) || exit 0
-
-# 4. Wait for the end; show what each container printed.
-while :; do
-  state=$(curl -sf "$api/apps/$app" | jq -r '.app | "\(.state) \(.finalStatus)"') || state="? ?"
-  [[ $state == FINISHED* || $state == FAILED* || $state == KILLED* ]] && break
-  sleep 1
-done
-echo "$app $state"
-curl -sf "$api/apps/$app" | jq -r '.app.diagnostics | select(. != "")' >&2 || true
-for f in "$STRATCTL_YARN_WORK"/yarn-*/*-logDir-nm-*/"$app"/container_*/stdout; do
-  [[ -e $f ]] || continue
-  c=${f%/stdout}; echo "---- ${c##*/} stdout"; cat "$f"
-done
-[[ $state == "FINISHED SUCCEEDED" ]]
+# 4. Submit $dir/submit.json; unless --no-wait, wait for the end, show the diagnostics and
+#    what each container printed (exit status 0 only if the application SUCCEEDED).
+submit_and_wait "$dir" "$app" "$wait"

@@ -40,3 +40,28 @@ fingerprint() {
   echo "nodes=$NODES gpus=$GPUS_PER_NODE vcores=$VCORES_PER_NODE mem=$MEM_PER_NODE web=$WEB_PORT rpc=$RPC_PORT heap=$HEAP"
   sha256sum "$YARN_SRC/pom.xml" "$YARN_SRC/src/MiniYarn.java" | awk '{print $1}'
 }
+
+# Submit an application (its REST body in DIR/submit.json, id APP) to $STRATCTL_YARN_RM and
+# print its id; when WAIT is 1, wait for its end and print its final state, its diagnostics
+# (stderr) and each container's stdout; 0 only if it SUCCEEDED (dshell.sh, gang.sh).
+submit_and_wait() {  # DIR APP WAIT
+  local dir=$1 app=$2 wait=$3 api=$STRATCTL_YARN_RM/ws/v1/cluster user code state f c
+  user=$(id -un)
+  code=$(curl -s -o "$dir/submit.out" -w '%{http_code}' -H 'Content-Type: application/json' \
+    -X POST --data @"$dir/submit.json" "$api/apps?user.name=$user")
+  [[ $code == 202 ]] || { yl_log "submit: HTTP $code: $(cat "$dir/submit.out")"; return 1; }
+  echo "$app"
+  (( wait )) || return 0
+  while :; do
+    state=$(curl -sf "$api/apps/$app" | jq -r '.app | "\(.state) \(.finalStatus)"') || state="? ?"
+    [[ $state == FINISHED* || $state == FAILED* || $state == KILLED* ]] && break
+    sleep 0.5
+  done
+  echo "$app $state"
+  curl -sf "$api/apps/$app" | jq -r '.app.diagnostics | select(. != "")' >&2 || true
+  for f in "$STRATCTL_YARN_WORK"/yarn-*/*-logDir-nm-*/"$app"/container_*/stdout; do
+    [[ -e $f ]] || continue
+    c=${f%/stdout}; echo "---- ${c##*/} stdout"; cat "$f"
+  done
+  [[ $state == "FINISHED SUCCEEDED" ]]
+}
