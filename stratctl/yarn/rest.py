@@ -56,11 +56,11 @@ class ResourceManager:
         return self.urls[self._active]
 
     def request(self, kind: str, method: str, path: str, body: dict | None = None,
-                query: dict | None = None) -> dict:
+                query: dict | None = None, api: str = API) -> dict:
         self.calls += 1
         self.sent[kind] = self.sent.get(kind, 0) + 1
         params = {**(query or {}), **({"user.name": self.user} if self.user else {})}
-        target = API + path + (f"?{urlencode(params)}" if params else "")
+        target = api + path + (f"?{urlencode(params)}" if params else "")
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Accept": "application/json", **({"Content-Type": "application/json"} if data else {})}
         said = []
@@ -138,24 +138,12 @@ class ResourceManager:
         """One value of the RM's configuration (its /conf servlet, which answers
         `{"property": {"key": …, "value": …}}`, or 404 for a name it does not hold), None
         when not set."""
-        self.calls += 1
-        for base in [self.url] + [u for u in self.urls if u != self.url]:
-            try:
-                answer = self.pool.request("GET", f"{base}/conf?{urlencode({'name': name})}",
-                                           headers={"Accept": "application/json"}, redirect=False)
-            except urllib3.exceptions.HTTPError:
-                continue
-            if answer.status == 404:
-                return None
-            if answer.status != 200:
-                continue
-            try:
-                said = json.loads(answer.data)
-            except ValueError:
-                return None
-            properties = [said.get("property") or {}] + list(said.get("properties") or [])
-            return next((p.get("value") for p in properties if isinstance(p, dict) and p.get("key") == name), None)
-        raise Unavailable(f"no ResourceManager answers at {', '.join(self.urls)}")
+        try:
+            said = self.request("conf", "GET", "/conf", query={"name": name}, api="")
+        except NotFound:
+            return None
+        properties = [said.get("property") or {}] + list(said.get("properties") or [])
+        return next((p.get("value") for p in properties if isinstance(p, dict) and p.get("key") == name), None)
 
 
 def _reason(exc: Exception) -> str:
