@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from stratctl import labels
@@ -51,7 +52,7 @@ from stratctl.study import shape
 from stratctl.study.changes import spec_text
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
-from stratctl.kube.state import TrialState, classify, latest_attempts
+from stratctl.kube.state import TrialState, classify, latest_attempts, trial_of
 from stratctl.engine.status import results_in, trial_results
 from stratctl.engine.summary import build, latest_slim, summary_data
 from stratctl.engine.throttle import Throttle
@@ -77,6 +78,7 @@ MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop ea
 SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least
 SUMMARY_REFRESH = 20.0  # ... and at most, while the loop runs
 RECORD_EVERY = 2.0  # seconds between two writes of the record's target and reason, at least
+WINDOW = 1024  # creates handed to the worker pool at a time, at least (8 per worker)
 # seconds between cycles while the API server does not answer: the n-th failed cycle in a
 # row waits the n-th (the poll interval, when longer); each request was retried already
 OUTAGE_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
@@ -194,6 +196,11 @@ class Submitter:
         self._record_written = float("-inf")  # clock time of the last record write
         self._recorded = False  # the study record exists (ensure_record went through)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
+        # trials this loop created while its mirror of jobs did not watch yet (`--detach`
+        # lists once and watches only from a second cycle on): pending, by name alone, so a
+        # single-cycle --detach of 100,000 trials keeps no job of them
+        self._unseen: set[str] = set()
+        self._observed = False  # observe ran once (the mirror's first list is fresh for it)
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
         self._moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue
         self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
@@ -340,6 +347,9 @@ class Submitter:
 
     def observe(self) -> dict[str, TrialState]:
         if self.jobs is not None:
+            if self._observed and not self.jobs.following:  # a second cycle: watch from now on
+                self.jobs.follow()  # lists first: what this loop created is in it
+                self._unseen.clear()
             jobs, self._deletions_seen = self.jobs.snapshot()
         else:
             jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
@@ -351,18 +361,25 @@ class Submitter:
                 states[name] = classify(latest[name])
             elif name in self.record.finished:
                 states[name] = TrialState(self.record.finished[name])
+            elif name in self._unseen:
+                states[name] = TrialState.PENDING
             else:
                 states[name] = TrialState.WAITING
         self._jobs = latest
+        self._observed = True
         return states
 
     # -- act --------------------------------------------------------------------------
 
     def _seen(self, obj: dict) -> None:
         """An object this loop created: its jobs are added to the mirror, so the next cycle
-        sees them even if the watch lags."""
+        sees them even if the watch lags; before the mirror watches (--detach's first cycle),
+        only its trial's name is kept."""
         if self.jobs is not None and obj.get("kind") == self._kind[1]:
-            self.jobs.add(obj)
+            if self.jobs.following:
+                self.jobs.add(obj)
+            elif (trial := trial_of(obj)) is not None:
+                self._unseen.add(trial)
 
     def submit_trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict] | None = None) -> str:
         """Create every manifest of the trial's first attempt; 'created' or 'existing'.
@@ -402,10 +419,9 @@ class Submitter:
         the first such error, so the loop waits for the server (a server dry run, one pass,
         reports every failure per trial instead)."""
         placed = self._placed(names, dry_run)
-        futures = {name: pool.submit(self.submit_trial, self.trials[name], dry_run, placed[name]) for name in names}
         submitted: list[str] = []
         paused: dict[str, ClusterError] = {}
-        for name, future in futures.items():
+        for name, future in self._sent(names, pool, dry_run, placed):
             try:
                 outcome = future.result()
             except (ClusterError, SpecConflict) as exc:
@@ -431,6 +447,20 @@ class Submitter:
                 self._paused.add(name)
                 self.reporter.event(f"trial {name}: not created this cycle ({exc}); trying again")
         return submitted
+
+    def _sent(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool,
+              placed: dict[str, list[dict] | None]) -> Iterator[tuple[str, Future]]:
+        """(name, future) of each trial's create, in order, with at most WINDOW creates
+        handed to the pool at a time: the pool's workers stay busy, and 100,000 trials are
+        never 100,000 futures at once."""
+        window = max(WINDOW, 8 * getattr(pool, "_max_workers", 1))
+        queued: deque[tuple[str, Future]] = deque()
+        for name in names:
+            queued.append((name, pool.submit(self.submit_trial, self.trials[name], dry_run, placed[name])))
+            if len(queued) >= window:
+                yield queued.popleft()
+        while queued:
+            yield queued.popleft()
 
     def cleanup(self, states: dict[str, TrialState]) -> None:
         """Delete finished jobs (study setting `cleanup: delete`), remembering outcomes first."""

@@ -113,8 +113,9 @@ def submit_study(
         submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
                               reporter=reporter, source=source, manifests=prepared.manifests)
         submitter.storage = mirror
-        submitter.jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
-                                label_selector=study_selector(study), transform=trimmed_job).start()
+        jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
+                      label_selector=study_selector(study), transform=trimmed_job)
+        submitter.jobs = jobs.start(follow=not options.detach)  # --detach watches from a second cycle on
         if len(study.queues) > 1:  # queue fallback: each new trial goes to the first queue with room
             submitter.queues = Mirror(cluster, QUEUE).start()
         # a static cap needs the cluster's signals only to see who it yields to

@@ -180,6 +180,8 @@ def test_a_slow_etcd_reported_by_prometheus_holds_new_submissions(study_file):
 class LaggingMirror:
     """The study's jobs as a watch delivers them: one cycle late, plus what the loop added."""
 
+    following = True
+
     def __init__(self, cluster: FakeCluster):
         self.cluster = cluster
         self.seen: list[dict] = []
@@ -246,6 +248,8 @@ def test_a_job_change_wakes_the_loop_early_but_never_sooner_than_min_cycle(study
 class WatchedJobs:
     """The study's jobs as an up-to-date watch has them, with the deletions it saw, and a
     `wait` that returns at once: every cycle is an early wake-up (the clock hardly moves)."""
+
+    following = True
 
     def __init__(self, cluster: FakeCluster):
         self.cluster = cluster

@@ -107,6 +107,8 @@ def test_a_refusal_is_still_the_trials_verdict(study_file):
 class LostAnswer:
     """The study's jobs as a watch that has not yet seen the job whose create answer was lost."""
 
+    following = True
+
     def __init__(self, cluster: FakeCluster, hidden: str):
         self.cluster, self.hidden = cluster, hidden
 
