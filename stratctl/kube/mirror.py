@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from stratctl import labels
 from stratctl.errors import ClusterError
 from stratctl.kube.cluster import Cluster
 
@@ -54,8 +55,8 @@ def trimmed_job(obj: dict) -> dict:
     (GPU accounting), node selector and priority class. Commands, env, volumes and the
     templates' labels and annotations (the job's, again) go. The trimmed spec is the same
     for every trial of a shape, so equal specs are one object; the keys and short values of
-    the metadata and status (label values, phases, times) are interned, one string for all
-    jobs where each parsed answer had its own. A mirrored job of the bench study holds
+    the metadata and status and the values that repeat (label values, phases, times) are
+    interned, one string for all jobs where each parsed answer had its own. A mirrored job of the bench study holds
     about 2 KB where the parsed job held 11 KB (and a trimmed one 4.4 KB before specs
     were shared). Nothing recreates a job from the mirror: new attempts are rendered."""
     without_managed_fields(obj)
@@ -75,21 +76,31 @@ def trimmed_job(obj: dict) -> dict:
     for key in ("metadata", "status"):
         if isinstance(obj.get(key), dict):
             obj[key] = _interned(obj[key])
+    meta = obj.get("metadata") or {}
+    if isinstance(meta.get("labels"), dict):  # the same few values on every job of a study
+        meta["labels"] = {k: v if k == labels.TRIAL else _interned(v, True) for k, v in meta["labels"].items()}
+        if meta["labels"].get(labels.TRIAL) == meta.get("name"):
+            meta["labels"][labels.TRIAL] = meta["name"]  # a first attempt's name: one string
     return obj
 
 
-SHORT = 64  # strings up to this long are interned: names, label values, phases, times (not messages)
+# keys whose (short) values repeat from job to job: interned. Names, uids, versions and
+# annotations are each job's own, and interning them would only grow the interned table.
+SHARED = frozenset({"apiVersion", "kind", "namespace", "creationTimestamp", "phase", "status", "type", "reason",
+                    "lastTransitionTime", "lastProbeTime"})
+SHORT = 64  # characters: longer values (messages) are left as they are
 
 
-def _interned(value):
-    """`value` with every dict key and every short string interned (read-only afterwards)."""
+def _interned(value, shared: bool = False):
+    """`value` with every dict key interned, and the short strings under SHARED keys
+    (read-only afterwards)."""
     kind = type(value)
     if kind is dict:
-        return {intern(k): _interned(v) for k, v in value.items()}
+        return {intern(k): _interned(v, k in SHARED) for k, v in value.items()}
     if kind is str:
-        return intern(value) if len(value) <= SHORT else value
+        return intern(value) if shared and len(value) <= SHORT else value
     if kind is list:
-        return [_interned(v) for v in value]
+        return [_interned(v, shared) for v in value]
     return value
 
 
