@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+import time
 
 import pytest
 
 from stratctl import labels
 from stratctl.engine.controller import Submitter, SubmitOptions
 from stratctl.errors import Invalid
-from stratctl.engine.policy import Decision
+from stratctl.kube.cluster import VOLCANO_JOB
+from stratctl.engine.policy import Decision, StaticPolicy
 from stratctl.study.render import Renderer
 from stratctl.study.space import expand
 from stratctl.study.spec import load_study
@@ -57,6 +60,62 @@ def test_detach_returns_once_every_trial_is_submitted(study_file):
     progress = submitter.run()
     assert progress.detached and progress.waiting == 0 and progress.created == 10
     assert progress.succeeded < 10  # it did not wait for them to finish
+
+
+class Watching(FakeCluster):
+    """The in-memory cluster with a watch: each brings every job as it is now, then ends."""
+
+    def watch(self, kind, resource_version, **_):
+        time.sleep(0.01)
+        for job in self.jobs():
+            yield "MODIFIED", copy.deepcopy(job)
+
+
+def detached(study_file, max_inflight: int):
+    from stratctl.engine.controller import study_selector
+    from stratctl.kube.mirror import Mirror, trimmed_job
+
+    cluster, clock = Watching(), FakeClock()
+    submitter, trials = make(study_file(), cluster, clock, detach=True, max_inflight=max_inflight)
+    submitter.jobs = Mirror(cluster, VOLCANO_JOB, all_namespaces=False, namespace=submitter.namespace,
+                            label_selector=study_selector(submitter.study), transform=trimmed_job).start(follow=False)
+    return submitter, cluster
+
+
+def test_a_detach_submitted_in_one_cycle_keeps_no_job_and_never_watches(study_file):
+    """--detach of a study admitted whole: one list, the creates, a summary from the
+    trials' names alone (what 100,000 trials need of memory), no watch."""
+    submitter, cluster = detached(study_file, max_inflight=10)
+    submitter.policy = StaticPolicy(10)
+    progress = submitter.run()
+    assert progress.detached and progress.created == 10 and progress.pending == 10
+    assert submitter.jobs.items() == [] and not submitter.jobs.following and submitter.jobs.relists == 1
+    assert len(submitter._unseen) == 10
+
+
+def test_a_detach_that_needs_a_second_cycle_watches_from_a_fresh_list_and_creates_nothing_twice(study_file):
+    submitter, cluster = detached(study_file, max_inflight=4)
+    cycles = []
+    observe = submitter.observe
+
+    def observed():
+        states = observe()
+        cycles.append((submitter.jobs.following, sorted(j["metadata"]["name"] for j in submitter.jobs.items()),
+                       sorted(submitter._unseen), sorted(cluster.creates)))
+        return states
+
+    submitter.observe = observed
+    try:
+        progress = submitter.run()
+    finally:
+        submitter.jobs.stop()
+    assert progress.detached and progress.created == 10
+    assert sorted(cluster.creates) == sorted(submitter.order)  # each trial created once
+    following, held, unseen, created = cycles[0]
+    assert (following, held, unseen, created) == (False, [], [], [])  # the first list: nothing yet
+    following, held, unseen, created = cycles[1]
+    # the second: the mirror lists again and watches; the trials created before are in it
+    assert following and created and held == created and unseen == [] and submitter.jobs.relists == 2
 
 
 def test_409_with_the_same_spec_hash_is_success(study_file):
