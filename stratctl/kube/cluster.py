@@ -23,18 +23,21 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import urllib3
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.config.config_exception import ConfigException
 
 from stratctl.errors import AlreadyExists, ClusterError, Invalid, NotFound, Throttled, Unavailable, UsageError
 from stratctl.kube.answers import parse
+from stratctl.kube.credentials import Unsupported, static_credentials
 from stratctl.kube.grants import Grants, access, denial_is_transient
 from stratctl.kube.outage import Outage, duration
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s_client
+
+    from stratctl.kube.transport import PlainApi
 
 T = TypeVar("T")
 Gate = Callable[..., T]  # gate(fn, mutating=bool) -> fn's result: admits (and retries) one request
@@ -198,9 +201,11 @@ def _no_gate(fn: Callable[[], T], mutating: bool = False) -> T:
 class Cluster:
     """Plain-dict CRUD, list and watch against one API server, in one default namespace."""
 
-    def __init__(self, api: k8s_client.ApiClient, namespace: str, gate: Gate = _no_gate,
-                 outage: Outage | None = None, timeout: tuple[float, float] = (10, 60)):
+    def __init__(self, api: k8s_client.ApiClient | PlainApi, namespace: str, gate: Gate = _no_gate,
+                 outage: Outage | None = None, timeout: tuple[float, float] = (10, 60),
+                 client_errors: tuple[type[BaseException], ...] = ()):
         self.api = api
+        self.client_errors = client_errors  # what the Kubernetes client raises for a TLS failure
         self.namespace = namespace
         self.gate = gate
         self.metrics = ApiMetrics()
@@ -218,22 +223,41 @@ class Cluster:
         pool_size: int = 32,
         outage: Outage | None = None,
     ) -> Cluster:
-        """Load credentials the way kubectl does (KUBECONFIG, ~/.kube/config, in-cluster)."""
+        """Load credentials the way kubectl does (KUBECONFIG, ~/.kube/config, in-cluster).
+        A token or a client certificate needs urllib3 alone (`transport`); plugins and
+        in-cluster credentials load the Kubernetes client."""
+        path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+        in_cluster = path is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.path.exists(
+            os.path.expanduser("~/.kube/config"))
+        if path is not None and not os.path.exists(os.path.expanduser(path)):
+            origin = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
+            raise UsageError(f"the kubeconfig file {path} ({origin}) does not exist")
+        if not in_cluster:
+            try:
+                credentials = static_credentials(os.path.expanduser(path or "~/.kube/config"), context)
+            except Unsupported:
+                pass
+            else:
+                from stratctl.kube.transport import PlainApi
+
+                api = PlainApi(credentials, pool_size)
+                api.user_agent = f"stratctl/{__import__('stratctl').__version__}"
+                cluster = cls(api, namespace or credentials.namespace or "default", gate, outage)
+                cluster.outage.watch()
+                return cluster
+        from kubernetes import client as k8s_client
+        from kubernetes import config as k8s_config
+        from kubernetes.config.config_exception import ConfigException
+
         configuration = k8s_client.Configuration()
         default_ns = "default"
         try:
-            path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-            if path is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.path.exists(
-                os.path.expanduser("~/.kube/config")
-            ):
+            if in_cluster:
                 k8s_config.load_incluster_config(client_configuration=configuration)
                 ns_file = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
                 if os.path.exists(ns_file):
                     default_ns = open(ns_file).read().strip() or default_ns
             else:
-                if path is not None and not os.path.exists(os.path.expanduser(path)):
-                    origin = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
-                    raise UsageError(f"the kubeconfig file {path} ({origin}) does not exist")
                 path = path or os.path.expanduser("~/.kube/config")
                 k8s_config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
                 contexts, active = k8s_config.list_kube_config_contexts(config_file=path)
@@ -245,7 +269,7 @@ class Cluster:
         configuration.retries = False  # stratctl's throttle owns retries
         api = k8s_client.ApiClient(configuration)
         api.user_agent = f"stratctl/{__import__('stratctl').__version__}"
-        cluster = cls(api, namespace or default_ns, gate, outage)
+        cluster = cls(api, namespace or default_ns, gate, outage, client_errors=(k8s_client.ApiException,))
         cluster.outage.watch()  # a request hung on a stalled server is told before it times out
         return cluster
 
@@ -284,7 +308,7 @@ class Cluster:
             error = Unavailable(f"{what}: cannot reach the API server at {self.api.configuration.host}: "
                                 f"{_unreached(exc)}")
             raise self.outage.failed(error, sent) from None
-        except k8s_client.ApiException as exc:  # TLS errors surface this way
+        except self.client_errors as exc:  # the Kubernetes client's TLS errors surface this way
             raise self.outage.failed(Unavailable(f"{what}: {' '.join(str(exc.reason).split())}"), sent) from None
         finally:
             self.outage.received(token)
