@@ -59,8 +59,8 @@ def submit(
     """
     from stratctl.engine.controller import SubmitOptions
     from stratctl.engine.launch import Connection, submit_study
+    from stratctl.engine.progress import Fanout
     from stratctl.view.display import LiveDisplay, LogDisplay, summary, summary_json
-    from stratctl.view.metrics import Fanout, MetricsReporter
 
     options = SubmitOptions(
         max_inflight=max_inflight,
@@ -79,7 +79,11 @@ def submit(
 
     err = Console(stderr=True)
     display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
-    metrics = MetricsReporter().serve(metrics_port, metrics_address) if metrics_port else None
+    metrics = None
+    if metrics_port:  # prometheus_client is loaded for this alone
+        from stratctl.view.metrics import MetricsReporter
+
+        metrics = MetricsReporter().serve(metrics_port, metrics_address)
     with display:
         progress = submit_study(
             file, Connection(kubeconfig, context, namespace), options, qps=qps, burst=burst,

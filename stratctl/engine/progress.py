@@ -107,3 +107,18 @@ class Silent:
 
     def event(self, message: str) -> None:
         pass
+
+
+class Fanout:
+    """Send every update and event to several reporters (display, metrics)."""
+
+    def __init__(self, *reporters):
+        self.reporters = [r for r in reporters if r is not None]
+
+    def update(self, progress: Progress) -> None:
+        for r in self.reporters:
+            r.update(progress)
+
+    def event(self, message: str) -> None:
+        for r in self.reporters:
+            r.event(message)
