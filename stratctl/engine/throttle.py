@@ -296,6 +296,18 @@ class Throttle:
                 if seat is not None:
                     seat.release()
 
+        try:  # most requests go through at once: no retry machinery for them
+            return admitted()
+        except (Throttled, Unavailable) as exc:
+            failed: BaseException | None = exc
+
+        def again() -> T:  # the first attempt's failure, then the attempts that follow it
+            nonlocal failed
+            if failed is not None:
+                error, failed = failed, None
+                raise error
+            return admitted()
+
         def stop(state: tenacity.RetryCallState) -> bool:
             error = state.outcome.exception() if state.outcome else None
             limit = self.backoff.max_throttled_attempts if isinstance(error, Throttled) else self.backoff.max_attempts
@@ -308,4 +320,4 @@ class Throttle:
             sleep=self._sleep,
             reraise=True,
         )
-        return retrying(admitted)
+        return retrying(again)
