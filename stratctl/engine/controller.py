@@ -453,7 +453,7 @@ class Submitter:
         """(name, future) of each trial's create, in order, with at most WINDOW creates
         handed to the pool at a time: the pool's workers stay busy, and 100,000 trials are
         never 100,000 futures at once."""
-        window = max(WINDOW, 8 * getattr(pool, "_max_workers", 1))
+        window = max(WINDOW, 8 * self.options.workers)
         queued: deque[tuple[str, Future]] = deque()
         for name in names:
             queued.append((name, pool.submit(self.submit_trial, self.trials[name], dry_run, placed[name])))
