@@ -54,11 +54,11 @@ def trimmed_job(obj: dict) -> dict:
     status, and the spec with each pod template cut to its containers' names and resources
     (GPU accounting), node selector and priority class. Commands, env, volumes and the
     templates' labels and annotations (the job's, again) go. The trimmed spec is the same
-    for every trial of a shape, so equal specs are one object; the keys and short values of
-    the metadata and status and the values that repeat (label values, phases, times) are
-    interned, one string for all jobs where each parsed answer had its own. A mirrored job of the bench study holds
-    about 2 KB where the parsed job held 11 KB (and a trimmed one 4.4 KB before specs
-    were shared). Nothing recreates a job from the mirror: new attempts are rendered."""
+    for every trial of a shape, so equal specs are one object; the keys of the metadata and
+    status, and the values that repeat from job to job (label values, phases, times), are
+    interned: one string for all jobs where each parsed answer had its own. A mirrored job
+    of the bench study holds about 2 KB where the parsed job held 11 KB (4.4 KB before
+    specs were shared). Nothing recreates a job from the mirror: new attempts are rendered."""
     without_managed_fields(obj)
     spec = obj.get("spec") or {}
     for template in [t.get("template") for t in spec.get("tasks") or [] if isinstance(t, dict)] + [spec.get("template")]:
@@ -77,10 +77,13 @@ def trimmed_job(obj: dict) -> dict:
         if isinstance(obj.get(key), dict):
             obj[key] = _interned(obj[key])
     meta = obj.get("metadata") or {}
-    if isinstance(meta.get("labels"), dict):  # the same few values on every job of a study
-        meta["labels"] = {k: v if k == labels.TRIAL else _interned(v, True) for k, v in meta["labels"].items()}
-        if meta["labels"].get(labels.TRIAL) == meta.get("name"):
-            meta["labels"][labels.TRIAL] = meta["name"]  # a first attempt's name: one string
+    tags = meta.get("labels")
+    if isinstance(tags, dict):  # the same few values on every job of a study, but the trial's
+        for key, value in tags.items():
+            if key != labels.TRIAL and type(value) is str:
+                tags[key] = sys.intern(value)
+        if tags.get(labels.TRIAL) == meta.get("name"):
+            tags[labels.TRIAL] = meta["name"]  # a first attempt's name: one string
     return obj
 
 
@@ -96,15 +99,12 @@ def _interned(value, shared: bool = False):
     (read-only afterwards)."""
     kind = type(value)
     if kind is dict:
-        return {intern(k): _interned(v, k in SHARED) for k, v in value.items()}
+        return {sys.intern(k): _interned(v, k in SHARED) for k, v in value.items()}
     if kind is str:
-        return intern(value) if shared and len(value) <= SHORT else value
+        return sys.intern(value) if shared and len(value) <= SHORT else value
     if kind is list:
         return [_interned(v, shared) for v in value]
     return value
-
-
-intern = sys.intern
 
 
 _SPECS: dict[str, dict] = {}  # trimmed specs by their JSON: a study's trials share a handful
