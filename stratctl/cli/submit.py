@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -75,10 +76,8 @@ def submit(
         move_waiting=move_waiting,
         storage=storage,
     )
-    from rich.console import Console
-
-    err = Console(stderr=True)
-    display = LiveDisplay(err) if err.is_terminal and output is Output.text else LogDisplay(sys.stderr)
+    err = _terminal() if output is Output.text else None
+    display = LiveDisplay(err) if err is not None else LogDisplay(sys.stderr)
     metrics = None
     if metrics_port:  # prometheus_client is loaded for this alone
         from stratctl.view.metrics import MetricsReporter
@@ -96,23 +95,38 @@ def submit(
         if progress.succeeded and not options.dry_run and not detach:
             typer.echo(_best(file, Connection(kubeconfig, context, namespace), progress.study), nl=False)
     if progress.interrupted:
-        err.print(
+        (err or _stderr()).print(
             "[yellow]interrupted[/]: no more trials submitted. Run the same command again to resume; "
             "trials already in the cluster are recognised, never duplicated."
         )
         raise typer.Exit(ExitCode.INTERRUPTED)
     if progress.timed_out:
-        err.print(f"[yellow]timed out[/] after {timeout}: trials keep running; run the same command again to "
-                  "follow the study to its end (nothing is submitted twice).")
+        (err or _stderr()).print(f"[yellow]timed out[/] after {timeout}: trials keep running; run the same command "
+                                 "again to follow the study to its end (nothing is submitted twice).")
         raise typer.Exit(ExitCode.TIMEOUT)
     if progress.errors and options.dry_run:
         raise typer.Exit(ExitCode.INVALID_INPUT)  # the server refused manifests: the study needs fixing
     if progress.conflicts:  # objects of the study's trials exist with another spec: the user must choose
-        err.print(f"[red]{len(progress.conflicts)} trial(s) exist in the cluster with a different spec hash[/]: "
-                  "delete their jobs or rename the study")
+        (err or _stderr()).print(f"[red]{len(progress.conflicts)} trial(s) exist in the cluster with a different spec "
+                                 "hash[/]: delete their jobs or rename the study")
         raise typer.Exit(ExitCode.CONFLICT)
     if progress.errors or progress.failed:
         raise typer.Exit(ExitCode.FAILURE)
+
+
+def _terminal():
+    """A rich console on stderr when stderr is a terminal (rich decides, honouring
+    FORCE_COLOR and TTY_COMPATIBLE), else None: CI logs and pipes start without rich."""
+    if not sys.stderr.isatty() and not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE")):
+        return None
+    err = _stderr()
+    return err if err.is_terminal else None
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _best(file: Path, connection, study: str) -> str:

@@ -22,14 +22,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.engine.blocked import Blocked
-from stratctl.engine.closedloop import ClosedLoop
-from stratctl.engine.intermediate import steps_of
-from stratctl.engine.recovery import usage
 from stratctl.engine.pace import api_room
 from stratctl.engine.packing import Candidate, Packing, pack, passed_over
 from stratctl.engine.placement import Placer, Placing
@@ -43,9 +41,7 @@ from stratctl.study.render import Renderer, min_resources
 from stratctl.engine.requeue import Requeue, create_attempt, pod_starts
 from stratctl.engine.salvage import Salvage
 from stratctl.engine.progress import Progress, Reporter, Silent
-from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
 from stratctl.engine.shedding import Shedding
-from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.mirror import Mirror, watch_health
 from stratctl.kube.outage import Change, Outage, duration
 from stratctl.study import shape
@@ -53,9 +49,11 @@ from stratctl.study.changes import spec_text
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.kube.state import TrialState, classify, latest_attempts, trial_of
-from stratctl.engine.status import results_in, trial_results
 from stratctl.engine.summary import build, latest_slim, summary_data
 from stratctl.engine.throttle import Throttle
+
+if TYPE_CHECKING:
+    from stratctl.engine.signals import ClusterSignals
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,11 @@ class Submitter:
         self.study = study
         # a closed-loop search asks its trials as it goes (engine/closedloop.py), none up front:
         # `trials` are then the first it would ask, rendered already (and what a dry run sends)
-        self.search = ClosedLoop(study) if study.strategy.closed_loop else None
+        self.search = None
+        if study.strategy.closed_loop:  # its modules (samplers, results, pruning) load for such a study alone
+            from stratctl.engine.closedloop import ClosedLoop
+
+            self.search = ClosedLoop(study)
         self._first = list(trials)
         self.trials = {t.name: t for t in trials} if self.search is None else {}
         self.order = [t.name for t in trials] if self.search is None else []
@@ -166,7 +168,11 @@ class Submitter:
         self.placer = Placer(study.queues, self._queue_objects, amounts(min_resources(self._largest(study, trials))),
                              lambda message: self.reporter.event(message)) if len(study.queues) > 1 else None
         # read in the background (launch starts it): a slow Prometheus never delays a cycle
-        self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url)) if options.prometheus_url else None
+        self.prometheus = None
+        if options.prometheus_url:
+            from stratctl.engine.prometheus import ControlPlaneWatch, Prometheus
+
+            self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url))
         self._pending_since: dict[str, float] = {}
         self.reporter = reporter or Silent()
         self.clock = clock
@@ -498,6 +504,8 @@ class Submitter:
         cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
         told, marks = parse_record(cm).told, suspended_of(cm)
         ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in told]
+        from stratctl.engine.status import trial_results
+
         results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
         for trial in self.search.rebuild(latest, results, told, marks):
             if trial.name not in self.trials:
@@ -530,6 +538,8 @@ class Submitter:
         if not ended:
             return
         succeeded = {n: self._jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in self._jobs}
+        from stratctl.engine.status import results_in, trial_results
+
         pods, _ = self._mirrored()  # the loop's watch of pods holds most results already
         results = results_in(pods, succeeded) if pods is not None else {}
         unread = {n: job for n, job in succeeded.items() if n not in results}
@@ -576,6 +586,9 @@ class Submitter:
         running = {n: self._jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in self._jobs}
         if not running:
             return
+        from stratctl.engine.intermediate import steps_of
+        from stratctl.engine.recovery import usage
+
         metric = self.study.objectives[0].metric
         reported = steps_of(pods, metric)
         for name, job in running.items():

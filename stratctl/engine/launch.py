@@ -16,7 +16,6 @@ from stratctl.engine.preflight import pods_of, preflight, shape_key
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.revision import revise
 from stratctl.study.render import Renderer
-from stratctl.engine.signals import ClusterSignals
 from stratctl.kube.cluster import QUEUE
 from stratctl.kube.mirror import Mirror, trimmed_job
 from stratctl.study.space import Trial, expand
@@ -125,6 +124,8 @@ def submit_study(
                            "higher-priority gangs; trials preempted after it returns are resumed by the next "
                            "`stratctl submit` without --detach")
         if (options.parallelism == "adaptive" or yields) and not options.detach and not blind:
+            from stratctl.engine.signals import ClusterSignals  # its watches of nodes and pods: not for --detach
+
             submitter.signals = ClusterSignals(
                 cluster, submitter.reference_shape(), study.namespace, study.priority_class,
                 yields, study.queues, study.trial.network_topology)

@@ -21,12 +21,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
-
-import tenacity
+from typing import TYPE_CHECKING, TypeVar
 
 from stratctl.engine import pace as rule
 from stratctl.errors import ClusterError, Throttled, Unavailable
+
+if TYPE_CHECKING:
+    import tenacity
 
 T = TypeVar("T")
 Clock = Callable[[], float]
@@ -307,6 +308,8 @@ class Throttle:
                 error, failed = failed, None
                 raise error
             return admitted()
+
+        import tenacity  # loaded by the first request that fails, not by every command's start-up
 
         def stop(state: tenacity.RetryCallState) -> bool:
             error = state.outcome.exception() if state.outcome else None

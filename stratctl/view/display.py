@@ -1,7 +1,8 @@
 """How a running submission shows itself: a live rich panel on a terminal, log lines in CI.
 
 Both take `Progress` snapshots from the submit loop; the picture is a pure function of
-the snapshot (`progress_table`), so it is tested without a terminal.
+the snapshot (`progress_table`), so it is tested without a terminal. rich is loaded by
+the panel alone: log lines and summaries (CI, `-o json`) start without it.
 """
 
 from __future__ import annotations
@@ -9,19 +10,21 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TextIO
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from stratctl.engine.progress import Progress
 from stratctl.view.columns import plural
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
 
 def progress_table(p: Progress) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -67,6 +70,9 @@ def progress_table(p: Progress) -> Table:
 
 
 def render_progress(p: Progress):
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+
     finished = p.succeeded + p.failed + p.pruned + len(p.errors)
     bar = ProgressBar(total=max(p.total, 1), completed=finished, width=60)
     return Group(progress_table(p), bar)
@@ -80,6 +86,8 @@ class LiveDisplay:
         self.live: Live | None = None
 
     def __enter__(self) -> LiveDisplay:
+        from rich.live import Live
+
         self.live = Live(console=self.console, refresh_per_second=4, transient=False)
         self.live.__enter__()
         return self
@@ -93,6 +101,8 @@ class LiveDisplay:
             self.live.update(render_progress(progress))
 
     def event(self, message: str) -> None:
+        from rich.text import Text
+
         # console.log would append this module's file:line to every line: it is not the user's business
         self.console.print(Text(time.strftime("[%H:%M:%S] "), style="dim") + Text(message))
 

@@ -40,3 +40,15 @@ def test_completion_skips_pydantics_plugin_scan():
                           capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, **env})
     assert done.stdout.split("\n")[0] == "status"
     assert "None" in done.stdout.split("\n")[1]  # never scanned
+
+
+def test_a_submit_logging_to_ci_loads_neither_rich_nor_tenacity_nor_the_optional_loops():
+    # stderr is a pipe here: log lines, no panel; no request fails, so no retry machinery;
+    # a grid study with no --prometheus-url and nothing to watch: no closed loop, no signals
+    code = ("import sys; from stratctl.cli.main import main\n"
+            "try: main(['submit', sys.argv[1], '--dry-run', 'client', '-o', 'json'])\nexcept SystemExit: pass")
+    loaded = _modules_after(code, str(ROOT / "examples/demo.yaml"), env={"FORCE_COLOR": "", "TTY_COMPATIBLE": ""})
+    assert "stratctl.engine.controller" in loaded and "stratctl.study.render" in loaded
+    assert not any(m == "rich" or m.startswith("rich.") for m in loaded)
+    assert "tenacity" not in loaded
+    assert not {"stratctl.engine.signals", "stratctl.engine.prometheus", "stratctl.engine.status"} & loaded
