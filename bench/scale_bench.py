@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 from bench.status_bench import run  # noqa: E402
 from bench.submit_bench import study_text  # noqa: E402
@@ -86,6 +87,7 @@ def main() -> None:
     parser.add_argument("--parts", default="offline,submit,status",
                         help="which parts to run (status needs submit's jobs)")
     args = parser.parse_args()
+    compiled()
     parts = set(args.parts.split(","))
 
     target = testbed_target()

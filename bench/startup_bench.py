@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 
 TARGETS = {"validate demo": 0.3, "validate quasi-random": 0.5, "complete `sta<Tab>`": 0.2,
@@ -81,6 +82,7 @@ def main() -> None:
                              "checkouts in the same rounds (e.g. before and after a change)")
     args = parser.parse_args()
     sources = [s.resolve() for s in args.src or [ROOT]]
+    compiled(*(src / "stratctl" for src in sources))
     cases = commands()
     walls = {(src, name): [] for src in sources for name, _, _ in cases}
     cpus = {(src, name): [] for src in sources for name, _, _ in cases}
@@ -90,7 +92,7 @@ def main() -> None:
             for name, argv, extra in cases:
                 # run in the source directory: `python -m` puts the working directory first on sys.path
                 wall, cpu = measure(argv, {**env, **extra}, src)
-                if round_:  # the first round only warms the file cache and writes .pyc files
+                if round_:  # the first round only warms the file cache
                     walls[src, name].append(wall)
                     cpus[src, name].append(cpu)
     print(f"stratctl start-up, {args.runs} processes per command, {os.cpu_count()} CPUs, "

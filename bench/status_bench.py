@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 from bench.testbed import scheduler_paused, testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
@@ -147,6 +148,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the jobs in the cluster")
     args = parser.parse_args()
+    compiled()
 
     target = testbed_target()
     ns = target.namespace

@@ -40,6 +40,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
@@ -152,6 +153,7 @@ def main() -> None:
     parser.add_argument("--raw-connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=32, help="stratctl submit --workers")
     args = parser.parse_args()
+    compiled()
     n = args.trials
     target = testbed_target()
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
