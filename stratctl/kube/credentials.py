@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import yaml
 
+from stratctl.kube.kubeconfig import read_kubeconfig
+
 
 class Unsupported(Exception):
     """The kubeconfig needs more than a token or a client certificate."""
@@ -50,13 +52,17 @@ def _material(section: dict, key: str, base: str) -> bytes | None:
 
 
 def _tls(cluster: dict, user: dict, base: str) -> ssl.SSLContext:
-    context = ssl.create_default_context()
+    """A client context that verifies the server against the cluster's CA, as kubectl does;
+    the system's CAs only for a cluster that names none (loading them costs 25-45 ms)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # certificates and host names verified
     if cluster.get("insecure-skip-tls-verify"):
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     else:
         ca = _material(cluster, "certificate-authority", base)
         if ca is not None:
             context.load_verify_locations(cadata=ca.decode())
+        else:
+            context.load_default_certs()
     cert, key = _material(user, "client-certificate", base), _material(user, "client-key", base)
     if cert and key:
         with tempfile.TemporaryDirectory() as scratch:  # ssl reads a certificate chain from files only
@@ -73,8 +79,7 @@ def static_credentials(path: str, context: str | None) -> Credentials:
     `Unsupported` when they need the Kubernetes client (or the file cannot be followed
     here: the client then says what is wrong, as it always did)."""
     try:
-        with open(path) as f:
-            config = yaml.safe_load(f) or {}
+        config = read_kubeconfig(path) or {}
         ctx = _named(config.get("contexts"), context or config.get("current-context"))["context"]
         cluster = _named(config.get("clusters"), ctx["cluster"])["cluster"]
         user = _named(config.get("users"), ctx.get("user"))["user"] if ctx.get("user") else {}

@@ -152,6 +152,19 @@ def test_tls_follows_the_kubeconfig(tmp_path):
     assert static_credentials(kubeconfig(tmp_path, "http://127.0.0.1:8080"), None).tls is None
 
 
+def test_a_cluster_ca_is_the_only_one_trusted_and_the_systems_are_for_a_cluster_naming_none(tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+                    "-keyout", str(tmp_path / "ca.key"), "-out", str(tmp_path / "ca.crt")], check=True,
+                   capture_output=True)
+    own = static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443", "{token: t}",
+                                        f", certificate-authority: {tmp_path / 'ca.crt'}"), None)
+    assert [dict(c["subject"][0])["commonName"] for c in own.tls.get_ca_certs()] == ["test-ca"]
+    assert own.tls.verify_mode == ssl.CERT_REQUIRED and own.tls.check_hostname
+    system = ssl.create_default_context().cert_store_stats()["x509_ca"]
+    assert static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443"), None).tls.cert_store_stats()[
+        "x509_ca"] == system
+
+
 def test_a_server_that_refuses_is_unavailable_naming_what_happened(tmp_path):
     cluster = Cluster.connect(kubeconfig(tmp_path, "http://127.0.0.1:1"))
     try:
