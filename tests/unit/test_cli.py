@@ -294,3 +294,14 @@ def test_a_large_study_keeps_the_first_manifests_and_one_trial_of_each_shape(tmp
     bad = text.replace('"{{ 1 if params.bs == 16 else 2 }}"', '"{{ 1 if index < 29 else 1 // 0 }}"')
     result = run("submit", write(tmp_path, bad, "bad.yaml"), "--dry-run", "client")
     assert result.exit_code == 2 and "trial 29" in result.stderr, result.stderr
+
+
+def test_a_command_is_built_alone_and_behaves_as_in_the_whole_application():
+    from stratctl.cli.main import _one_command
+
+    one = _one_command(["--traceback", "resume", "s"])
+    assert [c.callback.__name__ for c in one.registered_commands] == ["resume"]
+    assert _one_command(["--help"]) is app and _one_command(["nosuch"]) is app and _one_command([]) is app
+    for args in (["submit", "--help"], ["resume", "--help"], ["validate"]):
+        alone, whole = (CliRunner().invoke(a, args, env={"COLUMNS": "120"}) for a in (_one_command(args), app))
+        assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output)
