@@ -18,6 +18,8 @@ study name; everything is deleted after each run. Figures go to stdout and to
 bench/results/submit.json with the commit they were measured at.
 
     python bench/submit_bench.py [--trials 500] [--repeat 3]
+
+(another --trials writes bench/results/submit-N.json).
 """
 
 from __future__ import annotations
@@ -216,7 +218,8 @@ def main() -> None:
     ratio_raw, ratio_kubectl = rate["stratctl"] / rate["raw"], rate["stratctl"] / rate["kubectl"]
     print(f"\nstratctl: {ratio_raw:.2f}x the API server's ceiling (target ≥ 0.8x), "
           f"{ratio_kubectl:.1f}x kubectl apply (target ≥ 3x)")
-    save("submit", {"trials": n, "repeat": args.repeat, "seconds": times, "median_seconds": median,
+    # the README's figure is at 500 trials; another size keeps its own file
+    save("submit" if n == 500 else f"submit-{n}", {"trials": n, "repeat": args.repeat, "seconds": times, "median_seconds": median,
                     "trials_per_second": rate, "stratctl_vs_raw": ratio_raw, "stratctl_vs_kubectl_apply": ratio_kubectl,
                     "raw_connections": args.raw_connections, "workers": args.workers,
                     "load_average": statistics.mean(load), "cores": os.cpu_count()})
