@@ -89,6 +89,14 @@ def test_a_token_goes_over_urllib3_alone_without_loading_the_kubernetes_client(t
     assert post["body"] == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "1"}}
 
 
+def test_bodies_are_written_as_json_writes_them(tmp_path, api):
+    cluster = Cluster.connect(kubeconfig(tmp_path, f"http://127.0.0.1:{api.server_port}"))
+    cluster.request("POST", "/api/v1/namespaces/ml/configmaps",
+                    body={"metadata": {"name": "x"}, "data": {8080: "port"}, "big": 2**70, "ratio": 0.5})
+    assert api.seen[0]["body"] == {"metadata": {"name": "x"}, "data": {"8080": "port"}, "big": 2**70, "ratio": 0.5}
+    cluster.close()
+
+
 def test_a_token_file_is_read_relative_to_the_kubeconfig_and_a_context_chosen_by_name(tmp_path, api):
     (tmp_path / "token").write_text("from-file\n")
     path = kubeconfig(tmp_path, f"http://127.0.0.1:{api.server_port}", user="{tokenFile: token}")
