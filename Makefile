@@ -8,7 +8,7 @@ STUDY  ?= examples/demo.yaml
 .PHONY: venv test unit e2e lint demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off slurm-up slurm-down yarn-up yarn-down yarn-am clean
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
