@@ -450,13 +450,13 @@ def _study_context(study: Study) -> dict[str, Any]:
         "gang_size": study.gang_size,
         "policies": policies,
         "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
-        "pod": _pod_fields(t),
+        "pod": _pod_fields(t, study.checkpoint.grace_seconds),
         "network_topology": t.network_topology.manifest() if t.network_topology else {},
         "min_resources": min_resources(study),
     }
 
 
-def _pod_fields(t: Any) -> dict[str, Any]:
+def _pod_fields(t: Any, grace_seconds: int | None = None) -> dict[str, Any]:
     """The trial's pod-level fields in Kubernetes' words, only those it sets (the
     templates render each one present)."""
     fields = {
@@ -465,7 +465,10 @@ def _pod_fields(t: Any) -> dict[str, Any]:
         "imagePullSecrets": [{"name": name} for name in t.image_pull_secrets],
         "securityContext": t.security_context.manifest() if t.security_context else {},
     }
-    return {k: v for k, v in fields.items() if v}
+    out = {k: v for k, v in fields.items() if v}
+    if grace_seconds is not None:  # 0 is a value (kill at once), not an absence
+        out["terminationGracePeriodSeconds"] = grace_seconds
+    return out
 
 
 def min_resources(study: Study) -> dict[str, str]:

@@ -47,7 +47,7 @@ MANIFEST_VARIABLES = {
     "policies": "Volcano lifecycle policies",
     "tolerations": "the tolerations, as Kubernetes objects",
     "pod": "the trial's pod fields set, as Kubernetes names and objects (volumes, affinity, imagePullSecrets, "
-           "securityContext)",
+           "securityContext, terminationGracePeriodSeconds)",
     "network_topology": "Volcano's networkTopology of the trial ({mode, highestTierAllowed}), empty when not set",
     "min_resources": "resources of the gang's minAvailable pods, summed (PodGroup minResources)",
     **VARIABLES,

@@ -290,6 +290,9 @@ class TrialSpec(_Model):
 
 class Checkpoint(_Model):
     location: str = ""  # template, e.g. "s3://bucket/{{ study }}/{{ trial }}"
+    # seconds between SIGTERM and SIGKILL for a trial's pods (terminationGracePeriodSeconds):
+    # the time a preempted trial has to save (stratctl.trial.on_preempt); None: Kubernetes' 30 s
+    grace_seconds: int | None = Field(default=None, ge=0)
 
 
 class Retries(_Model):

@@ -1,0 +1,135 @@
+"""What a trial tells stratctl about its outcome: its result once (`result`), and
+intermediate values while it runs for the study's pruner (`report`).
+
+Each backend reads them where it already looks:
+
+- Kubernetes: the result is the container's termination message (`/dev/termination-log`,
+  at most 4 KiB), which `stratctl status` and the closed loop read from the finished pod;
+  reports go to the trial's pod as an annotation (stratctl/engine/intermediate.py, loaded
+  only then: it needs the Kubernetes client).
+- Slurm and YARN: the result is `result.json` in the trial's output directory
+  (`STRATCTL_OUTPUT_DIR`), which the scheduler reads once the attempt ended. No pruner runs
+  there: reports are appended to `report.jsonl` beside it, for the user, and say so once.
+- By hand (no trial): both are said on stderr, nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from stratctl import labels, rendezvous
+from stratctl.attempt import RESULT
+from stratctl.trial import checkpoint
+from stratctl.trial.contract import OUTPUT_DIR, backend
+
+TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath in stratctl's templates
+TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps; a longer one is cut, unreadable
+REPORT_FILE = "report.jsonl"
+_said: set[str] = set()
+
+
+def result(**metrics: Any) -> Path | None:
+    """Write the trial's result, `result(loss=0.231, accuracy=0.91)`, where its backend
+    reads it; the path written (None by hand). Values are JSON: numbers (numpy and torch
+    scalars too), strings, lists, objects; the study's objective must be a number. Call it
+    once, at the end, from rank 0 (another rank's result may be the one read)."""
+    if not metrics:
+        raise ValueError("result() needs at least one metric, e.g. result(loss=0.23)")
+    text = json.dumps(metrics, default=_plain, separators=(",", ":"))
+    env = os.environ
+    where = backend(env)
+    if where in ("slurm", "yarn"):
+        path = Path(checkpoint.START, env[OUTPUT_DIR], RESULT)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint.atomic_write(path, lambda f: f.write(text.encode()))  # the loop may read it at any moment
+        return path
+    if where == "kubernetes":
+        data = text.encode()
+        if len(data) > TERMINATION_LIMIT:
+            raise ValueError(f"the result is {len(data)} bytes of JSON; a termination message keeps "
+                             f"{TERMINATION_LIMIT}: report fewer or shorter values")
+        with open(TERMINATION_LOG, "wb") as f:  # the kubelet's own mount: written in place, never renamed over
+            f.write(data)
+        return Path(TERMINATION_LOG)
+    print(f"stratctl.trial: result (not in a trial, written nowhere): {text}", file=sys.stderr)
+    return None
+
+
+def report(step: int, flush: bool = False, **values: float) -> bool:
+    """Report intermediate values of `step`, `report(3, loss=0.41)`, for the study's pruner;
+    True when they reached it now. It never stops the training that calls it.
+
+    On Kubernetes this is `stratctl.report` (written to the pod at most every 5 s; `flush`:
+    now). On Slurm and YARN no pruner runs: the values are appended to `report.jsonl` in the
+    trial's output directory, False is returned, and stderr says so once."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a whole number of 0 or more (got {step!r})")
+    if not values:
+        raise ValueError("report() needs at least one value, e.g. report(3, loss=0.41)")
+    numbers = {name: _number(name, value) for name, value in values.items()}
+    if not all(math.isfinite(v) for v in numbers.values()):  # a diverging run: not a reason to stop it here
+        _once("not finite", f"stratctl.trial.report: step {step}: values that are not finite numbers are left "
+                            f"out ({', '.join(k for k, v in numbers.items() if not math.isfinite(v))})")
+        numbers = {k: v for k, v in numbers.items() if math.isfinite(v)}
+        if not numbers:
+            return False
+    env = os.environ
+    where = backend(env)
+    if where == "kubernetes":
+        try:
+            import stratctl
+            return stratctl.report(step, flush=flush, **numbers)
+        except ImportError as exc:  # the library copied without stratctl's dependencies
+            _once("import", f"stratctl.trial.report: not written ({exc}: install stratctl in the "
+                            "trial's image); training goes on")
+            return False
+    if where in ("slurm", "yarn"):
+        _once("no pruner", f"stratctl.trial.report: the pruner does not run on {where.capitalize()}; "
+                           f"values kept in {REPORT_FILE} in the trial's output directory")
+        line = json.dumps({"attempt": _whole(env.get(labels.ENV_ATTEMPT)), "rank": _whole(env.get(rendezvous.NODE_RANK)),
+                           "step": step, "values": numbers}, separators=(",", ":")) + "\n"
+        directory = Path(checkpoint.START, env[OUTPUT_DIR])
+        directory.mkdir(parents=True, exist_ok=True)
+        # one write of one line to a file opened for appending: the ranks' lines do not interleave
+        fd = os.open(directory / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+        return False
+    _once("local", "stratctl.trial.report: not in a trial; values not sent")
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """What json cannot write by itself: numpy and torch scalars."""
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "__float__"):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def _number(name: str, value: Any) -> float:
+    try:
+        if isinstance(value, bool | str | bytes):
+            raise TypeError
+        return float(value if isinstance(value, int | float) else _plain(value))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not a number") from None
+
+
+def _whole(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def _once(kind: str, message: str) -> None:
+    if kind not in _said:
+        _said.add(kind)
+        print(message, file=sys.stderr)
