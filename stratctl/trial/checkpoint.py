@@ -21,7 +21,6 @@ import os
 import pickle
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -171,9 +170,10 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
     """Give `path` the content `write` puts in a binary file, all of it or none: readers
     see the old file or the new one, never a part (the directory must exist)."""
     # a name of its own for every write: a save from the SIGTERM hook may interrupt one in
-    # progress in the same process, and must not write into its file
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{_TMP}")
-    tmp = Path(name)
+    # progress in the same process, and must not write into its file. Not mkstemp: its
+    # files are private (0600), and stratctl may read a result as another user (YARN)
+    tmp = path.with_name(f".{path.name}{_TMP}{os.getpid()}-{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask decides, as for any file
     try:
         with open(fd, "wb") as f:
             write(f)

@@ -144,6 +144,10 @@ def test_save_and_latest_round_trip_objects_and_bytes_and_keep_the_last_k(tmp_pa
     ckpt.save(b"\x00raw", 5)
     assert (ckpt.latest().step, ckpt.latest().load()) == (5, b"\x00raw")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000000004.pkl", "step-000000005.bin"]
+    # as readable as any file the process writes (stratctl may read a result as another user)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert {p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {0o666 & ~mask}
 
 
 def test_the_module_functions_use_the_trials_checkpoint_directory(tmp_path, monkeypatch):
