@@ -243,6 +243,8 @@ def submit_attempts(prepared, options: SubmitOptions, qps: float | None, burst: 
             scheduler.check(trial)
         return Progress(study=study.name, total=len(prepared.trials), created=len(prepared.trials),
                         dry_run="client", backend=study.backend)
+    if prepared.trials:  # what a first attempt needs on this machine (a YARN study's AM jar): said before any request
+        scheduler.check(prepared.trials[0])
     throttle = Throttle(qps=study.throttle.qps if qps is None else qps,
                         burst=max(1, study.throttle.burst if burst is None else burst), concurrency=options.workers)
     return AttemptLoop(study, prepared.trials, scheduler, throttle, options, reporter, policy).run()

@@ -46,13 +46,33 @@ def output_of(study: Study, workdir: Path | str | None = None) -> Path:
     return (Path(workdir or ".") / study.yarn.output_dir / study.name).absolute()
 
 
-def default_jar() -> Path:
-    """The gang AM's jar as `yarn-am/build.sh` builds it (STRATCTL_YARN_AM_JAR names another)."""
-    given = os.environ.get("STRATCTL_YARN_AM_JAR")
-    if given:
-        return Path(given)
+def built_jar() -> Path:
+    """Where `make yarn-am` (yarn-am/build.sh) writes the gang AM's jar: a cache outside the
+    installed package, the same for a source checkout and a wheel."""
     cache = Path(os.environ.get("STRATCTL_YARN_CACHE") or Path.home() / ".cache" / "stratctl" / "yarn")
     return cache / "am" / AM_JAR
+
+
+def am_jar(study: Study, given: Path | None = None) -> tuple[Path, str]:
+    """The gang AM's jar a study uses and what named it: the study's yarn.am_jar, else the
+    one given, else STRATCTL_YARN_AM_JAR, else the built one."""
+    if study.yarn.am_jar:
+        return Path(study.yarn.am_jar), "the study's yarn.am_jar"
+    if given is not None:
+        return given, "the jar given"
+    if os.environ.get("STRATCTL_YARN_AM_JAR"):
+        return Path(os.environ["STRATCTL_YARN_AM_JAR"]), "STRATCTL_YARN_AM_JAR"
+    return built_jar(), "where `make yarn-am` writes it"
+
+
+def missing_jar(study: Study, path: Path, named: str) -> UsageError:
+    """One line: where the jar was looked for, how to build it, how to name another."""
+    build = "`make yarn-am` in a stratctl source checkout (yarn-am/build.sh, needs a JDK and Maven"
+    built = built_jar()
+    where = f"{path}, where `make yarn-am` writes it: build it with {build})" if path == built else \
+        f"{path} ({named}): build one with {build}; it writes {built})"
+    return UsageError(f"{study.name}: no gang application master jar at {where}, or name the jar with "
+                      "STRATCTL_YARN_AM_JAR or the study's yarn.am_jar (a path every NodeManager reads)")
 
 
 def free_gpus(nodes: list[dict], label: str | None) -> list[int]:
@@ -181,13 +201,13 @@ class YarnScheduler(StudyFiles, Counted):
 
     @functools.cached_property
     def jar(self) -> Jar:
-        path = Path(self.study.yarn.am_jar) if self.study.yarn.am_jar else (self._jar_path or default_jar())
+        path, named = am_jar(self.study, self._jar_path)
+        if not path.is_file():
+            raise missing_jar(self.study, path, named)
         try:
             return Jar.of(path)
         except OSError:
-            raise UsageError(f"{self.study.name}: the gang application master's jar {path} is not there: build it with "
-                             "`bash yarn-am/build.sh` (needs a JDK and Maven), or set yarn.am_jar in the study "
-                             "(a path every NodeManager reads)") from None
+            raise missing_jar(self.study, path, named) from None
 
     @functools.cached_property
     def classpath(self) -> list[str]:
@@ -210,15 +230,17 @@ class YarnScheduler(StudyFiles, Counted):
                      [self.renderer.dir, bundled_templates()], self.output)
 
     def check(self, trial: Trial) -> None:
-        """Build the first attempt without sending it (a client dry run)."""
+        """Build the first attempt without sending it (a client dry run), the AM's jar found."""
         self._build(trial, 0)
+        self.jar  # a missing jar is said by the dry run, not first by the submission
 
     def create(self, app: Application) -> None:
         wait = self._refused_until - self.clock()
         if wait > 0:  # the queue refused the study's applications for its limits a moment ago: pressure
             raise Throttled("the queue refused applications for its application limits (maximum-applications): "
                             "holding new submissions", retry_after=wait)
-        body = app.body(self.rm.new_application(), self.study, self.jar, self.classpath)
+        jar = self.jar  # a missing jar ends the submit before the RM hands out an application id
+        body = app.body(self.rm.new_application(), self.study, jar, self.classpath)
         self.rm.submit(body)
 
     def find(self, app: Application) -> bool:

@@ -4,14 +4,16 @@ forgetful RM loses no history, drain kills and marks, resume sends the next atte
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stratctl.engine import attemptdrain
 from stratctl.engine.attemptstatus import snapshot
 from stratctl.study.space import expand
 from stratctl.trialstate import TrialState
-from stratctl.errors import Throttled
-from stratctl.yarn.scheduler import YarnScheduler, headroom, queue_limit, queue_of, within
+from stratctl.errors import ExitCode, Throttled, UsageError
+from stratctl.yarn.scheduler import YarnScheduler, am_jar, built_jar, headroom, queue_limit, queue_of, within
 from tests.unit.studies import load
 
 STUDY = """\
@@ -178,3 +180,55 @@ def test_an_accepted_application_held_back_by_a_queue_limit_waits_for_limits(tmp
     assert queue_limit({"AMResourceLimit": {"memory": 1024, "vCores": 8}, "usedAMResource": {"memory": 1024,
                                                                                            "vCores": 2}}).startswith(
         "the queue's AM resource limit")
+
+
+def test_the_am_jar_is_found_where_make_yarn_am_writes_it_or_where_it_is_named(tmp_path, monkeypatch):
+    study = load(tmp_path, STUDY)
+    monkeypatch.delenv("STRATCTL_YARN_AM_JAR", raising=False)
+    monkeypatch.setenv("STRATCTL_YARN_CACHE", str(tmp_path / "cache"))
+    built = tmp_path / "cache" / "am" / "stratctl-yarn-am.jar"  # yarn-am/build.sh's output, from any install
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"built")
+    assert built_jar() == built and am_jar(study) == (built, "where `make yarn-am` writes it")
+    assert YarnScheduler(study, rm=_Adapter(MemoryRM()), workdir=str(tmp_path)).jar.size == len(b"built")
+    named = tmp_path / "named.jar"
+    monkeypatch.setenv("STRATCTL_YARN_AM_JAR", str(named))
+    assert am_jar(study) == (named, "STRATCTL_YARN_AM_JAR")
+    shared = load(tmp_path, STUDY.replace("classpath:", "am_jar: /shared/am.jar, classpath:"))
+    assert am_jar(shared) == (Path("/shared/am.jar"), "the study's yarn.am_jar")  # the study's own wins
+
+
+def test_a_missing_am_jar_ends_the_submit_before_any_application_with_how_to_build_it(tmp_path, monkeypatch):
+    study = load(tmp_path, STUDY)
+    monkeypatch.delenv("STRATCTL_YARN_AM_JAR", raising=False)
+    monkeypatch.setenv("STRATCTL_YARN_CACHE", str(tmp_path / "cache"))
+    rm = MemoryRM()
+    asked = []
+    adapter = _Adapter(rm)
+    adapter.new_application = lambda: asked.append(1) or rm.new_application()
+    sched = YarnScheduler(study, rm=adapter, workdir=str(tmp_path))
+    trial = expand(study)[0]
+    with pytest.raises(UsageError) as missing:
+        sched.check(trial)  # a client dry run says it too
+    with pytest.raises(UsageError):
+        sched.create(sched.prepare(trial, 0))
+    assert asked == [] and rm.apps == {}
+    text = str(missing.value)
+    assert "\n" not in text and missing.value.exit_code == ExitCode.INVALID_INPUT
+    assert text.startswith(f"s: no gang application master jar at {tmp_path / 'cache/am/stratctl-yarn-am.jar'}, where")
+    assert "`make yarn-am`" in text and "STRATCTL_YARN_AM_JAR" in text and "yarn.am_jar" in text
+
+
+def test_submit_with_a_missing_am_jar_exits_2_in_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from stratctl.cli.main import app
+
+    monkeypatch.setenv("STRATCTL_YARN_AM_JAR", str(tmp_path / "nowhere.jar"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "study.yaml").write_text(STUDY)
+    result = CliRunner().invoke(app, ["submit", "study.yaml", "--dry-run", "client"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        line for line in result.stderr.strip().splitlines() if "no gang application master jar at" in line]
+    assert f"{tmp_path / 'nowhere.jar'} (STRATCTL_YARN_AM_JAR)" in result.stderr and "Traceback" not in result.stderr
