@@ -34,6 +34,8 @@ def snapshot(study: Study, scheduler: Scheduler | None = None, now: float | None
             result=scheduler.result(trial.name), preemptions=attempt.preemptions if attempt else 0,
             failures=attempt.failures + (attempt.state is TrialState.FAILED) if attempt else 0,
             index=trial.index, exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
+            # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)
+            reason=attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else "",
             queue=scheduler.queue, gpu_seconds=ran * gpus,
             gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,
             started=attempt.started if attempt else None, finished=attempt.ended if attempt else None))

@@ -14,6 +14,7 @@ suspended, not pending.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -37,6 +38,7 @@ STATES = {
 HELD = ("JobHeldUser", "JobHeldAdmin")  # `scontrol hold` / `requeuehold`: drained
 # why a pending job waits, in the words the adaptive policy reads
 CAPACITY = ("Resources", "Priority", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions")
+UNSAID = ("NonZeroExitCode", "JobLaunchFailure")  # what squeue's reason of a job killed by a signal says
 LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
 
 
@@ -70,6 +72,48 @@ def _time(value) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
+def _number(value) -> int | None:
+    """An integer of squeue's JSON (a {set, number} object in later Slurm)."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def exit_of(value) -> tuple[int | None, int | None]:
+    """(exit code, signal) of a job's `exit_code` or `derived_exit_code` in squeue's JSON.
+    Slurm 22.05 gives the wait status: exit code = status >> 8, signal = status & 0x7f (768
+    is exit 3, 9 is signal 9); later Slurm an object {status, return_code, signal: {id}}."""
+    if isinstance(value, dict):
+        sig = _number((value.get("signal") or {}).get("id"))
+        if value.get("status") == "SIGNALED" or sig:
+            return None, sig
+        return _number(value.get("return_code")), None
+    status = _number(value)
+    if status is None:
+        return None, None
+    return (None, status & 0x7F) if status & 0x7F else (status >> 8 & 0xFF, None)
+
+
+def signal_text(number: int) -> str:
+    """`signal 9 (SIGKILL)`."""
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def ending(job: dict) -> tuple[int | None, str]:
+    """How an ended job ended: its exit code, or None and the signal that killed it. The
+    script exits 128+N when a task was killed by signal N (srun's exit status), which the
+    job's derived exit code (the highest of its steps) shows as that signal."""
+    code, sig = exit_of(job.get("exit_code"))
+    if code is not None and code > 128:
+        _, step = exit_of(job.get("derived_exit_code"))
+        if step == code - 128:
+            code, sig = None, step
+    return code, "" if sig is None else signal_text(sig)
+
+
 def of_job(job: dict, study: str) -> Attempt | None:
     """The attempt a squeue job stands for; None for a job of another study or not stratctl's."""
     named = parse_comment(job.get("comment"))
@@ -82,11 +126,13 @@ def of_job(job: dict, study: str) -> Attempt | None:
     held = reason in HELD or slurm_state == "REQUEUE_HOLD" or job.get("priority") == 0  # a held job's priority is 0
     if held and (state is TrialState.PENDING or slurm_state == "COMPLETING"):  # COMPLETING: being requeued held
         state = TrialState.SUSPENDED
-    code = job.get("exit_code")
     ran = state in (TrialState.RUNNING, TrialState.SUCCEEDED, TrialState.FAILED, TrialState.PREEMPTED)
     ended = state in (TrialState.SUCCEEDED, TrialState.FAILED, TrialState.PREEMPTED)
+    code, killed = ending(job) if ended else (None, "")
+    if killed:  # the signal says why, better than squeue's JobLaunchFailure or NonZeroExitCode
+        reason = killed if reason in ("None", "", *UNSAID) else f"{killed}; {reason}"
     return _attempt(trial, attempt, state, job.get("job_id"), slurm_state, "" if reason == "None" else reason,
-                    int(job.get("restart_cnt") or 0), spec_hash, code if isinstance(code, int) else None,
+                    int(job.get("restart_cnt") or 0), spec_hash, code,
                     started=_time(job.get("start_time")) if ran else None,  # a pending job's is a forecast
                     ended=_time(job.get("end_time")) if ended else None)  # a running job's is its time limit
 

@@ -3,12 +3,18 @@ capacity the loop reads from sinfo."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 from stratctl.engine.attemptloop import gangs_fit
+from stratctl.engine.attemptstatus import snapshot
 from stratctl.slurm.scheduler import free_gpus
-from stratctl.slurm.state import Mark, latest, read_marks
+from stratctl.slurm.state import Mark, ending, exit_of, latest, read_marks
+from stratctl.study.space import expand
 from stratctl.trialstate import TrialState
+from stratctl.view.columns import why
+from tests.unit.studies import load
 
 
 def job(trial, attempt, state, job_id, reason="None", restarts=0, study="s", exit_code=0):
@@ -77,3 +83,59 @@ def test_free_gpus_and_whole_gangs_from_sinfo():
     assert free_gpus(nodes, None) == [4, 1, 4]
     assert gangs_fit([4, 1], [2, 2]) == 1  # the lone GPU on n2 holds no 2-GPU task
     assert gangs_fit([4, 1], [1, 1]) == 2 and gangs_fit([4, 1, 4], [4]) == 2
+
+
+def ended_jobs(trials: dict[str, str] | None = None) -> list[dict]:
+    """Ended jobs as squeue --json of Slurm 22.05 lists them (golden/, from the testbed), their
+    trials renamed by `trials`."""
+    jobs = json.loads((Path(__file__).parent / "golden" / "squeue-22.05-ended.json").read_text())["jobs"]
+    for job in jobs:
+        _, name, rest = job["comment"].split("/", 2)
+        job["comment"] = f"stratctl:s/{(trials or {}).get(name, name)}/{rest}"
+    return jobs
+
+
+def test_squeue_22_05_gives_a_wait_status_an_exit_code_and_a_signal_are_read_from_it():
+    seen = latest(ended_jobs(), "s", {})
+    assert {t: (a.state, a.exit_code, a.reason) for t, a in seen.items()} == {
+        "exit3": (TrialState.FAILED, 3, "NonZeroExitCode"),  # exit_code 768 = 3 << 8
+        "sig9": (TrialState.FAILED, None, "signal 9 (SIGKILL)"),  # the batch script killed: 9
+        "tasksig9": (TrialState.FAILED, None, "signal 9 (SIGKILL)"),  # srun's 137 << 8, derived_exit_code 9
+        "cancelled": (TrialState.FAILED, None, "signal 15 (SIGTERM)")}  # scancel
+    assert (exit_of(768), exit_of(9), exit_of(35072), exit_of(0), exit_of(None)) == (
+        (3, None), (None, 9), (137, None), (0, None), (None, None))
+    # later Slurm writes an object (data_parser 0.0.39+): read the same way
+    exited = {"status": "EXITED", "return_code": {"set": True, "infinite": False, "number": 3},
+              "signal": {"id": {"set": False, "infinite": False, "number": 0}, "name": ""}}
+    killed = {"status": "SIGNALED", "return_code": {"set": True, "infinite": False, "number": 0},
+              "signal": {"id": {"set": True, "infinite": False, "number": 9}, "name": "KILL"}}
+    assert (exit_of(exited), exit_of(killed)) == ((3, None), (None, 9))
+    # a script that exits 137 itself (no step killed) exited 137
+    assert ending({"exit_code": 137 << 8, "derived_exit_code": 0}) == (137, "")
+
+
+class Ended:
+    """A Slurm scheduler as `status` asks it, its attempts from the golden squeue jobs."""
+
+    where, queue = "slurm:research", "research"
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+
+    def attempts(self, marks=True):
+        return latest(self.jobs, "s", {})
+
+    def result(self, trial):
+        return None
+
+
+def test_status_of_a_task_that_exited_3_says_exit_3_and_of_one_killed_says_its_signal(tmp_path):
+    study = load(tmp_path, "name: s\nbackend: slurm\nretries: {max_failures: 0}\n"
+                           "space: {seed: {type: int, low: 0, high: 3, grid: true}}\nstrategy: {kind: grid}\n"
+                           "trial: {command: [train], resources: {limits: {nvidia.com/gpu: 1}}}\n")
+    trials = expand(study)
+    names = dict(zip(("exit3", "sig9", "tasksig9", "cancelled"), (t.name for t in trials)))
+    rows = {r.trial: r for r in snapshot(study, Ended(ended_jobs(names)), now=2e9).trials}
+    assert [why(rows[names[k]]) for k in names] == [
+        "exit 3", "signal 9 (SIGKILL)", "signal 9 (SIGKILL)", "signal 15 (SIGTERM)"]
+    assert rows[names["exit3"]].exit_code == 3 and rows[names["sig9"]].exit_code is None
