@@ -26,6 +26,7 @@ class Plan:
     estimate: Estimate
     seconds: Sequence[float] | None = None  # each trial's expected duration, when they differ
     shapes: Sequence[tuple[int, ...]] | None = None  # each trial's GPUs per pod, when shapes differ
+    gangs: Sequence[int] | None = None  # each trial's pods that must start together, when shapes differ
 
     @property
     def duplicates(self) -> int:
@@ -35,13 +36,14 @@ class Plan:
 def make_plan(path: str | Path) -> Plan:
     """Load, expand and render-check a study, and estimate its cost."""
     study, trials = validate(path)
-    seconds = shapes = None
+    seconds = shapes = gangs = None
     if study.cost.per_trial or study.varying_shape:
         renderer = Renderer(study)
         if study.cost.per_trial:
             seconds = [renderer.expected_seconds(t) for t in trials]
         if study.varying_shape:
             shapes = [renderer.shape(t) for t in trials]
+            gangs = [renderer.study_for(t).gang_size for t in trials]
     gpus = None if shapes is None else [sum(s) for s in shapes]
     cost = estimate(study, trials, seconds, gpus)
     if study.strategy.closed_loop:  # the first asks shown; the budget costed, as the first asks average
@@ -49,8 +51,24 @@ def make_plan(path: str | Path) -> Plan:
         scale = budget / len(trials) if trials else 0.0
         cost = replace(cost, trials=budget, gpu_hours=cost.gpu_hours * scale,
                        money=None if cost.money is None else cost.money * scale)
-        return Plan(study, trials, len(trials), cost, seconds, shapes)
-    return Plan(study, trials, size(study), cost, seconds, shapes)
+        return Plan(study, trials, len(trials), cost, seconds, shapes, gangs)
+    return Plan(study, trials, size(study), cost, seconds, shapes, gangs)
+
+
+def members(study: Study, pods: str, gang: str) -> str:
+    """What one trial is, in its backend's words: its pods and, when they differ, how many
+    of them must start together (Volcano's minAvailable: a log collector may not hold the
+    gang); a job of tasks on Slurm, an application of containers on YARN."""
+    if study.backend == "slurm":
+        return f"one job of {pods} tasks"
+    if study.backend == "yarn":
+        return f"one application of {pods} containers"
+    return f"a gang of {pods} pods" if gang == pods else f"{pods} pods, a gang of {gang} that must start together"
+
+
+def _span(values: Sequence[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low}" if low == high else f"{low}–{high}"
 
 
 def _objectives(study: Study) -> str:
@@ -104,20 +122,19 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
             f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {' → '.join(s.queues)}; "
             f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
         )
-    gang_of = {"slurm": "one job of {n} tasks", "yarn": "one application of {n} containers"}.get(
-        s.backend, "a gang of {n} pods")
     if plan.shapes is not None:
-        pods = sorted({len(shape) for shape in plan.shapes})
-        gang = f"{pods[0]}" if len(pods) == 1 else f"{pods[0]}–{pods[-1]}"
+        pods = [len(shape) for shape in plan.shapes]
+        one = members(s, _span(pods), _span(plan.gangs or pods))
         tasks = ', '.join(f"{t.name}×{t.replicas if isinstance(t.replicas, int) else 'by trial'}" for t in s.trial.tasks)
-        lines.append(f"each trial: {gang_of.format(n=gang)} ({tasks}), "
+        lines.append(f"each trial: {one} ({tasks}), "
                      f"{e.gpus_text} by trial, expected {_duration(e.expected_seconds)}"
                      + (" on average" if plan.seconds is not None else ""))
         cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = the sum of each trial's GPUs × its expected duration × " \
                f"retry factor {e.retry_factor:g}"
     else:
+        one = members(s, str(sum(t.replicas for t in s.trial.tasks)), str(s.gang_size))
         lines.append(
-            f"each trial: {gang_of.format(n=s.gang_size)} ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
+            f"each trial: {one} ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
             f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
             + (" on average" if plan.seconds is not None else "")
         )

@@ -120,6 +120,41 @@ def test_plan_of_a_slurm_study_speaks_slurm(tmp_path):
     assert "5.00 GPU-hours" in out  # 2 GPUs × 0.5 h × 5 trials, as on Kubernetes
 
 
+ROLES = """\
+name: ppo
+namespace: ns
+space: {{seed: {{type: int, low: 0, high: 1, grid: true}}}}
+strategy: {{kind: grid}}
+trial:
+  image: busybox
+  {gang}
+  tasks:
+    - {{name: ps, replicas: 2}}
+    - {{name: worker, replicas: {workers}, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
+    - {{name: evaluator, replicas: 1}}
+    - {{name: logs, replicas: 1{logs}}}
+"""
+
+
+@pytest.mark.parametrize("gang, logs", [("", ", min_available: 0"), ("min_available: 7", "")],
+                         ids=["a log collector outside the gang", "trial.min_available"])
+def test_plan_counts_every_pod_and_says_how_many_must_start_together(tmp_path, gang, logs):
+    result = run("plan", write(tmp_path, ROLES.format(gang=gang, logs=logs, workers=4)))
+    assert result.exit_code == 0, result.stderr
+    assert ("each trial: 8 pods, a gang of 7 that must start together (ps×2, worker×4, evaluator×1, logs×1), "
+            "4 GPUs") in " ".join(result.stdout.split())
+
+
+def test_plan_of_a_gang_of_every_pod_and_of_trials_of_varying_size(tmp_path):
+    result = run("plan", write(tmp_path, ROLES.format(gang="", logs="", workers=4)))
+    assert "each trial: a gang of 8 pods (ps×2, worker×4, evaluator×1, logs×1)" in " ".join(result.stdout.split())
+    varying = ROLES.format(gang="", logs=", min_available: 0", workers='"{{ 2 + 2 * params.seed }}"')
+    result = run("plan", write(tmp_path, varying, "varying.yaml"))
+    assert result.exit_code == 0, result.stderr
+    assert ("each trial: 6–8 pods, a gang of 5–7 that must start together (ps×2, worker×by trial, evaluator×1, "
+            "logs×1)") in " ".join(result.stdout.split())
+
+
 def test_plan_json(tmp_path):
     text = MINIMAL.replace("values: [16, 32]", "values: [16]").replace("{type: loguniform, low: 1.0e-4, high: 1.0e-1}",
                                                                     "{type: choice, values: [0.1, 0.2]}")
