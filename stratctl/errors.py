@@ -90,6 +90,11 @@ class Unreachable(ClusterError):
     Not an `Unavailable`, so nothing retries it: it ends the command (exit 3)."""
 
 
+class StillThrottled(ClusterError):
+    """The API server refused every request of this user (429) for longer than the command
+    waits: giving up. Not a `Throttled`, so nothing retries it: it ends the command (exit 3)."""
+
+
 class AlreadyExists(ClusterError):
     """HTTP 409: an object of that name exists."""
 

@@ -34,6 +34,9 @@ def delete(
 
     Asks for a confirmation on a terminal; `--yes` for scripts. Refuses while a submit loop
     is following the study, unless `--force`.
+
+    An API server that does not answer, or that refuses every request of this user
+    (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
     from stratctl.engine import delete as core
     from stratctl.engine.connect import Connection, one_shot

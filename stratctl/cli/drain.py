@@ -26,6 +26,9 @@ def drain(
 
     Suspended trials keep their checkpoints; `stratctl resume STUDY` brings them back.
     Critical studies are never touched.
+
+    An API server that does not answer, or that refuses every request of this user
+    (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
     on_scheduler = file_study(study)
     if on_scheduler:
@@ -61,7 +64,11 @@ def resume(
     output: OutputOpt = Output.table,
     output_json: JsonOpt = False,
 ) -> None:
-    """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again."""
+    """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again.
+
+    An API server that does not answer, or that refuses every request of this user
+    (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
+    """
     on_scheduler = file_study(study)
     if on_scheduler:
         from stratctl.engine import attemptdrain

@@ -27,7 +27,11 @@ def logs(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Print a trial's logs: every pod of its latest attempt, each line prefixed with its
-    pod when the gang has several."""
+    pod when the gang has several.
+
+    An API server that does not answer, or that refuses every request of this user
+    (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
+    """
     from stratctl.engine import logs as core
     from stratctl.engine.connect import Connection, one_shot
     from stratctl.errors import UsageError

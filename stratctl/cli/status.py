@@ -42,7 +42,11 @@ def status(
     interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between updates with --watch.")] = 2.0,
 ) -> None:
     """Show the studies (trials by state, in flight against target, GPU-hours, outcome or latest
-    decision) or one study's trials (parameters, result metrics, state, duration, why pending or failed)."""
+    decision) or one study's trials (parameters, result metrics, state, duration, why pending or failed).
+
+    An API server that does not answer, or that refuses every request of this user
+    (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
+    """
     from rich.console import Console
     from rich.live import Live
 

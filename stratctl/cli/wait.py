@@ -19,7 +19,11 @@ def wait(
     interval: Annotated[float, typer.Option("--interval", min=0.2, metavar="SECONDS", help="Seconds between two reads.")] = 2.0,
 ) -> None:
     """Wait until every trial of STUDY succeeded or failed: exit 0 if all succeeded, 1 if some
-    failed, 124 on --timeout. Prints a line when the trials' states change."""
+    failed, 124 on --timeout. Prints a line when the trials' states change.
+
+    An API server that does not answer, or that refuses every request of this user
+    (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
+    """
     from stratctl.engine import status as core
     from stratctl.engine.completion import wait as wait_for
     from stratctl.engine.connect import Connection, one_shot

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 
 from stratctl import labels
 from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
-from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
+from stratctl.errors import (
+    AlreadyExists, ClusterError, NotFound, SpecConflict, StillThrottled, Unreachable, transient,
+)
 from stratctl.engine.blocked import Blocked
 from stratctl.engine.pace import api_room
 from stratctl.engine.packing import Candidate, Packing, pack, passed_over
@@ -201,7 +203,9 @@ class Submitter:
         self._unsaved: set[str] = set()  # record keys changed since the last record write (coalesced)
         self._record_written = float("-inf")  # clock time of the last record write
         self._recorded = False  # the study record exists (ensure_record went through)
+        self._new_record = False  # this run created the record (rather than adopting a previous run's)
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
+        self._jobs: dict[str, dict] = {}  # each trial's latest attempt's job, as last observed
         # trials this loop created while its mirror of jobs did not watch yet (`--detach`
         # lists once and watches only from a second cycle on): pending, by name alone, so a
         # single-cycle --detach of 100,000 trials keeps no job of them
@@ -237,6 +241,7 @@ class Submitter:
         """Create the study record, or adopt the one a previous run left (keeping its flags)."""
         try:
             self.cluster.create(record_manifest(self.record, self.namespace))
+            self._new_record = True
             self.reporter.event(f"recorded study {self.study.name} in ConfigMap {record_name(self.study.name)}")
         except AlreadyExists:
             existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
@@ -633,6 +638,7 @@ class Submitter:
         p.api = self.throttle.pressure()  # the request pace: shown when the API quota pushes back
         if self.cluster is not None:
             p.api_writes, p.api_requests = self.cluster.metrics.writes, self.cluster.metrics.requests
+            p.api_checks = self.cluster.metrics.checks
             p.api_sent, p.api_refused = dict(self.cluster.metrics.sent), dict(self.cluster.metrics.refused)
         watches = (self.jobs, *(getattr(self.signals, name, None) for name in ("nodes", "pods", "groups")))
         p.watch_errors, p.watch_problem = watch_health(watches)  # a broken watch means a stale picture: say so
@@ -848,6 +854,20 @@ class Submitter:
             self.reporter.event(f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started "
                                 f"and {move.reason}")
 
+    def _left_behind(self) -> str:
+        """What a run that gives up leaves in the cluster, said to the user: a record this run
+        wrote without any trial is taken back (one try, past the throttle: nothing half-done)."""
+        if self._new_record and not self._jobs and not self.progress.created:
+            try:
+                self.cluster.with_gate(lambda send, mutating=False: send()).delete(
+                    CONFIGMAP, record_name(self.study.name), self.namespace)
+            except ClusterError:
+                return (f"no trial was created; the study's record (ConfigMap {record_name(self.study.name)}) "
+                        "was left: run the same command again later, or `stratctl delete`")
+            return "nothing was created"
+        return ("trials already in the cluster keep running; run the same command again later: they are "
+                "recognised, never duplicated")
+
     def _timed_out(self, deadline: float | None) -> bool:
         self.progress.timed_out = deadline is not None and self.clock() >= deadline
         return self.progress.timed_out
@@ -896,6 +916,9 @@ class Submitter:
             self.reporter.update(self.progress)
             raise Unreachable(f"{exc}. Run the same command again once it is back: trials already in the "
                               "cluster are recognised, never duplicated", status=exc.status, reason=exc.reason) from None
+        except StillThrottled as exc:
+            self.reporter.update(self.progress)
+            raise StillThrottled(f"{exc}; {self._left_behind()}", status=exc.status, reason=exc.reason) from None
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         if not self.progress.interrupted:

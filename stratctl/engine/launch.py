@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratctl.engine.backend import is_attempt_backend
-from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated
+from stratctl.engine.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
 from stratctl.engine.controller import Submitter, SubmitOptions, job_kind, study_selector
 from stratctl.engine.preflight import pods_of, preflight, shape_key
 from stratctl.engine.progress import Progress, Reporter, Silent
@@ -21,6 +21,7 @@ from stratctl.kube.mirror import Mirror, trimmed_job
 from stratctl.study.space import Trial, expand
 from stratctl.study.spec import Study, load_study
 from stratctl.engine.throttle import Throttle
+from stratctl.errors import StillThrottled
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ def submit_study(
     source = study.text
     qps = study.throttle.qps if qps is None else qps
     burst = study.throttle.burst if burst is None else burst
-    throttle = Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers)
+    # a storm of 429s is waited out for as long as an outage is (or --timeout, if sooner)
+    bound = options.outage_timeout if options.timeout is None else min(options.outage_timeout, options.timeout)
+    throttle = tell_throttling(Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers, patience=bound),
+                               (reporter or Silent()).event)
     if options.dry_run == "client":
         return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
                          manifests=prepared.manifests).dry_run()
@@ -102,8 +106,11 @@ def submit_study(
                       first_patience=START_PATIENCE)
     try:
         # before the study's record or any trial is written: a study that cannot run here is refused whole
-        blind = preflight(preflight_gated(cluster, throttle), study, prepared.shapes,
-                          namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
+        try:
+            blind = preflight(preflight_gated(cluster, throttle), study, prepared.shapes,
+                              namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
+        except StillThrottled as exc:
+            raise StillThrottled(f"{exc}; nothing was created", status=exc.status, reason=exc.reason) from None
         if blind and reporter is not None:
             reporter.event(blind)
         if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten

@@ -11,6 +11,13 @@ waiting for a token or a slot wait the pause out before they go — and the refu
 itself goes again when the pause ends. Connection errors and other 5xx are retried with
 full-jitter exponential backoff; other errors propagate at once.
 
+Refusals are waited out for as long as the command's bound (`patience`: seconds during which
+every request was refused and none answered), whenever they come: before the first request
+of a command has had any answer as much as in the middle of a submission. Whoever runs the
+command is told once that the API server is throttling this user (`on_throttled`); past the
+bound, the request ends in `StillThrottled`, which nothing retries: the command stops with
+one line that says so (exit 3).
+
 Time is injected (`clock`, `sleep`, `rng`) so tests assert exact schedules.
 """
 
@@ -24,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from stratctl.engine import pace as rule
-from stratctl.errors import ClusterError, Throttled, Unavailable
+from stratctl.errors import ClusterError, StillThrottled, Throttled, Unavailable
 
 if TYPE_CHECKING:
     import tenacity
@@ -152,8 +159,7 @@ class Backoff:
     base: float = 0.5
     cap: float = 30.0
     transient_cap: float = 5.0
-    max_attempts: int = 10  # for transient errors (connection, 5xx)
-    max_throttled_attempts: int = 120  # a 429 says "come back later": keep coming back, for longer
+    max_attempts: int = 10  # for transient errors (connection, 5xx); a 429 is bounded in time (`patience`)
 
     def ceiling(self, attempt: int, throttled: bool = True) -> float:
         cap = self.cap if throttled else min(self.cap, self.transient_cap)
@@ -201,6 +207,7 @@ class Throttle:
         sleep: Sleep = time.sleep,
         rng: random.Random | None = None,
         pace: rule.PaceConfig | None = None,
+        patience: float = 300.0,
     ):
         self.bucket = TokenBucket(qps, burst, clock=clock, sleep=sleep)
         self.config = pace or rule.PaceConfig(qps=qps, window=concurrency)
@@ -210,6 +217,10 @@ class Throttle:
         self.backoff = backoff
         self.stats = RetryStats()
         self.on_retry: Callable[[BaseException | None, float], None] | None = None  # told of each retry and its wait
+        self.patience = patience  # seconds refused with nothing answered before a refused request gives up
+        # told once a throttling episode (every request refused, none answered) begins: its first 429
+        self.on_throttled: Callable[[Throttled], None] | None = None
+        self._told: float | None = None  # the episode (its first refusal's time) already told
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
@@ -246,17 +257,50 @@ class Throttle:
 
     # -- one request --------------------------------------------------------------------
 
+    def clock(self) -> float:
+        """The time now, on the clock this throttle paces by."""
+        return self._clock()
+
+    def stalled(self) -> float:
+        """Seconds every request has been refused with none answered (0: one was)."""
+        with self._lock:
+            return rule.stalled(self.state, self._clock())
+
     def _wait(self, state: tenacity.RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
+        tell = False
         with self._lock:
+            now = self._clock()
             if isinstance(error, Throttled):  # again when the pause ends (it may be a probe)
-                wait = max(0.0, self.state.paused_until - self._clock())
+                wait = max(0.0, self.state.paused_until - now)
+                episode = self.state.refused_since
+                tell, self._told = episode != self._told, episode
             else:
                 wait = retry_wait(self.backoff, state.attempt_number, self._rng)
         self.stats.record(error, wait)
+        if tell and self.on_throttled is not None:
+            self.on_throttled(error)
         if self.on_retry is not None:
             self.on_retry(error, wait)
         return wait
+
+    def _past_bound(self) -> bool:
+        """Whether the next try after a refusal (when the pause ends) would come after the
+        command's bound of refusals with nothing answered."""
+        with self._lock:
+            now = self._clock()
+            return rule.stalled(self.state, now) + max(0.0, self.state.paused_until - now) > self.patience
+
+    def _gave_up(self, error: Throttled) -> StillThrottled:
+        """The one error of a command whose requests were refused past its bound: it names
+        the throttling, not the last request."""
+        from stratctl.kube.outage import duration
+
+        after = f", Retry-After {error.retry_after:g}s" if error.retry_after is not None else ""
+        return StillThrottled(f"the API server has refused every request of this user (HTTP {error.status} Too Many "
+                              f"Requests{after}: API Priority and Fairness is throttling it) for longer than this "
+                              f"command waits ({duration(self.patience)}): gave up",
+                              status=error.status, reason=error.reason)
 
     def call(self, fn: Callable[[], T], mutating: bool = False) -> T:
         """Run `fn` after taking a token and a slot (and, for a write while throttled, the
@@ -313,8 +357,9 @@ class Throttle:
 
         def stop(state: tenacity.RetryCallState) -> bool:
             error = state.outcome.exception() if state.outcome else None
-            limit = self.backoff.max_throttled_attempts if isinstance(error, Throttled) else self.backoff.max_attempts
-            return state.attempt_number >= limit
+            if isinstance(error, Throttled):  # "come back later": while the next try comes within the bound
+                return self._past_bound()
+            return state.attempt_number >= self.backoff.max_attempts
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type((Throttled, Unavailable)),
@@ -323,4 +368,7 @@ class Throttle:
             sleep=self._sleep,
             reraise=True,
         )
-        return retrying(again)
+        try:
+            return retrying(again)
+        except Throttled as exc:  # refused past the bound
+            raise self._gave_up(exc) from None

@@ -160,7 +160,8 @@ class ApiMetrics:
     """Client-side view of the API server: request counts and recent latencies."""
 
     requests: int = 0
-    writes: int = 0
+    writes: int = 0  # writes the server stored: creates, patches, deletes answered 2xx
+    checks: int = 0  # writes it stored nothing for: access reviews and dry runs
     throttled: int = 0  # 429s received (before retries)
     errors: int = 0
     latencies: deque = field(default_factory=lambda: deque(maxlen=512))
@@ -175,11 +176,16 @@ class ApiMetrics:
             if refused:
                 self.refused[kind] = self.refused.get(kind, 0) + 1
 
-    def record(self, method: str, status: int | None, seconds: float) -> None:
+    def record(self, method: str, status: int | None, seconds: float, check: bool = False) -> None:
+        """One request answered with `status` (None: no answer); `check`: one the server
+        stores nothing for (an access review, a dry run), even when it is a POST."""
         with self._lock:
             self.requests += 1
-            if method in ("POST", "PUT", "PATCH", "DELETE"):
-                self.writes += 1
+            if method in ("POST", "PUT", "PATCH", "DELETE") and status is not None and 200 <= status < 300:
+                if check:
+                    self.checks += 1
+                else:
+                    self.writes += 1
             if status == 429:
                 self.throttled += 1
             elif status is None or status >= 400:
@@ -312,7 +318,8 @@ class Cluster:
             raise self.outage.failed(Unavailable(f"{what}: {' '.join(str(exc.reason).split())}"), sent) from None
         finally:
             self.outage.received(token)
-            self.metrics.record(method, status, time.monotonic() - started)
+            self.metrics.record(method, status, time.monotonic() - started,
+                                check=bool(query and query.get("dryRun")) or path.endswith("/selfsubjectaccessreviews"))
         if 200 <= status < 300:
             self.grants.allowed(key, clock())
             self.outage.answered()
@@ -517,13 +524,30 @@ class Cluster:
     def reach(self, pause: float = 1.0) -> None:
         """Wait for the API server's first answer (GET /version), asking again every `pause`
         seconds, without the throttle's growing backoff: a server that cannot be reached is
-        `Unreachable` once the outage's patience has passed, not a few backoffs later."""
+        `Unreachable` once the outage's patience has passed, not a few backoffs later. A
+        server that answers 429 is reached, and busy: the gate paces the request until it
+        goes through, within the command's bound, as it paces every other."""
+        what = "get /version"
+
+        def send() -> Any:
+            return self._send("GET", "/version", None, None, what, "application/json")
+
         while True:
             try:
-                self._send("GET", "/version", None, None, "get /version", "application/json")
+                send()
                 return
             except Unavailable:
                 time.sleep(min(pause, max(0.0, self.outage.remaining())))
+            except Throttled as exc:
+                refused: list[Throttled] = [exc]
+
+                def again() -> Any:  # the 429 just received, as the gate's first attempt: its pace sees it
+                    if refused:
+                        raise refused.pop()
+                    return send()
+
+                self.gate(self._counted(what, again))
+                return
 
     def close(self) -> None:
         self.outage.stop()

@@ -178,7 +178,7 @@ def test_writes_go_one_at_a_time_while_throttled_and_reads_beside_them():
 
 def test_throttled_requests_keep_retrying_longer_than_transient_errors():
     clock = FakeClock()
-    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=0.1, cap=1, max_attempts=3, max_throttled_attempts=20),
+    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=0.1, cap=1, max_attempts=3), patience=20,
                         clock=clock, sleep=clock.sleep, rng=MaxRng())
     calls = []
 
