@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -32,7 +33,15 @@ def plan(
         from stratctl.view.yamlout import dump_all
 
         typer.echo(dump_all([as_json(result)]), nl=False)
-    else:
+    elif sys.stdout.isatty():
         from rich.console import Console
 
         Console(soft_wrap=False).print(table(result, max_rows or None))
+    else:  # into a pipe: plain, whole columns (as `status` prints them), for grep, awk and sort
+        from stratctl.study.plan import grid, notes
+        from stratctl.view.columns import Column, plain
+
+        title, headers, rows = grid(result, max_rows or None)
+        columns = [Column(key=h, header=h, numeric=numeric, cells=[r[i] for r in rows])
+                   for i, (h, numeric) in enumerate(headers)]
+        typer.echo(title + "\n" + plain(columns) + "\n".join(notes(result, len(rows))))

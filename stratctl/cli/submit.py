@@ -45,7 +45,7 @@ def submit(
     workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Concurrent create requests.")] = 16,
     parallelism: Annotated[Parallelism, typer.Option("--parallelism", help="adaptive: follow cluster pressure within the study's bounds; static: keep --max-inflight.")] = Parallelism.adaptive,
     prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd p99 above 250 ms holds new submissions (and drains the study if its throttle.on_breaker is drain); Volcano scheduling p90 above 2 s halves the target.")] = None,
-    outage_timeout: Annotated[float, typer.Option("--outage-timeout", min=1, help="Seconds the API server may not answer (restarting, etcd paused) before submit gives up with exit 3; meanwhile it retries.")] = 300.0,
+    outage_timeout: Annotated[float, typer.Option("--outage-timeout", min=1, help="Seconds the API server may not answer (restarting, etcd paused), or refuse every request of this user (HTTP 429: throttling), before submit gives up with exit 3 (at most --timeout); meanwhile it retries.")] = 300.0,
     metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
     metrics_address: Annotated[str, typer.Option("--metrics-address", metavar="ADDRESS", help="Address the metrics are served on (0.0.0.0 for every interface).")] = "127.0.0.1",
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
@@ -91,7 +91,7 @@ def submit(
     if output is Output.json:
         typer.echo(summary_json(progress))
     else:
-        typer.echo(summary(progress))
+        typer.echo(summary(progress, width=_terminal_width()))
         if progress.succeeded and not options.dry_run and not detach:
             typer.echo(_best(file, Connection(kubeconfig, context, namespace), progress.study), nl=False)
     if progress.interrupted:
@@ -121,6 +121,13 @@ def _terminal():
         return None
     err = _stderr()
     return err if err.is_terminal else None
+
+
+def _terminal_width() -> int | None:
+    """The width to wrap the summary at: the terminal's; None into a pipe (one line per item)."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _stderr():

@@ -40,7 +40,8 @@ class Progress:
     scheduler: str = ""  # its name in messages (`Slurm`)
     limit_words: str = ""
     calls_word: str = "commands"  # what its calls are (`commands` run, HTTP `requests`)
-    api_writes: int = 0
+    api_writes: int = 0  # what the server stored (creates, patches, deletes)
+    api_checks: int = 0  # writes it stored nothing for: access reviews, dry runs
     api_requests: int = 0
     api_sent: dict[str, int] = field(default_factory=dict)  # requests sent per kind ("create Job"), retries included
     api_refused: dict[str, int] = field(default_factory=dict)  # of those, refused with 429, per kind

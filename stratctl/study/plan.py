@@ -79,30 +79,44 @@ def _value(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def table(plan: Plan, max_rows: int | None = 50) -> Group:
-    s, e = plan.study, plan.estimate
+def grid(plan: Plan, max_rows: int | None = 50) -> tuple[str, list[tuple[str, bool]], list[list[str]]]:
+    """The trials as a table's data: its title, each column's (header, numeric), the shown rows."""
+    s = plan.study
     title = f"study {s.name}: {len(plan.trials)} trials"
     if s.strategy.closed_loop:
         title = (f"study {s.name}: up to {s.strategy.trials} trials chosen from results ({s.strategy.kind}, "
                  f"objective {_objectives(s)}); the first {len(plan.trials)} it asks")
-    trials = Table(title=title, title_justify="left")
-    trials.add_column("#", justify="right")
-    trials.add_column("trial", no_wrap=True)
-    for name in s.space:
-        trials.add_column(name, justify="right")
+    columns = [("#", True), ("trial", False), *((name, True) for name in s.space)]
     if plan.shapes is not None:
-        trials.add_column("pods", justify="right")
-        trials.add_column("GPUs", justify="right")
+        columns += [("pods", True), ("GPUs", True)]
     if plan.seconds is not None:
-        trials.add_column("expected", justify="right")
+        columns.append(("expected", True))
     shown = plan.trials if max_rows is None else plan.trials[:max_rows]
+    rows = []
     for i, t in enumerate(shown):
         shape = [str(len(plan.shapes[i])), str(sum(plan.shapes[i]))] if plan.shapes is not None else []
         expected = [_duration(plan.seconds[i])] if plan.seconds is not None else []
-        trials.add_row(str(t.index), t.name, *(_value(t.params[k]) for k in s.space), *shape, *expected)
+        rows.append([str(t.index), t.name, *(_value(t.params[k]) for k in s.space), *shape, *expected])
+    return title, columns, rows
+
+
+def table(plan: Plan, max_rows: int | None = 50) -> Group:
+    """The plan for a terminal: the trials' table, then the notes (`notes`)."""
+    title, columns, rows = grid(plan, max_rows)
+    trials = Table(title=title, title_justify="left")
+    for header, numeric in columns:
+        trials.add_column(header, justify="right" if numeric else "left", no_wrap=header == "trial")
+    for row in rows:
+        trials.add_row(*row)
+    return Group(trials, *(Text(line) for line in notes(plan, len(rows))))
+
+
+def notes(plan: Plan, shown: int) -> list[str]:
+    """The lines under the trials' table: what was left out, where and how the trials run, the cost."""
+    s, e = plan.study, plan.estimate
     lines = []
-    if len(shown) < len(plan.trials):
-        lines.append(f"… {len(plan.trials) - len(shown)} more trials (use --max-rows 0 or -o json to see all)")
+    if shown < len(plan.trials):
+        lines.append(f"… {len(plan.trials) - shown} more trials (use --max-rows 0 or -o json to see all)")
     if plan.duplicates:
         lines.append(f"{plan.drawn} combinations drawn, {plan.duplicates} duplicates merged: "
                      f"{len(plan.trials)} distinct trials")
@@ -144,7 +158,7 @@ def table(plan: Plan, max_rows: int | None = 50) -> Group:
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
     lines.append(cost)
-    return Group(trials, *(Text(line) for line in lines))
+    return lines
 
 
 def as_json(plan: Plan) -> dict:

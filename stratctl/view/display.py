@@ -147,7 +147,20 @@ class LogDisplay:
         self._line(message)
 
 
-def summary(p: Progress) -> str:
+def summary(p: Progress, width: int | None = None) -> str:
+    """The closing summary: one line per item, each wrapped at `width` (a terminal's) between
+    words, its continuation indented; unwrapped into a pipe, so each item stays one line."""
+    text = _summary(p)
+    if not width:
+        return text
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 2),
+                                    break_long_words=False, break_on_hyphens=False)
+                      for line in text.splitlines())
+
+
+def _summary(p: Progress) -> str:
     if p.dry_run:
         verb = "accepted by the API server (dryRun=All)" if p.dry_run == "server" else "rendered"
         lines = [f"dry run ({p.dry_run}): {p.created + p.existing} of {p.total} trials {verb}, "
@@ -159,7 +172,8 @@ def summary(p: Progress) -> str:
         + f"{p.failed} failed, {p.in_flight} in flight, "
         f"{p.waiting} not yet submitted, of {plural(p.total, 'trial')}",
         f"created {p.created}, already there {p.existing}; {p.api_writes} API writes "
-        f"({p.api_writes / max(p.created, 1):.2f} per created trial), {p.throttled_429} HTTP 429 received, "
+        f"({p.api_writes / max(p.created, 1):.2f} per created trial)"
+        + (f", {p.api_checks} access checks" if p.api_checks else "") + f", {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
     ]
     if p.create_command:  # a batch scheduler's commands, not API requests

@@ -340,3 +340,15 @@ def test_a_command_is_built_alone_and_behaves_as_in_the_whole_application():
     for args in (["submit", "--help"], ["resume", "--help"], ["validate"]):
         alone, whole = (CliRunner().invoke(a, args, env={"COLUMNS": "120"}) for a in (_one_command(args), app))
         assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output)
+
+
+def test_plan_into_a_pipe_prints_plain_whole_columns():
+    result = run("plan", "examples/ppo-tuning.yaml", "--max-rows", "3")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "study ppo-tuning: 64 trials"
+    assert lines[1].split() == ["#", "trial", "lr", "clip", "gae_lambda", "minibatches", "env_seed"]
+    assert not any(ch in result.stdout for ch in "│┃━─…╇") or "… 61 more trials" in result.stdout
+    assert all("…" not in line for line in lines[1:5])  # no value or header cut short
+    assert lines[2].split()[1] == "ppo-tuning-addaa8495d" and len(lines[2].split()) == 7
+    assert "cost:" in result.stdout

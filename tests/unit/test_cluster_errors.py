@@ -67,3 +67,33 @@ def test_a_list_trims_each_page_as_it_arrives():
     assert items == [{"name": "a"}, {"name": "b"}, {"name": "c"}] and version == "7"
     assert trimmed_before_next == [("a", 1), ("b", 1), ("c", 2)]
     assert "continue=t1" in made.api.requests[1]["url"]
+
+
+def test_writes_count_what_the_server_stored_and_checks_apart():
+    """An access review and a dry run store nothing; a refused or failed write stored nothing
+    either: `writes` is what the summary calls API writes."""
+    from stratctl.kube.cluster import ApiMetrics
+
+    m = ApiMetrics()
+    m.record("POST", 201, 0.01)  # a create
+    m.record("PATCH", 200, 0.01)  # a patch of the record
+    m.record("POST", 201, 0.01, check=True)  # a SelfSubjectAccessReview
+    m.record("POST", 201, 0.01, check=True)  # a create with dryRun=All
+    m.record("POST", 429, 0.01)  # refused
+    m.record("POST", 409, 0.01)  # already there
+    m.record("DELETE", None, 0.01)  # no answer
+    m.record("GET", 200, 0.01)
+    assert (m.writes, m.checks, m.requests, m.throttled) == (2, 2, 8, 1)
+
+
+def test_the_request_path_tells_access_reviews_and_dry_runs_from_writes():
+    from stratctl.kube.cluster import ACCESS_REVIEW
+    from tests.unit.fakes import FakeClock
+    from tests.unit.http_fakes import Answer, cluster
+
+    created = Answer(201, b'{"kind": "ConfigMap", "metadata": {"name": "x"}}')
+    c = cluster(FakeClock(), created)
+    c.create({"apiVersion": ACCESS_REVIEW[0], "kind": ACCESS_REVIEW[1], "metadata": {}, "spec": {}})
+    c.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, dry_run=True)
+    c.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
+    assert (c.metrics.writes, c.metrics.checks) == (1, 2)

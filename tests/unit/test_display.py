@@ -79,3 +79,27 @@ def test_live_events_carry_a_time_and_no_source_location():
     line = out.getvalue().rstrip("\n")
     assert line.endswith("trial t-3 preempted: resumes as attempt 1")
     assert line.startswith("[") and "display.py" not in line and ".py:" not in line
+
+
+def test_the_summary_fits_a_terminal_between_words_and_stays_one_line_per_item_into_a_pipe():
+    p = sample()
+    p.api_checks = 17
+    p.api_sent = {"create Job": 12, "SelfSubjectAccessReview": 17, "get ConfigMap": 30, "list Job": 5}
+    p.errors = {"sweep-abc": "create Job stratctl-e2e/sweep-abc: spec.queue: Invalid value: \"missing\": no such queue"}
+    piped = summary(p)
+    assert len(piped.splitlines()) == 4  # one line per item, for grep
+    wrapped = summary(p, width=80)
+    assert all(len(line) <= 80 for line in wrapped.splitlines()), wrapped
+    words = lambda text: text.split()  # noqa: E731 - the same words, only the line breaks differ
+    assert words(wrapped) == words(piped)
+    assert "SelfSubjectAccessReview" in words(wrapped) and "trials" in words(wrapped)  # no word cut in two
+    # an item's continuation lines are indented under it
+    error_lines = wrapped.split("  sweep-abc:")[1].splitlines()
+    assert len(error_lines) > 1 and all(line.startswith("    ") for line in error_lines[1:])
+
+
+def test_access_reviews_are_checks_not_writes():
+    p = sample()
+    p.api_checks = 17
+    out = summary(p)
+    assert "16 API writes (1.33 per created trial), 17 access checks, 4 HTTP 429 received" in out
