@@ -229,7 +229,17 @@ wait_for kube-apiserver 60 curl_ok --cacert "$PKI/ca.crt" -H "Authorization: Bea
 
 # ---------------------------------------------------------------- CRDs and objects
 kc apply --server-side -f "$CRD_DIR" >/dev/null
-kc wait --for condition=Established --timeout 30s crd --all >/dev/null
+# Not `kubectl wait --for condition=Established`: right after the apply a CRD may have no
+# .status.conditions yet, and kubectl wait then fails ("<nil> is of the type <nil>") instead
+# of waiting. Count the CRDs whose Established condition is True, a missing status as not yet.
+crds_established() {
+  local want have
+  want=$(kc get crd -o name | wc -l)
+  have=$(kc get crd -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{"\n"}{end}' |
+    grep -c '^True$')
+  (( want > 0 && have >= want ))
+}
+wait_for kube-apiserver 30 crds_established
 tb_log "Volcano CRDs established ($(elapsed))"
 kc apply --server-side -f "$TESTBED_SRC/objects.yaml" >/dev/null
 # The restricted users are bound to exactly what `stratctl rbac` prints (a unit test keeps
