@@ -8,6 +8,11 @@ script of `templates/slurm-job.sh.j2`: one job whose tasks are the gang (Slurm s
 them together or not at all), GPUs as `--gpus-per-task=[type:]<n>` (the type from
 `slurm.gres`, e.g. `gpu:a100`), the study's `slurm:` block as #SBATCH options. Every value is shell-quoted here, so no
 parameter value can become a command or a second #SBATCH line.
+
+The rendezvous contract (stratctl/rendezvous.py) is the script's to complete where it runs:
+here go the parts known before (the role, its variables' names, how MASTER_PORT derives from
+the job id); the nodes' addresses and each task's rank exist only once Slurm has placed the
+tasks, so the script reads them from Slurm (NodeAddr, the step's layout, SLURM_PROCID).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 
 from jinja2 import FileSystemLoader
 
+from stratctl import rendezvous
 from stratctl.study import sandbox
 from stratctl.study.spec import Study
 from stratctl.study.task import task_of
@@ -84,7 +90,10 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
     options += slurm.extra
     env = [(key, shlex.quote(value)) for key, value in task.env]
     command = " ".join(shlex.quote(word) for word in task.command)
-    text = _template(tuple(str(d) for d in templates)).render(options=options, env=env,
-                           command=command, output=shlex.quote(output), attempt=attempt)
+    rdv = {"task": shlex.quote(task.role), "hosts_var": rendezvous.hosts_var(task.role),
+           "num_var": rendezvous.num_var(task.role), "port_base": rendezvous.PORT_BASE,
+           "port_span": rendezvous.PORT_SPAN}
+    text = _template(tuple(str(d) for d in templates)).render(options=options, env=env, command=command,
+                                                               output=shlex.quote(output), attempt=attempt, rdv=rdv)
     return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text, tasks=replicas,
                   gpus=gpus * replicas)

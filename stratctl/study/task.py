@@ -21,6 +21,7 @@ class Task:
     """One attempt of one trial: its identity, and its one kind of task, `replicas` of it."""
 
     name: str  # the attempt's name, unique in the study
+    role: str  # the task's name in the study (`trial.tasks[].name`): STRATCTL_TASK of its processes
     trial: str
     attempt: int
     spec_hash: str
@@ -49,8 +50,10 @@ def task_of(docs: list[dict]) -> Task:
     meta = job.get("metadata") or {}
     res = container.get("resources") or {}
     wanted = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+    tasks = (job.get("spec") or {}).get("tasks") or [{}]
     return Task(
-        name=meta["name"], trial=meta["labels"][labels.TRIAL], attempt=int(meta["labels"][labels.ATTEMPT]),
+        name=meta["name"], role=str(tasks[0].get("name") or container.get("name") or "worker"),
+        trial=meta["labels"][labels.TRIAL], attempt=int(meta["labels"][labels.ATTEMPT]),
         spec_hash=meta["labels"].get(labels.SPEC_HASH, ""), replicas=replicas,
         command=[str(w) for w in (container.get("command") or []) + (container.get("args") or [])],
         env=[(e["name"], str(e.get("value", ""))) for e in container.get("env") or []
