@@ -32,9 +32,19 @@ from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.throttle import Throttle
 from stratctl.errors import ClusterError, Unavailable, UsageError, transient
 from stratctl.study import shape
+from stratctl.study.render import Renderer
 from stratctl.study.space import Trial
 from stratctl.study.spec import Study
 from stratctl.trialstate import TrialState
+
+
+def gangs(study: Study, trials: list[Trial]) -> dict[str, tuple[int, ...]]:
+    """GPUs of each task of each trial: the study's for all, unless its replicas or GPUs are
+    templates over the trial's values (study/shape.py), then each trial's own."""
+    if not shape.fields(study):
+        return dict.fromkeys((t.name for t in trials), shape.gang(study))
+    renderer = Renderer(study)
+    return {t.name: shape.gang(renderer.study_for(t)) for t in trials}
 
 
 def gangs_fit(free: list[int], gang: list[int]) -> int:
@@ -71,7 +81,9 @@ class AttemptLoop:
                                  create_command=scheduler.create_command, limit_words=scheduler.limit_words,
                                  calls_word=scheduler.calls_word,
                                  scheduler=scheduler.title)
-        self.gang = shape.gang(study)
+        # whole gangs of free GPUs are counted in the largest trial's shape (all trials' when they share one)
+        self.gang = list(max(gangs(study, trials).values(), key=lambda g: (sum(g), max(g, default=0), len(g)),
+                             default=()))
         self._pending_since: dict[str, float] = {}
         self.preemptions: dict[str, int] = {}
         self._first = True

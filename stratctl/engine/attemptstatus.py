@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import time
 
-from stratctl.engine.attemptloop import trial_state
+from stratctl.engine.attemptloop import gangs, trial_state
 from stratctl.engine.backend import Scheduler, scheduler_for
 from stratctl.engine.status import Snapshot
 from stratctl.engine.summary import StudyRow, TrialRow
-from stratctl.study import shape
 from stratctl.study.space import attempt_name, expand
 from stratctl.study.spec import Study
 from stratctl.trialstate import TrialState
@@ -20,9 +19,11 @@ def snapshot(study: Study, scheduler: Scheduler | None = None, now: float | None
     now = time.time() if now is None else now
     scheduler = scheduler or scheduler_for(study)
     seen = scheduler.attempts()
-    gpus = sum(shape.gang(study))  # of one trial: one kind of task on a batch scheduler
+    trials = expand(study)
+    gpus_of = {name: sum(gang) for name, gang in gangs(study, trials).items()}  # each trial's, all its tasks
     rows = []
-    for trial in expand(study):
+    for trial in trials:
+        gpus = gpus_of[trial.name]
         attempt = seen.get(trial.name)
         state = trial_state(attempt, study.retries.max_failures) if attempt else TrialState.WAITING
         number = attempt.attempt if attempt else 0

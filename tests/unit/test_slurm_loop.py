@@ -41,6 +41,7 @@ class FakeSlurm:
         self.jobs: list[dict] = []
         self.sbatch_answers = list(sbatch_answers)
         self.sent: list[str] = []
+        self.scripts: list[str] = []  # what each sbatch was given
 
     def __call__(self, argv, input=None, **_):
         if argv[0] == "sbatch":
@@ -48,6 +49,7 @@ class FakeSlurm:
             name = next(line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --job-name="))
             answer = self.sbatch_answers.pop(0) if self.sbatch_answers else "ok"
             self.sent.append(name)
+            self.scripts.append(input)
             if answer in ("ok", "lost"):
                 self.jobs.append({"job_id": len(self.jobs) + 1, "name": name, "comment": comment,
                                   "job_state": "PENDING", "state_reason": "Priority", "restart_cnt": 0})
@@ -104,3 +106,28 @@ def test_a_failed_attempt_is_retried_as_the_next_until_failures_run_out(tmp_path
         states = run.cycle(pool)
     assert len(fake.jobs) == 4 and all(s.value == "failed" for s in states.values())
     assert run.progress.failed == 2 and run.progress.created == 4
+
+
+def test_trials_of_different_sizes_each_get_their_own_job_and_gpu_count(tmp_path):
+    """`replicas` (and GPUs) may be templates over the trial's values: each trial's job has
+    its own number of tasks, capacity is counted in the largest trial's gang, and status
+    counts each trial's own GPUs."""
+    from stratctl.engine.attemptstatus import snapshot
+
+    study = load(tmp_path, STUDY.replace("seed: {type: int, low: 0, high: 1, grid: true}",
+                                         "n: {type: choice, values: [2, 3]}")
+                 + '  tasks: [{name: worker, replicas: "{{ params.n }}"}]\n')
+    fake = FakeSlurm()
+    clock = FakeClock()
+    scheduler = SlurmScheduler(study, Renderer(study), Slurm(run=fake), workdir=str(tmp_path))
+    run = AttemptLoop(study, expand(study), scheduler, Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep),
+                      SubmitOptions(poll_interval=1, workers=1), policy=StaticPolicy(4), clock=clock, sleep=clock.sleep)
+    assert run.gang == [1, 1, 1]
+    with ThreadPoolExecutor(1) as pool:
+        run.cycle(pool)
+    assert sorted(line for text in fake.scripts for line in text.splitlines() if "--ntasks=" in line) == \
+        ["#SBATCH --ntasks=2", "#SBATCH --ntasks=3"]
+    for job in fake.jobs:
+        job.update(job_state="RUNNING", start_time=100, end_time=0)
+    rows = {r.params["n"]: r for r in snapshot(study, scheduler, now=110).trials}
+    assert (rows[2].gpu_seconds, rows[3].gpu_seconds) == (20, 30)
