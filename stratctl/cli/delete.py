@@ -40,6 +40,7 @@ def delete(
     """
     from stratctl.engine import delete as core
     from stratctl.engine.connect import Connection, one_shot
+    from stratctl.errors import StillThrottled, Unreachable
 
     cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
@@ -49,7 +50,11 @@ def delete(
             if not typer.confirm(f"Delete study {study} in namespace {ns}: {found.describe()}?", default=False):
                 typer.echo("not deleted", err=True)
                 raise typer.Exit(1)
-        outcome = core.delete(cluster, ns, study, keep_record=keep_record, timeout=timeout)
+        try:
+            outcome = core.delete(cluster, ns, study, keep_record=keep_record, timeout=timeout)
+        except (StillThrottled, Unreachable) as exc:  # cut short: the record goes last, so a rerun finds the study
+            raise type(exc)(f"{exc}; the study's record was kept: run the same command again",
+                            status=exc.status, reason=exc.reason) from None
     finally:
         cluster.close()
     if not emit(outcome.as_dict(), output):
