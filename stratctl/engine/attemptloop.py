@@ -30,7 +30,7 @@ from stratctl.engine.controller import SubmitOptions, default_policy
 from stratctl.engine.policy import Observed
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.throttle import Throttle
-from stratctl.errors import ClusterError, Unavailable, UsageError, transient
+from stratctl.errors import ClusterError, Unavailable, transient
 from stratctl.study import shape
 from stratctl.study.render import Renderer
 from stratctl.study.space import Trial
@@ -242,13 +242,7 @@ def submit_attempts(prepared, options: SubmitOptions, qps: float | None, burst: 
                     reporter: Reporter | None, policy=None, scheduler: Scheduler | None = None) -> Progress:
     """`stratctl submit` of a study whose backend runs an attempt as one job (for Slurm, the
     cluster its commands reach: SLURM_CONF and the rest of Slurm's environment)."""
-    study = prepared.study
-    unsupported = [what for what, given in (
-        ("a closed-loop strategy", study.strategy.closed_loop), ("--storage", options.storage),
-        ("--dry-run server", options.dry_run == "server"), ("--prometheus-url", options.prometheus_url),
-        ("--move-waiting", options.move_waiting)) if given]
-    if unsupported:
-        raise UsageError(f"{study.name}: backend {study.backend} does not support {', '.join(unsupported)} yet")
+    study = prepared.study  # what its backend cannot honour was refused when it loaded (study/capabilities.py)
     scheduler = scheduler or scheduler_for(study, prepared.renderer)
     if options.dry_run == "client":  # every first attempt built: what would be submitted
         for trial in prepared.trials:

@@ -73,6 +73,13 @@ class SubmitOptions:
     move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
     storage: str | None = None  # an Optuna storage URL the closed-loop search is mirrored into (engine/storage.py)
 
+    def given(self) -> list[str]:
+        """The options a backend may not support (study/capabilities.py OPTIONS) that are
+        given, as the command line spells them."""
+        return [option for option, on in (("--storage", self.storage), ("--move-waiting", self.move_waiting),
+                                          ("--dry-run=server", self.dry_run == "server"),
+                                          ("--prometheus-url", self.prometheus_url)) if on]
+
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
 SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least

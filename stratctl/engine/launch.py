@@ -15,6 +15,7 @@ from stratctl.engine.controller import Submitter, SubmitOptions, job_kind, study
 from stratctl.engine.preflight import pods_of, preflight, shape_key
 from stratctl.engine.progress import Progress, Reporter, Silent
 from stratctl.engine.revision import revise
+from stratctl.study import capabilities
 from stratctl.study.render import Renderer
 from stratctl.kube.cluster import QUEUE
 from stratctl.kube.mirror import Mirror, trimmed_job
@@ -39,7 +40,7 @@ KEPT = 2_000  # first attempts kept rendered; later trials render again when the
 CHUNK = 500
 
 
-def prepare(path, namespace: str | None = None) -> Prepared:
+def prepare(path, namespace: str | None = None, options: SubmitOptions | None = None) -> Prepared:
     """Load, expand and render the whole study before anything touches the cluster.
 
     Rendering every trial up front is what makes a bad template or value fail the
@@ -50,6 +51,8 @@ def prepare(path, namespace: str | None = None) -> Prepared:
     for 100,000 trials, against 86 MiB for 10,000 (bench/scale_bench.py).
     """
     study = load_study(path)
+    if options is not None:  # an option the study's backend cannot honour: refused before anything renders
+        capabilities.refuse_options(study, options.given())
     if namespace and namespace != study.namespace:
         study = study.with_namespace(namespace)
     trials = expand(study)
@@ -81,7 +84,7 @@ def submit_study(
     rerun_changed: bool = False,
 ) -> Progress:
     """`stratctl submit`: validate and render everything, then run the submit loop."""
-    prepared = prepare(path, connection.namespace)
+    prepared = prepare(path, connection.namespace, options)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
     if is_attempt_backend(study):  # a batch scheduler that runs an attempt as one job (engine/backend.py)
         from stratctl.engine.attemptloop import submit_attempts

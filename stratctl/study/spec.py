@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, Valida
 
 from stratctl.study import document
 
-from stratctl.study import sandbox, wording
+from stratctl.study import capabilities, sandbox, wording
 from stratctl.study.pod import Affinity, EnvFrom, SecurityContext, Volume, VolumeMount, undefined_mounts
 from stratctl.study.topology import NetworkTopology
 from stratctl.study.distributions import (  # noqa: F401 - part of the study's public surface
@@ -738,7 +738,11 @@ def load_study(path: str | Path) -> Study:
     """Read, validate and check a study file (`-`: standard input); raises StudyError
     listing every problem."""
     doc = document.read(path)
-    return study_from_document(doc, None if str(path) == document.STDIN else Path(path))
+    study = study_from_document(doc, None if str(path) == document.STDIN else Path(path))
+    refused = capabilities.problems(study)  # what its backend would drop or refuse, said here, not at submit
+    if refused:
+        raise StudyError(sorted(refused, key=_order))
+    return study
 
 
 def study_from_document(doc: document.Document, source: Path | None = None) -> Study:

@@ -111,7 +111,7 @@ def test_plan_table_shows_trials_and_cost(tmp_path):
 
 def test_plan_of_a_slurm_study_speaks_slurm(tmp_path):
     text = MINIMAL.replace("  image: busybox\n", "  command: [train]\n").replace(
-        "namespace: ns\n", "namespace: ns\nbackend: slurm\nslurm: {partition: research, time_limit: 90m}\n")
+        "namespace: ns\n", "backend: slurm\nslurm: {partition: research, time_limit: 90m}\n")
     result = run("plan", write(tmp_path, text + "cost: {expected_duration: 30m}\n"))
     assert result.exit_code == 0, result.stderr
     out = " ".join(result.stdout.split())
