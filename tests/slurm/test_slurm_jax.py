@@ -12,10 +12,19 @@ from pathlib import Path
 
 from stratctl import rendezvous
 from tests.jaxenv import JAX_VERSION, jax_python
-from tests.slurm.test_slurm_rendezvous import job_ids, node_addrs
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "rendezvous"
+
+
+def node_addrs(slurm) -> dict[str, str]:
+    """Each node's NodeAddr, as Slurm knows it."""
+    return {n["name"]: n["address"] for n in json.loads(slurm.run("sinfo", "--json").stdout)["nodes"]}
+
+
+def job_ids(slurm, name) -> dict[str, int]:
+    """trial -> its job's id."""
+    return {j["comment"].split("/")[1]: j["job_id"] for j in slurm.jobs(name)}
 
 
 def test_every_task_of_trials_of_2_and_3_tasks_meets_in_jax_distributed(slurm, tmp_path):
