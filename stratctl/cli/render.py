@@ -1,12 +1,19 @@
-"""`stratctl render FILE`: the manifests each trial would be submitted as."""
+"""`stratctl render FILE`: what each trial would be submitted as, as its backend submits it."""
 
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+
+class Format(str, Enum):
+    yaml = "yaml"
+    json = "json"
+    script = "script"
 
 
 def render(
@@ -17,35 +24,51 @@ def render(
     resume: Annotated[bool, typer.Option("--resume", help="Render as a resumed attempt (STRATCTL_RESUME=1).")] = False,
     trial: Annotated[Optional[list[str]], typer.Option("--trial", "-t",
                                                        help="Only this trial (name or index); repeatable.")] = None,
+    form: Annotated[Optional[Format], typer.Option("--format", help="yaml or json; script (Slurm's sbatch script). Default: the backend's own (Kubernetes yaml, Slurm script, YARN json).")] = None,
 ) -> None:
-    """Render the manifests of every trial as multi-document YAML."""
+    """Render what every trial would be submitted as: Kubernetes manifests, Slurm sbatch scripts, YARN application requests."""
+    from stratctl.engine.preview import preview, suffix
     from stratctl.errors import UsageError
-    from stratctl.study.render import Renderer
-    from stratctl.study.space import attempt_name, expand
+    from stratctl.study.space import expand
     from stratctl.study.spec import load_study
-    from stratctl.view.yamlout import dump_all
 
     study = load_study(file)
+    shown = preview(study)
+    chosen = shown.form(form.value if form else None)
     trials = expand(study)
     if trial:
         wanted = set(trial)
         trials = [t for t in trials if t.name in wanted or str(t.index) in wanted]
         if not trials:
             raise UsageError(f"no trial of study {study.name} matches {', '.join(sorted(wanted))}")
-    renderer = Renderer(study)
+    for note in shown.notes:
+        typer.echo(f"note: {note}", err=True)
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
     # in chunks, each written before the next is rendered: memory stays flat however many trials
     for start in range(0, len(trials), CHUNK):
-        chunk = trials[start:start + CHUNK]
-        manifests = renderer.render_all(chunk, attempt=attempt, resume=resume)
+        submissions = shown.render(trials[start:start + CHUNK], attempt=attempt, resume=resume)
         if output_dir is None:
-            sys.stdout.write(dump_all(doc for docs in manifests for doc in docs))
+            sys.stdout.write(_text(submissions, chosen))
             continue
-        for t, docs in zip(chunk, manifests):
-            (output_dir / f"{attempt_name(t, attempt)}.yaml").write_text(dump_all(docs))
+        for s in submissions:
+            (output_dir / f"{s.name}{suffix(chosen)}").write_text(_text([s], chosen))
     if output_dir is not None:
         typer.echo(f"wrote {len(trials)} files to {output_dir}", err=True)
+
+
+def _text(submissions: list, form: str) -> str:
+    """Submissions in `form`: their scripts, YAML documents or JSON objects (one a document)."""
+    if form == "script":
+        return "".join(s.script for s in submissions)
+    docs = [doc for s in submissions for doc in (s.data if isinstance(s.data, list) else [s.data])]
+    if form == "json":
+        import json
+
+        return "".join(json.dumps(doc, indent=2, ensure_ascii=False) + "\n" for doc in docs)
+    from stratctl.view.yamlout import dump_all
+
+    return dump_all(docs, blocks=any(s.script is not None for s in submissions))
 
 
 CHUNK = 500  # trials rendered and written at a time

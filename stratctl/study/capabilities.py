@@ -68,7 +68,8 @@ CAPABILITIES: dict[str, Capabilities] = {
                             "trial.affinity": "use slurm.constraint (node features)",
                             "trial.network_topology": "use slurm.extra: [\"--switches=1\"]",
                             "trial.template": "put a slurm-job.sh.j2 in templates_dir",
-                            "checkpoint.grace_seconds": "remove it (Slurm's GraceTime, its partition's or QOS's, decides)"}),
+                            "checkpoint.grace_seconds":
+                                "remove it (Slurm's GraceTime, its partition's or QOS's, decides)"}),
     YARN: Capabilities(YARN, "each attempt is one YARN application run on the nodes", closed_loop=False,
                        resources=_NODE, partial_gang=False, options=frozenset(), instead={
                            "queue": "use yarn.queue", "trial.node_selector": "use yarn.node_label",

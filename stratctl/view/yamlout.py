@@ -41,6 +41,20 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str)
 
 
-def dump_all(docs: Iterable[dict]) -> str:
-    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                         allow_unicode=True, width=120, explicit_start=True)
+class _BlockDumper(_Dumper):
+    pass
+
+
+def _block(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value:  # a script or another text: its lines as they are, not one escaped string
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return _str(dumper, value)
+
+
+_BlockDumper.add_representer(str, _block)
+
+
+def dump_all(docs: Iterable[dict], blocks: bool = False) -> str:
+    """`blocks`: strings of several lines as literal blocks (`|`), as a script reads best."""
+    return yaml.dump_all(docs, Dumper=_BlockDumper if blocks else _Dumper, sort_keys=False,
+                         default_flow_style=False, allow_unicode=True, width=120, explicit_start=True)
