@@ -41,6 +41,7 @@ class Capabilities:
     | closed-loop strategies (tpe, gp, cmaes, nsga2) | yes | yes | no | no |
     | resources | any | any | cpu, memory, nvidia.com/gpu | cpu, memory, nvidia.com/gpu |
     | a gang smaller than the trial (`min_available`) | yes | yes | no | no |
+    | environment values from the cluster (not literal) | yes | yes | no | no |
     | `submit --storage`, `--move-waiting`, `--dry-run=server`, `--prometheus-url` | yes | yes | no | no |
     """
 
@@ -49,6 +50,7 @@ class Capabilities:
     closed_loop: bool  # strategies that choose trials from results
     resources: frozenset[str] | None  # resource names a trial may ask for; None: any
     partial_gang: bool  # pods outside the gang (min_available below a trial's or a task's pods)
+    cluster_env: bool  # environment values the cluster fills in (not a literal string: study/task.py drops them)
     options: frozenset[str]  # of OPTIONS, the submit options it honours
     instead: Mapping[str, str] = field(default_factory=dict)  # a field it drops -> what to do instead
 
@@ -58,11 +60,11 @@ _NODE = frozenset({"cpu", "memory", GPU})  # what an attempt's job asks of a nod
 
 CAPABILITIES: dict[str, Capabilities] = {
     VOLCANO: Capabilities(VOLCANO, "each attempt is a Volcano Job", closed_loop=True, resources=None,
-                          partial_gang=True, options=frozenset(OPTIONS)),
+                          partial_gang=True, cluster_env=True, options=frozenset(OPTIONS)),
     BATCH: Capabilities(BATCH, "each attempt is a batch/v1 Job ganged by a Volcano PodGroup", closed_loop=True,
-                        resources=None, partial_gang=True, options=frozenset(OPTIONS)),
+                        resources=None, partial_gang=True, cluster_env=True, options=frozenset(OPTIONS)),
     SLURM: Capabilities(SLURM, "each attempt is one sbatch job run on the nodes", closed_loop=False,
-                        resources=_NODE, partial_gang=False, options=frozenset(), instead={
+                        resources=_NODE, partial_gang=False, cluster_env=False, options=frozenset(), instead={
                             "queue": "use slurm.partition", "priority_class": "use slurm.qos",
                             "trial.node_selector": "use slurm.constraint (node features)",
                             "trial.affinity": "use slurm.constraint (node features)",
@@ -71,7 +73,7 @@ CAPABILITIES: dict[str, Capabilities] = {
                             "checkpoint.grace_seconds":
                                 "remove it (Slurm's GraceTime, its partition's or QOS's, decides)"}),
     YARN: Capabilities(YARN, "each attempt is one YARN application run on the nodes", closed_loop=False,
-                       resources=_NODE, partial_gang=False, options=frozenset(), instead={
+                       resources=_NODE, partial_gang=False, cluster_env=False, options=frozenset(), instead={
                            "queue": "use yarn.queue", "trial.node_selector": "use yarn.node_label",
                            "trial.affinity": "use yarn.node_label", "trial.labels": "use yarn.tags",
                            "trial.topology_spread_constraints": "use yarn.placement: spread",
@@ -190,6 +192,10 @@ def problems(study: Any) -> list[Problem]:
         for path, message in _partial_gangs(study):
             say(path, f"backend {caps.name} starts every process of a trial together ({caps.runs}): {message}; "
                 "remove min_available" + _where(KUBERNETES))
+    if not caps.cluster_env:
+        for path, name in _cluster_env(study):
+            say(path, f"backend {caps.name} cannot give {name} a value from the cluster ({caps.runs}, its "
+                "environment literal strings only): it would be dropped; give a value" + _where(KUBERNETES))
     return found
 
 
@@ -245,6 +251,16 @@ def _resources(study: Any) -> Iterator[tuple[tuple, str]]:
                 if name not in seen:
                     seen.add(name)
                     yield where + (kind, name), name
+
+
+def _cluster_env(study: Any) -> Iterator[tuple[tuple, str]]:
+    """(path, name) of each environment variable whose value is not a literal string."""
+    blocks = [(("trial", "env"), study.trial.env)]
+    blocks += [(("trial", "tasks", i, "env"), t.env) for i, t in enumerate(study.trial.tasks)]
+    for where, env in blocks:
+        for name, value in env.items():
+            if not isinstance(value, str):
+                yield where + (name,), name
 
 
 def _partial_gangs(study: Any) -> Iterator[tuple[tuple, str]]:

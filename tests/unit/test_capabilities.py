@@ -216,3 +216,17 @@ def _record_sends(monkeypatch) -> list:
     monkeypatch.setattr(ResourceManager, "new_application", lambda self: sent.append("new-application") or "a_1_1")
     monkeypatch.setattr(ResourceManager, "submit", lambda self, body: sent.append(body))
     return sent
+
+
+def test_an_environment_value_the_cluster_fills_in_is_refused_where_only_literals_are_passed(tmp_path):
+    """Slurm and YARN pass a task's literal environment (study/task.py); a value the cluster
+    would fill in (Kubernetes' downward API) would be dropped there."""
+    from .studies import load
+
+    study = load(tmp_path, SLURM.replace('"--lr={{ params.lr }}"]', '"--lr={{ params.lr }}"]\n  env: {POD: x}'))
+    trial = study.trial.model_copy(update={"env": {"POD": {"field_ref": "metadata.name"}}})
+    [problem] = capabilities.problems(study.model_copy(update={"trial": trial}))
+    assert str(problem) == (f"{study.file}:9:14: trial.env.POD: backend slurm cannot give POD a value from the cluster "
+                            "(each attempt is one sbatch job run on the nodes, its environment literal strings only): "
+                            "it would be dropped; give a value, or use backend kubernetes")
+    assert capabilities.problems(study) == []
