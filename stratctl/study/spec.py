@@ -624,14 +624,17 @@ class Study(_Model):
                     raise _bad("grid", "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
                                field=f"space.{name}", name=name)
         if self.backend in ("slurm", "yarn"):
-            job = "one sbatch job of N tasks" if self.backend == "slurm" else "one YARN application of N containers"
-            if len(self.trial.tasks) != 1:
+            # YARN runs several tasks: the gang AM asks for containers of each task's own size
+            if self.backend == "slurm" and len(self.trial.tasks) != 1:
                 raise _bad("batch_tasks", "backend {backend} runs one kind of task a trial ({job}): "
                            "exactly one entry in trial.tasks, with its replicas", field="trial.tasks",
-                           backend=self.backend, job=job)
-            if not (self.trial.tasks[0].command or self.trial.command):
-                raise _bad("batch_command", "backend {backend} runs trial.command on the nodes (there is no image "
-                           "entrypoint): set trial.command", field="trial", backend=self.backend)
+                           backend=self.backend, job="one sbatch job of N tasks")
+            for i, t in enumerate(self.trial.tasks):
+                if not (t.command or self.trial.command):
+                    one = len(self.trial.tasks) == 1
+                    raise _bad("batch_command", "backend {backend} runs trial.command on the nodes (there is no image "
+                               "entrypoint): set trial.command{task}", field="trial" if one else f"trial.tasks.{i}",
+                               backend=self.backend, task="" if one else f" or the command of task {t.name!r}")
         if self.workload == "batch" and len(self.trial.tasks) != 1:
             raise _bad("batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed",
                        field="trial.tasks")

@@ -4,7 +4,8 @@ study's rendering of an attempt.
 The study core renders every attempt the same way for every backend (the trial template,
 its parameters and stratctl's STRATCTL_* environment). A batch scheduler that runs an
 attempt as one job of N tasks needs only the task's command line, environment and
-resources, and the attempt's identity: `task_of` reads them from the rendered manifests.
+resources, and the attempt's identity: `task_of` reads them from the rendered manifests
+(`tasks_of` every task's, for a backend that runs several roles).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from stratctl.study.quantity import parse as parse_quantity
 
 @dataclass(frozen=True)
 class Task:
-    """One attempt of one trial: its identity, and its one kind of task, `replicas` of it."""
+    """One attempt of one trial: its identity, and one kind of its tasks, `replicas` of it."""
 
     name: str  # the attempt's name, unique in the study
     role: str  # the task's name in the study (`trial.tasks[].name`): STRATCTL_TASK of its processes
@@ -41,18 +42,28 @@ def _job_and_pods(docs: list[dict]) -> tuple[dict, list[tuple[int, dict]]]:
     return job, [(spec.get("parallelism") or 1, (spec.get("template") or {}).get("spec") or {})]
 
 
+def tasks_of(docs: list[dict]) -> list[Task]:
+    """Every task of the attempt the rendered manifests `docs` stand for, in task order (the
+    study's `trial.tasks`): a backend that runs roles of their own command, replicas and
+    resources (YARN) reads them all."""
+    job, pods = _job_and_pods(docs)
+    named = (job.get("spec") or {}).get("tasks") or [{}]
+    return [_task(job, replicas, pod, named[i] if i < len(named) else {}) for i, (replicas, pod) in enumerate(pods)]
+
+
 def task_of(docs: list[dict]) -> Task:
     """The attempt the rendered manifests `docs` stand for (one kind of task: the study's
-    validation says so for every batch-scheduler backend)."""
-    job, pods = _job_and_pods(docs)
-    replicas, pod = pods[0]
+    validation says so for every batch-scheduler backend that runs one)."""
+    return tasks_of(docs)[0]
+
+
+def _task(job: dict, replicas: int, pod: dict, named: dict) -> Task:
     container = (pod.get("containers") or [{}])[0]
     meta = job.get("metadata") or {}
     res = container.get("resources") or {}
     wanted = {**(res.get("requests") or {}), **(res.get("limits") or {})}
-    tasks = (job.get("spec") or {}).get("tasks") or [{}]
     return Task(
-        name=meta["name"], role=str(tasks[0].get("name") or container.get("name") or "worker"),
+        name=meta["name"], role=str(named.get("name") or container.get("name") or "worker"),
         trial=meta["labels"][labels.TRIAL], attempt=int(meta["labels"][labels.ATTEMPT]),
         spec_hash=meta["labels"].get(labels.SPEC_HASH, ""), replicas=replicas,
         command=[str(w) for w in (container.get("command") or []) + (container.get("args") or [])],

@@ -7,7 +7,9 @@
 #        [-t TAG]... [-p spread|pack] [-T GANG_TIMEOUT] [--no-wait] -- 'SCRIPT'
 #
 # SCRIPT (any bash) runs in each of N containers (MB memory, VCORES vcores, GPUS yarn.io/gpu
-# each), all started together once all N are allocated; STRATCTL_TASK_INDEX is 0..N-1. The AM
+# each) of one role, worker, all started together once all N are allocated, each with the
+# rendezvous contract (STRATCTL_TASK_INDEX 0..N-1, STRATCTL_NODE_ADDRS, MASTER_ADDR, and
+# MASTER_PORT 20000 + the application's number, as stratctl derives it). The AM
 # takes 512 MB and 1 vcore in QUEUE (research by default). Tags: stratctl, stratctl-smoke and
 # each -t. Prints the application id; unless --no-wait, waits for the end, prints
 # "<id> <state> <finalStatus>", the diagnostics (stderr) and each container's stdout.
@@ -34,7 +36,7 @@ while (( $# )); do
     *) break ;;
   esac
 done
-(( $# == 1 )) || { sed -n '2,15s/^# \{0,1\}//p' "$0" >&2; exit 2; }
+(( $# == 1 )) || { sed -n '2,17s/^# \{0,1\}//p' "$0" >&2; exit 2; }
 script=$1
 [[ -s $ENV_FILE && -e $RUN/ready ]] || { yl_log "not up: run testbed/yarn/up.sh first"; exit 1; }
 # shellcheck disable=SC1090
@@ -67,8 +69,8 @@ dir=$RUN/gang/$app
 mkdir -p "$dir"
 jq -n --arg app "$app" --arg name "$name" --arg queue "$queue" --arg cmd "$am_cmd" \
   --arg cp "$classpath" --arg jar "file://$jar" --argjson size "$size" --argjson ts "$mtime_ms" \
-  --arg tasks "$num" --arg res "$res" --arg script "$(printf '%s\n' "$script" | base64 -w0)" \
-  --arg placement "$placement" --arg timeout "$timeout" \
+  --arg roles "worker:$num" --arg res "$res" --arg script "$(printf '%s\n' "$script" | base64 -w0)" \
+  --arg placement "$placement" --arg timeout "$timeout" --arg port "$(( 20000 + 10#${app##*_} % 20000 ))" \
   --argjson tags "$(printf '%s\n' "${tags[@]}" | jq -R . | jq -s .)" '{
   "application-id": $app, "application-name": $name, "queue": $queue,
   "application-type": "STRATCTL", "application-tags": {"tag": $tags},
@@ -82,11 +84,12 @@ jq -n --arg app "$app" --arg name "$name" --arg queue "$queue" --arg cmd "$am_cm
     "commands": {"command": $cmd},
     "environment": {"entry": [
       {"key": "CLASSPATH", "value": $cp},
-      {"key": "STRATCTL_TASKS", "value": $tasks},
-      {"key": "STRATCTL_TASK_RESOURCES", "value": $res},
-      {"key": "STRATCTL_TASK_SCRIPT", "value": $script},
-      {"key": "STRATCTL_PLACEMENT", "value": $placement},
-      {"key": "STRATCTL_GANG_TIMEOUT", "value": $timeout}]}
+      {"key": "STRATCTL_AM_ROLES", "value": $roles},
+      {"key": "STRATCTL_AM_RESOURCES_0", "value": $res},
+      {"key": "STRATCTL_AM_SCRIPT_0", "value": $script},
+      {"key": "STRATCTL_AM_MASTER_PORT", "value": $port},
+      {"key": "STRATCTL_AM_PLACEMENT", "value": $placement},
+      {"key": "STRATCTL_AM_GANG_TIMEOUT", "value": $timeout}]}
   }}' >"$dir/submit.json"
 # 4. Submit $dir/submit.json; unless --no-wait, wait for the end, show the diagnostics and
 #    what each container printed (exit status 0 only if the application SUCCEEDED).

@@ -2,12 +2,14 @@ package io.stratctl.yarn;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 
 import org.apache.hadoop.io.DataOutputBuffer;
 import org.apache.hadoop.security.Credentials;
@@ -41,45 +43,86 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 /**
  * stratctl's gang application master: one attempt of one trial as one YARN application.
  *
- * <p>It asks for the gang's N containers and starts the trial's script in all of them once all
- * N are allocated, never in fewer (YARN has no gang scheduling of its own). What it runs comes
- * from its environment, set by stratctl in the submission (stratctl/yarn/app.py):
+ * <p>A trial is a gang of roles (the study's tasks: workers, parameter servers, evaluators),
+ * each of its own number of containers, size and script. The AM asks for every container of
+ * every role (one priority per role, so that containers of different sizes come back told
+ * apart) and starts nothing until all of them are allocated, never fewer (YARN has no gang
+ * scheduling of its own). Then it knows every container's host, so it gives each container
+ * the whole rendezvous contract (Rendezvous.java: ranks over the roles in task order, the
+ * nodes' addresses, MASTER_ADDR/MASTER_PORT, the roles' hosts) before any task starts. What
+ * it runs comes from its environment, set by stratctl in the submission (stratctl/yarn/app.py):
  * <ul>
- * <li>STRATCTL_TASKS: N; STRATCTL_TASK_RESOURCES: memory-mb=..,vcores=..[,yarn.io/gpu=..] per container;
- * <li>STRATCTL_TASK_SCRIPT: base64 of the bash script each container runs;
- * <li>STRATCTL_NODE_LABEL (optional): a node label expression;
- * <li>STRATCTL_PLACEMENT (optional): spread (no two on one node) or pack (all on one node),
- *     as placement constraints on the gang's allocation tag; STRATCTL_PLACEMENT_SCOPE=rack
- *     makes that one rack;
- * <li>STRATCTL_GANG_TIMEOUT (seconds, 0 = none): a gang not whole by then gives back what it holds
- *     and asks again after a jittered pause, so partial gangs do not hold GPUs forever.
+ * <li>STRATCTL_AM_ROLES: the roles in task order, {@code name:count,...} (names are DNS labels);
+ * <li>STRATCTL_AM_RESOURCES_i: memory-mb=..,vcores=..[,yarn.io/gpu=..] of a container of role i;
+ * <li>STRATCTL_AM_SCRIPT_i: base64 of the bash script the containers of role i run;
+ * <li>STRATCTL_AM_MASTER_PORT: the trial's MASTER_PORT (derived by stratctl from the
+ *     application id, so that two trials sharing a node never collide);
+ * <li>STRATCTL_AM_NODE_LABEL (optional): a node label expression;
+ * <li>STRATCTL_AM_PLACEMENT (optional): spread (no two containers of the gang on one node) or
+ *     pack (all on one node), as placement constraints on the gang's allocation tag;
+ *     STRATCTL_AM_PLACEMENT_SCOPE=rack makes that one rack;
+ * <li>STRATCTL_AM_GANG_TIMEOUT (seconds, 0 = none): a gang not whole by then gives back what
+ *     it holds and asks again after a jittered pause, so partial gangs do not hold GPUs forever.
  * </ul>
  * Each container runs {@code base64 -d <<< $STRATCTL_TASK_SCRIPT > stratctl-task.sh && exec bash
- * stratctl-task.sh} (stdout/stderr into its log dir) with every STRATCTL_* variable, the AM's PATH,
- * STRATCTL_TASK_INDEX (0..N-1), STRATCTL_APP_ATTEMPT (this AM's attempt, 1-based) and, when the RM
- * restarted this AM (its container lost or preempted), STRATCTL_YARN_RESTARTED=1.
+ * stratctl-task.sh} (stdout/stderr into its log dir) with its role's script as
+ * STRATCTL_TASK_SCRIPT, the contract (STRATCTL_NUM_NODES, STRATCTL_NODE_RANK, STRATCTL_NODE_ADDRS,
+ * MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, STRATCTL_TASK, STRATCTL_TASK_INDEX,
+ * STRATCTL_TASKS, STRATCTL_&lt;ROLE&gt;_HOSTS, STRATCTL_&lt;ROLE&gt;_NUM), the AM's PATH,
+ * STRATCTL_APP_ATTEMPT (this AM's attempt, 1-based) and, when the RM restarted this AM (its
+ * container lost or preempted), STRATCTL_YARN_RESTARTED=1. The AM's own STRATCTL_AM_*
+ * variables are not passed on.
  *
- * <p>No container starts before all N are allocated; surplus allocations are released; an ask
- * sent again (gang timeout, a held container lost) replaces the outstanding one. It reports
- * progress 0 while the gang is incomplete, 0.5 once launched. Endings, in the
- * final status and diagnostics stratctl reads: all N exit 0: SUCCEEDED "stratctl: N tasks
- * succeeded"; a container preempted or lost (-102, -100, -101, -108): FAILED "stratctl:
- * preempted: ..." (the next attempt resumes from its checkpoint); any other non-zero exit:
- * FAILED "stratctl: task i exited with code X". The others are stopped first. Then it
- * unregisters and exits 0. On SIGTERM (the application killed) it just exits.
+ * <p>Surplus allocations are released; an ask sent again (gang timeout, a held container
+ * lost) replaces the outstanding one. It reports progress 0 while the gang is incomplete, 0.5
+ * once launched. Endings, in the final status and diagnostics stratctl reads: all exit 0:
+ * SUCCEEDED "stratctl: N tasks succeeded"; a container preempted or lost (-102, -100, -101,
+ * -108): FAILED "stratctl: preempted: ..." (the next attempt resumes from its checkpoint);
+ * any other non-zero exit: FAILED "stratctl: task ROLE I (rank R) exited with code X". The
+ * others are stopped first. Then it unregisters and exits 0. On SIGTERM (the application
+ * killed) it just exits.
  */
 public final class GangMaster {
   private static final String GANG_TAG = "stratctl-gang";
-  private static final Priority PRIORITY = Priority.newInstance(0);
+
+  /** One role of the gang: a task of the study, its containers' count, size and script. */
+  private static final class Role {
+    final int index;  // its place in task order, and the priority of its containers' asks
+    final String name;
+    final int count;
+    final String resources;  // as given; parsed once registered (the RM's resource types known)
+    final String script;  // base64 of its containers' script
+    Resource capability;
+    final List<ContainerRequest> asks = new ArrayList<>();  // plain asks outstanding
+    final List<Container> held = new ArrayList<>();
+
+    Role(int index, String name, int count, String resources, String script) {
+      this.index = index;
+      this.name = name;
+      this.count = count;
+      this.resources = resources;
+      this.script = script;
+    }
+
+    Priority priority() {
+      return Priority.newInstance(index);
+    }
+
+    int missing() {
+      return count - held.size();
+    }
+  }
 
   private final Map<String, String> env = System.getenv();
-  private final int tasks = Integer.parseInt(env.getOrDefault("STRATCTL_TASKS", "1"));
-  private final String placement = env.getOrDefault("STRATCTL_PLACEMENT", "");
-  private final String scope = "rack".equals(env.get("STRATCTL_PLACEMENT_SCOPE"))
+  private final List<Role> roles = roles(env);
+  private final int tasks = roles.stream().mapToInt(r -> r.count).sum();
+  private final int port = Integer.parseInt(required(env, "STRATCTL_AM_MASTER_PORT"));
+  private final String placement = env.getOrDefault("STRATCTL_AM_PLACEMENT", "");
+  private final String scope = "rack".equals(env.get("STRATCTL_AM_PLACEMENT_SCOPE"))
       ? PlacementConstraints.RACK : PlacementConstraints.NODE;
-  private final String label = emptyToNull(env.get("STRATCTL_NODE_LABEL"));
+  private final String label = emptyToNull(env.get("STRATCTL_AM_NODE_LABEL"));
   private final long gangTimeoutMs = 1000L * Long.parseLong(
-      env.getOrDefault("STRATCTL_GANG_TIMEOUT", "").isEmpty() ? "0" : env.get("STRATCTL_GANG_TIMEOUT"));
+      env.getOrDefault("STRATCTL_AM_GANG_TIMEOUT", "").isEmpty() ? "0" : env.get("STRATCTL_AM_GANG_TIMEOUT"));
   private final int appAttempt = ContainerId.fromString(env.get(ApplicationConstants.Environment.CONTAINER_ID.name()))
       .getApplicationAttemptId().getAttemptId();
   private final Random random = new Random();
@@ -87,17 +130,14 @@ public final class GangMaster {
 
   private AMRMClientAsync<ContainerRequest> rm;
   private NMClientAsync nm;
-  private Resource capability;
-  private final List<ContainerRequest> asks = new ArrayList<>();          // plain asks outstanding
-  private final List<SchedulingRequest> placed = new ArrayList<>();      // placement asks sent
-  private final List<Container> held = new ArrayList<>();
-  private final Map<ContainerId, Integer> index = new HashMap<>();
+  private final List<SchedulingRequest> placed = new ArrayList<>();  // placement asks sent
+  private final Map<ContainerId, String> launchedAs = new HashMap<>();  // "worker 1 (rank 2)"
   private boolean launched;
   private boolean finished;
   private int succeeded;
   private long askedAt;
   private long pausedUntil;  // > 0: backing off after a gang timeout, holding and asking nothing
-  private long generation;  // schedulingRequest ids of one round of asking
+  private long nextRequestId = 1;  // SchedulingRequests need ids unique within the application
 
   public static void main(String[] args) throws Exception {
     new GangMaster().run();
@@ -105,6 +145,27 @@ public final class GangMaster {
 
   private static String emptyToNull(String s) {
     return s == null || s.isEmpty() ? null : s;
+  }
+
+  private static String required(Map<String, String> env, String name) {
+    String value = env.get(name);
+    if (value == null || value.isEmpty()) {
+      throw new IllegalStateException(name + " is not set: this AM is started by stratctl (stratctl/yarn/app.py)");
+    }
+    return value;
+  }
+
+  /** The gang's roles from STRATCTL_AM_ROLES ({@code name:count,...}) and each role's variables. */
+  private static List<Role> roles(Map<String, String> env) {
+    List<Role> out = new ArrayList<>();
+    for (String part : required(env, "STRATCTL_AM_ROLES").split(",")) {
+      String[] nameCount = part.split(":", 2);
+      int i = out.size();
+      out.add(new Role(i, nameCount[0], Integer.parseInt(nameCount[1]),
+          env.getOrDefault("STRATCTL_AM_RESOURCES_" + i, "memory-mb=1024,vcores=1"),
+          required(env, "STRATCTL_AM_SCRIPT_" + i)));
+    }
+    return out;
   }
 
   private static void log(String message) {
@@ -121,11 +182,16 @@ public final class GangMaster {
     nm.start();
     RegisterApplicationMasterResponse registered = rm.registerApplicationMaster("", 0, "");
     ResourceUtils.reinitializeResources(registered.getResourceTypes());
-    capability = parseResources(env.getOrDefault("STRATCTL_TASK_RESOURCES", "memory-mb=1024,vcores=1"));
-    log("registered (application attempt " + appAttempt + "); asking for " + tasks + " x " + capability
+    StringBuilder gang = new StringBuilder();
+    for (Role role : roles) {
+      role.capability = parseResources(role.resources);
+      gang.append(gang.length() == 0 ? "" : ", ").append(role.name).append(" ").append(role.count)
+          .append(" x ").append(role.capability);
+    }
+    log("registered (application attempt " + appAttempt + "); asking for " + gang + ", master port " + port
         + (placement.isEmpty() ? "" : ", placement " + placement + " by " + scope) + (label == null ? "" : ", node label " + label));
     ask();
-    while (!done.await(1, java.util.concurrent.TimeUnit.SECONDS)) {
+    while (!done.await(1, TimeUnit.SECONDS)) {
       checkTimeout();
     }
     nm.stop();
@@ -151,14 +217,26 @@ public final class GangMaster {
     return r;
   }
 
+  private int held() {
+    return roles.stream().mapToInt(r -> r.held.size()).sum();
+  }
+
+  /** The role a container was allocated for: the priority of its ask is the role's index. */
+  private Role roleOf(Container c) {
+    int i = c.getPriority() == null ? -1 : c.getPriority().getPriority();
+    return i >= 0 && i < roles.size() ? roles.get(i) : null;
+  }
+
   // -- asking for the gang ---------------------------------------------------------------
 
   /** Withdraws every outstanding ask (a SchedulingRequest is cancelled by sending it again with 0). */
   private synchronized void cancelAsks() {
-    for (ContainerRequest r : asks) {
-      rm.removeContainerRequest(r);
+    for (Role role : roles) {
+      for (ContainerRequest r : role.asks) {
+        rm.removeContainerRequest(r);
+      }
+      role.asks.clear();
     }
-    asks.clear();
     List<SchedulingRequest> cancel = new ArrayList<>();
     for (SchedulingRequest r : placed) {
       cancel.add(SchedulingRequest.newBuilder().allocationRequestId(r.getAllocationRequestId())
@@ -172,31 +250,31 @@ public final class GangMaster {
     }
   }
 
-  /** Asks for the containers the gang still misses (tasks - held), replacing any earlier ask. */
+  /** Asks for the containers each role still misses, replacing any earlier ask. */
   private synchronized void ask() {
     cancelAsks();
-    if (held.isEmpty()) {
+    if (held() == 0) {
       askedAt = System.currentTimeMillis();  // a new round: the gang timeout counts from here
     }
-    generation++;
-    int missing = tasks - held.size();
-    if (missing <= 0) {
+    if (held() >= tasks) {
       return;
     }
+    log("requesting what is missing, " + held() + " of " + tasks + " held");
     if (placement.isEmpty()) {
-      log("requesting " + missing + " container(s), " + held.size() + " of " + tasks + " held");
-      for (int i = 0; i < missing; i++) {
-        ContainerRequest request = new ContainerRequest(capability, null, null, PRIORITY, true, label);
-        asks.add(request);
-        rm.addContainerRequest(request);
+      for (Role role : roles) {
+        for (int i = 0; i < role.missing(); i++) {
+          ContainerRequest request = new ContainerRequest(role.capability, null, null, role.priority(), true, label);
+          role.asks.add(request);
+          rm.addContainerRequest(request);
+        }
       }
       return;
     }
+    // affinity to the gang's own tag cannot place the first container (no node has the tag
+    // yet: the RM waits forever): the first goes anywhere, the rest beside it once it is held
+    boolean first = "pack".equals(placement) && held() == 0;
     PlacementConstraint constraint;
-    if ("pack".equals(placement) && held.isEmpty()) {
-      // affinity to the gang's own tag cannot place the first container (no node has the tag
-      // yet: the RM waits forever): the first goes anywhere, the rest beside it once it is held
-      missing = 1;
+    if (first) {
       constraint = PlacementConstraints.targetNotIn(scope,
           PlacementConstraints.PlacementTargets.allocationTag("stratctl-nothing")).build();
     } else if ("pack".equals(placement)) {
@@ -206,15 +284,22 @@ public final class GangMaster {
       constraint = PlacementConstraints.targetNotIn(scope,
           PlacementConstraints.PlacementTargets.allocationTag(GANG_TAG)).build();
     }
-    log("requesting " + missing + " container(s), " + held.size() + " of " + tasks + " held, " + constraint);
-    SchedulingRequest request = SchedulingRequest.newBuilder()
-        .allocationRequestId(generation).priority(PRIORITY)
-        .executionType(ExecutionTypeRequest.newInstance(ExecutionType.GUARANTEED, true))
-        .allocationTags(java.util.Collections.singleton(GANG_TAG))
-        .resourceSizing(ResourceSizing.newInstance(missing, capability))
-        .placementConstraintExpression(constraint).build();
-    placed.add(request);
-    rm.addSchedulingRequests(java.util.Collections.singletonList(request));
+    List<SchedulingRequest> requests = new ArrayList<>();
+    for (Role role : roles) {
+      int missing = first ? (role.index == 0 ? 1 : 0) : role.missing();
+      if (missing <= 0) {
+        continue;
+      }
+      requests.add(SchedulingRequest.newBuilder()
+          .allocationRequestId(nextRequestId++).priority(role.priority())
+          .executionType(ExecutionTypeRequest.newInstance(ExecutionType.GUARANTEED, true))
+          .allocationTags(Collections.singleton(GANG_TAG))
+          .resourceSizing(ResourceSizing.newInstance(missing, role.capability))
+          .placementConstraintExpression(constraint).build());
+    }
+    log("placement: " + constraint);
+    placed.addAll(requests);
+    rm.addSchedulingRequests(requests);
   }
 
   private synchronized void checkTimeout() {
@@ -234,69 +319,81 @@ public final class GangMaster {
     }
     // Jittered, so that gangs timing out together do not ask again together.
     long backoff = 1000 + (long) (random.nextDouble() * Math.min(gangTimeoutMs, 10000));
-    log("gang timeout: not whole after " + gangTimeoutMs / 1000 + " s (" + held.size() + " of " + tasks
+    log("gang timeout: not whole after " + gangTimeoutMs / 1000 + " s (" + held() + " of " + tasks
         + " allocated): releasing them, asking again in " + backoff + " ms");
     cancelAsks();
-    for (Container c : held) {
-      rm.releaseAssignedContainer(c.getId());
+    for (Role role : roles) {
+      for (Container c : role.held) {
+        rm.releaseAssignedContainer(c.getId());
+      }
+      role.held.clear();
     }
-    held.clear();
     pausedUntil = now + backoff;
   }
 
   private synchronized void allocated(List<Container> containers) {
     for (Container c : containers) {
-      if (!asks.isEmpty()) {
-        rm.removeContainerRequest(asks.remove(0));
+      Role role = roleOf(c);
+      if (role != null && !role.asks.isEmpty()) {
+        rm.removeContainerRequest(role.asks.remove(0));
       }
-      if (launched || finished || pausedUntil > 0 || held.size() >= tasks) {
+      if (role == null || launched || finished || pausedUntil > 0 || role.missing() <= 0) {
         log("releasing surplus container " + c.getId());
         rm.releaseAssignedContainer(c.getId());
         continue;
       }
-      held.add(c);
-      if ("pack".equals(placement) && held.size() == 1 && tasks > 1) {
+      role.held.add(c);
+      if ("pack".equals(placement) && held() == 1 && tasks > 1) {
         ask();  // the first of a packed gang is held: the rest beside it
       }
     }
-    log("allocated " + held.size() + " of " + tasks);
-    if (!launched && !finished && held.size() == tasks) {
+    log("allocated " + held() + " of " + tasks);
+    if (!launched && !finished && held() == tasks) {
       launch();
     }
   }
 
   // -- running it ------------------------------------------------------------------------
 
+  /** Starts every container of the gang, each with the whole contract: all hosts are known now. */
   private void launch() {
     launched = true;
     cancelAsks();  // nothing more to ask for (e.g. an ask sent again after a lost container)
+    List<Rendezvous.Role> layout = new ArrayList<>();
+    for (Role role : roles) {
+      List<String> hosts = new ArrayList<>();
+      for (Container c : role.held) {
+        hosts.add(c.getNodeId().getHost());  // the NodeManager's host, as YARN reports it
+      }
+      layout.add(new Rendezvous.Role(role.name, hosts));
+    }
     ByteBuffer tokens = tokens();
     String command = "base64 -d <<< $STRATCTL_TASK_SCRIPT > stratctl-task.sh && exec bash stratctl-task.sh"
         + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stdout"
         + " 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";
-    for (int i = 0; i < held.size(); i++) {
-      Container c = held.get(i);
-      index.put(c.getId(), i);
-      Map<String, String> environment = new HashMap<>();
-      for (Map.Entry<String, String> e : env.entrySet()) {
-        if (e.getKey().startsWith("STRATCTL_")) {
-          environment.put(e.getKey(), e.getValue());
+    int rank = 0;
+    for (Role role : roles) {
+      for (int i = 0; i < role.held.size(); i++, rank++) {
+        Container c = role.held.get(i);
+        String who = role.name + " " + i + " (rank " + rank + ")";
+        launchedAs.put(c.getId(), who);
+        Map<String, String> environment = new HashMap<>(Rendezvous.environment(layout, rank, port));
+        environment.put("STRATCTL_TASK_SCRIPT", role.script);
+        environment.put("STRATCTL_APP_ATTEMPT", Integer.toString(appAttempt));
+        if (appAttempt > 1) {
+          environment.put("STRATCTL_YARN_RESTARTED", "1");
         }
+        if (env.get("PATH") != null) {
+          environment.put("PATH", env.get("PATH"));
+        }
+        log(who + " on " + c.getNodeId().getHost() + " (" + c.getId() + ")");
+        ContainerLaunchContext context = ContainerLaunchContext.newInstance(
+            new HashMap<>(), environment, Collections.singletonList(command), null,
+            tokens == null ? null : tokens.duplicate(), null);
+        nm.startContainerAsync(c, context);
       }
-      environment.put("STRATCTL_TASK_INDEX", Integer.toString(i));
-      environment.put("STRATCTL_APP_ATTEMPT", Integer.toString(appAttempt));
-      if (appAttempt > 1) {
-        environment.put("STRATCTL_YARN_RESTARTED", "1");
-      }
-      if (env.get("PATH") != null) {
-        environment.put("PATH", env.get("PATH"));
-      }
-      ContainerLaunchContext context = ContainerLaunchContext.newInstance(
-          new HashMap<>(), environment, java.util.Collections.singletonList(command), null,
-          tokens == null ? null : tokens.duplicate(), null);
-      nm.startContainerAsync(c, context);
     }
-    log("launched all " + tasks + " tasks");
+    log("launched all " + tasks + " tasks, master " + layout.get(0).hosts.get(0) + ":" + port);
   }
 
   private static ByteBuffer tokens() {
@@ -325,28 +422,31 @@ public final class GangMaster {
   private synchronized void completed(List<ContainerStatus> statuses) {
     for (ContainerStatus s : statuses) {
       int exit = s.getExitStatus();
-      Integer i = index.get(s.getContainerId());
+      String who = launchedAs.get(s.getContainerId());
       if (finished) {
         continue;
       }
-      if (i == null) {  // held, not launched: lost before the gang was whole, ask again for one
-        boolean removed = held.removeIf(c -> c.getId().equals(s.getContainerId()));
+      if (who == null) {  // held, not launched: lost before the gang was whole, ask again for one
+        boolean removed = false;
+        for (Role role : roles) {
+          removed |= role.held.removeIf(c -> c.getId().equals(s.getContainerId()));
+        }
         if (removed && !launched && pausedUntil == 0) {
           log("allocated container " + s.getContainerId() + " lost before the gang was whole (" + exit + "): asking again");
           ask();
         }
         continue;
       }
-      log("task " + i + " (" + s.getContainerId() + ") ended: exit " + exit);
+      log("task " + who + " (" + s.getContainerId() + ") ended: exit " + exit);
       if (exit == 0) {
         if (++succeeded == tasks) {
           finish(FinalApplicationStatus.SUCCEEDED, "stratctl: " + tasks + " tasks succeeded");
         }
       } else if (lost(exit)) {
-        finish(FinalApplicationStatus.FAILED, "stratctl: preempted: task " + i + " (" + s.getContainerId()
+        finish(FinalApplicationStatus.FAILED, "stratctl: preempted: task " + who + " (" + s.getContainerId()
             + ", exit " + exit + ": " + oneLine(s.getDiagnostics()) + ")");
       } else {
-        finish(FinalApplicationStatus.FAILED, "stratctl: task " + i + " exited with code " + exit);
+        finish(FinalApplicationStatus.FAILED, "stratctl: task " + who + " exited with code " + exit);
       }
     }
   }
@@ -359,11 +459,13 @@ public final class GangMaster {
   private void finish(FinalApplicationStatus status, String diagnostics) {
     finished = true;
     log(status + ": " + diagnostics);
-    for (Container c : held) {
-      if (launched) {
-        nm.stopContainerAsync(c.getId(), c.getNodeId());
-      } else {
-        rm.releaseAssignedContainer(c.getId());
+    for (Role role : roles) {
+      for (Container c : role.held) {
+        if (launched) {
+          nm.stopContainerAsync(c.getId(), c.getNodeId());
+        } else {
+          rm.releaseAssignedContainer(c.getId());
+        }
       }
     }
     try {
@@ -393,7 +495,8 @@ public final class GangMaster {
     @Override public void onStartContainerError(ContainerId id, Throwable t) {
       synchronized (GangMaster.this) {
         if (!finished) {
-          finish(FinalApplicationStatus.FAILED, "stratctl: task " + index.get(id) + " could not start: " + oneLine(t.toString()));
+          finish(FinalApplicationStatus.FAILED, "stratctl: task " + launchedAs.get(id) + " could not start: "
+              + oneLine(t.toString()));
         }
       }
     }
