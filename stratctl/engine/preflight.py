@@ -246,6 +246,14 @@ def _task_path(study: Study, task: str) -> tuple:
     return ("trial", "resources")
 
 
+def _selector_path(study: Study, task: str) -> tuple:
+    """Where the node selector of a task's pods is written: the task's own, else the trial's."""
+    for i, t in enumerate(study.trial.tasks):
+        if t.name == task and t.node_selector:
+            return ("trial", "tasks", i, "node_selector")
+    return ("trial", "node_selector")
+
+
 def _fit(study: Study, nodes: list[dict], shapes: list[list[Pod]]) -> list[Finding]:
     ready = [n for n in nodes if schedulable(n)]
     if not ready:
@@ -257,7 +265,7 @@ def _fit(study: Study, nodes: list[dict], shapes: list[list[Pod]]) -> list[Findi
                 continue
             problem = _pod_problem(study, pod, ready)
             if problem is not None:  # once per task, or once for a node selector no node matches
-                key = ("node_selector",) if problem.message.startswith("trial.node_selector") else (pod.task,)
+                key = ("node_selector",) if "node_selector: no Ready node" in problem.message else (pod.task,)
                 findings.setdefault(key, Finding(problem))
         if not findings:
             gang = _gang_problem(study, pods, ready)
@@ -272,8 +280,9 @@ def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
                                       for k, v in pod.node_selector.items())]
     if not chosen:
         labels = ", ".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
-        return study.problem(("trial", "node_selector"), f"trial.node_selector: no Ready node has the labels {labels} "
-                                                          f"({len(ready)} Ready nodes)")
+        where = _selector_path(study, pod.task)
+        return study.problem(where, f"{'.'.join(map(str, where))}: no Ready node has the labels {labels} "
+                                    f"({len(ready)} Ready nodes)")
     if any(_fits(pod.requests, _allocatable(n)) for n in chosen):
         return None
     base = _task_path(study, pod.task)

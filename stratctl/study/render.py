@@ -437,9 +437,14 @@ def _study_context(study: Study) -> dict[str, Any]:
             "resources": {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v},
             "volume_mounts": [m.manifest() for m in (*t.volume_mounts, *task.volume_mounts)],
             "env_from": [e.manifest() for e in t.env_from],
+            # where its pods run: the task's own values over the trial's (spec.Task)
+            "node_selector": {**t.node_selector, **task.node_selector},
+            "tolerations": [tol.model_dump(exclude_none=True)
+                            for tol in (t.tolerations if task.tolerations is None else task.tolerations)],
+            "policies": [_policy(p) for p in task.policies],
+            "pod": _pod_fields(t, study.checkpoint.grace_seconds, task.affinity),
         })
-    policies = [{"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
-                for p in t.effective_policies]
+    policies = [_policy(p) for p in t.effective_policies]
     spec = study.model_dump(mode="json")
     spec["queue"] = study.home_queue  # a trial renders for the first queue; the loop places it (engine/queues.py)
     return {
@@ -456,12 +461,18 @@ def _study_context(study: Study) -> dict[str, Any]:
     }
 
 
-def _pod_fields(t: Any, grace_seconds: int | None = None) -> dict[str, Any]:
+def _policy(p: Any) -> dict[str, Any]:
+    """A Volcano lifecycle policy in Kubernetes' words."""
+    return {"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
+
+
+def _pod_fields(t: Any, grace_seconds: int | None = None, affinity: Any = None) -> dict[str, Any]:
     """The trial's pod-level fields in Kubernetes' words, only those it sets (the
-    templates render each one present)."""
+    templates render each one present); `affinity`: a task's, instead of the trial's."""
+    affinity = affinity or t.affinity
     fields = {
         "volumes": [v.manifest() for v in t.volumes],
-        "affinity": t.affinity.manifest() if t.affinity else {},
+        "affinity": affinity.manifest() if affinity else {},
         "imagePullSecrets": [{"name": name} for name in t.image_pull_secrets],
         "securityContext": t.security_context.manifest() if t.security_context else {},
     }

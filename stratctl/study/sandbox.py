@@ -42,7 +42,7 @@ VARIABLES = {
 MANIFEST_VARIABLES = {
     "spec": "the study file's fields, with defaults filled in",
     "tasks": "the tasks with trial-level defaults applied (image, command, args, env, resources, volume_mounts, "
-             "env_from)",
+             "env_from, node_selector, tolerations, policies, and pod: the pod fields with the task's affinity)",
     "gang_size": "pods that must start together (minAvailable)",
     "policies": "Volcano lifecycle policies",
     "tolerations": "the tolerations, as Kubernetes objects",

@@ -126,6 +126,9 @@ class Policy(_Model):
         return self
 
 
+# Events Volcano raises for a job, never for one of its tasks (a task-level policy on them never fires).
+JOB_EVENTS = ("CommandIssued", "JobUpdated")
+
 DEFAULT_POLICIES = (
     # Preemption and eviction restart the whole gang (a partial gang is useless); the
     # trial resumes from its checkpoint. A failed pod fails the attempt: submit decides
@@ -185,13 +188,30 @@ class Task(_Model):
     env: EnvMap
     resources: Resources | None = None
     volume_mounts: list[VolumeMount] = []  # added to trial.volume_mounts for this task's pods
+    # Where this task's pods run, over the trial's: node_selector adds to trial.node_selector
+    # (its keys win); affinity and tolerations replace the trial's (`tolerations: []`: none)
+    node_selector: dict[str, str] = {}
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] | None = None
+    # Volcano task-level policies: for this task's events, decided before the trial's
+    # (`{event: TaskCompleted, action: CompleteJob}` on the workers ends a trial whose ps never exit)
+    policies: list[Policy] = []
 
-    _env = field_validator("env", mode="before")(classmethod(lambda cls, v: _env(v)))
+    _env = field_validator("env", "node_selector", mode="before")(classmethod(lambda cls, v: _env(v)))
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return dns_label(v, "task name", 20)
+
+    @field_validator("policies")
+    @classmethod
+    def _task_events(cls, policies: list[Policy]) -> list[Policy]:
+        for i, p in enumerate(policies):
+            if p.event in JOB_EVENTS:
+                raise _bad("policy", "event {event!r} concerns the whole job, never one task's pods: give it in "
+                           "trial.policies", field=f"{i}.event", event=p.event)
+        return policies
 
     @model_validator(mode="after")
     def _min(self):

@@ -153,6 +153,13 @@ def test_a_node_selector_no_node_matches(tmp_path):
         "study.yaml:10:18: trial.node_selector: no Ready node has the labels pool=a100 (4 Ready nodes)"]
 
 
+def test_a_tasks_own_node_selector_no_node_matches_is_located_at_the_task(tmp_path):
+    text = STUDY.replace("      replicas: 1\n", "      replicas: 1\n      node_selector: {pool: cpu}\n")
+    nodes = [node("gpu-0", labels={"pool": "gpu"}), node("gpu-1")]
+    assert run(tmp_path, text, nodes=nodes)[0] == [
+        "study.yaml:17:22: trial.tasks.1.node_selector: no Ready node has the labels pool=cpu (2 Ready nodes)"]
+
+
 def test_the_node_selector_narrows_the_nodes_a_pod_may_use(tmp_path):
     text = STUDY.replace("  tasks:\n", "  node_selector: {pool: a100}\n  tasks:\n")
     nodes = [node("small", gpus=4, labels={"pool": "a100"}), node("big", gpus=8)]
