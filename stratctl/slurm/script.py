@@ -28,7 +28,7 @@ from jinja2 import FileSystemLoader
 from stratctl import rendezvous
 from stratctl.study import sandbox
 from stratctl.study.spec import Study
-from stratctl.study.task import task_of
+from stratctl.study.task import tasks_of
 
 TEMPLATE = "slurm-job.sh.j2"
 COMMENT_PREFIX = "stratctl:"  # the comment of every job stratctl submits: stratctl:<study>/<trial>/<attempt>/<hash>
@@ -70,30 +70,41 @@ def _template(directories: tuple[str, ...]):
 
 def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
     """The sbatch script of one rendered attempt (`docs`: the study's manifests of it),
-    from the first of `templates` (directories) holding templates/slurm-job.sh.j2."""
-    task = task_of(docs)
-    name, trial, attempt, replicas = task.name, task.trial, task.attempt, task.replicas
-    comment = comment_of(study.name, trial, attempt, task.spec_hash)
-    gpus, cpus, memory = task.gpus, task.cpus, task.memory
+    from the first of `templates` (directories) holding templates/slurm-job.sh.j2. A trial
+    of several tasks (roles) is a heterogeneous job: one component per task, in task order,
+    each with its own tasks, resources and command."""
+    tasks = tasks_of(docs)
+    first = tasks[0]
+    name, trial, attempt = first.name, first.trial, first.attempt
+    comment = comment_of(study.name, trial, attempt, first.spec_hash)
     slurm = study.slurm
     output = str(Path(slurm.output_dir) / study.name / trial)
-    options = [f"--job-name={name}", f"--comment={comment}", f"--ntasks={replicas}", f"--time={slurm.minutes}",
-               f"--output={output}/{name}-%j.log", "--requeue"]
-    options += [f"--{key}={value}" for key, value in (("partition", slurm.partition), ("account", slurm.account),
-                                                       ("qos", slurm.qos), ("constraint", slurm.constraint)) if value]
-    if gpus:
-        options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}{gpus}")
-    if cpus:
-        options.append(f"--cpus-per-task={cpus}")
-    if memory:
-        options.append(f"--mem-per-cpu={math.ceil(memory / (cpus or 1) / 2**20)}M")
-    options += slurm.extra
-    env = [(key, shlex.quote(value)) for key, value in task.env]
-    command = " ".join(shlex.quote(word) for word in task.command)
-    rdv = {"task": shlex.quote(task.role), "hosts_var": rendezvous.hosts_var(task.role),
-           "num_var": rendezvous.num_var(task.role), "port_base": rendezvous.PORT_BASE,
-           "port_span": rendezvous.PORT_SPAN}
-    text = _template(tuple(str(d) for d in templates)).render(options=options, env=env, command=command,
-                                                               output=shlex.quote(output), attempt=attempt, rdv=rdv)
-    return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text, tasks=replicas,
-                  gpus=gpus * replicas)
+    options: list[str] = []
+    for i, task in enumerate(tasks):
+        if i:
+            options.append("hetjob")  # the next component: Slurm starts them all together or none
+        options += [f"--job-name={name}", f"--comment={comment}"] if i == 0 else []
+        options += [f"--ntasks={task.replicas}", f"--time={slurm.minutes}"]
+        options += [f"--output={output}/{name}-%j.log", "--requeue"] if i == 0 else ["--requeue"]
+        options += [f"--{key}={value}" for key, value in (("partition", slurm.partition), ("account", slurm.account),
+                                                           ("qos", slurm.qos), ("constraint", slurm.constraint))
+                    if value]
+        if task.gpus:
+            options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}"
+                           f"{task.gpus}")
+        if task.cpus:
+            options.append(f"--cpus-per-task={task.cpus}")
+        if task.memory:
+            options.append(f"--mem-per-cpu={math.ceil(task.memory / (task.cpus or 1) / 2**20)}M")
+        options += slurm.extra
+    shared = [pair for pair in first.env if all(pair in task.env for task in tasks[1:])]
+    env = [(key, shlex.quote(value)) for key, value in shared]
+    steps = [{"env": [shlex.quote(f"{key}={value}") for key, value in task.env if (key, value) not in shared],
+              "command": " ".join(shlex.quote(word) for word in task.command)} for task in tasks]
+    rdv = {"roles": [shlex.quote(task.role) for task in tasks],
+           "role_keys": [rendezvous.role_key(task.role) for task in tasks], "port_base": rendezvous.PORT_BASE, "port_span": rendezvous.PORT_SPAN}
+    text = _template(tuple(str(d) for d in templates)).render(
+        options=options, env=env, command=steps[0]["command"], steps=steps, output=shlex.quote(output),
+        attempt=attempt, rdv=rdv)
+    return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text,
+                  tasks=sum(t.replicas for t in tasks), gpus=sum(t.gpus * t.replicas for t in tasks))

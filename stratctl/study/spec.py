@@ -644,11 +644,8 @@ class Study(_Model):
                     raise _bad("grid", "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
                                field=f"space.{name}", name=name)
         if self.backend in ("slurm", "yarn"):
-            # YARN runs several tasks: the gang AM asks for containers of each task's own size
-            if self.backend == "slurm" and len(self.trial.tasks) != 1:
-                raise _bad("batch_tasks", "backend {backend} runs one kind of task a trial ({job}): "
-                           "exactly one entry in trial.tasks, with its replicas", field="trial.tasks",
-                           backend=self.backend, job="one sbatch job of N tasks")
+            # several tasks: YARN's gang AM asks for containers of each task's own size, Slurm runs a
+            # heterogeneous job of one component a task
             for i, t in enumerate(self.trial.tasks):
                 if not (t.command or self.trial.command):
                     one = len(self.trial.tasks) == 1

@@ -111,33 +111,82 @@ def test_two_trials_on_one_node_at_the_same_time_do_not_collide(slurm, tmp_path)
     assert max(a0, b0) < min(a1, b1) + 6, (ra["listening"], rb["listening"])
 
 
-def test_a_preempted_trial_rendezvouses_again_when_slurm_requeues_it(slurm, tmp_path):
-    """Two trials of 2 tasks x 4 GPUs fill the 16 GPUs; once both have met, a prod job
-    preempts one: Slurm requeues it, and its next run meets again, resuming."""
-    name = f"rdv-preempt-{int(time.time()) % 100000}"
-    path = study(tmp_path, name, sizes=(2,), copies=2, hold=20, gpus=4)
-    slurm.wait_idle()
-    loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
-
-    def both_met():
+def met_then_preempted(slurm, tmp_path, name) -> tuple[str, str]:
+    """Once the study's one trial has met, preempt it: a prod job asking for all 4 GPUs of a
+    node its job holds (aimed at it, so other work on the shared testbed does not take the
+    preemption). (the trial, the prod job's id)"""
+    def met():
         seen = outcome(tmp_path, name) if (tmp_path / "stratctl-out" / name).is_dir() else {}
-        return len(seen) == 2 and all(records for _, records in seen.values())
+        return next((trial for trial, (_, records) in seen.items() if records), None)
 
-    slurm.wait("both trials met", both_met, timeout=120)
-    prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", "--job-name=prod-urgent",
-                     "--output=/dev/null", "--wrap", "sleep 2").stdout.strip()
-    requeued = slurm.wait("a trial requeued", lambda: [j for j in slurm.jobs(name) if j["restart_cnt"] > 0])
+    trial = slurm.wait("the trial's tasks met", met, timeout=120)
+    gpus = [j for j in slurm.jobs(name) if "gpu" in str(j.get("tres_per_task")) and j["job_state"] == "RUNNING"]
+    node = slurm.run("scontrol", "show", "hostnames", gpus[0]["nodes"]).stdout.split()[0]
+    prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", f"--nodelist={node}",
+                     "--job-name=prod-urgent", "--output=/dev/null", "--wrap", "sleep 2").stdout.strip()
+    return trial, prod
+
+
+def test_a_preempted_trial_rendezvouses_again_when_slurm_requeues_it(slurm, tmp_path):
+    """A trial of 2 tasks x 4 GPUs meets; a prod job preempts it; Slurm requeues it and its
+    next run meets again, resuming, on the same port."""
+    name = f"rdv-preempt-{int(time.time()) % 100000}"
+    path = study(tmp_path, name, sizes=(2,), hold=20, gpus=4)
+    loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    trial, prod = met_then_preempted(slurm, tmp_path, name)
+    slurm.wait("the trial requeued", lambda: [j for j in slurm.jobs(name) if j["restart_cnt"] > 0])
     out, err = loop.communicate(timeout=240)
     assert loop.returncode == 0, err[-2000:]
-    assert json.loads(out)["succeeded"] == 2 and json.loads(out)["failed"] == 0
-    again = requeued[0]["comment"].split("/")[1]
-    seen = outcome(tmp_path, name)
-    result, records = seen[again]
+    assert json.loads(out)["succeeded"] == 1 and json.loads(out)["failed"] == 0
+    result, records = outcome(tmp_path, name)[trial]
     assert [r["resumed"] for r in records] == [False, True], records  # met before, and again after the requeue
     assert all(r["rendezvous"] == "ok" and r["heard"] == [1] for r in records)
     assert records[0]["master"] == records[1]["master"]  # the same job: the same port, bound again
     assert result["resumed"] is True
-    [other] = set(seen) - {again}
-    assert len(seen[other][1]) == 1
-    assert f"trial {again}: preempted, requeued by Slurm" in err
+    assert f"trial {trial}: preempted, requeued by Slurm" in err
     assert prod.isdigit()
+
+
+ROLES = """\
+name: {name}
+backend: slurm
+slurm: {{partition: research, time_limit: 5m}}
+space:
+  seed: {{type: int, low: 0, high: 0, grid: true}}
+strategy: {{kind: grid}}
+trial:
+  command: ["python3", "{program}", "--timeout", "60", "--hold", "20",
+            "--history", "stratctl-out/{name}/{{{{ trial }}}}/rendezvous.jsonl"]
+  tasks:
+    - {{name: ps, resources: {{requests: {{cpu: 1}}}}}}
+    - {{name: worker, replicas: 2, resources: {{limits: {{nvidia.com/gpu: 4}}}}}}
+"""
+
+
+def test_a_trial_of_two_roles_is_one_heterogeneous_job_whose_every_task_meets_even_after_preemption(slurm, tmp_path):
+    """A trial of a CPU-only `ps` and two 4-GPU workers is a heterogeneous job of two
+    components; every task meets rank 0 (the ps) through the contract, each role's hosts
+    its own component's; a prod job preempts it, Slurm requeues the whole job, and its
+    tasks meet again."""
+    name = f"rdv-roles-{int(time.time()) % 100000}"
+    path = tmp_path / "study.yaml"
+    path.write_text(ROLES.format(name=name, program=PROGRAM))
+    loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    trial, prod = met_then_preempted(slurm, tmp_path, name)
+    jobs = slurm.jobs(name)
+    assert sorted(j["het_job_offset"] for j in jobs) == [0, 1], jobs  # one job of two components
+    slurm.wait("the trial requeued", lambda: [j for j in slurm.jobs(name) if j["restart_cnt"] > 0])
+    out, err = loop.communicate(timeout=240)
+    assert loop.returncode == 0, err[-2000:]
+    assert json.loads(out)["succeeded"] == 1 and json.loads(out)["failed"] == 0
+    addr_of = node_addrs(slurm)
+    result, records = outcome(tmp_path, name)[trial]
+    assert [r["resumed"] for r in records] == [False, True], records
+    for record in records:
+        assert record["rendezvous"] == "ok" and record["heard"] == [1, 2]
+        assert record["roles"] == {"ps": 1, "worker": 2}  # STRATCTL_PS_*, STRATCTL_WORKER_* agreed by all
+        assert record["addrs"] == [addr_of[node] for node in record["nodes"]], record
+        assert record["nodes"][1] != record["nodes"][2]  # 4 GPUs a worker: one a node
+    assert result["resumed"] is True
+    assert f"trial {trial}: preempted, requeued by Slurm" in err
+    assert len(slurm.jobs(name)) == 2 and prod.isdigit()  # the same job, requeued: nothing resubmitted

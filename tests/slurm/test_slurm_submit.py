@@ -147,7 +147,9 @@ def test_a_controller_that_stops_answering_mid_submit_loses_nothing_and_duplicat
     slurmctld is stopped (SIGSTOP) for three times its MessageTimeout while the study is
     submitting, then continued. sbatch calls sent meanwhile wait in the controller's
     socket backlog and may still go through after their client gave up: the loop backs
-    off, looks each one up before sending it again, and every trial runs exactly once."""
+    off, looks each one up before sending it again, and every attempt runs exactly once
+    (a job that was starting just then may fail with the silent controller: its trial
+    runs again as its next attempt)."""
     pid_file = Path(slurm.env.get("STRATCTL_SLURM_RUN", "")) / "run" / "slurmctld.pid"
     if not pid_file.is_file():
         pytest.skip("an external Slurm cluster: its controller is not ours to stop")
@@ -167,7 +169,15 @@ def test_a_controller_that_stops_answering_mid_submit_loses_nothing_and_duplicat
     progress = json.loads(out)
     assert progress["succeeded"] == 16 and progress["failed"] == 0, progress
     assert "trying again" in err, err[-2000:]  # it did meet the silent controller, and backed off
-    per_trial: dict[str, list[int]] = {}
+    per_attempt: dict[tuple[str, str], list[int]] = {}
     for job in slurm.jobs(name):
-        per_trial.setdefault(job["comment"].split("/")[1], []).append(job["job_id"])
-    assert len(per_trial) == 16 and all(len(ids) == 1 for ids in per_trial.values()), per_trial
+        _, trial, attempt, _ = job["comment"].split("/")
+        per_attempt.setdefault((trial, attempt), []).append(job["job_id"])
+    assert all(len(ids) == 1 for ids in per_attempt.values()), per_attempt  # no attempt submitted twice
+    assert len({trial for trial, _ in per_attempt}) == 16
+    # A job that starts as the controller stops has its srun (and the script's one scontrol
+    # before it) time out, and fails: that trial's next attempt ran it, no other retry
+    for trial, attempt in per_attempt:
+        if attempt != "0":
+            logs = "".join(p.read_text() for p in (tmp_path / "stratctl-out" / name / trial).glob("*.log"))
+            assert "srun: error: Unable to confirm allocation" in logs or "Socket timed out" in logs, (trial, logs)
