@@ -32,6 +32,7 @@ TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePa
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps; a longer one is cut, unreadable
 REPORT_FILE = "report.jsonl"
 _said: set[str] = set()
+_NAMES = {"slurm": "Slurm", "yarn": "YARN"}  # as their users write them ("Yarn" it said)
 
 
 def result(**metrics: Any) -> Path | None:
@@ -90,7 +91,7 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
                             "trial's image); training goes on")
             return False
     if where in ("slurm", "yarn"):
-        _once("no pruner", f"stratctl.trial.report: the pruner does not run on {where.capitalize()}; "
+        _once("no pruner", f"stratctl.trial.report: the pruner does not run on {_NAMES[where]}; "
                            f"values kept in {REPORT_FILE} in the trial's output directory")
         line = json.dumps({"attempt": _whole(env.get(labels.ENV_ATTEMPT)), "rank": _whole(env.get(rendezvous.NODE_RANK)),
                            "step": step, "values": numbers}, separators=(",", ":")) + "\n"

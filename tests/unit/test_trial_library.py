@@ -310,6 +310,16 @@ def test_result_by_hand_is_said_and_written_nowhere(monkeypatch, capsys):
     assert capsys.readouterr().err == 'stratctl.trial: result (not in a trial, written nowhere): {"loss":0.5}\n'
 
 
+def test_report_on_yarn_names_yarn_as_its_users_write_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(metrics, "_said", set())
+    monkeypatch.setenv("STRATCTL_TRIAL", "s-1")
+    monkeypatch.setenv("STRATCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert trial.report(1, loss=0.5) is False
+    assert capsys.readouterr().err == ("stratctl.trial.report: the pruner does not run on YARN; values kept in "
+                                       "report.jsonl in the trial's output directory\n")
+
+
 def test_report_on_slurm_keeps_the_values_and_says_once_that_no_pruner_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(metrics, "_said", set())
     monkeypatch.setenv("STRATCTL_TRIAL", "s-1")
