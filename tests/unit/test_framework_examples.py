@@ -19,11 +19,12 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 DDP_STUDIES = sorted((EXAMPLES / "ddp").glob("*.yaml"))
 
 
-def test_the_ddp_example_has_a_study_per_backend_each_valid_with_trials_of_2_nodes():
+def test_the_ddp_example_has_a_study_per_backend_each_valid_with_trials_of_2_nodes_and_the_jax_studies_are_valid():
     assert [p.name for p in DDP_STUDIES] == ["kubernetes.yaml", "slurm.yaml", "yarn.yaml"]
-    result = CliRunner().invoke(app, ["validate", *map(str, DDP_STUDIES), str(EXAMPLES / "rendezvous" / "jax-slurm.yaml")])
+    jax = [str(EXAMPLES / "rendezvous" / f"jax-{backend}.yaml") for backend in ("slurm", "yarn")]
+    result = CliRunner().invoke(app, ["validate", *map(str, DDP_STUDIES), *jax])
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.count(": valid: study ") == 4 and result.stdout.count("4 trials") == 3
+    assert result.stdout.count(": valid: study ") == 5 and result.stdout.count("4 trials") == 3
     for path in DDP_STUDIES:
         study = load_study(path)
         assert [(t.name, t.replicas) for t in study.trial.tasks] == [("worker", 2)], path
