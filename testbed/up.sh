@@ -39,6 +39,8 @@ healthy() {
 }
 # STRATCTL_TESTBED_FRESH=1: always start from scratch (CI), even when already up.
 if [[ ${STRATCTL_TESTBED_FRESH:-0} != 1 ]] && healthy; then
+  # the restricted users' RBAC as the tree has it now (it grows with what stratctl creates)
+  kc apply --server-side -f "$TESTBED_SRC/rbac.yaml" -f "$TESTBED_SRC/rbac-no-nodes.yaml" >/dev/null
   tb_log "already up (state in $RUN_DIR); Prometheus: $PROMETHEUS_URL"
   echo "$KUBECONFIG_PATH"
   exit 0

@@ -62,7 +62,8 @@ def delete(
         from rich.console import Console
 
         out = Console(highlight=False)
-        out.print(f"{study}: deleted {d['jobs']} job(s), {d['podgroups']} PodGroup(s), {d['pods']} pod(s)"
+        services = f"{d['services']} Service(s), " if d.get("services") else ""
+        out.print(f"{study}: deleted {d['jobs']} job(s), {d['podgroups']} PodGroup(s), {services}{d['pods']} pod(s)"
                   + (", and its record" if d.get("record") else ""))
         if outcome.left:
             left = ", ".join(f"{n} {k}" for k, n in outcome.left.items())

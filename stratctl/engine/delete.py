@@ -1,12 +1,12 @@
-"""Delete: take a study out of the cluster, its jobs, PodGroups, pods and record.
+"""Delete: take a study out of the cluster, its jobs, PodGroups, Services, pods and record.
 
 `survey` counts what a study has in the cluster and whether a submit loop is following
 it (its heartbeat in the record, `record.loop_following`); `check` decides, purely,
 whether a deletion may go ahead (a loop is following and `--force` was not given: no;
 no confirmation on a terminal and no `--yes`: ask, or refuse when nobody can answer).
 `delete` removes the jobs first (background propagation: the garbage collector takes
-their pods and PodGroups), waits until they are gone so no job controller recreates a pod,
-then the PodGroups and pods no job owns (the garbage collector's are left to it: a user may
+their pods, PodGroups and a batch/v1 Job's headless Service), waits until they are gone so
+no job controller recreates a pod, then the PodGroups, Services and pods no job owns (the garbage collector's are left to it: a user may
 delete jobs without being allowed to delete pods), and the record last: a deletion cut short can be run again,
 since the study is still listed. It waits, bounded, until the objects are gone.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from stratctl import labels
 from stratctl.errors import NotFound, StratctlError, UsageError
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
+from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB
 from stratctl.kube.record import loop_following, record_name
 
 JOB_KINDS = (VOLCANO_JOB, BATCH_JOB)
@@ -41,11 +41,14 @@ class Survey:
     jobs: int = 0
     podgroups: int = 0
     pods: int = 0
+    services: int = 0  # the headless Services of batch/v1 attempts (a Volcano Job's are Volcano's)
     record: bool = False
     loop: dict | None = None  # the heartbeat of a submit loop following the study
 
     def describe(self) -> str:
         parts = [f"{self.jobs} job(s)", f"{self.podgroups} PodGroup(s)", f"{self.pods} pod(s)"]
+        if self.services:
+            parts.insert(2, f"{self.services} Service(s)")
         return ", ".join(parts) + (" and its record" if self.record else "")
 
 
@@ -82,7 +85,8 @@ def survey(cluster, namespace: str, study: str, now: float) -> Survey:
     found.jobs = sum(len(_names(cluster, kind, namespace, study)) for kind in JOB_KINDS)
     found.podgroups = len(_names(cluster, PODGROUP, namespace, study))
     found.pods = len(_names(cluster, POD, namespace, study))
-    if not (found.record or found.jobs or found.podgroups or found.pods):
+    found.services = len(_names(cluster, SERVICE, namespace, study))
+    if not (found.record or found.jobs or found.podgroups or found.pods or found.services):
         raise UsageError(f"no study {study!r} in namespace {namespace}: nothing carries the label {_selector(study)}")
     return found
 
@@ -108,14 +112,15 @@ def delete(cluster, namespace: str, study: str, keep_record: bool = False, timeo
     jobs = {kind: _names(cluster, kind, namespace, study) for kind in JOB_KINDS}
     counts = {"jobs": lambda: sum(len(_names(cluster, kind, namespace, study)) for kind in JOB_KINDS),
               "podgroups": lambda: len(_names(cluster, PODGROUP, namespace, study)),
-              "pods": lambda: len(_names(cluster, POD, namespace, study))}
+              "pods": lambda: len(_names(cluster, POD, namespace, study)),
+              "services": lambda: len(_names(cluster, SERVICE, namespace, study))}
     outcome.deleted = {"jobs": sum(len(n) for n in jobs.values()), "podgroups": counts["podgroups"](),
-                       "pods": counts["pods"]()}
+                       "pods": counts["pods"](), "services": counts["services"]()}
     for kind, names in jobs.items():
         for name in names:
             cluster.delete(kind, name, namespace)
     _wait(counts["jobs"], deadline, clock, sleep)
-    for kind in (PODGROUP, POD):  # what no job owns, so the garbage collector will not take it
+    for kind in (PODGROUP, SERVICE, POD):  # what no job owns, so the garbage collector will not take it
         for name in _names(cluster, kind, namespace, study, orphans_only=True):
             try:
                 cluster.delete(kind, name, namespace)

@@ -54,15 +54,19 @@ VOLCANO = "batch.volcano.sh"
 SCHEDULING = "scheduling.volcano.sh"
 
 
-def accesses(study: Study, watch_cluster: bool = True) -> list[Access]:
+def accesses(study: Study, watch_cluster: bool = True, services: bool | None = None) -> list[Access]:
     """Every kind of request `submit` makes for `study`. `watch_cluster`: the loop mirrors
-    nodes and pods cluster-wide for its GPU signal (not with `--detach`)."""
+    nodes and pods cluster-wide for its GPU signal (not with `--detach`); `services`: its
+    attempts create Services (default: workload batch, whose pods' DNS names are one's)."""
     ns = study.namespace
     jobs = (VOLCANO, "jobs") if study.workload == "volcano" else ("batch", "jobs")
     needed = [Access(verb, *jobs, ns, "submit runs each trial as one") for verb in ("create", "get", "list", "watch", "patch", "delete")]
     group_verbs = ("list", "watch") if study.workload == "volcano" else ("create", "get", "list", "watch", "delete")
     needed += [Access(verb, SCHEDULING, "podgroups", ns, "submit follows each trial's gang in one") for verb in group_verbs]
     needed += [Access(verb, "", "configmaps", ns, "submit keeps the study's record in one") for verb in ("create", "get", "patch")]
+    if study.workload == "batch" if services is None else services:
+        needed += [Access(verb, "", "services", ns, "each trial's pods are named under a headless Service")
+                   for verb in ("create", "get")]
     needed += [Access("list", "", "pods", ns, "submit reads how trials ended from them"),
                Access("list", "", "events", ns, "submit reads how trials ended from them")]
     if watch_cluster:
@@ -393,7 +397,9 @@ def preflight(cluster, study: Study, trials: Iterable[list[dict]], namespace_fla
     line saying what the loop goes without, when the user may not read nodes and pods."""
     cluster.reach()  # the first contact: an API server out of reach is told within START_PATIENCE
     probe = record_manifest(StudyRecord(study.name, study.spec_hash, 0), study.namespace)
-    found = cluster_facts.read(cluster, study.namespace, accesses(study, watch_cluster), probe)
+    trials = list(trials)
+    services = study.workload == "batch" or any(doc.get("kind") == "Service" for docs in trials for doc in docs)
+    found = cluster_facts.read(cluster, study.namespace, accesses(study, watch_cluster, services), probe)
     findings = check(study, found, trials, namespace_flag)
     if findings:
         raise PreflightError([f.problem for f in findings], exit_code(findings))

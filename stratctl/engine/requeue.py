@@ -87,10 +87,14 @@ def create_attempt(cluster, manifests: list[dict], namespace: str, dry_run: bool
 
     Exactly once: a 409 is success when the object there carries the same spec hash (a
     rerun, or another launcher, created it); a different hash is a SpecConflict. `created`
-    is told of each object the server returned."""
+    is told of each object the server returned. An object owned by one created before it
+    (a batch/v1 Job's headless Service) gets its owner's uid, which only the server knows."""
     outcome = "created"
+    uids: dict[tuple[str, str, str], str] = {}  # (apiVersion, kind, name) -> uid, of this attempt's objects
     for manifest in manifests:
+        manifest = owned(manifest, uids)
         meta = manifest["metadata"]
+        key = (manifest["apiVersion"], manifest["kind"], meta["name"])
         try:
             obj = cluster.create(manifest, dry_run=dry_run)
         except AlreadyExists:
@@ -102,11 +106,24 @@ def create_attempt(cluster, manifests: list[dict], namespace: str, dry_run: bool
                     f"{manifest['kind']} {meta['name']} exists with spec hash {spec_hash_of(there)}, "
                     f"the study renders {ours}: delete it or rename the study"
                 ) from None
+            uids[key] = (there.get("metadata") or {}).get("uid", "")
             outcome = "existing"
             continue
+        uids[key] = ((obj or {}).get("metadata") or {}).get("uid", "")
         if created is not None and obj and not dry_run:
             created(obj)
     return outcome
+
+
+def owned(manifest: dict, uids: dict[tuple[str, str, str], str]) -> dict:
+    """`manifest` with the uid of each owner reference left empty filled in from `uids`
+    (a copy; the rendered manifest stays as rendered)."""
+    refs = (manifest.get("metadata") or {}).get("ownerReferences")
+    if not refs or all(ref.get("uid") for ref in refs):
+        return manifest
+    filled = [{**ref, "uid": ref.get("uid") or uids.get((ref.get("apiVersion"), ref.get("kind"), ref.get("name")), "")}
+              for ref in refs]
+    return {**manifest, "metadata": {**manifest["metadata"], "ownerReferences": filled}}
 
 
 def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str,

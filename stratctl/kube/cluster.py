@@ -50,6 +50,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): ("podgroups", True),
     ("batch/v1", "Job"): ("jobs", True),
     ("v1", "ConfigMap"): ("configmaps", True),
+    ("v1", "Service"): ("services", True),
     ("v1", "Pod"): ("pods", True),
     ("v1", "Event"): ("events", True),
     ("v1", "Node"): ("nodes", False),
@@ -64,6 +65,7 @@ VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
 BATCH_JOB = ("batch/v1", "Job")
 PODGROUP = ("scheduling.volcano.sh/v1beta1", "PodGroup")
 CONFIGMAP = ("v1", "ConfigMap")
+SERVICE = ("v1", "Service")
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")

@@ -5,7 +5,7 @@ end-to-end test binds a user to exactly this output and fails on any request of 
 the API server forbids (tests/e2e/test_rbac.py, from the API server's audit log).
 
 - **Role `stratctl`** in the study namespace: the study's jobs (Volcano and batch/v1),
-  PodGroups, its record ConfigMaps, its pods (read, and delete the orphans `delete`
+  PodGroups, the headless Services of batch/v1 attempts (their pods' DNS names), its record ConfigMaps, its pods (read, and delete the orphans `delete`
   finds), pods/log (`logs`), events (why a gang waits).
 - **ClusterRole `stratctl:<namespace>`**: what every submit reads outside the namespace —
   the namespace itself (only that one: resourceNames), PriorityClasses and Volcano queues
@@ -53,6 +53,9 @@ NAMESPACED = (
     Rule(("batch",), ("jobs",), ("get", "list", "watch", "create", "patch", "delete")),
     # workload: batch creates each attempt's PodGroup; why-pending reads them
     Rule(("scheduling.volcano.sh",), ("podgroups",), ("get", "list", "watch", "create", "delete")),
+    # workload: batch creates each attempt's headless Service (its pods' DNS names, owned by
+    # the Job: the garbage collector takes it); `delete` waits for them, and deletes one no job owns
+    Rule(("",), ("services",), ("get", "list", "create", "delete")),
     # the study record (and preflight's server-side dry-run probe of the namespace)
     Rule(("",), ("configmaps",), ("get", "list", "create", "patch", "delete")),
     # results, run starts and preemptions from pods; `delete` removes orphaned ones

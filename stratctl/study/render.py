@@ -30,7 +30,7 @@ from jinja2.exceptions import TemplateError
 
 from stratctl import labels
 
-from stratctl.study import sandbox, shape
+from stratctl.study import kube_rendezvous, sandbox, shape
 from stratctl.errors import Problem, StudyError
 from stratctl.study.digest import canonical, digest, hash_text
 from stratctl.study.model import parse_duration
@@ -100,6 +100,11 @@ class Renderer:
         self._nonce = secrets.token_hex(4)
         self._gang: tuple[int, ...] | None = None
         self._compiled: tuple[list[str], list[str]] | None = None
+        self._layout: kube_rendezvous.Layout | None = None  # the skeleton's, when it has one
+        if study.backend == "kubernetes" and not self._shape_fields:
+            names = kube_rendezvous.name_problems(study)
+            if names:
+                raise StudyError([study.problem(path, message) for path, message in names])
         if self._per_study(self._ast) and not self._shape_fields:
             self._prepare_skeleton()
 
@@ -114,7 +119,11 @@ class Renderer:
         docs = self._parse(self._run(self.template, {**self._study_context, **ctx}))
         for path, template in _find_holes(docs, self._string):
             _set(docs, path, self._run(template, ctx))
-        self._stamp(docs, self._stamp_values(ctx))
+        layout = self._contract(docs)
+        values = self._stamp_values(ctx)
+        if layout is not None:
+            values.update(layout.values(layout.job))
+        self._stamp(docs, values, layout)
         spec_digest = digest(docs)
         for labels_map in _label_maps(docs):
             labels_map[labels.SPEC_HASH] = spec_digest
@@ -179,6 +188,8 @@ class Renderer:
         for key, template in self._holes:
             values[key] = self._run(template, ctx)
         values.update(self._stamp_values(ctx))
+        if self._layout is not None:
+            values.update(self._layout.values(ctx["job"]))
         fragments, skeleton, slots = self._compiled
         encoded = {k: _encode(v) for k, v in values.items()}
         parts = fragments.copy()
@@ -295,7 +306,14 @@ class Renderer:
             return
         self._natives = sorted(set(self._natives))
         self._param_natives = sorted(set(self._param_natives))
-        self._stamp(docs, {k: mark(k) for k in _STAMPED})
+        try:
+            layout = self._contract(docs)
+        except ValueError:  # a count of pods that is a trial's value: render per trial
+            return
+        if layout is not None and layout.job != mark("job"):  # the workload named otherwise: render per trial
+            return
+        self._layout = layout
+        self._stamp(docs, {k: mark(k) for k in (*_STAMPED, *(layout.keys() if layout else ()))}, layout)
         for labels_map in _label_maps(docs):
             labels_map[labels.SPEC_HASH] = mark("spec_hash")
         pattern = re.compile(r'"(' + re.escape(token) + r'[A-Za-z0-9_.]+@@)"')
@@ -352,8 +370,21 @@ class Renderer:
             "params_json": _params_json(ctx["params"]),
         }
 
-    def _stamp(self, docs: list[dict], v: dict[str, str]) -> None:
-        """Add stratctl's labels, annotations and env vars (values from `_stamp_values`)."""
+    def _contract(self, docs: list[dict]) -> kube_rendezvous.Layout | None:
+        """How the trial's pods find each other on Kubernetes (kube_rendezvous), None on a
+        backend that runs the attempt itself (it gives its processes the contract its own way)."""
+        if self.study.backend != "kubernetes":
+            return None
+        return kube_rendezvous.layout_of(docs, [t.name for t in self.study.trial.tasks])
+
+    def _stamp(self, docs: list[dict], v: dict[str, str], layout: kube_rendezvous.Layout | None = None) -> None:
+        """Add stratctl's labels, annotations and env vars (values from `_stamp_values`), and
+        the rendezvous contract of `layout` (its values in `v`)."""
+        if layout is not None:
+            try:
+                kube_rendezvous.stamp(docs, layout, v)
+            except kube_rendezvous.NoCommand as e:
+                raise StudyError([self._no_command(role) for role in e.roles]) from None
         stamp_labels = {**self._stamp_labels, labels.TRIAL: v["trial"], labels.ATTEMPT: v["attempt_text"]}
         stamp_annotations = {labels.PARAMS: v["params_json"], labels.TRIAL_INDEX: v["index_text"],
                              labels.CHECKPOINT: v["checkpoint"]}
@@ -379,6 +410,17 @@ class Renderer:
             for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
                 user = [e for e in (container.get("env") or []) if e.get("name") not in ours]
                 container["env"] = [dict(e) for e in env] + user
+
+
+    def _no_command(self, role: kube_rendezvous.Role) -> Problem:
+        where = next((("trial", "tasks", i) for i, t in enumerate(self.study.trial.tasks) if t.name == role.name),
+                     ("trial",))
+        return self.study.problem(where, f"{'.'.join(map(str, where))}: the {role.replicas} pods of task {role.name!r} "
+                                         f"start at rank {role.first}, and a pod learns its rank on Kubernetes as that "
+                                         f"plus its "
+                                         f"index, which /bin/sh adds before it execs the task's command; the task has "
+                                         f"no command to start that way (the image's entrypoint cannot be): set "
+                                         f"command (the task's or trial.command)")
 
 
 _STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint", "resume_text", "params_json")

@@ -176,7 +176,7 @@ def test_a_preempted_batch_trial_resumes_as_its_next_attempt_counted_as_a_preemp
     assert (progress.succeeded, progress.failed) == (10, 0)
     jobs = {o["metadata"]["name"]: o for (av, k, _, _), o in cluster.objects.items() if (av, k) == BATCH_JOB}
     resumed = jobs[f"{victim}-a1"]
-    env = {e["name"]: e["value"] for e in resumed["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in resumed["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["STRATCTL_RESUME"] == "1" and env["STRATCTL_ATTEMPT"] == "1"
     notes = resumed["metadata"]["annotations"]
     assert (notes[labels.PREEMPTIONS], notes[labels.FAILURES]) == ("1", "0")
@@ -260,7 +260,7 @@ def test_a_batch_trials_pods_are_its_replicas_and_its_gang_the_minimum(tmp_path)
     path.write_text(BATCH_STUDY.replace("tasks: [{name: worker, replicas: 2}]",
                                         "tasks: [{name: worker, replicas: 8, min_available: 4}]"))
     study = load_study(path)
-    group, job = Renderer(study).render(expand(study)[0])
+    group, job, _service = Renderer(study).render(expand(study)[0])
     assert group["spec"]["minMember"] == 4
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (8, 8)
     assert job["spec"]["podFailurePolicy"]["rules"] == [

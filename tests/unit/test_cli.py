@@ -84,7 +84,7 @@ def test_render_one_trial_attempt_into_a_directory(tmp_path):
     [file] = out.iterdir()
     assert file.name.endswith("-a2.yaml")
     [job] = yaml.safe_load_all(file.read_text())
-    env = {e["name"]: e["value"] for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
     assert env[labels.ENV_ATTEMPT] == "2" and env[labels.ENV_RESUME] == "1"
     assert job["metadata"]["annotations"][labels.TRIAL_INDEX] == "1"
 
@@ -127,6 +127,7 @@ space: {{seed: {{type: int, low: 0, high: 1, grid: true}}}}
 strategy: {{kind: grid}}
 trial:
   image: busybox
+  command: [ppo]
   {gang}
   tasks:
     - {{name: ps, replicas: 2}}

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from stratctl import labels
 from stratctl.engine import delete as core
 from stratctl.errors import ExitCode, UsageError
-from stratctl.kube.cluster import CONFIGMAP, POD, PODGROUP
+from stratctl.kube.cluster import CONFIGMAP, POD, PODGROUP, SERVICE
 from stratctl.kube.record import LOOP_KEY, LOOP_STALE, loop_following, record_name
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
@@ -52,7 +52,7 @@ def test_delete_removes_jobs_podgroups_pods_and_the_record_last(tmp_path):
     assert found.describe() == "3 job(s), 3 PodGroup(s), 6 pod(s) and its record"
     others = objects_of(cluster, "other")
     outcome = core.delete(cluster, cluster.namespace, "sweep", clock=FakeClock(), sleep=lambda s: None)
-    assert outcome.deleted == {"jobs": 3, "podgroups": 3, "pods": 6, "record": 1} and outcome.left == {}
+    assert outcome.deleted == {"jobs": 3, "podgroups": 3, "pods": 6, "services": 0, "record": 1} and outcome.left == {}
     assert objects_of(cluster, "sweep") == []
     assert objects_of(cluster, "other") == others  # another study's objects are left alone
 
@@ -83,6 +83,38 @@ def test_what_a_job_owns_is_left_to_the_garbage_collector(tmp_path):
     outcome = core.delete(cluster, cluster.namespace, "sweep", clock=FakeClock(), sleep=collector)
     assert deleted_by_stratctl == []
     assert outcome.left == {} and outcome.deleted["record"] == 1
+    assert objects_of(cluster, "sweep") == []
+
+
+def test_a_batch_attempts_service_goes_with_its_job_and_an_orphaned_one_is_deleted(tmp_path):
+    """The headless Service of a batch/v1 attempt is owned by its Job: the garbage collector
+    takes it; one that lost its owner reference (or a template's without one) is deleted."""
+    cluster = FakeCluster()
+    submitted(tmp_path, cluster, "sweep")
+    names = [job["metadata"]["name"] for job in cluster.jobs() if job["metadata"]["labels"][labels.STUDY] == "sweep"]
+    for i, name in enumerate(names[:2]):
+        meta = {"name": name, "namespace": cluster.namespace, "labels": {labels.STUDY: "sweep"}}
+        if i == 0:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": "u"}]
+        cluster.create({"apiVersion": "v1", "kind": "Service", "metadata": meta})
+    found = core.survey(cluster, cluster.namespace, "sweep", NOW)
+    assert found.describe() == "3 job(s), 0 PodGroup(s), 2 Service(s), 0 pod(s) and its record"
+    deleted = []
+    real_delete = cluster.delete
+
+    def delete(kind, name, namespace=None, **kw):
+        if kind == SERVICE:
+            deleted.append(name)
+        return real_delete(kind, name, namespace, **kw)
+
+    cluster.delete = delete
+
+    def collector(seconds):  # takes the owned Service once its Job is gone
+        cluster.objects.pop((SERVICE[0], SERVICE[1], cluster.namespace, names[0]), None)
+
+    outcome = core.delete(cluster, cluster.namespace, "sweep", clock=FakeClock(), sleep=collector)
+    assert deleted == [names[1]]
+    assert outcome.deleted["services"] == 2 and outcome.left == {}
     assert objects_of(cluster, "sweep") == []
 
 
@@ -210,6 +242,6 @@ def test_delete_yes_json_and_the_force_a_followed_study_needs(cli):
     result = cli("--yes", "--force", "-o", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"study": "sweep", "deleted": {"jobs": 3, "podgroups": 0, "pods": 0,
-                                                                       "record": 1},
+                                                                       "services": 0, "record": 1},
                                          "left": {}, "kept_record": False}
 

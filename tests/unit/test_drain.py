@@ -70,7 +70,7 @@ def test_resume_brings_suspended_trials_back_as_next_attempts_and_undrains(tmp_p
     assert outcome.resumed == drained.suspended and outcome.left == []
     assert jobs_of(cluster, "sweep") == sorted(f"{t}-a1" for t in drained.suspended)
     for job in cluster.jobs():
-        env = {e["name"]: e["value"] for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+        env = {e["name"]: e.get("value") for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
         assert env["STRATCTL_RESUME"] == "1" and env["STRATCTL_ATTEMPT"] == "1"
         assert job["metadata"]["annotations"][labels.SUSPENSIONS] == "1"
     record = cluster.record("sweep")

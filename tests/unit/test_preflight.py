@@ -243,6 +243,10 @@ def test_accesses_follow_the_workload_and_detach(tmp_path):
 """, ""))).study
     needed = {(a.verb, a.what) for a in accesses(batch)}
     assert ("create", "jobs.batch") in needed and ("create", "podgroups.scheduling.volcano.sh") in needed
+    # each batch attempt's headless Service (the pods' DNS names); Volcano's svc plugin makes a Volcano Job's
+    assert {("create", "services"), ("get", "services")} <= needed
+    assert not {a.what for a in accesses(study)} & {"services"}
+    assert ("create", "services", "team-a") in {(a.verb, a.what, a.namespace) for a in accesses(study, services=True)}
 
 
 def test_pods_of_a_batch_trial_take_the_gang_from_the_podgroup():

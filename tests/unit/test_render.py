@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stratctl import labels
+from stratctl import labels, rendezvous
 from stratctl.errors import StudyError
 from stratctl.study.render import Renderer, min_resources, spec_hash, validate
 from stratctl.study.space import expand
@@ -21,6 +21,8 @@ from .studies import MINIMAL, load, write
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES = Path(__file__).parents[2] / "examples"
 UPDATE = os.environ.get("STRATCTL_UPDATE_GOLDEN") == "1"  # regenerate: STRATCTL_UPDATE_GOLDEN=1 pytest ...
+CONTRACT = {rendezvous.NUM_NODES, rendezvous.NODE_RANK, rendezvous.NODE_ADDRS, rendezvous.TASK, rendezvous.TASK_INDEX,
+            rendezvous.TASKS, rendezvous.hosts_var("worker"), rendezvous.num_var("worker")}
 
 
 def _golden(name: str, docs: list[dict]) -> None:
@@ -94,12 +96,14 @@ def test_every_object_and_pod_carries_the_label_contract(tmp_path):
         assert meta["annotations"][labels.TRIAL_INDEX] == "2"
         assert meta["annotations"][labels.CHECKPOINT] == f"s3://b/tiny/{trial.name}"
     assert job["metadata"]["name"] == f"{trial.name}-a3"
-    env = {e["name"]: e["value"] for e in pods[0]["spec"]["containers"][0]["env"]}
-    assert env == {
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    stratctls = {k: v for k, v in env.items() if k.startswith("STRATCTL_") and k not in CONTRACT}
+    assert stratctls == {
         labels.ENV_STUDY: "tiny", labels.ENV_TRIAL: trial.name, labels.ENV_ATTEMPT: "3",
         labels.ENV_CHECKPOINT: f"s3://b/tiny/{trial.name}", labels.ENV_RESUME: "1",
         labels.ENV_PARAMS: json.dumps(dict(trial.params), sort_keys=True, separators=(",", ":")),
     }
+    assert CONTRACT <= set(env)  # and the rendezvous contract (test_kube_rendezvous.py)
     assert r.render(trial, attempt=3)[0]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"][4] == \
         {"name": labels.ENV_RESUME, "value": "0"}
 
@@ -112,14 +116,14 @@ def test_parameters_are_substituted_in_args_env_and_annotations():
     assert pod["metadata"]["annotations"]["testbed.stratctl.io/run-duration"] == f"{trial.params['run_seconds']}s"
     container = pod["spec"]["containers"][0]
     assert f"lr={trial.params['lr']}" in container["args"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["BATCH_SIZE"] == str(trial.params["batch_size"])
 
 
 def test_batch_workload_is_a_podgroup_and_a_ganged_job():
     study = load_study(GOLDEN / "batch.study.yaml")
     trial = expand(study)[0]
-    group, job = Renderer(study).render(trial)
+    group, job, service = Renderer(study).render(trial)
     assert (group["apiVersion"], group["kind"]) == ("scheduling.volcano.sh/v1beta1", "PodGroup")
     assert group["spec"] == {"minMember": 3, "queue": "default", "priorityClassName": "eval-low",
                              "minResources": {"nvidia.com/gpu": "3", "cpu": "6", "memory": "12Gi"}}
@@ -129,6 +133,10 @@ def test_batch_workload_is_a_podgroup_and_a_ganged_job():
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == group["metadata"]["name"] == trial.name
     assert pod["spec"]["schedulerName"] == "volcano"
     assert group["metadata"]["labels"][labels.SPEC_HASH] == job["metadata"]["labels"][labels.SPEC_HASH]
+    # Indexed, under the headless Service the Job owns (test_kube_rendezvous.py)
+    assert job["spec"]["completionMode"] == "Indexed" and pod["spec"]["subdomain"] == trial.name
+    assert (service["kind"], service["metadata"]["name"]) == ("Service", trial.name)
+    assert service["metadata"]["labels"][labels.SPEC_HASH] == job["metadata"]["labels"][labels.SPEC_HASH]
 
 
 def test_min_resources_sums_the_gang(tmp_path):

@@ -43,7 +43,7 @@ def image_of(job):
 
 
 def env_of(job):
-    return {e["name"]: e["value"] for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+    return {e["name"]: e.get("value") for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
 
 
 def in_flight_per_trial(cluster) -> dict[str, int]:

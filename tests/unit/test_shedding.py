@@ -121,7 +121,7 @@ def test_a_sustained_trip_drains_the_running_trials_and_they_resume_when_it_clea
     again = [j for j in cluster.jobs() if j["metadata"]["labels"][labels.ATTEMPT] == "1"]
     assert sorted(j["metadata"]["labels"][labels.TRIAL] for j in again) == sorted(first)
     for job in again:
-        env = {e["name"]: e["value"] for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+        env = {e["name"]: e.get("value") for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
         assert env["STRATCTL_RESUME"] == "1" and job["metadata"]["annotations"][labels.SUSPENSIONS] == "1"
     assert succeeded_once(cluster, trials) and len(cluster.creates) == 13
     assert cluster.record("loop")["data"][BREAKER_KEY] == ""

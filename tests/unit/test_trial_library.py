@@ -370,7 +370,7 @@ def test_the_grace_period_is_the_pods_termination_grace_period(tmp_path):
     [job] = Renderer(study).render(expand(study)[0])
     assert [t["template"]["spec"]["terminationGracePeriodSeconds"] for t in job["spec"]["tasks"]] == [120]
     batch = load(tmp_path, MINIMAL + "workload: batch\ncheckpoint: {grace_seconds: 0}\n")
-    _, job = Renderer(batch).render(expand(batch)[0])
+    _, job, _ = Renderer(batch).render(expand(batch)[0])
     assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 0
     [job] = Renderer(load(tmp_path, MINIMAL)).render(expand(load(tmp_path, MINIMAL))[0])
     assert "terminationGracePeriodSeconds" not in job["spec"]["tasks"][0]["template"]["spec"]  # Kubernetes' 30 s
