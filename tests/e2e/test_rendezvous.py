@@ -108,22 +108,24 @@ def test_a_two_pod_trials_pods_find_each_other_under_a_headless_service_that_goe
 
 def test_a_volcano_trial_of_roles_ranks_them_in_task_order(testbed, api, studies):
     """ps (one pod: rank 0), workers (two pods after it: their ranks 1 and 2 are added by the
-    shell wrapper, run here for real on what the pods carry)."""
+    shell wrapper, run here for real on what the pods carry), a log collector outside the
+    gang (rank 3: the gang is the other three)."""
     cli = Cli(testbed, context=testbed.restricted_context)
     name = unique("rdv-roles")
-    tasks = "[{name: ps, replicas: 1}, {name: worker, replicas: 2}]"
+    tasks = "[{name: ps, replicas: 1}, {name: worker, replicas: 2}, {name: logs, replicas: 1, min_available: 0}]"
     path = studies(name, fake_study(name, testbed.namespace, 1, "60s", tasks=tasks).replace(
         "  image: stratctl.invalid/fake-trial:0\n", "  image: stratctl.invalid/fake-trial:0\n  command: [train]\n"))
     cli.run("submit", path, "--detach")
     [job] = wait_until(lambda: api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")[0], 60, message="the job")
     job_name = job["metadata"]["name"]
-    check_attempt(api, job_name, 0, 3)
+    assert (job["spec"]["minAvailable"], [t["minAvailable"] for t in job["spec"]["tasks"]]) == (3, [1, 2, 0])
+    check_attempt(api, job_name, 0, 4)
     roles = {}
     for pod in trial_pods(api, job_name, 0):
         env = started(pod, pod["spec"]["containers"][0])
         roles[int(env[rendezvous.RANK])] = (env[rendezvous.TASK], env[rendezvous.TASK_INDEX], pod["spec"]["hostname"])
     assert roles == {0: ("ps", "0", f"{job_name}-ps-0"), 1: ("worker", "0", f"{job_name}-worker-0"),
-                     2: ("worker", "1", f"{job_name}-worker-1")}
+                     2: ("worker", "1", f"{job_name}-worker-1"), 3: ("logs", "0", f"{job_name}-logs-0")}
     cli.run("delete", name, "--yes")
 
 
