@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.results import save, scalars  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.kube.gpus import free_gpus, pod_gpus  # noqa: E402
-from stratctl.study.space import expand  # noqa: E402
-from stratctl.study.spec import load_study  # noqa: E402
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus  # noqa: E402
+from stratctl.core.space import expand  # noqa: E402
+from stratctl.core.spec import load_study  # noqa: E402
 
 
 def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int, gang: int,

@@ -13,7 +13,7 @@ trials of every size still wait.
   static      a fixed cap on trials in flight (Katib's parallelTrialCount), study order
   adaptive    stratctl's default: the trials that fit the free GPUs now, packed largest
               first, so the holes take the small trials and the 8-GPU trials go when
-              whole nodes free up (engine/packing.py)
+              whole nodes free up (run/packing.py)
 
 For each it reports the makespan and its lower bound (no 8-GPU trial can start before a
 whole node is free: the hold time plus the longest 8-GPU trial; and the trials'
@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.adaptive_experiment import cleanup, median  # noqa: E402
 from bench.results import save, scalars  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.kube.cluster import NODE, POD, PODGROUP, Cluster  # noqa: E402
-from stratctl.kube.gpus import free_gpus, pod_gpus  # noqa: E402
-from stratctl.study.space import expand  # noqa: E402
-from stratctl.study.spec import load_study  # noqa: E402
+from stratctl.backends.kubernetes.cluster import NODE, POD, PODGROUP, Cluster  # noqa: E402
+from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus  # noqa: E402
+from stratctl.core.space import expand  # noqa: E402
+from stratctl.core.spec import load_study  # noqa: E402
 
 OTHER_TEAM = "bench.stratctl.io/other-team"
 HELD = (5, 3, 6, 2, 7, 1, 4, 4)  # GPUs the other team holds on each node (of 8): holes of 3, 5, 2, 6, 1, 7, 4, 4

@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.results import save  # noqa: E402
-from stratctl.study import sandbox  # noqa: E402
-from stratctl.study.render import DEFAULT_TEMPLATES, Renderer, bundled_templates  # noqa: E402
-from stratctl.study.space import expand  # noqa: E402
-from stratctl.study.spec import load_study  # noqa: E402
+from stratctl.core import sandbox  # noqa: E402
+from stratctl.core.render import DEFAULT_TEMPLATES, Renderer, bundled_templates  # noqa: E402
+from stratctl.core.space import expand  # noqa: E402
+from stratctl.core.spec import load_study  # noqa: E402
 
 STUDY = """\
 name: bench
@@ -78,7 +78,7 @@ def run_per_trial(study):
 
 def run_naive(study, n):
     """What a straightforward implementation does for each trial."""
-    from stratctl.study.render import _study_context  # the same inputs, to compare like with like
+    from stratctl.core.render import _study_context  # the same inputs, to compare like with like
 
     out = []
     for trial in expand(study)[:n]:

@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.results import save  # noqa: E402
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.engine.intermediate import report  # noqa: E402
-from stratctl.kube.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.backends.kubernetes.intermediate import report  # noqa: E402
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster  # noqa: E402
 
 MINIMUM = -1.031628
 INF = float("inf")  # trials or GPU-seconds to a regret never reached within the budget

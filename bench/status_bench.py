@@ -37,11 +37,11 @@ from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 from bench.testbed import scheduler_paused, testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.kube.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.backends.kubernetes.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.errors import AlreadyExists  # noqa: E402
-from stratctl.kube.record import StudyRecord, record_manifest, record_name  # noqa: E402
-from stratctl.kube.cluster import CONFIGMAP  # noqa: E402
-from stratctl.engine.summary import build, latest_slim, summary_data  # noqa: E402
+from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, record_name  # noqa: E402
+from stratctl.backends.kubernetes.cluster import CONFIGMAP  # noqa: E402
+from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data  # noqa: E402
 
 STUDY = "bench-status"
 

@@ -46,9 +46,9 @@ from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.engine.launch import prepare  # noqa: E402
+from stratctl.backends.launch import prepare  # noqa: E402
 from stratctl.errors import NotFound  # noqa: E402
-from stratctl.kube.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.view.yamlout import dump_all  # noqa: E402
 
 

@@ -6,7 +6,7 @@ Submission throughput, N trials of one GPU that sleep long (8 start, the rest wa
   loop      a plain client loop, the RM's ceiling for one client: one small process that
             sends, N times in a row over one keep-alive connection (http.client),
             `POST /apps/new-application` then `POST /apps`, with bodies built beforehand
-            exactly as stratctl builds them (yarn/app.py: build + Application.body; the
+            exactly as stratctl builds them (backends/yarn/app.py: build + Application.body; the
             gang AM jar, the classpath from the RM's /conf), so that it only sends;
   stratctl  `stratctl submit FILE --detach --qps 0 --parallelism static --max-inflight N
             --workers 8`, timed from exec to exit (start-up, render and the study's
@@ -149,11 +149,11 @@ def study(path: Path, name: str, trials: int, seconds: float) -> Path:
 def bodies(path: Path, workdir: Path) -> Path:
     """The submissions stratctl would send for every trial's first attempt, as a JSON file
     (the application id is filled in by the loop, from its new-application)."""
-    from stratctl.study.render import Renderer, bundled_templates
-    from stratctl.study.space import expand
-    from stratctl.study.spec import load_study
-    from stratctl.yarn.app import Jar, build
-    from stratctl.yarn.scheduler import output_of
+    from stratctl.core.render import Renderer, bundled_templates
+    from stratctl.core.space import expand
+    from stratctl.core.spec import load_study
+    from stratctl.backends.yarn.app import Jar, build
+    from stratctl.backends.yarn.scheduler import output_of
 
     loaded = load_study(path)
     renderer = Renderer(loaded)

@@ -29,7 +29,7 @@ CHECKPOINT = f"{PREFIX}/checkpoint"  # the trial's checkpoint location
 # seconds the trial is expected to run (cost.expected_duration, when the study states it);
 # on its pods too, so any launcher can tell when the GPUs they hold will be free again
 EXPECTED_SECONDS = f"{PREFIX}/expected-seconds"
-# the queue the attempt was sent to, when the study lists several (engine/queues.py); the
+# the queue the attempt was sent to, when the study lists several (run/queues.py); the
 # spec hash does not cover it, so a rerun adopts an attempt whichever queue it went to
 QUEUE = f"{PREFIX}/queue"
 

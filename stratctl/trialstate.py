@@ -1,5 +1,5 @@
 """The states of a trial, the same on every backend (Kubernetes, Slurm): each backend reads
-them from its own objects (kube/state.py, slurm/state.py) and everything above decides on
+them from its own objects (backends/kubernetes/state.py, backends/slurm/state.py) and everything above decides on
 them alone."""
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ def delete(
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    from stratctl.engine import delete as core
-    from stratctl.engine.connect import Connection, one_shot
+    from stratctl.backends.kubernetes import delete as core
+    from stratctl.backends.kubernetes.connect import Connection, one_shot
     from stratctl.errors import StillThrottled, Unreachable
 
     cluster = one_shot(Connection(kubeconfig, context, namespace))

@@ -32,12 +32,14 @@ def drain(
     """
     on_scheduler = file_study(study)
     if on_scheduler:
-        from stratctl.engine import attemptdrain
+        from stratctl.run import attemptdrain
 
-        outcomes = [attemptdrain.drain(on_scheduler)]
+        from stratctl.backends import scheduler_for
+
+        outcomes = [attemptdrain.drain(on_scheduler, scheduler_for(on_scheduler))]
     else:
-        from stratctl.engine import drain as core
-        from stratctl.engine.connect import Connection, one_shot
+        from stratctl.backends.kubernetes import drain as core
+        from stratctl.backends.kubernetes.connect import Connection, one_shot
 
         cluster = one_shot(Connection(kubeconfig, context, namespace))
         try:
@@ -71,12 +73,14 @@ def resume(
     """
     on_scheduler = file_study(study)
     if on_scheduler:
-        from stratctl.engine import attemptdrain
+        from stratctl.run import attemptdrain
 
-        outcome = attemptdrain.resume(on_scheduler)
+        from stratctl.backends import scheduler_for
+
+        outcome = attemptdrain.resume(on_scheduler, scheduler_for(on_scheduler))
     else:
-        from stratctl.engine import drain as core
-        from stratctl.engine.connect import Connection, one_shot
+        from stratctl.backends.kubernetes import drain as core
+        from stratctl.backends.kubernetes.connect import Connection, one_shot
 
         cluster = one_shot(Connection(kubeconfig, context, namespace))
         try:

@@ -47,8 +47,8 @@ def _study_position(args: list[str]) -> tuple[str | None, str | None, str | None
 def _studies(kubeconfig: str | None, context: str | None, namespace: str | None) -> list[str] | None:
     """The namespace's studies read within the Tab's budget (none past it); None when the
     kubeconfig needs the Kubernetes client."""
-    from stratctl.engine.names import BUDGET
-    from stratctl.kube import quickread
+    from stratctl.backends.kubernetes.shellnames import BUDGET
+    from stratctl.backends.kubernetes import quickread
 
     box: list = []
 
@@ -129,7 +129,7 @@ def answer(instruction: str) -> str | None:
         return None
     args, incomplete = words
     if args and args[-1] == "--context":
-        from stratctl.kube.kubeconfig import context_names
+        from stratctl.backends.kubernetes.kubeconfig import context_names
 
         names = context_names(_option_value(args, "--kubeconfig"))
         return _format(shell, [n for n in names if n.startswith(incomplete)])

@@ -32,8 +32,8 @@ def logs(
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    from stratctl.engine import logs as core
-    from stratctl.engine.connect import Connection, one_shot
+    from stratctl.backends.kubernetes import logs as core
+    from stratctl.backends.kubernetes.connect import Connection, one_shot
     from stratctl.errors import UsageError
 
     if bool(trial) == best:

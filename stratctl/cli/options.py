@@ -59,7 +59,7 @@ def emit(data, output: Output) -> bool:
 def duration_option(text: str | None, flag: str) -> float | None:
     """Seconds from a duration option (`45s`, `30m`, `2h`, or plain seconds); None when not given."""
     from stratctl.errors import UsageError
-    from stratctl.study.model import parse_duration
+    from stratctl.core.model import parse_duration
 
     if text is None:
         return None
@@ -71,16 +71,16 @@ def duration_option(text: str | None, flag: str) -> float | None:
 
 def file_study(argument: str | None):
     """The study of a STUDY argument that names the file of a study on a batch scheduler
-    (engine/backend.py: its state lives with the scheduler and its output directory); None
+    (backends/base.py: its state lives with the scheduler and its output directory); None
     otherwise (a Kubernetes study is named by its name: its record is in the cluster)."""
     import os
 
     if not argument or not os.path.isfile(argument):
         return None
     from stratctl.errors import UsageError
-    from stratctl.study.spec import load_study
+    from stratctl.core.spec import load_study
 
-    from stratctl.engine.backend import is_attempt_backend
+    from stratctl.backends.base import is_attempt_backend
 
     study = load_study(argument)
     if not is_attempt_backend(study):

@@ -24,7 +24,7 @@ def plan(
     max_rows: Annotated[int, typer.Option("--max-rows", min=0, metavar="N", help="Trials shown in the table (0: all).")] = 50,
 ) -> None:
     """Show the trials with their parameters and the cost estimate."""
-    from stratctl.study.plan import as_json, make_plan, table
+    from stratctl.core.plan import as_json, make_plan, table
 
     result = make_plan(file)
     if output is Format.json:
@@ -38,7 +38,7 @@ def plan(
 
         Console(soft_wrap=False).print(table(result, max_rows or None))
     else:  # into a pipe: plain, whole columns (as `status` prints them), for grep, awk and sort
-        from stratctl.study.plan import grid, notes
+        from stratctl.core.plan import grid, notes
         from stratctl.view.columns import Column, plain
 
         title, headers, rows = grid(result, max_rows or None)

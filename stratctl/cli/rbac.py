@@ -27,7 +27,7 @@ def rbac(
         "intermediate values to their own pod (studies with a pruner).")] = None,
 ) -> None:
     """Print the Role, ClusterRoles and bindings stratctl needs, for `kubectl apply -f -`."""
-    from stratctl.kube.rbac import Subject, text
+    from stratctl.backends.kubernetes.rbac import Subject, text
 
     subjects = ([Subject("User", u) for u in user or []] + [Subject("Group", g) for g in group or []]
                 + [Subject("ServiceAccount", s, namespace) for s in service_account or []])

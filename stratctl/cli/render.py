@@ -27,10 +27,10 @@ def render(
     form: Annotated[Optional[Format], typer.Option("--format", help="yaml or json; script (Slurm's sbatch script). Default: the backend's own (Kubernetes yaml, Slurm script, YARN json).")] = None,
 ) -> None:
     """Render what every trial would be submitted as: Kubernetes manifests, Slurm sbatch scripts, YARN application requests."""
-    from stratctl.engine.preview import preview, suffix
+    from stratctl.backends.preview import preview, suffix
     from stratctl.errors import UsageError
-    from stratctl.study.space import expand
-    from stratctl.study.spec import load_study
+    from stratctl.core.space import expand
+    from stratctl.core.spec import load_study
 
     study = load_study(file)
     shown = preview(study)

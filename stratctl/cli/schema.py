@@ -9,6 +9,6 @@ import typer
 
 def schema() -> None:
     """Print the JSON Schema of the study file (e.g. for the YAML language server)."""
-    from stratctl.study.spec import json_schema
+    from stratctl.core.spec import json_schema
 
     typer.echo(json.dumps(json_schema(), indent=2))

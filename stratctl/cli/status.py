@@ -50,8 +50,8 @@ def status(
     from rich.console import Console
     from rich.live import Live
 
-    from stratctl.engine import status as core
-    from stratctl.engine.connect import Connection, one_shot
+    from stratctl.backends.kubernetes import status as core
+    from stratctl.backends.kubernetes.connect import Connection, one_shot
     from stratctl.view import statusout
     from stratctl.view.yamlout import dump_all
 
@@ -72,9 +72,11 @@ def status(
 
     def snapshot(ns: str):
         if on_scheduler:
-            from stratctl.engine.attemptstatus import snapshot as scheduler_snapshot
+            from stratctl.run.attemptstatus import snapshot as scheduler_snapshot
 
-            snap = scheduler_snapshot(on_scheduler)
+            from stratctl.backends import scheduler_for
+
+            snap = scheduler_snapshot(on_scheduler, scheduler_for(on_scheduler))
             snap.trials = core.sort_trials(snap.trials, sort)[:best or None]
             return snap
         if not study:  # the studies only; machine outputs exact (every trial counted)

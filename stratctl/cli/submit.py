@@ -58,9 +58,9 @@ def submit(
 
     Safe to rerun at any time: trials already in the cluster are recognised, never duplicated.
     """
-    from stratctl.engine.controller import SubmitOptions
-    from stratctl.engine.launch import Connection, submit_study
-    from stratctl.engine.progress import Fanout
+    from stratctl.run.options import SubmitOptions
+    from stratctl.backends.launch import Connection, submit_study
+    from stratctl.run.progress import Fanout
     from stratctl.view.display import LiveDisplay, LogDisplay, summary, summary_json
 
     options = SubmitOptions(
@@ -141,23 +141,25 @@ def _best(file: Path, connection, study: str) -> str:
     results ("" otherwise, or when the cluster cannot tell: the summary is said already)."""
     from dataclasses import replace
 
-    from stratctl.engine.connect import one_shot
-    from stratctl.engine.status import best_trial
+    from stratctl.backends.kubernetes.connect import one_shot
+    from stratctl.backends.kubernetes.status import best_trial
     from stratctl.errors import StratctlError
-    from stratctl.study.spec import load_study
+    from stratctl.core.spec import load_study
     from stratctl.view.statusout import best_line
 
     try:
-        from stratctl.engine.backend import is_attempt_backend
+        from stratctl.backends.base import is_attempt_backend
 
         batch = load_study(file)
         if is_attempt_backend(batch):  # a study on a batch scheduler: its trials as `status` shows them
-            from stratctl.engine.attemptstatus import snapshot
-            from stratctl.engine.status import best_of
+            from stratctl.run.attemptstatus import snapshot
+            from stratctl.backends.kubernetes.status import best_of
 
             first = batch.objectives[0] if batch.objectives else None
             ranking = (("-" if first.direction == "maximize" else "") + first.metric) if first else None
-            found = best_of(snapshot(batch).trials, ranking)
+            from stratctl.backends import scheduler_for
+
+            found = best_of(snapshot(batch, scheduler_for(batch)).trials, ranking)
             return best_line(*found) + "\n" if found else ""
         cluster = one_shot(replace(connection, namespace=connection.namespace or batch.namespace))
         try:

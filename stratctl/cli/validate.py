@@ -17,7 +17,7 @@ def validate(
 
     Exits 0 when every file is valid, else 2 with every problem on stderr as FILE:LINE:COL: message.
     """
-    from stratctl.study.render import validate as check
+    from stratctl.core.render import validate as check
 
     problems = []
     for file in files:

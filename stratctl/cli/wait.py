@@ -24,9 +24,9 @@ def wait(
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    from stratctl.engine import status as core
-    from stratctl.engine.completion import wait as wait_for
-    from stratctl.engine.connect import Connection, one_shot
+    from stratctl.backends.kubernetes import status as core
+    from stratctl.run.finish import wait as wait_for
+    from stratctl.backends.kubernetes.connect import Connection, one_shot
 
     seconds = duration_option(timeout, "--timeout")
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=4)

@@ -18,7 +18,7 @@ from stratctl import labels, rendezvous
 
 LOCAL_ADDR = "127.0.0.1"  # rank 0's address when nothing says otherwise: a script run by hand
 OUTPUT_DIR = "STRATCTL_OUTPUT_DIR"  # the trial's directory on Slurm and YARN (their job scripts set it)
-DEFAULT_TASK = "worker"  # the task of a study that names none (study/spec.py)
+DEFAULT_TASK = "worker"  # the task of a study that names none (core/spec.py)
 
 
 @dataclass(frozen=True)

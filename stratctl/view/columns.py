@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from stratctl.engine.summary import ORDER, StudyRow, TrialRow
+from stratctl.run.rows import ORDER, StudyRow, TrialRow
 
 GAP = 3  # characters between two columns of a table (as `tables` draws them)
 

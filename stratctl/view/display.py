@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from stratctl.engine.progress import Progress
+from stratctl.run.progress import Progress
 from stratctl.view.columns import plural
 
 if TYPE_CHECKING:

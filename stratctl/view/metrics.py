@@ -10,7 +10,7 @@ import errno
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from stratctl.engine.progress import Progress
+from stratctl.run.progress import Progress
 from stratctl.errors import UsageError
 
 

@@ -13,8 +13,8 @@ from dataclasses import asdict, fields
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from stratctl.engine.status import Snapshot
-from stratctl.engine.summary import StudyRow, TrialRow
+from stratctl.run.rows import Snapshot
+from stratctl.run.rows import StudyRow, TrialRow
 from stratctl.view import tables
 from stratctl.view.columns import csv_text, note_column, plain, rfc3339, run_time, study_columns, trial_columns
 

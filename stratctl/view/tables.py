@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from stratctl.engine.summary import StudyRow, TrialRow
+from stratctl.run.rows import StudyRow, TrialRow
 from stratctl.view.columns import GAP, Column, duration, fit, plural, study_columns, study_note, trial_columns
 
 STYLE = {"running": "green", "pending": "yellow", "preempted": "magenta", "suspended": "cyan", "retrying": "yellow",

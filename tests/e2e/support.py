@@ -11,7 +11,7 @@ import time
 import uuid
 
 from stratctl import labels
-from stratctl.kube.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
 
 GPU = "nvidia.com/gpu"
 

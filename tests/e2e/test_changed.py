@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB
-from stratctl.kube.record import record_name
-from stratctl.study.space import expand
-from stratctl.study.spec import load_study
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
+from stratctl.backends.kubernetes.record import record_name
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
 from tests.e2e.support import Cli, unique
 from tests.e2e.support import busybox_study as study_yaml
 

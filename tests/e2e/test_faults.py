@@ -33,10 +33,10 @@ import pytest
 import yaml
 
 from stratctl import labels
-from stratctl.kube.cluster import POD, PODGROUP, VOLCANO_JOB
-from stratctl.kube.state import latest_attempts, volcano_phase
-from stratctl.study.space import expand
-from stratctl.study.spec import load_study
+from stratctl.backends.kubernetes.cluster import POD, PODGROUP, VOLCANO_JOB
+from stratctl.backends.kubernetes.state import latest_attempts, volcano_phase
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
 from tests.e2e.support import Cli, fake_study, unique
 
 pytestmark = pytest.mark.e2e

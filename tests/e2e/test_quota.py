@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.engine.controller import SubmitOptions
-from stratctl.engine.launch import Connection, submit_study
-from stratctl.kube.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB
-from stratctl.kube.gpus import free_gpus
-from stratctl.kube.state import TrialState, classify
-from stratctl.study.space import expand
-from stratctl.study.spec import load_study
+from stratctl.run.options import SubmitOptions
+from stratctl.backends.launch import Connection, submit_study
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB
+from stratctl.backends.kubernetes.gpus import free_gpus
+from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
 from tests.e2e.support import busybox_study
 
 pytestmark = pytest.mark.e2e

@@ -18,7 +18,7 @@ import pytest
 
 from stratctl import labels, rendezvous
 from stratctl.errors import NotFound
-from stratctl.kube.cluster import BATCH_JOB, POD, SERVICE, VOLCANO_JOB
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD, SERVICE, VOLCANO_JOB
 from tests.e2e.support import Cli, fake_study, finish, running_pods, unique, wait_until
 from tests.e2e.test_rbac import audit_log, forbidden, requests_since
 from tests.kubelet import started
@@ -133,7 +133,7 @@ def test_a_trial_ends_when_its_workers_complete_while_its_ps_pods_still_run(test
     """The workers' task-level `TaskCompleted -> CompleteJob`: the ps pod never exits (no run
     duration: KWOK keeps it running), and the trial succeeds once both workers have. The
     control, without the policy: the workers done, the job still runs."""
-    from stratctl.study.render import bundled_templates
+    from stratctl.core.render import bundled_templates
 
     (tmp_path / "tpl").mkdir()
     text = (bundled_templates() / "volcano-job.yaml.j2").read_text()

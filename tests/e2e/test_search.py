@@ -17,8 +17,8 @@ import pytest
 
 from stratctl import labels
 from stratctl.errors import NotFound
-from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB
-from stratctl.kube.record import parse_record, record_name
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
+from stratctl.backends.kubernetes.record import parse_record, record_name
 from tests.e2e.support import finish, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e

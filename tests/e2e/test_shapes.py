@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from stratctl import labels
-from stratctl.kube.cluster import NODE, POD
-from stratctl.kube.gpus import free_gpus, pod_gpus
+from stratctl.backends.kubernetes.cluster import NODE, POD
+from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus
 from tests.e2e.support import finish, of_study, unique, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.kube.cluster import CONFIGMAP, VOLCANO_JOB
-from stratctl.study.space import expand
-from stratctl.study.spec import load_study
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
 from tests.e2e.support import Cli, busybox_study, of_study, unique, wait_until
 
 pytestmark = pytest.mark.e2e

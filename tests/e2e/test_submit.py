@@ -12,12 +12,12 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.kube.cluster import VOLCANO_JOB, BATCH_JOB, CONFIGMAP, Cluster
-from stratctl.engine.controller import SubmitOptions
-from stratctl.engine.launch import Connection, submit_study
+from stratctl.backends.kubernetes.cluster import VOLCANO_JOB, BATCH_JOB, CONFIGMAP, Cluster
+from stratctl.run.options import SubmitOptions
+from stratctl.backends.launch import Connection, submit_study
 from stratctl.errors import NotFound, Throttled
-from stratctl.study.space import expand
-from stratctl.study.spec import load_study
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
 from tests.e2e.support import unique
 from tests.e2e.support import busybox_study as study_yaml
 

@@ -10,7 +10,7 @@ import json
 import subprocess
 import time
 
-from stratctl.yarn.scheduler import built_jar
+from stratctl.backends.yarn.scheduler import built_jar
 
 RESULT = 'echo "{\\"loss\\": $((RANDOM % 100))}" > "$STRATCTL_OUTPUT_DIR/result.json"'
 
@@ -54,7 +54,7 @@ def ok(done: subprocess.CompletedProcess) -> str:
 
 def runs_from_the_virtualenv(installed, cwd) -> None:
     """The command is the virtualenv's, its package the installed one (not the source tree)."""
-    where = subprocess.run([str(installed.bin / "python"), "-c", "import stratctl.slurm, stratctl.yarn, stratctl; "
+    where = subprocess.run([str(installed.bin / "python"), "-c", "import stratctl.backends.slurm, stratctl.backends.yarn, stratctl; "
                             "print(stratctl.__file__)"], cwd=cwd, capture_output=True, text=True, check=True)
     assert where.stdout.startswith(str(installed.bin.parent / "lib")), where.stdout
 

@@ -34,7 +34,7 @@ class SlurmBed(StratctlRuns):
     def wait_idle(self, timeout: float = 120.0) -> None:
         """Until no GPU of the cluster is taken: for the tests that fill the whole cluster
         (jobs another test left running end first)."""
-        from stratctl.slurm.scheduler import _gpus
+        from stratctl.backends.slurm.scheduler import _gpus
 
         def idle():
             nodes = json.loads(self.run("sinfo", "--json").stdout)["nodes"]

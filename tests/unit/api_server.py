@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import yaml
 
 from stratctl.errors import AlreadyExists, NotFound
-from stratctl.kube.cluster import RESOURCES
+from stratctl.backends.kubernetes.cluster import RESOURCES
 from tests.unit.fake_cluster import FakeCluster, merge_patch
 
 PLURALS = {(api_version, plural): (api_version, kind) for (api_version, kind), (plural, _) in RESOURCES.items()}

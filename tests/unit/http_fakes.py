@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from stratctl.kube.cluster import Cluster
-from stratctl.kube.outage import Outage
+from stratctl.backends.kubernetes.cluster import Cluster
+from stratctl.run.outage import Outage
 
 HOST = "https://k8s.test:6443"
 

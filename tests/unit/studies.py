@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 from stratctl.errors import StudyError
-from stratctl.study.spec import Study, load_study
+from stratctl.core.spec import Study, load_study
 
 MINIMAL = """\
 name: tiny

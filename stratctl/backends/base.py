@@ -1,0 +1,86 @@
+"""The backend seam: where a study's trials run, and what each scheduler family must do.
+
+A study says its backend (`backend: kubernetes | slurm | yarn`). Everything above the seam is
+shared: the study core (load, expand, render every attempt the same way, STRATCTL_*
+environment included), the adaptive policy (run/policy.py), the token bucket and retry
+policy (run/throttle.py), the recovery rules (a failure counts against
+`retries.max_failures`, a preemption never does, and resumes from the checkpoint), and the
+displays (`status` rows, the submit summary).
+
+Two shapes of backend sit below it:
+
+- **Kubernetes** (stratctl/backends/kubernetes/, its submit loop of backends/kubernetes/controller.py): attempts
+  are Volcano Jobs or batch/v1 Jobs with their PodGroups, the study record is a ConfigMap,
+  the cluster is watched. It has what only a Kubernetes cluster offers (queues and their
+  fallback, topology placement, PodGroup salvage, the closed-loop search's pruning).
+- **Batch schedulers that run an attempt as one job** (Slurm, YARN): they implement the
+  `Scheduler` protocol below, and one loop, one `status`, one `drain`/`resume` run them
+  all (run/attemptloop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
+  is a new `Scheduler` and a line in `scheduler_for`, nothing else.
+
+`is_attempt_backend` is how the CLI tells them apart: an attempt backend's study is named
+by its file (its state lives with the scheduler and the study's output directory), a
+Kubernetes study by its name (its record is in the cluster).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from stratctl.attempt import Attempt
+from stratctl.errors import UsageError
+from stratctl.core.space import Trial
+from stratctl.core.spec import Study
+
+KUBERNETES = "kubernetes"
+
+
+class Scheduler(Protocol):
+    """What a batch scheduler does for the attempt loop. Every call may raise the errors of
+    stratctl.errors: `Unavailable` (no answer: back off and retry), `Throttled` (a submit
+    limit: pressure), `Invalid` (the verdict on that one call)."""
+
+    kind: str  # the study's `backend:` value
+    title: str  # its name in messages (`Slurm`)
+    controller: str  # what answers its requests, in messages (`Slurm controller`, `YARN ResourceManager`)
+    create_command: str  # what creates an attempt, as the submit summary counts it (`sbatch`)
+    limit_words: str  # what a refusal to create is called there (`submit limits`)
+    calls_word: str  # what its calls are, in the submit summary (`commands`, `requests`)
+
+    @property
+    def where(self) -> str: ...  # the cluster as `status` names it (`slurm:research`)
+
+    @property
+    def queue(self) -> str: ...  # where the study's attempts queue (a partition, a queue)
+
+    # observe
+    def attempts(self, marks: bool = True) -> dict[str, Attempt]: ...  # trial name -> its latest attempt
+    def free_gpus(self) -> list[int]: ...  # free GPUs of each usable node
+    def result(self, trial: str) -> dict | None: ...  # what the trial's attempt wrote as its result
+
+    # create, exactly once: `prepare` names the attempt deterministically, `find` looks it up
+    def prepare(self, trial: Trial, number: int) -> Any: ...
+    def check(self, trial: Trial) -> None: ...  # build the first attempt without sending it
+    def create(self, prepared: Any) -> None: ...
+    def find(self, prepared: Any) -> bool: ...
+
+    # suspend (drain) and bring back (resume)
+    def hold(self, attempt: Attempt) -> None: ...  # a pending attempt: kept from starting
+    def stop(self, attempt: Attempt) -> None: ...  # a running attempt: stopped, kept to resume
+    def release(self, attempt: Attempt) -> None: ...
+    def drained(self) -> bool: ...
+    def set_drained(self, on: bool) -> None: ...
+
+    # counters for the submit summary
+    @property
+    def calls(self) -> int: ...
+
+    @property
+    def sent(self) -> dict[str, int]: ...  # commands or requests sent, by kind
+
+    @property
+    def refused(self) -> dict[str, int]: ...  # of those, refused for a limit
+
+
+def is_attempt_backend(study: Study) -> bool:
+    return study.backend != KUBERNETES

@@ -1,0 +1,903 @@
+"""The submit loop: reconcile a study's trials with the cluster, at the pace it can absorb.
+
+Each cycle observes the study's jobs (one paginated list), asks the policy how many
+trials may be in flight, creates that many more through the throttle, and sleeps. The
+cluster is the source of truth: a rerun after a crash lists what exists and creates only
+what is missing; a 409 whose spec-hash label matches counts as already submitted.
+
+An API server that stops answering (restarted, etcd paused) is a pause, not a verdict: a
+cycle that fails on a transient error is tried again with growing waits, the display
+says once that the server is out and once that it is back, and a trial whose create
+failed that way stays waiting (only a refusal, like an invalid manifest, is its verdict).
+The loop gives up (`Unreachable`, exit 3) once the server has been silent for the
+outage timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
+from stratctl.errors import (
+    AlreadyExists, ClusterError, NotFound, SpecConflict, StillThrottled, Unreachable, transient,
+)
+from stratctl.backends.kubernetes.blocked import Blocked
+from stratctl.run.pace import api_room
+from stratctl.run.packing import Candidate, Packing, pack, passed_over
+from stratctl.backends.kubernetes.placement import Placer, Placing
+from stratctl.run.queues import amounts
+from stratctl.run.options import SubmitOptions, default_policy
+from stratctl.run.policy import AdaptiveConfig, Decision, Observed
+from stratctl.backends.kubernetes.record import (
+    API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, TOLD_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest,
+    record_name, suspended_of,
+)
+from stratctl.core.render import Renderer, min_resources
+from stratctl.backends.kubernetes.requeue import Requeue, create_attempt, pod_starts
+from stratctl.backends.kubernetes.salvage import Salvage
+from stratctl.run.progress import Progress, Reporter, Silent
+from stratctl.backends.kubernetes.shedding import Shedding
+from stratctl.backends.kubernetes.mirror import Mirror, watch_health
+from stratctl.run.outage import Change, Outage, duration
+from stratctl.core import shape
+from stratctl.core.changes import spec_text
+from stratctl.core.space import Trial
+from stratctl.core.spec import Study
+from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts, trial_of
+from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data
+from stratctl.run.throttle import Throttle
+
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.capacity import ClusterSignals
+
+
+MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
+SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least
+SUMMARY_REFRESH = 20.0  # ... and at most, while the loop runs
+RECORD_EVERY = 2.0  # seconds between two writes of the record's target and reason, at least
+WINDOW = 1024  # creates handed to the worker pool at a time, at least (8 per worker)
+# seconds between cycles while the API server does not answer: the n-th failed cycle in a
+# row waits the n-th (the poll interval, when longer); each request was retried already
+OUTAGE_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+
+
+def outage_wait(failed: int, poll_interval: float) -> float:
+    """The wait after the `failed`-th failed cycle in a row (1, 2, ...)."""
+    return max(poll_interval, OUTAGE_BACKOFF[min(failed, len(OUTAGE_BACKOFF)) - 1])
+
+
+def gang_shape(study: Study) -> list[int]:
+    """GPUs of each pod of one trial (of a study whose trials share one shape): the shape
+    free GPUs must hold for it to start."""
+    return list(shape.gang(study))
+
+
+def study_selector(study: Study) -> str:
+    return f"{labels.STUDY}={study.name}"
+
+
+def job_kind(study: Study) -> tuple[str, str]:
+    return VOLCANO_JOB if study.workload == "volcano" else BATCH_JOB
+
+
+class Submitter:
+    """Runs one study to completion (or until detached / interrupted)."""
+
+    def __init__(
+        self,
+        study: Study,
+        trials: list[Trial],
+        renderer: Renderer,
+        cluster: Cluster,
+        throttle: Throttle,
+        options: SubmitOptions = SubmitOptions(),
+        policy=None,
+        reporter: Reporter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        source: str = "",
+        manifests: dict[str, list[dict]] | None = None,
+        wall: Callable[[], float] = time.time,
+    ):
+        self.study = study
+        # a closed-loop search asks its trials as it goes (backends/kubernetes/closedloop.py), none up front:
+        # `trials` are then the first it would ask, rendered already (and what a dry run sends)
+        self.search = None
+        if study.strategy.closed_loop:  # its modules (samplers, results, pruning) load for such a study alone
+            from stratctl.backends.kubernetes.closedloop import ClosedLoop
+
+            self.search = ClosedLoop(study)
+        self._first = list(trials)
+        self.trials = {t.name: t for t in trials} if self.search is None else {}
+        self.order = [t.name for t in trials] if self.search is None else []
+        self.renderer = renderer
+        self._manifests = manifests or {}  # first attempts rendered up front (launch.prepare)
+        # each trial's expected seconds, when the study states them (backfill picks by them)
+        self._expected = ({t.name: renderer.expected_seconds(t) for t in trials}
+                          if renderer is not None and renderer.states_duration else {})
+        # each trial's shape, when the study's trials differ in shape: admitted by packing them
+        # into the free GPUs (run/packing.py), with the passed-over times its aging rule needs
+        self._shapes = ({t.name: renderer.shape(t) for t in trials}
+                        if renderer is not None and study.varying_shape else {})
+        self._passed: dict[str, float] = {}
+        self._steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
+        self._said_no_pruning = False
+        self._reserved: str | None = None
+        self._packing: Packing | None = None
+        self.cluster = cluster
+        self.throttle = throttle
+        self.options = options
+        self.policy = policy or default_policy(study, options)
+        self.signals: ClusterSignals | None = None
+        self.storage = None  # a StorageMirror (backends/kubernetes/storage.py) with --storage
+        # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
+        self.jobs: Mirror | None = None
+        # The cluster's Volcano queues, kept by a watch (launch starts it) when the study lists
+        # several: each new attempt goes to the first with room (placement.py)
+        self.queues: Mirror | None = None
+        self.placer = Placer(study.queues, self._queue_objects, amounts(min_resources(self._largest(study, trials))),
+                             lambda message: self.reporter.event(message)) if len(study.queues) > 1 else None
+        # read in the background (launch starts it): a slow Prometheus never delays a cycle
+        self.prometheus = None
+        if options.prometheus_url:
+            from stratctl.backends.kubernetes.prometheus import ControlPlaneWatch, Prometheus
+
+            self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url))
+        self._pending_since: dict[str, float] = {}
+        self.reporter = reporter or Silent()
+        self.clock = clock
+        self.sleep = sleep
+        self.source = source
+        self.namespace = study.namespace
+        budget = self.search.remaining if self.search is not None else len(trials)
+        self.progress = Progress(study=study.name, total=budget)
+        self.record = StudyRecord(
+            study=study.name,
+            spec_hash=study.spec_hash,
+            trials=budget,
+            critical=study.critical,
+            source=source,
+            max_failures=study.retries.max_failures,
+            spec=spec_text(study),
+        )
+        self._kind = job_kind(study)
+        self._last_decision: Decision | None = None
+        self.wall = wall
+        self._flags_read = float("-inf")  # clock time the record's flags were last read
+        self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
+        self._record_cm: dict | None = None  # the record as last read (suspension marks included)
+        self._following = False  # whether the record's heartbeat says this loop follows the study
+        self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
+        self._unsaved: set[str] = set()  # record keys changed since the last record write (coalesced)
+        self._record_written = float("-inf")  # clock time of the last record write
+        self._recorded = False  # the study record exists (ensure_record went through)
+        self._new_record = False  # this run created the record (rather than adopting a previous run's)
+        self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
+        self._jobs: dict[str, dict] = {}  # each trial's latest attempt's job, as last observed
+        # trials this loop created while its mirror of jobs did not watch yet (`--detach`
+        # lists once and watches only from a second cycle on): pending, by name alone, so a
+        # single-cycle --detach of 100,000 trials keeps no job of them
+        self._unseen: set[str] = set()
+        self._observed = False  # observe ran once (the mirror's first list is fresh for it)
+        self._paused: set[str] = set()  # trials whose create failed transiently, already said
+        self._moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue
+        self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
+        # Whether the API server answers: the cluster's own account (every request tells it),
+        # else the loop's, told by whole cycles.
+        self._told = getattr(cluster, "outage", None) is None
+        self.outage: Outage = Outage(options.outage_timeout, clock=clock) if self._told else cluster.outage
+        # the etcd breaker's drain (throttle.on_breaker: drain); with `hold` it does nothing
+        self.shedding = Shedding(cluster, study, lambda message: self.reporter.event(message), clock, wall)
+
+    def _largest(self, study: Study, trials: list[Trial]) -> Study:
+        """The study as its largest trial runs it (its own shape when trials share one)."""
+        if not self._shapes:
+            return study
+        largest = max(trials, key=lambda t: sum(self._shapes[t.name]))
+        return self.renderer.study_for(largest)
+
+    def reference_shape(self) -> list[int]:
+        """The shape the cluster's signals count whole gangs of: the study's, or its largest
+        trial's when trials differ (packing then decides per trial)."""
+        if self._shapes:
+            return list(max(self._shapes.values(), key=lambda s: (sum(s), max(s, default=0), len(s))))
+        return gang_shape(self.study)
+
+    # -- the study record -----------------------------------------------------------
+
+    def ensure_record(self) -> None:
+        """Create the study record, or adopt the one a previous run left (keeping its flags)."""
+        try:
+            self.cluster.create(record_manifest(self.record, self.namespace))
+            self._new_record = True
+            self.reporter.event(f"recorded study {self.study.name} in ConfigMap {record_name(self.study.name)}")
+        except AlreadyExists:
+            existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
+            self.record = replace(
+                self.record, drained=existing.drained, finished=existing.finished, target=existing.target,
+                moved=existing.moved, told=existing.told
+            )
+            # a change was judged before the loop started (revision.revise)
+            self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
+        self._recorded = True
+
+    def _save_record(self, *keys: str) -> None:
+        """Write only the named keys of the record: `drained` and the suspension marks belong
+        to `drain`/`resume` in other processes, and a stale copy must never overwrite them."""
+        data = record_data(self.record)
+        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": {k: data[k] for k in keys}},
+                           self.namespace)
+        self._unsaved.difference_update(keys)
+
+    def _refresh_flags(self) -> None:
+        self._flags_read, self._deletions_read = self.clock(), self._deletions_seen
+        try:
+            cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
+        except NotFound:
+            return
+        self._record_cm = cm
+        self.record = replace(self.record, drained=parse_record(cm).drained)
+
+    def save_summary(self, force: bool = False) -> None:
+        """Keep the study's row (trials by state, attempts, GPU-hours) in its record, so
+        `status` shows this study without listing its jobs: when it changed, at most every
+        SUMMARY_EVERY seconds (or 20 times what building it took, so a huge study spends at
+        most 5% of the loop on it), and at least every SUMMARY_REFRESH (status trusts a
+        summary for 30 s). The target, its reason and the API-quota note ride along: one
+        record write at most every RECORD_EVERY seconds, every SUMMARY_EVERY while the API
+        quota pushes back (a one-seat quota has no room for a write per decision)."""
+        if self._record_cm is None:
+            return
+        now = self.clock()
+        note = self.progress.api_note or ""
+        if note != self.record.api_quota:
+            self.record = replace(self.record, api_quota=note, api_quota_at=self.wall())
+            self._unsaved.add(API_QUOTA_KEY)
+        if self.placer is not None and self.placer.counts() != self.record.placements:
+            self.record = replace(self.record, placements=self.placer.counts())
+            self._unsaved.add(PLACEMENTS_KEY)
+        patch = self._unsaved_due(now, force)
+        summary = self._summary_due(now, force)
+        if summary is not None:
+            patch.update(summary[1])
+            # the heartbeat rides on the summary (no request of its own); the final one says the loop is done
+            self._following = not self.progress.done
+            patch.update(self._heartbeat(self._following))
+        self._write_record(patch, now)
+        if summary is not None:
+            self._summary = summary[0]
+
+    def _heartbeat(self, running: bool) -> dict[str, str]:
+        """The record key saying this loop follows the study (`delete` refuses while it does)."""
+        return loop_data(self.wall(), running, socket.gethostname(), os.getpid())
+
+    def _stopped(self) -> None:
+        """Say the loop no longer follows the study, unless its last word said so already (best
+        effort: a heartbeat left behind goes stale)."""
+        if self._record_cm is None or not self._following:
+            return
+        self._following = False
+        try:
+            self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)},
+                               self.namespace)
+        except ClusterError:
+            pass
+
+    def _unsaved_due(self, now: float, force: bool) -> dict[str, str]:
+        """The record keys changed since the last write, if one may be written now."""
+        tight = self.progress.api is not None and self.progress.api.tight
+        due = force or now - self._record_written >= (SUMMARY_EVERY if tight else RECORD_EVERY)
+        if not (self._unsaved and due):
+            return {}
+        data = record_data(self.record)  # as the record is now: a key changed twice is written once, its latest
+        return {k: data[k] for k in self._unsaved}
+
+    def _write_record(self, patch: dict[str, str], now: float) -> None:
+        if not patch:
+            return
+        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": patch}, self.namespace)
+        self._record_written = now
+        self._unsaved.difference_update(patch)
+
+    def _summary_due(self, now: float, force: bool) -> tuple[tuple[float, dict, float], dict] | None:
+        """The summary to write now, if one is due: (what to remember of it, its record keys)."""
+        last_time, last_data, cost = self._summary or (float("-inf"), {}, 0.0)
+        if not force and now - last_time < max(SUMMARY_EVERY, 20 * cost):
+            return None
+        at, started = self.wall(), time.perf_counter()
+        cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
+        starts = pod_starts(self.cluster, self.namespace, self.study.name, self._kind, self.signals)  # batch/v1 Jobs
+        (row,), _ = build(at, [cm], latest_slim(self._jobs.values()), starts=starts)
+        cost = time.perf_counter() - started
+        data = summary_data(row, 0.0)  # compared without the time it was taken
+        if not force and data == last_data and now - last_time < SUMMARY_REFRESH:
+            return None
+        return (now, data, cost), summary_data(row, at)
+
+    # -- observe --------------------------------------------------------------------
+
+    def _record_due(self) -> bool:
+        """Whether to read the study record (drained flag, suspension marks) this cycle:
+        every poll interval, and whenever one of the study's jobs was deleted since the last
+        read. `drain` sets the flag before it deletes jobs, so a read made after the loop
+        saw a job gone sees the flag: the loop never admits into a drain on a stale copy."""
+        return (self.jobs is None or self.clock() - self._flags_read >= self.options.poll_interval
+                or self._deletions_seen != self._deletions_read)
+
+    def observe(self) -> dict[str, TrialState]:
+        if self.jobs is not None:
+            if self._observed and not self.jobs.following:  # a second cycle: watch from now on
+                self.jobs.follow()  # lists first: what this loop created is in it
+                self._unseen.clear()
+            jobs, self._deletions_seen = self.jobs.snapshot()
+        else:
+            jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
+        latest = latest_attempts(jobs)
+        self._all_jobs = jobs
+        states: dict[str, TrialState] = {}
+        for name in self.order:
+            if name in latest:
+                states[name] = classify(latest[name])
+            elif name in self.record.finished:
+                states[name] = TrialState(self.record.finished[name])
+            elif name in self._unseen:
+                states[name] = TrialState.PENDING
+            else:
+                states[name] = TrialState.WAITING
+        self._jobs = latest
+        self._observed = True
+        return states
+
+    # -- act --------------------------------------------------------------------------
+
+    def _seen(self, obj: dict) -> None:
+        """An object this loop created: its jobs are added to the mirror, so the next cycle
+        sees them even if the watch lags; before the mirror watches (--detach's first cycle),
+        only its trial's name is kept."""
+        if self.jobs is not None and obj.get("kind") == self._kind[1]:
+            if self.jobs.following:
+                self.jobs.add(obj)
+            elif (trial := trial_of(obj)) is not None:
+                self._unseen.add(trial)
+
+    def submit_trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict] | None = None) -> str:
+        """Create every manifest of the trial's first attempt; 'created' or 'existing'.
+
+        A 409 is success when the object there carries the same spec hash.
+        """
+        manifests = manifests or self._manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
+        return create_attempt(self.cluster, manifests, self.namespace, dry_run=dry_run, created=self._seen)
+
+    def _queue_objects(self) -> dict[str, dict]:
+        """The cluster's Volcano queues by name: as watched, else read now."""
+        if self.queues is not None:
+            items = self.queues.items()
+        else:
+            try:
+                items, _ = self.cluster.list(QUEUE)
+            except ClusterError:
+                items = []
+        return {q["metadata"]["name"]: q for q in items}
+
+    def _placed(self, names: list[str], dry_run: bool) -> dict[str, list[dict] | None]:
+        """The first attempts of these trials, each sent to its queue (in order: each choice
+        counts the gangs placed before it); None: as rendered (one queue, or a dry run)."""
+        if self.placer is None or dry_run:
+            return {name: None for name in names}
+        return {name: self.placer.place(name, self._manifests.get(name)
+                                        or self.renderer.render(self.trials[name], attempt=0)) for name in names}
+
+    def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> list[str]:
+        """Create the trials' first attempts; the names submitted.
+
+        A refusal (an invalid manifest, a 403 on creates that never worked, a spec conflict)
+        is the trial's verdict, kept in `progress.errors`. A transient failure (the API
+        server out or restarting) leaves the trial waiting for the next cycle: a create
+        whose answer was lost may have gone through, and then the retry's 409 with the same
+        spec hash counts it as submitted. When nothing got through, the cycle fails with
+        the first such error, so the loop waits for the server (a server dry run, one pass,
+        reports every failure per trial instead)."""
+        placed = self._placed(names, dry_run)
+        submitted: list[str] = []
+        paused: dict[str, ClusterError] = {}
+        for name, future in self._sent(names, pool, dry_run, placed):
+            try:
+                outcome = future.result()
+            except (ClusterError, SpecConflict) as exc:
+                if isinstance(exc, Unreachable) or (transient(exc) and not dry_run):
+                    paused[name] = exc
+                    continue
+                self.progress.errors[name] = str(exc)
+                if isinstance(exc, SpecConflict):
+                    self.progress.conflicts.append(name)
+                self.reporter.event(f"trial {name}: {exc}")
+                continue
+            submitted.append(name)
+            self._paused.discard(name)
+            if outcome == "created":
+                self.progress.created += 1
+            else:
+                self.progress.existing += 1
+        gave_up = [e for e in paused.values() if isinstance(e, Unreachable)]
+        if gave_up or (paused and not submitted):
+            raise (gave_up or list(paused.values()))[0]
+        for name, exc in paused.items():  # the others went through: say it, once per trial
+            if name not in self._paused:
+                self._paused.add(name)
+                self.reporter.event(f"trial {name}: not created this cycle ({exc}); trying again")
+        return submitted
+
+    def _sent(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool,
+              placed: dict[str, list[dict] | None]) -> Iterator[tuple[str, Future]]:
+        """(name, future) of each trial's create, in order, with at most WINDOW creates
+        handed to the pool at a time: the pool's workers stay busy, and 100,000 trials are
+        never 100,000 futures at once."""
+        window = max(WINDOW, 8 * self.options.workers)
+        queued: deque[tuple[str, Future]] = deque()
+        for name in names:
+            queued.append((name, pool.submit(self.submit_trial, self.trials[name], dry_run, placed[name])))
+            if len(queued) >= window:
+                yield queued.popleft()
+        while queued:
+            yield queued.popleft()
+
+    def cleanup(self, states: dict[str, TrialState]) -> None:
+        """Delete finished jobs (study setting `cleanup: delete`), remembering outcomes first."""
+        done = {n: s.value for n, s in states.items() if s.finished and n in self._jobs}
+        if not done:
+            return
+        self.record = replace(self.record, finished={**self.record.finished, **done})
+        self._save_record("finished")
+        for name in done:
+            job = self._jobs[name]
+            self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
+            if self._kind == BATCH_JOB:
+                self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
+
+    # -- closed-loop search (backends/kubernetes/closedloop.py) ----------------------------------------
+
+    def _register(self, trial: Trial) -> None:
+        """A trial of a closed-loop search joins the loop's trials (requeue and salvage share
+        the dict, so its next attempts are theirs as for any trial)."""
+        self.trials[trial.name] = trial
+        self.order.append(trial.name)
+        if self.renderer is not None and self.renderer.states_duration:
+            self._expected[trial.name] = self.renderer.expected_seconds(trial)
+        if self.renderer is not None and self.study.varying_shape:
+            self._shapes[trial.name] = self.renderer.shape(trial)
+
+    def _rebuild_search(self) -> None:
+        """The search so far, from the cluster alone: the study's jobs, their pods' results,
+        and the record's told trials."""
+        if self.jobs is not None:
+            jobs, _ = self.jobs.snapshot()
+        else:
+            jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
+        latest = latest_attempts(jobs)
+        cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
+        told, marks = parse_record(cm).told, suspended_of(cm)
+        ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in told]
+        from stratctl.backends.kubernetes.status import trial_results
+
+        results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
+        for trial in self.search.rebuild(latest, results, told, marks):
+            if trial.name not in self.trials:
+                self._register(trial)
+        # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now
+        self.record = replace(self.record, told={**told, **self.search.told})
+        if set(self.search.told) - set(told):
+            self._unsaved.add(TOLD_KEY)
+        self.progress.total = len(self.order) + self.search.remaining
+        self.reporter.event(f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
+                            f"({len(self.search.told)} ended), {self.search.remaining} more to ask")
+
+    def _ask(self, n: int) -> list[str]:
+        """Ask the search for `n` new trials; their names (fewer once the budget or the space is spent)."""
+        trials = self.search.ask(n, len(self.order))
+        for trial in trials:
+            self._register(trial)
+        if len(trials) < n and self.search.remaining:  # the space has no point left that is not a trial already
+            self.reporter.event(f"search: the space has no new point left after {len(self.order)} trials")
+            self.search.spent()
+            self.progress.total = len(self.order)
+            self.record = replace(self.record, trials=len(self.order))
+            self._unsaved.add("trials")
+        return [t.name for t in trials]
+
+    def _tell(self, states: dict[str, TrialState]) -> None:
+        """Tell the sampler the trials that ended since the last cycle, and the record."""
+        ended = {n: s for n, s in states.items() if s in (TrialState.SUCCEEDED, TrialState.FAILED)
+                 and n not in self.search.told}
+        if not ended:
+            return
+        succeeded = {n: self._jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in self._jobs}
+        from stratctl.backends.kubernetes.status import results_in, trial_results
+
+        pods, _ = self._mirrored()  # the loop's watch of pods holds most results already
+        results = results_in(pods, succeeded) if pods is not None else {}
+        unread = {n: job for n, job in succeeded.items() if n not in results}
+        if unread:
+            results.update(trial_results(self.cluster, self.namespace, self.study.name, unread))
+        told = {}
+        for name, state in ended.items():
+            entry = self.search.tell(self.trials[name], state, results.get(name), self._steps.pop(name, None))
+            if entry is not None:
+                told[name] = entry
+                if name in self.search.missing_values:
+                    metrics = ", ".join(o.metric for o in self.study.objectives)
+                    self.reporter.event(f"trial {name}: succeeded without {metrics} in its result: told as failed")
+        if told:
+            self.record = replace(self.record, told={**self.record.told, **told})
+            self._unsaved.add(TOLD_KEY)
+
+    def _mirror_storage(self) -> None:
+        """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
+        does not answer is said once per failing stretch and tried again next cycle."""
+        try:
+            self.storage.sync(self.record.told)
+        except Exception as exc:  # noqa: BLE001 - the storage's own error; the cluster stays the truth
+            if not self.storage.failing:
+                self.reporter.event(f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again "
+                                    "each cycle")
+            self.storage.failing = True
+        else:
+            if self.storage.failing:
+                self.reporter.event("--storage: mirroring again")
+            self.storage.failing = False
+
+    def _prune(self, states: dict[str, TrialState]) -> None:
+        """Read the running trials' intermediate values (their pods' reports, from the loop's
+        watch of pods) and stop those the pruner judges: the told entry in the record first,
+        then the job deleted, so its GPUs go to the next trial at once."""
+        pods, _ = self._mirrored()
+        if pods is None:
+            if not self._said_no_pruning:
+                self._said_no_pruning = True
+                self.reporter.event("pruner: this loop does not watch pods (--detach or a static cap without "
+                                    "yielding): trials are not pruned")
+            return
+        running = {n: self._jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in self._jobs}
+        if not running:
+            return
+        from stratctl.backends.kubernetes.intermediate import steps_of
+        from stratctl.backends.kubernetes.recovery import usage
+
+        metric = self.study.objectives[0].metric
+        reported = steps_of(pods, metric)
+        for name, job in running.items():
+            steps = reported.get(job["metadata"]["name"])
+            if not steps:
+                continue
+            self._steps[name] = steps
+            if not self.search.report(self.trials[name], steps):
+                continue
+            spent = usage(job, self.wall(), TrialState.RUNNING).gpu_seconds
+            entry = self.search.prune(self.trials[name], steps, spent, self.wall())
+            self.record = replace(self.record, told={**self.record.told, name: entry},
+                                  finished={**self.record.finished, name: TrialState.PRUNED.value})
+            self._save_record(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
+            try:
+                self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
+                if self._kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
+            except NotFound:
+                pass
+            states[name] = TrialState.PRUNED
+            self._steps.pop(name, None)
+            self.reporter.event(f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
+                                f"({self.study.pruner.kind} pruner)")
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _tally(self, states: dict[str, TrialState]) -> None:
+        p = self.progress
+        counts = {s: 0 for s in TrialState}
+        for name, state in states.items():
+            if name not in p.errors:
+                counts[state] += 1
+        p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
+        p.succeeded, p.failed, p.waiting = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED], counts[TrialState.WAITING]
+        p.pruned = counts[TrialState.PRUNED]
+        if self.search is not None:  # the budget not asked yet waits too
+            p.waiting += self.search.remaining
+        stats, bucket = self.throttle.stats, self.throttle.bucket
+        p.throttle_waits, p.throttle_wait_seconds = bucket.waits, bucket.waited_seconds
+        p.throttled_429 = stats.throttled
+        p.api = self.throttle.pressure()  # the request pace: shown when the API quota pushes back
+        if self.cluster is not None:
+            p.api_writes, p.api_requests = self.cluster.metrics.writes, self.cluster.metrics.requests
+            p.api_checks = self.cluster.metrics.checks
+            p.api_sent, p.api_refused = dict(self.cluster.metrics.sent), dict(self.cluster.metrics.refused)
+        watches = (self.jobs, *(getattr(self.signals, name, None) for name in ("nodes", "pods", "groups")))
+        p.watch_errors, p.watch_problem = watch_health(watches)  # a broken watch means a stale picture: say so
+
+    def _observe_pressure(self, states: dict[str, TrialState]) -> Observed:
+        p, now = self.progress, self.clock()
+        for name, state in states.items():
+            if state is TrialState.PENDING:
+                self._pending_since.setdefault(name, now)
+            else:
+                self._pending_since.pop(name, None)
+        p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
+        if self.blocked is not None:  # why they wait, when they wait past the grace: a gang that never starts
+            stuck = [self._jobs[n] for n, since in self._pending_since.items()
+                     if now - since > self.options.pending_grace and n in self._jobs]
+            p.blocked = self.blocked.why(stuck, self._mirrored()[1], now)
+        precedence, shadow, backfill_fit, spread = None, None, None, None
+        if self.signals is not None:
+            capacity = self.signals.capacity(self.wall())
+            shadow, backfill_fit, spread = capacity.shadow, capacity.backfill_fit, capacity.spread
+            p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
+            precedence = str(capacity.precedence) if capacity.precedence else None
+            if self._shapes and capacity.free_after is not None:
+                self._packing = self._pack(states, capacity.free_after, capacity.domains)
+                p.gangs_fit = self._packing.fit
+            p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
+        control = self.prometheus.latest() if self.prometheus is not None else None
+        p.etcd_p99 = control.etcd_p99 if control else None
+        p.scheduling_latency_p90 = control.volcano_latency_p90 if control else None
+        return Observed(
+            etcd_p99=p.etcd_p99,
+            scheduling_latency_p90=p.scheduling_latency_p90,
+            in_flight=p.in_flight,
+            pending=p.pending,
+            waiting=p.waiting,
+            stuck=p.stuck,
+            drained=self.record.drained,
+            api_stalled=p.api.stalled if p.api is not None else 0.0,
+            api_room=api_room(p.api, self.options.poll_interval),
+            gangs_fit=p.gangs_fit,
+            free_gpus=p.free_gpus,
+            precedence=precedence,
+            shadow=shadow if self._expected else None,  # backfill needs the study's own durations
+            backfill_fit=backfill_fit,
+            spread=spread,
+        )
+
+    def _waiting(self, states: dict[str, TrialState]) -> list[str]:
+        """The trials waiting to be created, in the study's order (refused ones aside)."""
+        return [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
+
+    def _pack(self, states: dict[str, TrialState], free: dict[str, int],
+              domains: list[frozenset[str]] | None = None) -> Packing:
+        """Which waiting trials to admit, by shape (run/packing.py). A reserved trial
+        (passed over for `throttle.aging`) keeps the study's other trials back until it runs."""
+        reserved = self._reserved
+        if reserved is not None and states.get(reserved) is TrialState.PENDING:
+            return Packing([], 0, reserved)  # created, not started yet: nothing goes ahead of it
+        if reserved is not None and states.get(reserved) is not TrialState.WAITING:
+            self.reporter.event(f"trial {reserved} started: admitting trials of every shape again")
+            self._reserved = reserved = None
+        waiting = [Candidate(n, self._shapes[n]) for n in self._waiting(states)]
+        config = getattr(self.policy, "config", self.policy)
+        packing = pack(waiting, free, self._passed, self.clock(), self.study.throttle.aging_seconds,
+                       getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead), domains)
+        if packing.reserved is not None and packing.reserved != reserved:
+            gpus = sum(self._shapes[packing.reserved])
+            waited = self.clock() - self._passed[packing.reserved]
+            self.reporter.event(f"trial {packing.reserved} ({gpus} GPUs) passed over by smaller trials for "
+                                f"{waited:.0f}s: admitting it first, the study's other trials wait until it runs")
+            self._reserved = packing.reserved
+        return packing
+
+    def _shed(self, observed: Observed) -> Observed:
+        """The etcd breaker's drain (backends/kubernetes/shedding.py): it may suspend the study's trials,
+        or let them resume; the policy sees the study drained while the breaker holds it."""
+        observed = self.shedding.step(observed, self._record_cm)
+        self.record = replace(self.record, breaker=self.shedding.reason, breaker_at=self.shedding.at)
+        self.progress.breaker = self.shedding.panel()
+        return observed
+
+    def _decide(self, observed: Observed) -> Decision:
+        p = self.progress
+        decision = self.policy.decide(observed, self.clock())
+        last = self._last_decision
+        if last is None or (decision.target, decision.hold) != (last.target, last.hold):
+            self.reporter.event(
+                f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}"
+            )
+            self.record = replace(self.record, target=decision.target, reason=decision.reason)
+            self._unsaved.update(("target", "reason"))
+            if self._record_cm is not None:  # now, unless a write went out moments ago (then with the next)
+                self._write_record(self._unsaved_due(self.clock(), self.progress.done), self.clock())
+        self._last_decision = decision
+        p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
+        p.wanted = decision.admit(observed)
+        return decision
+
+    def _pause(self) -> None:
+        """Until the next cycle: the poll interval, or sooner when one of the study's jobs
+        changed (a trial that finished frees GPUs for the next one now, not a cycle later),
+        but at least MIN_CYCLE, so a busy study does not spin the loop."""
+        waits = getattr(self.jobs, "wait", None)
+        if waits is None or self.options.poll_interval <= MIN_CYCLE:
+            self.sleep(self.options.poll_interval)
+            return
+        self.sleep(MIN_CYCLE)
+        waits(self.options.poll_interval - MIN_CYCLE)
+
+    def dry_run(self) -> Progress:
+        """Send every manifest with dryRun=All (server) or only render them (client)."""
+        if self.search is not None:  # a closed-loop search: the trials it would ask first
+            self.trials.update({t.name: t for t in self._first})
+        names = [t.name for t in self._first] if self.search is not None else list(self.order)
+        self.progress.dry_run = self.options.dry_run
+        if self.options.dry_run == "server":
+            with ThreadPoolExecutor(self.options.workers) as pool:
+                self._submit_batch(names, pool, dry_run=True)
+        else:  # every trial was rendered, and so checked, by launch.prepare
+            self.progress.created = len(names)
+        self._tally({n: TrialState.WAITING for n in names})
+        return self.progress
+
+    def _heard(self, change: Change) -> None:
+        """The API server stopped answering, or answers again: say it once, as it happens
+        (from whichever request noticed)."""
+        if change.down:
+            self.reporter.event(f"API server unreachable ({change.error}); retrying, giving up after "
+                                f"{duration(self.outage.patience)} without an answer")
+        else:
+            self.reporter.event(f"API server answering again after {duration(change.lasted)} out; carrying on")
+
+    def _mirrored(self) -> tuple[list[dict] | None, list[dict] | None]:
+        """The cluster's pods and the namespace's PodGroups, when the loop mirrors them."""
+        pods, groups = getattr(self.signals, "pods", None), getattr(self.signals, "groups", None)
+        if pods is None or groups is None:
+            return None, None
+        return pods.items(), groups.items()
+
+    def _cycle(self, pool: ThreadPoolExecutor, requeue: Requeue, salvage: Salvage) -> bool:
+        """One reconcile: observe, recover, decide, admit. True when the run is over."""
+        if not self._recorded:
+            self.ensure_record()
+        if self.search is not None and not self.search.started:
+            self._rebuild_search()
+        states = self.observe()
+        if self.placer is not None:
+            self.placer.observe(self._jobs, states)
+        if self._record_due():
+            self._refresh_flags()
+        states = requeue.step(states, self._jobs, self.record.held, record=self._record_cm)
+        states = salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
+        if self.search is not None:
+            self._tell(states)
+            if self.study.pruner is not None:
+                self._prune(states)
+            if self.storage is not None:
+                self._mirror_storage()
+        self._tally(states)
+        self.save_summary(force=self.progress.done)  # the cluster as just observed
+        observed = self._shed(self._observe_pressure(states))
+        decision = self._decide(observed)
+        if self.placer is not None and self.options.move_waiting:
+            self._move_waiting()
+        listed = waiting = self._waiting(states)
+        if self._packing is not None:  # trials of different shapes: those that fit first
+            present = set(waiting)
+            waiting = [n for n in self._packing.order if n in present]
+        if decision.backfill is not None:  # only trials that end before the waiting gang can start
+            waiting = [n for n in waiting if self._expected.get(n, decision.backfill + 1) <= decision.backfill]
+        unasked = self.search.remaining if self.search is not None and decision.backfill is None else 0
+        admit = decision.admit(replace(observed, waiting=len(waiting) + unasked))
+        if admit > len(waiting) and unasked:  # a closed-loop search: ask as many as are admitted
+            waiting = waiting + self._ask(admit - len(waiting))
+            admit = min(admit, len(waiting))
+        if admit:
+            submitted = self._submit_batch(waiting[:admit], pool)
+            states.update({n: TrialState.PENDING for n in submitted})
+            self._tally(states)
+            if self._shapes:
+                self._passed = passed_over(listed, set(submitted), self._passed, self.clock())
+        if self.study.cleanup == "delete":
+            self.cleanup(states)
+        self.reporter.update(self.progress)
+        if self.progress.done:
+            return True
+        if self.options.detach and not self.progress.waiting:
+            self.progress.detached = True
+            return True
+        return False
+
+    def _move_waiting(self) -> None:
+        """`--move-waiting`: delete the job of a trial whose gang has waited past the grace
+        in a full queue without starting, when another of the study's queues has room; the
+        trial waits again and its next create goes to the queue with room (the same name
+        and spec hash: still exactly once)."""
+        now = self.clock()
+        grace = self.options.pending_grace
+        waited = [n for n in self.order if n in self._pending_since and now - self._pending_since[n] > grace
+                  and n in self._jobs and self._jobs[n]["metadata"].get("uid") not in self._moved]
+        for move in self.placer.to_move(self._jobs, waited):
+            job = self._jobs[move.trial]
+            name = job["metadata"]["name"]
+            try:
+                self.cluster.delete(self._kind, name, self.namespace)
+                if self._kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, name, self.namespace)
+            except NotFound:
+                pass
+            self._moved.add(job["metadata"].get("uid"))
+            self.record = replace(self.record, moved=self.record.moved + 1)
+            self._unsaved.add(MOVED_KEY)
+            self.reporter.event(f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started "
+                                f"and {move.reason}")
+
+    def _left_behind(self) -> str:
+        """What a run that gives up leaves in the cluster, said to the user: a record this run
+        wrote without any trial is taken back (one try, past the throttle: nothing half-done)."""
+        if self._new_record and not self._jobs and not self.progress.created:
+            try:
+                self.cluster.with_gate(lambda send, mutating=False: send()).delete(
+                    CONFIGMAP, record_name(self.study.name), self.namespace)
+            except ClusterError:
+                return (f"no trial was created; the study's record (ConfigMap {record_name(self.study.name)}) "
+                        "was left: run the same command again later, or `stratctl delete`")
+            return "nothing was created"
+        return ("trials already in the cluster keep running; run the same command again later: they are "
+                "recognised, never duplicated")
+
+    def _timed_out(self, deadline: float | None) -> bool:
+        self.progress.timed_out = deadline is not None and self.clock() >= deadline
+        return self.progress.timed_out
+
+    def run(self) -> Progress:
+        if self.options.dry_run:
+            return self.dry_run()
+        self.outage.listen(self._heard)
+        pool = ThreadPoolExecutor(self.options.workers)
+        # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
+        renderer = self.renderer if self.placer is None else Placing(self.renderer, self.placer)  # next attempts too
+        requeue = Requeue(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
+                          signals=self.signals)
+        # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
+        salvage = Salvage(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
+                          clock=self.clock, wall=self.wall, created=self._seen)
+        self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
+        failed = 0  # cycles failed in a row
+        deadline = None if self.options.timeout is None else self.clock() + self.options.timeout
+        try:
+            while not self._timed_out(deadline):
+                started = self.clock()
+                try:
+                    over = self._cycle(pool, requeue, salvage)
+                except ClusterError as exc:
+                    if not transient(exc):
+                        raise  # a verdict (RBAC, a missing namespace), or the outage outlasted the timeout
+                    if self._told:
+                        error = self.outage.failed(exc, started)
+                        if not transient(error):
+                            raise error from None
+                    failed += 1
+                    self.reporter.update(self.progress)
+                    self.sleep(outage_wait(failed, self.options.poll_interval))
+                    continue
+                failed = 0
+                if self._told:
+                    self.outage.answered()
+                if over:
+                    break
+                self._pause()
+        except KeyboardInterrupt:
+            self.progress.interrupted = True
+            self._stopped()
+        except Unreachable as exc:
+            self.reporter.update(self.progress)
+            raise Unreachable(f"{exc}. Run the same command again once it is back: trials already in the "
+                              "cluster are recognised, never duplicated", status=exc.status, reason=exc.reason) from None
+        except StillThrottled as exc:
+            self.reporter.update(self.progress)
+            raise StillThrottled(f"{exc}; {self._left_behind()}", status=exc.status, reason=exc.reason) from None
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if not self.progress.interrupted:
+            self._stopped()
+        self.reporter.update(self.progress)
+        return self.progress

@@ -1,0 +1,179 @@
+"""GPU accounting from the objects Kubernetes returns: what a pod holds, what each node has
+free (allocatable `nvidia.com/gpu` minus the requests of its non-terminated pods, as
+`kubectl describe node` sums them), how many whole gangs of a shape those free GPUs hold,
+and the demand of pods and gangs that wait for them. Pure functions over dicts: the one
+place where GPUs are counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from stratctl.core.quantity import GPU, gpus_of, whole_units
+
+
+def pod_gpus(pod: dict) -> int:
+    """GPUs a pod holds: the sum over containers, or the largest init container if larger."""
+    spec = pod.get("spec") or {}
+    main = sum(gpus_of(c.get("resources")) for c in spec.get("containers") or [])
+    init = max((gpus_of(c.get("resources")) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def job_gpus(job: dict) -> int:
+    """GPUs a trial attempt holds while running: every pod of every task (a Volcano Job's
+    `tasks`, or a batch/v1 Job's `parallelism` pods of its one template)."""
+    spec = job.get("spec") or {}
+    templates = [(t.get("replicas") or 1, t.get("template") or {}) for t in spec.get("tasks") or []]
+    if not templates and isinstance(spec.get("template"), dict):  # batch/v1 Job
+        templates = [(spec.get("parallelism") or 1, spec["template"])]
+    return sum(replicas * pod_gpus(template) for replicas, template in templates)
+
+
+def schedulable(node: dict) -> bool:
+    """Whether new pods may go to the node: Ready, and not cordoned."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return True
+
+
+def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
+    """Node name → GPUs not requested by any non-terminated pod bound to it."""
+    free = {
+        n["metadata"]["name"]: whole_units(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0))
+        for n in nodes
+        if schedulable(n)
+    }
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in free and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            free[node] -= pod_gpus(pod)
+    return {name: max(0, gpus) for name, gpus in free.items()}
+
+
+def gangs_fit(free: dict[str, int], shape: list[int], limit: int = 10_000) -> int:
+    """How many whole gangs of `shape` (GPUs per pod) the free GPUs could place.
+
+    Places pods largest first, each on the node with the least room that still takes it
+    (best fit), which is what a bin-packing scheduler does; stops at the first gang that
+    does not fit whole.
+    """
+    pods = sorted((g for g in shape if g > 0), reverse=True)
+    if not pods:
+        return limit  # a gang that needs no GPU is never blocked by GPUs
+    room = sorted(v for v in free.values() if v > 0)
+    gangs = 0
+    while gangs < limit:
+        trial = list(room)
+        for need in pods:
+            fits = [i for i, r in enumerate(trial) if r >= need]
+            if not fits:
+                return gangs
+            best = min(fits, key=lambda i: trial[i])
+            trial[best] -= need
+        room = sorted(r for r in trial if r > 0)
+        gangs += 1
+    return gangs
+
+
+def pending_demand(pods: Iterable[dict]) -> list[int]:
+    """GPUs asked for by pods that are waiting for a node (created, not yet bound)."""
+    return [
+        g
+        for pod in pods
+        if not (pod.get("spec") or {}).get("nodeName")
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+        and (g := pod_gpus(pod)) > 0
+    ]
+
+
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # which PodGroup a pod belongs to (Volcano)
+
+
+def group_key(pod: dict) -> tuple[str, str | None]:
+    meta = pod.get("metadata") or {}
+    return meta.get("namespace", ""), (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
+
+
+def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:
+    """GPUs per pod of the gangs Volcano has queued but whose pods do not exist yet.
+
+    A gang admitted a moment ago by another launcher is a PodGroup (Pending, or Inqueue
+    before the job controller creates its pods) long before it is a pending pod; its
+    `minMember` pods with `minResources` GPUs between them will take GPUs as soon as they
+    free up. Pods that exist are left out here: bound ones are in the free GPUs already,
+    unbound ones in `pending_demand`.
+    """
+    return [per_pod for _, missing, per_pod in _queued_missing(groups, pods) for _ in range(missing)]
+
+
+def _queued_missing(groups: Iterable[dict], pods: Iterable[dict]):
+    """(key, pods of its gang not created yet, GPUs per pod) of each gang Volcano
+    has queued (Pending or Inqueue) with GPU pods still to create."""
+    existing: dict[tuple[str, str], int] = {}
+    for pod in pods:
+        key = group_key(pod)
+        if key[1]:
+            existing[key] = existing.get(key, 0) + 1
+    for pg in groups:
+        if ((pg.get("status") or {}).get("phase") or "Pending") not in ("Pending", "Inqueue"):
+            continue
+        key, spec = _pg_key(pg), pg.get("spec") or {}
+        members = int(spec.get("minMember") or 0)
+        gpus = whole_units((spec.get("minResources") or {}).get(GPU, 0))
+        missing = members - existing.get(key, 0)
+        if members > 0 and gpus > 0 and missing > 0:
+            yield key, missing, -(-gpus // members)
+
+
+def _pg_key(pg: dict) -> tuple[str, str]:
+    meta = pg.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+def demand_besides(pods: list[dict], groups: Iterable[dict], left_out: set[tuple[str, str]]) -> list[int]:
+    """The waiting pods' and queued gangs' GPU demand, the gangs in `left_out` aside."""
+    others = [p for p in pods if group_key(p) not in left_out]
+    return pending_demand(others) + queued_demand([g for g in groups if _pg_key(g) not in left_out], others)
+
+def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
+    """Free GPUs left once the pods already waiting are placed (largest first, best fit).
+
+    Other launchers' gangs that were admitted a moment ago are not on a node yet; without
+    this, every launcher would count the same free GPUs and all of them would admit into
+    them at once.
+    """
+    room = dict(free)
+    for need in sorted(demand, reverse=True):
+        fits = [n for n, r in room.items() if r >= need]
+        if fits:
+            best = min(fits, key=lambda n: room[n])
+            room[best] -= need
+        else:  # it will wait for GPUs to free up anywhere: count it against the largest hole
+            largest = max(room, key=lambda n: room[n], default=None)
+            if largest is not None:
+                room[largest] = max(0, room[largest] - need)
+    return room
+
+
+def place_fitting(free: dict[str, int], demand: list[int]) -> dict[str, int]:
+    """Free GPUs left once the pods of `demand` that fit now are placed (largest first, best
+    fit); a pod that fits on no node takes nothing."""
+    room = dict(free)
+    for need in sorted(demand, reverse=True):
+        fits = [n for n, r in room.items() if r >= need]
+        if fits:
+            room[min(fits, key=lambda n: room[n])] -= need
+    return room
+
+
+def fragmentation(free: dict[str, int], shape: list[int], fit: int | None = None) -> float:
+    """Share of free GPUs that cannot serve one more gang of `shape` (0: none wasted);
+    `fit`: the whole gangs they hold, when counted otherwise (inside network domains)."""
+    total = sum(free.values())
+    if total == 0:
+        return 0.0
+    usable = (gangs_fit(free, shape) if fit is None else fit) * sum(shape)
+    return max(0.0, (total - min(total, usable)) / total)

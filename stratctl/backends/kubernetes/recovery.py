@@ -1,0 +1,225 @@
+"""Recovery: what to do about trials that were preempted, suspended or failed, as pure decisions.
+
+A trial is a sequence of attempts (Volcano Jobs named by `space.attempt_name`). When an
+attempt ends because its pods were evicted, or `drain` deleted it, or it failed, the
+trial is not finished yet: its next attempt resumes from the same checkpoint location
+with STRATCTL_RESUME=1. Preemptions count against `retries.max_preemptions`, failures
+(an attempt ending without completing, not by eviction) against `retries.max_failures`,
+each never against the other; suspensions count against nothing. A trial preempted or
+failed more often than its limit is given up: failed.
+
+`next_actions(views, limits, drained) -> list[Action]` decides; `requeue.py` acts.
+`usage(job, now)` accounts the GPU time an attempt used and lost: from the Volcano Job
+alone, or from a batch/v1 Job and the time its first pod started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from stratctl import labels
+from stratctl.backends.kubernetes.gpus import job_gpus
+from stratctl.backends.kubernetes.state import (
+    TrialState,
+    attempt_of,
+    classify,
+    ended_at,
+    is_batch,
+    preemptions,
+    timestamp,
+    transition,
+    volcano_phase,
+)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """Totals of a trial's earlier attempts, carried as annotations on its latest job."""
+
+    preemptions: int = 0
+    gpu_seconds: float = 0.0
+    gpu_seconds_lost: float = 0.0
+    suspensions: int = 0
+    failures: int = 0
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            labels.PREEMPTIONS: str(self.preemptions),
+            labels.FAILURES: str(self.failures),
+            labels.GPU_SECONDS: f"{self.gpu_seconds:.0f}",
+            labels.GPU_SECONDS_LOST: f"{self.gpu_seconds_lost:.0f}",
+            labels.SUSPENSIONS: str(self.suspensions),
+        }
+
+
+def carried(job: dict | None) -> Carried:
+    notes = ((job or {}).get("metadata") or {}).get("annotations") or {}
+
+    def number(key: str) -> float:
+        try:
+            return float(notes.get(key) or 0)
+        except ValueError:
+            return 0.0
+
+    return Carried(
+        int(number(labels.PREEMPTIONS)),
+        number(labels.GPU_SECONDS),
+        number(labels.GPU_SECONDS_LOST),
+        int(number(labels.SUSPENSIONS)),
+        int(number(labels.FAILURES)),
+    )
+
+
+# ------------------------------------------------------------------ GPU accounting
+
+
+@dataclass(frozen=True)
+class Usage:
+    gpu_seconds: float = 0.0
+    gpu_seconds_lost: float = 0.0
+
+
+ENDED = ("Completed", "Failed", "Aborted", "Terminated")
+
+
+def usage(job: dict, now: float, state: TrialState | None = None, started: float | None = None) -> Usage:
+    """GPU time of this attempt's current (or last) run, and how much of it preemption lost.
+
+    A run lasts from the job's last transition to Running until it ended (or now). A run
+    ended by preemption is counted lost as a whole: an upper bound, since what survives
+    in the last checkpoint is not lost; stratctl cannot see the trial's storage.
+    Volcano keeps only the latest transition of each phase, so runs restarted in place
+    before the current one are counted as preemptions but not as time.
+
+    A batch/v1 Job records no such transition: `started` is when its first pod started
+    (`state.run_starts`), None when no pod of it is known to have started (none has, or
+    they are gone: then no time is counted). `job` may be a slim job carrying `gpus`.
+    """
+    state = state or classify(job)
+    gpus = job["gpus"] if "gpus" in job else job_gpus(job)
+    if is_batch(job):
+        return _batch_usage(job, now, state, started, gpus)
+    started = timestamp(transition(job, "Running"))
+    if started is None:
+        return Usage()
+    restarting = timestamp(transition(job, "Restarting"))
+    if restarting is not None and restarting >= started:
+        # the latest run ended in a restart (an eviction) and none has started since
+        seconds = (restarting - started) * gpus
+        return Usage(seconds, seconds)
+    if state.finished or state is TrialState.PREEMPTED or volcano_phase(job) in ENDED:
+        ended = timestamp(((job.get("status") or {}).get("state") or {}).get("lastTransitionTime")) or now
+    else:
+        ended = now
+    seconds = max(0.0, ended - started) * gpus
+    return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
+
+
+def _batch_usage(job: dict, now: float, state: TrialState, started: float | None, gpus: int) -> Usage:
+    if started is None:
+        return Usage()
+    ended = ended_at(job) or now
+    seconds = max(0.0, ended - started) * gpus
+    return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
+
+
+# ------------------------------------------------------------------ decisions
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """What recovery needs to know about one trial."""
+
+    trial: str
+    attempt: int  # the latest attempt (-1: never submitted)
+    state: TrialState  # of the latest attempt; SUSPENDED when drain deleted it
+    preemptions: int = 0  # over every attempt, the latest included
+    given_up: bool = False
+    failures: int = 0  # failed attempts, the latest included
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_preemptions: int = 10
+    max_failures: int = 2
+
+
+class Kind(str, Enum):
+    RESUBMIT = "resubmit"  # create the next attempt, resuming from the checkpoint
+    GIVE_UP = "give-up"  # the trial is failed: preempted or failed more often than allowed
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Kind
+    trial: str
+    attempt: int  # the attempt to create (RESUBMIT) or the one that ends the trial (GIVE_UP)
+    reason: str
+    resume: bool = True
+
+
+def next_action(view: TrialView, limits: Limits, drained: bool) -> Action | None:
+    if view.given_up:
+        return None
+    if view.state is TrialState.SUSPENDED:
+        if drained:
+            return None  # stays suspended until `stratctl resume`
+        return Action(Kind.RESUBMIT, view.trial, view.attempt + 1, f"resumed after drain (attempt {view.attempt})")
+    if view.state is TrialState.PREEMPTED:
+        return _retry(view, "preempted", "preemptions", view.preemptions, limits.max_preemptions, drained)
+    if view.state is TrialState.FAILED:
+        return _retry(view, "failed", "failures", view.failures, limits.max_failures, drained)
+    return None
+
+
+def _retry(view: TrialView, what: str, counted: str, count: int, limit: int, drained: bool) -> Action | None:
+    """The next attempt of a trial that ended `what` (preempted, failed) `count` times, or
+    give it up past `limit` (retries.max_<counted>). A drained study holds the attempt."""
+    if count > limit:
+        return Action(Kind.GIVE_UP, view.trial, view.attempt,
+                      f"{what} {'once' if count == 1 else f'{count} times'}, more than retries.max_{counted}={limit}",
+                      resume=False)
+    if drained:
+        return None  # comes back once the study is resumed, like a suspended trial
+    return Action(Kind.RESUBMIT, view.trial, view.attempt + 1,
+                  f"{what} (attempt {view.attempt}, {count} of {limit} {counted})")
+
+
+def next_actions(views: list[TrialView], limits: Limits, drained: bool = False) -> list[Action]:
+    """What to do now about every trial that recovery is responsible for, in view order."""
+    return [a for a in (next_action(v, limits, drained) for v in views) if a is not None]
+
+
+def view_of(trial: str, job: dict | None, suspended_attempt: int | None, state: TrialState | None = None) -> TrialView:
+    """A trial's view from its latest job (None: none in the cluster) and the record's
+    suspension mark (the attempt `drain` deleted, if any)."""
+    if job is None:
+        if suspended_attempt is None:
+            return TrialView(trial, -1, TrialState.WAITING)
+        return TrialView(trial, suspended_attempt, TrialState.SUSPENDED)
+    attempt = attempt_of(job)
+    if suspended_attempt is not None and suspended_attempt >= attempt:
+        # drain deleted this attempt; the job may still be terminating
+        state = TrialState.SUSPENDED
+    state = state or classify(job)
+    notes = (job.get("metadata") or {}).get("annotations") or {}
+    before = carried(job)
+    return TrialView(
+        trial,
+        attempt,
+        state,
+        before.preemptions + preemptions(job, state),
+        given_up=bool(notes.get(labels.GIVEN_UP)),
+        failures=before.failures + (1 if state is TrialState.FAILED else 0),
+    )
+
+
+def effective_state(view: TrialView, limits: Limits | None = None) -> TrialState:
+    """The trial's state as users see it: a trial given up is failed. Given the limits, a
+    failed attempt with failures left is RETRYING (its trial is not finished)."""
+    if view.given_up:
+        return TrialState.FAILED
+    if limits is not None and view.state is TrialState.FAILED and view.failures <= limits.max_failures:
+        return TrialState.RETRYING
+    return view.state

@@ -1,0 +1,433 @@
+"""Status: what every study and trial of a namespace is doing, read from the cluster alone.
+
+Two ways to read it, both built by `summary.build`:
+
+- `collect(..., shown=None)` lists every trial's jobs (Volcano Jobs and batch/v1 Jobs),
+  their PodGroups (why a gang is pending) and their pods that reached a node (results;
+  when a batch/v1 Job's gang started), page by page with the next page already on its
+  way, keeping a small row per object: exact, for JSON/YAML and `--sort`.
+- `collect(..., shown=N)` is what the table needs: for a study whose submit loop keeps a
+  fresh summary in the study record (trials by state, attempts, GPU-hours; written every
+  few seconds, or final), that row plus the first N trials by name, read as the first
+  page of the study's jobs. A study without a fresh summary is listed in full. So a
+  10,000-trial study costs a few small requests instead of 25 MB of JSON.
+
+A trial's result is the JSON object its container wrote as termination message
+(/dev/termination-log); `sort_trials(rows, "-accuracy")` puts the best first.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import yaml
+from concurrent.futures import ThreadPoolExecutor
+
+from stratctl import labels
+from stratctl.errors import NotFound
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, POD, VOLCANO_JOB, resource_path
+from stratctl.backends.kubernetes.record import job_kinds, parse_record, record_name, records
+from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, run_starts
+from stratctl.backends.kubernetes.waiting import Queues, condition, gang_events, gang_kind, queue_of, queue_problem, reason
+from stratctl.backends.kubernetes.summary import build, latest_slim, study_row, summary_of
+from stratctl.run.rows import Snapshot, StudyRow, TrialRow
+
+PAGE = 500
+FRESH = 30.0  # seconds a submit loop's summary is shown as is (the loop writes it every few)
+# Pods that reached a node: finished ones hold results, and the start of a batch/v1 Job's
+# first pod is when its trial started running (the Job does not record it).
+STARTED_PODS = "status.phase!=Pending,status.phase!=Unknown"
+
+
+# ------------------------------------------------------------------ reading the cluster
+
+
+def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: str | None = None,
+           page: int = PAGE):
+    """Each page's items as the server sent them, the next page requested while the caller
+    works on this one; at most two pages are held at a time."""
+    path = resource_path(*kind, namespace)
+
+    def fetch(token):
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": page, "continue": token}
+        return cluster.request("GET", path, query, what=f"list {kind[1]}")
+
+    with ThreadPoolExecutor(1) as ahead:
+        body = fetch(None)
+        while True:
+            token = (body.get("metadata") or {}).get("continue")
+            upcoming = ahead.submit(fetch, token) if token else None
+            yield body.get("items") or []
+            if upcoming is None:
+                return
+            body = upcoming.result()
+
+
+def _pending_reason(podgroup: dict | None, queues: Queues | None = None, queue: str | None = None,
+                    events: list[dict] = ()) -> str:
+    """Why a gang waits (`waiting.reason`): a queue that is missing or not Open first, read
+    through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup), then
+    the PodGroup's condition, then its `events`."""
+    name = queue or queue_of(podgroup)
+    return reason(podgroup, name, queues.get(name) if queues is not None else None, events)
+
+
+def _result(pod: dict) -> dict | None:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        message = ((container.get("state") or {}).get("terminated") or {}).get("message")
+        if not message:
+            continue
+        try:
+            value = json.loads(message)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _owner_job(pg: dict) -> str | None:
+    """The job whose gang the PodGroup is: Volcano's own PodGroups name their Volcano Job as
+    owner; the one stratctl creates beside a batch/v1 Job has no owner and its name."""
+    owner = next((o.get("name") for o in (pg.get("metadata") or {}).get("ownerReferences") or []
+                  if o.get("kind") == "Job"), None)
+    return owner or (pg.get("metadata") or {}).get("name")
+
+
+def _exit(pod: dict) -> tuple[int, str] | None:
+    """The exit code and reason of the pod's first container that exited non-zero."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated") or {}
+        if isinstance(ended.get("exitCode"), int) and ended["exitCode"] != 0:
+            return ended["exitCode"], ended.get("reason") or ""
+    return None
+
+
+def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict], starts: dict[str, float],
+               exits: dict[str, tuple[int, str]] | None = None) -> None:
+    """Results (job name → the first JSON object a finished container wrote), run starts
+    (job uid → the earliest start of its pods) and exits (job name → the exit code and
+    reason of a container that failed) from the pods that reached a node."""
+    exits = {} if exits is None else exits
+    for items in _pages(cluster, POD, namespace, selector, STARTED_PODS):
+        for pod in items:
+            job, value, ended = job_of_pod(pod), _result(pod), _exit(pod)
+            if job and value is not None and job not in results:
+                results[job] = value
+            if job and ended is not None and job not in exits:
+                exits[job] = ended
+        for uid, started in run_starts(items).items():
+            starts[uid] = min(started, starts.get(uid, started))
+
+
+def results_in(pods, jobs: dict[str, dict]) -> dict[str, dict]:
+    """The results of these trials (trial name → its given job) that pods already at hand
+    hold (a watch's copy of the cluster's pods)."""
+    by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
+    out: dict[str, dict] = {}
+    for pod in pods:
+        trial = by_job.get(job_of_pod(pod) or "")
+        if trial is not None and trial not in out:
+            value = _result(pod)
+            if value is not None:
+                out[trial] = value
+    return out
+
+
+def trial_results(cluster, namespace: str, study: str, jobs: dict[str, dict], chunk: int = 100) -> dict[str, dict]:
+    """The results of these trials (trial name → the result of its given job, the latest
+    attempt), from their pods that reached a node: a few lists, `chunk` trials each."""
+    by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
+    names = sorted(jobs)
+    results: dict[str, dict] = {}
+    for i in range(0, len(names), chunk):
+        selector = f"{labels.STUDY}={study},{labels.TRIAL} in ({','.join(names[i:i + chunk])})"
+        _read_pods(cluster, namespace, selector, results, {})
+    return {by_job[job]: value for job, value in results.items() if job in by_job}
+
+
+def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
+            reasons_for_all: bool = True, shown: int | None = None, selector: str | None = None) -> Snapshot:
+    """One consistent-enough picture of the namespace's studies (or one study).
+
+    `shown=None` reads every trial. `shown=N` reads only what a table of the first N
+    trials needs, using each study's fresh summary where there is one (module docstring);
+    `shown=0` only the studies' rows. With `reasons_for_all` false the PodGroups are not
+    listed (the list costs as much as the jobs'); `explain_pending` then fetches the
+    reasons of the few rows shown. `selector` picks studies by their records' labels.
+    """
+    now = time.time() if now is None else now
+    cms = records(cluster, namespace, study, selector)
+    kept = [(cm, summary_of(cm, now, FRESH) if shown is not None else None) for cm in cms]  # (record, fresh summary)
+    full = [cm for cm, summary in kept if summary is None]
+    studies: dict[str, StudyRow] = {}
+    trials: list[TrialRow] = []
+    total = 0
+    if full:
+        names = [parse_record(cm).study for cm in full]
+        selector = f"{labels.STUDY}={study}" if study else f"{labels.STUDY} in ({','.join(names)})"
+        early = None
+        if study and shown and not reasons_for_all:
+            # why the first `shown` trials wait (an events scan or two) is found while every job is read
+            helper = ThreadPoolExecutor(1)
+            early = helper.submit(_explained_first, cluster, namespace, full[0], now, shown)
+            helper.shutdown(wait=False)
+        rows_of_studies, rows = _read_all(cluster, namespace, full, selector, now, reasons_for_all)
+        if early is not None:
+            _carry_reasons(early.result(), rows)
+        studies.update((r.study, r) for r in rows_of_studies)
+        trials.extend(rows)
+        total += len(rows)
+    for cm, summary in kept:
+        if summary is None:
+            continue
+        first, complete = _first_trials(cluster, namespace, cm, now, shown) if shown else ([], False)
+        if complete:  # every trial was read: count them, not the summary of a moment ago
+            summary = study_row(parse_record(cm), first, now)
+        studies[summary.study] = summary
+        total += summary.trials - summary.states.get(TrialState.WAITING.value, 0)
+        trials.extend(first[:shown])
+    ordered = [studies[name] for name in (parse_record(cm).study for cm in cms) if name in studies]
+    trials.sort(key=lambda r: (r.study, r.trial))
+    return Snapshot(namespace, now, ordered, trials, total_trials=total if shown is not None else None)
+
+
+def _explained_first(cluster, namespace: str, cm: dict, now: float, n: int) -> list[TrialRow]:
+    rows, _ = _first_trials(cluster, namespace, cm, now, n)
+    explain_pending(cluster, namespace, rows)
+    return rows
+
+
+def _carry_reasons(explained: list[TrialRow], rows: list[TrialRow]) -> None:
+    """Reasons found for an earlier read of a trial, onto the rows of the full read where
+    the trial still waits in the same attempt (others are left for `explain_pending`)."""
+    why = {(r.trial, r.job): r.pending for r in explained if r.pending}
+    for row in rows:
+        if row.state == TrialState.PENDING.value and not row.pending:
+            row.pending = why.get((row.trial, row.job), "")
+
+
+def namespaces_with_studies(cluster, selector: str | None = None) -> list[str]:
+    """The namespaces holding study records (for `--all-namespaces`)."""
+    return sorted({cm["metadata"].get("namespace", "") for cm in records(cluster, None, None, selector,
+                                                                        all_namespaces=True)})
+
+
+def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
+    """Every job, (PodGroup,) and started pod of the studies, as rows."""
+    jobs: dict[tuple[str, str], tuple[int, dict]] = {}
+    reasons: dict[str, str] = {}  # job name -> why pending
+    results: dict[str, dict] = {}  # job name -> result
+    starts: dict[str, float] = {}  # job uid -> when its first pod started
+    exits: dict[str, tuple[int, str]] = {}  # job name -> exit code and reason of a failed container
+
+    lock = threading.Lock()
+
+    def read_jobs(kind, part):
+        for items in _pages(cluster, kind, namespace, part):
+            with lock:
+                _keep_latest(jobs, items)
+
+    queues = Queues(cluster)
+
+    def read_podgroups(part):
+        for items in _pages(cluster, PODGROUP, namespace, part):
+            for pg in items:
+                owner, why = _owner_job(pg), _pending_reason(pg, queues)
+                if owner and why:
+                    reasons[owner] = why
+
+    kinds = sorted({kind for cm in cms for kind in job_kinds(parse_record(cm).source)})
+    readers = [lambda kind=kind, part=part: read_jobs(kind, part) for kind in kinds for part in shards(selector)]
+    readers += [lambda: _read_pods(cluster, namespace, selector, results, starts, exits)]
+    readers += [lambda part=part: read_podgroups(part) for part in shards(selector)] if reasons_for_all else []
+    with ThreadPoolExecutor(len(readers)) as pool:
+        for future in [pool.submit(reader) for reader in readers]:
+            future.result()
+    return build(now, cms, jobs, reasons, results, starts, exits)
+
+
+def shards(selector: str) -> list[str]:
+    """The selector in parts listed at once: one per shard label value, and one for the
+    objects of a stratctl that set none. The API server serialises one list on one core;
+    in parts, every core of it works, and this process parses one part while it waits for
+    the others."""
+    return [f"{selector},{labels.SHARD}={s}" for s in range(labels.SHARDS)] + [f"{selector},!{labels.SHARD}"]
+
+
+def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict]], items: list[dict]) -> None:
+    for key, (attempt, slim) in latest_slim(items).items():
+        if key not in jobs or attempt > jobs[key][0]:
+            jobs[key] = (attempt, slim)
+
+
+def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tuple[list[TrialRow], bool]:
+    """The first `n` trials of a study by name, from the first page(s) of its jobs, and
+    whether those pages held every trial (then all of them are returned).
+
+    Jobs come in name order and a trial's attempts (`T`, `T-a1`, ...) are adjacent, so
+    once n + 1 trials are seen the first n are complete; trials known only to the record
+    (suspended, cleaned up) are merged in up to the last name read.
+    """
+    record = parse_record(cm)
+    selector = f"{labels.STUDY}={record.study}"
+    jobs: dict[tuple[str, str], tuple[int, dict]] = {}
+    complete = True
+    for kind in job_kinds(record.source):
+        for items in _pages(cluster, kind, namespace, selector, page=n + 10):
+            _keep_latest(jobs, items)
+            if len(jobs) > n:
+                complete = False
+                break
+        if not complete:
+            break
+    last = max((trial for _, trial in jobs), default="") if not complete else None
+    results: dict[str, dict] = {}
+    starts: dict[str, float] = {}
+    exits: dict[str, tuple[int, str]] = {}
+    shown = sorted(trial for (_, trial), (_, slim) in jobs.items()
+                   if (last is None or trial < last) and classify(slim) is not TrialState.PENDING)
+    if shown:
+        _read_pods(cluster, namespace, f"{selector},{labels.TRIAL} in ({','.join(shown)})", results, starts, exits)
+    _, rows = build(now, [cm], jobs, {}, results, starts, exits)
+    rows = sorted((r for r in rows if last is None or r.trial < last), key=lambda r: r.trial)
+    return (rows, True) if complete else (rows[:n], False)
+
+
+def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
+    """Fill in why the given pending trials wait: one PodGroup read each (concurrently),
+    and the events of one PodGroup per kind of gang.
+
+    Listing a PodGroup's events is a field-selector scan of every event in the namespace
+    (the API server has no index for it): about 1.5 s each beside 10,000 waiting gangs.
+    Gangs in the same queue, in the same phase, asking for the same resources and members
+    wait for the same reason, so the events of the first of them explain the rest.
+    """
+    from stratctl.errors import ClusterError
+
+    todo = [r for r in rows if r.state == TrialState.PENDING.value and not r.pending and r.podgroup]
+    queues = Queues(cluster)
+    groups: dict[str, dict | None] = {}
+
+    def read(row: TrialRow) -> None:
+        try:
+            groups[row.podgroup] = cluster.get(PODGROUP, row.podgroup, namespace)
+        except ClusterError:  # no PodGroup: the job's queue may be why (Volcano makes none for a missing queue)
+            groups[row.podgroup] = None
+            try:
+                row.pending = _pending_reason(None, queues, queue_of(cluster.get(VOLCANO_JOB, row.job, namespace)))
+            except ClusterError:
+                row.pending = _pending_reason(None)
+
+    if not todo:
+        return
+    with ThreadPoolExecutor(min(8, len(todo))) as pool:
+        list(pool.map(read, todo))
+    kinds: dict[str, list[TrialRow]] = {}  # kind of gang → its rows that need events
+    for row in todo:
+        group = groups[row.podgroup]
+        if group is None:
+            continue
+        if condition(group) or queue_problem(queue_of(group), queues.get(queue_of(group))):
+            row.pending = _pending_reason(group, queues)
+        else:
+            kinds.setdefault(gang_kind(group), []).append(row)
+
+    def explain(same: list[TrialRow]) -> None:
+        events = gang_events(cluster, namespace, same[0].podgroup)
+        for row in same:
+            row.pending = _pending_reason(groups[row.podgroup], queues, events=events)
+
+    if kinds:
+        with ThreadPoolExecutor(min(8, len(kinds))) as pool:
+            list(pool.map(explain, kinds.values()))
+
+
+# ------------------------------------------------------------------ ordering
+
+
+def sort_trials(rows: list[TrialRow], metric: str | None) -> list[TrialRow]:
+    """Best first by a result metric: `loss` lowest first, `-accuracy` highest first.
+
+    Trials without the metric (not finished, or not reporting it) come last, in name order.
+    A metric no trial reports is a usage error (a typo, most likely) naming those that exist.
+    """
+    if not metric:
+        return sorted(rows, key=lambda r: (r.study, r.trial))
+    descending = metric.startswith("-")
+    name = metric.lstrip("-+")
+    known = metrics_of(rows)
+    if name not in known:
+        from stratctl.errors import UsageError
+
+        reported = ", ".join(known) if known else "none yet (no trial has reported a result)"
+        raise UsageError(f"--sort {metric}: no trial reports a metric {name!r}; metrics reported: {reported}")
+
+    def key(row: TrialRow):
+        value = (row.result or {}).get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return (1, 0.0, row.study, row.trial)
+        return (0, -value if descending else value, row.study, row.trial)
+
+    return sorted(rows, key=key)
+
+
+def metrics_of(rows: list[TrialRow]) -> list[str]:
+    """The result metrics the trials report, in the order they first appear."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key in row.result or {}:
+            seen.setdefault(key, None)
+    return list(seen)
+
+
+LOWER_IS_BETTER = ("loss", "err", "mse", "mae", "perplexity", "regret", "latency", "cost")
+
+
+def default_ranking(rows: list[TrialRow]) -> str | None:
+    """How to rank trials when nobody said: by the first numeric metric they report, lowest
+    first when its name says it is a loss or an error, else highest first (`sort_trials`'s
+    spelling: `loss`, `-accuracy`); None when no trial reports a number."""
+    for name in metrics_of(rows):
+        values = [(r.result or {}).get(name) for r in rows]
+        if any(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return name if any(word in name.lower() for word in LOWER_IS_BETTER) else f"-{name}"
+    return None
+
+
+def declared_ranking(cluster, namespace: str, study: str) -> str | None:
+    """The ranking the study's objective declares (`loss`, or `-accuracy` to maximise; the
+    first objective of several), as its record keeps the study; None without one."""
+    try:
+        record = parse_record(cluster.get(CONFIGMAP, record_name(study), namespace))
+    except NotFound:
+        return None
+    try:
+        spec = json.loads(record.spec) if record.spec else yaml.safe_load(record.source)
+    except ValueError:  # yaml's errors are ValueErrors too
+        return None
+    objective = spec.get("objective") if isinstance(spec, dict) else None
+    first = objective[0] if isinstance(objective, list) and objective else objective
+    if not isinstance(first, dict) or not isinstance(first.get("metric"), str):
+        return None
+    return ("-" if first.get("direction") == "maximize" else "") + first["metric"]
+
+
+def best_trial(cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
+    """The study's best succeeded trial that reports the ranking's metric, and the ranking
+    used: the one given, else the study's objective, else a guess from the metrics reported."""
+    rows = collect(cluster, namespace, study, reasons_for_all=False).trials
+    return best_of(rows, ranking or declared_ranking(cluster, namespace, study))
+
+
+def best_of(rows: list[TrialRow], ranking: str | None) -> tuple[TrialRow, str] | None:
+    """The best succeeded trial of `rows` by the ranking (else a guess from the metrics reported)."""
+    rows = [r for r in rows if r.state == TrialState.SUCCEEDED.value]
+    ranking = ranking or default_ranking(rows)
+    if not ranking:
+        return None
+    name = ranking.lstrip("-+")
+    ranked = [r for r in sort_trials(rows, ranking) if isinstance((r.result or {}).get(name), int | float)]
+    return (ranked[0], ranking) if ranked else None

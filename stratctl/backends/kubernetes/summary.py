@@ -1,0 +1,218 @@
+"""What every trial and study amounts to: rows built from jobs and study records (pure).
+
+`build` turns the latest attempt of each trial (slimmed by `slim_job`) and the studies'
+records into a `TrialRow` per trial and a `StudyRow` per study: trials by state, in
+flight against target, attempts, preemptions, failures, GPU-hours used and lost. `status` builds
+them from what it lists; the submit loop builds its study's row from the jobs it already
+holds and stores it in the study record (`summary_data`), so `status` can show a running
+study without listing its 10,000 jobs. Either passes the start of each batch/v1 Job's
+first pod (`state.run_starts`), the only record of when such a trial started running.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from stratctl import labels
+from stratctl.backends.kubernetes.record import api_quota_of, parse_record, space_order, suspended_of
+from stratctl.run.queues import queue_of_job
+from stratctl.run.rows import ORDER, StudyRow, TrialRow, ended_count
+from stratctl.backends.kubernetes.recovery import Limits, carried, effective_state, usage, view_of
+from stratctl.backends.kubernetes.gpus import job_gpus
+from stratctl.backends.kubernetes.state import (TrialState, attempt_of, classify, ended_at, is_batch, phase_of, podgroup_name,
+                                 timestamp, transition)
+
+SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
+
+
+def slim_job(job: dict) -> tuple[str, int, dict]:
+    """What status keeps of a job: enough to classify, account and show it."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    notes = meta.get("annotations") or {}
+    slim = {
+        "apiVersion": job.get("apiVersion"),
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "labels": meta.get("labels") or {},
+            "annotations": {k: v for k, v in notes.items() if k.startswith(labels.PREFIX)},
+        },
+        "status": {k: status.get(k) for k in SLIM_STATUS if k in status},
+        "gpus": job_gpus(job),
+        "queue": queue_of_job(job) or "",
+    }
+    return (meta.get("labels") or {}).get(labels.TRIAL, ""), attempt_of(job), slim
+
+
+def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, dict]],
+          reasons: dict[str, str] | None = None, results: dict[str, dict] | None = None,
+          starts: dict[str, float] | None = None,
+          exits: dict[str, tuple[int, str]] | None = None) -> tuple[list[StudyRow], list[TrialRow]]:
+    """Rows from study records and the latest slim job of each (study, trial) (pure).
+
+    `reasons` (job name → why its gang waits), `results` (job name → result) and `starts`
+    (job uid → when its first pod started, which batch/v1 Jobs do not record) fill in
+    what only other objects tell; `exits` (job name → exit code and reason of a container
+    that exited non-zero) says why a failed trial failed.
+    """
+    reasons, results, starts, exits = reasons or {}, results or {}, starts or {}, exits or {}
+    studies, trials = [], []
+    by_study: dict[str, list[tuple[str, int, dict]]] = {}
+    for (study_name, trial), (attempt, job) in jobs.items():
+        by_study.setdefault(study_name, []).append((trial, attempt, job))
+    for cm in cms:
+        record = parse_record(cm)
+        marks = suspended_of(cm)
+        limits = None if record.max_failures is None else Limits(max_failures=record.max_failures)
+        order = space_order(record.source)
+        rows: list[TrialRow] = []
+        seen = set()
+        for trial, attempt, job in sorted(by_study.get(record.study, []), key=lambda x: x[0]):
+            seen.add(trial)
+            mark = marks.get(trial)
+            view = view_of(trial, job, mark["attempt"] if mark else None)
+            before = carried(job)
+            spent = usage(job, now, classify(job), starts.get(job["metadata"]["uid"]))
+            used, lost = spent.gpu_seconds, spent.gpu_seconds_lost
+            notes = job["metadata"]["annotations"]
+            try:
+                params = json.loads(notes.get(labels.PARAMS) or "{}")
+            except ValueError:
+                params = {}
+            if order and isinstance(params, dict):  # as the study file lists them, like `plan`
+                params = {**{k: params[k] for k in order if k in params}, **params}
+            state = effective_state(view, limits)
+            name = job["metadata"]["name"]
+            code, why = exits.get(name, (None, ""))
+            rows.append(TrialRow(
+                study=record.study, trial=trial, state=state.value, attempt=attempt, params=params,
+                created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],
+                phase=phase_of(job),
+                pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
+                result=results.get(job["metadata"]["name"]), preemptions=view.preemptions, failures=view.failures,
+                gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
+                checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
+                requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
+                index=int(notes[labels.TRIAL_INDEX]) if (notes.get(labels.TRIAL_INDEX) or "").isdigit() else None,
+                started=run_start(job, starts.get(job["metadata"]["uid"])), finished=ended_at(job),
+                exit_code=code if state is TrialState.FAILED else None,
+                reason="; ".join(filter(None, [why, notes.get(labels.GIVEN_UP, "")])) if state is TrialState.FAILED else "",
+                queue=job.get("queue") or queue_of_job(job) or "",
+            ))
+        for trial, mark in sorted(marks.items()):
+            if trial in seen:
+                continue
+            seen.add(trial)
+            rows.append(TrialRow(
+                study=record.study, trial=trial, state=TrialState.SUSPENDED.value, attempt=mark["attempt"],
+                preemptions=int(mark.get("preemptions") or 0), failures=int(mark.get("failures") or 0),
+                gpu_seconds=float(mark.get("gpu_seconds") or 0),
+                gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
+            ))
+        for trial, entry in sorted(record.told.items()):  # pruned trials of a search: their jobs are gone
+            if trial in seen or entry.get("state") != TrialState.PRUNED.value:
+                continue
+            seen.add(trial)
+            params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+            if order:
+                params = {**{k: params[k] for k in order if k in params}, **params}
+            rows.append(TrialRow(
+                study=record.study, trial=trial, state=TrialState.PRUNED.value, attempt=0, params=params,
+                result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
+                gpu_seconds=float(entry.get("gpu_seconds") or 0),
+                index=entry.get("index") if isinstance(entry.get("index"), int) else None,
+                finished=float(entry["at"]) if isinstance(entry.get("at"), int | float) else None,
+            ))
+        for trial, outcome in sorted(record.finished.items()):
+            if trial not in seen:
+                seen.add(trial)
+                rows.append(TrialRow(study=record.study, trial=trial, state=outcome, attempt=-1))
+        studies.append(study_row(record, rows, now))
+        trials.extend(rows)
+    return studies, trials
+
+
+def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
+    """A study's figures, counted from its trial rows (so they never disagree with them)."""
+    counts = {s: 0 for s in ORDER}
+    for row in rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
+    ended = [r.finished for r in rows
+             if r.state in (TrialState.SUCCEEDED.value, TrialState.PRUNED.value, TrialState.FAILED.value)]
+    all_ended = len(ended) == len(rows) and len(rows) >= record.trials > 0 and None not in ended
+    return StudyRow(
+        study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
+        states=counts, in_flight=counts["pending"] + counts["running"], target=record.target,
+        decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
+        preemptions=sum(r.preemptions for r in rows), failures=sum(r.failures for r in rows),
+        gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
+        api=api_quota_of(record, now),
+        started=min((r.created for r in rows if r.created is not None), default=None),
+        finished=max(ended) if all_ended else None,
+        breaker=record.breaker,
+        gpu_hours_saved=saved_by_pruning(rows) / 3600,
+    )
+
+
+def saved_by_pruning(rows: list[TrialRow]) -> float:
+    """GPU-seconds pruning saved: for each pruned trial, what a trial that ran to the end
+    used on average (the study's succeeded trials) less what it used; 0 before any ended."""
+    whole = [r.gpu_seconds for r in rows if r.state == TrialState.SUCCEEDED.value and r.gpu_seconds > 0]
+    if not whole:
+        return 0.0
+    mean = sum(whole) / len(whole)
+    return sum(max(0.0, mean - r.gpu_seconds) for r in rows if r.state == TrialState.PRUNED.value)
+
+
+
+
+def run_start(job: dict, pod_start: float | None) -> float | None:
+    """When the attempt's gang last started running: Volcano's transition to Running, or
+    the first pod's start for a batch/v1 Job (which records none)."""
+    return pod_start if is_batch(job) else timestamp(transition(job, "Running"))
+
+
+def latest_slim(jobs) -> dict[tuple[str, str], tuple[int, dict]]:
+    """(study, trial) → (attempt, slim job) of the highest attempt among `jobs`."""
+    latest: dict[tuple[str, str], tuple[int, dict]] = {}
+    for job in jobs:
+        trial, attempt, slim = slim_job(job)
+        key = (slim["metadata"]["labels"].get(labels.STUDY, ""), trial)
+        if key not in latest or attempt > latest[key][0]:
+            latest[key] = (attempt, slim)
+    return latest
+
+
+# -- the summary a submit loop keeps in its study record ---------------------------------
+
+SUMMARY_KEY = "summary"
+
+
+def summary_data(row: StudyRow, at: float) -> dict[str, str]:
+    """The record keys that carry a study row computed at wall time `at`."""
+    return {SUMMARY_KEY: json.dumps({**asdict(row), "as_of": at}, sort_keys=True)}
+
+
+def summary_of(configmap: dict, now: float, fresh: float) -> StudyRow | None:
+    """The study row a submit loop stored, if it is at most `fresh` seconds old, or final
+    (every trial finished: nothing changes any more), else None."""
+    try:
+        data = json.loads((configmap.get("data") or {}).get(SUMMARY_KEY) or "null")
+        row = StudyRow(**data) if isinstance(data, dict) else None
+    except (TypeError, ValueError):
+        return None
+    if row is None or row.as_of is None:
+        return None
+    record = parse_record(configmap)
+    final = ended_count(row.states) >= row.trials > 0
+    if not final and now - row.as_of > fresh:
+        return None
+    # flags other terminals set since the loop wrote it
+    row.drained, row.critical, row.target, row.decision = record.drained, record.critical, record.target, record.reason
+    row.api = api_quota_of(record, now)
+    row.breaker = record.breaker
+    return row

@@ -1,0 +1,120 @@
+"""The Slurm backend behind the attempt seam (backends/base.py): what the shared attempt
+loop, `status`, `drain` and `resume` ask of a batch scheduler, in Slurm's own commands
+(backends/slurm/commands.py) and the files each attempt leaves in its output directory.
+
+- An attempt is one sbatch job (backends/slurm/script.py), named and commented so it is found
+  again: before a submit whose answer was lost is sent again, and by every later run.
+- Its state is squeue's while the controller remembers it, then its marks' (backends/slurm/state.py).
+- Capacity is `sinfo --json`: the free GPUs of each usable node of the partition.
+- Drain holds (`scontrol hold`, `requeuehold` for a running job) and `resume` releases:
+  Slurm keeps what was held, its place in the queue and its priority age with it. The
+  study's drained flag is a file in its output directory.
+- A trial's result is the `result.json` its script leaves beside its log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stratctl.attempt import Attempt, Counted, StudyFiles
+from stratctl.backends.slurm.commands import Slurm
+from stratctl.backends.slurm.script import Script, build
+from stratctl.backends.slurm.state import latest, read_marks
+from stratctl.core.render import Renderer, bundled_templates
+from stratctl.core.space import Trial
+from stratctl.core.spec import Study
+
+
+
+def output_of(study: Study, workdir: Path | str | None = None) -> Path:
+    """Where a study's attempts write their logs, marks and results (relative to the
+    directory sbatch runs them from)."""
+    return Path(workdir or ".") / study.slurm.output_dir / study.name
+
+
+def free_gpus(nodes: list[dict], partition: str | None) -> list[int]:
+    """Free GPUs of each usable node (in the partition, when one is set) from `sinfo --json`."""
+    out = []
+    for node in nodes:
+        if partition and partition not in (node.get("partitions") or []):
+            continue
+        state = str(node.get("state") or "").lower()
+        if any(word in state for word in ("down", "drain", "fail", "inval", "maint")):
+            continue
+        out.append(max(0, _gpus(node.get("gres")) - _gpus(node.get("gres_used"))))
+    return out
+
+
+def _gpus(gres: str | None) -> int:
+    """GPUs in a GRES string: `gpu:4`, `gpu:a100:4(S:0-1)`, `gpu:0`, several comma-separated."""
+    total = 0
+    for part in (gres or "").split(","):
+        fields = part.split("(")[0].split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
+class SlurmScheduler(StudyFiles, Counted):
+    kind, title, controller = "slurm", "Slurm", "Slurm controller"
+    create_command = "sbatch"  # the command that creates an attempt, as the submit summary counts it
+    limit_words = "submit limits"  # what a refusal to create is, in Slurm's words
+    calls_word = "commands"
+
+    def __init__(self, study: Study, renderer: Renderer | None = None, slurm: Slurm | None = None,
+                 workdir: str | None = None):
+        self.study, self.slurm, self.workdir = study, slurm or Slurm(), workdir
+        self.client = self.slurm
+        self.renderer = renderer or Renderer(study)
+        self.output = output_of(study, workdir)
+
+    @property
+    def where(self) -> str:
+        return f"slurm:{self.study.slurm.partition or 'default'}"
+
+    @property
+    def queue(self) -> str:
+        return self.study.slurm.partition or ""
+
+    # -- observe ---------------------------------------------------------------------------
+
+    def attempts(self, marks: bool = True) -> dict[str, Attempt]:
+        """Each trial's latest attempt (`marks`: also those the controller has forgotten)."""
+        return latest(self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {})
+
+    def free_gpus(self) -> list[int]:
+        return free_gpus(self.slurm.nodes(), self.study.slurm.partition)
+
+    # -- create ----------------------------------------------------------------------------
+
+    def prepare(self, trial: Trial, number: int) -> Script:
+        """Attempt `number` of `trial`, ready to send: its sbatch script."""
+        script = build(self.study, self.renderer.render(trial, attempt=number, resume=number > 0),
+                       [self.renderer.dir, bundled_templates()])
+        # Slurm opens the job's --output file there before the script runs: it must exist
+        (self.output / trial.name).mkdir(parents=True, exist_ok=True)
+        return script
+
+    def check(self, trial: Trial) -> None:
+        """Build the first attempt without sending it (a client dry run)."""
+        build(self.study, self.renderer.render(trial, attempt=0), [self.renderer.dir, bundled_templates()])
+
+    def create(self, script: Script) -> None:
+        self.slurm.submit(script.text, self.workdir)
+
+    def find(self, script: Script) -> bool:
+        """Whether the controller knows this attempt already (a send whose answer was lost)."""
+        return self.slurm.find(script.job) is not None
+
+    # -- suspend and bring back ------------------------------------------------------------
+
+    def hold(self, attempt: Attempt) -> None:
+        """Keep a pending attempt from starting."""
+        self.slurm.hold(int(attempt.job))
+
+    def stop(self, attempt: Attempt) -> None:
+        """Stop a running attempt and keep it, held, to resume from its checkpoint later."""
+        self.slurm.requeue(int(attempt.job), hold=True)
+
+    def release(self, attempt: Attempt) -> None:
+        self.slurm.release(int(attempt.job))

@@ -1,0 +1,110 @@
+"""An attempt's sbatch script, from the attempt as the study renders it (pure).
+
+The study core renders every attempt the same way for every backend: the trial template,
+its parameters and stratctl's STRATCTL_* environment (study, trial, attempt, checkpoint,
+resume flag, parameters). A Slurm attempt takes from that rendering what a batch job
+needs, the task's command line, environment and resources, and puts it in the sbatch
+script of `templates/slurm-job.sh.j2`: one job whose tasks are the gang (Slurm starts
+them together or not at all), GPUs as `--gpus-per-task=[type:]<n>` (the type from
+`slurm.gres`, e.g. `gpu:a100`), the study's `slurm:` block as #SBATCH options. Every value is shell-quoted here, so no
+parameter value can become a command or a second #SBATCH line.
+
+The rendezvous contract (stratctl/rendezvous.py) is the script's to complete where it runs:
+here go the parts known before (the role, its variables' names, how MASTER_PORT derives from
+the job id); the nodes' addresses and each task's rank exist only once Slurm has placed the
+tasks, so the script reads them from Slurm (NodeAddr, the step's layout, SLURM_PROCID).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import FileSystemLoader
+
+from stratctl import rendezvous
+from stratctl.core import sandbox
+from stratctl.core.spec import Study
+from stratctl.core.task import tasks_of
+
+TEMPLATE = "slurm-job.sh.j2"
+COMMENT_PREFIX = "stratctl:"  # the comment of every job stratctl submits: stratctl:<study>/<trial>/<attempt>/<hash>
+
+
+@dataclass(frozen=True)
+class Script:
+    """One attempt as Slurm runs it."""
+
+    job: str  # the job name: the attempt's name, unique in the study
+    trial: str
+    attempt: int
+    comment: str  # looked up before a job is submitted again (exactly once across crashes)
+    text: str  # the sbatch script
+    tasks: int
+    gpus: int  # GPUs of the whole gang
+
+
+def comment_of(study: str, trial: str, attempt: int, spec_hash: str) -> str:
+    return f"{COMMENT_PREFIX}{study}/{trial}/{attempt}/{spec_hash}"
+
+
+def parse_comment(comment: str | None) -> tuple[str, str, int, str] | None:
+    """(study, trial, attempt, spec hash) of a job stratctl submitted; None for another job."""
+    if not comment or not comment.startswith(COMMENT_PREFIX):
+        return None
+    parts = comment[len(COMMENT_PREFIX):].split("/")
+    if len(parts) != 4 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2]), parts[3]
+
+
+@functools.lru_cache(maxsize=8)
+def _template(directories: tuple[str, ...]):
+    """The sandboxed, compiled job template of these directories: compiled once a run, not
+    once an attempt (a fresh sandbox and compile took most of a submit's own time)."""
+    return sandbox.environment(FileSystemLoader(list(directories))).get_template(TEMPLATE)
+
+
+def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
+    """The sbatch script of one rendered attempt (`docs`: the study's manifests of it),
+    from the first of `templates` (directories) holding templates/slurm-job.sh.j2. A trial
+    of several tasks (roles) is a heterogeneous job: one component per task, in task order,
+    each with its own tasks, resources and command."""
+    tasks = tasks_of(docs)
+    first = tasks[0]
+    name, trial, attempt = first.name, first.trial, first.attempt
+    comment = comment_of(study.name, trial, attempt, first.spec_hash)
+    slurm = study.slurm
+    output = str(Path(slurm.output_dir) / study.name / trial)
+    options: list[str] = []
+    for i, task in enumerate(tasks):
+        if i:
+            options.append("hetjob")  # the next component: Slurm starts them all together or none
+        options += [f"--job-name={name}", f"--comment={comment}"] if i == 0 else []
+        options += [f"--ntasks={task.replicas}", f"--time={slurm.minutes}"]
+        options += [f"--output={output}/{name}-%j.log", "--requeue"] if i == 0 else ["--requeue"]
+        options += [f"--{key}={value}" for key, value in (("partition", slurm.partition), ("account", slurm.account),
+                                                           ("qos", slurm.qos), ("constraint", slurm.constraint))
+                    if value]
+        if task.gpus:
+            options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}"
+                           f"{task.gpus}")
+        if task.cpus:
+            options.append(f"--cpus-per-task={task.cpus}")
+        if task.memory:
+            options.append(f"--mem-per-cpu={math.ceil(task.memory / (task.cpus or 1) / 2**20)}M")
+        options += slurm.extra
+    shared = [pair for pair in first.env if all(pair in task.env for task in tasks[1:])]
+    env = [(key, shlex.quote(value)) for key, value in shared]
+    steps = [{"env": [shlex.quote(f"{key}={value}") for key, value in task.env if (key, value) not in shared],
+              "command": " ".join(shlex.quote(word) for word in task.command)} for task in tasks]
+    rdv = {"roles": [shlex.quote(task.role) for task in tasks],
+           "role_keys": [rendezvous.role_key(task.role) for task in tasks], "port_base": rendezvous.PORT_BASE, "port_span": rendezvous.PORT_SPAN}
+    text = _template(tuple(str(d) for d in templates)).render(
+        options=options, env=env, command=steps[0]["command"], steps=steps, output=shlex.quote(output),
+        attempt=attempt, rdv=rdv)
+    return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text,
+                  tasks=sum(t.replicas for t in tasks), gpus=sum(t.gpus * t.replicas for t in tasks))

@@ -1,0 +1,642 @@
+"""Rendering: one trial attempt → the Kubernetes manifests that run it, as dicts.
+
+The manifest templates (templates/*.j2, or a user templates directory) are Jinja2 run in
+the sandbox with StrictUndefined; their output is parsed with safe YAML. Rendering is a
+pure function of (study, trial, attempt, resume).
+
+It is also fast, because a study submits thousands of trials: when a template uses
+trial-level values only as `{{ x | tojson }}` (the bundled ones do), it is rendered and
+parsed once per study with placeholders, and each trial only fills in the holes. Other
+templates are rendered per trial. Either way the study's own template strings (args,
+env, annotations, ...) are then rendered per trial, and stratctl stamps its labels,
+annotations and STRATCTL_* env vars in Python, so user templates cannot forget them.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import re
+import secrets
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+from jinja2 import FileSystemLoader, Template, TemplateNotFound, TemplateSyntaxError, meta, nodes
+from jinja2.exceptions import TemplateError
+
+from stratctl import labels
+
+from stratctl.core import kube_rendezvous, sandbox, shape
+from stratctl.errors import Problem, StudyError
+from stratctl.core.digest import canonical, digest, hash_text
+from stratctl.core.model import parse_duration
+from stratctl.core.quantity import format_quantity, parse
+from stratctl.core.space import Trial, attempt_name, bulk, expand
+from stratctl.core.spec import Study, load_study
+
+try:
+    _YamlLoader = yaml.CSafeLoader
+except AttributeError:  # PyYAML built without libyaml
+    _YamlLoader = yaml.SafeLoader
+
+DEFAULT_TEMPLATES = {"volcano": "volcano-job.yaml.j2", "batch": "batch-job.yaml.j2"}
+# Variables whose value changes from trial to trial (the rest are per study).
+TRIAL_VARIABLES = frozenset(sandbox.VARIABLES) - {"study", "namespace"}
+
+
+def bundled_templates() -> Path:
+    return Path(str(resources.files("stratctl.templates")))
+
+
+def validate(path: str | Path) -> tuple[Study, list[Trial]]:
+    """Everything short of the cluster: load the study, expand it, render every trial, so
+    that a template failing for some parameter values (a division by zero) fails here,
+    not halfway through a submit."""
+    study = load_study(path)
+    trials = expand(study)
+    renderer = Renderer(study)
+    with bulk():
+        for trial in trials:
+            renderer.render(trial)
+    if study.cost.per_trial:
+        for trial in trials:
+            renderer.expected_seconds(trial)
+    return study, trials
+
+
+def spec_hash(manifests: list[dict]) -> str:
+    """Stable short hash of manifests, ignoring the spec-hash labels themselves (and the shard
+    labels, which are set after it)."""
+    return digest(_without_hash(manifests))
+
+
+class Renderer:
+    """Renders the attempts of one study's trials; build once, call `render` per attempt."""
+
+    def __init__(self, study: Study, templates_dir: Path | None = None):
+        self.study = study
+        self.dir = Path(templates_dir or study.templates_path or bundled_templates()).resolve()
+        self.env = sandbox.environment(FileSystemLoader(str(self.dir)))
+        self.env.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
+        name = study.trial.template or DEFAULT_TEMPLATES[study.workload]
+        self.template = self._load(name)
+        self._strings: dict[str, Template] = {}
+        self._checkpoint = self._string(study.checkpoint.location) if study.checkpoint.location else None
+        self._stamp_labels = {
+            labels.STUDY: study.name,
+            labels.CRITICAL: "true" if study.critical else "false",
+            labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+        }
+        # trial shapes that vary (templated replicas or GPUs): one renderer per distinct shape
+        self._shape_fields = shape.fields(study)
+        self._by_shape: dict[tuple[str, ...], Renderer] = {}
+        self._study_context = {} if self._shape_fields else _study_context(study)
+        # only a duration the study states is an estimate worth planning with, not the default
+        self._stamps_expected = "expected_duration" in study.cost.model_fields_set
+        self._nonce = secrets.token_hex(4)
+        self._gang: tuple[int, ...] | None = None
+        self._compiled: tuple[list[str], list[str]] | None = None
+        self._layout: kube_rendezvous.Layout | None = None  # the skeleton's, when it has one
+        if study.backend == "kubernetes" and not self._shape_fields:
+            names = kube_rendezvous.name_problems(study)
+            if names:
+                raise StudyError([study.problem(path, message) for path, message in names])
+        if self._per_study(self._ast) and not self._shape_fields:
+            self._prepare_skeleton()
+
+    # ------------------------------------------------------------ public
+
+    def render(self, trial: Trial, attempt: int = 0, resume: bool = False) -> list[dict]:
+        if self._shape_fields:
+            return self._shaped(trial).render(trial, attempt, resume)
+        ctx = self._trial_context(trial, attempt, resume)
+        if self._compiled is not None:
+            return self._fill(ctx)
+        docs = self._parse(self._run(self.template, {**self._study_context, **ctx}))
+        for path, template in _find_holes(docs, self._string):
+            _set(docs, path, self._run(template, ctx))
+        layout = self._contract(docs)
+        values = self._stamp_values(ctx)
+        if layout is not None:
+            values.update(layout.values(layout.job))
+        self._stamp(docs, values, layout)
+        spec_digest = digest(docs)
+        for labels_map in _label_maps(docs):
+            labels_map[labels.SPEC_HASH] = spec_digest
+        return _sharded(docs, ctx["trial"])
+
+    def shape(self, trial: Trial) -> tuple[int, ...]:
+        """GPUs of each pod of the trial's gang (what free GPUs must hold for it to start)."""
+        if self._shape_fields:
+            return self._shaped(trial).shape(trial)
+        if self._gang is None:
+            self._gang = shape.gang(self.study)
+        return self._gang
+
+    def study_for(self, trial: Trial) -> Study:
+        """The study as the trial runs it: its shape templates resolved for that trial."""
+        return self._shaped(trial).study if self._shape_fields else self.study
+
+    def _shaped(self, trial: Trial) -> Renderer:
+        """The renderer of the study resolved to this trial's shape (core/shape.py)."""
+        ctx = self._trial_context(trial, 0, False)
+        rendered = {path: self._run(self._string(text), ctx) for path, text in self._shape_fields}
+        key = tuple(rendered.values())
+        renderer = self._by_shape.get(key)
+        if renderer is None:
+            resolved = shape.resolve(self.study, rendered, f"trial {trial.index} ({trial.name})")
+            renderer = self._by_shape[key] = Renderer(resolved, self.dir)
+        return renderer
+
+    @property
+    def states_duration(self) -> bool:
+        """Whether the study states its trials' expected duration (not just the default)."""
+        return self._stamps_expected
+
+    def expected_seconds(self, trial: Trial) -> float:
+        """How long the trial is expected to run: cost.expected_duration, rendered for the
+        trial when it is a template."""
+        return self._expected(self._trial_context(trial, 0, False))
+
+    def _expected(self, ctx: dict) -> float:
+        cost = self.study.cost
+        if not cost.per_trial:
+            return cost.expected_seconds
+        text = self._run(self._string(cost.expected_duration), ctx).strip()
+        try:
+            return parse_duration(text)
+        except ValueError as e:
+            raise StudyError([self.study.problem(("cost", "expected_duration"),
+                                                 f"trial {ctx['index']} ({ctx['trial']}): {e}")
+                              ]) from None
+
+    def render_all(self, trials: Iterable[Trial], attempt: int = 0, resume: bool = False) -> list[list[dict]]:
+        """`render` for many trials at once (the collector paused: see space.bulk)."""
+        with bulk():
+            return [self.render(t, attempt, resume) for t in trials]
+
+    def _fill(self, ctx: dict) -> list[dict]:
+        """The per-study fast path: fill the holes of the skeleton; hash from fragments."""
+        params = ctx["params"]
+        values = {key: ctx[key] for key in self._natives}
+        for name in self._param_natives:
+            values[f"params.{name}"] = params[name]
+        for key, template in self._holes:
+            values[key] = self._run(template, ctx)
+        values.update(self._stamp_values(ctx))
+        if self._layout is not None:
+            values.update(self._layout.values(ctx["job"]))
+        fragments, skeleton, slots = self._compiled
+        encoded = {k: _encode(v) for k, v in values.items()}
+        parts = fragments.copy()
+        parts[1::2] = [encoded[k] for k in self._keys_without]
+        values["spec_hash"] = hash_text("".join(parts))
+        docs = marshal.loads(skeleton)
+        for parent_path, assignments in slots:
+            node = docs
+            for step in parent_path:
+                node = node[step]
+            for key, name in assignments:
+                node[key] = values[name]
+        return _sharded(docs, ctx["trial"])
+
+    # ------------------------------------------------------------ templates
+
+    def _load(self, name: str) -> Template:
+        file = (self.dir / name).resolve()
+        if not file.is_relative_to(self.dir):
+            raise StudyError([self.study.problem(("trial", "template"),
+                                                 f"template {name!r} escapes the templates directory {self.dir}")])
+        try:
+            source, filename, _ = self.env.loader.get_source(self.env, name)
+        except TemplateNotFound:
+            raise StudyError([self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")])
+        try:  # parsed once: for the checks, for _per_study and to compile
+            self._ast = self.env.parse(source, name, filename)
+        except TemplateSyntaxError:
+            self._ast = source  # check() reports it
+        allowed = set(sandbox.MANIFEST_VARIABLES)
+        problems = [Problem(filename, line, None, msg)
+                    for line, msg in sandbox.check(self.env, self._ast, allowed, self.study.space, name=name)]
+        if problems:
+            raise StudyError(problems)
+        try:
+            code = self.env.compile(self._ast, name, filename)
+            return self.env.template_class.from_code(self.env, code, self.env.make_globals(None))
+        except TemplateSyntaxError as e:  # already reported by check(); kept for includes
+            raise StudyError([Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")])
+
+    def _string(self, text: str) -> Template | _Interpolation:
+        template = self._strings.get(text)
+        if template is None:
+            problems = sandbox.check(self.env, text, sandbox.VARIABLES, self.study.space)
+            if problems:
+                raise StudyError([self._string_problem(text, msg) for _, msg in problems])
+            parts = sandbox.simple(self.env, text)
+            template = _Interpolation(parts) if parts is not None else self.env.from_string(text)
+            self._strings[text] = template
+        return template
+
+    def _string_problem(self, text: str, message: str) -> Problem:
+        """A problem of a template string, at the place the study file writes it."""
+        path = self.study.path_of(text)
+        if path is None:  # not written in the study file as such (e.g. made by a template file)
+            return Problem(self.study.file, None, None, f"in template {text!r}: {message}")
+        return self.study.problem(path, f"{'.'.join(map(str, path))}: {message}")
+
+    def _run(self, template: Template, ctx: dict) -> str:
+        try:
+            return template.render(ctx)
+        except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError, OverflowError) as e:
+            kind = "not allowed" if isinstance(e, sandbox.SecurityError) else "failed"
+            message = f"rendering {kind}{_for_trial(ctx)}: {e}"
+            if template.name is not None:  # a template file (a string of the study has no name)
+                raise StudyError([Problem(template.filename, _template_line(e, template.filename), None, message)])
+            raise StudyError([self._string_problem(_source_of(template, self._strings), message)])
+
+    def _per_study(self, ast: nodes.Template) -> bool:
+        """Whether the template uses trial-level values only as `{{ x | tojson }}` (and
+        includes nothing), so that it can be rendered once per study."""
+        if list(meta.find_referenced_templates(ast)):
+            return False
+        plain: set[int] = set()
+        for output in ast.find_all(nodes.Output):
+            for expr in output.nodes:
+                if isinstance(expr, nodes.Filter) and expr.name == "tojson" and not expr.args:
+                    target = expr.node
+                    if isinstance(target, nodes.Getattr | nodes.Getitem) and _is_name(target.node, "params"):
+                        plain.add(id(target.node))
+                    elif isinstance(target, nodes.Name):
+                        plain.add(id(target))
+        return all(id(n) in plain for n in ast.find_all(nodes.Name) if n.name in TRIAL_VARIABLES)
+
+    def _prepare_skeleton(self) -> None:
+        """Render the template once with placeholders: keep the parsed result (marshalled,
+        copied per trial, placeholders replaced in place) and its canonical JSON cut at
+        the placeholders (joined per trial with the values, for the spec hash)."""
+        token = f"@@{self._nonce}:"
+
+        def mark(key: str) -> str:
+            return f"{token}{key}@@"
+
+        scalars = TRIAL_VARIABLES - {"params"}
+        ctx = {**self._study_context, **{v: mark(v) for v in scalars},
+               "params": {p: mark(f"params.{p}") for p in self.study.space}}
+        docs = self._parse(self._run(self.template, ctx))
+        self._natives: list[str] = []
+        self._param_natives: list[str] = []
+        self._holes: list[tuple[str, Template]] = []
+        for path, value in list(_leaves(docs, ())):
+            if not isinstance(value, str):
+                continue
+            if value.startswith(token) and value.endswith("@@") and value.count(token) == 1:
+                key = value[len(token):-2]
+                (self._param_natives.append(key[7:]) if key.startswith("params.") else self._natives.append(key))
+            elif token in value:  # a placeholder inside a larger string: render per trial
+                return
+            elif sandbox.is_template(value):
+                key = f"hole{len(self._holes)}"
+                self._holes.append((key, self._string(value)))
+                _set(docs, path, mark(key))
+        if any(isinstance(k, str) and token in k for d in docs for k in _keys(d)):
+            return
+        self._natives = sorted(set(self._natives))
+        self._param_natives = sorted(set(self._param_natives))
+        try:
+            layout = self._contract(docs)
+        except ValueError:  # a count of pods that is a trial's value: render per trial
+            return
+        if layout is not None and layout.job != mark("job"):  # the workload named otherwise: render per trial
+            return
+        self._layout = layout
+        self._stamp(docs, {k: mark(k) for k in (*_STAMPED, *(layout.keys() if layout else ()))}, layout)
+        for labels_map in _label_maps(docs):
+            labels_map[labels.SPEC_HASH] = mark("spec_hash")
+        pattern = re.compile(r'"(' + re.escape(token) + r'[A-Za-z0-9_.]+@@)"')
+
+        def split(text: str) -> tuple[list[str], list[str]]:
+            parts = pattern.split(text)
+            return parts, [p[len(token):-2] for p in parts[1::2]]
+
+        fragments, self._keys_without = split(canonical(_without_hash(docs)))
+        # Where each placeholder sits, grouped by the dict or list that holds it.
+        slots: dict[tuple, list[tuple[Any, str]]] = {}
+        for path, value in _leaves(docs, ()):
+            if isinstance(value, str) and value.startswith(token):
+                slots.setdefault(path[:-1], []).append((path[-1], value[len(token):-2]))
+        self._compiled = (fragments, marshal.dumps(docs), list(slots.items()))
+
+    def _parse(self, text: str) -> list[dict]:
+        try:
+            docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            raise StudyError([Problem(self.template.filename or "<template>", mark.line + 1 if mark else None, None,
+                                      f"the rendered template is not valid YAML: {getattr(e, 'problem', e)}")])
+        bad = [d for d in docs if not isinstance(d, dict) or "kind" not in d or "metadata" not in d]
+        if bad or not docs:
+            raise StudyError([Problem(self.template.filename or "<template>", None, None,
+                                      "the template must render Kubernetes objects (mappings with kind and metadata)")])
+        return docs
+
+    # ------------------------------------------------------------ per trial
+
+    def _trial_context(self, trial: Trial, attempt: int, resume: bool) -> dict[str, Any]:
+        ctx = {
+            "study": self.study.name,
+            "namespace": self.study.namespace,
+            "trial": trial.name,
+            "job": attempt_name(trial, attempt),
+            "attempt": attempt,
+            "index": trial.index,
+            "params": dict(trial.params),
+            "resume": resume,
+        }
+        ctx["checkpoint"] = self._run(self._checkpoint, ctx) if self._checkpoint else ""
+        return ctx
+
+    def _stamp_values(self, ctx: dict) -> dict[str, str]:
+        return {
+            "expected_text": _seconds_text(self._expected(ctx)) if self._stamps_expected else "",
+            "trial": ctx["trial"],
+            "attempt_text": str(ctx["attempt"]),
+            "index_text": str(ctx["index"]),
+            "checkpoint": ctx["checkpoint"],
+            "resume_text": "1" if ctx["resume"] else "0",
+            "params_json": _params_json(ctx["params"]),
+        }
+
+    def _contract(self, docs: list[dict]) -> kube_rendezvous.Layout | None:
+        """How the trial's pods find each other on Kubernetes (kube_rendezvous), None on a
+        backend that runs the attempt itself (it gives its processes the contract its own way)."""
+        if self.study.backend != "kubernetes":
+            return None
+        return kube_rendezvous.layout_of(docs, [t.name for t in self.study.trial.tasks])
+
+    def _stamp(self, docs: list[dict], v: dict[str, str], layout: kube_rendezvous.Layout | None = None) -> None:
+        """Add stratctl's labels, annotations and env vars (values from `_stamp_values`), and
+        the rendezvous contract of `layout` (its values in `v`)."""
+        if layout is not None:
+            try:
+                kube_rendezvous.stamp(docs, layout, v)
+            except kube_rendezvous.NoCommand as e:
+                raise StudyError([self._no_command(role) for role in e.roles]) from None
+        stamp_labels = {**self._stamp_labels, labels.TRIAL: v["trial"], labels.ATTEMPT: v["attempt_text"]}
+        stamp_annotations = {labels.PARAMS: v["params_json"], labels.TRIAL_INDEX: v["index_text"],
+                             labels.CHECKPOINT: v["checkpoint"]}
+        if self._stamps_expected:  # read by launchers sharing the cluster to plan backfill
+            stamp_annotations[labels.EXPECTED_SECONDS] = v["expected_text"]
+        env = [
+            {"name": labels.ENV_STUDY, "value": self.study.name},
+            {"name": labels.ENV_TRIAL, "value": v["trial"]},
+            {"name": labels.ENV_ATTEMPT, "value": v["attempt_text"]},
+            {"name": labels.ENV_CHECKPOINT, "value": v["checkpoint"]},
+            {"name": labels.ENV_RESUME, "value": v["resume_text"]},
+            {"name": labels.ENV_PARAMS, "value": v["params_json"]},
+        ]
+        if self.study.pruner is not None:  # where `stratctl report` writes the trial's intermediate values
+            env.append({"name": labels.ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        ours = {e["name"] for e in env}
+        pods = _pods(docs)
+        for meta_ in [d.setdefault("metadata", {}) for d in docs] + [p.setdefault("metadata", {}) for p in pods]:
+            meta_["labels"] = {**(meta_.get("labels") or {}), **stamp_labels}
+            meta_["annotations"] = {**(meta_.get("annotations") or {}), **stamp_annotations}
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+                user = [e for e in (container.get("env") or []) if e.get("name") not in ours]
+                container["env"] = [dict(e) for e in env] + user
+
+
+    def _no_command(self, role: kube_rendezvous.Role) -> Problem:
+        where = next((("trial", "tasks", i) for i, t in enumerate(self.study.trial.tasks) if t.name == role.name),
+                     ("trial",))
+        return self.study.problem(where, f"{'.'.join(map(str, where))}: the {role.replicas} pods of task {role.name!r} "
+                                         f"start at rank {role.first}, and a pod learns its rank on Kubernetes as that "
+                                         f"plus its "
+                                         f"index, which /bin/sh adds before it execs the task's command; the task has "
+                                         f"no command to start that way (the image's entrypoint cannot be): set "
+                                         f"command (the task's or trial.command)")
+
+
+_STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint", "resume_text", "params_json")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _for_trial(ctx: dict) -> str:
+    index = ctx.get("index")
+    return f" for trial {index} ({ctx.get('trial')})" if isinstance(index, int) else ""
+
+
+def _seconds_text(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+_display = sandbox.display
+
+
+class _Interpolation:
+    """A template string that only interpolates variables, rendered without Jinja
+    (see sandbox.simple); renders exactly what Jinja would."""
+
+    name = filename = None
+
+    def __init__(self, parts: list[str | tuple[str, ...]]):
+        self.parts = parts
+
+    def render(self, ctx: dict) -> str:
+        out = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+            elif len(part) == 1:
+                out.append(str(_display(ctx[part[0]])))
+            else:
+                out.append(str(_display(ctx["params"][part[1]])))
+        return "".join(out)
+
+
+def _study_context(study: Study) -> dict[str, Any]:
+    t = study.trial
+    tasks = []
+    for task in t.tasks:
+        res = study.task_resources(task)
+        env = {**t.env, **task.env}
+        tasks.append({
+            "name": task.name,
+            "replicas": task.replicas,
+            "min_available": task.gang,
+            "image": task.image or t.image,
+            "command": task.command if task.command is not None else t.command,
+            "args": task.args if task.args is not None else t.args,
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+            "resources": {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v},
+            "volume_mounts": [m.manifest() for m in (*t.volume_mounts, *task.volume_mounts)],
+            "env_from": [e.manifest() for e in t.env_from],
+            # where its pods run: the task's own values over the trial's (spec.Task)
+            "node_selector": {**t.node_selector, **task.node_selector},
+            "tolerations": [tol.model_dump(exclude_none=True)
+                            for tol in (t.tolerations if task.tolerations is None else task.tolerations)],
+            "policies": [_policy(p) for p in task.policies],
+            "pod": _pod_fields(t, study.checkpoint.grace_seconds, task.affinity),
+        })
+    policies = [_policy(p) for p in t.effective_policies]
+    spec = study.model_dump(mode="json")
+    spec["queue"] = study.home_queue  # a trial renders for the first queue; the loop places it (run/queues.py)
+    return {
+        "spec": spec,
+        "study": study.name,
+        "namespace": study.namespace,
+        "tasks": tasks,
+        "gang_size": study.gang_size,
+        "policies": policies,
+        "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
+        "pod": _pod_fields(t, study.checkpoint.grace_seconds),
+        "network_topology": t.network_topology.manifest() if t.network_topology else {},
+        "min_resources": min_resources(study),
+    }
+
+
+def _policy(p: Any) -> dict[str, Any]:
+    """A Volcano lifecycle policy in Kubernetes' words."""
+    return {"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
+
+
+def _pod_fields(t: Any, grace_seconds: int | None = None, affinity: Any = None) -> dict[str, Any]:
+    """The trial's pod-level fields in Kubernetes' words, only those it sets (the
+    templates render each one present); `affinity`: a task's, instead of the trial's."""
+    affinity = affinity or t.affinity
+    fields = {
+        "volumes": [v.manifest() for v in t.volumes],
+        "affinity": affinity.manifest() if affinity else {},
+        "imagePullSecrets": [{"name": name} for name in t.image_pull_secrets],
+        "securityContext": t.security_context.manifest() if t.security_context else {},
+    }
+    out = {k: v for k, v in fields.items() if v}
+    if grace_seconds is not None:  # 0 is a value (kill at once), not an absence
+        out["terminationGracePeriodSeconds"] = grace_seconds
+    return out
+
+
+def min_resources(study: Study) -> dict[str, str]:
+    """What the gang needs at least: the requests (or limits) of its minAvailable pods."""
+    total: dict[str, Decimal] = {}
+    for task in study.trial.tasks:
+        res = study.task_resources(task)
+        for name, value in {**res.limits, **res.requests}.items():
+            amount = parse(value)
+            if amount is not None:
+                total[name] = total.get(name, Decimal(0)) + amount * task.gang
+    return {k: format_quantity(v, binary="memory" in k or "storage" in k) for k, v in total.items()}
+
+
+def _is_name(node: nodes.Node, name: str) -> bool:
+    return isinstance(node, nodes.Name) and node.name == name
+
+
+def _leaves(node: Any, path: tuple):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, node
+
+
+def _find_holes(docs: list[dict], compile_: Any) -> list[tuple[tuple, Template]]:
+    return [(p, compile_(v)) for p, v in _leaves(docs, ()) if isinstance(v, str) and sandbox.is_template(v)]
+
+
+def _set(root: Any, path: tuple, value: Any) -> None:
+    node = root
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+
+
+def _pods(docs: list[dict]) -> list[dict]:
+    """The pod templates inside workload manifests."""
+    pods = []
+    for d in docs:
+        spec = d.get("spec") or {}
+        if d.get("kind") == "Job" and str(d.get("apiVersion", "")).startswith("batch.volcano.sh/"):
+            pods += [t["template"] for t in spec.get("tasks") or [] if isinstance(t.get("template"), dict)]
+        elif isinstance(spec.get("template"), dict):
+            pods.append(spec["template"])
+    return pods
+
+
+def _sharded(docs: list[dict], trial: str) -> list[dict]:
+    """The shard label on each object (not its pods), after the spec hash: the hash of an
+    attempt is the same whichever stratctl version rendered it."""
+    shard = labels.shard_of(trial)
+    for doc in docs:
+        doc["metadata"]["labels"][labels.SHARD] = shard
+    return docs
+
+
+def _label_maps(docs: list[dict]) -> list[dict]:
+    return [d["metadata"]["labels"] for d in docs] + [p["metadata"]["labels"] for p in _pods(docs)]
+
+
+def _encode(value: Any) -> str:
+    """One JSON scalar exactly as `digest.canonical` writes it (ASCII escapes)."""
+    if isinstance(value, str):
+        return _encode_str(value)
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    return _json_float(value)
+
+
+_encode_str = json.encoder.encode_basestring_ascii  # the C version when available
+_json_float = json.JSONEncoder(ensure_ascii=False).encode
+
+
+# the parameters as the trial reads them (STRATCTL_PARAMS): readable, not hashed
+_params_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _keys(node: Any):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _keys(v)
+
+
+def _without_hash(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_hash(v) for k, v in node.items() if k not in (labels.SPEC_HASH, labels.SHARD)}
+    if isinstance(node, list):
+        return [_without_hash(v) for v in node]
+    return node
+
+
+def _template_line(exc: BaseException, filename: str) -> int | None:
+    line = getattr(exc, "lineno", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _source_of(template: Template, cache: dict[str, Template]) -> str:
+    return next((text for text, t in cache.items() if t is template), "<template>")

@@ -1,0 +1,255 @@
+"""The submit loop of a study on a batch scheduler that runs each attempt as one job
+(Slurm; backends/base.py): the same study, throttle, policy and recovery rules as on
+Kubernetes, through the scheduler's own commands.
+
+Each cycle lists the study's attempts (one call, plus the marks of those the scheduler no
+longer lists); asks the shared policy (run/policy.py) how many trials may be in
+flight, from the scheduler's view: attempts pending for capacity are the gangs waiting for
+GPUs, the free GPUs of each node give the whole gangs they hold; and submits that many
+trials' next attempts through the shared token bucket and retry policy
+(run/throttle.py). A failed attempt is retried as the next attempt while the trial has
+failures left (retries.max_failures); one the scheduler requeued after a preemption
+resumes from its checkpoint (its restarts are counted, never as failures).
+
+Exactly once, across crashes: an attempt has a deterministic name the scheduler keeps.
+Before a trial is submitted the cycle has listed every attempt of the study; a submit
+whose answer was lost (a timeout: it may have gone through) is looked up before it is
+sent again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from stratctl.attempt import Attempt
+from stratctl.backends.base import Scheduler
+from stratctl.run.options import SubmitOptions, default_policy
+from stratctl.run.policy import Observed
+from stratctl.run.progress import Progress, Reporter, Silent
+from stratctl.run.throttle import Throttle
+from stratctl.errors import ClusterError, Unavailable, transient
+from stratctl.core import shape
+from stratctl.core.render import Renderer
+from stratctl.core.space import Trial
+from stratctl.core.spec import Study
+from stratctl.trialstate import TrialState
+
+
+def gangs(study: Study, trials: list[Trial]) -> dict[str, tuple[int, ...]]:
+    """GPUs of each task of each trial: the study's for all, unless its replicas or GPUs are
+    templates over the trial's values (core/shape.py), then each trial's own."""
+    if not shape.fields(study):
+        return dict.fromkeys((t.name for t in trials), shape.gang(study))
+    renderer = Renderer(study)
+    return {t.name: shape.gang(renderer.study_for(t)) for t in trials}
+
+
+def gangs_fit(free: list[int], gang: list[int]) -> int:
+    """Whole gangs (GPUs per task) the free GPUs hold, tasks packed node by node (first fit
+    decreasing): fragmented GPUs that hold no task do not count."""
+    per_task = max(gang) if gang else 0
+    if per_task == 0:
+        return sum(1 for _ in free) * 1000  # no GPUs asked: not the limit
+    slots = sum(n // per_task for n in free)
+    return slots // max(1, len(gang))
+
+
+def trial_state(attempt: Attempt, max_failures: int) -> TrialState:
+    """The trial's state from its latest attempt: a failed attempt with failures left, or a
+    preempted one that was not requeued, makes it RETRYING, its next attempt due."""
+    if attempt.state is TrialState.PREEMPTED or (attempt.state is TrialState.FAILED
+                                                 and attempt.failures < max_failures):
+        return TrialState.RETRYING
+    return attempt.state
+
+
+class AttemptLoop:
+    def __init__(self, study: Study, trials: list[Trial], scheduler: Scheduler, throttle: Throttle,
+                 options: SubmitOptions, reporter: Reporter | None = None, policy=None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+        self.study, self.scheduler, self.throttle = study, scheduler, throttle
+        self.trials = {t.name: t for t in trials}
+        self.order = [t.name for t in trials]
+        self.options = options
+        self.reporter = reporter or Silent()
+        self.policy = policy or default_policy(study, options)
+        self.clock, self.sleep = clock, sleep
+        self.progress = Progress(study=study.name, total=len(trials), backend=scheduler.kind,
+                                 create_command=scheduler.create_command, limit_words=scheduler.limit_words,
+                                 calls_word=scheduler.calls_word,
+                                 scheduler=scheduler.title)
+        # whole gangs of free GPUs are counted in the largest trial's shape (all trials' when they share one)
+        self.gang = list(max(gangs(study, trials).values(), key=lambda g: (sum(g), max(g, default=0), len(g)),
+                             default=()))
+        self._pending_since: dict[str, float] = {}
+        self.preemptions: dict[str, int] = {}
+        self._first = True
+        self._silent = False  # the controller has not answered since the last whole cycle
+        throttle.on_retry = self._retrying
+
+    def _retrying(self, error: BaseException | None, wait: float) -> None:
+        """Said once per stretch the controller does not answer: the loop backs off, it is not stuck."""
+        if isinstance(error, Unavailable) and not self._silent:
+            self._silent = True
+            self.reporter.event(f"{self.scheduler.controller}: {error}; backing off and trying again "
+                                "(nothing is submitted twice: each send whose answer was lost is looked up first)")
+
+    # -- one cycle ------------------------------------------------------------------------
+
+    def observe(self) -> dict[str, Attempt]:
+        return self.throttle.call(self.scheduler.attempts)
+
+    def states(self, seen: dict[str, Attempt], draining: bool) -> dict[str, TrialState]:
+        """Each trial's state; a failed attempt with failures left is RETRYING (its next is due)."""
+        out = {}
+        for name in self.order:
+            attempt = seen.get(name)
+            if attempt is None:
+                out[name] = TrialState.WAITING
+                continue
+            if self._first or attempt.state is TrialState.SUSPENDED or draining:
+                # restarts from before this run, or `drain`'s own requeues: not preemptions to report
+                self.preemptions[name] = attempt.restarts
+            elif attempt.restarts > self.preemptions.get(name, 0):
+                self.reporter.event(f"trial {name}: preempted, requeued by {self.scheduler.title} (restart "
+                                    f"{attempt.restarts} of job {attempt.job}): it resumes from its checkpoint; "
+                                    "not a failure")
+                self.preemptions[name] = attempt.restarts
+            out[name] = trial_state(attempt, self.study.retries.max_failures)
+        return out
+
+    def submit_attempt(self, trial: Trial, number: int) -> None:
+        """Submit one attempt (looked up first when a previous send's answer was lost)."""
+        prepared = self.scheduler.prepare(trial, number)
+        sent = []
+
+        def once() -> None:
+            if sent and self.scheduler.find(prepared):  # the last send went through before its answer was lost
+                return
+            sent.append(True)
+            self.scheduler.create(prepared)
+
+        self.throttle.call(once, mutating=True)
+
+    def observed(self, seen: dict[str, Attempt], states: dict[str, TrialState], draining: bool) -> Observed:
+        now = self.clock()
+        pending = [n for n, s in states.items() if s is TrialState.PENDING]
+        for name in list(self._pending_since):
+            if name not in pending:
+                del self._pending_since[name]
+        for name in pending:
+            self._pending_since.setdefault(name, now)
+        late = [n for n in pending if now - self._pending_since[n] > self.options.pending_grace]
+        stuck = sum(1 for n in late if seen[n].waits_for_capacity)
+        # why they wait, in the scheduler's words (Resources, Priority, a QOS or association limit): shown
+        reasons = Counter(seen[n].reason for n in late if seen[n].reason)
+        self.progress.stuck = len(late) if reasons else 0
+        self.progress.blocked = ", ".join(f"{why} ({count})" for why, count in reasons.most_common(3))
+        free = fit = None
+        try:  # --detach reads no capacity, as on Kubernetes: every trial goes in up to the cap, and it returns
+            if not self.options.detach:
+                gpus = self.throttle.call(self.scheduler.free_gpus)
+                free, fit = sum(gpus), gangs_fit(gpus, self.gang)
+        except ClusterError:
+            pass  # no capacity signal this cycle: the policy goes on without it
+        return Observed(in_flight=sum(1 for s in states.values() if s.in_flight), pending=len(pending),
+                        drained=draining,
+                        waiting=sum(1 for s in states.values() if s in (TrialState.WAITING, TrialState.RETRYING)),
+                        stuck=stuck, free_gpus=free, gangs_fit=fit)
+
+    def cycle(self, pool: ThreadPoolExecutor) -> dict[str, TrialState]:
+        seen = self.observe()
+        draining = self.scheduler.drained()
+        states = self.states(seen, draining)
+        if self._first:  # trials submitted before this run (a rerun, another launcher): recognised, not resent
+            self.progress.existing, self._first = len(seen), False
+        observed = self.observed(seen, states, draining)
+        decision = self.policy.decide(observed, self.clock())
+        admit = decision.admit(observed)
+        due = [n for n in self.order if states[n] in (TrialState.WAITING, TrialState.RETRYING)][:admit]
+        futures = {n: pool.submit(self.submit_attempt, self.trials[n], seen[n].attempt + 1 if n in seen else 0)
+                   for n in due}
+        for name, future in futures.items():
+            try:
+                future.result()
+            except ClusterError as exc:
+                if transient(exc):
+                    self.reporter.event(f"trial {name}: not submitted this cycle ({exc}); trying again")
+                    continue
+                self.progress.errors[name] = str(exc)
+                self.reporter.event(f"trial {name}: {exc}")
+                continue
+            if name in seen:
+                self.reporter.event(f"trial {name}: attempt {seen[name].attempt + 1} submitted "
+                                    f"(attempt {seen[name].attempt} {seen[name].state.value})")
+            states[name] = TrialState.PENDING
+            self.progress.created += 1
+        if self._silent:
+            self._silent = False
+            self.reporter.event(f"{self.scheduler.controller}: answering again")
+        self._count(states, decision)
+        return states
+
+    def _count(self, states: dict[str, TrialState], decision) -> None:
+        p, s = self.progress, self.scheduler
+        counts = {state: 0 for state in TrialState}
+        for name, state in states.items():
+            counts[state if name not in p.errors else TrialState.FAILED] += 1
+        p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
+        p.succeeded, p.failed = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED]
+        p.waiting = counts[TrialState.WAITING] + counts[TrialState.RETRYING]
+        p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
+        p.api_requests = s.calls
+        p.api_sent, p.api_refused = dict(s.sent), dict(s.refused)
+        p.api_writes, p.throttled_429 = s.sent.get(s.create_command, 0), sum(s.refused.values())
+        p.throttle_waits, p.throttle_wait_seconds = self.throttle.bucket.waits, self.throttle.bucket.waited_seconds
+        self.reporter.update(p)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> Progress:
+        started = self.clock()
+        failed_cycles = 0
+        with ThreadPoolExecutor(self.options.workers) as pool:
+            while True:
+                try:
+                    states = self.cycle(pool)
+                    failed_cycles = 0
+                except Unavailable as exc:
+                    failed_cycles += 1
+                    self._retrying(exc, 0.0)  # the retries ran out: the next cycle tries again
+                    self.sleep(min(30.0, self.options.poll_interval * 2 ** failed_cycles))
+                    continue
+                except KeyboardInterrupt:
+                    self.progress.interrupted = True
+                    return self.progress
+                p = self.progress
+                if all(s.finished or n in p.errors for n, s in states.items()):
+                    return p
+                if self.options.detach and p.waiting == 0:
+                    p.detached = True
+                    return p
+                if self.options.timeout is not None and self.clock() - started >= self.options.timeout:
+                    p.timed_out = True
+                    return p
+                self.sleep(self.options.poll_interval)
+
+
+def submit_attempts(prepared, scheduler: Scheduler, options: SubmitOptions, qps: float | None, burst: int | None,
+                    reporter: Reporter | None, policy=None) -> Progress:
+    """`stratctl submit` of a study whose backend runs an attempt as one job (for Slurm, the
+    cluster its commands reach: SLURM_CONF and the rest of Slurm's environment)."""
+    study = prepared.study  # what its backend cannot honour was refused when it loaded (core/capabilities.py)
+    if options.dry_run == "client":  # every first attempt built: what would be submitted
+        for trial in prepared.trials:
+            scheduler.check(trial)
+        return Progress(study=study.name, total=len(prepared.trials), created=len(prepared.trials),
+                        dry_run="client", backend=study.backend)
+    if prepared.trials:  # what a first attempt needs on this machine (a YARN study's AM jar): said before any request
+        scheduler.check(prepared.trials[0])
+    throttle = Throttle(qps=study.throttle.qps if qps is None else qps,
+                        burst=max(1, study.throttle.burst if burst is None else burst), concurrency=options.workers)
+    return AttemptLoop(study, prepared.trials, scheduler, throttle, options, reporter, policy).run()

@@ -1,0 +1,111 @@
+"""The ResourceManager's REST API as the YARN backend speaks it: HA failover past a
+standby or a dead address, and every answer sorted (pressure, no answer, a verdict)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import urllib3
+
+from stratctl.errors import Invalid, NotFound, Throttled, Unavailable, Unreachable
+from stratctl.backends.yarn.rest import ResourceManager
+
+
+class Answer:
+    def __init__(self, status=200, body=None, headers=None):
+        self.status = status
+        self.data = body if isinstance(body, bytes) else json.dumps(body if body is not None else {}).encode()
+        self.headers = headers or {}
+
+
+class Pool:
+    """Answers by address: a callable or an Answer per base URL; records each request."""
+
+    def __init__(self, by_base):
+        self.by_base, self.requests = by_base, []
+
+    def request(self, method, url, body=None, headers=None, redirect=True):
+        self.requests.append((method, url, json.loads(body) if body else None))
+        base = next(b for b in self.by_base if url.startswith(b))
+        answer = self.by_base[base]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def refused():
+    return urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] "
+                                                 "Connection refused")
+
+
+def test_a_dead_or_standby_rm_is_passed_over_and_the_active_one_remembered():
+    pool = Pool({"http://rm1": refused(), "http://rm2": Answer(307, b"", {"Location": "http://rm3:8088/ws/v1"}),
+                 "http://rm3": Answer(200, {"apps": {"app": [{"id": "application_1_0001"}]}})})
+    rm = ResourceManager(["http://rm1", "http://rm2", "http://rm3"], user="alice", pool=pool)
+    assert rm.apps("stratctl-study:S") == [{"id": "application_1_0001"}]
+    assert rm.url == "http://rm3"
+    method, url, _ = pool.requests[-1]
+    assert method == "GET" and "applicationTags=stratctl-study%3As" in url and "user.name=alice" in url
+    before = len(pool.requests)
+    rm.apps("x")
+    assert len(pool.requests) == before + 1  # straight to the active one
+    assert rm.calls == 2 and rm.sent == {"list": 2}
+
+
+def test_a_standby_page_and_no_answer_at_all_are_unavailable():
+    pool = Pool({"http://rm1": Answer(200, b"This is standby RM. The redirect url is: http://rm2:8088/"),
+                 "http://rm2": refused()})
+    rm = ResourceManager(["http://rm1", "http://rm2"], pool=pool)
+    with pytest.raises(Unavailable) as err:
+        rm.nodes()
+    assert "http://rm1: a standby ResourceManager" in str(err.value) and "http://rm2: connection refused" in str(err.value)
+
+
+@pytest.mark.parametrize("status, headers, body, kind", [
+    (429, {"Retry-After": "7"}, b"slow down", Throttled),
+    (503, {}, b"busy", Throttled),
+    (500, {}, b"oops", Unavailable),
+    (404, {}, {"RemoteException": {"exception": "NotFoundException", "message": "app not found"}}, NotFound),
+    (400, {}, {"RemoteException": {"exception": "BadRequestException",
+                                   "message": "Invalid resource request, requested resource type=[yarn.io/gpu] < 0"}},
+     Invalid),
+])
+def test_answers_are_sorted_into_pressure_no_answer_and_verdicts(status, headers, body, kind):
+    rm = ResourceManager(["http://rm1"], pool=Pool({"http://rm1": Answer(status, body, headers)}))
+    with pytest.raises(kind) as err:
+        rm.submit({"application-id": "application_1_0001"})
+    if status == 429:
+        assert err.value.retry_after == 7.0 and rm.refused == {"submissions": 1}
+    if status == 400:
+        assert "requested resource type=[yarn.io/gpu] < 0" in str(err.value)
+
+
+def test_new_application_submit_kill_and_conf():
+    pool = Pool({"http://rm1": Answer(200, {"application-id": "application_9_0003"})})
+    rm = ResourceManager(["http://rm1"], pool=pool)
+    assert rm.new_application() == "application_9_0003"
+    rm.submit({"a": 1})
+    rm.kill("application_9_0003")
+    assert [(m, u.split("?")[0]) for m, u, _ in pool.requests] == [
+        ("POST", "http://rm1/ws/v1/cluster/apps/new-application"), ("POST", "http://rm1/ws/v1/cluster/apps"),
+        ("PUT", "http://rm1/ws/v1/cluster/apps/application_9_0003/state")]
+    assert pool.requests[-1][2] == {"state": "KILLED"}
+    pool.by_base["http://rm1"] = Answer(200, {"property": {"key": "yarn.application.classpath",
+                                                           "value": "/etc/hadoop,/lib/*", "isFinal": False}})
+    assert rm.conf("yarn.application.classpath") == "/etc/hadoop,/lib/*"
+    pool.by_base["http://rm1"] = Answer(404, b"")
+    assert rm.conf("yarn.application.classpath") is None
+
+
+def test_never_reached_is_a_setup_to_fix_once_reached_a_pause_to_wait_out():
+    pool = Pool({"http://rm1": refused()})
+    rm = ResourceManager(["http://rm1"], pool=pool)
+    with pytest.raises(Unreachable) as err:
+        rm.nodes()
+    assert "check yarn.resource_managers" in str(err.value)
+    pool.by_base["http://rm1"] = Answer(200, {"nodes": {"node": []}})
+    assert rm.nodes() == []
+    pool.by_base["http://rm1"] = refused()
+    with pytest.raises(Unavailable):  # it answered before: a restart or a pause, retried
+        rm.nodes()

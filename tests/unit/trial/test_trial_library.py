@@ -1,0 +1,376 @@
+"""The trial-side library (stratctl.trial), as a training script meets it: imported with the
+standard library alone, its place in the gang from the environment, checkpoints that a
+crash never tears, a SIGTERM that ends in a saved checkpoint, and a result stratctl reads."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+
+from stratctl import rendezvous, trial
+from stratctl.attempt import RESULT, StudyFiles
+from stratctl.backends.kubernetes.status import results_in
+from stratctl.core.render import Renderer
+from stratctl.core.space import expand
+from stratctl.trial import checkpoint, metrics
+from stratctl.trial.checkpoint import Checkpoints
+
+from tests.unit.studies import MINIMAL, load
+
+ROOT = Path(__file__).parents[3]
+
+
+def _child(code: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
+    """A Python process running `code`, as a training script would, with stratctl importable."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), **env}, **kwargs)
+
+
+# ---------------------------------------------------------------- standard library only
+
+
+def test_importing_the_library_loads_the_standard_library_alone():
+    # what the import adds to what the interpreter loaded at start (site, the editable install's finder)
+    code = "import sys; before = set(sys.modules); import stratctl.trial; print(' '.join(set(sys.modules) - before))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    loaded = set(done.stdout.split())
+    assert "stratctl.trial" in loaded
+    outside = {m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "stratctl"}
+    assert outside == set()
+    assert not {"typer", "rich", "yaml", "jinja2", "pydantic", "kubernetes", "urllib3", "orjson"} & loaded
+    assert {m for m in loaded if m.startswith("stratctl.")} <= {
+        "stratctl.trial", "stratctl.trial.checkpoint", "stratctl.trial.contract", "stratctl.trial.metrics",
+        "stratctl.trial.preempt", "stratctl.labels", "stratctl.rendezvous", "stratctl.attempt",
+        "stratctl.trialstate"}
+
+
+def test_the_import_contract_forbids_every_declared_dependency():
+    # a dependency added to pyproject.toml and not to the contract would go unchecked by lint-imports
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    forbidden = set(config["importlinter:contract:trial"]["forbidden_modules"].split())
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    modules_of: dict[str, set[str]] = {}
+    for module, dists in packages_distributions().items():
+        for dist in dists:
+            modules_of.setdefault(_normal(dist), set()).add(module)
+    for requirement in declared:
+        dist = _normal(requirement.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip())
+        modules = {m for m in modules_of.get(dist, ()) if not m.startswith("_")}
+        assert modules, f"{requirement}: not installed in the test environment"
+        assert modules & forbidden, f"{requirement} ({', '.join(sorted(modules))}) is not forbidden to stratctl.trial"
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+# ---------------------------------------------------------------- the contract
+
+
+def test_the_contract_of_a_ps_trial_from_the_environment_its_backend_gives():
+    roles = [("ps", ["t-ps-0.t", "t-ps-1.t"]), ("worker", ["t-worker-0.t", "t-worker-1.t", "t-worker-2.t"])]
+    env = rendezvous.environment(roles, rank=3, port=rendezvous.derived_port(1234))
+    c = trial.contract(env)
+    assert (c.num_nodes, c.rank, c.task, c.task_index) == (5, 3, "worker", 1)
+    assert c.addrs == ("t-ps-0.t", "t-ps-1.t", "t-worker-0.t", "t-worker-1.t", "t-worker-2.t")
+    assert (c.master_addr, c.master_port) == ("t-ps-0.t", 21234)
+    assert c.roles == (trial.Role("ps", ("t-ps-0.t", "t-ps-1.t")),
+                       trial.Role("worker", ("t-worker-0.t", "t-worker-1.t", "t-worker-2.t")))
+    assert c.hosts("worker") == ("t-worker-0.t", "t-worker-1.t", "t-worker-2.t") and c.hosts("evaluator") == ()
+    assert not c.is_master and trial.contract({**env, **rendezvous.environment(roles, 0, 1)}).is_master
+
+
+def test_a_script_run_by_hand_is_one_node_of_rank_0_on_this_machine():
+    c = trial.contract({})
+    assert (c.num_nodes, c.rank, c.addrs, c.master_addr, c.master_port) == (1, 0, ("127.0.0.1",), "127.0.0.1", 29500)
+    assert (c.task, c.task_index, c.roles) == ("worker", 0, (trial.Role("worker", ("127.0.0.1",)),))
+    assert c.is_master
+    assert trial.contract({"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "23456"}).addrs == ("10.0.0.5",)
+    assert (trial.backend({}), trial.params({}), trial.resuming({})) == ("local", {}, False)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"STRATCTL_NUM_NODES": "two"}, "STRATCTL_NUM_NODES='two' is not a whole number"),
+    ({"STRATCTL_NUM_NODES": "2"}, "STRATCTL_NODE_ADDRS is not set"),
+    ({"STRATCTL_NUM_NODES": "2", "STRATCTL_NODE_ADDRS": "a"}, "lists 1 addresses for STRATCTL_NUM_NODES=2"),
+    ({"STRATCTL_NUM_NODES": "2", "STRATCTL_NODE_ADDRS": "a,b", "STRATCTL_NODE_RANK": "2"}, "outside 0..1"),
+])
+def test_a_contract_that_contradicts_itself_is_an_error_naming_the_variable(env, message):
+    with pytest.raises(ValueError, match=message):
+        trial.contract(env)
+
+
+def test_identity_parameters_resume_and_backend():
+    env = {"STRATCTL_TRIAL": "s-1a2b", "STRATCTL_PARAMS": '{"lr": 0.01, "bs": 32}', "STRATCTL_RESUME": "1"}
+    assert trial.params(env) == {"lr": 0.01, "bs": 32}
+    assert trial.resuming(env) and trial.backend(env) == "kubernetes"
+    assert trial.backend({**env, "STRATCTL_OUTPUT_DIR": "out/s/t", "SLURM_JOB_ID": "7"}) == "slurm"
+    assert trial.backend({**env, "STRATCTL_OUTPUT_DIR": "/shared/out/s/t"}) == "yarn"
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_directory_from_the_study_or_beside_the_trials_output(tmp_path):
+    assert trial.checkpoint_dir({"STRATCTL_CHECKPOINT_DIR": str(tmp_path / "c")}) == tmp_path / "c"
+    assert trial.checkpoint_dir({"STRATCTL_CHECKPOINT_DIR": f"file://{tmp_path}/c"}) == tmp_path / "c"
+    assert trial.checkpoint_dir({"STRATCTL_OUTPUT_DIR": str(tmp_path)}) == tmp_path / "checkpoints"
+    # relative to where the trial started (Slurm's output directory is relative), whatever it chdir'd to since
+    assert trial.checkpoint_dir({"STRATCTL_CHECKPOINT_DIR": "ckpt"}) == Path(checkpoint.START, "ckpt")
+    with pytest.raises(ValueError, match="'s3://b/s/t' is not a local directory"):
+        trial.checkpoint_dir({"STRATCTL_CHECKPOINT_DIR": "s3://b/s/t"})
+
+
+def test_save_and_latest_round_trip_objects_and_bytes_and_keep_the_last_k(tmp_path):
+    ckpt = Checkpoints(tmp_path, keep=2)
+    assert ckpt.latest() is None
+    for step in range(1, 5):
+        ckpt.save({"step": step, "w": [step] * 3}, step)
+    saved = ckpt.latest()
+    assert (saved.step, saved.load()) == (4, {"step": 4, "w": [4, 4, 4]})
+    ckpt.save(b"\x00raw", 5)
+    assert (ckpt.latest().step, ckpt.latest().load()) == (5, b"\x00raw")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000000004.pkl", "step-000000005.bin"]
+    # as readable as any file the process writes (stratctl may read a result as another user)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert {p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {0o666 & ~mask}
+
+
+def test_the_module_functions_use_the_trials_checkpoint_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATCTL_CHECKPOINT_DIR", str(tmp_path / "trial-1"))
+    trial.save({"epoch": 2}, 200)
+    assert (trial.latest().step, trial.latest().load()) == (200, {"epoch": 2})
+    assert (tmp_path / "trial-1" / "latest").read_text() == "step-000000200.pkl\n"
+
+
+def test_a_crash_between_write_and_rename_leaves_the_previous_latest_whole(tmp_path, monkeypatch):
+    ckpt = Checkpoints(tmp_path)
+    ckpt.save({"step": 1}, 1)
+    replace = os.replace
+
+    def crash(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.save({"step": 2}, 2)
+    monkeypatch.setattr(os, "replace", replace)
+    assert (ckpt.latest().step, ckpt.latest().load()) == (1, {"step": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000000001.pkl"]  # no debris
+
+
+def test_a_crash_before_the_pointer_moves_keeps_the_previous_latest(tmp_path, monkeypatch):
+    ckpt = Checkpoints(tmp_path)
+    ckpt.save({"step": 1}, 1)
+    replace, calls = os.replace, []
+
+    def crash_on_the_pointer(src, dst):
+        calls.append(dst)
+        if Path(dst).name == "latest":
+            raise KeyboardInterrupt  # what a Ctrl-C or a SystemExit from a signal handler is
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash_on_the_pointer)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save({"step": 2}, 2)
+    monkeypatch.setattr(os, "replace", replace)
+    assert [Path(c).name for c in calls] == ["step-000000002.pkl", "latest"]
+    assert (ckpt.latest().step, ckpt.latest().load()) == (1, {"step": 1})  # the pointer, not the newest file
+    ckpt.save({"step": 3}, 3)
+    assert ckpt.latest().load() == {"step": 3}
+
+
+def test_a_process_killed_mid_save_leaves_the_previous_latest_readable(tmp_path):
+    # the child blocks once the new checkpoint's bytes are written, before its rename: SIGKILL there
+    child = _child("""
+        import os, sys, time
+        from stratctl.trial import Checkpoints
+        ckpt = Checkpoints(os.environ["DIR"])
+        ckpt.save({"step": 1, "weights": list(range(1000))}, 1)
+        def stuck(fd):
+            print("writing", flush=True)
+            time.sleep(60)
+        os.fsync = stuck
+        ckpt.save({"step": 2, "weights": list(range(1000))}, 2)
+    """, {"DIR": str(tmp_path)})
+    try:
+        assert child.stdout.readline() == "writing\n"
+        child.kill()
+    finally:
+        child.wait(timeout=10)
+    assert child.returncode == -signal.SIGKILL
+    ckpt = Checkpoints(tmp_path)
+    assert (ckpt.latest().step, ckpt.latest().load()["step"]) == (1, 1)
+    debris = [p for p in tmp_path.iterdir() if p.name.startswith(".step-000000002.pkl.tmp-")]
+    assert len(debris) == 1
+    # the next save removes what the crash left, once it is surely no live save's
+    os.utime(debris[0], (time.time() - 2 * checkpoint.STALE_SECONDS,) * 2)
+    ckpt.save({"step": 2}, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-000000001.pkl", "step-000000002.pkl"]
+
+
+# ---------------------------------------------------------------- preemption
+
+
+_PREEMPTED = """
+    import os, signal, sys, time
+    from stratctl import trial
+
+    def previous(signum, frame):
+        print("previous handler", flush=True)
+    signal.signal(signal.SIGTERM, previous)
+    calls = []
+
+    def save():
+        calls.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM while saving: not a second save
+        trial.save({"step": state["step"], "calls": len(calls)}, state["step"])
+    trial.on_preempt(save, exit=EXIT)
+    state = {"step": 0}
+    for step in range(1, 6):
+        state["step"] = step
+    print("ready", flush=True)
+    deadline = time.time() + 30
+    while not trial.preempted() and time.time() < deadline:
+        time.sleep(0.01)
+    print("preempted, stopping", flush=True)
+"""
+
+
+def test_sigterm_saves_the_current_step_then_exits_143(tmp_path):
+    child = _child(_PREEMPTED.replace("EXIT", "True"), {"STRATCTL_CHECKPOINT_DIR": str(tmp_path)})
+    assert child.stdout.readline() == "ready\n"
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=20)
+    assert child.returncode == 143, err
+    assert out == "previous handler\n"  # chained, and the loop never went on
+    saved = Checkpoints(tmp_path).latest()
+    assert (saved.step, saved.load()) == (5, {"step": 5, "calls": 1})
+
+
+def test_sigterm_without_exit_lets_the_program_stop_on_its_own(tmp_path):
+    child = _child(_PREEMPTED.replace("EXIT", "False"), {"STRATCTL_CHECKPOINT_DIR": str(tmp_path)})
+    assert child.stdout.readline() == "ready\n"
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=20)
+    assert child.returncode == 0, err
+    assert out == "previous handler\npreempted, stopping\n"
+    assert Checkpoints(tmp_path).latest().load() == {"step": 5, "calls": 1}
+
+
+# ---------------------------------------------------------------- results and reports
+
+
+@pytest.mark.parametrize("backend_env", [{"SLURM_JOB_ID": "41"}, {"CONTAINER_ID": "container_1_0001_01_000002"}])
+def test_result_on_slurm_and_yarn_is_the_result_file_the_scheduler_reads(tmp_path, monkeypatch, backend_env):
+    study_output = tmp_path / "stratctl-out" / "study"
+    monkeypatch.setenv("STRATCTL_TRIAL", "study-1a2b3c4d5e")
+    monkeypatch.setenv("STRATCTL_OUTPUT_DIR", str(study_output / "study-1a2b3c4d5e"))
+    for name, value in backend_env.items():
+        monkeypatch.setenv(name, value)
+    written = trial.result(loss=0.231, accuracy=_Scalar(0.91), checkpoint="/ckpt/step-9000")
+    assert written == study_output / "study-1a2b3c4d5e" / RESULT
+    files = StudyFiles()
+    files.output = study_output
+    assert files.result("study-1a2b3c4d5e") == {"loss": 0.231, "accuracy": 0.91, "checkpoint": "/ckpt/step-9000"}
+
+
+def test_result_on_kubernetes_is_the_termination_message_status_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATCTL_TRIAL", "study-1a2b3c4d5e")
+    monkeypatch.delenv("STRATCTL_OUTPUT_DIR", raising=False)
+    monkeypatch.setattr(metrics, "TERMINATION_LOG", str(tmp_path / "termination-log"))
+    trial.result(loss=0.231, accuracy=0.91)
+    message = (tmp_path / "termination-log").read_text()
+    pod = {"metadata": {"labels": {"volcano.sh/job-name": "study-1a2b3c4d5e"}},
+           "status": {"containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": message}}}]}}
+    jobs = {"study-1a2b3c4d5e": {"metadata": {"name": "study-1a2b3c4d5e"}}}
+    assert results_in([pod], jobs) == {"study-1a2b3c4d5e": {"loss": 0.231, "accuracy": 0.91}}
+    with pytest.raises(ValueError, match="termination message keeps 4096"):
+        trial.result(log="x" * 5000)
+
+
+def test_result_by_hand_is_said_and_written_nowhere(monkeypatch, capsys):
+    for name in ("STRATCTL_TRIAL", "STRATCTL_OUTPUT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    assert trial.result(loss=0.5) is None
+    assert capsys.readouterr().err == 'stratctl.trial: result (not in a trial, written nowhere): {"loss":0.5}\n'
+
+
+def test_report_on_yarn_names_yarn_as_its_users_write_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(metrics, "_said", set())
+    monkeypatch.setenv("STRATCTL_TRIAL", "s-1")
+    monkeypatch.setenv("STRATCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert trial.report(1, loss=0.5) is False
+    assert capsys.readouterr().err == ("stratctl.trial.report: the pruner does not run on YARN; values kept in "
+                                       "report.jsonl in the trial's output directory\n")
+
+
+def test_report_on_slurm_keeps_the_values_and_says_once_that_no_pruner_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(metrics, "_said", set())
+    monkeypatch.setenv("STRATCTL_TRIAL", "s-1")
+    monkeypatch.setenv("STRATCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.setenv("SLURM_JOB_ID", "41")
+    monkeypatch.setenv("STRATCTL_ATTEMPT", "1")
+    monkeypatch.setenv("STRATCTL_NODE_RANK", "0")
+    assert trial.report(1, loss=0.5) is False
+    assert trial.report(2, loss=0.4, acc=float("nan")) is False
+    err = capsys.readouterr().err
+    assert err.count("the pruner does not run on Slurm") == 1
+    assert "step 2: values that are not finite numbers are left out (acc)" in err
+    lines = [json.loads(line) for line in (tmp_path / "report.jsonl").read_text().splitlines()]
+    assert lines == [{"attempt": 1, "rank": 0, "step": 1, "values": {"loss": 0.5}},
+                     {"attempt": 1, "rank": 0, "step": 2, "values": {"loss": 0.4}}]
+    with pytest.raises(ValueError, match="step must be a whole number"):
+        trial.report(-1, loss=0.1)
+    with pytest.raises(ValueError, match="'low' is not a number"):
+        trial.report(3, loss="low")
+
+
+def test_report_on_kubernetes_is_stratctls_report_to_the_pod(monkeypatch):
+    from stratctl.backends.kubernetes import intermediate
+
+    sent = []
+    monkeypatch.setenv("STRATCTL_TRIAL", "s-1")
+    monkeypatch.delenv("STRATCTL_OUTPUT_DIR", raising=False)
+    monkeypatch.setattr(intermediate, "report", lambda step, values, flush: sent.append((step, values, flush)) or True)
+    assert trial.report(3, flush=True, loss=_Scalar(0.41)) is True
+    assert sent == [(3, {"loss": 0.41}, True)]
+
+
+class _Scalar:
+    """A numpy or torch scalar as json sees it: not a float, with `.item()`."""
+
+    def __init__(self, value: float):
+        self.value = value
+
+    def item(self) -> float:
+        return self.value
+
+
+# ---------------------------------------------------------------- the grace period
+
+
+def test_the_grace_period_is_the_pods_termination_grace_period(tmp_path):
+    study = load(tmp_path, MINIMAL + "checkpoint: {location: /ckpt, grace_seconds: 120}\n")
+    [job] = Renderer(study).render(expand(study)[0])
+    assert [t["template"]["spec"]["terminationGracePeriodSeconds"] for t in job["spec"]["tasks"]] == [120]
+    batch = load(tmp_path, MINIMAL + "workload: batch\ncheckpoint: {grace_seconds: 0}\n")
+    _, job, _ = Renderer(batch).render(expand(batch)[0])
+    assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 0
+    [job] = Renderer(load(tmp_path, MINIMAL)).render(expand(load(tmp_path, MINIMAL))[0])
+    assert "terminationGracePeriodSeconds" not in job["spec"]["tasks"][0]["template"]["spec"]  # Kubernetes' 30 s
