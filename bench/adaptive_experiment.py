@@ -46,8 +46,17 @@ from stratctl.core.space import expand  # noqa: E402
 from stratctl.core.spec import load_study  # noqa: E402
 
 
-def study_text(name: str, namespace: str, trials: int, seed: int, max_inflight: int, gang: int,
-               initial: int = 4, yields: bool = True, workload: str = "volcano") -> str:
+def study_text(
+    name: str,
+    namespace: str,
+    trials: int,
+    seed: int,
+    max_inflight: int,
+    gang: int,
+    initial: int = 4,
+    yields: bool = True,
+    workload: str = "volcano",
+) -> str:
     return textwrap.dedent(
         f"""\
         name: {name}
@@ -103,8 +112,9 @@ def scheduled_series(schedule: list[Phase], step: float = 0.5) -> list[tuple[flo
     if not schedule:
         return []
     end = max(p.end for p in schedule)
-    return [(i * step, sum(p.gpus for p in schedule if p.start <= i * step < p.end))
-            for i in range(int(end / step) + 2)]
+    return [
+        (i * step, sum(p.gpus for p in schedule if p.start <= i * step < p.end)) for i in range(int(end / step) + 2)
+    ]
 
 
 def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
@@ -119,23 +129,34 @@ def competing_job(name: str, namespace: str, gpus: int, seconds: float) -> dict:
             "priorityClassName": "stratctl-high",
             "minAvailable": pods,
             "maxRetry": 1,
-            "tasks": [{
-                "name": "prod",
-                "replicas": pods,
-                "minAvailable": pods,
-                "template": {
-                    "metadata": {"labels": {COMPETING: "true"},
-                                 "annotations": {"testbed.stratctl.io/run-duration": f"{int(seconds)}s"}},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "schedulerName": "volcano",
-                        "priorityClassName": "stratctl-high",
-                        "containers": [{"name": "prod", "image": "busybox",
-                                        "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
-                                                      "limits": {"nvidia.com/gpu": "1"}}}],
+            "tasks": [
+                {
+                    "name": "prod",
+                    "replicas": pods,
+                    "minAvailable": pods,
+                    "template": {
+                        "metadata": {
+                            "labels": {COMPETING: "true"},
+                            "annotations": {"testbed.stratctl.io/run-duration": f"{int(seconds)}s"},
+                        },
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "schedulerName": "volcano",
+                            "priorityClassName": "stratctl-high",
+                            "containers": [
+                                {
+                                    "name": "prod",
+                                    "image": "busybox",
+                                    "resources": {
+                                        "requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
+                                        "limits": {"nvidia.com/gpu": "1"},
+                                    },
+                                }
+                            ],
+                        },
                     },
-                },
-            }],
+                }
+            ],
         },
     }
 
@@ -154,8 +175,12 @@ class Samples:
     idle_gpu_seconds: float = 0.0  # free GPU-seconds while trials waited
     idle_while_gathering: float = 0.0  # of those, while a competing gang waited for its GPUs
     idle_by_cause: dict[str, float] = field(default_factory=lambda: {"gathering": 0.0, "handoff": 0.0, "tail": 0.0})
-    timeline: list[tuple] = field(default_factory=list)  # (s, free GPUs, competing GPUs, our bound GPUs, our pending pods, our queued gangs)
-    competing_started: dict[str, float] = field(default_factory=dict)  # competing job -> seconds when all its GPUs were bound
+    timeline: list[tuple] = field(
+        default_factory=list
+    )  # (s, free GPUs, competing GPUs, our bound GPUs, our pending pods, our queued gangs)
+    competing_started: dict[str, float] = field(
+        default_factory=dict
+    )  # competing job -> seconds when all its GPUs were bound
 
 
 class Sampler(threading.Thread):
@@ -209,23 +234,37 @@ class Sampler(threading.Thread):
                 groups, _ = self.admin.list(PODGROUP)
             except Exception:
                 continue
-            bound = [p for p in pods
-                     if (p["metadata"].get("labels") or {}).get(COMPETING) == "true"
-                     and p.get("spec", {}).get("nodeName")
-                     and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+            bound = [
+                p
+                for p in pods
+                if (p["metadata"].get("labels") or {}).get(COMPETING) == "true"
+                and p.get("spec", {}).get("nodeName")
+                and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            ]
             held = sum(pod_gpus(p) for p in bound)
             self.samples.competing.append((time.monotonic() - self.started, held))
             self._account_competing(bound, time.monotonic() - self.started)
             ours = [p for p in pods if (p["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies]
-            mine = [g for g in groups if (g["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies
-                    or any(o.get("name", "").startswith(tuple(self.studies))
-                           for o in g["metadata"].get("ownerReferences") or [])]
+            mine = [
+                g
+                for g in groups
+                if (g["metadata"].get("labels") or {}).get(labels.STUDY) in self.studies
+                or any(
+                    o.get("name", "").startswith(tuple(self.studies))
+                    for o in g["metadata"].get("ownerReferences") or []
+                )
+            ]
             self.groups_seen.update(g["metadata"]["name"] for g in mine)
-            waiting_gangs = sum(1 for g in mine if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue"))
+            waiting_gangs = sum(
+                1 for g in mine if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue")
+            )
             self.samples.peak_pending_gangs = max(self.samples.peak_pending_gangs, waiting_gangs)
             # Pending pods as the scheduler counts them: created, not yet bound to a node
-            pending = [p["metadata"]["name"] for p in ours
-                       if p.get("status", {}).get("phase") == "Pending" and not p.get("spec", {}).get("nodeName")]
+            pending = [
+                p["metadata"]["name"]
+                for p in ours
+                if p.get("status", {}).get("phase") == "Pending" and not p.get("spec", {}).get("nodeName")
+            ]
             self._account_evictions(ours, time.monotonic())
             if len(pending) > self.samples.peak_pending_pods:
                 self.samples.peak_pending_why = pending_breakdown(ours, groups, self.admin)
@@ -239,10 +278,21 @@ class Sampler(threading.Thread):
             ages = [now - t for t in self.first_pending.values()]
             self.samples.max_pending_age = max([self.samples.max_pending_age] + ages)
             self.samples.peak_stuck_pods = max(self.samples.peak_stuck_pods, sum(1 for a in ages if a >= 2.0))
-            ours_bound = sum(pod_gpus(p) for p in ours if p.get("spec", {}).get("nodeName")
-                             and p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
-            self.samples.timeline.append((round(now - self.started, 1), sum(free_gpus(nodes, pods).values()), held,
-                                          ours_bound, len(pending), waiting_gangs))
+            ours_bound = sum(
+                pod_gpus(p)
+                for p in ours
+                if p.get("spec", {}).get("nodeName") and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            )
+            self.samples.timeline.append(
+                (
+                    round(now - self.started, 1),
+                    sum(free_gpus(nodes, pods).values()),
+                    held,
+                    ours_bound,
+                    len(pending),
+                    waiting_gangs,
+                )
+            )
             free = sum(free_gpus(nodes, pods).values())
             dt, self.last_sample = now - self.last_sample, now  # a sample's period: 0.5 s plus the lists
             gathering = bool(set(self.competing_size) - set(self.samples.competing_started))
@@ -327,8 +377,11 @@ def lower_bound(gpu_seconds: float, total_gpus: int, competing: list[tuple[float
 
 def held_between(competing: list[tuple[float, int]], start: float, end: float) -> float:
     """GPU-seconds of a sampled (time, GPUs) series between two times."""
-    return sum(held * (min(t1, end) - max(t0, start))
-               for (t0, held), (t1, _) in zip(competing, competing[1:]) if t1 > start and t0 < end)
+    return sum(
+        held * (min(t1, end) - max(t0, start))
+        for (t0, held), (t1, _) in zip(competing, competing[1:])
+        if t1 > start and t0 < end
+    )
 
 
 def cleanup(admin: Cluster, study: str) -> None:
@@ -351,16 +404,30 @@ def cleanup(admin: Cluster, study: str) -> None:
 GANGS = (2, 3, 4)
 
 
-def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag: str,
-            schedule_factory=competing_schedule, horizon: float = 900, gangs=GANGS,
-            duration: tuple[int, int] = (8, 24), initial: int = 4, yields: bool | None = None,
-            workload: str = "volcano") -> Result:
+def measure(
+    strategy: str,
+    cap: int | None,
+    target,
+    trials: int,
+    seed: int,
+    tag: str,
+    schedule_factory=competing_schedule,
+    horizon: float = 900,
+    gangs=GANGS,
+    duration: tuple[int, int] = (8, 24),
+    initial: int = 4,
+    yields: bool | None = None,
+    workload: str = "volcano",
+    stratctl: list[str] | None = None,
+) -> Result:
     """Run `trials` trials split over one study per gang size, side by side, to the end.
 
     `cap` None is the adaptive policy (bounded by the study size); otherwise a static cap
     per study (the total cap split evenly). `yields`: whether the studies yield to the
     competing higher-priority gangs (default: adaptive does, static caps do not, as the
-    tools they stand for do not)."""
+    tools they stand for do not). `stratctl`: the command that starts each team's stratctl
+    (default [python, -m, stratctl] from this checkout; e.g. an installed venv's bin/stratctl)."""
+    stratctl = stratctl or [sys.executable, "-m", "stratctl"]
     yields = cap is None if yields is None else yields
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     nodes, _ = admin.list(NODE)
@@ -373,8 +440,11 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         paths, gpu_seconds = [], 0.0
         for name, gang, n in zip(names, gangs, per_study):
             path = Path(tmp) / f"{name}.yaml"
-            path.write_text(study_text(name, target.namespace, n, seed, n, gang, initial, yields, workload).replace(
-                "low: 8, high: 24", f"low: {duration[0]}, high: {duration[1]}"))
+            path.write_text(
+                study_text(name, target.namespace, n, seed, n, gang, initial, yields, workload).replace(
+                    "low: 8, high: 24", f"low: {duration[0]}, high: {duration[1]}"
+                )
+            )
             paths.append(path)
             gpu_seconds += sum(gang * t.params["duration"] for t in expand(load_study(path)))
         schedule = schedule_factory(total_gpus, horizon)
@@ -402,12 +472,32 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
             """One team's `stratctl submit`, a process of its own as on a laptop or in CI."""
             study_cap = None if cap is None else max(1, round(cap * n / trials))
             context = target.restricted_context or target.admin_context
-            argv = [sys.executable, "-m", "stratctl", "submit", str(path), "--kubeconfig", target.kubeconfig,
-                    *(["--context", context] if context else []), "-n", target.namespace, "--poll-interval", "1",
-                    "--workers", "8", "--parallelism", "adaptive" if cap is None else "static",
-                    *(["--max-inflight", str(study_cap)] if study_cap else []), "-o", "json"]
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    cwd=Path(__file__).resolve().parent.parent)
+            argv = [
+                *stratctl,
+                "submit",
+                str(path),
+                "--kubeconfig",
+                target.kubeconfig,
+                *(["--context", context] if context else []),
+                "-n",
+                target.namespace,
+                "--poll-interval",
+                "1",
+                "--workers",
+                "8",
+                "--parallelism",
+                "adaptive" if cap is None else "static",
+                *(["--max-inflight", str(study_cap)] if study_cap else []),
+                "-o",
+                "json",
+            ]
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
             for line in proc.stderr:  # the loop's log lines (no terminal: one line per event)
                 print(f"  [{name}] {line.rstrip()}", flush=True)
             out = proc.stdout.read()
@@ -449,14 +539,16 @@ def measure(strategy: str, cap: int | None, target, trials: int, seed: int, tag:
         peak_pending_why=sampler.samples.peak_pending_why,
         lost_gpu_seconds=sampler.samples.lost_gpu_seconds,
         evicted_pods=sampler.samples.evicted_pods,
-        bound_with_losses=lower_bound(gpu_seconds + sampler.samples.lost_gpu_seconds, total_gpus,
-                                      sampler.samples.competing),
+        bound_with_losses=lower_bound(
+            gpu_seconds + sampler.samples.lost_gpu_seconds, total_gpus, sampler.samples.competing
+        ),
         total_gpus=total_gpus,
         timeline=sampler.samples.timeline,
         idle_gpu_seconds=sampler.samples.idle_gpu_seconds,
         idle_while_gathering=sampler.samples.idle_while_gathering,
-        production_waits=tuple(sampler.samples.competing_started.get(job, makespan) - at
-                               for job, at in created.items()),
+        production_waits=tuple(
+            sampler.samples.competing_started.get(job, makespan) - at for job, at in created.items()
+        ),
         production_unplaced=len(set(created) - set(sampler.samples.competing_started)),
         scheduled_bound=lower_bound(gpu_seconds, total_gpus, scheduled_series(schedule)),
         idle_by_cause=dict(sampler.samples.idle_by_cause),
@@ -476,38 +568,78 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--small", type=int, default=4)
     parser.add_argument("--large", type=int, default=20)
-    parser.add_argument("--only", default="submit-all,static-small,static-large,static-yield,adaptive",
-                        help="strategies to run; static-yield is the large cap, yielding to production as adaptive does; "
-                             "adaptive-noyield is adaptive with yielding off, like for like with the other static caps")
-    parser.add_argument("--initial", type=int, default=4,
-                        help="the studies' parallelism.initial (adaptive's starting target; default the study default)")
-    parser.add_argument("--workload", choices=("volcano", "batch"), default="volcano",
-                        help="trials as Volcano Jobs, or batch/v1 Jobs with a PodGroup (their pods exist at once)")
+    parser.add_argument(
+        "--only",
+        default="submit-all,static-small,static-large,static-yield,adaptive",
+        help="strategies to run; static-yield is the large cap, yielding to production as adaptive does; "
+        "adaptive-noyield is adaptive with yielding off, like for like with the other static caps",
+    )
+    parser.add_argument(
+        "--initial",
+        type=int,
+        default=4,
+        help="the studies' parallelism.initial (adaptive's starting target; default the study default)",
+    )
+    parser.add_argument(
+        "--workload",
+        choices=("volcano", "batch"),
+        default="volcano",
+        help="trials as Volcano Jobs, or batch/v1 Jobs with a PodGroup (their pods exist at once)",
+    )
     parser.add_argument("--timeline", help="write each run's sampled timeline (JSON, in run order) to this file")
-    parser.add_argument("--time-scale", type=float, default=1.0,
-                        help="multiply the trial durations (8-24 s) and the competing schedule by this")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="run the strategies this many rounds (interleaved) and compare their medians")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply the trial durations (8-24 s) and the competing schedule by this",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the strategies this many rounds (interleaved) and compare their medians",
+    )
     args = parser.parse_args()
     scale = args.time_scale
     duration = (round(8 * scale), round(24 * scale))
     target = testbed_target()
     tag = str(int(time.time()))[-5:]
-    caps = {"submit-all": args.trials, "static-small": args.small, "static-large": args.large,
-            "static-yield": args.large, "adaptive": None, "adaptive-noyield": None}
+    caps = {
+        "submit-all": args.trials,
+        "static-small": args.small,
+        "static-large": args.large,
+        "static-yield": args.large,
+        "adaptive": None,
+        "adaptive-noyield": None,
+    }
     results = []
     for round_ in range(args.repeat):
         for strategy in args.only.split(","):
-            print(f"running {strategy}{f' (round {round_ + 1} of {args.repeat})' if args.repeat > 1 else ''} ...",
-                  flush=True)
-            results.append(measure(strategy, caps[strategy], target, args.trials, args.seed, f"{tag}{round_}",
-                                   initial=args.initial,
-                                   yields={"static-yield": True, "adaptive-noyield": False}.get(strategy),
-                                   workload=args.workload, duration=duration, horizon=900 * scale,
-                                   schedule_factory=lambda gpus, horizon: competing_schedule(gpus, horizon, scale)))
+            print(
+                f"running {strategy}{f' (round {round_ + 1} of {args.repeat})' if args.repeat > 1 else ''} ...",
+                flush=True,
+            )
+            results.append(
+                measure(
+                    strategy,
+                    caps[strategy],
+                    target,
+                    args.trials,
+                    args.seed,
+                    f"{tag}{round_}",
+                    initial=args.initial,
+                    yields={"static-yield": True, "adaptive-noyield": False}.get(strategy),
+                    workload=args.workload,
+                    duration=duration,
+                    horizon=900 * scale,
+                    schedule_factory=lambda gpus, horizon: competing_schedule(gpus, horizon, scale),
+                )
+            )
     report(results, args, duration, scale)
-    save("adaptive" if args.workload == "volcano" else f"adaptive-{args.workload}",
-         {"trials": args.trials, "repeat": args.repeat, "time_scale": scale, "runs": [scalars(r) for r in results]})
+    save(
+        "adaptive" if args.workload == "volcano" else f"adaptive-{args.workload}",
+        {"trials": args.trials, "repeat": args.repeat, "time_scale": scale, "runs": [scalars(r) for r in results]},
+    )
 
 
 def median(values: list[float]) -> float:
@@ -525,76 +657,106 @@ def by_strategy(results: list[Result]) -> dict[str, list[Result]]:
 
 def medians(results: list[Result]) -> dict[str, Result]:
     """Per strategy, its run of median makespan (the lower of the two middle ones for an even count)."""
-    return {name: sorted(runs, key=lambda r: r.makespan)[(len(runs) - 1) // 2]
-            for name, runs in by_strategy(results).items()}
+    return {
+        name: sorted(runs, key=lambda r: r.makespan)[(len(runs) - 1) // 2]
+        for name, runs in by_strategy(results).items()
+    }
 
 
 def report(results: list[Result], args, duration: tuple[int, int], scale: float) -> None:
     chosen = medians(results)
     # adaptive yields to production: compare it with the static caps that do too
-    best_static = min((r.makespan for r in chosen.values() if r.strategy == "static-yield"),
-                      default=min((r.makespan for r in chosen.values() if not r.strategy.startswith("adaptive")),
-                                  default=None))
-    print(f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods, {args.workload} workload), "
-          f"{duration[0]}–{duration[1]} s each, against a competing high-priority load (schedule × {scale:g})\n")
-    header = (f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending':>13} "
-              f"{'peak >2s':>9} {'longest wait s':>15} {'queued gangs':>13} {'429s':>5} {'writes/trial':>13} {'done':>8}")
+    best_static = min(
+        (r.makespan for r in chosen.values() if r.strategy == "static-yield"),
+        default=min((r.makespan for r in chosen.values() if not r.strategy.startswith("adaptive")), default=None),
+    )
+    print(
+        f"\n{args.trials} trials in 3 studies (gangs of 2, 3, 4 one-GPU pods, {args.workload} workload), "
+        f"{duration[0]}–{duration[1]} s each, against a competing high-priority load (schedule × {scale:g})\n"
+    )
+    header = (
+        f"{'strategy':13} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle':>6} {'peak pending':>13} "
+        f"{'peak >2s':>9} {'longest wait s':>15} {'queued gangs':>13} {'429s':>5} {'writes/trial':>13} {'done':>8}"
+    )
     print(header)
     for r in results:
-        print(f"{r.strategy:13} {r.makespan:10.1f} {r.lower_bound:8.1f} {r.makespan / r.lower_bound:6.2f} "
-              f"{r.idle_fraction * 100:5.1f}% {r.peak_pending_pods:13d} {r.peak_stuck_pods:9d} {r.max_pending_age:15.1f} "
-              f"{r.peak_pending_gangs:13d} "
-              f"{r.throttled_429:5d} {r.writes_per_trial:13.2f} {r.succeeded}/{r.total}")
+        print(
+            f"{r.strategy:13} {r.makespan:10.1f} {r.lower_bound:8.1f} {r.makespan / r.lower_bound:6.2f} "
+            f"{r.idle_fraction * 100:5.1f}% {r.peak_pending_pods:13d} {r.peak_stuck_pods:9d} {r.max_pending_age:15.1f} "
+            f"{r.peak_pending_gangs:13d} "
+            f"{r.throttled_429:5d} {r.writes_per_trial:13.2f} {r.succeeded}/{r.total}"
+        )
     by = by_strategy(results)
     runs = max(len(rs) for rs in by.values())
     if runs > 1:
         print(f"\nmedians over {runs} rounds (makespan, its ratio to that run's bound; all runs in brackets):")
         for name, rs in by.items():
-            print(f"  {name:16} {median([r.makespan for r in rs]):7.1f} s  ratio "
-                  f"{median([r.makespan / r.lower_bound for r in rs]):.2f}  "
-                  f"[{', '.join(f'{r.makespan:.1f} s / {r.makespan / r.lower_bound:.2f}' for r in rs)}]")
-    print("\npeak pending: most unscheduled pods of the studies at once (in transit included); "
-          "peak >2s: of those, pods that had waited 2 s or more; queued gangs: most PodGroups of the studies "
-          "waiting in Volcano's queue; idle: free GPU share while trials waited")
+            print(
+                f"  {name:16} {median([r.makespan for r in rs]):7.1f} s  ratio "
+                f"{median([r.makespan / r.lower_bound for r in rs]):.2f}  "
+                f"[{', '.join(f'{r.makespan:.1f} s / {r.makespan / r.lower_bound:.2f}' for r in rs)}]"
+            )
+    print(
+        "\npeak pending: most unscheduled pods of the studies at once (in transit included); "
+        "peak >2s: of those, pods that had waited 2 s or more; queued gangs: most PodGroups of the studies "
+        "waiting in Volcano's queue; idle: free GPU share while trials waited"
+    )
     for r in results:
         waits = ", ".join(f"{w:.0f} s" for w in r.production_waits)
         unplaced = f" ({r.production_unplaced} still waiting at the end)" if r.production_unplaced else ""
-        print(f"  {r.strategy}: the competing jobs created during the run waited {waits or '-'}{unplaced} for their GPUs; "
-              f"{r.idle_gpu_seconds:.0f} GPU-s idle while trials waited, {r.idle_while_gathering:.0f} of them "
-              f"while a competing gang was gathering its GPUs")
+        print(
+            f"  {r.strategy}: the competing jobs created during the run waited {waits or '-'}{unplaced} "
+            f"for their GPUs; "
+            f"{r.idle_gpu_seconds:.0f} GPU-s idle while trials waited, {r.idle_while_gathering:.0f} of them "
+            f"while a competing gang was gathering its GPUs"
+        )
     for r in results:
-        print(f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}; {r.evicted_pods} running pods "
-              f"evicted, {r.lost_gpu_seconds:.0f} GPU-s of trial work lost and redone; bound with that work "
-              f"{r.bound_with_losses:.1f} s, makespan / it = {r.makespan / r.bound_with_losses:.2f}")
-    print("\nthe gap to the bound, (makespan − bound) × GPUs, is every free GPU-second of the run plus the "
-          "competing load's GPU-seconds after the bound (the bound assumes the studies end before them); "
-          "sched bound: the bound had the competing load got its GPUs exactly on schedule")
+        print(
+            f"  {r.strategy}: at the peak, {r.peak_pending_why or 'no pending pods'}; {r.evicted_pods} running pods "
+            f"evicted, {r.lost_gpu_seconds:.0f} GPU-s of trial work lost and redone; bound with that work "
+            f"{r.bound_with_losses:.1f} s, makespan / it = {r.makespan / r.bound_with_losses:.2f}"
+        )
+    print(
+        "\nthe gap to the bound, (makespan − bound) × GPUs, is every free GPU-second of the run plus the "
+        "competing load's GPU-seconds after the bound (the bound assumes the studies end before them); "
+        "sched bound: the bound had the competing load got its GPUs exactly on schedule"
+    )
     for r in results:
         causes = r.idle_by_cause
-        print(f"  {r.strategy}: gap {(r.makespan - r.lower_bound) * r.total_gpus:.0f} GPU-s = "
-              f"{causes.get('gathering', 0):.0f} free while a competing gang gathered + "
-              f"{causes.get('handoff', 0):.0f} free while trials waited otherwise + "
-              f"{causes.get('tail', 0):.0f} free in the tail + {r.competing_after_bound:.0f} competing after the bound; "
-              f"sched bound {r.scheduled_bound:.1f} s, makespan / it = {r.makespan / r.scheduled_bound:.2f}")
+        print(
+            f"  {r.strategy}: gap {(r.makespan - r.lower_bound) * r.total_gpus:.0f} GPU-s = "
+            f"{causes.get('gathering', 0):.0f} free while a competing gang gathered + "
+            f"{causes.get('handoff', 0):.0f} free while trials waited otherwise + "
+            f"{causes.get('tail', 0):.0f} free in the tail + {r.competing_after_bound:.0f} competing after the bound; "
+            f"sched bound {r.scheduled_bound:.1f} s, makespan / it = {r.makespan / r.scheduled_bound:.2f}"
+        )
     if args.timeline:
         Path(args.timeline).write_text(json.dumps([{"strategy": r.strategy, "timeline": r.timeline} for r in results]))
     adaptive, submit_all = chosen.get("adaptive"), chosen.get("submit-all")
     if adaptive and best_static:
         print(f"\nadaptive makespan / lower bound: {adaptive.makespan / adaptive.lower_bound:.2f} (target ≤ 1.15)")
         print(f"adaptive makespan / static cap that yields too: {adaptive.makespan / best_static:.2f} (target ≤ 1.00)")
-        print(f"adaptive makespan / lower bound, against the best ratio of a static cap: "
-              f"{adaptive.makespan / adaptive.lower_bound:.2f} vs "
-              f"{min(r.makespan / r.lower_bound for r in chosen.values() if not r.strategy.startswith('adaptive')):.2f}")
+        print(
+            f"adaptive makespan / lower bound, against the best ratio of a static cap: "
+            f"{adaptive.makespan / adaptive.lower_bound:.2f} vs "
+            f"{min(r.makespan / r.lower_bound for r in chosen.values() if not r.strategy.startswith('adaptive')):.2f}"
+        )
     noyield = chosen.get("adaptive-noyield")
     static = [r.makespan for r in chosen.values() if r.strategy in ("submit-all", "static-small", "static-large")]
     if noyield and static:
-        print(f"adaptive without yielding: makespan / the best static cap that does not yield either: "
-              f"{noyield.makespan / min(static):.2f} (target ≤ 1.00); / its bound: "
-              f"{noyield.makespan / noyield.lower_bound:.2f}")
+        print(
+            f"adaptive without yielding: makespan / the best static cap that does not yield either: "
+            f"{noyield.makespan / min(static):.2f} (target ≤ 1.00); / its bound: "
+            f"{noyield.makespan / noyield.lower_bound:.2f}"
+        )
     if adaptive and submit_all:
-        print(f"adaptive peak pending pods / submit-all's: {adaptive.peak_pending_pods}/{submit_all.peak_pending_pods} "
-              f"(target ≤ 1/5)")
-        print(f"adaptive peak queued gangs / submit-all's: {adaptive.peak_pending_gangs}/{submit_all.peak_pending_gangs}")
+        print(
+            f"adaptive peak pending pods / submit-all's: {adaptive.peak_pending_pods}/{submit_all.peak_pending_pods} "
+            f"(target ≤ 1/5)"
+        )
+        print(
+            f"adaptive peak queued gangs / submit-all's: {adaptive.peak_pending_gangs}/{submit_all.peak_pending_gangs}"
+        )
 
 
 if __name__ == "__main__":

@@ -37,33 +37,69 @@ from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 from bench.testbed import scheduler_paused, testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.errors import AlreadyExists  # noqa: E402
+from stratctl.backends.kubernetes.cluster import (  # noqa: E402
+    CONFIGMAP,  # noqa: E402
+    PODGROUP,
+    VOLCANO_JOB,
+    Cluster,
+)
 from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, record_name  # noqa: E402
-from stratctl.backends.kubernetes.cluster import CONFIGMAP  # noqa: E402
 from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data  # noqa: E402
+from stratctl.errors import AlreadyExists  # noqa: E402
 
 STUDY = "bench-status"
 
 
 def job(i: int, namespace: str) -> dict:
     name = f"{STUDY}-{i:010x}"
-    meta_labels = {labels.STUDY: STUDY, labels.TRIAL: name, labels.ATTEMPT: "0", labels.SPEC_HASH: "bench",
-                   labels.CRITICAL: "false", labels.MANAGED_BY: labels.MANAGED_BY_VALUE}
+    meta_labels = {
+        labels.STUDY: STUDY,
+        labels.TRIAL: name,
+        labels.ATTEMPT: "0",
+        labels.SPEC_HASH: "bench",
+        labels.CRITICAL: "false",
+        labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
+    }
     notes = {labels.PARAMS: json.dumps({"lr": 10 ** -(i % 5), "seed": i}), labels.CHECKPOINT: f"/ckpt/{name}"}
     return {
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "annotations": notes,
-                     "labels": {**meta_labels, labels.SHARD: labels.shard_of(name)}},  # as stratctl renders them
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": notes,
+            "labels": {**meta_labels, labels.SHARD: labels.shard_of(name)},
+        },  # as stratctl renders them
         "spec": {
-            "schedulerName": "volcano", "queue": "default", "minAvailable": 1, "maxRetry": 3,
-            "tasks": [{"name": "worker", "replicas": 1, "minAvailable": 1, "template": {
-                "metadata": {"labels": meta_labels, "annotations": notes},
-                "spec": {"schedulerName": "volcano", "restartPolicy": "Never", "containers": [{
-                    "name": "worker", "image": "stratctl.invalid/never:0",
-                    "env": [{"name": "STRATCTL_TRIAL", "value": name}],
-                    "resources": {"requests": {"nvidia.com/gpu": "1000"}, "limits": {"nvidia.com/gpu": "1000"}},
-                }]}}}],
+            "schedulerName": "volcano",
+            "queue": "default",
+            "minAvailable": 1,
+            "maxRetry": 3,
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": 1,
+                    "minAvailable": 1,
+                    "template": {
+                        "metadata": {"labels": meta_labels, "annotations": notes},
+                        "spec": {
+                            "schedulerName": "volcano",
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "image": "stratctl.invalid/never:0",
+                                    "env": [{"name": "STRATCTL_TRIAL", "value": name}],
+                                    "resources": {
+                                        "requests": {"nvidia.com/gpu": "1000"},
+                                        "limits": {"nvidia.com/gpu": "1000"},
+                                    },
+                                }
+                            ],
+                        },
+                    },
+                }
+            ],
         },
     }
 
@@ -113,9 +149,12 @@ def interleaved(commands: dict[str, tuple[list[str], dict]], repeat: int) -> dic
     out = {}
     for name in commands:
         runs = [r[name] for r in rounds]
-        out[name] = {"seconds": round(statistics.median(r["seconds"] for r in runs), 3),
-                     "min_seconds": min(r["seconds"] for r in runs),
-                     "peak_rss_mib": max(r["peak_rss_mib"] for r in runs), "output_bytes": runs[-1]["output_bytes"]}
+        out[name] = {
+            "seconds": round(statistics.median(r["seconds"] for r in runs), 3),
+            "min_seconds": min(r["seconds"] for r in runs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "output_bytes": runs[-1]["output_bytes"],
+        }
     return out
 
 
@@ -138,8 +177,55 @@ def run(argv: list[str], env: dict, repeat: int) -> dict:
             raise SystemExit(f"{' '.join(argv[:6])} failed ({proc.returncode}): {err.decode()[-2000:]}")
         rss.append(usage.ru_maxrss / 1024)
         size = sum(len(c) for c in chunks)
-    return {"seconds": round(statistics.median(times), 3), "min_seconds": round(min(times), 3),
-            "peak_rss_mib": round(max(rss), 1), "output_bytes": size}
+    return {
+        "seconds": round(statistics.median(times), 3),
+        "min_seconds": round(min(times), 3),
+        "peak_rss_mib": round(max(rss), 1),
+        "output_bytes": size,
+    }
+
+
+def populate(cluster: Cluster, trials: int, namespace: str) -> tuple[float, int]:
+    """The study's `trials` jobs and its record (those missing), then Volcano's PodGroups of them
+    (status reads them too): (seconds creating, PodGroups seen)."""
+    have = len(cluster.list(VOLCANO_JOB, namespace, label_selector=f"{labels.STUDY}={STUDY}")[0])
+    made = create_all(cluster, trials, namespace) if have < trials else 0.0
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        pgs = len(cluster.list(PODGROUP, namespace, label_selector=f"{labels.STUDY}={STUDY}")[0])
+        if pgs >= trials:
+            break
+        time.sleep(2)
+    return made, pgs
+
+
+def status_argv(stratctl: list[str], target) -> list[str]:
+    """`stratctl status` of the bench's study, `stratctl` the command that starts stratctl
+    ([python, -m, stratctl] or an installed venv's bin/stratctl); KUBECONFIG in its env."""
+    ctx = ["--context", target.admin_context] if target.admin_context else []
+    return [*stratctl, "status", STUDY, "-n", target.namespace, *ctx]
+
+
+def delete_all(target, wait: bool = False) -> None:
+    """Delete the study's jobs and record (their PodGroups go with the jobs)."""
+    subprocess.run(
+        [
+            target.kubectl or "kubectl",
+            "--kubeconfig",
+            target.kubeconfig,
+            "-n",
+            target.namespace,
+            *(["--context", target.admin_context] if target.admin_context else []),
+            "delete",
+            "jobs.batch.volcano.sh,configmaps",
+            "-l",
+            f"{labels.STUDY}={STUDY}",
+            f"--wait={str(wait).lower()}",
+        ],
+        check=False,
+        capture_output=True,
+        timeout=900,
+    )
 
 
 def main() -> None:
@@ -155,17 +241,9 @@ def main() -> None:
     env = {**os.environ, "KUBECONFIG": target.kubeconfig}
     cluster = Cluster.connect(target.kubeconfig, target.admin_context, ns, pool_size=64)
     try:
-        have = len(cluster.list(VOLCANO_JOB, ns, label_selector=f"{labels.STUDY}={STUDY}")[0])
-        made = create_all(cluster, args.trials, ns) if have < args.trials else 0.0
-        # wait for Volcano to create the PodGroups (status reads them too)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            pgs = len(cluster.list(PODGROUP, ns, label_selector=f"{labels.STUDY}={STUDY}")[0])
-            if pgs >= args.trials:
-                break
-            time.sleep(2)
+        made, pgs = populate(cluster, args.trials, ns)
         ctx = ["--context", target.admin_context] if target.admin_context else []
-        stratctl = [sys.executable, "-m", "stratctl", "status", STUDY, "-n", ns, *ctx]
+        stratctl = status_argv([sys.executable, "-m", "stratctl"], target)
         kubectl = [target.kubectl or "kubectl", "-n", ns, *ctx, "get"]
         sel = ["-l", f"{labels.STUDY}={STUDY}"]
         summary = write_summary(cluster, ns)  # after the timings of a study no loop follows
@@ -176,31 +254,41 @@ def main() -> None:
             "kubectl get jobs.batch.volcano.sh": (kubectl + ["jobs.batch.volcano.sh", *sel], env),
             "kubectl get jobs.batch.volcano.sh -o json": (kubectl + ["jobs.batch.volcano.sh", *sel, "-o", "json"], env),
             "kubectl get jobs,podgroups,pods": (
-                kubectl + ["jobs.batch.volcano.sh,podgroups.scheduling.volcano.sh,pods", *sel], env),
+                kubectl + ["jobs.batch.volcano.sh,podgroups.scheduling.volcano.sh,pods", *sel],
+                env,
+            ),
         }
         cluster.patch(CONFIGMAP, record_name(STUDY), {"data": {"summary": None}}, ns)  # no loop follows it
         with scheduler_paused(target) as paused:
             timed = interleaved(commands, args.repeat)
             cluster.patch(CONFIGMAP, record_name(STUDY), {"data": write_summary_data(cluster, ns)}, ns)
             timed["stratctl status (table, 50 rows), summary kept by submit"] = run(stratctl, plain, args.repeat)
-        results = {"trials": args.trials, "podgroups": pgs, "create_seconds": round(made, 1),
-                   "scheduler_paused": paused, "submit loop summary": summary, **timed}
+        results = {
+            "trials": args.trials,
+            "podgroups": pgs,
+            "create_seconds": round(made, 1),
+            "scheduler_paused": paused,
+            "submit loop summary": summary,
+            **timed,
+        }
         base = results["kubectl get jobs.batch.volcano.sh"]["seconds"]
         results["status_table_vs_kubectl_get"] = round(
-            results["stratctl status (table, 50 rows), no submit loop"]["seconds"] / base, 2)
+            results["stratctl status (table, 50 rows), no submit loop"]["seconds"] / base, 2
+        )
         results["status_json_vs_kubectl_get"] = round(results["stratctl status -o json"]["seconds"] / base, 2)
         results["status_json_vs_kubectl_get_json"] = round(
-            results["stratctl status -o json"]["seconds"] / results["kubectl get jobs.batch.volcano.sh -o json"]["seconds"], 2)
+            results["stratctl status -o json"]["seconds"]
+            / results["kubectl get jobs.batch.volcano.sh -o json"]["seconds"],
+            2,
+        )
         results["status_table_with_summary_vs_kubectl_get"] = round(
-            results["stratctl status (table, 50 rows), summary kept by submit"]["seconds"] / base, 2)
+            results["stratctl status (table, 50 rows), summary kept by submit"]["seconds"] / base, 2
+        )
         print(json.dumps(results, indent=2))
         save("status" if args.trials == 10_000 else f"status-{args.trials}", results)
     finally:
         if not args.keep:
-            subprocess.run([target.kubectl or "kubectl", "--kubeconfig", target.kubeconfig, "-n", ns,
-                            *(["--context", target.admin_context] if target.admin_context else []),
-                            "delete", "jobs.batch.volcano.sh,configmaps", "-l", f"{labels.STUDY}={STUDY}",
-                            "--wait=false"], check=False, capture_output=True)
+            delete_all(target)
         cluster.close()
 
 
