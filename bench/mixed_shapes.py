@@ -65,11 +65,11 @@ def study_text(name: str, namespace: str, per_size: dict[int, int], duration: tu
           image: busybox
           command: ["train"]
           annotations:
-            testbed.stratctl.io/run-duration: "{{{{ [{', '.join(map(str, _durations(len(sizes), duration, seed)))}][params.slot] }}}}s"
+            testbed.stratctl.io/run-duration: "{{{{ [{", ".join(map(str, _durations(len(sizes), duration, seed)))}][params.slot] }}}}s"
           resources: {{requests: {{nvidia.com/gpu: "{{{{ {sizes}[params.slot] }}}}", cpu: 100m}}}}
         throttle: {{qps: 50, burst: 50, yield_to_higher_priority: false,
                     parallelism: {{min: 1, initial: 8, max: {len(sizes)}}}}}
-        cost: {{expected_duration: "{{{{ [{', '.join(map(str, _durations(len(sizes), duration, seed)))}][params.slot] }}}}s"}}
+        cost: {{expected_duration: "{{{{ [{", ".join(map(str, _durations(len(sizes), duration, seed)))}][params.slot] }}}}s"}}
         """)
 
 
@@ -156,14 +156,29 @@ def _packs(jobs: list[int], windows: list[float]) -> bool:
 def other_team_pod(name: str, namespace: str, node: str, gpus: int, seconds: float) -> dict:
     """A running pod of another team's job, on its node (bound already: no scheduler involved)."""
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {OTHER_TEAM: "true"},
-                     "annotations": {"testbed.stratctl.io/run-duration": f"{int(seconds)}s"}},
-        "spec": {"nodeName": node, "restartPolicy": "Never",
-                 "tolerations": [{"operator": "Exists"}],
-                 "containers": [{"name": "train", "image": "busybox",
-                                 "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "100m"},
-                                               "limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {OTHER_TEAM: "true"},
+            "annotations": {"testbed.stratctl.io/run-duration": f"{int(seconds)}s"},
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": str(gpus), "cpu": "100m"},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
+                }
+            ],
+        },
     }
 
 
@@ -205,8 +220,10 @@ class Sampler(threading.Thread):
             nodes, _ = self.admin.list(NODE)
             pods, _ = self.admin.list(POD, all_namespaces=True)
             groups, _ = self.admin.list(PODGROUP, label_selector=f"{labels.STUDY}={self.study}")
-            self.peak_queued = max(self.peak_queued, sum(
-                1 for g in groups if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue")))
+            self.peak_queued = max(
+                self.peak_queued,
+                sum(1 for g in groups if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue")),
+            )
             for pod in pods:
                 meta = pod["metadata"]
                 trial = (meta.get("labels") or {}).get(labels.TRIAL)
@@ -219,8 +236,16 @@ class Sampler(threading.Thread):
             last = now
 
 
-def measure(strategy: str, target, per_size: dict[int, int], duration: tuple[int, int], hold: float,
-            seed: int, tag: str, cap: int) -> Result:
+def measure(
+    strategy: str,
+    target,
+    per_size: dict[int, int],
+    duration: tuple[int, int],
+    hold: float,
+    seed: int,
+    tag: str,
+    cap: int,
+) -> Result:
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     nodes = sorted(node for node, gpus in free_gpus(admin.list(NODE)[0], []).items() if gpus > 0)
     name = f"mix-{strategy}-{tag}"[:40]
@@ -233,27 +258,62 @@ def measure(strategy: str, target, per_size: dict[int, int], duration: tuple[int
         durations = _durations(total, duration, seed)
         sizes = [size for size, n in per_size.items() for _ in range(n)]
         for i, node in enumerate(nodes):
-            admin.create(other_team_pod(f"other-{tag}-{strategy}-{i}"[:60], target.namespace, node,
-                                        HELD[i % len(HELD)], release(i, len(nodes), hold)))
+            admin.create(
+                other_team_pod(
+                    f"other-{tag}-{strategy}-{i}"[:60],
+                    target.namespace,
+                    node,
+                    HELD[i % len(HELD)],
+                    release(i, len(nodes), hold),
+                )
+            )
         sampler = Sampler(admin, name, len(trials))
         sampler.start()
         context = target.restricted_context or target.admin_context
-        argv = [sys.executable, "-m", "stratctl", "submit", str(path), "--kubeconfig", target.kubeconfig,
-                *(["--context", context] if context else []), "-n", target.namespace, "--poll-interval", "1",
-                "--workers", "8", "-o", "json",
-                *(["--parallelism", "static", "--max-inflight", str(cap)] if strategy != "adaptive" else [])]
+        argv = [
+            sys.executable,
+            "-m",
+            "stratctl",
+            "submit",
+            str(path),
+            "--kubeconfig",
+            target.kubeconfig,
+            *(["--context", context] if context else []),
+            "-n",
+            target.namespace,
+            "--poll-interval",
+            "1",
+            "--workers",
+            "8",
+            "-o",
+            "json",
+            *(["--parallelism", "static", "--max-inflight", str(cap)] if strategy != "adaptive" else []),
+        ]
         started = time.monotonic()
-        out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                             cwd=Path(__file__).resolve().parent.parent)
+        out = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
         makespan = time.monotonic() - started
         sampler.stop.set()
         sampler.join()
     done = json.loads(out.stdout) if out.stdout.strip() else {}
     large = [t for t, g in sampler.sizes.items() if g == max(per_size)]
-    result = Result(strategy, makespan, lower_bound(sizes, durations, len(nodes), hold), sampler.idle,
-                    max((sampler.starts.get(t, makespan) for t in large), default=0.0),
-                    done.get("succeeded", 0), total, dict(sampler.starts), peak_queued=sampler.peak_queued,
-                    ideal=ideal_packing(sizes, durations, len(nodes), hold))
+    result = Result(
+        strategy,
+        makespan,
+        lower_bound(sizes, durations, len(nodes), hold),
+        sampler.idle,
+        max((sampler.starts.get(t, makespan) for t in large), default=0.0),
+        done.get("succeeded", 0),
+        total,
+        dict(sampler.starts),
+        peak_queued=sampler.peak_queued,
+        ideal=ideal_packing(sizes, durations, len(nodes), hold),
+    )
     cleanup(admin, name)
     for pod in admin.list(POD, label_selector=f"{OTHER_TEAM}=true")[0]:
         admin.delete(POD, pod["metadata"]["name"])
@@ -284,34 +344,52 @@ def main() -> None:
         for strategy in args.only.split(","):
             print(f"running {strategy} (round {round_ + 1} of {args.rounds}) ...", flush=True)
             r = measure(strategy, target, per_size, (low, high), args.hold, args.seed, f"{tag}{round_}", caps[strategy])
-            print(f"  makespan {r.makespan:.1f}s (bound {r.bound:.1f}s, ratio {r.ratio:.2f}), idle "
-                  f"{r.idle_gpu_seconds:.0f} GPU-s, longest 8-GPU wait {r.longest_large_wait:.1f}s, "
-                  f"peak queued gangs {r.peak_queued}, "
-                  f"{r.succeeded}/{r.total} succeeded", flush=True)
+            print(
+                f"  makespan {r.makespan:.1f}s (bound {r.bound:.1f}s, ratio {r.ratio:.2f}), idle "
+                f"{r.idle_gpu_seconds:.0f} GPU-s, longest 8-GPU wait {r.longest_large_wait:.1f}s, "
+                f"peak queued gangs {r.peak_queued}, "
+                f"{r.succeeded}/{r.total} succeeded",
+                flush=True,
+            )
             results.append(r)
     report(results, args, per_size, (low, high))
-    save("mixed-shapes", {"rounds": args.rounds, "per_size": per_size, "duration_seconds": [low, high],
-                          "hold_seconds": args.hold, "cap": args.cap, "runs": [scalars(r) for r in results]})
+    save(
+        "mixed-shapes",
+        {
+            "rounds": args.rounds,
+            "per_size": per_size,
+            "duration_seconds": [low, high],
+            "hold_seconds": args.hold,
+            "cap": args.cap,
+            "runs": [scalars(r) for r in results],
+        },
+    )
 
 
 def report(results: list[Result], args, per_size: dict[int, int], duration: tuple[int, int]) -> None:
-    print(f"\n{sum(per_size.values())} trials ({', '.join(f'{n}×{g} GPU' for g, n in per_size.items())}), "
-          f"{duration[0]}–{duration[1]} s each; another team holds {'/'.join(map(str, HELD))} GPUs of 8 per node "
-          f"at the start, released one node at a time over {args.hold:g} s; static cap {args.cap}; "
-          f"medians of {args.rounds} round(s)\n")
+    print(
+        f"\n{sum(per_size.values())} trials ({', '.join(f'{n}×{g} GPU' for g, n in per_size.items())}), "
+        f"{duration[0]}–{duration[1]} s each; another team holds {'/'.join(map(str, HELD))} GPUs of 8 per node "
+        f"at the start, released one node at a time over {args.hold:g} s; static cap {args.cap}; "
+        f"medians of {args.rounds} round(s)\n"
+    )
     ideal = results[0].ideal if results else 0.0
     print(f"the packing rule with no latency at all (simulated) ends at {ideal:.1f} s\n")
-    print(f"{'strategy':11} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle GPU-s':>11} "
-          f"{'longest 8-GPU wait s':>21} {'peak queued':>12} {'done':>7}   all rounds (makespan)")
+    print(
+        f"{'strategy':11} {'makespan s':>10} {'bound s':>8} {'ratio':>6} {'idle GPU-s':>11} "
+        f"{'longest 8-GPU wait s':>21} {'peak queued':>12} {'done':>7}   all rounds (makespan)"
+    )
     by: dict[str, list[Result]] = {}
     for r in results:
         by.setdefault(r.strategy, []).append(r)
     for strategy, runs in by.items():
-        print(f"{strategy:11} {median([r.makespan for r in runs]):10.1f} {median([r.bound for r in runs]):8.1f} "
-              f"{median([r.ratio for r in runs]):6.2f} {median([r.idle_gpu_seconds for r in runs]):11.0f} "
-              f"{median([r.longest_large_wait for r in runs]):21.1f} {median([r.peak_queued for r in runs]):12.0f} "
-              f"{min(r.succeeded for r in runs):>3}/{runs[0].total:<3}   "
-              f"{', '.join(f'{r.makespan:.0f}' for r in runs)}")
+        print(
+            f"{strategy:11} {median([r.makespan for r in runs]):10.1f} {median([r.bound for r in runs]):8.1f} "
+            f"{median([r.ratio for r in runs]):6.2f} {median([r.idle_gpu_seconds for r in runs]):11.0f} "
+            f"{median([r.longest_large_wait for r in runs]):21.1f} {median([r.peak_queued for r in runs]):12.0f} "
+            f"{min(r.succeeded for r in runs):>3}/{runs[0].total:<3}   "
+            f"{', '.join(f'{r.makespan:.0f}' for r in runs)}"
+        )
 
 
 if __name__ == "__main__":

@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.results import save, scalars  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.errors import ClusterError  # noqa: E402
 from stratctl.backends.kubernetes.cluster import VOLCANO_JOB, Cluster  # noqa: E402
 from stratctl.backends.kubernetes.state import TrialState, classify  # noqa: E402
+from stratctl.errors import ClusterError  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FLOOD_START, FLOOD_SECONDS, FLOOD_THREADS = 5.0, 60.0, 4
@@ -103,7 +103,9 @@ def flood(kubeconfig: str, context: str, namespace: str, seconds: float, threads
     def hammer():
         while time.monotonic() < stop:
             try:
-                cluster.request("GET", f"/api/v1/namespaces/{namespace}/configmaps", {"limit": 1}, what="list ConfigMap")
+                cluster.request(
+                    "GET", f"/api/v1/namespaces/{namespace}/configmaps", {"limit": 1}, what="list ConfigMap"
+                )
                 refused = 0
             except ClusterError as exc:
                 refused = int(getattr(exc, "status", 0) == 429)
@@ -133,8 +135,9 @@ def sample(admin: Cluster, study: str, started: float, stop: threading.Event, ou
 
 
 def apf(on: bool) -> None:
-    subprocess.run(["bash", str(REPO / "testbed" / "apf.sh"), "on" if on else "off"], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["bash", str(REPO / "testbed" / "apf.sh"), "on" if on else "off"], check=True, stdout=subprocess.DEVNULL
+    )
 
 
 def measure(case: str, target, trials: int, tag: str) -> Run:
@@ -142,8 +145,9 @@ def measure(case: str, target, trials: int, tag: str) -> Run:
 
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     name = f"quota-{case}-{tag}"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     timeline: list = []
     flood_tally = {"requests": 0, "429": 0}
     flood_end = None
@@ -152,8 +156,23 @@ def measure(case: str, target, trials: int, tag: str) -> Run:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"{name}.yaml"
             path.write_text(study_text(name, target.namespace, trials))
-            argv = [sys.executable, "-m", "stratctl", "submit", str(path), "--kubeconfig", target.kubeconfig,
-                    "--context", target.restricted_context, "-n", target.namespace, "--poll-interval", "1", "-o", "json"]
+            argv = [
+                sys.executable,
+                "-m",
+                "stratctl",
+                "submit",
+                str(path),
+                "--kubeconfig",
+                target.kubeconfig,
+                "--context",
+                target.restricted_context,
+                "-n",
+                target.namespace,
+                "--poll-interval",
+                "1",
+                "-o",
+                "json",
+            ]
             stop = threading.Event()
             started = time.monotonic()
             sampler = threading.Thread(target=sample, args=(admin, name, started, stop, timeline), daemon=True)
@@ -161,15 +180,30 @@ def measure(case: str, target, trials: int, tag: str) -> Run:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
             flooder = None
             if case == "flood":
+
                 def run_flood():
                     nonlocal flood_end
                     time.sleep(FLOOD_START)
                     out = subprocess.run(
-                        [sys.executable, str(Path(__file__).resolve()), "--flood", str(FLOOD_SECONDS),
-                         "--kubeconfig", target.kubeconfig, "--context", target.restricted_context,
-                         "--namespace", target.namespace], capture_output=True, text=True, cwd=REPO)
+                        [
+                            sys.executable,
+                            str(Path(__file__).resolve()),
+                            "--flood",
+                            str(FLOOD_SECONDS),
+                            "--kubeconfig",
+                            target.kubeconfig,
+                            "--context",
+                            target.restricted_context,
+                            "--namespace",
+                            target.namespace,
+                        ],
+                        capture_output=True,
+                        text=True,
+                        cwd=REPO,
+                    )
                     flood_end = time.monotonic() - started
                     flood_tally.update(json.loads(out.stdout.strip().splitlines()[-1]))
+
                 flooder = threading.Thread(target=run_flood, daemon=True)
                 flooder.start()
             for line in proc.stderr:  # the loop's log lines (no terminal: one per change)
@@ -184,12 +218,23 @@ def measure(case: str, target, trials: int, tag: str) -> Run:
         apf(False)
     cleanup(admin, name)
     admin.close()
-    return Run(case=case, commit=commit, makespan=makespan, succeeded=summary["succeeded"], total=summary["total"],
-               throttled_429=summary["throttled_429"], requests=summary["api_requests"],
-               writes=summary["api_writes"], sent=summary.get("api_sent") or {},
-               refused=summary.get("api_refused") or {}, flood_end=flood_end,
-               flood_requests=flood_tally["requests"], flood_429=flood_tally["429"], timeline=timeline,
-               load=Path("/proc/loadavg").read_text().strip())
+    return Run(
+        case=case,
+        commit=commit,
+        makespan=makespan,
+        succeeded=summary["succeeded"],
+        total=summary["total"],
+        throttled_429=summary["throttled_429"],
+        requests=summary["api_requests"],
+        writes=summary["api_writes"],
+        sent=summary.get("api_sent") or {},
+        refused=summary.get("api_refused") or {},
+        flood_end=flood_end,
+        flood_requests=flood_tally["requests"],
+        flood_429=flood_tally["429"],
+        timeline=timeline,
+        load=Path("/proc/loadavg").read_text().strip(),
+    )
 
 
 def in_flight_strip(run: Run, step: float = 5.0) -> str:
@@ -205,21 +250,27 @@ def in_flight_strip(run: Run, step: float = 5.0) -> str:
 
 def report(runs: list[Run]) -> None:
     off = next((r for r in runs if r.case == "off"), None)
-    print(f"\n| case | makespan | × off | after the flood | × off | trials | 429s | requests (per trial) | "
-          f"writes | flood requests (429s) | commit | load at end |")
+    print(
+        "\n| case | makespan | × off | after the flood | × off | trials | 429s | requests (per trial) | "
+        "writes | flood requests (429s) | commit | load at end |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         ratio = f"{r.makespan / off.makespan:.2f}" if off else "-"
         after = f"{r.after_flood:.1f} s" if r.after_flood is not None else "-"
         after_ratio = f"{r.after_flood / off.makespan:.2f}" if off and r.after_flood is not None else "-"
         flood_col = f"{r.flood_requests} ({r.flood_429})" if r.flood_end is not None else "-"
-        print(f"| {r.case} | {r.makespan:.1f} s | {ratio} | {after} | {after_ratio} | {r.succeeded}/{r.total} | "
-              f"{r.throttled_429} | {r.requests} ({r.requests / max(r.total, 1):.2f}) | {r.writes} | {flood_col} | "
-              f"{r.commit} | {r.load.split()[0]} |")
+        print(
+            f"| {r.case} | {r.makespan:.1f} s | {ratio} | {after} | {after_ratio} | {r.succeeded}/{r.total} | "
+            f"{r.throttled_429} | {r.requests} ({r.requests / max(r.total, 1):.2f}) | {r.writes} | {flood_col} | "
+            f"{r.commit} | {r.load.split()[0]} |"
+        )
     print("\nrequests per kind (429s in brackets):")
     for r in runs:
-        kinds = ", ".join(f"{k} {n}" + (f" ({r.refused[k]})" if r.refused.get(k) else "")
-                          for k, n in sorted(r.sent.items(), key=lambda kv: (-kv[1], kv[0])))
+        kinds = ", ".join(
+            f"{k} {n}" + (f" ({r.refused[k]})" if r.refused.get(k) else "")
+            for k, n in sorted(r.sent.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
         print(f"  {r.case}: {kinds}")
     print("\ntrials in flight, the most in each 5 s:")
     for r in runs:

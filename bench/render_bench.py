@@ -84,8 +84,16 @@ def run_naive(study, n):
     for trial in expand(study)[:n]:
         env = sandbox.environment(FileSystemLoader(str(bundled_templates())))
         template = env.get_template(DEFAULT_TEMPLATES[study.workload])
-        ctx = {**_study_context(study), "job": trial.name, "trial": trial.name, "attempt": 0, "index": trial.index,
-               "params": dict(trial.params), "resume": False, "checkpoint": ""}
+        ctx = {
+            **_study_context(study),
+            "job": trial.name,
+            "trial": trial.name,
+            "attempt": 0,
+            "index": trial.index,
+            "params": dict(trial.params),
+            "resume": False,
+            "checkpoint": "",
+        }
         docs = list(yaml.load_all(template.render(ctx), Loader=yaml.SafeLoader))
         _fill_strings(docs, env, ctx)
         out.append(docs)
@@ -129,7 +137,9 @@ def peak(fn):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
-    parser.add_argument("--baseline-trials", type=int, default=1_000, help="the naive baseline is slow: run it on fewer")
+    parser.add_argument(
+        "--baseline-trials", type=int, default=1_000, help="the naive baseline is slow: run it on fewer"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
@@ -150,8 +160,10 @@ def main() -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 
     load = os.getloadavg()
-    print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
-          f"(other work on the machine slows every figure)")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+        f"(other work on the machine slows every figure)"
+    )
     print(f"study: {n:,} trials, Volcano Job with 2 tasks (3 pods) per trial, ~{manifest_bytes:,} bytes of YAML each")
     print()
     print(f"{'':40}{'wall s':>9}{'CPU s':>9}{'trials/s':>11}{'vs naive':>10}")
@@ -164,19 +176,34 @@ def main() -> None:
         rate = count / seconds
         print(f"{label:40}{seconds:>9.3f}{cpu:>9.3f}{rate:>11,.0f}{rate / naive_rate:>9.1f}x")
     print()
-    print(f"peak traced memory (expand + render {n:,}, manifests kept): {fast_peak / 2**20:,.1f} MiB; "
-          f"process max RSS: {rss / 1024:,.1f} MiB")
+    print(
+        f"peak traced memory (expand + render {n:,}, manifests kept): {fast_peak / 2**20:,.1f} MiB; "
+        f"process max RSS: {rss / 1024:,.1f} MiB"
+    )
     verdict = "meets" if fast_s < 1.0 else "MISSES"
-    print(f"target: {n:,} trials in < 1 s: {verdict} ({fast_s:.3f} s wall, {fast_cpu:.3f} s CPU, best of {args.repeat})")
+    print(
+        f"target: {n:,} trials in < 1 s: {verdict} ({fast_s:.3f} s wall, {fast_cpu:.3f} s CPU, best of {args.repeat})"
+    )
     if fast_cpu < 0.8 * fast_s:
         print("note: CPU time well below wall time: this process was waiting for a CPU (a busy machine)")
-    save("render", {"trials": n, "load_average": round(load[0], 2), "bytes_per_trial": manifest_bytes,
-                    "compiled": {"seconds": round(fast_s, 3), "cpu_seconds": round(fast_cpu, 3),
-                                 "trials_per_second": round(n / fast_s)},
-                    "per_trial": {"seconds": round(slow_s, 3), "trials_per_second": round(n / slow_s)},
-                    "naive": {"trials": m, "seconds": round(naive_s, 3), "trials_per_second": round(naive_rate)},
-                    "compiled_vs_naive": round(n / fast_s / naive_rate, 1),
-                    "peak_traced_mib": round(fast_peak / 2**20, 1), "max_rss_mib": round(rss / 1024, 1)})
+    save(
+        "render",
+        {
+            "trials": n,
+            "load_average": round(load[0], 2),
+            "bytes_per_trial": manifest_bytes,
+            "compiled": {
+                "seconds": round(fast_s, 3),
+                "cpu_seconds": round(fast_cpu, 3),
+                "trials_per_second": round(n / fast_s),
+            },
+            "per_trial": {"seconds": round(slow_s, 3), "trials_per_second": round(n / slow_s)},
+            "naive": {"trials": m, "seconds": round(naive_s, 3), "trials_per_second": round(naive_rate)},
+            "compiled_vs_naive": round(n / fast_s / naive_rate, 1),
+            "peak_traced_mib": round(fast_peak / 2**20, 1),
+            "max_rss_mib": round(rss / 1024, 1),
+        },
+    )
 
 
 if __name__ == "__main__":

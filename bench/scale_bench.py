@@ -55,25 +55,41 @@ def timed(argv: list[str], env: dict, trials: int, stdout=subprocess.DEVNULL) ->
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SystemExit(f"{' '.join(argv[:6])} failed ({code}): {err.decode()[-2000:]}")
-    return {"seconds": round(seconds, 2), "trials_per_second": round(trials / seconds),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    return {
+        "seconds": round(seconds, 2),
+        "trials_per_second": round(trials / seconds),
+        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def status_figures(target, name: str, env: dict, ctx: list[str], repeat: int) -> dict:
     """`status` of the large study beside `kubectl get` of its jobs, interleaved."""
     status = [sys.executable, "-m", "stratctl", "status", name, "-n", target.namespace, *ctx]
-    kubectl = [target.kubectl or "kubectl", "-n", target.namespace, *ctx, "get", "jobs.batch.volcano.sh",
-               "-l", f"{labels.STUDY}={name}"]
-    commands = {"stratctl status (table, 50 rows)": (status, {**env, "COLUMNS": "200"}),
-                "stratctl status -o json": (status + ["-o", "json"], env),
-                "kubectl get": (kubectl, env),
-                "kubectl get -o json": (kubectl + ["-o", "json"], env)}
+    kubectl = [
+        target.kubectl or "kubectl",
+        "-n",
+        target.namespace,
+        *ctx,
+        "get",
+        "jobs.batch.volcano.sh",
+        "-l",
+        f"{labels.STUDY}={name}",
+    ]
+    commands = {
+        "stratctl status (table, 50 rows)": (status, {**env, "COLUMNS": "200"}),
+        "stratctl status -o json": (status + ["-o", "json"], env),
+        "kubectl get": (kubectl, env),
+        "kubectl get -o json": (kubectl + ["-o", "json"], env),
+    }
     rounds = [{k: run(argv, e, 1) for k, (argv, e) in commands.items()} for _ in range(repeat)]
     out = {}
     for k in commands:
         runs = [r[k] for r in rounds]
-        out[k] = {"seconds": round(statistics.median(r["seconds"] for r in runs), 2),
-                  "peak_rss_mib": max(r["peak_rss_mib"] for r in runs), "output_bytes": runs[-1]["output_bytes"]}
+        out[k] = {
+            "seconds": round(statistics.median(r["seconds"] for r in runs), 2),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "output_bytes": runs[-1]["output_bytes"],
+        }
         print(f"{k}: {out[k]}", flush=True)
     return out
 
@@ -84,8 +100,9 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=10_000, help="the offline commands also at this size")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="leave the jobs in the cluster")
-    parser.add_argument("--parts", default="offline,submit,status",
-                        help="which parts to run (status needs submit's jobs)")
+    parser.add_argument(
+        "--parts", default="offline,submit,status", help="which parts to run (status needs submit's jobs)"
+    )
     args = parser.parse_args()
     compiled()
     parts = set(args.parts.split(","))
@@ -110,9 +127,14 @@ def main() -> None:
                 "plan": timed(stratctl + ["plan", str(path)], env, n),
                 "submit --dry-run client": timed(stratctl + ["submit", str(path), "--dry-run", "client", *ctx], env, n),
             }
-            print(f"{n:>7} trials: " + "; ".join(f"{k} {v['seconds']} s ({v['trials_per_second']}/s, "
-                                                  f"{v['peak_rss_mib']} MiB)" for k, v in offline[n].items()),
-                  flush=True)
+            print(
+                f"{n:>7} trials: "
+                + "; ".join(
+                    f"{k} {v['seconds']} s ({v['trials_per_second']}/s, {v['peak_rss_mib']} MiB)"
+                    for k, v in offline[n].items()
+                ),
+                flush=True,
+            )
         results["offline"] = {str(n): v for n, v in offline.items()}
         submits = {}
         for n, path in files.items() if "submit" in parts else ():
@@ -123,17 +145,29 @@ def main() -> None:
             results.update(status_figures(target, name, env, ctx, args.repeat))
     ratios = {}
     if "kubectl get" in results:
-        ratios.update({
-            "status_table_vs_kubectl_get": round(results["stratctl status (table, 50 rows)"]["seconds"]
-                                                 / results["kubectl get"]["seconds"], 2),
-            "status_json_vs_kubectl_get": round(results["stratctl status -o json"]["seconds"]
-                                                / results["kubectl get"]["seconds"], 2),
-            "status_json_vs_kubectl_get_json": round(results["stratctl status -o json"]["seconds"]
-                                                     / results["kubectl get -o json"]["seconds"], 2)})
-    growth = {**{k: (offline[args.small][k], offline[args.trials][k]) for k in offline.get(args.small, {})},
-              **({"submit --detach --qps 0": (submits[args.small], submits[args.trials])} if submits else {})}
-    ratios.update({f"{k} peak RSS, {args.trials} vs {args.small} trials": round(b["peak_rss_mib"] / a["peak_rss_mib"], 2)
-                   for k, (a, b) in growth.items()})
+        ratios.update(
+            {
+                "status_table_vs_kubectl_get": round(
+                    results["stratctl status (table, 50 rows)"]["seconds"] / results["kubectl get"]["seconds"], 2
+                ),
+                "status_json_vs_kubectl_get": round(
+                    results["stratctl status -o json"]["seconds"] / results["kubectl get"]["seconds"], 2
+                ),
+                "status_json_vs_kubectl_get_json": round(
+                    results["stratctl status -o json"]["seconds"] / results["kubectl get -o json"]["seconds"], 2
+                ),
+            }
+        )
+    growth = {
+        **{k: (offline[args.small][k], offline[args.trials][k]) for k in offline.get(args.small, {})},
+        **({"submit --detach --qps 0": (submits[args.small], submits[args.trials])} if submits else {}),
+    }
+    ratios.update(
+        {
+            f"{k} peak RSS, {args.trials} vs {args.small} trials": round(b["peak_rss_mib"] / a["peak_rss_mib"], 2)
+            for k, (a, b) in growth.items()
+        }
+    )
     results["ratios"] = ratios
     print(json.dumps(ratios, indent=2))
     suffix = "" if parts == {"offline", "submit", "status"} else "-" + "-".join(sorted(parts))
@@ -141,13 +175,30 @@ def main() -> None:
     if args.keep:
         return
     if os.environ.get("STRATCTL_TEST_KUBECONFIG"):
-        subprocess.run([target.kubectl or "kubectl", "--kubeconfig", target.kubeconfig, "-n", ns, *ctx, "delete",
-                        "jobs.batch.volcano.sh,configmaps", "-l", f"{labels.STUDY} in (scale-{args.small},{name})",
-                        "--wait=false"],
-                       check=False, capture_output=True)
+        subprocess.run(
+            [
+                target.kubectl or "kubectl",
+                "--kubeconfig",
+                target.kubeconfig,
+                "-n",
+                ns,
+                *ctx,
+                "delete",
+                "jobs.batch.volcano.sh,configmaps",
+                "-l",
+                f"{labels.STUDY} in (scale-{args.small},{name})",
+                "--wait=false",
+            ],
+            check=False,
+            capture_output=True,
+        )
     else:
-        subprocess.run(["bash", str(REPO / "testbed" / "up.sh")], env={**os.environ, "STRATCTL_TESTBED_FRESH": "1"},
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["bash", str(REPO / "testbed" / "up.sh")],
+            env={**os.environ, "STRATCTL_TESTBED_FRESH": "1"},
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 if __name__ == "__main__":

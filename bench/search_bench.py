@@ -40,19 +40,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.results import save  # noqa: E402
 from bench.testbed import testbed_target  # noqa: E402
 from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.intermediate import report  # noqa: E402
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster  # noqa: E402
+from stratctl.backends.kubernetes.intermediate import report  # noqa: E402
 
 MINIMUM = -1.031628
 INF = float("inf")  # trials or GPU-seconds to a regret never reached within the budget
 
 
 def camel(x: float, y: float) -> float:
-    return (4 - 2.1 * x ** 2 + x ** 4 / 3) * x ** 2 + x * y + (-4 + 4 * y ** 2) * y ** 2
+    return (4 - 2.1 * x**2 + x**4 / 3) * x**2 + x * y + (-4 + 4 * y**2) * y**2
 
 
-CAMEL = ("((4 - 2.1 * params.x ** 2 + params.x ** 4 / 3) * params.x ** 2 + params.x * params.y"
-         " + (-4 + 4 * params.y ** 2) * params.y ** 2)")
+CAMEL = (
+    "((4 - 2.1 * params.x ** 2 + params.x ** 4 / 3) * params.x ** 2 + params.x * params.y"
+    " + (-4 + 4 * params.y ** 2) * params.y ** 2)"
+)
 
 
 def study_text(name: str, namespace: str, kind: str, seed: int, budget: int, parallel: int, pruned: bool | None) -> str:
@@ -61,15 +63,17 @@ def study_text(name: str, namespace: str, kind: str, seed: int, budget: int, par
     pruner = "pruner: {kind: median, startup_trials: 4, warmup_steps: 1}\n" if pruned else ""
     duration = "2s" if pruned is not None else "4s"  # reporting trials end 2 s after their last report
     strategy = f"{{kind: {kind}, trials: {budget}, seed: {seed}}}"
-    return (f"name: {name}\nnamespace: {namespace}\npriority_class: stratctl-low\n"
-            "space:\n  x: {type: uniform, low: -3, high: 3}\n  y: {type: uniform, low: -2, high: 2}\n"
-            f"strategy: {strategy}\n{objective}{pruner}"
-            "trial:\n  image: stratctl.invalid/fake-trial:0\n  annotations:\n"
-            f"    testbed.stratctl.io/run-duration: {duration}\n"
-            f"    testbed.stratctl.io/termination-message: '{{\"loss\": {{{{ {CAMEL} | round(6) }}}}}}'\n"
-            "  resources: {requests: {nvidia.com/gpu: 1, cpu: 100m}, limits: {nvidia.com/gpu: 1}}\n"
-            "  tasks: [{name: worker, replicas: 1}]\n"
-            f"throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {parallel}, max: {parallel}}}}}\n")
+    return (
+        f"name: {name}\nnamespace: {namespace}\npriority_class: stratctl-low\n"
+        "space:\n  x: {type: uniform, low: -3, high: 3}\n  y: {type: uniform, low: -2, high: 2}\n"
+        f"strategy: {strategy}\n{objective}{pruner}"
+        "trial:\n  image: stratctl.invalid/fake-trial:0\n  annotations:\n"
+        f"    testbed.stratctl.io/run-duration: {duration}\n"
+        f"    testbed.stratctl.io/termination-message: '{{\"loss\": {{{{ {CAMEL} | round(6) }}}}}}'\n"
+        "  resources: {requests: {nvidia.com/gpu: 1, cpu: 100m}, limits: {nvidia.com/gpu: 1}}\n"
+        "  tasks: [{name: worker, replicas: 1}]\n"
+        f"throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {parallel}, max: {parallel}}}}}\n"
+    )
 
 
 class Curves:
@@ -94,9 +98,16 @@ class Curves:
                 params = json.loads(pod["metadata"]["annotations"][labels.PARAMS])
                 value = camel(params["x"], params["y"]) + 2 / (step + 1)
                 try:
-                    report(step, {"loss": value}, pod=name, namespace=self.target.namespace, flush=True,
-                           kubeconfig=self.target.kubeconfig, context=self.target.admin_context,
-                           path=str(self.tmp / name))
+                    report(
+                        step,
+                        {"loss": value},
+                        pod=name,
+                        namespace=self.target.namespace,
+                        flush=True,
+                        kubeconfig=self.target.kubeconfig,
+                        context=self.target.admin_context,
+                        path=str(self.tmp / name),
+                    )
                 except Exception:  # noqa: BLE001 - a pod pruned meanwhile is gone
                     pass
                 self.done[name] = step + 1
@@ -114,8 +125,21 @@ class Curves:
 def run_study(target, admin: Cluster, text: str, name: str, tmp: Path, steps: int | None) -> dict:
     path = tmp / f"{name}.yaml"
     path.write_text(text)
-    command = [sys.executable, "-m", "stratctl", "submit", str(path), "-o", "json", "--poll-interval", "1",
-               "--kubeconfig", target.kubeconfig, "--context", target.admin_context]
+    command = [
+        sys.executable,
+        "-m",
+        "stratctl",
+        "submit",
+        str(path),
+        "-o",
+        "json",
+        "--poll-interval",
+        "1",
+        "--kubeconfig",
+        target.kubeconfig,
+        "--context",
+        target.admin_context,
+    ]
     started = time.perf_counter()
     if steps:
         with Curves(admin, target, name, steps, tmp):
@@ -124,13 +148,31 @@ def run_study(target, admin: Cluster, text: str, name: str, tmp: Path, steps: in
         done = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     assert done.returncode == 0, done.stderr[-2000:]
-    status = json.loads(subprocess.run([sys.executable, "-m", "stratctl", "status", name, "-o", "json", "-n",
-                                        target.namespace, "--kubeconfig", target.kubeconfig, "--context",
-                                        target.admin_context],
-                                       capture_output=True, text=True, check=True).stdout)
+    status = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "stratctl",
+                "status",
+                name,
+                "-o",
+                "json",
+                "-n",
+                target.namespace,
+                "--kubeconfig",
+                target.kubeconfig,
+                "--context",
+                target.admin_context,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     # every strategy's trials as status shows them (a random study keeps no `told` key): in the
     # order they were created (index), the best succeeded value so far and the GPU time spent
-    rows = sorted(status["trials"], key=lambda t: t["index"] if t["index"] is not None else 10 ** 9)
+    rows = sorted(status["trials"], key=lambda t: t["index"] if t["index"] is not None else 10**9)
     curve, spent, best = [], 0.0, float("inf")
     for row in rows:
         spent += row["gpu_seconds"]
@@ -139,9 +181,14 @@ def run_study(target, admin: Cluster, text: str, name: str, tmp: Path, steps: in
             best = min(best, value)
         curve.append((best, spent))
     delete(admin, name)
-    return {"seconds": seconds, "curve": curve, "best": best, "trials": len(rows),
-            "gpu_seconds": status["studies"][0]["gpu_hours"] * 3600,
-            "pruned": sum(1 for row in rows if row["state"] == "pruned")}
+    return {
+        "seconds": seconds,
+        "curve": curve,
+        "best": best,
+        "trials": len(rows),
+        "gpu_seconds": status["studies"][0]["gpu_hours"] * 3600,
+        "pruned": sum(1 for row in rows if row["state"] == "pruned"),
+    }
 
 
 def delete(admin: Cluster, name: str) -> None:
@@ -163,8 +210,9 @@ def optuna_anchor(seed: int, budget: int, parallel: int) -> float:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True, multivariate=True, group=True)
     study = optuna.create_study(sampler=sampler)
-    study.optimize(lambda t: camel(t.suggest_float("x", -3, 3), t.suggest_float("y", -2, 2)), n_trials=budget,
-                   n_jobs=parallel)
+    study.optimize(
+        lambda t: camel(t.suggest_float("x", -3, 3), t.suggest_float("y", -2, 2)), n_trials=budget, n_jobs=parallel
+    )
     return study.best_value
 
 
@@ -180,10 +228,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--regret", type=float, default=0.1)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--only", choices=("all", "search", "pruning"), default="all",
-                        help="search: the strategies; pruning: tpe with and without the pruner")
-    parser.add_argument("--strategies", default="tpe,gp,random,quasi-random",
-                        help="compared side by side (gp needs the [gp] extra: PyTorch)")
+    parser.add_argument(
+        "--only",
+        choices=("all", "search", "pruning"),
+        default="all",
+        help="search: the strategies; pruning: tpe with and without the pruner",
+    )
+    parser.add_argument(
+        "--strategies",
+        default="tpe,gp,random,quasi-random",
+        help="compared side by side (gp needs the [gp] extra: PyTorch)",
+    )
     args = parser.parse_args()
     strategies = [k for k in args.strategies.split(",") if k] if args.only != "pruning" else []
     if "gp" in strategies:
@@ -195,8 +250,10 @@ def main() -> None:
     target = testbed_target()
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     stamp = str(int(time.time()))[-5:]
-    results: dict[str, list[dict]] = {**{k: [] for k in strategies},
-                                      **({"tpe-reporting": [], "tpe-pruned": []} if args.only != "search" else {})}
+    results: dict[str, list[dict]] = {
+        **{k: [] for k in strategies},
+        **({"tpe-reporting": [], "tpe-pruned": []} if args.only != "search" else {}),
+    }
     anchors = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
@@ -206,15 +263,23 @@ def main() -> None:
             runs = {}
             for kind in strategies:
                 name = f"sb-{kind[:2]}{seed}-{stamp}"
-                runs[kind] = (study_text(name, target.namespace, kind, seed, args.budget, args.parallel, None), name,
-                              None)
+                runs[kind] = (
+                    study_text(name, target.namespace, kind, seed, args.budget, args.parallel, None),
+                    name,
+                    None,
+                )
             for pruned in (False, True) if args.only != "search" else ():
                 name = f"sb-{'pr' if pruned else 'rp'}{seed}-{stamp}"
                 runs["tpe-pruned" if pruned else "tpe-reporting"] = (
-                    study_text(name, target.namespace, "tpe", seed, args.budget, args.parallel, pruned), name, args.steps)
+                    study_text(name, target.namespace, "tpe", seed, args.budget, args.parallel, pruned),
+                    name,
+                    args.steps,
+                )
             with ThreadPoolExecutor(len(runs)) as pool:
-                done = {key: pool.submit(run_study, target, admin, text, name, tmpdir, steps)
-                        for key, (text, name, steps) in runs.items()}
+                done = {
+                    key: pool.submit(run_study, target, admin, text, name, tmpdir, steps)
+                    for key, (text, name, steps) in runs.items()
+                }
                 for key, future in done.items():
                     results[key].append(future.result())
             print(f"seed {seed}: " + ", ".join(f"{k} {results[k][-1]['best']:.4f}" for k in runs), flush=True)
@@ -222,46 +287,75 @@ def main() -> None:
                 anchors.append(optuna_anchor(seed, args.budget, args.parallel))
     admin.close()
 
-    print(f"\nsix-hump camel (minimum {MINIMUM}), budget {args.budget} trials, {args.parallel} in flight, "
-          f"{args.seeds} seeds; median over seeds (a seed that never reached the regret counts as beyond the budget)\n")
+    print(
+        f"\nsix-hump camel (minimum {MINIMUM}), budget {args.budget} trials, {args.parallel} in flight, "
+        f"{args.seeds} seeds; median over seeds (a seed that never reached the regret counts as beyond the budget)\n"
+    )
     print(f"{'strategy':28} {'best':>9} {'trials to regret ≤ ' + str(args.regret):>24} {'GPU-s to it':>12}")
     summary = {}
     shown = lambda v, f: "-" if v is None else (f">{args.budget}" if v == INF else format(v, f))  # noqa: E731
     for kind, runs in results.items():
         reach = [to_regret(r["curve"], args.regret) for r in runs]
-        summary[kind] = {"best": median([r["best"] for r in runs]),
-                         "trials_to_regret": median([INF if t is None else t for t, _ in reach]),
-                         "gpu_seconds_to_regret": median([INF if g is None else g for _, g in reach]),
-                         "gpu_seconds": median([r["gpu_seconds"] for r in runs]),
-                         "reached": sum(1 for t, _ in reach if t is not None)}
+        summary[kind] = {
+            "best": median([r["best"] for r in runs]),
+            "trials_to_regret": median([INF if t is None else t for t, _ in reach]),
+            "gpu_seconds_to_regret": median([INF if g is None else g for _, g in reach]),
+            "gpu_seconds": median([r["gpu_seconds"] for r in runs]),
+            "reached": sum(1 for t, _ in reach if t is not None),
+        }
         s = summary[kind]
-        print(f"{kind:28} {s['best']:9.4f} {shown(s['trials_to_regret'], '.1f'):>16} "
-              f"({s['reached']}/{args.seeds} reached) {shown(s['gpu_seconds_to_regret'], '.0f'):>8}")
+        print(
+            f"{kind:28} {s['best']:9.4f} {shown(s['trials_to_regret'], '.1f'):>16} "
+            f"({s['reached']}/{args.seeds} reached) {shown(s['gpu_seconds_to_regret'], '.0f'):>8}"
+        )
     pruning = None
     if "tpe-pruned" in summary:
         plain, pruned = summary["tpe-reporting"], summary["tpe-pruned"]
-        pruning = {"gpu_seconds_without": plain["gpu_seconds"], "gpu_seconds_with": pruned["gpu_seconds"],
-                   "saved": 1 - pruned["gpu_seconds"] / plain["gpu_seconds"],
-                   "gpu_seconds_to_regret_without": plain["gpu_seconds_to_regret"],
-                   "gpu_seconds_to_regret_with": pruned["gpu_seconds_to_regret"],
-                   "best_without": plain["best"], "best_with": pruned["best"]}
+        pruning = {
+            "gpu_seconds_without": plain["gpu_seconds"],
+            "gpu_seconds_with": pruned["gpu_seconds"],
+            "saved": 1 - pruned["gpu_seconds"] / plain["gpu_seconds"],
+            "gpu_seconds_to_regret_without": plain["gpu_seconds_to_regret"],
+            "gpu_seconds_to_regret_with": pruned["gpu_seconds_to_regret"],
+            "best_without": plain["best"],
+            "best_with": pruned["best"],
+        }
         to = pruning["gpu_seconds_to_regret_with"], pruning["gpu_seconds_to_regret_without"]
         pruning["saved_to_regret"] = 1 - to[0] / to[1] if INF not in to else None
-        print(f"\npruning (tpe, trials reporting {args.steps} steps): the budget took {plain['gpu_seconds']:.0f} GPU-s "
-              f"without, {pruned['gpu_seconds']:.0f} with the median pruner ({pruning['saved'] * 100:.0f}% saved), "
-              f"best {plain['best']:.4f} and {pruned['best']:.4f}; to regret ≤ {args.regret}: {shown(to[1], '.0f')} "
-              f"and {shown(to[0], '.0f')} GPU-s"
-              + (f" ({pruning['saved_to_regret'] * 100:.0f}% saved; target ≥ 30%)" if pruning["saved_to_regret"]
-                 is not None else ""))
+        print(
+            f"\npruning (tpe, trials reporting {args.steps} steps): the budget took {plain['gpu_seconds']:.0f} GPU-s "
+            f"without, {pruned['gpu_seconds']:.0f} with the median pruner ({pruning['saved'] * 100:.0f}% saved), "
+            f"best {plain['best']:.4f} and {pruned['best']:.4f}; to regret ≤ {args.regret}: {shown(to[1], '.0f')} "
+            f"and {shown(to[0], '.0f')} GPU-s"
+            + (
+                f" ({pruning['saved_to_regret'] * 100:.0f}% saved; target ≥ 30%)"
+                if pruning["saved_to_regret"] is not None
+                else ""
+            )
+        )
     if anchors:
-        print(f"anchor: Optuna's TPE in process, optimize(n_jobs={args.parallel}): best {median(anchors):.4f}; "
-              f"stratctl's tpe: {summary['tpe']['best']:.4f}")
-    save("search" if args.only == "all" else f"search-{args.only}",
-         {"budget": args.budget, "parallel": args.parallel, "seeds": args.seeds, "regret": args.regret,
-          "summary": {k: {x: (None if v == INF else v) for x, v in row.items()} for k, row in summary.items()},
-          "pruning": pruning, "optuna_anchor_best": median(anchors) if anchors else None, "optuna_anchor_each": anchors,
-          "runs": {k: [{x: r[x] for x in ("best", "trials", "gpu_seconds", "pruned", "seconds", "curve")} for r in v]
-                   for k, v in results.items()}})
+        print(
+            f"anchor: Optuna's TPE in process, optimize(n_jobs={args.parallel}): best {median(anchors):.4f}; "
+            f"stratctl's tpe: {summary['tpe']['best']:.4f}"
+        )
+    save(
+        "search" if args.only == "all" else f"search-{args.only}",
+        {
+            "budget": args.budget,
+            "parallel": args.parallel,
+            "seeds": args.seeds,
+            "regret": args.regret,
+            "summary": {k: {x: (None if v == INF else v) for x, v in row.items()} for k, row in summary.items()},
+            "pruning": pruning,
+            "optuna_anchor_best": median(anchors) if anchors else None,
+            "optuna_anchor_each": anchors,
+            "runs": {
+                k: [{x: r[x] for x in ("best", "trials", "gpu_seconds", "pruned", "seconds", "curve")} for r in v]
+                for k, v in results.items()
+            },
+        },
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -47,12 +47,13 @@ def slurm_env() -> dict[str, str]:
     if given:
         return {**os.environ, "SLURM_CONF": given}
     subprocess.run(["bash", str(REPO / "testbed/slurm/packages.sh")], check=True, stdout=subprocess.DEVNULL)
-    out = subprocess.run(["bash", str(REPO / "testbed/slurm/up.sh")], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout
+    out = subprocess.run(
+        ["bash", str(REPO / "testbed/slurm/up.sh")], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
     env = dict(os.environ)
     for line in Path(out.strip().splitlines()[-1]).read_text().splitlines():
         if line.startswith("export ") and "=" in line:
-            key, value = line[len("export "):].split("=", 1)
+            key, value = line[len("export ") :].split("=", 1)
             env[key] = value
     return env
 
@@ -76,7 +77,8 @@ def cancel(prefix: str) -> None:
 
 
 def study(path: Path, name: str, trials: int, seconds: float, parallelism: str = "") -> Path:
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         name: {name}
         backend: slurm
         slurm: {{partition: research, time_limit: 10m}}
@@ -88,7 +90,8 @@ def study(path: Path, name: str, trials: int, seconds: float, parallelism: str =
           resources: {{limits: {{nvidia.com/gpu: 1}}}}
           tasks: [{{name: worker, replicas: 1}}]
         {parallelism}
-        """))
+        """)
+    )
     return path
 
 
@@ -107,8 +110,10 @@ def wait_ended(prefix: str, count: int, timeout: float = 900) -> list[dict]:
 
 
 def submit_loop(n: int, tag: str) -> float:
-    script = (f"for i in $(seq 1 {n}); do sbatch --parsable --job-name={tag}-$i --partition=research "
-              f"--gpus-per-task=1 --ntasks=1 --output=/dev/null --wrap 'sleep 600' >/dev/null || exit 1; done")
+    script = (
+        f"for i in $(seq 1 {n}); do sbatch --parsable --job-name={tag}-$i --partition=research "
+        f"--gpus-per-task=1 --ntasks=1 --output=/dev/null --wrap 'sleep 600' >/dev/null || exit 1; done"
+    )
     started = time.perf_counter()
     run("bash", "-c", script)
     return time.perf_counter() - started
@@ -116,17 +121,49 @@ def submit_loop(n: int, tag: str) -> float:
 
 def submit_array(n: int, tag: str) -> float:
     started = time.perf_counter()
-    run("sbatch", "--parsable", f"--job-name={tag}", f"--array=0-{n - 1}", "--partition=research",
-        "--gpus-per-task=1", "--ntasks=1", "--output=/dev/null", "--wrap", "sleep 600")
+    run(
+        "sbatch",
+        "--parsable",
+        f"--job-name={tag}",
+        f"--array=0-{n - 1}",
+        "--partition=research",
+        "--gpus-per-task=1",
+        "--ntasks=1",
+        "--output=/dev/null",
+        "--wrap",
+        "sleep 600",
+    )
     return time.perf_counter() - started
 
 
 def submit_stratctl(n: int, tag: str, workdir: Path) -> float:
     path = study(workdir / f"{tag}.yaml", tag, n, 600)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "stratctl", "submit", str(path), "--detach", "--qps", "0",
-                           "--parallelism", "static", "--max-inflight", str(n), "--workers", "8", "-o", "json"],
-                          env=ENV, cwd=workdir, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stratctl",
+            "submit",
+            str(path),
+            "--detach",
+            "--qps",
+            "0",
+            "--parallelism",
+            "static",
+            "--max-inflight",
+            str(n),
+            "--workers",
+            "8",
+            "-o",
+            "json",
+        ],
+        env=ENV,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0 or json.loads(done.stdout)["created"] != n:
         raise RuntimeError(f"stratctl submit: {done.stderr[-1000:]}")
@@ -144,16 +181,32 @@ def span(ended: list[dict], started: float, seconds: float) -> dict:
 
 def sweep_array(m: int, seconds: float, cap: int, tag: str) -> dict:
     started = time.time()
-    run("sbatch", "--parsable", f"--job-name={tag}", f"--array=0-{m - 1}%{cap}", "--partition=research",
-        "--gpus-per-task=1", "--ntasks=1", "--output=/dev/null", "--wrap", f"sleep {seconds:g}")
+    run(
+        "sbatch",
+        "--parsable",
+        f"--job-name={tag}",
+        f"--array=0-{m - 1}%{cap}",
+        "--partition=research",
+        "--gpus-per-task=1",
+        "--ntasks=1",
+        "--output=/dev/null",
+        "--wrap",
+        f"sleep {seconds:g}",
+    )
     return span(wait_ended(tag, m), int(started), seconds)
 
 
 def sweep_stratctl(m: int, seconds: float, tag: str, workdir: Path) -> dict:
     path = study(workdir / f"{tag}.yaml", tag, m, seconds)
     started = time.time()
-    done = subprocess.run([sys.executable, "-m", "stratctl", "submit", str(path), "--poll-interval", "0.5",
-                           "-o", "json"], env=ENV, cwd=workdir, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "stratctl", "submit", str(path), "--poll-interval", "0.5", "-o", "json"],
+        env=ENV,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     progress = json.loads(done.stdout)
     if done.returncode != 0 or progress["succeeded"] != m:
         raise RuntimeError(f"stratctl submit: {done.stderr[-1000:]}")
@@ -172,8 +225,10 @@ def main() -> None:
     figures: dict = {"trials": args.trials, "sweep": args.sweep, "seconds": args.seconds, "gpus": GPUS}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        print(f"submission of {args.trials} one-GPU jobs (16 run, the rest pend), wall seconds, median of "
-              f"{args.repeat} interleaved runs:")
+        print(
+            f"submission of {args.trials} one-GPU jobs (16 run, the rest pend), wall seconds, median of "
+            f"{args.repeat} interleaved runs:"
+        )
         runs: dict[str, list[float]] = {"loop": [], "array": [], "stratctl": []}
         for round_ in range(args.repeat):
             for method in runs:
@@ -191,19 +246,26 @@ def main() -> None:
             seconds = statistics.median(times)
             figures[f"submit_{method}_s"] = round(seconds, 2)
             figures[f"submit_{method}_runs"] = [round(t, 2) for t in times]
-            print(f"  {method:9} {seconds:6.2f} s  {args.trials / seconds:7.1f} jobs/s  (runs: "
-                  f"{', '.join(f'{t:.2f}' for t in times)})")
+            print(
+                f"  {method:9} {seconds:6.2f} s  {args.trials / seconds:7.1f} jobs/s  (runs: "
+                f"{', '.join(f'{t:.2f}' for t in times)})"
+            )
         ratio = figures["submit_loop_s"] / figures["submit_stratctl_s"]
         figures["stratctl_vs_loop"] = round(ratio, 2)
-        print(f"  stratctl {ratio:.2f}x the sbatch loop's throughput; the one-request array "
-              f"{figures['submit_array_s']:.2f} s is the ceiling")
+        print(
+            f"  stratctl {ratio:.2f}x the sbatch loop's throughput; the one-request array "
+            f"{figures['submit_array_s']:.2f} s is the ceiling"
+        )
         time.sleep(3)
         print(f"\nmakespan of {args.sweep} trials of {args.seconds:g}s on {GPUS} GPUs:")
         for method, cap in (("array%4", 4), ("array%16", 16), ("stratctl", None)):
             tag = f"bm{method.replace('%', 'c')}{stamp}"
             try:
-                result = (sweep_stratctl(args.sweep, args.seconds, tag, workdir) if cap is None
-                          else sweep_array(args.sweep, args.seconds, cap, tag))
+                result = (
+                    sweep_stratctl(args.sweep, args.seconds, tag, workdir)
+                    if cap is None
+                    else sweep_array(args.sweep, args.seconds, cap, tag)
+                )
             finally:
                 cancel(tag)
             figures[f"makespan_{method}"] = result

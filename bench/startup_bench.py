@@ -37,8 +37,13 @@ sys.path.insert(0, str(ROOT))
 from bench.bytecode import compiled  # noqa: E402
 from bench.results import save  # noqa: E402
 
-TARGETS = {"validate demo": 0.3, "validate quasi-random": 0.5, "complete `sta<Tab>`": 0.2,
-           "complete --context": 0.2, "complete study": 0.2}
+TARGETS = {
+    "validate demo": 0.3,
+    "validate quasi-random": 0.5,
+    "complete `sta<Tab>`": 0.2,
+    "complete --context": 0.2,
+    "complete study": 0.2,
+}
 
 
 def commands() -> list[tuple[str, list[str], dict[str, str]]]:
@@ -47,17 +52,25 @@ def commands() -> list[tuple[str, list[str], dict[str, str]]]:
     study = []
     if os.environ.get("STRATCTL_BENCH_KUBECONFIG"):
         namespace = os.environ.get("STRATCTL_BENCH_NAMESPACE", "stratctl-e2e")
-        study = [("complete study", stratctl,
-                  {**complete, "KUBECONFIG": os.environ["STRATCTL_BENCH_KUBECONFIG"],
-                   "COMP_WORDS": f"stratctl status -n {namespace} --context restricted ", "COMP_CWORD": "6"})]
+        study = [
+            (
+                "complete study",
+                stratctl,
+                {
+                    **complete,
+                    "KUBECONFIG": os.environ["STRATCTL_BENCH_KUBECONFIG"],
+                    "COMP_WORDS": f"stratctl status -n {namespace} --context restricted ",
+                    "COMP_CWORD": "6",
+                },
+            )
+        ]
     return [
         ("python -c pass", [sys.executable, "-c", "pass"], {}),
         ("stratctl --version", [*stratctl, "--version"], {}),
         ("validate demo", [*stratctl, "validate", str(ROOT / "examples/demo.yaml")], {}),
         ("validate quasi-random", [*stratctl, "validate", str(ROOT / "examples/ppo-tuning.yaml")], {}),
         ("complete `sta<Tab>`", stratctl, complete),
-        ("complete --context", stratctl,
-         {**complete, "COMP_WORDS": "stratctl status --context ", "COMP_CWORD": "3"}),
+        ("complete --context", stratctl, {**complete, "COMP_WORDS": "stratctl status --context ", "COMP_CWORD": "3"}),
         *study,
     ]
 
@@ -77,9 +90,13 @@ def measure(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="processes started per command")
-    parser.add_argument("--src", type=Path, action="append",
-                        help="a checkout of stratctl to measure instead of this one; repeat to compare "
-                             "checkouts in the same rounds (e.g. before and after a change)")
+    parser.add_argument(
+        "--src",
+        type=Path,
+        action="append",
+        help="a checkout of stratctl to measure instead of this one; repeat to compare "
+        "checkouts in the same rounds (e.g. before and after a change)",
+    )
     args = parser.parse_args()
     sources = [s.resolve() for s in args.src or [ROOT]]
     compiled(*(src / "stratctl" for src in sources))
@@ -95,8 +112,10 @@ def main() -> None:
                 if round_:  # the first round only warms the file cache
                     walls[src, name].append(wall)
                     cpus[src, name].append(cpu)
-    print(f"stratctl start-up, {args.runs} processes per command, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(
+        f"stratctl start-up, {args.runs} processes per command, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
     for src in sources:
         floor = statistics.median(walls[src, cases[0][0]])
         print(f"\nsource {src}")
@@ -106,14 +125,26 @@ def main() -> None:
             median = statistics.median(times)
             target = TARGETS.get(name)
             verdict = "" if target is None else f"<= {target:.1f} s {'ok' if median <= target else 'MISSED'}"
-            print(f"{name:<24} {median:8.3f} {min(times):8.3f} {max(times):8.3f} {median / floor:7.1f} "
-                  f"{statistics.median(cpus[src, name]):7.3f}  {verdict}")
+            print(
+                f"{name:<24} {median:8.3f} {min(times):8.3f} {max(times):8.3f} {median / floor:7.1f} "
+                f"{statistics.median(cpus[src, name]):7.3f}  {verdict}"
+            )
     if sources == [ROOT]:  # this checkout alone: its figures are the ones to keep
-        save("startup", {"runs": args.runs, "commands": {
-            name: {"median_seconds": round(statistics.median(walls[ROOT, name]), 3),
-                   "min_seconds": round(min(walls[ROOT, name]), 3),
-                   "median_cpu_seconds": round(statistics.median(cpus[ROOT, name]), 3),
-                   "target_seconds": TARGETS.get(name)} for name, _, _ in cases}})
+        save(
+            "startup",
+            {
+                "runs": args.runs,
+                "commands": {
+                    name: {
+                        "median_seconds": round(statistics.median(walls[ROOT, name]), 3),
+                        "min_seconds": round(min(walls[ROOT, name]), 3),
+                        "median_cpu_seconds": round(statistics.median(cpus[ROOT, name]), 3),
+                        "target_seconds": TARGETS.get(name),
+                    }
+                    for name, _, _ in cases
+                },
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,13 @@ class Target:
 def testbed_target() -> Target:
     given = os.environ.get("STRATCTL_TEST_KUBECONFIG")
     if given:
-        return Target(given, os.environ.get("STRATCTL_TEST_CONTEXT"), os.environ.get("STRATCTL_TEST_CONTEXT"),
-                      os.environ.get("STRATCTL_TEST_NAMESPACE", "stratctl-e2e"), shutil.which("kubectl"))
+        return Target(
+            given,
+            os.environ.get("STRATCTL_TEST_CONTEXT"),
+            os.environ.get("STRATCTL_TEST_CONTEXT"),
+            os.environ.get("STRATCTL_TEST_NAMESPACE", "stratctl-e2e"),
+            shutil.which("kubectl"),
+        )
     out = subprocess.run(["bash", str(REPO / "testbed" / "up.sh")], check=True, stdout=subprocess.PIPE, text=True)
     kubeconfig = out.stdout.strip().splitlines()[-1]
     run_dir = Path(kubeconfig).parent

@@ -85,12 +85,13 @@ for body in bodies:
 
 def yarn_env() -> dict[str, str]:
     """The testbed's environment (up.sh is idempotent: 0.05 s when it is already up)."""
-    out = subprocess.run(["bash", str(REPO / "testbed/yarn/up.sh")], check=True, stdout=subprocess.PIPE,
-                         text=True).stdout
+    out = subprocess.run(
+        ["bash", str(REPO / "testbed/yarn/up.sh")], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
     env = dict(os.environ)
     for line in Path(out.strip().splitlines()[-1]).read_text().splitlines():
         if line.startswith("export ") and "=" in line:
-            key, value = line[len("export "):].split("=", 1)
+            key, value = line[len("export ") :].split("=", 1)
             env[key] = value
     return env
 
@@ -106,22 +107,32 @@ def apps(study: str) -> list[dict]:
 
 
 def free_gpus() -> int:
-    return sum(i["value"] for n in get("ws/v1/cluster/nodes")["nodes"]["node"]
-               for i in n["availableResource"]["resourceInformations"]["resourceInformation"]
-               if i["name"] == "yarn.io/gpu")
+    return sum(
+        i["value"]
+        for n in get("ws/v1/cluster/nodes")["nodes"]["node"]
+        for i in n["availableResource"]["resourceInformations"]["resourceInformation"]
+        if i["name"] == "yarn.io/gpu"
+    )
 
 
 def research() -> dict:
-    return next(q for q in get("ws/v1/cluster/scheduler")["scheduler"]["schedulerInfo"]["queues"]["queue"]
-                if q["queueName"] == QUEUE)
+    return next(
+        q
+        for q in get("ws/v1/cluster/scheduler")["scheduler"]["schedulerInfo"]["queues"]["queue"]
+        if q["queueName"] == QUEUE
+    )
 
 
 def kill_all(study: str) -> None:
     """Kill every application of a study, then wait for all 8 GPUs to be free."""
     for app in apps(study):
         if app["state"] not in ENDED:
-            request = urllib.request.Request(f"{RM}/ws/v1/cluster/apps/{app['id']}/state", method="PUT",
-                                             data=b'{"state": "KILLED"}', headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(
+                f"{RM}/ws/v1/cluster/apps/{app['id']}/state",
+                method="PUT",
+                data=b'{"state": "KILLED"}',
+                headers={"Content-Type": "application/json"},
+            )
             urllib.request.urlopen(request, timeout=30).close()
     deadline = time.monotonic() + 300
     while free_gpus() < GPUS or any(a["state"] not in ENDED for a in apps(study)):
@@ -131,7 +142,8 @@ def kill_all(study: str) -> None:
 
 
 def study(path: Path, name: str, trials: int, seconds: float) -> Path:
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         name: {name}
         backend: yarn
         yarn: {{resource_managers: ["{RM}"], queue: {QUEUE}}}
@@ -142,25 +154,30 @@ def study(path: Path, name: str, trials: int, seconds: float) -> Path:
           command: ["sleep", "{seconds:g}"]
           resources: {{requests: {{memory: 256Mi}}, limits: {{nvidia.com/gpu: 1}}}}
           tasks: [{{name: worker, replicas: 1}}]
-        """))
+        """)
+    )
     return path
 
 
 def bodies(path: Path, workdir: Path) -> Path:
     """The submissions stratctl would send for every trial's first attempt, as a JSON file
     (the application id is filled in by the loop, from its new-application)."""
+    from stratctl.backends.yarn.app import Jar, build
+    from stratctl.backends.yarn.scheduler import output_of
     from stratctl.core.render import Renderer, bundled_templates
     from stratctl.core.space import expand
     from stratctl.core.spec import load_study
-    from stratctl.backends.yarn.app import Jar, build
-    from stratctl.backends.yarn.scheduler import output_of
 
     loaded = load_study(path)
     renderer = Renderer(loaded)
     jar = Jar.of(Path(ENV["STRATCTL_YARN_AM_JAR"]))
     classpath = get("conf?name=yarn.application.classpath")["property"]["value"].split(",")
-    out = [build(loaded, renderer.render(t), [bundled_templates()], output_of(loaded, workdir)).body(
-        "", loaded, jar, classpath) for t in expand(loaded)]
+    out = [
+        build(loaded, renderer.render(t), [bundled_templates()], output_of(loaded, workdir)).body(
+            "", loaded, jar, classpath
+        )
+        for t in expand(loaded)
+    ]
     target = workdir / f"{loaded.name}.bodies.json"
     target.write_text(json.dumps(out))
     return target
@@ -185,9 +202,31 @@ def submit_loop(path: Path, workdir: Path, n: int) -> float:
 
 def submit_stratctl(path: Path, workdir: Path, n: int) -> float:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "stratctl", "submit", str(path), "--detach", "--qps", "0",
-                           "--parallelism", "static", "--max-inflight", str(n), "--workers", "8", "-o", "json"],
-                          env=ENV, cwd=workdir, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stratctl",
+            "submit",
+            str(path),
+            "--detach",
+            "--qps",
+            "0",
+            "--parallelism",
+            "static",
+            "--max-inflight",
+            str(n),
+            "--workers",
+            "8",
+            "-o",
+            "json",
+        ],
+        env=ENV,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0 or json.loads(done.stdout)["created"] != n:
         raise RuntimeError(f"stratctl submit: {done.stderr[-1000:]}")
@@ -198,8 +237,12 @@ def submit_stratctl(path: Path, workdir: Path, n: int) -> float:
 
 
 def refresh_queues(cap: int) -> None:
-    subprocess.run(["bash", str(REPO / "testbed/yarn/yarn.sh"), "rmadmin", "-refreshQueues"], check=True, env=ENV,
-                   capture_output=True)
+    subprocess.run(
+        ["bash", str(REPO / "testbed/yarn/yarn.sh"), "rmadmin", "-refreshQueues"],
+        check=True,
+        env=ENV,
+        capture_output=True,
+    )
     shown = research().get("maxParallelApps")
     if shown != cap:
         raise RuntimeError(f"after -refreshQueues the research queue's maxParallelApps is {shown}, not {cap}")
@@ -232,22 +275,35 @@ def wait_ended(name: str, m: int, said: dict[str, str] | None = None, timeout: f
 def span(ended: list[dict], exec_ms: float, m: int, seconds: float) -> dict:
     first, last = min(a["startedTime"] for a in ended), max(a["finishedTime"] for a in ended)
     makespan = (last - first) / 1000
-    busy = sum(e["value"] for a in ended for e in (a.get("resourceSecondsMap") or {}).get("entry", [])
-               if isinstance(e, dict) and e.get("key") == "yarn.io/gpu")
+    busy = sum(
+        e["value"]
+        for a in ended
+        for e in (a.get("resourceSecondsMap") or {}).get("entry", [])
+        if isinstance(e, dict) and e.get("key") == "yarn.io/gpu"
+    )
     beyond = [(a["finishedTime"] - a["launchTime"]) / 1000 - seconds for a in ended if a.get("launchTime")]
     waited = [(a["launchTime"] - a["startedTime"]) / 1000 for a in ended if a.get("launchTime")]
-    return {"makespan_s": round(makespan, 1), "from_exec_s": round((last - exec_ms) / 1000, 1),
-            "gpu_utilisation": round(busy / (GPUS * makespan), 3),
-            "useful_utilisation": round(m * seconds / (GPUS * makespan), 3), "gpu_seconds": busy,
-            "app_beyond_sleep_s": round(statistics.median(beyond), 2) if beyond else None,
-            "app_queued_s": round(statistics.median(waited), 2) if waited else None,
-            "failed": sum(a["finalStatus"] != "SUCCEEDED" for a in ended)}
+    return {
+        "makespan_s": round(makespan, 1),
+        "from_exec_s": round((last - exec_ms) / 1000, 1),
+        "gpu_utilisation": round(busy / (GPUS * makespan), 3),
+        "useful_utilisation": round(m * seconds / (GPUS * makespan), 3),
+        "gpu_seconds": busy,
+        "app_beyond_sleep_s": round(statistics.median(beyond), 2) if beyond else None,
+        "app_queued_s": round(statistics.median(waited), 2) if waited else None,
+        "failed": sum(a["finalStatus"] != "SUCCEEDED" for a in ended),
+    }
 
 
 def status_says(path: Path, workdir: Path) -> list[str]:
     """Why `stratctl status` says the study's waiting trials wait."""
-    shown = subprocess.run([sys.executable, "-m", "stratctl", "status", str(path), "-o", "json"], env=ENV,
-                           cwd=workdir, capture_output=True, text=True).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "stratctl", "status", str(path), "-o", "json"],
+        env=ENV,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    ).stdout
     return sorted({r["pending"] for r in json.loads(shown or '{"trials": []}')["trials"] if r.get("pending")})
 
 
@@ -258,8 +314,11 @@ def sweep_capped(m: int, seconds: float, cap: int, name: str, workdir: Path) -> 
     if CAP in original:
         raise RuntimeError(f"{conf} already sets {CAP}: not a queue without a cap")
     try:
-        conf.write_text(original.replace("</configuration>", f"<property><name>{CAP}</name><value>{cap}</value>"
-                                                             "</property>\n</configuration>"))
+        conf.write_text(
+            original.replace(
+                "</configuration>", f"<property><name>{CAP}</name><value>{cap}</value></property>\n</configuration>"
+            )
+        )
         refresh_queues(cap)
         sent = bodies(path, workdir)
         exec_ms = time.time() * 1000
@@ -272,8 +331,13 @@ def sweep_capped(m: int, seconds: float, cap: int, name: str, workdir: Path) -> 
     finally:
         conf.write_text(original)
         refresh_queues(UNCAPPED)
-    return {**result, "submissions": m, "rm_diagnostics_waiting": sorted(said),
-            "rm_diagnostics_example": next((raw for raw in said.values() if raw), ""), "status_says": status}
+    return {
+        **result,
+        "submissions": m,
+        "rm_diagnostics_waiting": sorted(said),
+        "rm_diagnostics_example": next((raw for raw in said.values() if raw), ""),
+        "status_says": status,
+    }
 
 
 def sweep_stratctl(m: int, seconds: float, name: str, workdir: Path) -> dict:
@@ -281,14 +345,24 @@ def sweep_stratctl(m: int, seconds: float, name: str, workdir: Path) -> dict:
     if research().get("maxParallelApps") != UNCAPPED:
         raise RuntimeError("the research queue has a maxParallelApps: not the uncapped queue stratctl is measured on")
     exec_ms = time.time() * 1000
-    done = subprocess.run([sys.executable, "-m", "stratctl", "submit", str(path), "--poll-interval", "0.5",
-                           "-o", "json"], env=ENV, cwd=workdir, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "stratctl", "submit", str(path), "--poll-interval", "0.5", "-o", "json"],
+        env=ENV,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     progress = json.loads(done.stdout or "{}")
     if done.returncode != 0 or progress.get("succeeded") != m:
         raise RuntimeError(f"stratctl submit: {done.stderr[-1000:]}")
     ended = wait_ended(name, m)
-    return {**span(ended, exec_ms, m, seconds), "submissions": len(ended), "api_writes": progress["api_writes"],
-            "api_requests": progress.get("api_requests")}
+    return {
+        **span(ended, exec_ms, m, seconds),
+        "submissions": len(ended),
+        "api_writes": progress["api_writes"],
+        "api_requests": progress.get("api_requests"),
+    }
 
 
 def main() -> None:
@@ -305,16 +379,21 @@ def main() -> None:
     figures: dict = {"trials": args.trials, "sweep": args.sweep, "seconds": args.seconds, "gpus": GPUS}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        print(f"submission of {args.trials} one-GPU trials (8 run, the rest wait), wall seconds, median of "
-              f"{args.repeat} interleaved runs:")
+        print(
+            f"submission of {args.trials} one-GPU trials (8 run, the rest wait), wall seconds, median of "
+            f"{args.repeat} interleaved runs:"
+        )
         runs: dict[str, list[float]] = {"loop": [], "stratctl": []}
         for round_ in range(args.repeat):
             for method in runs:
                 name = f"ys{method}{stamp}r{round_}"
                 path = study(workdir / f"{name}.yaml", name, args.trials, 600)
                 try:
-                    runs[method].append(submit_loop(path, workdir, args.trials) if method == "loop"
-                                        else submit_stratctl(path, workdir, args.trials))
+                    runs[method].append(
+                        submit_loop(path, workdir, args.trials)
+                        if method == "loop"
+                        else submit_stratctl(path, workdir, args.trials)
+                    )
                 finally:
                     kill_all(name)
         for method, times in runs.items():
@@ -324,31 +403,46 @@ def main() -> None:
         for method in runs:
             seconds = figures[f"submit_{method}_s"]
             beside = "" if method == "loop" else f"  ({figures['submit_loop_s'] / seconds:.2f}x the loop's throughput)"
-            print(f"  {method:9} {seconds:6.2f} s  {args.trials / seconds:7.1f} applications/s  (runs: "
-                  f"{', '.join(f'{t:.2f}' for t in figures[f'submit_{method}_runs'])}){beside}")
+            print(
+                f"  {method:9} {seconds:6.2f} s  {args.trials / seconds:7.1f} applications/s  (runs: "
+                f"{', '.join(f'{t:.2f}' for t in figures[f'submit_{method}_runs'])}){beside}"
+            )
         figures["stratctl_vs_loop"] = round(figures["submit_loop_s"] / figures["submit_stratctl_s"], 2)
 
-        print(f"\nmakespan of {args.sweep} trials of {args.seconds:g}s on {GPUS} GPUs (ideal "
-              f"{-(-args.sweep // GPUS) * args.seconds:g} s):")
+        print(
+            f"\nmakespan of {args.sweep} trials of {args.seconds:g}s on {GPUS} GPUs (ideal "
+            f"{-(-args.sweep // GPUS) * args.seconds:g} s):"
+        )
         results: dict[str, dict] = {}
         for method, cap in (("maxParallelApps=2", 2), ("maxParallelApps=8", 8), ("stratctl", None)):
             name = f"ym{cap or 'ad'}{stamp}"
             try:
-                results[method] = (sweep_stratctl(args.sweep, args.seconds, name, workdir) if cap is None
-                                   else sweep_capped(args.sweep, args.seconds, cap, name, workdir))
+                results[method] = (
+                    sweep_stratctl(args.sweep, args.seconds, name, workdir)
+                    if cap is None
+                    else sweep_capped(args.sweep, args.seconds, cap, name, workdir)
+                )
             finally:
                 kill_all(name)
             figures[f"makespan_{method}"] = results[method]
         ours = results["stratctl"]
         for method, result in results.items():
-            beside = ("" if method == "stratctl" else
-                      f"  (stratctl's {ours['makespan_s'] / result['makespan_s']:.2f}x of it, utilisation "
-                      f"{ours['gpu_utilisation'] / result['gpu_utilisation']:.2f}x)")
-            writes = (f"{result['submissions']} submissions" if method != "stratctl" else
-                      f"{result['submissions']} submissions (api_writes {result['api_writes']})")
-            print(f"  {method:18} {result['makespan_s']:6.1f} s  GPU utilisation {result['gpu_utilisation']:.0%} "
-                  f"(useful {result['useful_utilisation']:.0%}), {writes}, {result['failed']} failed; each "
-                  f"application {result['app_beyond_sleep_s']:.1f} s beyond its sleep once its AM is launched{beside}")
+            beside = (
+                ""
+                if method == "stratctl"
+                else f"  (stratctl's {ours['makespan_s'] / result['makespan_s']:.2f}x of it, utilisation "
+                f"{ours['gpu_utilisation'] / result['gpu_utilisation']:.2f}x)"
+            )
+            writes = (
+                f"{result['submissions']} submissions"
+                if method != "stratctl"
+                else f"{result['submissions']} submissions (api_writes {result['api_writes']})"
+            )
+            print(
+                f"  {method:18} {result['makespan_s']:6.1f} s  GPU utilisation {result['gpu_utilisation']:.0%} "
+                f"(useful {result['useful_utilisation']:.0%}), {writes}, {result['failed']} failed; each "
+                f"application {result['app_beyond_sleep_s']:.1f} s beyond its sleep once its AM is launched{beside}"
+            )
             for said in result.get("rm_diagnostics_waiting", []):
                 print(f"    the RM's diagnostics of one waiting: {said!r}")
             if result.get("status_says"):

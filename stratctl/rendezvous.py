@@ -66,9 +66,16 @@ def environment(roles: list[tuple[str, list[str]]], rank: int, port: int) -> dic
     addrs = [addr for _, hosts in roles for addr in hosts]
     if not 0 <= rank < len(addrs):
         raise ValueError(f"rank {rank} outside 0..{len(addrs) - 1}")
-    env = {NUM_NODES: str(len(addrs)), NODE_RANK: str(rank), NODE_ADDRS: ",".join(addrs),
-           MASTER_ADDR: addrs[0], MASTER_PORT: str(port), WORLD_SIZE: str(len(addrs)), RANK: str(rank),
-           TASKS: ",".join(role for role, _ in roles)}
+    env = {
+        NUM_NODES: str(len(addrs)),
+        NODE_RANK: str(rank),
+        NODE_ADDRS: ",".join(addrs),
+        MASTER_ADDR: addrs[0],
+        MASTER_PORT: str(port),
+        WORLD_SIZE: str(len(addrs)),
+        RANK: str(rank),
+        TASKS: ",".join(role for role, _ in roles),
+    }
     first = 0
     for role, hosts in roles:
         env[hosts_var(role)] = ",".join(hosts)

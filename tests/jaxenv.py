@@ -31,12 +31,26 @@ def jax_python() -> Path:
         shutil.rmtree(root, ignore_errors=True)  # what an interrupted make left
         subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=300)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
-        done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               f"jax[cpu]=={JAX_VERSION}"], capture_output=True, text=True, timeout=900, env=env)
-        assert done.returncode == 0, (f"cannot install jax[cpu]=={JAX_VERSION} into {root} (this test needs it: "
-                                      f"the package index reachable, about 650 MB of disk):\n{done.stderr[-3000:]}")
-        works = subprocess.run([str(python), "-c", "import jax; print(jax.devices())"], capture_output=True,
-                               text=True, timeout=300, env=env)
-        assert works.returncode == 0, f"jax[cpu]=={JAX_VERSION} installed in {root} but does not start:\n{works.stderr[-3000:]}"
+        done = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"jax[cpu]=={JAX_VERSION}"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
+        assert done.returncode == 0, (
+            f"cannot install jax[cpu]=={JAX_VERSION} into {root} (this test needs it: "
+            f"the package index reachable, about 650 MB of disk):\n{done.stderr[-3000:]}"
+        )
+        works = subprocess.run(
+            [str(python), "-c", "import jax; print(jax.devices())"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert works.returncode == 0, (
+            f"jax[cpu]=={JAX_VERSION} installed in {root} but does not start:\n{works.stderr[-3000:]}"
+        )
         ready.write_text(works.stdout)
         return python

@@ -28,7 +28,7 @@ def expand(text: str, env: dict[str, str]) -> str:
             if nxt == "(":
                 end = text.find(")", i + 2)
                 if end != -1:
-                    name = text[i + 2:end]
+                    name = text[i + 2 : end]
                     out.append(env[name] if name in env else f"$({name})")
                     i = end + 1
                     continue

@@ -41,13 +41,17 @@ try:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 except ImportError:
-    sys.exit(f"{sys.argv[0]}: PyTorch is not installed in {sys.executable}: "
-             "pip install 'stratctl[ddp]' (or torch>=2.0) where the trial runs")
+    sys.exit(
+        f"{sys.argv[0]}: PyTorch is not installed in {sys.executable}: "
+        "pip install 'stratctl[ddp]' (or torch>=2.0) where the trial runs"
+    )
 try:
     from stratctl import trial
 except ImportError:
-    sys.exit(f"{sys.argv[0]}: stratctl is not installed in {sys.executable}: "
-             "pip install 'stratctl[ddp]' where the trial runs")
+    sys.exit(
+        f"{sys.argv[0]}: stratctl is not installed in {sys.executable}: "
+        "pip install 'stratctl[ddp]' where the trial runs"
+    )
 
 FEATURES = 16
 EVAL_SIZE = 2048
@@ -63,8 +67,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
     parser.add_argument("--log-every", type=int, default=100, help="steps between progress lines and reports")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to wait for the other ranks (rendezvous, each collective)")
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for the other ranks (rendezvous, each collective)"
+    )
     return parser.parse_args(argv)
 
 
@@ -85,8 +90,9 @@ def batch(seed: int, step: int, rank: int, size: int, truth: tuple[torch.Tensor,
 
 def model(hidden: int, seed: int) -> nn.Module:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
-                         nn.Linear(hidden, 1))
+    return nn.Sequential(
+        nn.Linear(FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1)
+    )
 
 
 def snapshot(step: int, net: nn.Module, opt: torch.optim.Optimizer) -> bytes:
@@ -99,8 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     c = trial.contract()
     # by hand there is no contract in the environment: one process of rank 0, as trial.contract() says
-    for name, value in (("MASTER_ADDR", c.master_addr), ("MASTER_PORT", str(c.master_port)),
-                        ("WORLD_SIZE", str(c.num_nodes)), ("RANK", str(c.rank))):
+    for name, value in (
+        ("MASTER_ADDR", c.master_addr),
+        ("MASTER_PORT", str(c.master_port)),
+        ("WORLD_SIZE", str(c.num_nodes)),
+        ("RANK", str(c.rank)),
+    ):
         os.environ.setdefault(name, value)
     # SIGTERM only raises a flag: the ranks agree at a step boundary, where the weights and the
     # step count go together, rather than saving whatever a signal interrupted
@@ -110,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", timeout=timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    assert (rank, world) == (c.rank, c.num_nodes), f"torch says rank {rank} of {world}, stratctl {c.rank} of {c.num_nodes}"
+    assert (rank, world) == (c.rank, c.num_nodes), (
+        f"torch says rank {rank} of {world}, stratctl {c.rank} of {c.num_nodes}"
+    )
     met = time.monotonic() - began
 
     net = model(args.hidden, args.seed).to(device)
@@ -131,10 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     loss_fn = nn.MSELoss()
     truth = tuple(t.to(device) for t in teacher(args.seed))
     say = print if rank == 0 else (lambda *a, **k: None)
-    say(f"rank {rank} of {world} ({c.task} {c.task_index}), {'nccl on ' + str(device) if cuda else 'gloo on the CPU'}, "
+    say(
+        f"rank {rank} of {world} ({c.task} {c.task_index}), {'nccl on ' + str(device) if cuda else 'gloo on the CPU'}, "
         f"master {c.master_addr}:{c.master_port}, met in {met:.1f}s; "
         f"{f'resuming at step {start}' if start else 'from step 0'} (attempt {os.environ.get('STRATCTL_ATTEMPT', '-')}, "
-        f"STRATCTL_RESUME={os.environ.get('STRATCTL_RESUME', '-')})", flush=True)
+        f"STRATCTL_RESUME={os.environ.get('STRATCTL_RESUME', '-')})",
+        flush=True,
+    )
 
     step, saved, loss = start, start, float("nan")
 
@@ -180,10 +195,18 @@ def main(argv: list[str] | None = None) -> int:
         eval_loss = loss_fn(net(x), torch.tanh(x @ w1) @ w2).item()
     save()
     if rank == 0:
-        where = trial.result(loss=eval_loss, train_loss=loss, steps=step, resumed_from=start, world_size=world,
-                             seconds=round(time.monotonic() - began, 1))
-        print(f"done: eval loss {eval_loss:.6f} after {step} steps (resumed from {start}); result: {where or 'stderr'}",
-              flush=True)
+        where = trial.result(
+            loss=eval_loss,
+            train_loss=loss,
+            steps=step,
+            resumed_from=start,
+            world_size=world,
+            seconds=round(time.monotonic() - began, 1),
+        )
+        print(
+            f"done: eval loss {eval_loss:.6f} after {step} steps (resumed from {start}); result: {where or 'stderr'}",
+            flush=True,
+        )
     dist.destroy_process_group()
     return 0
 

@@ -71,9 +71,16 @@ def check(c: trial.Contract) -> dict:
     want = devices.shape[1] * n * (n + 1) // 2
     if total != want:
         raise Broken(f"the sum across the processes gave {total}, not {want}")
-    return {"rendezvous": "ok", "framework": f"jax {jax.__version__}", "world_size": n, "ranks": ranks,
-            "nodes": nodes, "sum": total, "master": f"{c.master_addr}:{c.master_port}",
-            "resumed": trial.resuming()}
+    return {
+        "rendezvous": "ok",
+        "framework": f"jax {jax.__version__}",
+        "world_size": n,
+        "ranks": ranks,
+        "nodes": nodes,
+        "sum": total,
+        "master": f"{c.master_addr}:{c.master_port}",
+        "resumed": trial.resuming(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,8 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     try:
         c = trial.contract()
-        jax.distributed.initialize(coordinator_address=f"{c.master_addr}:{c.master_port}", num_processes=c.num_nodes,
-                                   process_id=c.rank, initialization_timeout=args.timeout)
+        jax.distributed.initialize(
+            coordinator_address=f"{c.master_addr}:{c.master_port}",
+            num_processes=c.num_nodes,
+            process_id=c.rank,
+            initialization_timeout=args.timeout,
+        )
         try:
             outcome = check(c)
         finally:

@@ -40,11 +40,18 @@ def contract(env: dict[str, str]) -> dict:
     """This process's contract, checked for consistency: its rank, the addresses, the
     master, its role and the roles' hosts."""
     try:
-        view = {"num_nodes": int(env["STRATCTL_NUM_NODES"]), "rank": int(env["STRATCTL_NODE_RANK"]),
-                "addrs": env["STRATCTL_NODE_ADDRS"].split(","), "master_addr": env["MASTER_ADDR"],
-                "master_port": int(env["MASTER_PORT"]), "world_size": int(env["WORLD_SIZE"]),
-                "torch_rank": int(env["RANK"]), "task": env["STRATCTL_TASK"],
-                "task_index": int(env["STRATCTL_TASK_INDEX"]), "tasks": env["STRATCTL_TASKS"].split(",")}
+        view = {
+            "num_nodes": int(env["STRATCTL_NUM_NODES"]),
+            "rank": int(env["STRATCTL_NODE_RANK"]),
+            "addrs": env["STRATCTL_NODE_ADDRS"].split(","),
+            "master_addr": env["MASTER_ADDR"],
+            "master_port": int(env["MASTER_PORT"]),
+            "world_size": int(env["WORLD_SIZE"]),
+            "torch_rank": int(env["RANK"]),
+            "task": env["STRATCTL_TASK"],
+            "task_index": int(env["STRATCTL_TASK_INDEX"]),
+            "tasks": env["STRATCTL_TASKS"].split(","),
+        }
         roles = {}
         for role in view["tasks"]:
             key = re.sub(r"[^A-Z0-9]", "_", role.upper())
@@ -56,19 +63,23 @@ def contract(env: dict[str, str]) -> dict:
     view["roles"] = roles
     n, rank = view["num_nodes"], view["rank"]
     in_order = [host for role in view["tasks"] for host in roles[role]["hosts"]]
-    problems = [what for what, ok in [
-        (f"WORLD_SIZE {view['world_size']} != STRATCTL_NUM_NODES {n}", view["world_size"] == n),
-        (f"RANK {view['torch_rank']} != STRATCTL_NODE_RANK {rank}", view["torch_rank"] == rank),
-        (f"{len(view['addrs'])} addresses for {n} nodes", len(view["addrs"]) == n),
-        (f"rank {rank} outside 0..{n - 1}", 0 <= rank < n),
-        (f"MASTER_ADDR {view['master_addr']} is not rank 0's address", view["addrs"][:1] == [view["master_addr"]]),
-        (f"MASTER_PORT {view['master_port']} is no port", 0 < view["master_port"] < 65536),
-        (f"STRATCTL_TASK {view['task']} is not one of STRATCTL_TASKS", view["task"] in roles),
-        ("the roles' hosts in task order are not STRATCTL_NODE_ADDRS", in_order == view["addrs"]),
-        ("a role's _NUM is not the count of its _HOSTS", all(r["num"] == len(r["hosts"]) for r in roles.values())),
-    ] if not ok]
+    problems = [
+        what
+        for what, ok in [
+            (f"WORLD_SIZE {view['world_size']} != STRATCTL_NUM_NODES {n}", view["world_size"] == n),
+            (f"RANK {view['torch_rank']} != STRATCTL_NODE_RANK {rank}", view["torch_rank"] == rank),
+            (f"{len(view['addrs'])} addresses for {n} nodes", len(view["addrs"]) == n),
+            (f"rank {rank} outside 0..{n - 1}", 0 <= rank < n),
+            (f"MASTER_ADDR {view['master_addr']} is not rank 0's address", view["addrs"][:1] == [view["master_addr"]]),
+            (f"MASTER_PORT {view['master_port']} is no port", 0 < view["master_port"] < 65536),
+            (f"STRATCTL_TASK {view['task']} is not one of STRATCTL_TASKS", view["task"] in roles),
+            ("the roles' hosts in task order are not STRATCTL_NODE_ADDRS", in_order == view["addrs"]),
+            ("a role's _NUM is not the count of its _HOSTS", all(r["num"] == len(r["hosts"]) for r in roles.values())),
+        ]
+        if not ok
+    ]
     if not problems:  # this rank is its role's task_index-th host
-        first = sum(roles[r]["num"] for r in view["tasks"][:view["tasks"].index(view["task"])])
+        first = sum(roles[r]["num"] for r in view["tasks"][: view["tasks"].index(view["task"])])
         if first + view["task_index"] != rank:
             problems.append(f"rank {rank} is not index {view['task_index']} of role {view['task']}")
     if problems:
@@ -156,11 +167,20 @@ def lead(view: dict, trial: str, deadline: float, hold: float, history: str | No
 def record(view: dict, heard: list[int], nodes: dict, since: float, met: float, hold: float) -> dict:
     """What rank 0 saw: the outcome, who it heard from which node, and when it listened
     (from `since`; it met every rank at `met` and kept listening `hold` seconds more)."""
-    return {"rendezvous": "ok", "world_size": view["num_nodes"], "peers_heard": len(heard),
-            "heard": sorted(heard), "master": f"{view['master_addr']}:{view['master_port']}",
-            "addrs": view["addrs"], "nodes": [nodes.get(r) for r in range(view["num_nodes"])],
-            "roles": {role: r["num"] for role, r in view["roles"].items()}, "listening": [since, met], "hold": hold,
-            "resumed": os.environ.get("STRATCTL_RESUME") == "1", "attempt": os.environ.get("STRATCTL_ATTEMPT")}
+    return {
+        "rendezvous": "ok",
+        "world_size": view["num_nodes"],
+        "peers_heard": len(heard),
+        "heard": sorted(heard),
+        "master": f"{view['master_addr']}:{view['master_port']}",
+        "addrs": view["addrs"],
+        "nodes": [nodes.get(r) for r in range(view["num_nodes"])],
+        "roles": {role: r["num"] for role, r in view["roles"].items()},
+        "listening": [since, met],
+        "hold": hold,
+        "resumed": os.environ.get("STRATCTL_RESUME") == "1",
+        "attempt": os.environ.get("STRATCTL_ATTEMPT"),
+    }
 
 
 def follow(view: dict, trial: str, deadline: float, hold: float) -> None:
@@ -169,8 +189,9 @@ def follow(view: dict, trial: str, deadline: float, hold: float) -> None:
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            conn = socket.create_connection((view["master_addr"], view["master_port"]),
-                                            timeout=max(0.01, deadline - time.monotonic()))
+            conn = socket.create_connection(
+                (view["master_addr"], view["master_port"]), timeout=max(0.01, deadline - time.monotonic())
+            )
             break
         except OSError as exc:
             last = exc

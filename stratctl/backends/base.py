@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from stratctl.attempt import Attempt
-from stratctl.errors import UsageError
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 

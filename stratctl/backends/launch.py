@@ -10,20 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratctl.backends.base import is_attempt_backend
+from stratctl.backends.kubernetes.cluster import QUEUE
 from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
 from stratctl.backends.kubernetes.controller import Submitter, job_kind, study_selector
-from stratctl.run.options import SubmitOptions
+from stratctl.backends.kubernetes.mirror import Mirror, trimmed_job
 from stratctl.backends.kubernetes.preflight import pods_of, preflight, shape_key
-from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.backends.kubernetes.revision import revise
 from stratctl.core import capabilities
 from stratctl.core.render import Renderer
-from stratctl.backends.kubernetes.cluster import QUEUE
-from stratctl.backends.kubernetes.mirror import Mirror, trimmed_job
 from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study, load_study
-from stratctl.run.throttle import Throttle
 from stratctl.errors import StillThrottled
+from stratctl.run.options import SubmitOptions
+from stratctl.run.progress import Progress, Reporter, Silent
+from stratctl.run.throttle import Throttle
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def prepare(path, namespace: str | None = None, options: SubmitOptions | None = 
     manifests: dict[str, list[dict]] = {}
     shapes: dict[tuple, list[dict]] = {}
     for start in range(0, len(trials), CHUNK):
-        chunk = trials[start:start + CHUNK]
+        chunk = trials[start : start + CHUNK]
         for trial, docs in zip(chunk, renderer.render_all(chunk, attempt=0)):
             if len(manifests) < KEPT:
                 manifests[trial.name] = docs
@@ -88,9 +88,8 @@ def submit_study(
     prepared = prepare(path, connection.namespace, options)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
     if is_attempt_backend(study):  # a batch scheduler that runs an attempt as one job (backends/base.py)
-        from stratctl.run.attemptloop import submit_attempts
-
         from stratctl.backends import scheduler_for
+        from stratctl.run.attemptloop import submit_attempts
 
         return submit_attempts(prepared, scheduler_for(study, renderer), options, qps, burst, reporter, policy)
     mirror = None
@@ -103,45 +102,94 @@ def submit_study(
     burst = study.throttle.burst if burst is None else burst
     # a storm of 429s is waited out for as long as an outage is (or --timeout, if sooner)
     bound = options.outage_timeout if options.timeout is None else min(options.outage_timeout, options.timeout)
-    throttle = tell_throttling(Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers, patience=bound),
-                               (reporter or Silent()).event)
+    throttle = tell_throttling(
+        Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers, patience=bound),
+        (reporter or Silent()).event,
+    )
     if options.dry_run == "client":
-        return Submitter(study, trials, renderer, None, throttle, options, reporter=reporter,
-                         manifests=prepared.manifests).dry_run()
-    cluster = connect(connection, study.namespace, throttle, options.outage_timeout, pool_size=max(options.workers, 4) * 2,
-                      first_patience=START_PATIENCE)
+        return Submitter(
+            study, trials, renderer, None, throttle, options, reporter=reporter, manifests=prepared.manifests
+        ).dry_run()
+    cluster = connect(
+        connection,
+        study.namespace,
+        throttle,
+        options.outage_timeout,
+        pool_size=max(options.workers, 4) * 2,
+        first_patience=START_PATIENCE,
+    )
     try:
         # before the study's record or any trial is written: a study that cannot run here is refused whole
         try:
-            blind = preflight(preflight_gated(cluster, throttle), study, prepared.shapes,
-                              namespace_flag=bool(connection.namespace), watch_cluster=not options.detach)
+            blind = preflight(
+                preflight_gated(cluster, throttle),
+                study,
+                prepared.shapes,
+                namespace_flag=bool(connection.namespace),
+                watch_cluster=not options.detach,
+            )
         except StillThrottled as exc:
             raise StillThrottled(f"{exc}; nothing was created", status=exc.status, reason=exc.reason) from None
         if blind and reporter is not None:
             reporter.event(blind)
         if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
-            revise(cluster, study, trials, renderer, prepared.manifests, job_kind(study), rerun_changed,
-                   reporter or Silent(), file=str(path))
-        submitter = Submitter(study, trials, renderer, cluster, throttle, options, policy=policy,
-                              reporter=reporter, source=source, manifests=prepared.manifests)
+            revise(
+                cluster,
+                study,
+                trials,
+                renderer,
+                prepared.manifests,
+                job_kind(study),
+                rerun_changed,
+                reporter or Silent(),
+                file=str(path),
+            )
+        submitter = Submitter(
+            study,
+            trials,
+            renderer,
+            cluster,
+            throttle,
+            options,
+            policy=policy,
+            reporter=reporter,
+            source=source,
+            manifests=prepared.manifests,
+        )
         submitter.storage = mirror
-        jobs = Mirror(cluster, job_kind(study), all_namespaces=False, namespace=study.namespace,
-                      label_selector=study_selector(study), transform=trimmed_job)
+        jobs = Mirror(
+            cluster,
+            job_kind(study),
+            all_namespaces=False,
+            namespace=study.namespace,
+            label_selector=study_selector(study),
+            transform=trimmed_job,
+        )
         submitter.jobs = jobs.start(follow=not options.detach)  # --detach watches from a second cycle on
         if len(study.queues) > 1:  # queue fallback: each new trial goes to the first queue with room
             submitter.queues = Mirror(cluster, QUEUE).start()
         # a static cap needs the cluster's signals only to see who it yields to
         yields = study.throttle.yield_to_higher_priority
         if options.detach and reporter is not None:
-            reporter.event("--detach: not watching nodes and pods, so no GPU signal and no yielding to "
-                           "higher-priority gangs; trials preempted after it returns are resumed by the next "
-                           "`stratctl submit` without --detach")
+            reporter.event(
+                "--detach: not watching nodes and pods, so no GPU signal and no yielding to "
+                "higher-priority gangs; trials preempted after it returns are resumed by the next "
+                "`stratctl submit` without --detach"
+            )
         if (options.parallelism == "adaptive" or yields) and not options.detach and not blind:
-            from stratctl.backends.kubernetes.capacity import ClusterSignals  # its watches of nodes and pods: not for --detach
+            from stratctl.backends.kubernetes.capacity import (
+                ClusterSignals,
+            )  # its watches of nodes and pods: not for --detach
 
             submitter.signals = ClusterSignals(
-                cluster, submitter.reference_shape(), study.namespace, study.priority_class,
-                yields, study.queues, study.trial.network_topology)
+                cluster,
+                submitter.reference_shape(),
+                study.namespace,
+                study.priority_class,
+                yields,
+                study.queues,
+                study.trial.network_topology,
+            )
             if study.varying_shape:
                 submitter.signals.own_study = study.name
             submitter.signals.start()

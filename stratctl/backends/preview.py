@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stratctl.errors import UsageError
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial, attempt_name
 from stratctl.core.spec import Study
+from stratctl.errors import UsageError
 
 APP_ID = "<application-id>"  # a YARN application's id: the ResourceManager's answer to new-application
 FROM_APP_ID = "<derived from the application id>"
@@ -54,8 +54,9 @@ class Preview:
         if wanted is None:
             return self.formats[0]
         if wanted not in self.formats:
-            raise UsageError(f"--format {wanted}: backend {self.study.backend} submits no {wanted}; "
-                             f"use {' or '.join(self.formats)}")
+            raise UsageError(
+                f"--format {wanted}: backend {self.study.backend} submits no {wanted}; use {' or '.join(self.formats)}"
+            )
         return wanted
 
 
@@ -66,8 +67,9 @@ def preview(study: Study) -> Preview:
 
 def kubernetes(study: Study, renderer: Renderer) -> Preview:
     """The manifests of the attempt (its Job, and the PodGroup of a batch workload)."""
-    return Preview(study, renderer, ("yaml", "json"),
-                   lambda trial, docs, attempt: Submission(attempt_name(trial, attempt), docs))
+    return Preview(
+        study, renderer, ("yaml", "json"), lambda trial, docs, attempt: Submission(attempt_name(trial, attempt), docs)
+    )
 
 
 def slurm(study: Study, renderer: Renderer) -> Preview:
@@ -78,9 +80,19 @@ def slurm(study: Study, renderer: Renderer) -> Preview:
 
     def one(trial: Trial, docs: list[dict], attempt: int) -> Submission:
         script = build(study, docs, templates)
-        return Submission(script.job, {"job": script.job, "trial": script.trial, "attempt": script.attempt,
-                                       "comment": script.comment, "tasks": script.tasks, "gpus": script.gpus,
-                                       "script": script.text}, script.text)
+        return Submission(
+            script.job,
+            {
+                "job": script.job,
+                "trial": script.trial,
+                "attempt": script.attempt,
+                "comment": script.comment,
+                "tasks": script.tasks,
+                "gpus": script.gpus,
+                "script": script.text,
+            },
+            script.text,
+        )
 
     return Preview(study, renderer, ("script", "yaml", "json"), one)
 
@@ -92,23 +104,28 @@ def yarn(study: Study, renderer: Renderer) -> Preview:
     from stratctl.backends.yarn.scheduler import am_jar, missing_jar, output_of
 
     templates, output = [renderer.dir, bundled_templates()], output_of(study)
-    notes = [f"{APP_ID}: the ResourceManager gives each application its id when it is submitted; "
-             f"what derives from it is {FROM_APP_ID}"]
+    notes = [
+        f"{APP_ID}: the ResourceManager gives each application its id when it is submitted; "
+        f"what derives from it is {FROM_APP_ID}"
+    ]
     path, named = am_jar(study)
     try:
         jar = Jar.of(path)
     except OSError:
         jar = Jar(path.absolute().as_uri(), "<its size>", "<its modification time, ms>")  # type: ignore[arg-type]
-        notes.append(f"{missing_jar(study, path, named)} (its size and time here are placeholders; submit "
-                     "refuses the study until the jar is there)")
+        notes.append(
+            f"{missing_jar(study, path, named)} (its size and time here are placeholders; submit "
+            "refuses the study until the jar is there)"
+        )
     classpath = list(study.yarn.classpath) if study.yarn.classpath is not None else [CLASSPATH]
     if study.yarn.classpath is None:
         notes.append(f"{CLASSPATH}: read from the ResourceManager at submit (set yarn.classpath to fix it)")
 
     def one(trial: Trial, docs: list[dict], attempt: int) -> Submission:
         app = build(study, docs, templates, output)
-        body = _placeholders(app.body("application_0_1", study, jar, classpath),
-                             app.body("application_0_2", study, jar, classpath))
+        body = _placeholders(
+            app.body("application_0_1", study, jar, classpath), app.body("application_0_2", study, jar, classpath)
+        )
         return Submission(app.name, body)
 
     return Preview(study, renderer, ("json", "yaml"), one, notes)
@@ -127,4 +144,3 @@ def _placeholders(one: Any, other: Any) -> Any:
 def suffix(form: str) -> str:
     """The file suffix of a submission shown in `form`."""
     return {"script": ".sh", "yaml": ".yaml", "json": ".json"}[form]
-

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+
 def studies(ctx, incomplete: str) -> list[str]:
     """Completion of a STUDY argument: the studies of the namespace, read within ~1 s."""
     import time

@@ -19,12 +19,16 @@ def interactive() -> bool:
 def delete(
     study: StudyArg,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Do not ask for a confirmation (for scripts).")] = False,
-    keep_record: Annotated[bool, typer.Option("--keep-record", help="Keep the study record (its spec, flags and "
-                                              "finished trials' outcomes).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Delete even while a submit loop is following the study.")]
-    = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=0, metavar="SECONDS",
-                                           help="Seconds to wait for the objects to be gone.")] = 60.0,
+    keep_record: Annotated[
+        bool,
+        typer.Option("--keep-record", help="Keep the study record (its spec, flags and finished trials' outcomes)."),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete even while a submit loop is following the study.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, metavar="SECONDS", help="Seconds to wait for the objects to be gone.")
+    ] = 60.0,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
@@ -53,8 +57,9 @@ def delete(
         try:
             outcome = core.delete(cluster, ns, study, keep_record=keep_record, timeout=timeout)
         except (StillThrottled, Unreachable) as exc:  # cut short: the record goes last, so a rerun finds the study
-            raise type(exc)(f"{exc}; the study's record was kept: run the same command again",
-                            status=exc.status, reason=exc.reason) from None
+            raise type(exc)(
+                f"{exc}; the study's record was kept: run the same command again", status=exc.status, reason=exc.reason
+            ) from None
     finally:
         cluster.close()
     if not emit(outcome.as_dict(), output):
@@ -63,8 +68,10 @@ def delete(
 
         out = Console(highlight=False)
         services = f"{d['services']} Service(s), " if d.get("services") else ""
-        out.print(f"{study}: deleted {d['jobs']} job(s), {d['podgroups']} PodGroup(s), {services}{d['pods']} pod(s)"
-                  + (", and its record" if d.get("record") else ""))
+        out.print(
+            f"{study}: deleted {d['jobs']} job(s), {d['podgroups']} PodGroup(s), {services}{d['pods']} pod(s)"
+            + (", and its record" if d.get("record") else "")
+        )
         if outcome.left:
             left = ", ".join(f"{n} {k}" for k, n in outcome.left.items())
             out.print(f"still there after {timeout:g} s: {left}; the record was kept, run the same command again")

@@ -6,7 +6,17 @@ from typing import Annotated
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, OptionalStudyArg, Output, OutputOpt, StudyArg, emit, file_study
+from stratctl.cli.options import (
+    ContextOpt,
+    KubeconfigOpt,
+    NamespaceOpt,
+    OptionalStudyArg,
+    Output,
+    OutputOpt,
+    StudyArg,
+    emit,
+    file_study,
+)
 
 JsonOpt = Annotated[bool, typer.Option("--json", hidden=True, help="Same as -o json.")]
 
@@ -17,8 +27,15 @@ def drain(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
-    settle: Annotated[float, typer.Option("--settle", min=0, metavar="SECONDS", help="Seconds before a second pass catches trials a "
-                                          "submit loop created meanwhile.")] = 3.0,
+    settle: Annotated[
+        float,
+        typer.Option(
+            "--settle",
+            min=0,
+            metavar="SECONDS",
+            help="Seconds before a second pass catches trials a submit loop created meanwhile.",
+        ),
+    ] = 3.0,
     output: OutputOpt = Output.table,
     output_json: JsonOpt = False,
 ) -> None:
@@ -32,9 +49,8 @@ def drain(
     """
     on_scheduler = file_study(study)
     if on_scheduler:
-        from stratctl.run import attemptdrain
-
         from stratctl.backends import scheduler_for
+        from stratctl.run import attemptdrain
 
         outcomes = [attemptdrain.drain(on_scheduler, scheduler_for(on_scheduler))]
     else:
@@ -73,9 +89,8 @@ def resume(
     """
     on_scheduler = file_study(study)
     if on_scheduler:
-        from stratctl.run import attemptdrain
-
         from stratctl.backends import scheduler_for
+        from stratctl.run import attemptdrain
 
         outcome = attemptdrain.resume(on_scheduler, scheduler_for(on_scheduler))
     else:

@@ -22,8 +22,22 @@ import os
 import shlex
 import threading
 
-COMMAND_NAMES = ["validate", "render", "plan", "schema", "submit", "status", "drain", "resume", "wait", "delete",
-                 "logs", "report", "rbac", "dashboard"]
+COMMAND_NAMES = [
+    "validate",
+    "render",
+    "plan",
+    "schema",
+    "submit",
+    "status",
+    "drain",
+    "resume",
+    "wait",
+    "delete",
+    "logs",
+    "report",
+    "rbac",
+    "dashboard",
+]
 
 
 STUDY_COMMANDS = ("status", "drain", "resume", "delete", "logs", "wait")
@@ -47,8 +61,8 @@ def _study_position(args: list[str]) -> tuple[str | None, str | None, str | None
 def _studies(kubeconfig: str | None, context: str | None, namespace: str | None) -> list[str] | None:
     """The namespace's studies read within the Tab's budget (none past it); None when the
     kubeconfig needs the Kubernetes client."""
-    from stratctl.backends.kubernetes.shellnames import BUDGET
     from stratctl.backends.kubernetes import quickread
+    from stratctl.backends.kubernetes.shellnames import BUDGET
 
     box: list = []
 
@@ -98,9 +112,10 @@ def _format(shell: str, values: list[str]) -> str | None:
     if shell == "zsh":
         if not values:
             return "_files"
+
         def escape(s: str) -> str:
-            return (s.replace('"', '""').replace("'", "''").replace("$", "\\$").replace("`", "\\`")
-                    .replace(":", r"\\:"))
+            return s.replace('"', '""').replace("'", "''").replace("$", "\\$").replace("`", "\\`").replace(":", r"\\:")
+
         body = "\n".join(f'"{escape(v)}"' for v in values)
         return f"_arguments '*: :(({body}))'"
     if shell == "fish" and os.environ.get("_TYPER_COMPLETE_FISH_ACTION") == "get-args" and values:
@@ -115,7 +130,7 @@ def _option_value(args: list[str], *names: str) -> str | None:
             if word == name and i + 1 < len(args):
                 value = args[i + 1]
             elif word.startswith(name + "="):
-                value = word[len(name) + 1:]
+                value = word[len(name) + 1 :]
     return value
 
 

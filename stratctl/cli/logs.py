@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,17 +11,23 @@ from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, StudyA
 
 def logs(
     study: StudyArg,
-    trial: Annotated[Optional[str], typer.Argument(metavar="TRIAL", show_default=False,
-                                                   help="The trial (as `status` names it).")] = None,
-    best: Annotated[bool, typer.Option("--best", help="The best trial by --sort (what `status --sort` shows first).")]
-    = False,
-    sort: Annotated[str, typer.Option("--sort", metavar="METRIC", help="With --best: 'loss' lowest first, "
-                                      "'-accuracy' highest first.")] = "loss",
-    task: Annotated[Optional[str], typer.Option("--task", metavar="NAME", help="Only the pods of this task of the "
-                                                "gang.")] = None,
+    trial: Annotated[
+        str | None, typer.Argument(metavar="TRIAL", show_default=False, help="The trial (as `status` names it).")
+    ] = None,
+    best: Annotated[
+        bool, typer.Option("--best", help="The best trial by --sort (what `status --sort` shows first).")
+    ] = False,
+    sort: Annotated[
+        str,
+        typer.Option("--sort", metavar="METRIC", help="With --best: 'loss' lowest first, '-accuracy' highest first."),
+    ] = "loss",
+    task: Annotated[
+        str | None, typer.Option("--task", metavar="NAME", help="Only the pods of this task of the gang.")
+    ] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines.")] = False,
-    tail: Annotated[Optional[int], typer.Option("--tail", min=0, metavar="N", help="Only the last N lines of "
-                                                "each container.")] = None,
+    tail: Annotated[
+        int | None, typer.Option("--tail", min=0, metavar="N", help="Only the last N lines of each container.")
+    ] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
@@ -37,8 +43,11 @@ def logs(
     from stratctl.errors import UsageError
 
     if bool(trial) == best:
-        raise UsageError(f"name one trial of {study} (`stratctl status {study} -o name` lists them), "
-                         "or pass --best" if not best else "name a trial or pass --best, not both")
+        raise UsageError(
+            f"name one trial of {study} (`stratctl status {study} -o name` lists them), or pass --best"
+            if not best
+            else "name a trial or pass --best, not both"
+        )
     cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
         ns = cluster.namespace

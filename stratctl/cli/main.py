@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
 try:  # typer 0.29 carries its own copy of click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer runs on click itself
@@ -33,7 +34,21 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 # their work inside the command, so `stratctl --help` and `status` do not load the renderer,
 # pydantic models and the submit loop.
 # A module registers its commands with `register(app)` when it has several (drain, resume).
-COMMANDS = ["validate", "render", "plan", "schema", "submit", "status", "drain", "wait", "delete", "logs", "report", "rbac", "dashboard"]
+COMMANDS = [
+    "validate",
+    "render",
+    "plan",
+    "schema",
+    "submit",
+    "status",
+    "drain",
+    "wait",
+    "delete",
+    "logs",
+    "report",
+    "rbac",
+    "dashboard",
+]
 
 
 def report(error: StratctlError, console: Console | None = None) -> None:
@@ -117,10 +132,15 @@ def _version(value: bool) -> None:
 
 def root(
     ctx: typer.Context,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-    traceback: Annotated[bool, typer.Option("--traceback", envvar="STRATCTL_TRACEBACK",
-                                            help="Show the Python traceback of errors (for bug reports).")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    traceback: Annotated[
+        bool,
+        typer.Option(
+            "--traceback", envvar="STRATCTL_TRACEBACK", help="Show the Python traceback of errors (for bug reports)."
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = {"traceback": traceback}
 
@@ -156,8 +176,9 @@ def _one_command(args: list[str]) -> typer.Typer:
         if module not in COMMANDS:
             break
         application = _register(_application(), [module])
-        application.registered_commands = [c for c in application.registered_commands
-                                            if (c.name or c.callback.__name__) == arg]
+        application.registered_commands = [
+            c for c in application.registered_commands if (c.name or c.callback.__name__) == arg
+        ]
         return application
     return app
 
@@ -185,8 +206,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         from rich.console import Console
 
-        Console(stderr=True).print(f"internal error: {type(e).__name__}: {e} (rerun with --traceback to see where)",
-                                   style="red", markup=False)
+        Console(stderr=True).print(
+            f"internal error: {type(e).__name__}: {e} (rerun with --traceback to see where)", style="red", markup=False
+        )
         sys.exit(int(ExitCode.FAILURE))
 
 

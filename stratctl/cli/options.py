@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,10 +20,22 @@ def _contexts(ctx: typer.Context, incomplete: str) -> list[str]:
     return contexts(ctx, incomplete)
 
 
-KubeconfigOpt = Annotated[Optional[str], typer.Option("--kubeconfig", metavar="FILE", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")]
-ContextOpt = Annotated[Optional[str], typer.Option("--context", metavar="CONTEXT", autocompletion=_contexts,
-                                                   help="The kubeconfig context to use.")]
-NamespaceOpt = Annotated[Optional[str], typer.Option("-n", "--namespace", metavar="NAMESPACE", help="Namespace for the study's objects (default: the study's).")]
+KubeconfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kubeconfig", metavar="FILE", help="Path to the kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."
+    ),
+]
+ContextOpt = Annotated[
+    str | None,
+    typer.Option("--context", metavar="CONTEXT", autocompletion=_contexts, help="The kubeconfig context to use."),
+]
+NamespaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "-n", "--namespace", metavar="NAMESPACE", help="Namespace for the study's objects (default: the study's)."
+    ),
+]
 
 
 class Output(str, Enum):
@@ -35,11 +47,13 @@ class Output(str, Enum):
 
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.")]
-StudyArg = Annotated[str, typer.Argument(metavar="STUDY", help="The study's name.", autocompletion=_studies,
-                                         show_default=False)]
-OptionalStudyArg = Annotated[Optional[str], typer.Argument(metavar="STUDY", autocompletion=_studies,
-                                                           help="The study's name.",
-                                                           show_default=False)]
+StudyArg = Annotated[
+    str, typer.Argument(metavar="STUDY", help="The study's name.", autocompletion=_studies, show_default=False)
+]
+OptionalStudyArg = Annotated[
+    str | None,
+    typer.Argument(metavar="STUDY", autocompletion=_studies, help="The study's name.", show_default=False),
+]
 
 
 def emit(data, output: Output) -> bool:
@@ -58,8 +72,8 @@ def emit(data, output: Output) -> bool:
 
 def duration_option(text: str | None, flag: str) -> float | None:
     """Seconds from a duration option (`45s`, `30m`, `2h`, or plain seconds); None when not given."""
-    from stratctl.errors import UsageError
     from stratctl.core.model import parse_duration
+    from stratctl.errors import UsageError
 
     if text is None:
         return None
@@ -77,10 +91,9 @@ def file_study(argument: str | None):
 
     if not argument or not os.path.isfile(argument):
         return None
-    from stratctl.errors import UsageError
-    from stratctl.core.spec import load_study
-
     from stratctl.backends.base import is_attempt_backend
+    from stratctl.core.spec import load_study
+    from stratctl.errors import UsageError
 
     study = load_study(argument)
     if not is_attempt_backend(study):

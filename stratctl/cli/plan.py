@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 
 
-
 class Format(str, Enum):
     table = "table"
     json = "json"
@@ -21,7 +20,9 @@ class Format(str, Enum):
 def plan(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="The study file.", show_default=False)],
     output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml.")] = Format.table,
-    max_rows: Annotated[int, typer.Option("--max-rows", min=0, metavar="N", help="Trials shown in the table (0: all).")] = 50,
+    max_rows: Annotated[
+        int, typer.Option("--max-rows", min=0, metavar="N", help="Trials shown in the table (0: all).")
+    ] = 50,
 ) -> None:
     """Show the trials with their parameters and the cost estimate."""
     from stratctl.core.plan import as_json, make_plan, table
@@ -42,6 +43,8 @@ def plan(
         from stratctl.view.columns import Column, plain
 
         title, headers, rows = grid(result, max_rows or None)
-        columns = [Column(key=h, header=h, numeric=numeric, cells=[r[i] for r in rows])
-                   for i, (h, numeric) in enumerate(headers)]
+        columns = [
+            Column(key=h, header=h, numeric=numeric, cells=[r[i] for r in rows])
+            for i, (h, numeric) in enumerate(headers)
+        ]
         typer.echo(title + "\n" + plain(columns) + "\n".join(notes(result, len(rows))))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,19 +18,30 @@ class Format(str, Enum):
 
 def render(
     file: Annotated[Path, typer.Argument(help="The study file.", show_default=False)],
-    output_dir: Annotated[Optional[Path], typer.Option("-o", "--output-dir",
-                                                       help="Write one FILE per trial into this directory instead of stdout.")] = None,
-    attempt: Annotated[int, typer.Option("--attempt", min=0, help="Render this attempt number (0 = first submission).")] = 0,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("-o", "--output-dir", help="Write one FILE per trial into this directory instead of stdout."),
+    ] = None,
+    attempt: Annotated[
+        int, typer.Option("--attempt", min=0, help="Render this attempt number (0 = first submission).")
+    ] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Render as a resumed attempt (STRATCTL_RESUME=1).")] = False,
-    trial: Annotated[Optional[list[str]], typer.Option("--trial", "-t",
-                                                       help="Only this trial (name or index); repeatable.")] = None,
-    form: Annotated[Optional[Format], typer.Option("--format", help="yaml or json; script (Slurm's sbatch script). Default: the backend's own (Kubernetes yaml, Slurm script, YARN json).")] = None,
+    trial: Annotated[
+        list[str] | None, typer.Option("--trial", "-t", help="Only this trial (name or index); repeatable.")
+    ] = None,
+    form: Annotated[
+        Format | None,
+        typer.Option(
+            "--format",
+            help="yaml or json; script (Slurm's sbatch script). Default: the backend's own (Kubernetes yaml, Slurm script, YARN json).",
+        ),
+    ] = None,
 ) -> None:
     """Render what every trial would be submitted as: Kubernetes manifests, Slurm sbatch scripts, YARN application requests."""
     from stratctl.backends.preview import preview, suffix
-    from stratctl.errors import UsageError
     from stratctl.core.space import expand
     from stratctl.core.spec import load_study
+    from stratctl.errors import UsageError
 
     study = load_study(file)
     shown = preview(study)
@@ -47,7 +58,7 @@ def render(
         output_dir.mkdir(parents=True, exist_ok=True)
     # in chunks, each written before the next is rendered: memory stays flat however many trials
     for start in range(0, len(trials), CHUNK):
-        submissions = shown.render(trials[start:start + CHUNK], attempt=attempt, resume=resume)
+        submissions = shown.render(trials[start : start + CHUNK], attempt=attempt, resume=resume)
         if output_dir is None:
             sys.stdout.write(_text(submissions, chosen))
             continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from enum import Enum
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -24,19 +24,37 @@ class Output(str, Enum):
 
 
 def status(
-    study: Annotated[Optional[str], typer.Argument(metavar="STUDY", autocompletion=_studies,
-                                                   help="One study and its trials (default: the namespace's studies).")] = None,
+    study: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="STUDY",
+            autocompletion=_studies,
+            help="One study and its trials (default: the namespace's studies).",
+        ),
+    ] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
-    all_namespaces: Annotated[bool, typer.Option("-A", "--all-namespaces", help="The studies of every namespace.")] = False,
-    selector: Annotated[Optional[str], typer.Option("-l", "--selector", help="Only studies whose records match this label selector.")] = None,
-    output: Annotated[Output, typer.Option("-o", "--output", metavar="FORMAT",
-                                           help="table, wide, name, csv, json or yaml.")] = Output.table,
-    sort: Annotated[Optional[str], typer.Option(
-        "--sort", metavar="METRIC",
-        help="Best trials first by a result metric: 'loss' lowest first, '-accuracy' highest first.")] = None,
-    best: Annotated[Optional[int], typer.Option("--best", min=1, metavar="N", help="Only the N best trials by --sort.")] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("-A", "--all-namespaces", help="The studies of every namespace.")
+    ] = False,
+    selector: Annotated[
+        str | None, typer.Option("-l", "--selector", help="Only studies whose records match this label selector.")
+    ] = None,
+    output: Annotated[
+        Output, typer.Option("-o", "--output", metavar="FORMAT", help="table, wide, name, csv, json or yaml.")
+    ] = Output.table,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort",
+            metavar="METRIC",
+            help="Best trials first by a result metric: 'loss' lowest first, '-accuracy' highest first.",
+        ),
+    ] = None,
+    best: Annotated[
+        int | None, typer.Option("--best", min=1, metavar="N", help="Only the N best trials by --sort.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=0, help="Trials shown in the table (0: all).")] = 50,
     watch: Annotated[bool, typer.Option("-w", "--watch", help="Keep the table updated.")] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between updates with --watch.")] = 2.0,
@@ -64,24 +82,30 @@ def status(
     if best and not sort:  # the study's objective ranks them, when it declares one
         sort = _ranking(on_scheduler) if on_scheduler else core.declared_ranking(cluster, cluster.namespace, study)
         if not sort:
-            raise UsageError("--best N ranks trials by a metric: give it with --sort METRIC (the study declares no "
-                             "objective)")
+            raise UsageError(
+                "--best N ranks trials by a metric: give it with --sort METRIC (the study declares no objective)"
+            )
     table = output in (Output.table, Output.wide)
     console = Console()
     terminal = console.is_terminal
 
     def snapshot(ns: str):
         if on_scheduler:
+            from stratctl.backends import scheduler_for
             from stratctl.run.attemptstatus import snapshot as scheduler_snapshot
 
-            from stratctl.backends import scheduler_for
-
             snap = scheduler_snapshot(on_scheduler, scheduler_for(on_scheduler))
-            snap.trials = core.sort_trials(snap.trials, sort)[:best or None]
+            snap.trials = core.sort_trials(snap.trials, sort)[: best or None]
             return snap
         if not study:  # the studies only; machine outputs exact (every trial counted)
-            return core.collect(cluster, ns, None, reasons_for_all=False,
-                                shown=0 if table or output is Output.name else None, selector=selector)
+            return core.collect(
+                cluster,
+                ns,
+                None,
+                reasons_for_all=False,
+                shown=0 if table or output is Output.name else None,
+                selector=selector,
+            )
         # A table of `limit` trials needs the study's summary and those trials only;
         # other outputs, --sort and --limit 0 need every trial.
         everything = not table or not limit or bool(sort)
@@ -90,7 +114,7 @@ def status(
         if best:
             snap.trials = snap.trials[:best]
         if not everything:
-            core.explain_pending(cluster, ns, snap.trials[:limit or None])
+            core.explain_pending(cluster, ns, snap.trials[: limit or None])
         return snap
 
     def read():

@@ -6,7 +6,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -29,37 +29,112 @@ class Output(str, Enum):
     json = "json"
 
 
-
-
 def submit(
     file: Annotated[Path, typer.Argument(help="The study file.", exists=False)],
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
-    qps: Annotated[Optional[float], typer.Option(help="Client-side requests per second (0: unlimited; default: the study's throttle.qps).")] = None,
-    burst: Annotated[Optional[int], typer.Option(help="Token-bucket burst (default: the study's throttle.burst).")] = None,
-    max_inflight: Annotated[Optional[int], typer.Option("--max-inflight", min=1, help="Upper bound on trials in flight (default: the study's parallelism.max).")] = None,
-    dry_run: Annotated[Optional[DryRun], typer.Option("--dry-run", help="client: render only; server: send every manifest with dryRun=All, create nothing.")] = None,
-    detach: Annotated[bool, typer.Option("--detach", help="Return once every trial is submitted instead of waiting for them to finish.")] = False,
-    poll_interval: Annotated[float, typer.Option("--poll-interval", min=0.1, help="Seconds between reconcile cycles.")] = 2.0,
+    qps: Annotated[
+        float | None,
+        typer.Option(help="Client-side requests per second (0: unlimited; default: the study's throttle.qps)."),
+    ] = None,
+    burst: Annotated[
+        int | None, typer.Option(help="Token-bucket burst (default: the study's throttle.burst).")
+    ] = None,
+    max_inflight: Annotated[
+        int | None,
+        typer.Option(
+            "--max-inflight", min=1, help="Upper bound on trials in flight (default: the study's parallelism.max)."
+        ),
+    ] = None,
+    dry_run: Annotated[
+        DryRun | None,
+        typer.Option(
+            "--dry-run", help="client: render only; server: send every manifest with dryRun=All, create nothing."
+        ),
+    ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", help="Return once every trial is submitted instead of waiting for them to finish."),
+    ] = False,
+    poll_interval: Annotated[
+        float, typer.Option("--poll-interval", min=0.1, help="Seconds between reconcile cycles.")
+    ] = 2.0,
     workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Concurrent create requests.")] = 16,
-    parallelism: Annotated[Parallelism, typer.Option("--parallelism", help="adaptive: follow cluster pressure within the study's bounds; static: keep --max-inflight.")] = Parallelism.adaptive,
-    prometheus_url: Annotated[Optional[str], typer.Option("--prometheus-url", help="Prometheus with etcd and Volcano scheduler metrics: etcd p99 above 250 ms holds new submissions (and drains the study if its throttle.on_breaker is drain); Volcano scheduling p90 above 2 s halves the target.")] = None,
-    outage_timeout: Annotated[float, typer.Option("--outage-timeout", min=1, help="Seconds the API server may not answer (restarting, etcd paused), or refuse every request of this user (HTTP 429: throttling), before submit gives up with exit 3 (at most --timeout); meanwhile it retries.")] = 300.0,
-    metrics_port: Annotated[Optional[int], typer.Option("--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting.")] = None,
-    metrics_address: Annotated[str, typer.Option("--metrics-address", metavar="ADDRESS", help="Address the metrics are served on (0.0.0.0 for every interface).")] = "127.0.0.1",
+    parallelism: Annotated[
+        Parallelism,
+        typer.Option(
+            "--parallelism",
+            help="adaptive: follow cluster pressure within the study's bounds; static: keep --max-inflight.",
+        ),
+    ] = Parallelism.adaptive,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus-url",
+            help="Prometheus with etcd and Volcano scheduler metrics: etcd p99 above 250 ms holds new submissions (and drains the study if its throttle.on_breaker is drain); Volcano scheduling p90 above 2 s halves the target.",
+        ),
+    ] = None,
+    outage_timeout: Annotated[
+        float,
+        typer.Option(
+            "--outage-timeout",
+            min=1,
+            help="Seconds the API server may not answer (restarting, etcd paused), or refuse every request of this user (HTTP 429: throttling), before submit gives up with exit 3 (at most --timeout); meanwhile it retries.",
+        ),
+    ] = 300.0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port", min=1, max=65535, help="Serve Prometheus metrics on this port while submitting."
+        ),
+    ] = None,
+    metrics_address: Annotated[
+        str,
+        typer.Option(
+            "--metrics-address",
+            metavar="ADDRESS",
+            help="Address the metrics are served on (0.0.0.0 for every interface).",
+        ),
+    ] = "127.0.0.1",
     output: Annotated[Output, typer.Option("-o", "--output", help="Final summary format.")] = Output.text,
-    rerun_changed: Annotated[bool, typer.Option("--rerun-changed", help="The study was edited since it was submitted: give changed trials new attempts with the new spec (unchanged ones are kept).")] = False,
-    move_waiting: Annotated[bool, typer.Option("--move-waiting", help="A study listing several queues: take a trial that has not started out of a full queue and create it again in one of the study's queues with room.")] = False,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DURATION", help="Stop following the study after this long (45s, 30m, 2h), trials left running, exit 124; rerun to resume.")] = None,
-    storage: Annotated[Optional[str], typer.Option("--storage", metavar="URL", help="Mirror a closed-loop search into this Optuna storage for optuna-dashboard: journal:PATH, PATH.log, or a database URL (sqlite:///search.db, postgresql://...).")] = None,
+    rerun_changed: Annotated[
+        bool,
+        typer.Option(
+            "--rerun-changed",
+            help="The study was edited since it was submitted: give changed trials new attempts with the new spec (unchanged ones are kept).",
+        ),
+    ] = False,
+    move_waiting: Annotated[
+        bool,
+        typer.Option(
+            "--move-waiting",
+            help="A study listing several queues: take a trial that has not started out of a full queue and create it again in one of the study's queues with room.",
+        ),
+    ] = False,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            metavar="DURATION",
+            help="Stop following the study after this long (45s, 30m, 2h), trials left running, exit 124; rerun to resume.",
+        ),
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            "--storage",
+            metavar="URL",
+            help="Mirror a closed-loop search into this Optuna storage for optuna-dashboard: journal:PATH, PATH.log, or a database URL (sqlite:///search.db, postgresql://...).",
+        ),
+    ] = None,
 ) -> None:
     """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
 
     Safe to rerun at any time: trials already in the cluster are recognised, never duplicated.
     """
-    from stratctl.run.options import SubmitOptions
     from stratctl.backends.launch import Connection, submit_study
+    from stratctl.run.options import SubmitOptions
     from stratctl.run.progress import Fanout
     from stratctl.view.display import LiveDisplay, LogDisplay, summary, summary_json
 
@@ -85,8 +160,13 @@ def submit(
         metrics = MetricsReporter().serve(metrics_port, metrics_address)
     with display:
         progress = submit_study(
-            file, Connection(kubeconfig, context, namespace), options, qps=qps, burst=burst,
-            reporter=Fanout(display, metrics), rerun_changed=rerun_changed,
+            file,
+            Connection(kubeconfig, context, namespace),
+            options,
+            qps=qps,
+            burst=burst,
+            reporter=Fanout(display, metrics),
+            rerun_changed=rerun_changed,
         )
     if output is Output.json:
         typer.echo(summary_json(progress))
@@ -101,14 +181,18 @@ def submit(
         )
         raise typer.Exit(ExitCode.INTERRUPTED)
     if progress.timed_out:
-        (err or _stderr()).print(f"[yellow]timed out[/] after {timeout}: trials keep running; run the same command "
-                                 "again to follow the study to its end (nothing is submitted twice).")
+        (err or _stderr()).print(
+            f"[yellow]timed out[/] after {timeout}: trials keep running; run the same command "
+            "again to follow the study to its end (nothing is submitted twice)."
+        )
         raise typer.Exit(ExitCode.TIMEOUT)
     if progress.errors and options.dry_run:
         raise typer.Exit(ExitCode.INVALID_INPUT)  # the server refused manifests: the study needs fixing
     if progress.conflicts:  # objects of the study's trials exist with another spec: the user must choose
-        (err or _stderr()).print(f"[red]{len(progress.conflicts)} trial(s) exist in the cluster with a different spec "
-                                 "hash[/]: delete their jobs or rename the study")
+        (err or _stderr()).print(
+            f"[red]{len(progress.conflicts)} trial(s) exist in the cluster with a different spec "
+            "hash[/]: delete their jobs or rename the study"
+        )
         raise typer.Exit(ExitCode.CONFLICT)
     if progress.errors or progress.failed:
         raise typer.Exit(ExitCode.FAILURE)
@@ -143,8 +227,8 @@ def _best(file: Path, connection, study: str) -> str:
 
     from stratctl.backends.kubernetes.connect import one_shot
     from stratctl.backends.kubernetes.status import best_trial
-    from stratctl.errors import StratctlError
     from stratctl.core.spec import load_study
+    from stratctl.errors import StratctlError
     from stratctl.view.statusout import best_line
 
     try:
@@ -152,8 +236,8 @@ def _best(file: Path, connection, study: str) -> str:
 
         batch = load_study(file)
         if is_attempt_backend(batch):  # a study on a batch scheduler: its trials as `status` shows them
-            from stratctl.run.attemptstatus import snapshot
             from stratctl.backends.kubernetes.status import best_of
+            from stratctl.run.attemptstatus import snapshot
 
             first = batch.objectives[0] if batch.objectives else None
             ranking = (("-" if first.direction == "maximize" else "") + first.metric) if first else None

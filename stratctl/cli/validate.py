@@ -26,8 +26,11 @@ def validate(
         except StudyError as e:
             problems += e.problems
         else:
-            count = (f"up to {study.strategy.trials} trials chosen from results ({study.strategy.kind})"
-                     if study.strategy.closed_loop else f"{len(trials)} trials")
+            count = (
+                f"up to {study.strategy.trials} trials chosen from results ({study.strategy.kind})"
+                if study.strategy.closed_loop
+                else f"{len(trials)} trials"
+            )
             typer.echo(f"{study.file}: valid: study {study.name}, {count}")
     if problems:
         raise StudyError(problems)

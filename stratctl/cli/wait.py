@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,9 +14,13 @@ def wait(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
-    timeout: Annotated[Optional[str], typer.Option("--timeout", metavar="DURATION",
-                                                   help="Give up after this long (45s, 30m, 2h): exit 124.")] = None,
-    interval: Annotated[float, typer.Option("--interval", min=0.2, metavar="SECONDS", help="Seconds between two reads.")] = 2.0,
+    timeout: Annotated[
+        str | None,
+        typer.Option("--timeout", metavar="DURATION", help="Give up after this long (45s, 30m, 2h): exit 124."),
+    ] = None,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.2, metavar="SECONDS", help="Seconds between two reads.")
+    ] = 2.0,
 ) -> None:
     """Wait until every trial of STUDY succeeded or failed: exit 0 if all succeeded, 1 if some
     failed, 124 on --timeout. Prints a line when the trials' states change.
@@ -25,8 +29,8 @@ def wait(
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
     from stratctl.backends.kubernetes import status as core
-    from stratctl.run.finish import wait as wait_for
     from stratctl.backends.kubernetes.connect import Connection, one_shot
+    from stratctl.run.finish import wait as wait_for
 
     seconds = duration_option(timeout, "--timeout")
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=4)

@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from stratctl.errors import Problem, UsageError
 from stratctl.core.quantity import GPU
+from stratctl.errors import Problem, UsageError
 
 VOLCANO, BATCH, SLURM, YARN = "kubernetes-volcano", "kubernetes-batch", "slurm", "yarn"
 BACKENDS = (VOLCANO, BATCH, SLURM, YARN)
@@ -59,27 +59,61 @@ OPTIONS = ("--storage", "--move-waiting", "--dry-run=server", "--prometheus-url"
 _NODE = frozenset({"cpu", "memory", GPU})  # what an attempt's job asks of a node (core/task.py)
 
 CAPABILITIES: dict[str, Capabilities] = {
-    VOLCANO: Capabilities(VOLCANO, "each attempt is a Volcano Job", closed_loop=True, resources=None,
-                          partial_gang=True, cluster_env=True, options=frozenset(OPTIONS)),
-    BATCH: Capabilities(BATCH, "each attempt is a batch/v1 Job ganged by a Volcano PodGroup", closed_loop=True,
-                        resources=None, partial_gang=True, cluster_env=True, options=frozenset(OPTIONS)),
-    SLURM: Capabilities(SLURM, "each attempt is one sbatch job run on the nodes", closed_loop=False,
-                        resources=_NODE, partial_gang=False, cluster_env=False, options=frozenset(), instead={
-                            "queue": "use slurm.partition", "priority_class": "use slurm.qos",
-                            "trial.node_selector": "use slurm.constraint (node features)",
-                            "trial.affinity": "use slurm.constraint (node features)",
-                            "trial.network_topology": "use slurm.extra: [\"--switches=1\"]",
-                            "trial.template": "put a slurm-job.sh.j2 in templates_dir",
-                            "checkpoint.grace_seconds":
-                                "remove it (Slurm's GraceTime, its partition's or QOS's, decides)"}),
-    YARN: Capabilities(YARN, "each attempt is one YARN application run on the nodes", closed_loop=False,
-                       resources=_NODE, partial_gang=False, cluster_env=False, options=frozenset(), instead={
-                           "queue": "use yarn.queue", "trial.node_selector": "use yarn.node_label",
-                           "trial.affinity": "use yarn.node_label", "trial.labels": "use yarn.tags",
-                           "trial.topology_spread_constraints": "use yarn.placement: spread",
-                           "trial.network_topology": "use yarn.placement: pack with placement_scope: rack",
-                           "trial.template": "put a yarn-task.sh.j2 in templates_dir",
-                           "retries.max_retry": "use yarn.max_app_attempts"}),
+    VOLCANO: Capabilities(
+        VOLCANO,
+        "each attempt is a Volcano Job",
+        closed_loop=True,
+        resources=None,
+        partial_gang=True,
+        cluster_env=True,
+        options=frozenset(OPTIONS),
+    ),
+    BATCH: Capabilities(
+        BATCH,
+        "each attempt is a batch/v1 Job ganged by a Volcano PodGroup",
+        closed_loop=True,
+        resources=None,
+        partial_gang=True,
+        cluster_env=True,
+        options=frozenset(OPTIONS),
+    ),
+    SLURM: Capabilities(
+        SLURM,
+        "each attempt is one sbatch job run on the nodes",
+        closed_loop=False,
+        resources=_NODE,
+        partial_gang=False,
+        cluster_env=False,
+        options=frozenset(),
+        instead={
+            "queue": "use slurm.partition",
+            "priority_class": "use slurm.qos",
+            "trial.node_selector": "use slurm.constraint (node features)",
+            "trial.affinity": "use slurm.constraint (node features)",
+            "trial.network_topology": 'use slurm.extra: ["--switches=1"]',
+            "trial.template": "put a slurm-job.sh.j2 in templates_dir",
+            "checkpoint.grace_seconds": "remove it (Slurm's GraceTime, its partition's or QOS's, decides)",
+        },
+    ),
+    YARN: Capabilities(
+        YARN,
+        "each attempt is one YARN application run on the nodes",
+        closed_loop=False,
+        resources=_NODE,
+        partial_gang=False,
+        cluster_env=False,
+        options=frozenset(),
+        instead={
+            "queue": "use yarn.queue",
+            "trial.node_selector": "use yarn.node_label",
+            "trial.affinity": "use yarn.node_label",
+            "trial.labels": "use yarn.tags",
+            "trial.topology_spread_constraints": "use yarn.placement: spread",
+            "trial.network_topology": "use yarn.placement: pack with placement_scope: rack",
+            "trial.template": "put a yarn-task.sh.j2 in templates_dir",
+            "retries.max_retry": "use yarn.max_app_attempts",
+        },
+    ),
 }
 
 
@@ -106,8 +140,11 @@ FIELDS = (
     Field("cleanup", "deleting finished jobs", KUBERNETES),
     Field("checkpoint.grace_seconds", "a grace period between SIGTERM and SIGKILL", KUBERNETES),
     Field("retries.max_retry", "Volcano's maxRetry (a Job's backoffLimit)", KUBERNETES),
-    Field("retries.max_preemptions", "a limit on preemptions (the scheduler requeues a preempted attempt "
-          "as often as it preempts it)", KUBERNETES),
+    Field(
+        "retries.max_preemptions",
+        "a limit on preemptions (the scheduler requeues a preempted attempt as often as it preempts it)",
+        KUBERNETES,
+    ),
     Field("throttle.aging", "packing trials of different shapes into free GPUs", KUBERNETES),
     Field("throttle.on_breaker", "the etcd breaker", KUBERNETES),
     Field("trial.image", "a container image", KUBERNETES),
@@ -137,15 +174,41 @@ FIELDS = (
 
 # Honoured by every backend (judged too: the README's table lists them).
 EVERYWHERE = (
-    "name", "backend", "space", "strategy.seed", "strategy.trials", "objective", "critical", "templates_dir",
-    "checkpoint.location", "retries.max_failures", "throttle.qps", "throttle.burst", "throttle.parallelism",
-    "throttle.order", "throttle.yield_to_higher_priority", "cost", "trial.command", "trial.args", "trial.env",
-    "trial.tasks.*.name", "trial.tasks.*.replicas", "trial.tasks.*.command", "trial.tasks.*.args",
+    "name",
+    "backend",
+    "space",
+    "strategy.seed",
+    "strategy.trials",
+    "objective",
+    "critical",
+    "templates_dir",
+    "checkpoint.location",
+    "retries.max_failures",
+    "throttle.qps",
+    "throttle.burst",
+    "throttle.parallelism",
+    "throttle.order",
+    "throttle.yield_to_higher_priority",
+    "cost",
+    "trial.command",
+    "trial.args",
+    "trial.env",
+    "trial.tasks.*.name",
+    "trial.tasks.*.replicas",
+    "trial.tasks.*.command",
+    "trial.tasks.*.args",
     "trial.tasks.*.env",
 )
 # Judged in Capabilities: a closed-loop strategy (and so its pruner), resources, a partial gang.
-JUDGED_APART = ("strategy.kind", "pruner", "trial.resources", "trial.tasks.*.resources", "trial.min_available",
-                "trial.tasks.*.min_available", "trial.tasks")
+JUDGED_APART = (
+    "strategy.kind",
+    "pruner",
+    "trial.resources",
+    "trial.tasks.*.resources",
+    "trial.min_available",
+    "trial.tasks.*.min_available",
+    "trial.tasks",
+)
 
 
 EMPTY = (None, "", [], {})
@@ -172,30 +235,45 @@ def problems(study: Any) -> list[Problem]:
         found.append(study.problem(path, f"{'.'.join(map(str, path))}: {message}"))
 
     if study.strategy.closed_loop and not caps.closed_loop:
-        say(("strategy", "kind"), f"backend {caps.name} cannot run strategy {study.strategy.kind!r}, which chooses "
+        say(
+            ("strategy", "kind"),
+            f"backend {caps.name} cannot run strategy {study.strategy.kind!r}, which chooses "
             f"trials from results ({caps.runs}; only strategies whose trials are known up front run there: "
-            "grid, random, quasi-random); use one of those, or backend kubernetes")
+            "grid, random, quasi-random); use one of those, or backend kubernetes",
+        )
     for entry in FIELDS:
         if caps.name in entry.honoured_by:
             continue
         for path, _value in _set(study, entry.path):
             hint = caps.instead.get(entry.path) or caps.instead.get(entry.path.replace("tasks.*.", ""))
-            say(path, f"backend {caps.name} cannot honour {entry.what} ({caps.runs}): it would be dropped; "
-                + (hint or "remove it") + _where(entry.honoured_by))
+            say(
+                path,
+                f"backend {caps.name} cannot honour {entry.what} ({caps.runs}): it would be dropped; "
+                + (hint or "remove it")
+                + _where(entry.honoured_by),
+            )
     if caps.resources is not None:
         for path, name in _resources(study):
             if name not in caps.resources:
-                say(path, f"backend {caps.name} cannot give a trial {name} ({caps.runs}, asking the nodes for "
-                    f"{', '.join(sorted(caps.resources))} only): it would be dropped; remove it"
-                    + _where(KUBERNETES))
+                say(
+                    path,
+                    f"backend {caps.name} cannot give a trial {name} ({caps.runs}, asking the nodes for "
+                    f"{', '.join(sorted(caps.resources))} only): it would be dropped; remove it" + _where(KUBERNETES),
+                )
     if not caps.partial_gang:
         for path, message in _partial_gangs(study):
-            say(path, f"backend {caps.name} starts every process of a trial together ({caps.runs}): {message}; "
-                "remove min_available" + _where(KUBERNETES))
+            say(
+                path,
+                f"backend {caps.name} starts every process of a trial together ({caps.runs}): {message}; "
+                "remove min_available" + _where(KUBERNETES),
+            )
     if not caps.cluster_env:
         for path, name in _cluster_env(study):
-            say(path, f"backend {caps.name} cannot give {name} a value from the cluster ({caps.runs}, its "
-                "environment literal strings only): it would be dropped; give a value" + _where(KUBERNETES))
+            say(
+                path,
+                f"backend {caps.name} cannot give {name} a value from the cluster ({caps.runs}, its "
+                "environment literal strings only): it would be dropped; give a value" + _where(KUBERNETES),
+            )
     return found
 
 
@@ -205,9 +283,11 @@ def refuse_options(study: Any, given: Iterable[str]) -> None:
     caps = of(study)
     unsupported = [option for option in given if option in OPTIONS and option not in caps.options]
     if unsupported:
-        raise UsageError(f"{', '.join(unsupported)}: backend {caps.name} does not support "
-                         f"{'this option' if len(unsupported) == 1 else 'these options'} ({caps.runs}); "
-                         f"nothing was submitted")
+        raise UsageError(
+            f"{', '.join(unsupported)}: backend {caps.name} does not support "
+            f"{'this option' if len(unsupported) == 1 else 'these options'} ({caps.runs}); "
+            f"nothing was submitted"
+        )
 
 
 def _where(backends: frozenset[str]) -> str:
@@ -242,8 +322,11 @@ def _walk(node: Any, parts: list[str], path: tuple) -> Iterator[tuple[tuple, Any
 def _resources(study: Any) -> Iterator[tuple[tuple, str]]:
     """(path, name) of each resource the study asks for, once per resources block."""
     blocks = [(("trial", "resources"), study.trial.resources)]
-    blocks += [(("trial", "tasks", i, "resources"), t.resources) for i, t in enumerate(study.trial.tasks)
-               if t.resources is not None]
+    blocks += [
+        (("trial", "tasks", i, "resources"), t.resources)
+        for i, t in enumerate(study.trial.tasks)
+        if t.resources is not None
+    ]
     for where, res in blocks:
         seen: set[str] = set()
         for kind in ("requests", "limits"):
@@ -265,11 +348,14 @@ def _cluster_env(study: Any) -> Iterator[tuple[tuple, str]]:
 
 def _partial_gangs(study: Any) -> Iterator[tuple[tuple, str]]:
     pods = [t.replicas for t in study.trial.tasks]
-    if study.trial.min_available is not None and not (all(isinstance(p, int) for p in pods)
-                                                      and study.trial.min_available >= sum(pods)):
+    if study.trial.min_available is not None and not (
+        all(isinstance(p, int) for p in pods) and study.trial.min_available >= sum(pods)
+    ):
         yield ("trial", "min_available"), "a gang of min_available pods, fewer than the trial's, cannot be asked for"
     for i, task in enumerate(study.trial.tasks):
         if task.min_available is not None and task.min_available != task.replicas:
-            yield (("trial", "tasks", i, "min_available"),
-                   f"task {task.name!r} with min_available {task.min_available}, not all of its replicas, "
-                   "cannot be asked for")
+            yield (
+                ("trial", "tasks", i, "min_available"),
+                f"task {task.name!r} with min_available {task.min_available}, not all of its replicas, "
+                "cannot be asked for",
+            )

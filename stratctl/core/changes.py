@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-
 SPEC_LIMIT = 64 * 1024  # characters of canonical study spec kept in the record; above, fields are unknown
 FIELDS_SHOWN = 8  # changed fields named in a message; the rest are counted
 
@@ -70,8 +69,13 @@ class Comparison:
         return len(self.changed) + len(self.removed) + self.unchanged
 
 
-def compare(old_spec: dict | None, new_spec: dict, existing: Mapping[str, str | None],
-            rendered: Mapping[str, str], spec_changed: bool) -> Comparison:
+def compare(
+    old_spec: dict | None,
+    new_spec: dict,
+    existing: Mapping[str, str | None],
+    rendered: Mapping[str, str],
+    spec_changed: bool,
+) -> Comparison:
     """Classify the trials in the cluster (`existing`: trial → the spec hash its latest job
     carries, None when unknown — a finished trial whose jobs were cleaned up) against the
     study's (`rendered`: trial → the hash it renders now for that attempt).

@@ -45,8 +45,12 @@ class Estimate:
         }
 
 
-def estimate(study: Study, trials: Sequence[Trial] | int, seconds: Sequence[float] | None = None,
-             gpus: Sequence[int] | None = None) -> Estimate:
+def estimate(
+    study: Study,
+    trials: Sequence[Trial] | int,
+    seconds: Sequence[float] | None = None,
+    gpus: Sequence[int] | None = None,
+) -> Estimate:
     """`seconds`: each trial's expected duration, when the study's differs per trial;
     `gpus`: each trial's GPUs, when the study's shape differs per trial."""
     n = trials if isinstance(trials, int) else len(trials)

@@ -13,7 +13,6 @@ from stratctl.core import sandbox
 from stratctl.core.model import Model as _Model
 from stratctl.core.model import invalid as _bad
 
-
 Scalar = Union[bool, int, float, str]
 
 
@@ -86,7 +85,9 @@ class IntRange(_Model):
     @model_validator(mode="after")
     def _bounds(self):
         if self.low > self.high:
-            raise _bad("bounds", "low ({low}) must not be above high ({high})", field="low", low=self.low, high=self.high)
+            raise _bad(
+                "bounds", "low ({low}) must not be above high ({high})", field="low", low=self.low, high=self.high
+            )
         return self
 
     @property
@@ -97,7 +98,7 @@ class IntRange(_Model):
         return range(self.low, self.high + 1, self.step)
 
 
-Param = Annotated[Union[Choice, Uniform, LogUniform, IntRange], Field(discriminator="type")]
+Param = Annotated[Choice | Uniform | LogUniform | IntRange, Field(discriminator="type")]
 
 
 def grid_size(param: Choice | Uniform | LogUniform | IntRange) -> int:
@@ -177,9 +178,17 @@ class Pruner(_Model):
     @model_validator(mode="after")
     def _fields(self):
         if self.kind == "hyperband" and self.max_steps is None:
-            raise _bad("max_steps", "the hyperband pruner needs 'max_steps' (the steps a whole trial reports)",
-                       field="max_steps")
+            raise _bad(
+                "max_steps",
+                "the hyperband pruner needs 'max_steps' (the steps a whole trial reports)",
+                field="max_steps",
+            )
         if self.max_steps is not None and self.max_steps < self.min_steps:
-            raise _bad("max_steps", "max_steps ({a}) is below min_steps ({b})", field="max_steps",
-                       a=self.max_steps, b=self.min_steps)
+            raise _bad(
+                "max_steps",
+                "max_steps ({a}) is below min_steps ({b})",
+                field="max_steps",
+                a=self.max_steps,
+                b=self.min_steps,
+            )
         return self

@@ -17,20 +17,18 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+import types
+import typing
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import types
-import typing
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from stratctl.errors import Problem, StudyError
 from stratctl.core import wording
+from stratctl.errors import Problem, StudyError
 
 MAX_BYTES = 1 << 20  # a study file is a page of YAML; a megabyte is already suspicious
 MAX_ALIASES = 64  # anchors are handy for sharing a block or two, not for thousands
@@ -262,8 +260,11 @@ def validation_problems(doc: Document, error: ValidationError, root: type) -> se
     alternatives: dict[tuple, list[dict]] = defaultdict(list)
     for err in error.errors():
         loc = tuple(err["loc"])
-        if err["type"] in wording.ALTERNATIVES and wording.in_union(loc) \
-                and len(_data_path(doc.data, loc, named_last=False)) == len(loc) - 1:
+        if (
+            err["type"] in wording.ALTERNATIVES
+            and wording.in_union(loc)
+            and len(_data_path(doc.data, loc, named_last=False)) == len(loc) - 1
+        ):
             # one value against a union of types (a quantity: 2, 0.5 or "500m") fails each member,
             # named by the last segment of its loc, which is not a key of the data
             alternatives[_data_path(doc.data, loc[:-1])].append(err)
@@ -296,8 +297,10 @@ def _problem(doc: Document, err: dict, root: type) -> Problem:
         tags = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected_tags", "")))
         tag = (err.get("ctx") or {}).get("tag")
         hint = wording.did_you_mean(tag, tags) if isinstance(tag, str) and kind == "union_tag_invalid" else ""
-        return doc.problem(path + ("type",) if kind == "union_tag_invalid" else path,
-                           f"{where}: 'type' must be one of choice, uniform, loguniform, int{hint}")
+        return doc.problem(
+            path + ("type",) if kind == "union_tag_invalid" else path,
+            f"{where}: 'type' must be one of choice, uniform, loguniform, int{hint}",
+        )
     return doc.problem(path, f"{where}: {wording.plain(err)}")
 
 
@@ -337,8 +340,13 @@ def _known_keys(root: type, loc: tuple) -> list[str]:
             t = typing.get_args(t)[0]
         elif typing.get_origin(t) in (Union, types.UnionType):
             members = [_unwrap(a) for a in typing.get_args(t)]
-            match = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)
-                     and seg in (typing.get_args(m.model_fields["type"].annotation) if "type" in m.model_fields else ())]
+            match = [
+                m
+                for m in members
+                if isinstance(m, type)
+                and issubclass(m, BaseModel)
+                and seg in (typing.get_args(m.model_fields["type"].annotation) if "type" in m.model_fields else ())
+            ]
             if not match:
                 return []
             t = match[0]
@@ -361,4 +369,3 @@ def _unwrap(t: Any) -> Any:
                 return t
         else:
             return t
-

@@ -44,10 +44,12 @@ ATTEMPTS = 999  # attempt suffixes the names leave room for (`-a999`)
 
 # A task of several pods after the first: its rank is its first rank plus its index, which
 # the shell adds. `$$` is Kubernetes' escape for `$` in a command (it expands `$(NAME)`).
-WRAPPER = ('case "$STRATCTL_TASK_INDEX" in ""|*[!0-9]*) echo "stratctl: no task index for this pod '
-           '(STRATCTL_TASK_INDEX=$STRATCTL_TASK_INDEX): no rendezvous contract" >&2; exit 1;; esac; '
-           'RANK=$$(({first} + STRATCTL_TASK_INDEX)); STRATCTL_NODE_RANK=$RANK; '
-           'export RANK STRATCTL_NODE_RANK; exec "$@"')
+WRAPPER = (
+    'case "$STRATCTL_TASK_INDEX" in ""|*[!0-9]*) echo "stratctl: no task index for this pod '
+    '(STRATCTL_TASK_INDEX=$STRATCTL_TASK_INDEX): no rendezvous contract" >&2; exit 1;; esac; '
+    "RANK=$$(({first} + STRATCTL_TASK_INDEX)); STRATCTL_NODE_RANK=$RANK; "
+    'export RANK STRATCTL_NODE_RANK; exec "$@"'
+)
 WRAPPER_NAME = "stratctl-rank"  # the script's $0
 
 
@@ -90,8 +92,12 @@ class Layout:
 
     def keys(self) -> list[str]:
         """The keys of `values`: what changes with the attempt's job name."""
-        return ["rendezvous.job", "rendezvous.addrs", "rendezvous.master",
-                *(f"rendezvous.hosts.{k}" for k in range(len(self.roles)))]
+        return [
+            "rendezvous.job",
+            "rendezvous.addrs",
+            "rendezvous.master",
+            *(f"rendezvous.hosts.{k}" for k in range(len(self.roles))),
+        ]
 
     def values(self, job: str) -> dict[str, str]:
         """The contract's strings that name the job (stamped as placeholders once per study)."""
@@ -153,8 +159,9 @@ def stamp(docs: list[dict], layout: Layout, v: dict[str, Any]) -> None:
         pods[0]["subdomain"] = v["rendezvous.job"]
         docs.append(_service(job, v["rendezvous.job"]))
     containers = [(pod.get("initContainers") or []) + (pod.get("containers") or []) for pod in pods]
-    unwrappable = [role for role, of in zip(layout.roles, containers) if role.wrapped
-                   and not all(c.get("command") for c in of)]
+    unwrappable = [
+        role for role, of in zip(layout.roles, containers) if role.wrapped and not all(c.get("command") for c in of)
+    ]
     if unwrappable:
         raise NoCommand(unwrappable)
     static = _shared(layout, v)
@@ -162,7 +169,9 @@ def stamp(docs: list[dict], layout: Layout, v: dict[str, Any]) -> None:
         env = static + _own(layout, role)
         names = {e["name"] for e in env} | {rendezvous.RANK, rendezvous.NODE_RANK}  # the wrapper's too
         for container in (pod.get("initContainers") or []) + (pod.get("containers") or []):
-            container["env"] = copy.deepcopy(env) + [e for e in container.get("env") or [] if e.get("name") not in names]
+            container["env"] = copy.deepcopy(env) + [
+                e for e in container.get("env") or [] if e.get("name") not in names
+            ]
             if role.wrapped:
                 _wrap(container, role)
 
@@ -170,25 +179,35 @@ def stamp(docs: list[dict], layout: Layout, v: dict[str, Any]) -> None:
 def _shared(layout: Layout, v: dict[str, Any]) -> list[dict]:
     """What every pod of the trial is told alike."""
     size = str(sum(role.replicas for role in layout.roles))
-    env = [(rendezvous.NUM_NODES, size), (rendezvous.NODE_ADDRS, v["rendezvous.addrs"]),
-           (rendezvous.MASTER_ADDR, v["rendezvous.master"]), (rendezvous.MASTER_PORT, str(rendezvous.FIXED_PORT)),
-           (rendezvous.WORLD_SIZE, size), (rendezvous.TASKS, ",".join(role.name for role in layout.roles))]
+    env = [
+        (rendezvous.NUM_NODES, size),
+        (rendezvous.NODE_ADDRS, v["rendezvous.addrs"]),
+        (rendezvous.MASTER_ADDR, v["rendezvous.master"]),
+        (rendezvous.MASTER_PORT, str(rendezvous.FIXED_PORT)),
+        (rendezvous.WORLD_SIZE, size),
+        (rendezvous.TASKS, ",".join(role.name for role in layout.roles)),
+    ]
     for k, role in enumerate(layout.roles):
-        env += [(rendezvous.hosts_var(role.name), v[f"rendezvous.hosts.{k}"]),
-                (rendezvous.num_var(role.name), str(role.replicas))]
+        env += [
+            (rendezvous.hosts_var(role.name), v[f"rendezvous.hosts.{k}"]),
+            (rendezvous.num_var(role.name), str(role.replicas)),
+        ]
     return [{"name": name, "value": value} for name, value in env]
 
 
 def _own(layout: Layout, role: Role) -> list[dict]:
     """What the pods of one role are told: the role, and the index and rank of each pod."""
+
     def index() -> dict:
         return {"valueFrom": {"fieldRef": {"fieldPath": layout.index_field}}}
 
     env = [{"name": rendezvous.TASK, "value": role.name}, {"name": rendezvous.TASK_INDEX, **index()}]
     if role.wrapped:
         return env  # RANK and STRATCTL_NODE_RANK: exported by the wrapper
-    return env + [{"name": name, **(index() if role.first == 0 else {"value": str(role.first)})}
-                  for name in (rendezvous.NODE_RANK, rendezvous.RANK)]
+    return env + [
+        {"name": name, **(index() if role.first == 0 else {"value": str(role.first)})}
+        for name in (rendezvous.NODE_RANK, rendezvous.RANK)
+    ]
 
 
 def _wrap(container: dict, role: Role) -> None:
@@ -200,11 +219,18 @@ def _service(job: dict, name: str) -> dict:
     in at creation) and selecting its pods by the label the Job controller gives them."""
     meta = job.get("metadata") or {}
     return {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": ""}]},
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                 "selector": {"batch.kubernetes.io/job-name": name}},
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": ""}],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"batch.kubernetes.io/job-name": name},
+        },
     }
 
 
@@ -219,9 +245,14 @@ def name_problems(study: Study) -> list[tuple[tuple, str]]:
     checked per trial shape."""
     found = []
     if not study.name[:1].isalpha():
-        found.append((("name",), f"name: the study name {study.name!r} starts each trial's job name, which names "
-                                 "its headless Service on Kubernetes (the pods' DNS names), and a Service name "
-                                 "must start with a letter"))
+        found.append(
+            (
+                ("name",),
+                f"name: the study name {study.name!r} starts each trial's job name, which names "
+                "its headless Service on Kubernetes (the pods' DNS names), and a Service name "
+                "must start with a letter",
+            )
+        )
     job = len(study.name) + 1 + HASH_CHARS + len(f"-a{ATTEMPTS}")
     for i, task in enumerate(study.trial.tasks):
         if not isinstance(task.replicas, int):
@@ -232,9 +263,13 @@ def name_problems(study: Study) -> list[tuple[tuple, str]]:
             continue
         pattern = f"<job>-{task.name}-<index>" if study.workload == "volcano" else "<job>-<index>"
         over = longest - HOSTNAME_MAX
-        found.append((("trial", "tasks", i, "name"),
-                      f"trial.tasks.{i}.name: each pod of task {task.name!r} is named {pattern} in its trial's DNS "
-                      f"(its hostname), up to {longest} characters with this study name (attempt {ATTEMPTS}, index "
-                      f"{task.replicas - 1}), over the {HOSTNAME_MAX} a hostname may have: shorten the study name "
-                      f"({len(study.name)} characters) or the task name by {over}"))
+        found.append(
+            (
+                ("trial", "tasks", i, "name"),
+                f"trial.tasks.{i}.name: each pod of task {task.name!r} is named {pattern} in its trial's DNS "
+                f"(its hostname), up to {longest} characters with this study name (attempt {ATTEMPTS}, index "
+                f"{task.replicas - 1}), over the {HOSTNAME_MAX} a hostname may have: shorten the study name "
+                f"({len(study.name)} characters) or the task name by {over}",
+            )
+        )
     return found

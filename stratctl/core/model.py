@@ -25,11 +25,22 @@ def invalid(code: str, message: str, field: str | None = None, **ctx: Any) -> Py
 
 def dns_label(value: str, what: str, limit: int = 63) -> str:
     if len(value) > limit:
-        raise invalid("name_too_long", "{what} {value!r} is {n} characters; at most {limit} allowed",
-                   what=what, value=value, n=len(value), limit=limit)
+        raise invalid(
+            "name_too_long",
+            "{what} {value!r} is {n} characters; at most {limit} allowed",
+            what=what,
+            value=value,
+            n=len(value),
+            limit=limit,
+        )
     if not _DNS_LABEL.match(value):
-        raise invalid("dns_label", "{what} {value!r} is not a DNS-1123 label (lowercase letters, digits and '-', "
-                   "starting and ending with a letter or digit)", what=what, value=value)
+        raise invalid(
+            "dns_label",
+            "{what} {value!r} is not a DNS-1123 label (lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit)",
+            what=what,
+            value=value,
+        )
     return value
 
 

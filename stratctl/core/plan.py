@@ -49,8 +49,12 @@ def make_plan(path: str | Path) -> Plan:
     if study.strategy.closed_loop:  # the first asks shown; the budget costed, as the first asks average
         budget = study.strategy.trials or 0
         scale = budget / len(trials) if trials else 0.0
-        cost = replace(cost, trials=budget, gpu_hours=cost.gpu_hours * scale,
-                       money=None if cost.money is None else cost.money * scale)
+        cost = replace(
+            cost,
+            trials=budget,
+            gpu_hours=cost.gpu_hours * scale,
+            money=None if cost.money is None else cost.money * scale,
+        )
         return Plan(study, trials, len(trials), cost, seconds, shapes, gangs)
     return Plan(study, trials, size(study), cost, seconds, shapes, gangs)
 
@@ -84,8 +88,10 @@ def grid(plan: Plan, max_rows: int | None = 50) -> tuple[str, list[tuple[str, bo
     s = plan.study
     title = f"study {s.name}: {len(plan.trials)} trials"
     if s.strategy.closed_loop:
-        title = (f"study {s.name}: up to {s.strategy.trials} trials chosen from results ({s.strategy.kind}, "
-                 f"objective {_objectives(s)}); the first {len(plan.trials)} it asks")
+        title = (
+            f"study {s.name}: up to {s.strategy.trials} trials chosen from results ({s.strategy.kind}, "
+            f"objective {_objectives(s)}); the first {len(plan.trials)} it asks"
+        )
     columns = [("#", True), ("trial", False), *((name, True) for name in s.space)]
     if plan.shapes is not None:
         columns += [("pods", True), ("GPUs", True)]
@@ -118,8 +124,9 @@ def notes(plan: Plan, shown: int) -> list[str]:
     if shown < len(plan.trials):
         lines.append(f"… {len(plan.trials) - shown} more trials (use --max-rows 0 or -o json to see all)")
     if plan.duplicates:
-        lines.append(f"{plan.drawn} combinations drawn, {plan.duplicates} duplicates merged: "
-                     f"{len(plan.trials)} distinct trials")
+        lines.append(
+            f"{plan.drawn} combinations drawn, {plan.duplicates} duplicates merged: {len(plan.trials)} distinct trials"
+        )
     if s.backend == "slurm":  # where it runs, in Slurm's words: a job of N tasks in a partition
         lines.append(
             f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend slurm; partition "
@@ -139,12 +146,18 @@ def notes(plan: Plan, shown: int) -> list[str]:
     if plan.shapes is not None:
         pods = [len(shape) for shape in plan.shapes]
         one = members(s, _span(pods), _span(plan.gangs or pods))
-        tasks = ', '.join(f"{t.name}×{t.replicas if isinstance(t.replicas, int) else 'by trial'}" for t in s.trial.tasks)
-        lines.append(f"each trial: {one} ({tasks}), "
-                     f"{e.gpus_text} by trial, expected {_duration(e.expected_seconds)}"
-                     + (" on average" if plan.seconds is not None else ""))
-        cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = the sum of each trial's GPUs × its expected duration × " \
-               f"retry factor {e.retry_factor:g}"
+        tasks = ", ".join(
+            f"{t.name}×{t.replicas if isinstance(t.replicas, int) else 'by trial'}" for t in s.trial.tasks
+        )
+        lines.append(
+            f"each trial: {one} ({tasks}), "
+            f"{e.gpus_text} by trial, expected {_duration(e.expected_seconds)}"
+            + (" on average" if plan.seconds is not None else "")
+        )
+        cost = (
+            f"cost: {e.gpu_hours:,.2f} GPU-hours = the sum of each trial's GPUs × its expected duration × "
+            f"retry factor {e.retry_factor:g}"
+        )
     else:
         one = members(s, str(sum(t.replicas for t in s.trial.tasks)), str(s.gang_size))
         lines.append(
@@ -152,9 +165,13 @@ def notes(plan: Plan, shown: int) -> list[str]:
             f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
             + (" on average" if plan.seconds is not None else "")
         )
-        per_trial = f"{_duration(e.expected_seconds)} (mean)" if plan.seconds is not None else _duration(e.expected_seconds)
-        cost = f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {per_trial} × " \
-               f"{e.trials} trials × retry factor {e.retry_factor:g}"
+        per_trial = (
+            f"{_duration(e.expected_seconds)} (mean)" if plan.seconds is not None else _duration(e.expected_seconds)
+        )
+        cost = (
+            f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {per_trial} × "
+            f"{e.trials} trials × retry factor {e.retry_factor:g}"
+        )
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
     lines.append(cost)
@@ -171,10 +188,16 @@ def as_json(plan: Plan) -> dict:
         "drawn": plan.drawn,
         "duplicates": plan.duplicates,
         "gang_size": None if plan.shapes is not None else plan.study.gang_size,
-        "trials": [{"index": t.index, "name": t.name, "params": dict(t.params),
-                    **({"pods": len(plan.shapes[i]), "gpus": sum(plan.shapes[i])} if plan.shapes is not None else {}),
-                    **({"expected_seconds": plan.seconds[i]} if plan.seconds is not None else {})}
-                   for i, t in enumerate(plan.trials)],
+        "trials": [
+            {
+                "index": t.index,
+                "name": t.name,
+                "params": dict(t.params),
+                **({"pods": len(plan.shapes[i]), "gpus": sum(plan.shapes[i])} if plan.shapes is not None else {}),
+                **({"expected_seconds": plan.seconds[i]} if plan.seconds is not None else {}),
+            }
+            for i, t in enumerate(plan.trials)
+        ],
         "estimate": plan.estimate.as_dict(),
     }
 

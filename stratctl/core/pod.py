@@ -58,9 +58,13 @@ class Volume(Model):
     def _one_source(self):
         given = [s for s in _SOURCES if getattr(self, s) is not None]
         if len(given) != 1:
-            raise invalid("volume_source", "volume {name!r} needs exactly one source of {choices}; got {n}",
-                          name=self.name, choices=", ".join(_SOURCES),
-                          n=", ".join(given) if given else "none")
+            raise invalid(
+                "volume_source",
+                "volume {name!r} needs exactly one source of {choices}; got {n}",
+                name=self.name,
+                choices=", ".join(_SOURCES),
+                n=", ".join(given) if given else "none",
+            )
         return self
 
     def manifest(self) -> dict[str, Any]:
@@ -142,12 +146,14 @@ class NodeAffinity(Model):
         out: dict[str, Any] = {}
         if self.required:
             # one term with every expression: all labels required (ANDed), any of each one's values
-            out["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [
-                {"matchExpressions": [_expression(k, v) for k, v in self.required.items()]}]}
+            out["requiredDuringSchedulingIgnoredDuringExecution"] = {
+                "nodeSelectorTerms": [{"matchExpressions": [_expression(k, v) for k, v in self.required.items()]}]
+            }
         if self.preferred:
             out["preferredDuringSchedulingIgnoredDuringExecution"] = [
                 {"weight": 1, "preference": {"matchExpressions": [_expression(k, v)]}}
-                for k, v in self.preferred.items()]
+                for k, v in self.preferred.items()
+            ]
         return out
 
 

@@ -18,10 +18,10 @@ import json
 import marshal
 import re
 import secrets
+from collections.abc import Iterable
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -29,14 +29,13 @@ from jinja2 import FileSystemLoader, Template, TemplateNotFound, TemplateSyntaxE
 from jinja2.exceptions import TemplateError
 
 from stratctl import labels
-
 from stratctl.core import kube_rendezvous, sandbox, shape
-from stratctl.errors import Problem, StudyError
 from stratctl.core.digest import canonical, digest, hash_text
 from stratctl.core.model import parse_duration
 from stratctl.core.quantity import format_quantity, parse
 from stratctl.core.space import Trial, attempt_name, bulk, expand
 from stratctl.core.spec import Study, load_study
+from stratctl.errors import Problem, StudyError
 
 try:
     _YamlLoader = yaml.CSafeLoader
@@ -170,9 +169,9 @@ class Renderer:
         try:
             return parse_duration(text)
         except ValueError as e:
-            raise StudyError([self.study.problem(("cost", "expected_duration"),
-                                                 f"trial {ctx['index']} ({ctx['trial']}): {e}")
-                              ]) from None
+            raise StudyError(
+                [self.study.problem(("cost", "expected_duration"), f"trial {ctx['index']} ({ctx['trial']}): {e}")]
+            ) from None
 
     def render_all(self, trials: Iterable[Trial], attempt: int = 0, resume: bool = False) -> list[list[dict]]:
         """`render` for many trials at once (the collector paused: see space.bulk)."""
@@ -209,8 +208,13 @@ class Renderer:
     def _load(self, name: str) -> Template:
         file = (self.dir / name).resolve()
         if not file.is_relative_to(self.dir):
-            raise StudyError([self.study.problem(("trial", "template"),
-                                                 f"template {name!r} escapes the templates directory {self.dir}")])
+            raise StudyError(
+                [
+                    self.study.problem(
+                        ("trial", "template"), f"template {name!r} escapes the templates directory {self.dir}"
+                    )
+                ]
+            )
         try:
             source, filename, _ = self.env.loader.get_source(self.env, name)
         except TemplateNotFound:
@@ -220,8 +224,10 @@ class Renderer:
         except TemplateSyntaxError:
             self._ast = source  # check() reports it
         allowed = set(sandbox.MANIFEST_VARIABLES)
-        problems = [Problem(filename, line, None, msg)
-                    for line, msg in sandbox.check(self.env, self._ast, allowed, self.study.space, name=name)]
+        problems = [
+            Problem(filename, line, None, msg)
+            for line, msg in sandbox.check(self.env, self._ast, allowed, self.study.space, name=name)
+        ]
         if problems:
             raise StudyError(problems)
         try:
@@ -284,8 +290,11 @@ class Renderer:
             return f"{token}{key}@@"
 
         scalars = TRIAL_VARIABLES - {"params"}
-        ctx = {**self._study_context, **{v: mark(v) for v in scalars},
-               "params": {p: mark(f"params.{p}") for p in self.study.space}}
+        ctx = {
+            **self._study_context,
+            **{v: mark(v) for v in scalars},
+            "params": {p: mark(f"params.{p}") for p in self.study.space},
+        }
         docs = self._parse(self._run(self.template, ctx))
         self._natives: list[str] = []
         self._param_natives: list[str] = []
@@ -294,7 +303,7 @@ class Renderer:
             if not isinstance(value, str):
                 continue
             if value.startswith(token) and value.endswith("@@") and value.count(token) == 1:
-                key = value[len(token):-2]
+                key = value[len(token) : -2]
                 (self._param_natives.append(key[7:]) if key.startswith("params.") else self._natives.append(key))
             elif token in value:  # a placeholder inside a larger string: render per trial
                 return
@@ -320,14 +329,14 @@ class Renderer:
 
         def split(text: str) -> tuple[list[str], list[str]]:
             parts = pattern.split(text)
-            return parts, [p[len(token):-2] for p in parts[1::2]]
+            return parts, [p[len(token) : -2] for p in parts[1::2]]
 
         fragments, self._keys_without = split(canonical(_without_hash(docs)))
         # Where each placeholder sits, grouped by the dict or list that holds it.
         slots: dict[tuple, list[tuple[Any, str]]] = {}
         for path, value in _leaves(docs, ()):
             if isinstance(value, str) and value.startswith(token):
-                slots.setdefault(path[:-1], []).append((path[-1], value[len(token):-2]))
+                slots.setdefault(path[:-1], []).append((path[-1], value[len(token) : -2]))
         self._compiled = (fragments, marshal.dumps(docs), list(slots.items()))
 
     def _parse(self, text: str) -> list[dict]:
@@ -335,12 +344,28 @@ class Renderer:
             docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
-            raise StudyError([Problem(self.template.filename or "<template>", mark.line + 1 if mark else None, None,
-                                      f"the rendered template is not valid YAML: {getattr(e, 'problem', e)}")])
+            raise StudyError(
+                [
+                    Problem(
+                        self.template.filename or "<template>",
+                        mark.line + 1 if mark else None,
+                        None,
+                        f"the rendered template is not valid YAML: {getattr(e, 'problem', e)}",
+                    )
+                ]
+            )
         bad = [d for d in docs if not isinstance(d, dict) or "kind" not in d or "metadata" not in d]
         if bad or not docs:
-            raise StudyError([Problem(self.template.filename or "<template>", None, None,
-                                      "the template must render Kubernetes objects (mappings with kind and metadata)")])
+            raise StudyError(
+                [
+                    Problem(
+                        self.template.filename or "<template>",
+                        None,
+                        None,
+                        "the template must render Kubernetes objects (mappings with kind and metadata)",
+                    )
+                ]
+            )
         return docs
 
     # ------------------------------------------------------------ per trial
@@ -386,8 +411,11 @@ class Renderer:
             except kube_rendezvous.NoCommand as e:
                 raise StudyError([self._no_command(role) for role in e.roles]) from None
         stamp_labels = {**self._stamp_labels, labels.TRIAL: v["trial"], labels.ATTEMPT: v["attempt_text"]}
-        stamp_annotations = {labels.PARAMS: v["params_json"], labels.TRIAL_INDEX: v["index_text"],
-                             labels.CHECKPOINT: v["checkpoint"]}
+        stamp_annotations = {
+            labels.PARAMS: v["params_json"],
+            labels.TRIAL_INDEX: v["index_text"],
+            labels.CHECKPOINT: v["checkpoint"],
+        }
         if self._stamps_expected:  # read by launchers sharing the cluster to plan backfill
             stamp_annotations[labels.EXPECTED_SECONDS] = v["expected_text"]
         env = [
@@ -411,16 +439,19 @@ class Renderer:
                 user = [e for e in (container.get("env") or []) if e.get("name") not in ours]
                 container["env"] = [dict(e) for e in env] + user
 
-
     def _no_command(self, role: kube_rendezvous.Role) -> Problem:
-        where = next((("trial", "tasks", i) for i, t in enumerate(self.study.trial.tasks) if t.name == role.name),
-                     ("trial",))
-        return self.study.problem(where, f"{'.'.join(map(str, where))}: the {role.replicas} pods of task {role.name!r} "
-                                         f"start at rank {role.first}, and a pod learns its rank on Kubernetes as that "
-                                         f"plus its "
-                                         f"index, which /bin/sh adds before it execs the task's command; the task has "
-                                         f"no command to start that way (the image's entrypoint cannot be): set "
-                                         f"command (the task's or trial.command)")
+        where = next(
+            (("trial", "tasks", i) for i, t in enumerate(self.study.trial.tasks) if t.name == role.name), ("trial",)
+        )
+        return self.study.problem(
+            where,
+            f"{'.'.join(map(str, where))}: the {role.replicas} pods of task {role.name!r} "
+            f"start at rank {role.first}, and a pod learns its rank on Kubernetes as that "
+            f"plus its "
+            f"index, which /bin/sh adds before it execs the task's command; the task has "
+            f"no command to start that way (the image's entrypoint cannot be): set "
+            f"command (the task's or trial.command)",
+        )
 
 
 _STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint", "resume_text", "params_json")
@@ -468,24 +499,28 @@ def _study_context(study: Study) -> dict[str, Any]:
     for task in t.tasks:
         res = study.task_resources(task)
         env = {**t.env, **task.env}
-        tasks.append({
-            "name": task.name,
-            "replicas": task.replicas,
-            "min_available": task.gang,
-            "image": task.image or t.image,
-            "command": task.command if task.command is not None else t.command,
-            "args": task.args if task.args is not None else t.args,
-            "env": [{"name": k, "value": v} for k, v in env.items()],
-            "resources": {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v},
-            "volume_mounts": [m.manifest() for m in (*t.volume_mounts, *task.volume_mounts)],
-            "env_from": [e.manifest() for e in t.env_from],
-            # where its pods run: the task's own values over the trial's (spec.Task)
-            "node_selector": {**t.node_selector, **task.node_selector},
-            "tolerations": [tol.model_dump(exclude_none=True)
-                            for tol in (t.tolerations if task.tolerations is None else task.tolerations)],
-            "policies": [_policy(p) for p in task.policies],
-            "pod": _pod_fields(t, study.checkpoint.grace_seconds, task.affinity),
-        })
+        tasks.append(
+            {
+                "name": task.name,
+                "replicas": task.replicas,
+                "min_available": task.gang,
+                "image": task.image or t.image,
+                "command": task.command if task.command is not None else t.command,
+                "args": task.args if task.args is not None else t.args,
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+                "resources": {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v},
+                "volume_mounts": [m.manifest() for m in (*t.volume_mounts, *task.volume_mounts)],
+                "env_from": [e.manifest() for e in t.env_from],
+                # where its pods run: the task's own values over the trial's (spec.Task)
+                "node_selector": {**t.node_selector, **task.node_selector},
+                "tolerations": [
+                    tol.model_dump(exclude_none=True)
+                    for tol in (t.tolerations if task.tolerations is None else task.tolerations)
+                ],
+                "policies": [_policy(p) for p in task.policies],
+                "pod": _pod_fields(t, study.checkpoint.grace_seconds, task.affinity),
+            }
+        )
     policies = [_policy(p) for p in t.effective_policies]
     spec = study.model_dump(mode="json")
     spec["queue"] = study.home_queue  # a trial renders for the first queue; the loop places it (run/queues.py)

@@ -42,12 +42,12 @@ VARIABLES = {
 MANIFEST_VARIABLES = {
     "spec": "the study file's fields, with defaults filled in",
     "tasks": "the tasks with trial-level defaults applied (image, command, args, env, resources, volume_mounts, "
-             "env_from, node_selector, tolerations, policies, and pod: the pod fields with the task's affinity)",
+    "env_from, node_selector, tolerations, policies, and pod: the pod fields with the task's affinity)",
     "gang_size": "pods that must start together (minAvailable)",
     "policies": "Volcano lifecycle policies",
     "tolerations": "the tolerations, as Kubernetes objects",
     "pod": "the trial's pod fields set, as Kubernetes names and objects (volumes, affinity, imagePullSecrets, "
-           "securityContext, terminationGracePeriodSeconds)",
+    "securityContext, terminationGracePeriodSeconds)",
     "network_topology": "Volcano's networkTopology of the trial ({mode, highestTierAllowed}), empty when not set",
     "min_resources": "resources of the gang's minAvailable pods, summed (PodGroup minResources)",
     **VARIABLES,
@@ -249,8 +249,12 @@ def simple(env: ImmutableSandboxedEnvironment, source: str) -> list[str | tuple[
                 parts.append(expr.data)
             elif isinstance(expr, nodes.Name) and expr.name in VARIABLES and expr.name != "params":
                 parts.append((expr.name,))
-            elif (isinstance(expr, nodes.Getattr) and _is_params(expr.node)
-                  and not hasattr(dict, expr.attr) and not expr.attr.startswith("_")):
+            elif (
+                isinstance(expr, nodes.Getattr)
+                and _is_params(expr.node)
+                and not hasattr(dict, expr.attr)
+                and not expr.attr.startswith("_")
+            ):
                 parts.append(("params", expr.attr))
             else:
                 return None

@@ -89,8 +89,9 @@ class Searcher:
         with warnings.catch_warnings():  # multivariate TPE is "experimental" in Optuna's words
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = _sampler(optuna, study.strategy.kind, seed)
-        self.optuna_study = optuna.create_study(sampler=sampler, directions=directions,
-                                                pruner=_pruner(optuna, study.pruner))
+        self.optuna_study = optuna.create_study(
+            sampler=sampler, directions=directions, pruner=_pruner(optuna, study.pruner)
+        )
         self._reported: dict[str, set[int]] = {}  # trial -> steps told to the pruner
         for told in history:
             self._add(told)
@@ -193,19 +194,22 @@ class Searcher:
         TrialState = optuna.trial.TrialState
         params = {k: told.params[k] for k in self.study.space if k in told.params}
         distributions = {k: self.distributions[k] for k in params}
-        if set(params) != set(self.distributions) or not all(
-                _fits(self.study.space[k], v) for k, v in params.items()):
+        if set(params) != set(self.distributions) or not all(_fits(self.study.space[k], v) for k, v in params.items()):
             # a trial of an earlier version of the space: counted, not learnt from
             state, values, params, distributions = "failed", None, {}, {}
         else:
             state, values = told.state, told.values
         if state == "complete" and values is not None:
-            frozen = optuna.trial.create_trial(params=params, distributions=distributions,
-                                               values=list(values), intermediate_values=dict(told.steps))
+            frozen = optuna.trial.create_trial(
+                params=params, distributions=distributions, values=list(values), intermediate_values=dict(told.steps)
+            )
         else:
             frozen = optuna.trial.create_trial(
-                params=params, distributions=distributions, intermediate_values=dict(told.steps),
-                state={"running": TrialState.RUNNING, "pruned": TrialState.PRUNED}.get(state, TrialState.FAIL))
+                params=params,
+                distributions=distributions,
+                intermediate_values=dict(told.steps),
+                state={"running": TrialState.RUNNING, "pruned": TrialState.PRUNED}.get(state, TrialState.FAIL),
+            )
         self.optuna_study.add_trial(frozen)
         self.names[told.name] = self.optuna_study.get_trials(deepcopy=False)[-1].number
         if frozen.state == TrialState.RUNNING:
@@ -243,8 +247,9 @@ def _pruner(optuna: Any, pruner: Any) -> Any:
         return p.MedianPruner(n_startup_trials=pruner.startup_trials, n_warmup_steps=pruner.warmup_steps)
     if pruner.kind == "successive-halving":
         return p.SuccessiveHalvingPruner(min_resource=pruner.min_steps, reduction_factor=pruner.reduction_factor)
-    return p.HyperbandPruner(min_resource=pruner.min_steps, max_resource=pruner.max_steps,
-                             reduction_factor=pruner.reduction_factor)
+    return p.HyperbandPruner(
+        min_resource=pruner.min_steps, max_resource=pruner.max_steps, reduction_factor=pruner.reduction_factor
+    )
 
 
 def _sampler(optuna: Any, kind: str, seed: int) -> Any:
@@ -264,7 +269,8 @@ def _fits(param: Any, value: Any) -> bool:
     """Whether a value of an earlier trial lies in the parameter's distribution now."""
     if isinstance(param, Choice):
         return any(value == v and type(value) is type(v) for v in param.values) or (
-            isinstance(value, float) and value in [v for v in param.values if isinstance(v, int | float)])
+            isinstance(value, float) and value in [v for v in param.values if isinstance(v, int | float)]
+        )
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     if isinstance(param, IntRange):

@@ -12,10 +12,10 @@ study's. A problem names the field in the study file and the trial.
 
 from __future__ import annotations
 
-from stratctl.errors import StudyError
 from stratctl.core import sandbox
 from stratctl.core.quantity import GPU
 from stratctl.core.spec import MAX_REPLICAS, Resources, Study
+from stratctl.errors import StudyError
 
 Path = tuple
 
@@ -53,8 +53,13 @@ def resolve(study: Study, rendered: dict[Path, str], trial: str) -> Study:
         number = _whole(text)
         copied = path[-2] == "limits" and rendered.get(path[:-2] + ("requests", GPU)) == text
         if (number is None or not low <= number <= high) and not copied:  # a limit filled from the request: said once
-            problems.append(study.problem(path, f"{'.'.join(map(str, path))}: {what} renders to {text.strip()!r} for "
-                                                f"{trial}: expected a whole number from {low} to {high:,}"))
+            problems.append(
+                study.problem(
+                    path,
+                    f"{'.'.join(map(str, path))}: {what} renders to {text.strip()!r} for "
+                    f"{trial}: expected a whole number from {low} to {high:,}",
+                )
+            )
         elif number is not None:
             values[path] = number
     if problems:
@@ -67,8 +72,9 @@ def resolve(study: Study, rendered: dict[Path, str], trial: str) -> Study:
         if task.resources is not None:
             update["resources"] = _filled(task.resources, ("trial", "tasks", i, "resources"), values)
         tasks.append(task.model_copy(update=update))
-    trial_spec = study.trial.model_copy(update={
-        "tasks": tasks, "resources": _filled(study.trial.resources, ("trial", "resources"), values)})
+    trial_spec = study.trial.model_copy(
+        update={"tasks": tasks, "resources": _filled(study.trial.resources, ("trial", "resources"), values)}
+    )
     shaped = study.model_copy(update={"trial": trial_spec})
     shaped.__dict__.pop("spec_hash", None)  # the study's hash is the file's, not one trial's
     _check(shaped, trial)
@@ -98,18 +104,31 @@ def _check(study: Study, trial: str) -> None:
     problems = []
     for i, task in enumerate(study.trial.tasks):
         if task.min_available is not None and task.min_available > task.replicas:
-            problems.append(study.problem(("trial", "tasks", i, "min_available"),
-                                          f"trial.tasks.{i}.min_available: {task.min_available} exceeds the "
-                                          f"{task.replicas} replicas of {trial}"))
+            problems.append(
+                study.problem(
+                    ("trial", "tasks", i, "min_available"),
+                    f"trial.tasks.{i}.min_available: {task.min_available} exceeds the "
+                    f"{task.replicas} replicas of {trial}",
+                )
+            )
         resources = study.task_resources(task)
         request, limit = resources.requests.get(GPU), resources.limits.get(GPU)
         if request is not None and limit is not None and str(request) != str(limit):
-            problems.append(study.problem(("trial", "resources"), f"{GPU} cannot be overcommitted: for {trial} its "
-                                                                  f"limit ({limit}) differs from its request ({request})"))
+            problems.append(
+                study.problem(
+                    ("trial", "resources"),
+                    f"{GPU} cannot be overcommitted: for {trial} its "
+                    f"limit ({limit}) differs from its request ({request})",
+                )
+            )
     total = sum(t.replicas for t in study.trial.tasks)
     if study.trial.min_available is not None and study.trial.min_available > total:
-        problems.append(study.problem(("trial", "min_available"), f"trial.min_available: {study.trial.min_available} "
-                                                                  f"exceeds the {total} pods of {trial}"))
+        problems.append(
+            study.problem(
+                ("trial", "min_available"),
+                f"trial.min_available: {study.trial.min_available} exceeds the {total} pods of {trial}",
+            )
+        )
     if problems:
         raise StudyError(problems)
 
@@ -118,4 +137,3 @@ def gang(study: Study) -> tuple[int, ...]:
     """GPUs of each pod of one trial of a study with fixed numbers (or resolved for a trial):
     the shape free GPUs must hold for it to start."""
     return tuple(study.task_resources(t).gpus() for t in study.trial.tasks for _ in range(t.replicas))
-

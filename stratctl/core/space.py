@@ -20,8 +20,8 @@ from typing import Any
 
 from stratctl.core import sobol
 from stratctl.core.digest import digest
-from stratctl.errors import Problem, StudyError
 from stratctl.core.spec import Choice, IntRange, Study, grid_size, in_grid
+from stratctl.errors import Problem, StudyError
 
 HASH_CHARS = 10  # 40 bits: a collision among 100,000 trials has odds of about 1 in 200
 DEFAULT_LIMIT = 100_000
@@ -83,8 +83,10 @@ def expand(study: Study, limit: int = DEFAULT_LIMIT) -> list[Trial]:
     if study.strategy.closed_loop:
         from stratctl.core.search import first  # Optuna is imported only for such studies
 
-        return [Trial(i, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
-                for i, (name, params) in enumerate(first(study))]
+        return [
+            Trial(i, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
+            for i, (name, params) in enumerate(first(study))
+        ]
     with bulk():
         return _expand(study, limit)
 
@@ -93,9 +95,16 @@ def _expand(study: Study, limit: int) -> list[Trial]:
     n = size(study)
     if n > limit:
         field = ("strategy",) if study.strategy.kind == "grid" else ("strategy", "trials")
-        raise StudyError([_problem(study, field,
-                                   f"the study expands to {n:,} trials, above the limit of {limit:,}; "
-                                   "narrow the space or lower strategy.trials")])
+        raise StudyError(
+            [
+                _problem(
+                    study,
+                    field,
+                    f"the study expands to {n:,} trials, above the limit of {limit:,}; "
+                    "narrow the space or lower strategy.trials",
+                )
+            ]
+        )
     trials: list[Trial] = []
     seen: dict[str, Mapping[str, Any]] = {}
     for params in _combinations(study):
@@ -133,8 +142,16 @@ def _combinations(study: Study) -> Iterator[dict[str, Any]]:
     else:
         rng = None
         if study.strategy.seed < 0:
-            raise StudyError([_problem(study, ("strategy", "seed"), "strategy.seed: the quasi-random strategy "
-                                       f"needs a seed of 0 or more (got {study.strategy.seed})")])
+            raise StudyError(
+                [
+                    _problem(
+                        study,
+                        ("strategy", "seed"),
+                        "strategy.seed: the quasi-random strategy "
+                        f"needs a seed of 0 or more (got {study.strategy.seed})",
+                    )
+                ]
+            )
         draws = _quasi_random(len(sampled), count, study.strategy.seed)
     samplers = [(k, _sampler(study.space[k])) for k in sampled]
     uniform = rng.random if rng is not None else None

@@ -12,33 +12,40 @@ from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Union
 
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
-from pydantic import AfterValidator, BeforeValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from stratctl.core import document
-
-from stratctl.core import capabilities, sandbox, wording
-from stratctl.core.pod import Affinity, EnvFrom, SecurityContext, Volume, VolumeMount, undefined_mounts
-from stratctl.core.topology import NetworkTopology
+from stratctl.core import capabilities, document, sandbox, wording
+from stratctl.core.digest import digest
 from stratctl.core.distributions import (  # noqa: F401 - part of the study's public surface
+    SINGLE_OBJECTIVE,
     Choice,
     IntRange,
     LogUniform,
     Objective,
     Param,
     Pruner,
-    SINGLE_OBJECTIVE,
-    missing,
     Strategy,
     Uniform,
     grid_size,
     in_grid,
+    missing,
 )
-from stratctl.errors import Problem, StudyError
-from stratctl.core.digest import digest
-from stratctl.core.quantity import GPU, gpus_of
 from stratctl.core.model import Model as _Model
-from stratctl.core.model import dns_label, invalid as _bad, parse_duration  # noqa: F401
+from stratctl.core.model import dns_label, parse_duration  # noqa: F401
+from stratctl.core.model import invalid as _bad
+from stratctl.core.pod import Affinity, EnvFrom, SecurityContext, Volume, VolumeMount, undefined_mounts
+from stratctl.core.quantity import GPU, gpus_of
+from stratctl.core.topology import NetworkTopology
+from stratctl.errors import Problem, StudyError
 
 # Trial names are `<study>-<10 hex>` plus `-aNNN` for re-submissions; Volcano then appends
 # `-<task>-<index>` for pod names, which must stay within a 63-character hostname.
@@ -82,8 +89,14 @@ class Resources(_Model):
     def _extended_equal(self):
         for key, value in self.requests.items():
             if _extended(key) and key in self.limits and str(self.limits[key]) != str(value):
-                raise _bad("extended", "{key} cannot be overcommitted: its limit ({l}) must equal its request ({r})",
-                           field="limits", key=key, l=self.limits[key], r=value)
+                raise _bad(
+                    "extended",
+                    "{key} cannot be overcommitted: its limit ({l}) must equal its request ({r})",
+                    field="limits",
+                    key=key,
+                    l=self.limits[key],
+                    r=value,
+                )
         return self
 
     @field_validator("limits", "requests")
@@ -113,11 +126,24 @@ class Toleration(_Model):
 class Policy(_Model):
     """A Volcano lifecycle policy: on an event (or a container exit code) take an action."""
 
-    event: Literal["PodEvicted", "PodFailed", "TaskCompleted", "TaskFailed", "Unknown", "OutOfSync",
-                   "CommandIssued", "JobUpdated", "*"] | None = None
+    event: (
+        Literal[
+            "PodEvicted",
+            "PodFailed",
+            "TaskCompleted",
+            "TaskFailed",
+            "Unknown",
+            "OutOfSync",
+            "CommandIssued",
+            "JobUpdated",
+            "*",
+        ]
+        | None
+    ) = None
     exit_code: int | None = None
-    action: Literal["AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob", "CompleteJob",
-                    "ResumeJob", "SyncJob"]
+    action: Literal[
+        "AbortJob", "RestartJob", "RestartTask", "RestartPod", "TerminateJob", "CompleteJob", "ResumeJob", "SyncJob"
+    ]
 
     @model_validator(mode="after")
     def _one(self):
@@ -141,8 +167,10 @@ DEFAULT_POLICIES = (
 def _env(value: Any) -> Any:
     # Kubernetes env values are strings; YAML makes `1`, `true` and `0.5` into numbers.
     if isinstance(value, dict):
-        return {k: ("true" if v is True else "false" if v is False else str(v))
-                if isinstance(v, int | float) else v for k, v in value.items()}
+        return {
+            k: ("true" if v is True else "false" if v is False else str(v)) if isinstance(v, int | float) else v
+            for k, v in value.items()
+        }
     return value
 
 
@@ -167,8 +195,12 @@ def _count(value: Any) -> Any:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad("replicas", "must be a whole number, or a template over the trial's values "
-                   "(e.g. \"{{{{ params.workers }}}}\"), got {v!r}", v=value)
+        raise _bad(
+            "replicas",
+            "must be a whole number, or a template over the trial's values "
+            '(e.g. "{{{{ params.workers }}}}"), got {v!r}',
+            v=value,
+        )
     if value < 1:
         raise _bad("replicas", "must be at least 1")
     if value > MAX_REPLICAS:
@@ -209,15 +241,24 @@ class Task(_Model):
     def _task_events(cls, policies: list[Policy]) -> list[Policy]:
         for i, p in enumerate(policies):
             if p.event in JOB_EVENTS:
-                raise _bad("policy", "event {event!r} concerns the whole job, never one task's pods: give it in "
-                           "trial.policies", field=f"{i}.event", event=p.event)
+                raise _bad(
+                    "policy",
+                    "event {event!r} concerns the whole job, never one task's pods: give it in trial.policies",
+                    field=f"{i}.event",
+                    event=p.event,
+                )
         return policies
 
     @model_validator(mode="after")
     def _min(self):
         if isinstance(self.replicas, int) and self.min_available is not None and self.min_available > self.replicas:
-            raise _bad("min_available", "min_available ({m}) exceeds replicas ({r})", field="min_available",
-                       m=self.min_available, r=self.replicas)
+            raise _bad(
+                "min_available",
+                "min_available ({m}) exceeds replicas ({r})",
+                field="min_available",
+                m=self.min_available,
+                r=self.replicas,
+            )
         return self
 
     @property
@@ -253,7 +294,8 @@ class TrialSpec(_Model):
     template: str | None = None  # a file in the templates directory
 
     _env = field_validator("env", "annotations", "labels", "node_selector", mode="before")(
-        classmethod(lambda cls, v: _env(v)))
+        classmethod(lambda cls, v: _env(v))
+    )
 
     @field_validator("template")
     @classmethod
@@ -281,23 +323,38 @@ class TrialSpec(_Model):
         on_slurm = (info.context or {}).get("backend") in ("slurm", "yarn")  # a batch task runs on the node, no image
         for i, t in enumerate(self.tasks):
             if (t.image or self.image) is None and not on_slurm:
-                raise _bad("image", "task {name!r} has no image (set trial.image or the task's image)",
-                           field=f"tasks.{i}", name=t.name)
+                raise _bad(
+                    "image",
+                    "task {name!r} has no image (set trial.image or the task's image)",
+                    field=f"tasks.{i}",
+                    name=t.name,
+                )
         volumes = [v.name for v in self.volumes]
         for i, name in enumerate(volumes):
             if name in volumes[:i]:
                 raise _bad("volume_name", "duplicate volume name {name!r}", field=f"volumes.{i}.name", name=name)
-        for where, mounts in [("volume_mounts", self.volume_mounts),
-                              *((f"tasks.{i}.volume_mounts", t.volume_mounts) for i, t in enumerate(self.tasks))]:
+        for where, mounts in [
+            ("volume_mounts", self.volume_mounts),
+            *((f"tasks.{i}.volume_mounts", t.volume_mounts) for i, t in enumerate(self.tasks)),
+        ]:
             missing = undefined_mounts(mounts, set(volumes), where)
             if missing:
-                raise _bad("volume_mount", "mount of volume {name!r}, which trial.volumes does not define",
-                           field=missing[0], name=missing[1])
+                raise _bad(
+                    "volume_mount",
+                    "mount of volume {name!r}, which trial.volumes does not define",
+                    field=missing[0],
+                    name=missing[1],
+                )
         total = sum(t.replicas for t in self.tasks if isinstance(t.replicas, int))
         templated = any(not isinstance(t.replicas, int) for t in self.tasks)
         if self.min_available is not None and self.min_available > total and not templated:
-            raise _bad("min_available", "min_available ({m}) exceeds the {n} pods of a trial",
-                       field="min_available", m=self.min_available, n=total)
+            raise _bad(
+                "min_available",
+                "min_available ({m}) exceeds the {n} pods of a trial",
+                field="min_available",
+                m=self.min_available,
+                n=total,
+            )
         return self
 
     @property
@@ -329,8 +386,14 @@ class Parallelism(_Model):
     @model_validator(mode="after")
     def _order(self):
         if not self.min <= self.initial <= self.max:
-            raise _bad("order", "need min <= initial <= max (got {a}, {b}, {c})", field="initial",
-                       a=self.min, b=self.initial, c=self.max)
+            raise _bad(
+                "order",
+                "need min <= initial <= max (got {a}, {b}, {c})",
+                field="initial",
+                a=self.min,
+                b=self.initial,
+                c=self.max,
+            )
         return self
 
 
@@ -416,8 +479,9 @@ class Slurm(_Model):
     @classmethod
     def _one_line(cls, v: str | None, info) -> str | None:  # noqa: ANN001
         if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
-            raise _bad("slurm", "slurm.{field} must be one non-empty line without surrounding spaces",
-                       field=info.field_name)
+            raise _bad(
+                "slurm", "slurm.{field} must be one non-empty line without surrounding spaces", field=info.field_name
+            )
         return v
 
     @field_validator("time_limit")
@@ -430,8 +494,13 @@ class Slurm(_Model):
     def _options(cls, v: list[str]) -> list[str]:
         for i, option in enumerate(v):
             if not option.startswith("--") or any(c in option for c in "\n\r\0"):
-                raise _bad("slurm", "slurm.extra {i}: expected one sbatch option starting with '--', got {got!r}",
-                           field=str(i), i=i, got=option)
+                raise _bad(
+                    "slurm",
+                    "slurm.extra {i}: expected one sbatch option starting with '--', got {got!r}",
+                    field=str(i),
+                    i=i,
+                    got=option,
+                )
         return v
 
     @property
@@ -461,23 +530,32 @@ class Yarn(_Model):
     am_memory_mb: int = Field(default=256, ge=64)
     classpath: list[str] | None = None  # the AM's Hadoop classpath (default: the RM's yarn.application.classpath)
     user: str | None = None  # user.name of each REST request (simple authentication)
-    output_dir: str = "stratctl-out"  # each attempt writes <output_dir>/<study>/<trial>/ (its result), shared by the nodes
+    output_dir: str = (
+        "stratctl-out"  # each attempt writes <output_dir>/<study>/<trial>/ (its result), shared by the nodes
+    )
 
     @field_validator("resource_managers")
     @classmethod
     def _urls(cls, v: list[str]) -> list[str]:
         for i, url in enumerate(v):
             if not re.fullmatch(r"https?://[^\s/]+/?", url):
-                raise _bad("yarn", "yarn.resource_managers {i}: expected a ResourceManager's web address such as "
-                           "http://rm1:8088, got {got!r}", field=str(i), i=i, got=url)
+                raise _bad(
+                    "yarn",
+                    "yarn.resource_managers {i}: expected a ResourceManager's web address such as "
+                    "http://rm1:8088, got {got!r}",
+                    field=str(i),
+                    i=i,
+                    got=url,
+                )
         return [url.rstrip("/") for url in v]
 
     @field_validator("queue", "node_label", "application_type", "am_jar", "user", "output_dir")
     @classmethod
     def _one_line(cls, v: str | None, info) -> str | None:  # noqa: ANN001
         if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
-            raise _bad("yarn", "yarn.{field} must be one non-empty line without surrounding spaces",
-                       field=info.field_name)
+            raise _bad(
+                "yarn", "yarn.{field} must be one non-empty line without surrounding spaces", field=info.field_name
+            )
         return v
 
     @field_validator("tags")
@@ -485,11 +563,17 @@ class Yarn(_Model):
     def _tags(cls, v: list[str]) -> list[str]:
         for i, tag in enumerate(v):
             if not tag or len(tag) > 100 or not tag.isascii() or any(c in tag for c in ",\n\r\0"):
-                raise _bad("yarn", "yarn.tags {i}: a YARN application tag is 1-100 ASCII characters without a comma, "
-                           "got {got!r}", field=str(i), i=i, got=tag)
+                raise _bad(
+                    "yarn",
+                    "yarn.tags {i}: a YARN application tag is 1-100 ASCII characters without a comma, got {got!r}",
+                    field=str(i),
+                    i=i,
+                    got=tag,
+                )
             if tag.lower().startswith("stratctl"):
-                raise _bad("reserved", "yarn.tags {i}: tags starting with 'stratctl' are set by stratctl",
-                           field=str(i), i=i)
+                raise _bad(
+                    "reserved", "yarn.tags {i}: tags starting with 'stratctl' are set by stratctl", field=str(i), i=i
+                )
         return v
 
     @field_validator("gang_timeout")
@@ -574,11 +658,20 @@ class Study(_Model):
     def _params(cls, space: dict[str, Any]) -> dict[str, Any]:
         for name in space:
             if not _PARAM_NAME.match(name):
-                raise _bad("param_name", "parameter name {name!r} must be a letter then letters, digits or '_'",
-                           field=name, name=name)
+                raise _bad(
+                    "param_name",
+                    "parameter name {name!r} must be a letter then letters, digits or '_'",
+                    field=name,
+                    name=name,
+                )
             if hasattr(dict, name):  # in Jinja, params.items would be the dict method, not the parameter
-                raise _bad("param_name", "parameter name {name!r} is reserved (templates would read params.{name} "
-                           "as a method of the parameters mapping); rename it", field=name, name=name)
+                raise _bad(
+                    "param_name",
+                    "parameter name {name!r} is reserved (templates would read params.{name} "
+                    "as a method of the parameters mapping); rename it",
+                    field=name,
+                    name=name,
+                )
         return space
 
     @field_validator("objective", mode="before")
@@ -594,8 +687,12 @@ class Study(_Model):
         for i, item in enumerate(v if many else [v]):
             at = f"{i}." if many else ""
             if not isinstance(item, dict):
-                raise _bad("objective", "expected a mapping like {{metric: loss, direction: minimize}}, got {got!r}",
-                           field=at.rstrip(".") or None, got=item)
+                raise _bad(
+                    "objective",
+                    "expected a mapping like {{metric: loss, direction: minimize}}, got {got!r}",
+                    field=at.rstrip(".") or None,
+                    got=item,
+                )
             try:
                 objective = Objective.model_validate(item)
             except ValidationError as e:
@@ -620,49 +717,91 @@ class Study(_Model):
         kind = self.strategy.kind
         if self.strategy.closed_loop:
             if self.objective is None:
-                raise _bad("objective", "strategy {kind!r} chooses trials from results: it needs 'objective' "
-                           "(e.g. objective: {{metric: loss, direction: minimize}})", field="strategy.kind", kind=kind)
+                raise _bad(
+                    "objective",
+                    "strategy {kind!r} chooses trials from results: it needs 'objective' "
+                    "(e.g. objective: {{metric: loss, direction: minimize}})",
+                    field="strategy.kind",
+                    kind=kind,
+                )
             needs = missing(kind)
             if needs:
                 raise _bad("strategy_needs", needs, field="strategy.kind")
             if kind in SINGLE_OBJECTIVE and len(self.objectives) > 1:
-                raise _bad("objective", "strategy {kind!r} optimises one objective; {n} are given (use tpe or "
-                           "nsga2 for several)", field="objective", kind=kind, n=len(self.objectives))
+                raise _bad(
+                    "objective",
+                    "strategy {kind!r} optimises one objective; {n} are given (use tpe or nsga2 for several)",
+                    field="objective",
+                    kind=kind,
+                    n=len(self.objectives),
+                )
             if self.pruner is not None and len(self.objectives) > 1:
-                raise _bad("pruner", "a pruner judges one objective's intermediate values; {n} objectives are given",
-                           field="pruner", n=len(self.objectives))
+                raise _bad(
+                    "pruner",
+                    "a pruner judges one objective's intermediate values; {n} objectives are given",
+                    field="pruner",
+                    n=len(self.objectives),
+                )
             for name, p in self.space.items():
                 if p.grid:
-                    raise _bad("grid", "strategy {kind!r} chooses every value of {name!r} itself: remove 'grid'",
-                               field=f"space.{name}.grid", kind=kind, name=name)
+                    raise _bad(
+                        "grid",
+                        "strategy {kind!r} chooses every value of {name!r} itself: remove 'grid'",
+                        field=f"space.{name}.grid",
+                        kind=kind,
+                        name=name,
+                    )
         if self.pruner is not None and not self.strategy.closed_loop:
-            raise _bad("pruner", "a pruner stops trials of a closed-loop search: use strategy kind tpe, gp, cmaes or "
-                       "nsga2 (got {kind!r})", field="pruner", kind=kind)
+            raise _bad(
+                "pruner",
+                "a pruner stops trials of a closed-loop search: use strategy kind tpe, gp, cmaes or "
+                "nsga2 (got {kind!r})",
+                field="pruner",
+                kind=kind,
+            )
         if self.strategy.kind == "grid":
             for name, p in self.space.items():
                 if not isinstance(p, Choice | IntRange) and not p.grid:
-                    raise _bad("grid", "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
-                               field=f"space.{name}", name=name)
+                    raise _bad(
+                        "grid",
+                        "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
+                        field=f"space.{name}",
+                        name=name,
+                    )
         if self.backend in ("slurm", "yarn"):
             # several tasks: YARN's gang AM asks for containers of each task's own size, Slurm runs a
             # heterogeneous job of one component a task
             for i, t in enumerate(self.trial.tasks):
                 if not (t.command or self.trial.command):
                     one = len(self.trial.tasks) == 1
-                    raise _bad("batch_command", "backend {backend} runs trial.command on the nodes (there is no image "
-                               "entrypoint): set trial.command{task}", field="trial" if one else f"trial.tasks.{i}",
-                               backend=self.backend, task="" if one else f" or the command of task {t.name!r}")
+                    raise _bad(
+                        "batch_command",
+                        "backend {backend} runs trial.command on the nodes (there is no image "
+                        "entrypoint): set trial.command{task}",
+                        field="trial" if one else f"trial.tasks.{i}",
+                        backend=self.backend,
+                        task="" if one else f" or the command of task {t.name!r}",
+                    )
         if self.workload == "batch" and len(self.trial.tasks) != 1:
-            raise _bad("batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed",
-                       field="trial.tasks")
-        if self.workload == "batch" and self.trial.restart_policy != "Never" and self.trial.template is None \
-                and self.templates_dir is None:
+            raise _bad(
+                "batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed", field="trial.tasks"
+            )
+        if (
+            self.workload == "batch"
+            and self.trial.restart_policy != "Never"
+            and self.trial.template is None
+            and self.templates_dir is None
+        ):
             # the bundled batch template ends an attempt whose pod was preempted with a pod
             # failure policy, which the API server accepts only with restartPolicy Never
-            raise _bad("batch_restart_policy", "workload 'batch' needs restart_policy Never (its Job fails when a pod "
-                       "is preempted, so the trial resumes as its next attempt: a podFailurePolicy, which Kubernetes "
-                       "allows only with restartPolicy Never); got {policy!r}",
-                       field="trial.restart_policy", policy=self.trial.restart_policy)
+            raise _bad(
+                "batch_restart_policy",
+                "workload 'batch' needs restart_policy Never (its Job fails when a pod "
+                "is preempted, so the trial resumes as its next attempt: a podFailurePolicy, which Kubernetes "
+                "allows only with restartPolicy Never); got {policy!r}",
+                field="trial.restart_policy",
+                policy=self.trial.restart_policy,
+            )
         return self
 
     @property
@@ -694,8 +833,9 @@ class Study(_Model):
         """The same study in another namespace (`submit -n`), still read from the same file."""
         # only the fields the file set: a full dump would mark every default as set (e.g.
         # cost.expected_duration, which then stamps every job with the default duration)
-        study = Study.model_validate({**self.model_dump(exclude_unset=True), "namespace": namespace},
-                                     context={"backend": self.backend})
+        study = Study.model_validate(
+            {**self.model_dump(exclude_unset=True), "namespace": namespace}, context={"backend": self.backend}
+        )
         study._source, study._doc = self._source, self._doc
         return study
 
@@ -730,11 +870,14 @@ class Study(_Model):
     def varying_shape(self) -> bool:
         """Whether trials differ in gang size or GPUs: replicas or the GPU request is a
         template over the trial's values (core/shape.py resolves it per trial)."""
-        return any(isinstance(t.replicas, str) or isinstance(self.task_resources(t).requests.get(GPU), str)
-                   and sandbox.is_template(self.task_resources(t).requests[GPU])
-                   or isinstance(self.task_resources(t).limits.get(GPU), str)
-                   and sandbox.is_template(self.task_resources(t).limits[GPU])
-                   for t in self.trial.tasks)
+        return any(
+            isinstance(t.replicas, str)
+            or isinstance(self.task_resources(t).requests.get(GPU), str)
+            and sandbox.is_template(self.task_resources(t).requests[GPU])
+            or isinstance(self.task_resources(t).limits.get(GPU), str)
+            and sandbox.is_template(self.task_resources(t).limits[GPU])
+            for t in self.trial.tasks
+        )
 
     @property
     def gpus_per_trial(self) -> int:
@@ -771,8 +914,9 @@ def study_from_document(doc: document.Document, source: Path | None = None) -> S
     space = doc.data.get("space")
     problems = set(doc.problems) | set(_template_problems(doc, list(space) if isinstance(space, dict) else None))
     try:
-        study = Study.model_validate(doc.data, context={"backend": (doc.data or {}).get("backend")
-                                                        if isinstance(doc.data, dict) else None})
+        study = Study.model_validate(
+            doc.data, context={"backend": (doc.data or {}).get("backend") if isinstance(doc.data, dict) else None}
+        )
     except ValidationError as e:
         problems |= document.validation_problems(doc, e, Study)
         raise StudyError(sorted(problems, key=_order)) from None
@@ -788,7 +932,9 @@ def _order(p: Problem) -> tuple:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(type(value), type(value).__name__)
+    return {dict: "a mapping", list: "a list", str: "a string", type(None): "nothing"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _template_problems(doc: document.Document, params: list[str] | None) -> list[Problem]:

@@ -63,12 +63,19 @@ def _task(job: dict, replicas: int, pod: dict, named: dict) -> Task:
     res = container.get("resources") or {}
     wanted = {**(res.get("requests") or {}), **(res.get("limits") or {})}
     return Task(
-        name=meta["name"], role=str(named.get("name") or container.get("name") or "worker"),
-        trial=meta["labels"][labels.TRIAL], attempt=int(meta["labels"][labels.ATTEMPT]),
-        spec_hash=meta["labels"].get(labels.SPEC_HASH, ""), replicas=replicas,
+        name=meta["name"],
+        role=str(named.get("name") or container.get("name") or "worker"),
+        trial=meta["labels"][labels.TRIAL],
+        attempt=int(meta["labels"][labels.ATTEMPT]),
+        spec_hash=meta["labels"].get(labels.SPEC_HASH, ""),
+        replicas=replicas,
         command=[str(w) for w in (container.get("command") or []) + (container.get("args") or [])],
-        env=[(e["name"], str(e.get("value", ""))) for e in container.get("env") or []
-             if "value" in e and e["name"].isidentifier()],
+        env=[
+            (e["name"], str(e.get("value", "")))
+            for e in container.get("env") or []
+            if "value" in e and e["name"].isidentifier()
+        ],
         gpus=int(parse_quantity(wanted.get("nvidia.com/gpu", "0")) or 0),
         cpus=max(1, math.ceil(parse_quantity(wanted["cpu"]) or 1)) if "cpu" in wanted else None,
-        memory=int(parse_quantity(wanted["memory"])) if "memory" in wanted else None)
+        memory=int(parse_quantity(wanted["memory"])) if "memory" in wanted else None,
+    )

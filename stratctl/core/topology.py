@@ -25,8 +25,11 @@ class NetworkTopology(Model):
     @model_validator(mode="after")
     def _tier(self):
         if self.mode == "hard" and self.highest_tier is None:
-            raise invalid("highest_tier", "mode 'hard' needs highest_tier: the highest HyperNode tier a gang may "
-                          "span (1: the nodes under one leaf switch)")
+            raise invalid(
+                "highest_tier",
+                "mode 'hard' needs highest_tier: the highest HyperNode tier a gang may "
+                "span (1: the nodes under one leaf switch)",
+            )
         return self
 
     @property

@@ -38,12 +38,22 @@ MESSAGES = {
     "enum": "must be one of {expected}",
     "missing": "required field missing",
 }
-_SINGULAR = {"must list at least 1 values": "must list at least one value",
-             "must list at most 1 values": "must list at most one value"}
+_SINGULAR = {
+    "must list at least 1 values": "must list at least one value",
+    "must list at most 1 values": "must list at most one value",
+}
 # the type a member of a union asks for, in the words of "must be X or Y"
-ALTERNATIVES = {"int_type": "a whole number", "int_parsing": "a whole number", "float_type": "a number",
-                "float_parsing": "a number", "string_type": "a string", "bool_type": "true or false",
-                "bool_parsing": "true or false", "list_type": "a list", "dict_type": "a mapping"}
+ALTERNATIVES = {
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+}
 
 
 def in_union(loc: tuple) -> bool:

@@ -12,9 +12,9 @@ clears it. A critical study is never drained.
 from __future__ import annotations
 
 from stratctl.backends.base import Scheduler
-from stratctl.run.rows import Outcome
-from stratctl.errors import Invalid
 from stratctl.core.spec import Study
+from stratctl.errors import Invalid
+from stratctl.run.rows import Outcome
 from stratctl.trialstate import TrialState
 
 

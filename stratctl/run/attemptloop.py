@@ -26,15 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from stratctl.attempt import Attempt
 from stratctl.backends.base import Scheduler
-from stratctl.run.options import SubmitOptions, default_policy
-from stratctl.run.policy import Observed
-from stratctl.run.progress import Progress, Reporter, Silent
-from stratctl.run.throttle import Throttle
-from stratctl.errors import ClusterError, Unavailable, transient
 from stratctl.core import shape
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
+from stratctl.errors import ClusterError, Unavailable, transient
+from stratctl.run.options import SubmitOptions, default_policy
+from stratctl.run.policy import Observed
+from stratctl.run.progress import Progress, Reporter, Silent
+from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 
 
@@ -60,16 +60,26 @@ def gangs_fit(free: list[int], gang: list[int]) -> int:
 def trial_state(attempt: Attempt, max_failures: int) -> TrialState:
     """The trial's state from its latest attempt: a failed attempt with failures left, or a
     preempted one that was not requeued, makes it RETRYING, its next attempt due."""
-    if attempt.state is TrialState.PREEMPTED or (attempt.state is TrialState.FAILED
-                                                 and attempt.failures < max_failures):
+    if attempt.state is TrialState.PREEMPTED or (
+        attempt.state is TrialState.FAILED and attempt.failures < max_failures
+    ):
         return TrialState.RETRYING
     return attempt.state
 
 
 class AttemptLoop:
-    def __init__(self, study: Study, trials: list[Trial], scheduler: Scheduler, throttle: Throttle,
-                 options: SubmitOptions, reporter: Reporter | None = None, policy=None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        study: Study,
+        trials: list[Trial],
+        scheduler: Scheduler,
+        throttle: Throttle,
+        options: SubmitOptions,
+        reporter: Reporter | None = None,
+        policy=None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.study, self.scheduler, self.throttle = study, scheduler, throttle
         self.trials = {t.name: t for t in trials}
         self.order = [t.name for t in trials]
@@ -77,13 +87,19 @@ class AttemptLoop:
         self.reporter = reporter or Silent()
         self.policy = policy or default_policy(study, options)
         self.clock, self.sleep = clock, sleep
-        self.progress = Progress(study=study.name, total=len(trials), backend=scheduler.kind,
-                                 create_command=scheduler.create_command, limit_words=scheduler.limit_words,
-                                 calls_word=scheduler.calls_word,
-                                 scheduler=scheduler.title)
+        self.progress = Progress(
+            study=study.name,
+            total=len(trials),
+            backend=scheduler.kind,
+            create_command=scheduler.create_command,
+            limit_words=scheduler.limit_words,
+            calls_word=scheduler.calls_word,
+            scheduler=scheduler.title,
+        )
         # whole gangs of free GPUs are counted in the largest trial's shape (all trials' when they share one)
-        self.gang = list(max(gangs(study, trials).values(), key=lambda g: (sum(g), max(g, default=0), len(g)),
-                             default=()))
+        self.gang = list(
+            max(gangs(study, trials).values(), key=lambda g: (sum(g), max(g, default=0), len(g)), default=())
+        )
         self._pending_since: dict[str, float] = {}
         self.preemptions: dict[str, int] = {}
         self._first = True
@@ -94,8 +110,10 @@ class AttemptLoop:
         """Said once per stretch the controller does not answer: the loop backs off, it is not stuck."""
         if isinstance(error, Unavailable) and not self._silent:
             self._silent = True
-            self.reporter.event(f"{self.scheduler.controller}: {error}; backing off and trying again "
-                                "(nothing is submitted twice: each send whose answer was lost is looked up first)")
+            self.reporter.event(
+                f"{self.scheduler.controller}: {error}; backing off and trying again "
+                "(nothing is submitted twice: each send whose answer was lost is looked up first)"
+            )
 
     # -- one cycle ------------------------------------------------------------------------
 
@@ -114,9 +132,11 @@ class AttemptLoop:
                 # restarts from before this run, or `drain`'s own requeues: not preemptions to report
                 self.preemptions[name] = attempt.restarts
             elif attempt.restarts > self.preemptions.get(name, 0):
-                self.reporter.event(f"trial {name}: preempted, requeued by {self.scheduler.title} (restart "
-                                    f"{attempt.restarts} of job {attempt.job}): it resumes from its checkpoint; "
-                                    "not a failure")
+                self.reporter.event(
+                    f"trial {name}: preempted, requeued by {self.scheduler.title} (restart "
+                    f"{attempt.restarts} of job {attempt.job}): it resumes from its checkpoint; "
+                    "not a failure"
+                )
                 self.preemptions[name] = attempt.restarts
             out[name] = trial_state(attempt, self.study.retries.max_failures)
         return out
@@ -155,10 +175,15 @@ class AttemptLoop:
                 free, fit = sum(gpus), gangs_fit(gpus, self.gang)
         except ClusterError:
             pass  # no capacity signal this cycle: the policy goes on without it
-        return Observed(in_flight=sum(1 for s in states.values() if s.in_flight), pending=len(pending),
-                        drained=draining,
-                        waiting=sum(1 for s in states.values() if s in (TrialState.WAITING, TrialState.RETRYING)),
-                        stuck=stuck, free_gpus=free, gangs_fit=fit)
+        return Observed(
+            in_flight=sum(1 for s in states.values() if s.in_flight),
+            pending=len(pending),
+            drained=draining,
+            waiting=sum(1 for s in states.values() if s in (TrialState.WAITING, TrialState.RETRYING)),
+            stuck=stuck,
+            free_gpus=free,
+            gangs_fit=fit,
+        )
 
     def cycle(self, pool: ThreadPoolExecutor) -> dict[str, TrialState]:
         seen = self.observe()
@@ -170,8 +195,9 @@ class AttemptLoop:
         decision = self.policy.decide(observed, self.clock())
         admit = decision.admit(observed)
         due = [n for n in self.order if states[n] in (TrialState.WAITING, TrialState.RETRYING)][:admit]
-        futures = {n: pool.submit(self.submit_attempt, self.trials[n], seen[n].attempt + 1 if n in seen else 0)
-                   for n in due}
+        futures = {
+            n: pool.submit(self.submit_attempt, self.trials[n], seen[n].attempt + 1 if n in seen else 0) for n in due
+        }
         for name, future in futures.items():
             try:
                 future.result()
@@ -183,8 +209,10 @@ class AttemptLoop:
                 self.reporter.event(f"trial {name}: {exc}")
                 continue
             if name in seen:
-                self.reporter.event(f"trial {name}: attempt {seen[name].attempt + 1} submitted "
-                                    f"(attempt {seen[name].attempt} {seen[name].state.value})")
+                self.reporter.event(
+                    f"trial {name}: attempt {seen[name].attempt + 1} submitted "
+                    f"(attempt {seen[name].attempt} {seen[name].state.value})"
+                )
             states[name] = TrialState.PENDING
             self.progress.created += 1
         if self._silent:
@@ -221,7 +249,7 @@ class AttemptLoop:
                 except Unavailable as exc:
                     failed_cycles += 1
                     self._retrying(exc, 0.0)  # the retries ran out: the next cycle tries again
-                    self.sleep(min(30.0, self.options.poll_interval * 2 ** failed_cycles))
+                    self.sleep(min(30.0, self.options.poll_interval * 2**failed_cycles))
                     continue
                 except KeyboardInterrupt:
                     self.progress.interrupted = True
@@ -238,18 +266,33 @@ class AttemptLoop:
                 self.sleep(self.options.poll_interval)
 
 
-def submit_attempts(prepared, scheduler: Scheduler, options: SubmitOptions, qps: float | None, burst: int | None,
-                    reporter: Reporter | None, policy=None) -> Progress:
+def submit_attempts(
+    prepared,
+    scheduler: Scheduler,
+    options: SubmitOptions,
+    qps: float | None,
+    burst: int | None,
+    reporter: Reporter | None,
+    policy=None,
+) -> Progress:
     """`stratctl submit` of a study whose backend runs an attempt as one job (for Slurm, the
     cluster its commands reach: SLURM_CONF and the rest of Slurm's environment)."""
     study = prepared.study  # what its backend cannot honour was refused when it loaded (core/capabilities.py)
     if options.dry_run == "client":  # every first attempt built: what would be submitted
         for trial in prepared.trials:
             scheduler.check(trial)
-        return Progress(study=study.name, total=len(prepared.trials), created=len(prepared.trials),
-                        dry_run="client", backend=study.backend)
+        return Progress(
+            study=study.name,
+            total=len(prepared.trials),
+            created=len(prepared.trials),
+            dry_run="client",
+            backend=study.backend,
+        )
     if prepared.trials:  # what a first attempt needs on this machine (a YARN study's AM jar): said before any request
         scheduler.check(prepared.trials[0])
-    throttle = Throttle(qps=study.throttle.qps if qps is None else qps,
-                        burst=max(1, study.throttle.burst if burst is None else burst), concurrency=options.workers)
+    throttle = Throttle(
+        qps=study.throttle.qps if qps is None else qps,
+        burst=max(1, study.throttle.burst if burst is None else burst),
+        concurrency=options.workers,
+    )
     return AttemptLoop(study, prepared.trials, scheduler, throttle, options, reporter, policy).run()

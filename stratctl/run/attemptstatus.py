@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import time
 
-from stratctl.run.attemptloop import gangs, trial_state
 from stratctl.backends.base import Scheduler
-from stratctl.run.rows import Snapshot
-from stratctl.run.rows import StudyRow, TrialRow
 from stratctl.core.space import attempt_name, expand
 from stratctl.core.spec import Study
+from stratctl.run.attemptloop import gangs, trial_state
+from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.trialstate import TrialState
 
 
@@ -27,27 +26,46 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
         state = trial_state(attempt, study.retries.max_failures) if attempt else TrialState.WAITING
         number = attempt.attempt if attempt else 0
         ran = attempt.run_seconds(now) + attempt.earlier_seconds if attempt else 0.0
-        rows.append(TrialRow(
-            study=study.name, trial=trial.name, state=state.value, attempt=number, params=dict(trial.params),
-            job=attempt_name(trial, number), phase=attempt.native_state if attempt else "",
-            pending=attempt.reason if attempt and state is TrialState.PENDING else "",
-            result=scheduler.result(trial.name), preemptions=attempt.preemptions if attempt else 0,
-            failures=attempt.failures + (attempt.state is TrialState.FAILED) if attempt else 0,
-            index=trial.index, exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
-            # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)
-            reason=attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else "",
-            queue=scheduler.queue, gpu_seconds=ran * gpus,
-            gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,
-            started=attempt.started if attempt else None, finished=attempt.ended if attempt else None))
+        rows.append(
+            TrialRow(
+                study=study.name,
+                trial=trial.name,
+                state=state.value,
+                attempt=number,
+                params=dict(trial.params),
+                job=attempt_name(trial, number),
+                phase=attempt.native_state if attempt else "",
+                pending=attempt.reason if attempt and state is TrialState.PENDING else "",
+                result=scheduler.result(trial.name),
+                preemptions=attempt.preemptions if attempt else 0,
+                failures=attempt.failures + (attempt.state is TrialState.FAILED) if attempt else 0,
+                index=trial.index,
+                exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
+                # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)
+                reason=attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else "",
+                queue=scheduler.queue,
+                gpu_seconds=ran * gpus,
+                gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,
+                started=attempt.started if attempt else None,
+                finished=attempt.ended if attempt else None,
+            )
+        )
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
     studied = StudyRow(
-        study=study.name, critical=study.critical, drained=counts.get(TrialState.SUSPENDED.value, 0) > 0,
-        trials=len(rows), states=counts,
+        study=study.name,
+        critical=study.critical,
+        drained=counts.get(TrialState.SUSPENDED.value, 0) > 0,
+        trials=len(rows),
+        states=counts,
         in_flight=counts.get(TrialState.PENDING.value, 0) + counts.get(TrialState.RUNNING.value, 0),
-        target=None, decision="", attempts=sum(r.attempt + 1 for r in rows if r.state != TrialState.WAITING.value),
-        preemptions=sum(r.preemptions for r in rows), gpu_hours=sum(r.gpu_seconds for r in rows) / 3600,
+        target=None,
+        decision="",
+        attempts=sum(r.attempt + 1 for r in rows if r.state != TrialState.WAITING.value),
+        preemptions=sum(r.preemptions for r in rows),
+        gpu_hours=sum(r.gpu_seconds for r in rows) / 3600,
         gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
-        failures=sum(r.failures for r in rows))
+        failures=sum(r.failures for r in rows),
+    )
     return Snapshot(scheduler.where, now, [studied], rows)

@@ -63,11 +63,12 @@ def describe(latency: float | None, config: BreakerConfig, state: BreakerState, 
     if not state.tripped:
         if state.since is None:
             return ""
-        return (f"{ms} above {config.high * 1000:.0f}ms for {now - state.since:.0f}s; "
-                f"drains after {config.persist:.0f}s")
+        return f"{ms} above {config.high * 1000:.0f}ms for {now - state.since:.0f}s; drains after {config.persist:.0f}s"
     drained = now - state.tripped_at
-    left = [f"{config.clear:.0f}s below {config.low * 1000:.0f}ms"
-            + (f" ({now - state.since:.0f}s so far)" if state.since is not None else "")]
+    left = [
+        f"{config.clear:.0f}s below {config.low * 1000:.0f}ms"
+        + (f" ({now - state.since:.0f}s so far)" if state.since is not None else "")
+    ]
     if drained < config.min_drained:
         left.append(f"{config.min_drained - drained:.0f}s more drained")
     return f"tripped {drained:.0f}s ago ({ms}); resumes after {' and '.join(left)}"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from stratctl.run.rows import StudyRow
 from stratctl.errors import ExitCode
+from stratctl.run.rows import StudyRow
 from stratctl.trialstate import TrialState
 
 DONE = (TrialState.SUCCEEDED.value, TrialState.PRUNED.value, TrialState.FAILED.value)
@@ -28,9 +28,14 @@ def states_text(row: StudyRow) -> str:
     return ", ".join(f"{n} {s}" for s, n in row.states.items() if n) or "no trials"
 
 
-def wait(read: Callable[[], StudyRow], say: Callable[[str], None], timeout: float | None = None,
-         interval: float = 2.0, clock: Callable[[], float] = time.monotonic,
-         sleep: Callable[[float], None] = time.sleep) -> ExitCode:
+def wait(
+    read: Callable[[], StudyRow],
+    say: Callable[[str], None],
+    timeout: float | None = None,
+    interval: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ExitCode:
     """Block until the study read by `read()` finishes, or `timeout` seconds pass."""
     start = clock()
     said = None

@@ -21,14 +21,23 @@ class SubmitOptions:
     outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
     timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
     move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
-    storage: str | None = None  # an Optuna storage URL the closed-loop search is mirrored into (backends/kubernetes/storage.py)
+    storage: str | None = (
+        None  # an Optuna storage URL the closed-loop search is mirrored into (backends/kubernetes/storage.py)
+    )
 
     def given(self) -> list[str]:
         """The options a backend may not support (core/capabilities.py OPTIONS) that are
         given, as the command line spells them."""
-        return [option for option, on in (("--storage", self.storage), ("--move-waiting", self.move_waiting),
-                                          ("--dry-run=server", self.dry_run == "server"),
-                                          ("--prometheus-url", self.prometheus_url)) if on]
+        return [
+            option
+            for option, on in (
+                ("--storage", self.storage),
+                ("--move-waiting", self.move_waiting),
+                ("--dry-run=server", self.dry_run == "server"),
+                ("--prometheus-url", self.prometheus_url),
+            )
+            if on
+        ]
 
 
 def default_policy(study: Study, options: SubmitOptions):

@@ -104,8 +104,11 @@ class Outage:
         if starting:
             self._tell(Change(down=True, error=str(error)))
         if lasted >= limit:
-            return Unreachable(f"no answer from the API server for {duration(lasted)}, giving up "
-                               f"(last error: {error})", status=error.status, reason=error.reason)
+            return Unreachable(
+                f"no answer from the API server for {duration(lasted)}, giving up (last error: {error})",
+                status=error.status,
+                reason=error.reason,
+            )
         return error
 
     def sending(self, what: str) -> int:
@@ -126,8 +129,11 @@ class Outage:
             now = self.clock()
             if self._since is not None:
                 return None
-            waiting = [(sent, what) for sent, what in self._in_flight.values()
-                       if self._last_answer is None or sent >= self._last_answer]
+            waiting = [
+                (sent, what)
+                for sent, what in self._in_flight.values()
+                if self._last_answer is None or sent >= self._last_answer
+            ]
             if not waiting:
                 return None
             sent, what = min(waiting)
@@ -140,6 +146,7 @@ class Outage:
 
     def watch(self, interval: float = 1.0) -> Outage:
         """Poll `stalled` every `interval` seconds in a daemon thread, until `stop`."""
+
         def run() -> None:
             while not self._stop.wait(interval):
                 self.stalled()

@@ -91,8 +91,9 @@ def refused(state: PaceState, config: PaceConfig, now: float, retry_after: float
     scheduled = config.pause if streak == 1 else min(config.pause_cap, state.pause * 2)
     pause = scheduled if retry_after is None else min(scheduled, max(0.0, retry_after))
     rate = max(config.floor * config.qps, state.rate * config.decrease) if config.qps > 0 else 0.0
-    return replace(state, rate=rate, size=1.0, limit=int(state.size), paused_until=now + pause,
-                   pause=scheduled, streak=streak)
+    return replace(
+        state, rate=rate, size=1.0, limit=int(state.size), paused_until=now + pause, pause=scheduled, streak=streak
+    )
 
 
 def answered(state: PaceState, config: PaceConfig, now: float, seconds: float, mutating: bool) -> PaceState:
@@ -151,7 +152,9 @@ class Pressure:
         if self.window <= 1:
             parts.append("one request at a time")
         else:
-            parts.append(f"up to {self.window} requests at a time" + (", one write at a time" if self.serial_writes else ""))
+            parts.append(
+                f"up to {self.window} requests at a time" + (", one write at a time" if self.serial_writes else "")
+            )
         return ", ".join(parts)
 
 
@@ -164,8 +167,9 @@ def pressure(state: PaceState, config: PaceConfig, now: float) -> Pressure:
         window=int(state.size),
         serial_writes=throttled(state, config, now),
         stalled=stalled(state, now),
-        slowing=(stalled(state, now) > 0 or now - state.last_429 < config.pause_cap
-                 or (limited and state.rate < config.qps)),
+        slowing=(
+            stalled(state, now) > 0 or now - state.last_429 < config.pause_cap or (limited and state.rate < config.qps)
+        ),
     )
 
 

@@ -52,8 +52,9 @@ class Packing:
     fragmented: bool = False  # the largest waiting shape fits nowhere although GPUs are free
 
 
-def place(room: dict[str, int], shape: Sequence[int],
-          domains: Sequence[frozenset[str]] | None = None) -> dict[str, int] | None:
+def place(
+    room: dict[str, int], shape: Sequence[int], domains: Sequence[frozenset[str]] | None = None
+) -> dict[str, int] | None:
     """The room left once a gang of `shape` is placed (largest pod first, best fit), or
     None when it does not fit whole; with `domains`, inside one of them (the one with the
     least free GPUs that takes it)."""
@@ -83,8 +84,15 @@ def _size(shape: tuple[int, ...]) -> tuple[int, int, int]:
     return sum(shape), max(shape, default=0), len(shape)
 
 
-def pack(waiting: Sequence[Candidate], free: dict[str, int], passed: dict[str, float], now: float,
-         aging: float, ahead: int, domains: Sequence[frozenset[str]] | None = None) -> Packing:
+def pack(
+    waiting: Sequence[Candidate],
+    free: dict[str, int],
+    passed: dict[str, float],
+    now: float,
+    aging: float,
+    ahead: int,
+    domains: Sequence[frozenset[str]] | None = None,
+) -> Packing:
     """The admission order for `waiting` (in study order); `passed`: trial → when it was
     first passed over; `domains`: the node sets a gang must stay inside (hard topology)."""
     if not waiting:

@@ -171,22 +171,30 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         # halve what is really in flight, not a target the study never reached
         base = min(target, max(observed.in_flight, 1))
         new = _bounded(math.floor(base * config.decrease), config)
-        return Decision(new, hold, f"{why}: target {target} → {new}"), replace(state, target=new, last_decrease=now,
-                                                                              congested_since=None)
+        return Decision(new, hold, f"{why}: target {target} → {new}"), replace(
+            state, target=new, last_decrease=now, congested_since=None
+        )
 
     hold = False
     if observed.etcd_p99 is not None and observed.etcd_p99 > config.etcd_high:
         hold = True
         return decrease(f"etcd p99 {observed.etcd_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms")
     if observed.api_stalled >= config.api_stall:
-        return Decision(target, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, holding "
-                                      f"new trials (target {target} kept)"), state
+        return Decision(
+            target,
+            True,
+            f"API quota: nothing accepted for {observed.api_stalled:.0f}s, holding new trials (target {target} kept)",
+        ), state
     if observed.precedence:
         why = f"yielding to higher-priority gang {observed.precedence}"
         window = None if observed.shadow is None else observed.shadow - config.backfill_margin
         if window is not None and window > 0 and observed.backfill_fit:
-            return Decision(target, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
-                                           f"trials expected to end before", backfill=window), state
+            return Decision(
+                target,
+                False,
+                f"{why}; it can start in {observed.shadow:.0f}s: backfilling trials expected to end before",
+                backfill=window,
+            ), state
         return Decision(target, True, why), state
     scheduler = observed.scheduling_latency_p90
     behind = scheduler is not None and scheduler > config.scheduling_high
@@ -198,8 +206,10 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         state = replace(state, congested_since=since)
         if now - since >= config.persist:
             if behind:
-                return decrease(f"Volcano scheduling latency p90 {scheduler * 1000:.0f}ms above "
-                                f"{config.scheduling_high * 1000:.0f}ms")
+                return decrease(
+                    f"Volcano scheduling latency p90 {scheduler * 1000:.0f}ms above "
+                    f"{config.scheduling_high * 1000:.0f}ms"
+                )
             return decrease(f"{observed.stuck} gangs pending (more than {config.pending_high})")
         signal = "scheduling latency" if behind else "pending gangs"
         return Decision(target, False, f"congestion signal ({signal}), watching"), state
@@ -213,13 +223,15 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         return Decision(target, False, f"target {target} (no GPU signal)"), state
     if fits >= 1 and observed.in_flight >= target and target < config.max:
         if now - state.last_increase < config.step:
-            return Decision(target, False, f"{fits} more gang(s) fit; next step in "
-                                           f"{config.step - (now - state.last_increase):.1f}s"), state
+            return Decision(
+                target, False, f"{fits} more gang(s) fit; next step in {config.step - (now - state.last_increase):.1f}s"
+            ), state
         # at most doubling per step (TCP's slow start): gangs admitted by other launchers
         # sharing the cluster become visible as pending pods before the next step
         new = _bounded(target + min(fits, target), config)
         return Decision(new, False, f"{fits} more gang(s) fit in free GPUs: target {target} → {new}"), replace(
-            state, target=new, last_increase=now)
+            state, target=new, last_increase=now
+        )
     if fits < 1:
         why = observed.spread or "no free GPUs for another gang"
         return Decision(target, False, f"{why}: keeping target {target}"), state
@@ -259,16 +271,20 @@ class StaticPolicy:
         if observed.drained:
             return Decision(self.cap, True, observed.drained_by or "study drained")
         if observed.api_stalled >= self.api_stall:
-            return Decision(self.cap, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, "
-                                            "holding new trials")
+            return Decision(
+                self.cap, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, holding new trials"
+            )
         if observed.precedence:  # observed only when the study yields (throttle.yield_to_higher_priority)
             why = f"yielding to higher-priority gang {observed.precedence}"
             window = None if observed.shadow is None else observed.shadow - self.backfill_margin
             if window is not None and window > 0 and observed.backfill_fit:
-                return Decision(self.cap, False, f"{why}; it can start in {observed.shadow:.0f}s: backfilling "
-                                                 f"trials expected to end before",
-                                room=_least(observed.backfill_fit, observed.api_room),
-                                backfill=window)
+                return Decision(
+                    self.cap,
+                    False,
+                    f"{why}; it can start in {observed.shadow:.0f}s: backfilling trials expected to end before",
+                    room=_least(observed.backfill_fit, observed.api_room),
+                    backfill=window,
+                )
             return Decision(self.cap, True, why)
         if observed.gangs_fit is None:
             return Decision(self.cap, False, f"static cap {self.cap}", room=observed.api_room)

@@ -58,7 +58,9 @@ class Progress:
     watch_errors: int = 0  # failures of the loop's watches (jobs, nodes, pods, PodGroups) so far, recovered or not
     watch_problem: str | None = None  # which watch is broken now and why; None while every watch is healthy
     errors: dict[str, str] = field(default_factory=dict)  # trial -> why it could not be submitted
-    conflicts: list[str] = field(default_factory=list)  # of those, trials whose objects in the cluster differ (spec hash)
+    conflicts: list[str] = field(
+        default_factory=list
+    )  # of those, trials whose objects in the cluster differ (spec hash)
     interrupted: bool = False
     detached: bool = False
     timed_out: bool = False  # --timeout passed: the loop stopped, trials left running

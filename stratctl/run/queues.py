@@ -38,8 +38,11 @@ class Room:
             return False
         if self.capability is None:
             return True
-        return all(self.used.get(r, Decimal(0)) + need <= self.capability[r]
-                   for r, need in gang.items() if need > 0 and r in self.capability)
+        return all(
+            self.used.get(r, Decimal(0)) + need <= self.capability[r]
+            for r, need in gang.items()
+            if need > 0 and r in self.capability
+        )
 
     def taking(self, gang: Amounts) -> Room:
         """The room once `gang` is sent here."""
@@ -59,9 +62,14 @@ class Room:
         """Why the gang does not fit, in a few words ("research full (16/16 GPUs)")."""
         if not self.open:
             return f"{self.name} not open"
-        short = [r for r, need in gang.items()
-                 if need > 0 and self.capability and r in self.capability
-                 and self.used.get(r, Decimal(0)) + need > self.capability[r]]
+        short = [
+            r
+            for r, need in gang.items()
+            if need > 0
+            and self.capability
+            and r in self.capability
+            and self.used.get(r, Decimal(0)) + need > self.capability[r]
+        ]
         resource = GPU if GPU in short else (short[0] if short else GPU)
         return f"{self.name} full ({self.usage(resource)})"
 

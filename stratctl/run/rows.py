@@ -7,9 +7,20 @@ from dataclasses import asdict, dataclass, field
 
 from stratctl.trialstate import TrialState
 
-ORDER = [s.value for s in (TrialState.WAITING, TrialState.PENDING, TrialState.RUNNING, TrialState.PREEMPTED,
-                           TrialState.RETRYING,
-                           TrialState.SUSPENDED, TrialState.SUCCEEDED, TrialState.PRUNED, TrialState.FAILED)]
+ORDER = [
+    s.value
+    for s in (
+        TrialState.WAITING,
+        TrialState.PENDING,
+        TrialState.RUNNING,
+        TrialState.PREEMPTED,
+        TrialState.RETRYING,
+        TrialState.SUSPENDED,
+        TrialState.SUCCEEDED,
+        TrialState.PRUNED,
+        TrialState.FAILED,
+    )
+]
 
 
 @dataclass
@@ -36,7 +47,9 @@ class TrialRow:
     finished: float | None = None  # when the latest attempt ended
     exit_code: int | None = None  # of a container of the latest attempt that exited non-zero
     reason: str = ""  # why a failed trial failed: the container's reason, and why it was given up
-    queue: str = ""  # the queue of the latest attempt ("" when its job does not say: a batch/v1 Job of a one-queue study)
+    queue: str = (
+        ""  # the queue of the latest attempt ("" when its job does not say: a batch/v1 Job of a one-queue study)
+    )
 
 
 @dataclass
@@ -72,7 +85,6 @@ def ended_count(states: dict[str, int]) -> int:
     return sum(states.get(s.value, 0) for s in (TrialState.SUCCEEDED, TrialState.PRUNED, TrialState.FAILED))
 
 
-
 @dataclass
 class Snapshot:
     namespace: str
@@ -88,7 +100,6 @@ class Snapshot:
             "studies": [asdict(s) for s in self.studies],
             "trials": [asdict(t) for t in self.trials],
         }
-
 
 
 @dataclass

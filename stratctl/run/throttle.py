@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from stratctl.run import pace as rule
 from stratctl.errors import ClusterError, StillThrottled, Throttled, Unavailable
+from stratctl.run import pace as rule
 
 if TYPE_CHECKING:
     import tenacity
@@ -297,10 +297,13 @@ class Throttle:
         from stratctl.run.outage import duration
 
         after = f", Retry-After {error.retry_after:g}s" if error.retry_after is not None else ""
-        return StillThrottled(f"the API server has refused every request of this user (HTTP {error.status} Too Many "
-                              f"Requests{after}: API Priority and Fairness is throttling it) for longer than this "
-                              f"command waits ({duration(self.patience)}): gave up",
-                              status=error.status, reason=error.reason)
+        return StillThrottled(
+            f"the API server has refused every request of this user (HTTP {error.status} Too Many "
+            f"Requests{after}: API Priority and Fairness is throttling it) for longer than this "
+            f"command waits ({duration(self.patience)}): gave up",
+            status=error.status,
+            reason=error.reason,
+        )
 
     def call(self, fn: Callable[[], T], mutating: bool = False) -> T:
         """Run `fn` after taking a token and a slot (and, for a write while throttled, the

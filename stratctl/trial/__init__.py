@@ -29,6 +29,21 @@ from stratctl.trial.metrics import report, result
 from stratctl.trial.preempt import on_preempt, preempted
 
 __all__ = [
-    "Checkpoints", "Contract", "Role", "Saved", "atomic_write", "backend", "checkpoint_dir", "checkpoint_location",
-    "contract", "latest", "on_preempt", "params", "preempted", "report", "resuming", "result", "save",
+    "Checkpoints",
+    "Contract",
+    "Role",
+    "Saved",
+    "atomic_write",
+    "backend",
+    "checkpoint_dir",
+    "checkpoint_location",
+    "contract",
+    "latest",
+    "on_preempt",
+    "params",
+    "preempted",
+    "report",
+    "resuming",
+    "result",
+    "save",
 ]

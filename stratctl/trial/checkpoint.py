@@ -57,14 +57,19 @@ def checkpoint_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     location = checkpoint_location(env).removeprefix("file://")
     if "://" in location:
-        raise ValueError(f"{labels.ENV_CHECKPOINT}={location!r} is not a local directory: save and load "
-                         "it with your storage's client (stratctl.trial.checkpoint_location() gives it)")
+        raise ValueError(
+            f"{labels.ENV_CHECKPOINT}={location!r} is not a local directory: save and load "
+            "it with your storage's client (stratctl.trial.checkpoint_location() gives it)"
+        )
     if not location:
         location = str(Path(env.get(OUTPUT_DIR) or ".") / "checkpoints")
         if backend(env) == "kubernetes" and "no location" not in _said:
             _said.add("no location")
-            print(f"stratctl.trial: the study sets no checkpoint.location; checkpoints go to {location}, "
-                  "inside the container: they do not survive the pod", file=sys.stderr)
+            print(
+                f"stratctl.trial: the study sets no checkpoint.location; checkpoints go to {location}, "
+                "inside the container: they do not survive the pod",
+                file=sys.stderr,
+            )
     return Path(START, location)
 
 
@@ -143,7 +148,7 @@ class Checkpoints:
     def _prune(self, latest: Path) -> None:
         """Keep the newest `keep` steps and the latest whatever its step; remove the
         temporary files crashed saves left."""
-        for _, path in self._steps()[:-self.keep]:
+        for _, path in self._steps()[: -self.keep]:
             if path != latest:
                 path.unlink(missing_ok=True)
         now = time.time()

@@ -74,9 +74,16 @@ def contract(env: Mapping[str, str] | None = None) -> Contract:
         roles = tuple(Role(name, _list(env.get(rendezvous.hosts_var(name)))) for name in names)
     else:  # one role holding every node: what a single-task trial is
         roles = (Role(task, addrs),)
-    return Contract(num_nodes=num, rank=rank, addrs=addrs, master_addr=master or addrs[0],
-                    master_port=_int(env, rendezvous.MASTER_PORT, rendezvous.FIXED_PORT),
-                    task=task, task_index=_int(env, rendezvous.TASK_INDEX, 0), roles=roles)
+    return Contract(
+        num_nodes=num,
+        rank=rank,
+        addrs=addrs,
+        master_addr=master or addrs[0],
+        master_port=_int(env, rendezvous.MASTER_PORT, rendezvous.FIXED_PORT),
+        task=task,
+        task_index=_int(env, rendezvous.TASK_INDEX, 0),
+        roles=roles,
+    )
 
 
 def params(env: Mapping[str, str] | None = None) -> dict[str, Any]:

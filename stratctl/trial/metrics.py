@@ -19,7 +19,6 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +52,10 @@ def result(**metrics: Any) -> Path | None:
     if where == "kubernetes":
         data = text.encode()
         if len(data) > TERMINATION_LIMIT:
-            raise ValueError(f"the result is {len(data)} bytes of JSON; a termination message keeps "
-                             f"{TERMINATION_LIMIT}: report fewer or shorter values")
+            raise ValueError(
+                f"the result is {len(data)} bytes of JSON; a termination message keeps "
+                f"{TERMINATION_LIMIT}: report fewer or shorter values"
+            )
         with open(TERMINATION_LOG, "wb") as f:  # the kubelet's own mount: written in place, never renamed over
             f.write(data)
         return Path(TERMINATION_LOG)
@@ -75,8 +76,11 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
         raise ValueError("report() needs at least one value, e.g. report(3, loss=0.41)")
     numbers = {name: _number(name, value) for name, value in values.items()}
     if not all(math.isfinite(v) for v in numbers.values()):  # a diverging run: not a reason to stop it here
-        _once("not finite", f"stratctl.trial.report: step {step}: values that are not finite numbers are left "
-                            f"out ({', '.join(k for k, v in numbers.items() if not math.isfinite(v))})")
+        _once(
+            "not finite",
+            f"stratctl.trial.report: step {step}: values that are not finite numbers are left "
+            f"out ({', '.join(k for k, v in numbers.items() if not math.isfinite(v))})",
+        )
         numbers = {k: v for k, v in numbers.items() if math.isfinite(v)}
         if not numbers:
             return False
@@ -85,16 +89,32 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
     if where == "kubernetes":
         try:
             import stratctl
+
             return stratctl.report(step, flush=flush, **numbers)
         except ImportError as exc:  # the library copied without stratctl's dependencies
-            _once("import", f"stratctl.trial.report: not written ({exc}: install stratctl in the "
-                            "trial's image); training goes on")
+            _once(
+                "import",
+                f"stratctl.trial.report: not written ({exc}: install stratctl in the trial's image); training goes on",
+            )
             return False
     if where in ("slurm", "yarn"):
-        _once("no pruner", f"stratctl.trial.report: the pruner does not run on {_NAMES[where]}; "
-                           f"values kept in {REPORT_FILE} in the trial's output directory")
-        line = json.dumps({"attempt": _whole(env.get(labels.ENV_ATTEMPT)), "rank": _whole(env.get(rendezvous.NODE_RANK)),
-                           "step": step, "values": numbers}, separators=(",", ":")) + "\n"
+        _once(
+            "no pruner",
+            f"stratctl.trial.report: the pruner does not run on {_NAMES[where]}; "
+            f"values kept in {REPORT_FILE} in the trial's output directory",
+        )
+        line = (
+            json.dumps(
+                {
+                    "attempt": _whole(env.get(labels.ENV_ATTEMPT)),
+                    "rank": _whole(env.get(rendezvous.NODE_RANK)),
+                    "step": step,
+                    "values": numbers,
+                },
+                separators=(",", ":"),
+            )
+            + "\n"
+        )
         directory = Path(checkpoint.START, env[OUTPUT_DIR])
         directory.mkdir(parents=True, exist_ok=True)
         # one write of one line to a file opened for appending: the ranks' lines do not interleave

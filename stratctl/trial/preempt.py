@@ -25,8 +25,7 @@ EXIT_STATUS = 128 + signal.SIGTERM  # 143: what a shell or a container runtime r
 _state = {"preempted": False}
 
 
-def on_preempt(callback: Callable[[], Any] | None = None, *, exit: bool = True,
-               signum: int = signal.SIGTERM) -> None:
+def on_preempt(callback: Callable[[], Any] | None = None, *, exit: bool = True, signum: int = signal.SIGTERM) -> None:
     """On the first SIGTERM, run `callback` (e.g. `lambda: save(state, step)`) once, then the
     handler installed before this one, then end the process with status 143 (`exit`;
     `finally` blocks and atexit handlers run). With `exit=False` the program decides:

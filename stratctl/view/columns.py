@@ -13,7 +13,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from stratctl.run.rows import ORDER, StudyRow, TrialRow
@@ -67,7 +67,7 @@ def duration(seconds: float | None) -> str:
 def rfc3339(at: float | None) -> str | None:
     if at is None:
         return None
-    return datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(at, UTC).isoformat().replace("+00:00", "Z")
 
 
 def value(v: Any) -> str:
@@ -129,8 +129,7 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
     cols: list[Column] = []
 
     def column(key, header=None, numeric=False, cells=(), raw=None, sentence=False, priority=1, csv_key=""):
-        c = Column(key, header or key.replace("_", " "), numeric, sentence=sentence, priority=priority,
-                   csv_key=csv_key)
+        c = Column(key, header or key.replace("_", " "), numeric, sentence=sentence, priority=priority, csv_key=csv_key)
         for i, cell in enumerate(cells):
             c.add(cell, None if raw is None else raw[i])
         cols.append(c)
@@ -141,8 +140,13 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
         column("study", cells=[r.study for r in rows], priority=0)
     column("trial", cells=[r.trial for r in rows], priority=0)
     column("state", cells=[r.state for r in rows], priority=0)
-    column("attempt", numeric=True, cells=["-" if r.attempt < 0 else str(r.attempt) for r in rows],
-           raw=[None if r.attempt < 0 else r.attempt for r in rows], priority=5)
+    column(
+        "attempt",
+        numeric=True,
+        cells=["-" if r.attempt < 0 else str(r.attempt) for r in rows],
+        raw=[None if r.attempt < 0 else r.attempt for r in rows],
+        priority=5,
+    )
     if len({r.queue for r in rows if r.queue}) > 1:  # trials spread over several queues (queue fallback)
         column("queue", cells=[r.queue or "-" for r in rows], raw=[r.queue or None for r in rows], priority=5)
     taken = {c.key for c in cols} | {"age", "duration", "exit", "why"}
@@ -151,25 +155,49 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
             values = [(name_of(r) or {}).get(name) for r in rows]
             key = _free(name, taken, prefix)
             taken.add(key)
-            column(key, key, all(_is_number(v) for v in values if v is not None),
-                   [value(v) for v in values], values)
+            column(key, key, all(_is_number(v) for v in values if v is not None), [value(v) for v in values], values)
     if wide:
         column("job", cells=[r.job or "-" for r in rows])
         column("preemptions", numeric=True, cells=[str(r.preemptions) for r in rows], raw=[r.preemptions for r in rows])
         column("failed_attempts", "failed attempts", True, [str(r.failures) for r in rows], [r.failures for r in rows])
-        column("gpu_hours", "GPU-h", True, [f"{r.gpu_seconds / 3600:.2f}" for r in rows],
-               [r.gpu_seconds / 3600 for r in rows])
-        for key, at in (("created", lambda r: r.created), ("start", lambda r: r.started),
-                        ("finish", lambda r: r.finished)):
+        column(
+            "gpu_hours",
+            "GPU-h",
+            True,
+            [f"{r.gpu_seconds / 3600:.2f}" for r in rows],
+            [r.gpu_seconds / 3600 for r in rows],
+        )
+        for key, at in (
+            ("created", lambda r: r.created),
+            ("start", lambda r: r.started),
+            ("finish", lambda r: r.finished),
+        ):
             column(key, cells=[rfc3339(at(r)) or "-" for r in rows], raw=[rfc3339(at(r)) for r in rows])
-    column("age", numeric=True, cells=[duration(now - r.created) if r.created else "-" for r in rows],
-           raw=[None if not r.created else round(now - r.created, 3) for r in rows], priority=4, csv_key="age_seconds")
-    column("duration", numeric=True, cells=[duration(run_time(r, now)) for r in rows],
-           raw=[None if run_time(r, now) is None else round(run_time(r, now), 3) for r in rows], priority=3,
-           csv_key="duration_seconds")
+    column(
+        "age",
+        numeric=True,
+        cells=[duration(now - r.created) if r.created else "-" for r in rows],
+        raw=[None if not r.created else round(now - r.created, 3) for r in rows],
+        priority=4,
+        csv_key="age_seconds",
+    )
+    column(
+        "duration",
+        numeric=True,
+        cells=[duration(run_time(r, now)) for r in rows],
+        raw=[None if run_time(r, now) is None else round(run_time(r, now), 3) for r in rows],
+        priority=3,
+        csv_key="duration_seconds",
+    )
     if wide:  # a failed row's `why` starts with its exit code
-        column("exit_code", "exit", numeric=True, cells=[value(r.exit_code) for r in rows], raw=[r.exit_code for r in rows],
-               priority=6)
+        column(
+            "exit_code",
+            "exit",
+            numeric=True,
+            cells=[value(r.exit_code) for r in rows],
+            raw=[r.exit_code for r in rows],
+            priority=6,
+        )
     texts = [why(r) for r in rows]
     if wide or any(texts):
         column("why", cells=[t or "-" for t in texts], raw=[t or None for t in texts], sentence=True, priority=2)
@@ -187,8 +215,9 @@ def study_note(row: StudyRow, now: float | None = None) -> str:
         return f"finished: {s.get('succeeded', 0)} succeeded, {s.get('failed', 0)} failed{took}"
     note = row.decision or "no decision recorded"
     if row.target is not None and row.in_flight > row.target:
-        note += (f"; {row.in_flight} in flight above the target of {row.target}: "
-                 "no new trial until enough of them finish")
+        note += (
+            f"; {row.in_flight} in flight above the target of {row.target}: no new trial until enough of them finish"
+        )
     if row.as_of is not None and now is not None:
         note += f" (figures as of {duration(now - row.as_of)} ago)"
     return note
@@ -198,8 +227,13 @@ def by_state(row: StudyRow) -> str:
     return ", ".join(f"{n} {state}" for state, n in ((s, row.states.get(s, 0)) for s in ORDER) if n) or "-"
 
 
-def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
-                  namespaces: list[str] | None = None, states_in_words: bool = False) -> list[Column]:
+def study_columns(
+    rows: list[StudyRow],
+    now: float,
+    wide: bool = False,
+    namespaces: list[str] | None = None,
+    states_in_words: bool = False,
+) -> list[Column]:
     """The studies table: trials by state (a column per state: every state when `wide`,
     else those some study has; or, for people, one column of words), in flight and
     target, GPU-hours; `wide` adds attempts, failed attempts, preemptions, GPU-hours lost
@@ -228,24 +262,59 @@ def study_columns(rows: list[StudyRow], now: float, wide: bool = False,
         if wide or any(r.states.get(state) for r in rows):
             number(state, state, [r.states.get(state, 0) for r in rows])
     number("in_flight", "in flight", [r.in_flight for r in rows])
-    column("target", "target", True, ["-" if r.done or r.target is None else str(r.target) for r in rows],
-           [None if r.done else r.target for r in rows])
+    column(
+        "target",
+        "target",
+        True,
+        ["-" if r.done or r.target is None else str(r.target) for r in rows],
+        [None if r.done else r.target for r in rows],
+    )
     if wide:
         number("attempts", "attempts", [r.attempts for r in rows])
         number("failed_attempts", "failed attempts", [r.failures for r in rows])
         number("preemptions", "preemptions", [r.preemptions for r in rows])
     column("gpu_hours", "GPU-h", True, [f"{r.gpu_hours:.2f}" for r in rows], [r.gpu_hours for r in rows])
     if wide or any(r.states.get("pruned") for r in rows):
-        column("gpu_hours_saved", "GPU-h saved", True, [f"{r.gpu_hours_saved:.2f}" for r in rows],
-               [r.gpu_hours_saved for r in rows])
+        column(
+            "gpu_hours_saved",
+            "GPU-h saved",
+            True,
+            [f"{r.gpu_hours_saved:.2f}" for r in rows],
+            [r.gpu_hours_saved for r in rows],
+        )
     if wide:
-        column("gpu_hours_lost", "GPU-h lost", True, [f"{r.gpu_hours_lost:.2f}" for r in rows],
-               [r.gpu_hours_lost for r in rows])
-        column("age", "age", True, [duration(now - r.started) if r.started else "-" for r in rows],
-               [None if not r.started else round(now - r.started, 3) for r in rows])
-        column("flags", "flags", False, [",".join(f for f, on in (("critical", r.critical), ("drained", r.drained),
-                                                                   ("breaker-drained", bool(r.breaker)))
-                                                  if on) or "-" for r in rows])
+        column(
+            "gpu_hours_lost",
+            "GPU-h lost",
+            True,
+            [f"{r.gpu_hours_lost:.2f}" for r in rows],
+            [r.gpu_hours_lost for r in rows],
+        )
+        column(
+            "age",
+            "age",
+            True,
+            [duration(now - r.started) if r.started else "-" for r in rows],
+            [None if not r.started else round(now - r.started, 3) for r in rows],
+        )
+        column(
+            "flags",
+            "flags",
+            False,
+            [
+                ",".join(
+                    f
+                    for f, on in (
+                        ("critical", r.critical),
+                        ("drained", r.drained),
+                        ("breaker-drained", bool(r.breaker)),
+                    )
+                    if on
+                )
+                or "-"
+                for r in rows
+            ],
+        )
     return cols
 
 
@@ -269,8 +338,10 @@ def plain(columns: list[Column]) -> str:
     lines = []
     for i in range(-1, len(columns[0].cells)):
         cells = [c.key if i < 0 else c.cells[i] for c in columns]
-        parts = [cell.rjust(w) if c.numeric and i >= 0 and c is not columns[-1] else cell.ljust(w)
-                 for cell, w, c in zip(cells, widths, columns)]
+        parts = [
+            cell.rjust(w) if c.numeric and i >= 0 and c is not columns[-1] else cell.ljust(w)
+            for cell, w, c in zip(cells, widths, columns)
+        ]
         lines.append("   ".join(parts).rstrip())
     return "\n".join(lines) + "\n"
 
@@ -280,8 +351,12 @@ def csv_text(columns: list[Column]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([c.csv_key or c.key for c in columns])
     for i in range(len(columns[0].cells) if columns else 0):
-        writer.writerow(["" if c.raw[i] is None else (json.dumps(c.raw[i]) if isinstance(c.raw[i], dict | list)
-                                                      else c.raw[i]) for c in columns])
+        writer.writerow(
+            [
+                "" if c.raw[i] is None else (json.dumps(c.raw[i]) if isinstance(c.raw[i], dict | list) else c.raw[i])
+                for c in columns
+            ]
+        )
     return out.getvalue()
 
 
@@ -299,5 +374,4 @@ def fit(columns: list[Column], width: int) -> tuple[list[Column], list[Column]]:
         if c.priority == 0 or used + need <= width:
             chosen.add(i)
             used += need
-    return ([c for i, c in enumerate(columns) if i in chosen],
-            [c for i, c in enumerate(columns) if i not in chosen])
+    return ([c for i, c in enumerate(columns) if i in chosen], [c for i, c in enumerate(columns) if i not in chosen])

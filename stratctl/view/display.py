@@ -49,19 +49,27 @@ def progress_table(p: Progress) -> Table:
             f"{(p.fragmentation or 0) * 100:.0f}% fragmented"
             + (f", API p90 {p.latency_p90 * 1000:.0f}ms" if p.latency_p90 is not None else "")
             + (f", etcd p99 {p.etcd_p99 * 1000:.0f}ms" if p.etcd_p99 is not None else "")
-            + (f", scheduling p90 {p.scheduling_latency_p90 * 1000:.0f}ms" if p.scheduling_latency_p90 is not None else ""),
+            + (
+                f", scheduling p90 {p.scheduling_latency_p90 * 1000:.0f}ms"
+                if p.scheduling_latency_p90 is not None
+                else ""
+            ),
         )
     table.add_row("submitted", f"{p.created} created, {p.existing} already there, {len(p.errors)} refused")
     table.add_row(
         "throttle",
         f"{p.throttle_waits} waits ({p.throttle_wait_seconds:.1f}s), "
-        + (f"{p.throttled_429} refused for {p.limit_words}, {p.api_requests} {p.calls_word}, {p.api_writes} "
-           f"{p.create_command}" if p.create_command else
-           f"{p.throttled_429} × HTTP 429, {p.api_requests} requests, {p.api_writes} writes"),
+        + (
+            f"{p.throttled_429} refused for {p.limit_words}, {p.api_requests} {p.calls_word}, {p.api_writes} "
+            f"{p.create_command}"
+            if p.create_command
+            else f"{p.throttled_429} × HTTP 429, {p.api_requests} requests, {p.api_writes} writes"
+        ),
     )
     if p.api_note:  # the API quota pushes back: whether it, not the GPUs, limits the study
-        table.add_row("API quota", Text(p.api_note.removeprefix("API quota: "),
-                                        style="yellow" if p.api_limited else ""))
+        table.add_row(
+            "API quota", Text(p.api_note.removeprefix("API quota: "), style="yellow" if p.api_limited else "")
+        )
     if p.watch_problem:  # the numbers above may be stale: the watch feeding them is down
         table.add_row("watches", Text(f"{p.watch_problem} ({p.watch_errors} failures so far)", style="red"))
     elif p.watch_errors:
@@ -126,16 +134,26 @@ class LogDisplay:
         print(f"{stamp} {text}", file=self.stream, flush=True)
 
     def update(self, p: Progress) -> None:
-        key = (p.created, p.existing, p.pending, p.running, p.succeeded, p.failed, p.pruned, len(p.errors), p.throttled_429,
-               p.watch_problem, p.blocked)
+        key = (
+            p.created,
+            p.existing,
+            p.pending,
+            p.running,
+            p.succeeded,
+            p.failed,
+            p.pruned,
+            len(p.errors),
+            p.throttled_429,
+            p.watch_problem,
+            p.blocked,
+        )
         if key == self._last:
             return
         self._last = key
         self._line(
             f"{p.study}: {p.succeeded + p.failed + p.pruned}/{p.total} finished ({p.failed} failed"
             + (f", {p.pruned} pruned), " if p.pruned else "), ")
-            + 
-            f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
+            + f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
             f"{p.created} created, "
             + (f"{p.throttled_429} refused for {p.limit_words}" if p.create_command else f"{p.throttled_429} x 429")
             + (f"; {p.watch_problem}" if p.watch_problem else "")
@@ -155,37 +173,54 @@ def summary(p: Progress, width: int | None = None) -> str:
         return text
     import textwrap
 
-    return "\n".join(textwrap.fill(line, width, subsequent_indent=" " * (len(line) - len(line.lstrip()) + 2),
-                                    break_long_words=False, break_on_hyphens=False)
-                      for line in text.splitlines())
+    return "\n".join(
+        textwrap.fill(
+            line,
+            width,
+            subsequent_indent=" " * (len(line) - len(line.lstrip()) + 2),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for line in text.splitlines()
+    )
 
 
 def _summary(p: Progress) -> str:
     if p.dry_run:
         verb = "accepted by the API server (dryRun=All)" if p.dry_run == "server" else "rendered"
-        lines = [f"dry run ({p.dry_run}): {p.created + p.existing} of {p.total} trials {verb}, "
-                 f"{len(p.errors)} refused; nothing was created"]
+        lines = [
+            f"dry run ({p.dry_run}): {p.created + p.existing} of {p.total} trials {verb}, "
+            f"{len(p.errors)} refused; nothing was created"
+        ]
         lines += [f"  {trial}: {message}" for trial, message in sorted(p.errors.items())]
         return "\n".join(lines)
     lines = [
-        f"study {p.study}: {p.succeeded} succeeded, " + (f"{p.pruned} pruned, " if p.pruned else "")
+        f"study {p.study}: {p.succeeded} succeeded, "
+        + (f"{p.pruned} pruned, " if p.pruned else "")
         + f"{p.failed} failed, {p.in_flight} in flight, "
         f"{p.waiting} not yet submitted, of {plural(p.total, 'trial')}",
         f"created {p.created}, already there {p.existing}; {p.api_writes} API writes "
         f"({p.api_writes / max(p.created, 1):.2f} per created trial)"
-        + (f", {p.api_checks} access checks" if p.api_checks else "") + f", {p.throttled_429} HTTP 429 received, "
+        + (f", {p.api_checks} access checks" if p.api_checks else "")
+        + f", {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
     ]
     if p.create_command:  # a batch scheduler's commands, not API requests
-        lines[1] = (f"created {p.created}, already there {p.existing}; {p.api_writes} {p.create_command}, "
-                    f"{p.throttled_429} refused for {p.limit_words}, {p.throttle_waits} throttle waits "
-                    f"({p.throttle_wait_seconds:.1f}s)")
+        lines[1] = (
+            f"created {p.created}, already there {p.existing}; {p.api_writes} {p.create_command}, "
+            f"{p.throttled_429} refused for {p.limit_words}, {p.throttle_waits} throttle waits "
+            f"({p.throttle_wait_seconds:.1f}s)"
+        )
         if p.api_sent:
-            lines.append(f"{p.scheduler} {p.calls_word}: " + ", ".join(f"{k} {n}" for k, n in sorted(p.api_sent.items(),
-                                                                                        key=lambda kv: -kv[1])))
+            lines.append(
+                f"{p.scheduler} {p.calls_word}: "
+                + ", ".join(f"{k} {n}" for k, n in sorted(p.api_sent.items(), key=lambda kv: -kv[1]))
+            )
     elif p.api_sent:
-        lines.append(f"requests by kind ({p.api_requests / max(p.created + p.existing, 1):.2f} per trial): "
-                     + by_kind(p.api_sent, p.api_refused))
+        lines.append(
+            f"requests by kind ({p.api_requests / max(p.created + p.existing, 1):.2f} per trial): "
+            + by_kind(p.api_sent, p.api_refused)
+        )
     for trial, message in sorted(p.errors.items()):
         lines.append(f"  {trial}: {message}")
     return "\n".join(lines)
@@ -193,8 +228,10 @@ def _summary(p: Progress) -> str:
 
 def by_kind(sent: dict[str, int], refused: dict[str, int]) -> str:
     """`create Job 100 (12 × 429), get ConfigMap 61, ...`: most first."""
-    return ", ".join(f"{kind} {n}" + (f" ({refused[kind]} × 429)" if refused.get(kind) else "")
-                     for kind, n in sorted(sent.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ", ".join(
+        f"{kind} {n}" + (f" ({refused[kind]} × 429)" if refused.get(kind) else "")
+        for kind, n in sorted(sent.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def summary_json(p: Progress) -> str:

@@ -10,8 +10,8 @@ import errno
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from stratctl.run.progress import Progress
 from stratctl.errors import UsageError
+from stratctl.run.progress import Progress
 
 
 class MetricsReporter:
@@ -38,13 +38,18 @@ class MetricsReporter:
         self.api_qps = gauge("api_pace_qps", "Requests per second the client allows itself now (the request pace)")
         self.api_window = gauge("api_pace_window", "API requests the client allows in flight now")
         self.api_limited = gauge("api_quota_limited", "1 while the API quota, not the GPUs, limits the study")
-        self.watch_broken = gauge("watch_broken", "1 while a watch of the loop (jobs, nodes, pods, PodGroups) is broken")
-        self.watch_failures = Counter("stratctl_watch_failures", "Failures of the loop's watches", labels,
-                                      registry=self.registry)
-        self.decisions = Counter("stratctl_target_changes", "Changes of the in-flight target", labels,
-                                 registry=self.registry)
-        self.waits = Counter("stratctl_throttle_waits", "Requests the client-side token bucket made wait", labels,
-                             registry=self.registry)
+        self.watch_broken = gauge(
+            "watch_broken", "1 while a watch of the loop (jobs, nodes, pods, PodGroups) is broken"
+        )
+        self.watch_failures = Counter(
+            "stratctl_watch_failures", "Failures of the loop's watches", labels, registry=self.registry
+        )
+        self.decisions = Counter(
+            "stratctl_target_changes", "Changes of the in-flight target", labels, registry=self.registry
+        )
+        self.waits = Counter(
+            "stratctl_throttle_waits", "Requests the client-side token bucket made wait", labels, registry=self.registry
+        )
         self._seen_waits = 0
         self._seen_429 = 0
         self._seen_watch_errors = 0
@@ -56,8 +61,9 @@ class MetricsReporter:
             start_http_server(port, addr=address, registry=self.registry)
         except OSError as e:
             reason = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be served: {e.strerror or e}"
-            raise UsageError(f"--metrics-port {port}: {address}:{port} {reason}; "
-                             "choose another port or stop what listens there") from None
+            raise UsageError(
+                f"--metrics-port {port}: {address}:{port} {reason}; choose another port or stop what listens there"
+            ) from None
         return self
 
     def _start(self, study: str) -> None:
@@ -71,12 +77,21 @@ class MetricsReporter:
         if self._last_target is None:
             self._start(s)
         for gauge, value in (
-            (self.target, p.target), (self.in_flight, p.in_flight), (self.pending, p.pending),
-            (self.stuck, p.stuck), (self.waiting, p.waiting), (self.succeeded, p.succeeded),
-            (self.failed, p.failed), (self.pruned, p.pruned), (self.hold, int(p.hold)), (self.free_gpus, p.free_gpus),
-            (self.gangs_fit, p.gangs_fit), (self.latency, p.latency_p90),
+            (self.target, p.target),
+            (self.in_flight, p.in_flight),
+            (self.pending, p.pending),
+            (self.stuck, p.stuck),
+            (self.waiting, p.waiting),
+            (self.succeeded, p.succeeded),
+            (self.failed, p.failed),
+            (self.pruned, p.pruned),
+            (self.hold, int(p.hold)),
+            (self.free_gpus, p.free_gpus),
+            (self.gangs_fit, p.gangs_fit),
+            (self.latency, p.latency_p90),
             (self.watch_broken, int(p.watch_problem is not None)),
-            (self.api_qps, p.api.qps if p.api else None), (self.api_window, p.api.window if p.api else None),
+            (self.api_qps, p.api.qps if p.api else None),
+            (self.api_window, p.api.window if p.api else None),
             (self.api_limited, int(p.api_limited)),
         ):
             if value is not None:

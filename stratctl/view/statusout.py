@@ -13,8 +13,7 @@ from dataclasses import asdict, fields
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from stratctl.run.rows import Snapshot
-from stratctl.run.rows import StudyRow, TrialRow
+from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.view import tables
 from stratctl.view.columns import csv_text, note_column, plain, rfc3339, run_time, study_columns, trial_columns
 
@@ -23,8 +22,14 @@ def _study_dict(row: StudyRow, now: float) -> dict:
     data = asdict(row)
     failures = data.pop("failures")
     started, finished = data.pop("started"), data.pop("finished")
-    data.update(failed_attempts=failures, as_of=rfc3339(row.as_of), start=rfc3339(started), finish=rfc3339(finished),
-                done=row.done, note=tables.study_note(row, now))
+    data.update(
+        failed_attempts=failures,
+        as_of=rfc3339(row.as_of),
+        start=rfc3339(started),
+        finish=rfc3339(finished),
+        done=row.done,
+        note=tables.study_note(row, now),
+    )
     return data
 
 
@@ -37,8 +42,13 @@ def _trial_dict(row: TrialRow, now: float) -> dict:
     for key in ("started", "finished"):
         data.pop(key)
     took = run_time(row, now)
-    data.update(failed_attempts=failures, created=rfc3339(row.created), start=rfc3339(row.started),
-                finish=rfc3339(row.finished), duration_seconds=None if took is None else round(took, 3))
+    data.update(
+        failed_attempts=failures,
+        created=rfc3339(row.created),
+        start=rfc3339(row.started),
+        finish=rfc3339(row.finished),
+        duration_seconds=None if took is None else round(took, 3),
+    )
     return data
 
 
@@ -46,8 +56,11 @@ def document(snap: Snapshot, with_trials: bool, namespaces: list[str] | None = N
     """The snapshot as JSON-ready data: snake_case keys, RFC 3339 times, durations in
     seconds; each study names its namespace (one per study in `namespaces`)."""
     where = namespaces or [snap.namespace] * len(snap.studies)
-    out = {"namespace": snap.namespace if namespaces is None else None, "taken_at": rfc3339(snap.taken_at),
-           "studies": [{"namespace": ns, **_study_dict(s, snap.taken_at)} for ns, s in zip(where, snap.studies)]}
+    out = {
+        "namespace": snap.namespace if namespaces is None else None,
+        "taken_at": rfc3339(snap.taken_at),
+        "studies": [{"namespace": ns, **_study_dict(s, snap.taken_at)} for ns, s in zip(where, snap.studies)],
+    }
     if with_trials:
         out["trials"] = [_trial_dict(t, snap.taken_at) for t in snap.trials]
     return out
@@ -72,22 +85,32 @@ def names(snap: Snapshot, with_trials: bool) -> str:
 def csv(snap: Snapshot, with_trials: bool, namespaces: list[str] | None = None) -> str:
     if with_trials:
         return csv_text(trial_columns(snap.trials, snap.taken_at, wide=True))
-    return csv_text(study_columns(snap.studies, snap.taken_at, True, namespaces) +
-                    [note_column(snap.studies, snap.taken_at)])
+    return csv_text(
+        study_columns(snap.studies, snap.taken_at, True, namespaces) + [note_column(snap.studies, snap.taken_at)]
+    )
 
 
-def text(snap: Snapshot, with_trials: bool, wide: bool = False, limit: int | None = None,
-         namespaces: list[str] | None = None) -> str:
+def text(
+    snap: Snapshot, with_trials: bool, wide: bool = False, limit: int | None = None, namespaces: list[str] | None = None
+) -> str:
     """Plain columns for a pipe: the studies (their note last), then a blank line and the trials."""
-    out = plain(study_columns(snap.studies, snap.taken_at, wide, namespaces) + [note_column(snap.studies, snap.taken_at)])
+    out = plain(
+        study_columns(snap.studies, snap.taken_at, wide, namespaces) + [note_column(snap.studies, snap.taken_at)]
+    )
     if with_trials:
         rows = snap.trials[:limit] if limit else snap.trials
         out += "\n" + plain(trial_columns(rows, snap.taken_at, wide))
     return out
 
 
-def picture(snap: Snapshot, with_trials: bool, width: int | None, wide: bool = False, limit: int | None = None,
-            namespaces: list[str] | None = None) -> RenderableType:
+def picture(
+    snap: Snapshot,
+    with_trials: bool,
+    width: int | None,
+    wide: bool = False,
+    limit: int | None = None,
+    namespaces: list[str] | None = None,
+) -> RenderableType:
     """The rich tables for a terminal `width` columns wide."""
     parts: list[RenderableType] = [tables.studies_table(snap.studies, snap.taken_at, width, wide, namespaces)]
     if with_trials:

@@ -56,5 +56,12 @@ _BlockDumper.add_representer(str, _block)
 
 def dump_all(docs: Iterable[dict], blocks: bool = False) -> str:
     """`blocks`: strings of several lines as literal blocks (`|`), as a script reads best."""
-    return yaml.dump_all(docs, Dumper=_BlockDumper if blocks else _Dumper, sort_keys=False,
-                         default_flow_style=False, allow_unicode=True, width=120, explicit_start=True)
+    return yaml.dump_all(
+        docs,
+        Dumper=_BlockDumper if blocks else _Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=120,
+        explicit_start=True,
+    )

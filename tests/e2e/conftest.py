@@ -86,9 +86,7 @@ class Testbed:
     def apf(self, on: bool) -> None:
         """Turn the APF limit for the restricted user on (one seat, Reject) or off."""
         if self.local:
-            subprocess.run(
-                ["bash", str(TESTBED_DIR / "apf.sh"), "on" if on else "off"], check=True, env=_testbed_env()
-            )
+            subprocess.run(["bash", str(TESTBED_DIR / "apf.sh"), "on" if on else "off"], check=True, env=_testbed_env())
             return
         _apf_external(self, on)
 

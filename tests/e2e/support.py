@@ -44,8 +44,16 @@ class Cli:
     without a terminal (so no confirmation prompt). timeout: the default of `run`/`call`.
     """
 
-    def __init__(self, testbed, *, context: str | None = None, traceback: bool = True, columns: int | None = None,
-                 stdin=None, timeout: float = 60):
+    def __init__(
+        self,
+        testbed,
+        *,
+        context: str | None = None,
+        traceback: bool = True,
+        columns: int | None = None,
+        stdin=None,
+        timeout: float = 60,
+    ):
         self.tb = testbed
         self.context = context or testbed.admin_context
         self.stdin = stdin
@@ -61,18 +69,27 @@ class Cli:
         return [sys.executable, "-m", "stratctl", *args, "--context", self.context, "-n", self.tb.namespace]
 
     def start(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(self.args(*args), env=self.env, stdin=self.stdin, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            self.args(*args), env=self.env, stdin=self.stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
     def call(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run to the end; the exit code is the caller's to check."""
-        return subprocess.run(self.args(*args), env=self.env, stdin=self.stdin, capture_output=True, text=True,
-                              timeout=timeout or self.timeout)
+        return subprocess.run(
+            self.args(*args),
+            env=self.env,
+            stdin=self.stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout or self.timeout,
+        )
 
     def run(self, *args: str, code: int = 0, timeout: float | None = None) -> str:
         """Run to the end, assert the exit code, return stdout."""
         done = self.call(*args, timeout=timeout)
-        assert done.returncode == code, f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
+        assert done.returncode == code, (
+            f"stratctl {' '.join(args)} exited {done.returncode}, not {code}:\n{done.stderr}"
+        )
         return done.stdout
 
     def status(self, name: str) -> dict:
@@ -117,10 +134,22 @@ def env_of(job: dict) -> dict:
     return {e["name"]: e.get("value") for e in container.get("env") or []}
 
 
-def fake_study(name: str, namespace: str, trials: int, duration: str, *, replicas: int = 1,
-               min_available: int | None = None, tasks: str | None = None, parallelism: int | None = None,
-               min_parallelism: int = 1, annotations: dict | None = None, fields: dict | None = None,
-               checkpoint: bool = True, extra: str = "") -> str:
+def fake_study(
+    name: str,
+    namespace: str,
+    trials: int,
+    duration: str,
+    *,
+    replicas: int = 1,
+    min_available: int | None = None,
+    tasks: str | None = None,
+    parallelism: int | None = None,
+    min_parallelism: int = 1,
+    annotations: dict | None = None,
+    fields: dict | None = None,
+    checkpoint: bool = True,
+    extra: str = "",
+) -> str:
     """A study of `trials` grid trials (seed 0..trials-1) of the fake trial image, whose pods
     the testbed's KWOK runs for `duration` (more testbed.stratctl.io/ behaviour in
     `annotations`): one task of `replicas` one-GPU pods (gang `min_available`) unless `tasks`
@@ -128,30 +157,43 @@ def fake_study(name: str, namespace: str, trials: int, duration: str, *, replica
     are top-level fields after priority_class; `extra` is YAML appended at the end."""
     gang = f", min_available: {min_available}" if min_available else ""
     cap = parallelism or trials
-    notes = ", ".join(f"{key}: {json.dumps(value)}" for key, value in
-                      {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items())
+    notes = ", ".join(
+        f"{key}: {json.dumps(value)}"
+        for key, value in {"testbed.stratctl.io/run-duration": duration, **(annotations or {})}.items()
+    )
     head = "".join(f"{key}: {value}\n" for key, value in (fields or {}).items())
     store = 'checkpoint: {location: "/ckpt/{{ study }}/{{ trial }}"}\n' if checkpoint else ""
-    return (f"name: {name}\n"
-            f"namespace: {namespace}\n"
-            "priority_class: stratctl-low\n"
-            f"{head}"
-            "space:\n"
-            f"  seed: {{type: int, low: 0, high: {trials - 1}}}\n"
-            "strategy: {kind: grid}\n"
-            "trial:\n"
-            "  image: stratctl.invalid/fake-trial:0\n"
-            f"  annotations: {{{notes}}}\n"
-            f"  resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}\n"
-            f"  tasks: {tasks or f'[{{name: worker, replicas: {replicas}{gang}}}]'}\n"
-            f"{store}"
-            f"throttle: {{qps: 50, burst: 20, parallelism: {{min: {min_parallelism}, initial: {cap}, max: {cap}}}}}\n"
-            ) + textwrap.dedent(extra)
+    return (
+        f"name: {name}\n"
+        f"namespace: {namespace}\n"
+        "priority_class: stratctl-low\n"
+        f"{head}"
+        "space:\n"
+        f"  seed: {{type: int, low: 0, high: {trials - 1}}}\n"
+        "strategy: {kind: grid}\n"
+        "trial:\n"
+        "  image: stratctl.invalid/fake-trial:0\n"
+        f"  annotations: {{{notes}}}\n"
+        f"  resources: {{requests: {{{GPU}: 1, cpu: 100m}}, limits: {{{GPU}: 1}}}}\n"
+        f"  tasks: {tasks or f'[{{name: worker, replicas: {replicas}{gang}}}]'}\n"
+        f"{store}"
+        f"throttle: {{qps: 50, burst: 20, parallelism: {{min: {min_parallelism}, initial: {cap}, max: {cap}}}}}\n"
+    ) + textwrap.dedent(extra)
 
 
-def busybox_study(name: str, namespace: str, trials: int, duration: str = "2s", *, cap: int | None = None,
-                  replicas: int = 1, image: str = "busybox", flag: str = "--seed", throttle: str | None = None,
-                  extra: str = "") -> str:
+def busybox_study(
+    name: str,
+    namespace: str,
+    trials: int,
+    duration: str = "2s",
+    *,
+    cap: int | None = None,
+    replicas: int = 1,
+    image: str = "busybox",
+    flag: str = "--seed",
+    throttle: str | None = None,
+    extra: str = "",
+) -> str:
     """A study of `trials` grid trials in the default queue, each a `train {flag}=<seed>`
     command in `image` on one task of `replicas` one-GPU pods, which the testbed's KWOK runs
     for `duration`; at most `cap` (default: all) in flight, or the `throttle` given."""
@@ -178,19 +220,45 @@ def busybox_study(name: str, namespace: str, trials: int, duration: str = "2s", 
 
 def high_priority_gang(api, namespace, name, pods=8):
     """A production gang of `pods` one-GPU pods at the stratctl-high priority, running 5 s."""
-    api.create({
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": pods, "maxRetry": 1,
-                 "priorityClassName": "stratctl-high",
-                 "tasks": [{"name": "serve", "replicas": pods, "minAvailable": pods, "template": {
-                     "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "5s"}},
-                     "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
-                              "priorityClassName": "stratctl-high",
-                              "containers": [{"name": "serve", "image": "stratctl.invalid/prod:0",
-                                              "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
-                                                            "limits": {"nvidia.com/gpu": "1"}}}]}}}]},
-    })
+    api.create(
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "schedulerName": "volcano",
+                "queue": "default",
+                "minAvailable": pods,
+                "maxRetry": 1,
+                "priorityClassName": "stratctl-high",
+                "tasks": [
+                    {
+                        "name": "serve",
+                        "replicas": pods,
+                        "minAvailable": pods,
+                        "template": {
+                            "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "5s"}},
+                            "spec": {
+                                "schedulerName": "volcano",
+                                "restartPolicy": "Never",
+                                "priorityClassName": "stratctl-high",
+                                "containers": [
+                                    {
+                                        "name": "serve",
+                                        "image": "stratctl.invalid/prod:0",
+                                        "resources": {
+                                            "requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
+                                            "limits": {"nvidia.com/gpu": "1"},
+                                        },
+                                    }
+                                ],
+                            },
+                        },
+                    }
+                ],
+            },
+        }
+    )
 
 
 class StratctlRuns:
@@ -200,12 +268,24 @@ class StratctlRuns:
     env: dict[str, str]
 
     def stratctl(self, *args: str, cwd, timeout: float = 240) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "stratctl", *args],
+            cwd=cwd,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def start(self, *args: str, cwd) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "stratctl", *args], cwd=cwd, env={**os.environ, **self.env},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "stratctl", *args],
+            cwd=cwd,
+            env={**os.environ, **self.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def wait(self, what: str, condition, timeout: float = 90.0):
         return wait_until(condition, timeout, message=what)
@@ -219,6 +299,6 @@ def testbed_up(script) -> dict[str, str]:
     with open(out.strip().splitlines()[-1]) as env_file:
         for line in env_file.read().splitlines():
             if line.startswith("export ") and "=" in line:
-                key, value = line[len("export "):].split("=", 1)
+                key, value = line[len("export ") :].split("=", 1)
                 env[key] = value
     return env

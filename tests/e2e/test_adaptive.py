@@ -18,8 +18,17 @@ def test_adaptive_submission_completes_every_trial_with_few_pending_pods(testbed
     def schedule(total_gpus: int, horizon: float) -> list[Phase]:
         return [Phase(3, 18, total_gpus // 2)]
 
-    result = measure("ci", None, testbed, trials=30, seed=3, tag=f"{int(time.time()) % 10000}",
-                     schedule_factory=schedule, duration=(3, 6), workload=workload)
+    result = measure(
+        "ci",
+        None,
+        testbed,
+        trials=30,
+        seed=3,
+        tag=f"{int(time.time()) % 10000}",
+        schedule_factory=schedule,
+        duration=(3, 6),
+        workload=workload,
+    )
     assert result.total == 30
     assert result.succeeded == 30 and result.failed == 0  # every trial completes
     # gangs are admitted only when free GPUs hold them: never more pods waiting than the

@@ -15,9 +15,9 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.status import collect
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, EVENT, POD, PODGROUP, VOLCANO_JOB
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.status import collect
 from tests.e2e.support import Cli, fake_study, finish, high_priority_gang, recorded, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -49,8 +49,9 @@ def agrees(cli, api, name):
     before = latest_attempts(batch_jobs(api, name))
     snap = cli.status(name)
     jobs = latest_attempts(batch_jobs(api, name))
-    if {t: (classify(j).value, j["metadata"]["name"]) for t, j in before.items()} != \
-            {t: (classify(j).value, j["metadata"]["name"]) for t, j in jobs.items()}:
+    if {t: (classify(j).value, j["metadata"]["name"]) for t, j in before.items()} != {
+        t: (classify(j).value, j["metadata"]["name"]) for t, j in jobs.items()
+    }:
         return None
     rows = {t["trial"]: t for t in snap["trials"]}
     assert set(rows) == set(jobs)
@@ -65,25 +66,46 @@ def test_status_shows_batch_trials_running_then_succeeded_with_results_and_gpu_h
     name = unique("bst")
     seconds, trials, pods = 25, 4, 2
     message = '{"loss": {{ params.seed / 10 }}, "seed": {{ params.seed }}}'
-    path = studies(name, study_yaml(name, testbed.namespace, trials, f"{seconds}s", replicas=pods,
-                                    annotations={"testbed.stratctl.io/termination-message": message}))
+    path = studies(
+        name,
+        study_yaml(
+            name,
+            testbed.namespace,
+            trials,
+            f"{seconds}s",
+            replicas=pods,
+            annotations={"testbed.stratctl.io/termination-message": message},
+        ),
+    )
     started = time.monotonic()
     submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
     try:
         recorded(api, name)
         # running, as the job status says (status.ready), in JSON and in the table the loop's summary feeds
-        snap = wait_until(lambda: (s := agrees(cli, api, name)) and s["studies"][0]["states"]["running"] == trials
-                          and s, 60, interval=0.3, message="status showing every batch trial running")
+        snap = wait_until(
+            lambda: (s := agrees(cli, api, name)) and s["studies"][0]["states"]["running"] == trials and s,
+            60,
+            interval=0.3,
+            message="status showing every batch trial running",
+        )
         assert {t["state"] for t in snap["trials"]} == {"running"}
         assert snap["studies"][0]["in_flight"] == trials and snap["studies"][0]["gpu_hours"] > 0
+
         # the loop writes its summary at most every 10 s: the table shows it once it has them running
         def study_line(text):  # the study's line of the plain table a pipe gets, by column
             header, row = text.split("\n\n")[0].splitlines()[:2]
             return dict(zip(header.split(), row.split()))
 
-        table = wait_until(lambda: (t := cli.run("status", name, "--limit", "1")) and "figures as of" in t
-                           and study_line(t).get("running") == str(trials) and t, 30,
-                           message="the loop's summary with the trials running")
+        table = wait_until(
+            lambda: (
+                (t := cli.run("status", name, "--limit", "1"))
+                and "figures as of" in t
+                and study_line(t).get("running") == str(trials)
+                and t
+            ),
+            30,
+            message="the loop's summary with the trials running",
+        )
         assert float(study_line(table)["gpu_hours"]) > 0  # GPU-hours used so far
         progress = finish(submit, timeout=120)
     finally:
@@ -96,7 +118,8 @@ def test_status_shows_batch_trials_running_then_succeeded_with_results_and_gpu_h
     [study] = snap["studies"]
     assert study["states"]["succeeded"] == trials
     assert {t["params"]["seed"]: t["result"] for t in snap["trials"]} == {
-        seed: {"loss": seed / 10, "seed": seed} for seed in range(trials)}
+        seed: {"loss": seed / 10, "seed": seed} for seed in range(trials)
+    }
     # GPU time: each trial's pods ran `seconds` on one GPU each, plus the job controller's
     # moment to mark the Job complete; never more than the study's wall time
     gpu_seconds = study["gpu_hours"] * 3600
@@ -120,8 +143,11 @@ def test_drain_then_resume_a_batch_study(testbed, api, cli, studies):
         drained = json.loads(cli.run("drain", name, "--settle", "2", "--json"))
         [outcome] = drained
         assert len(outcome["suspended"]) == 2, outcome
-        wait_until(lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0], 30,
-                   message="the drained trials' pods gone")
+        wait_until(
+            lambda: not api.list(POD, label_selector=f"{labels.STUDY}={name}")[0],
+            30,
+            message="the drained trials' pods gone",
+        )
         assert not api.list(PODGROUP, label_selector=f"{labels.STUDY}={name}")[0]
         time.sleep(4)  # the loop holds: nothing new for several cycles
         assert not batch_jobs(api, name), [j["metadata"]["name"] for j in batch_jobs(api, name)]
@@ -157,12 +183,18 @@ def test_a_preempted_batch_trial_resumes_as_its_next_attempt_and_completes(testb
     submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
     high = unique("bprod")
     try:
-        wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus, 90,
-                   message=f"the study holding all {gpus} GPUs")
+        wait_until(
+            lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus,
+            90,
+            message=f"the study holding all {gpus} GPUs",
+        )
         started = time.monotonic()
         high_priority_gang(api, testbed.namespace, high)
-        wait_until(lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8, 90,
-                   message="the high-priority gang running on GPUs taken from the study")
+        wait_until(
+            lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8,
+            90,
+            message="the high-priority gang running on GPUs taken from the study",
+        )
         placed = time.monotonic() - started
         progress = finish(submit, timeout=240)
     finally:
@@ -185,8 +217,10 @@ def test_a_preempted_batch_trial_resumes_as_its_next_attempt_and_completes(testb
     [study] = snap["studies"]
     assert study["states"]["succeeded"] == trials and study["failed_attempts"] == 0
     assert study["preemptions"] >= len(resumed) and study["gpu_hours_lost"] > 0
-    print(f"\nbatch preemption: {len(resumed)} of {trials} trials resumed; the high-priority gang placed after "
-          f"{placed:.1f}s; {study['gpu_hours_lost'] * 3600:.0f} GPU-s lost")
+    print(
+        f"\nbatch preemption: {len(resumed)} of {trials} trials resumed; the high-priority gang placed after "
+        f"{placed:.1f}s; {study['gpu_hours_lost'] * 3600:.0f} GPU-s lost"
+    )
 
 
 def test_an_eviction_whose_events_are_gone_still_counts_as_preemption(testbed, api, cli, studies):
@@ -217,11 +251,17 @@ def test_an_eviction_whose_events_are_gone_still_counts_as_preemption(testbed, a
     eraser = threading.Thread(target=forget_evictions, daemon=True)
     eraser.start()
     try:
-        wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus, 90,
-                   message=f"the study holding all {gpus} GPUs")
+        wait_until(
+            lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus,
+            90,
+            message=f"the study holding all {gpus} GPUs",
+        )
         high_priority_gang(api, testbed.namespace, high)
-        wait_until(lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8, 90,
-                   message="the high-priority gang running")
+        wait_until(
+            lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8,
+            90,
+            message="the high-priority gang running",
+        )
         progress = finish(submit, timeout=240)
     finally:
         stop.set()

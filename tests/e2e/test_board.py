@@ -55,8 +55,18 @@ def test_every_panel_and_rule_evaluates_against_prometheus_while_a_study_runs(te
     port = free_port()
     target = testbed.prometheus_targets / f"{name}.json"
     target.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"]}]))
-    run = cli.start("submit", path, "-o", "json", "--poll-interval", "1", "--metrics-port", str(port),
-                    "--prometheus-url", testbed.prometheus_url)
+    run = cli.start(
+        "submit",
+        path,
+        "-o",
+        "json",
+        "--poll-interval",
+        "1",
+        "--metrics-port",
+        str(port),
+        "--prometheus-url",
+        testbed.prometheus_url,
+    )
     try:
         wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == 3, 60, message="three trials running")
         testbed.apf(True)  # a burst under the one-seat APF limit: 429s for the 429 panel
@@ -65,15 +75,19 @@ def test_every_panel_and_rule_evaluates_against_prometheus_while_a_study_runs(te
         finally:
             testbed.apf(False)
             _cleanup_configmaps(testbed, f"{name}-apf")
-        wait_until(lambda: query(testbed.prometheus_url, f'stratctl_target_in_flight{{study="{name}"}}')["data"]["result"],
-                   30, message="the submit loop's series scraped")
+        wait_until(
+            lambda: query(testbed.prometheus_url, f'stratctl_target_in_flight{{study="{name}"}}')["data"]["result"],
+            30,
+            message="the submit loop's series scraped",
+        )
 
         def empty_panels():
             empty = []
             for _, title, _, targets in board.PANELS:
                 for expr, legend in targets:
-                    answer = query(testbed.prometheus_url, expr.replace("$__rate_interval", "1m")
-                                   .replace("$study", name))
+                    answer = query(
+                        testbed.prometheus_url, expr.replace("$__rate_interval", "1m").replace("$study", name)
+                    )
                     assert answer["status"] == "success", (title, expr, answer)
                     if not answer["data"]["result"] and legend not in MAY_BE_EMPTY:
                         empty.append(f"{title}: {expr}")

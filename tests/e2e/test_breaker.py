@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.prometheus import ETCD_P99, Prometheus
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
+from stratctl.backends.kubernetes.prometheus import ETCD_P99, Prometheus
 from stratctl.backends.kubernetes.record import parse_record, record_name, suspended_of
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from tests.e2e.support import env_of, fake_study, finish, running_pods, unique, wait_until
@@ -46,6 +46,8 @@ from tests.e2e.support import env_of, fake_study, finish, running_pods, unique, 
 pytestmark = pytest.mark.e2e
 
 FAULT = Path(__file__).resolve().parents[2] / "testbed" / "fault.sh"
+
+
 class PrometheusStandIn:
     """Answers Prometheus instant queries (/api/v1/query): `etcd()` seconds for the etcd
     latency query (no sample when None), no sample for any other (Volcano's)."""
@@ -89,9 +91,9 @@ def fault(*args: str, timeout: float = 120) -> None:
 
 
 def study_yaml(name, namespace, trials, duration, parallelism, on_breaker, critical=False):
-    return fake_study(name, namespace, trials, duration, parallelism=parallelism,
-                      fields={"critical": str(critical).lower()}).replace(
-        f"max: {parallelism}}}}}", f"max: {parallelism}}}, on_breaker: {on_breaker}}}")
+    return fake_study(
+        name, namespace, trials, duration, parallelism=parallelism, fields={"critical": str(critical).lower()}
+    ).replace(f"max: {parallelism}}}}}", f"max: {parallelism}}}, on_breaker: {on_breaker}}}")
 
 
 def jobs_of(api, study):
@@ -113,12 +115,19 @@ def one_trip(testbed, api, cli, studies, prometheus_url, trip, heal, sweep_durat
         prod: studies(prod, study_yaml(prod, testbed.namespace, 2, others_duration, 2, "drain", critical=True)),
         steady: studies(steady, study_yaml(steady, testbed.namespace, 2, others_duration, 2, "hold")),
     }
-    runs = {name: cli.start("submit", path, "-o", "json", "--poll-interval", "1",
-                            "--prometheus-url", prometheus_url) for name, path in paths.items()}
+    runs = {
+        name: cli.start("submit", path, "-o", "json", "--poll-interval", "1", "--prometheus-url", prometheus_url)
+        for name, path in paths.items()
+    }
     try:
-        wait_until(lambda: all(len(running_pods(api, f"{labels.STUDY}={n}")) == want
-                               for n, want in ((sweep, 3), (prod, 2), (steady, 2))), 90,
-                   message="every study's first trials running")
+        wait_until(
+            lambda: all(
+                len(running_pods(api, f"{labels.STUDY}={n}")) == want
+                for n, want in ((sweep, 3), (prod, 2), (steady, 2))
+            ),
+            90,
+            message="every study's first trials running",
+        )
         before = {n: uids(api, n) for n in (prod, steady)}
         first = {j["metadata"]["labels"][labels.TRIAL] for j in jobs_of(api, sweep)}
 
@@ -146,9 +155,11 @@ def one_trip(testbed, api, cli, studies, prometheus_url, trip, heal, sweep_durat
 
         healed = time.monotonic()
         heal()
-        back = wait_until(lambda: [j for j in jobs_of(api, sweep)
-                                   if j["metadata"]["labels"][labels.ATTEMPT] == "1"], 150,
-                          message="the sweep's suspended trials back as attempt 1")
+        back = wait_until(
+            lambda: [j for j in jobs_of(api, sweep) if j["metadata"]["labels"][labels.ATTEMPT] == "1"],
+            150,
+            message="the sweep's suspended trials back as attempt 1",
+        )
         came_back = time.monotonic()
         assert parse_record(api.get(CONFIGMAP, record_name(sweep))).breaker == ""
         progress = {name: finish(run, timeout=240) for name, run in runs.items()}
@@ -167,8 +178,9 @@ def one_trip(testbed, api, cli, studies, prometheus_url, trip, heal, sweep_durat
     latest = latest_attempts(jobs)
     assert len(latest) == 6 and all(classify(j) is TrialState.SUCCEEDED for j in latest.values())
     assert len(jobs) == 6
-    assert {j["metadata"]["labels"][labels.TRIAL] for j in jobs if j["metadata"]["labels"][labels.ATTEMPT] == "0"} \
-        == set(latest) - first
+    assert {
+        j["metadata"]["labels"][labels.TRIAL] for j in jobs if j["metadata"]["labels"][labels.ATTEMPT] == "0"
+    } == set(latest) - first
     for name in (prod, steady):
         assert progress[name]["succeeded"] == 2 and progress[name]["failed"] == 0
         assert {j["metadata"]["labels"][labels.ATTEMPT] for j in jobs_of(api, name)} == {"0"}
@@ -183,17 +195,27 @@ def test_the_etcd_breaker_drains_a_noncritical_study_on_a_real_etcd_pause(testbe
     calm = wait_until(lambda: prometheus.query(ETCD_P99), 60, message="a first reading of etcd's p99 latency")
     began = time.time()
     try:
-        took, _, total = one_trip(testbed, api, cli, studies, testbed.prometheus_url,
-                                  trip=lambda: fault("etcd-pause", "6"), heal=lambda: None,
-                                  sweep_duration="60s", others_duration="120s")
+        took, _, total = one_trip(
+            testbed,
+            api,
+            cli,
+            studies,
+            testbed.prometheus_url,
+            trip=lambda: fault("etcd-pause", "6"),
+            heal=lambda: None,
+            sweep_duration="60s",
+            others_duration="120s",
+        )
     finally:
         fault("restore")  # etcd continued, whatever failed
     # what stratctl read, over the test: the same query as a range
     readings = [v for v in query_range(testbed.prometheus_url, ETCD_P99, began, time.time()) if v is not None]
     high = [v for v in readings if v > 0.25]
-    sys.stderr.write(f"etcd p99 (API server's view) before: {calm * 1000:.0f}ms; above 250ms in {len(high)} of "
-                     f"{len(readings)} readings, peak {max(high):.1f}s; jobs gone {took:.0f}s after the pause "
-                     f"began; back {total:.0f}s after\n")
+    sys.stderr.write(
+        f"etcd p99 (API server's view) before: {calm * 1000:.0f}ms; above 250ms in {len(high)} of "
+        f"{len(readings)} readings, peak {max(high):.1f}s; jobs gone {took:.0f}s after the pause "
+        f"began; back {total:.0f}s after\n"
+    )
     assert calm < 0.25 and max(high) > 3  # the pause, as the API server saw it
 
 
@@ -208,9 +230,17 @@ def query_range(url: str, expr: str, start: float, end: float, step: float = 2.0
 def test_the_etcd_breaker_drains_a_noncritical_study_on_a_scripted_reading(testbed, api, cli, studies):
     reading = {"etcd": 0.05}
     with PrometheusStandIn(lambda: reading["etcd"]) as prometheus:
-        took, back, total = one_trip(testbed, api, cli, studies, prometheus.url,
-                                     trip=lambda: reading.update(etcd=0.6), heal=lambda: reading.update(etcd=0.05),
-                                     sweep_duration="40s", others_duration="80s")
+        took, back, total = one_trip(
+            testbed,
+            api,
+            cli,
+            studies,
+            prometheus.url,
+            trip=lambda: reading.update(etcd=0.6),
+            heal=lambda: reading.update(etcd=0.05),
+            sweep_duration="40s",
+            others_duration="80s",
+        )
     assert prometheus.queries > 0
     # persist 10 s before it trips (readings every 5 s); 30 s below 200 ms and 60 s drained before it clears
     assert took >= 10 and back >= 25 and total >= 60, (took, back, total)

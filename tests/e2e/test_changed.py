@@ -37,7 +37,8 @@ def container(job: dict) -> dict:
 
 
 def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_the_new_spec(
-        testbed, api, cli, studies):
+    testbed, api, cli, studies
+):
     name = unique("edited")
     path = Path(studies(name, study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s")))
     first = cli.call("submit", str(path), "-o", "json")
@@ -46,12 +47,15 @@ def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_
     record = api.get(CONFIGMAP, record_name(name), testbed.namespace)["data"]
     assert len(before) == 3 and json.loads(record["spec"])["trial"]["image"] == "busybox"
 
-    path.write_text(study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s", image="busybox:1.36",
-                               flag="--random-seed"))
+    path.write_text(
+        study_yaml(name, testbed.namespace, trials=3, cap=3, duration="2s", image="busybox:1.36", flag="--random-seed")
+    )
     refused = cli.call("submit", str(path))
     assert refused.returncode == 4, refused.stderr[-2000:]
-    assert (f"study {name} changed since it was submitted (trial.command.1, trial.image): 3 of 3 trial(s) in the "
-            "cluster would run with a different spec") in refused.stderr
+    assert (
+        f"study {name} changed since it was submitted (trial.command.1, trial.image): 3 of 3 trial(s) in the "
+        "cluster would run with a different spec"
+    ) in refused.stderr
     assert "--rerun-changed" in refused.stderr and "Traceback" not in refused.stderr
     assert {n: j["metadata"]["uid"] for n, j in jobs_of(api, name).items()} == before  # nothing created
     assert api.get(CONFIGMAP, record_name(name), testbed.namespace)["data"]["spec-hash"] == record["spec-hash"]
@@ -66,14 +70,12 @@ def test_an_edited_study_is_refused_until_rerun_changed_then_changed_trials_run_
         new = jobs[f"{trial}-a1"]
         assert container(new)["image"] == "busybox:1.36" and container(new)["command"][1].startswith("--random-seed=")
         assert new["status"]["state"]["phase"] == "Completed"
-        assert new["metadata"]["annotations"][labels.REQUEUED_BECAUSE] == \
-            "study changed (trial.command.1, trial.image)"
+        assert new["metadata"]["annotations"][labels.REQUEUED_BECAUSE] == "study changed (trial.command.1, trial.image)"
     again = cli.call("submit", str(path), "--rerun-changed")  # the same command again: nothing more
     assert again.returncode == 0 and sorted(jobs_of(api, name)) == sorted(jobs)
 
 
-def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplicates(
-        testbed, api, cli, studies):
+def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplicates(testbed, api, cli, studies):
     name = unique("timeout")
     path = Path(studies(name, study_yaml(name, testbed.namespace, trials=4, cap=2, duration="6s")))
     started = time.monotonic()
@@ -102,7 +104,8 @@ def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplic
 
 
 def test_rerun_changed_replaces_running_attempts_and_a_rerun_after_it_never_runs_a_trial_twice(
-        testbed, api, cli, studies):
+    testbed, api, cli, studies
+):
     name = unique("running")
     path = Path(studies(name, study_yaml(name, testbed.namespace, trials=3, cap=3, duration="8s")))
     detached = cli.call("submit", str(path), "--detach")

@@ -93,23 +93,48 @@ def canary(api, namespace: str, timeout: float = 150) -> None:
     they may take a minute or two (seen: 105 s). Fails as the testbed's fault, not the
     product's."""
     name = unique("canary")
-    api.create({
-        "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"schedulerName": "volcano", "queue": "default", "minAvailable": 1, "maxRetry": 1,
-                 "tasks": [{"name": "probe", "replicas": 1, "minAvailable": 1, "template": {
-                     "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "1s"}},
-                     "spec": {"schedulerName": "volcano", "restartPolicy": "Never",
-                              "containers": [{"name": "probe", "image": "stratctl.invalid/probe:0",
-                                              "resources": {"requests": {GPU: "1", "cpu": "100m"},
-                                                            "limits": {GPU: "1"}}}]}}}]},
-    })
+    api.create(
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "schedulerName": "volcano",
+                "queue": "default",
+                "minAvailable": 1,
+                "maxRetry": 1,
+                "tasks": [
+                    {
+                        "name": "probe",
+                        "replicas": 1,
+                        "minAvailable": 1,
+                        "template": {
+                            "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "1s"}},
+                            "spec": {
+                                "schedulerName": "volcano",
+                                "restartPolicy": "Never",
+                                "containers": [
+                                    {
+                                        "name": "probe",
+                                        "image": "stratctl.invalid/probe:0",
+                                        "resources": {"requests": {GPU: "1", "cpu": "100m"}, "limits": {GPU: "1"}},
+                                    }
+                                ],
+                            },
+                        },
+                    }
+                ],
+            },
+        }
+    )
     try:
         deadline = time.monotonic() + timeout
         while volcano_phase(api.get(VOLCANO_JOB, name)) != "Completed":
             if time.monotonic() > deadline:
-                pytest.fail(f"the testbed does not work: canary job {name} not Completed after {timeout} s: "
-                            f"{describe(api, namespace, name)}")
+                pytest.fail(
+                    f"the testbed does not work: canary job {name} not Completed after {timeout} s: "
+                    f"{describe(api, namespace, name)}"
+                )
             time.sleep(0.5)
     finally:
         api.delete(VOLCANO_JOB, name)
@@ -119,21 +144,37 @@ def describe(api, namespace: str, job: str) -> dict:
     """A Volcano job as the scheduler sees it, and what holds the cluster's GPUs."""
     out: dict = {"job": volcano_phase(api.get(VOLCANO_JOB, job))}
     try:
-        group = next(g for g in api.list(PODGROUP, namespace)[0]
-                     if g["metadata"]["name"].startswith(f"{job}-") or g["metadata"]["name"] == job)
-        out["podgroup"] = {"phase": group.get("status", {}).get("phase"),
-                           "conditions": [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
-                                          for c in group.get("status", {}).get("conditions") or []]}
+        group = next(
+            g
+            for g in api.list(PODGROUP, namespace)[0]
+            if g["metadata"]["name"].startswith(f"{job}-") or g["metadata"]["name"] == job
+        )
+        out["podgroup"] = {
+            "phase": group.get("status", {}).get("phase"),
+            "conditions": [
+                (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                for c in group.get("status", {}).get("conditions") or []
+            ],
+        }
     except StopIteration:
         out["podgroup"] = None
     pods = api.list(POD, all_namespaces=True)[0]
-    out["pods"] = [(p["metadata"]["name"], p["status"].get("phase")) for p in pods
-                   if p["metadata"]["name"].startswith(f"{job}-")]
-    busy = [p for p in pods if p["status"].get("phase") in ("Pending", "Running")
-            and p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+    out["pods"] = [
+        (p["metadata"]["name"], p["status"].get("phase")) for p in pods if p["metadata"]["name"].startswith(f"{job}-")
+    ]
+    busy = [
+        p
+        for p in pods
+        if p["status"].get("phase") in ("Pending", "Running")
+        and p["spec"].get("nodeName")
+        and not p["metadata"].get("deletionTimestamp")
+    ]
     out["gpus_requested_by_placed_pods"] = sum(
-        int(c.get("resources", {}).get("requests", {}).get(GPU, 0)) for p in busy for c in p["spec"]["containers"])
-    out["unplaced_pods"] = sum(1 for p in pods if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName"))
+        int(c.get("resources", {}).get("requests", {}).get(GPU, 0)) for p in busy for c in p["spec"]["containers"]
+    )
+    out["unplaced_pods"] = sum(
+        1 for p in pods if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName")
+    )
     return out
 
 
@@ -152,7 +193,9 @@ def restored(testbed, api):
 @pytest.fixture
 def studies(studies):
     yield studies
-    fault("restore")  # a test that failed mid-fault: the cleanup (the shared fixture's, after this) needs the API server
+    fault(
+        "restore"
+    )  # a test that failed mid-fault: the cleanup (the shared fixture's, after this) needs the API server
 
 
 def jobs_of(api, study: str) -> list[dict]:
@@ -172,8 +215,10 @@ def finish(proc: subprocess.Popen, api, study: str, timeout: float = SUBMIT_TIME
         proc.kill()
         out, err = proc.communicate()
         stuck = {n: p for n, p in phases(api, study).items() if p != "Completed"}
-        pytest.fail(f"submit still running after {timeout} s; jobs not Completed: {stuck}\n"
-                    f"stderr (last 4000 chars):\n{err[-4000:]}")
+        pytest.fail(
+            f"submit still running after {timeout} s; jobs not Completed: {stuck}\n"
+            f"stderr (last 4000 chars):\n{err[-4000:]}"
+        )
     sys.stderr.write(f"--- stderr of submit (exit {proc.returncode}) ---\n{err}--- end ---\n")
     assert "Traceback" not in err, f"submit crashed (exit {proc.returncode}):\n{err[-6000:]}"
     try:
@@ -200,15 +245,20 @@ def assert_study_whole(api, cli: Cli, path: str, name: str, progress: dict | Non
     assert not twice, f"jobs created twice for the same (trial, attempt): {twice}"
     by_trial = latest_attempts(jobs)
     assert sorted(by_trial) == expected, (
-        f"missing trials: {sorted(set(expected) - set(by_trial))}, unknown: {sorted(set(by_trial) - set(expected))}")
+        f"missing trials: {sorted(set(expected) - set(by_trial))}, unknown: {sorted(set(by_trial) - set(expected))}"
+    )
     not_done = {j["metadata"]["name"]: volcano_phase(j) for j in by_trial.values() if volcano_phase(j) != "Completed"}
     assert not not_done, f"latest attempts not Completed: {not_done}"
     # Nothing was preempted and nothing failed: a second attempt is either a spurious requeue,
     # or the replacement of a job the Volcano job controller lost across the restart (its
     # PodGroup never got pods), which says so on the new attempt.
-    again = sorted(j["metadata"]["name"] for j in jobs if j["metadata"]["labels"][labels.ATTEMPT] != "0"
-                   and "lost by the job controller" not in
-                   (j["metadata"].get("annotations") or {}).get(labels.REQUEUED_BECAUSE, ""))
+    again = sorted(
+        j["metadata"]["name"]
+        for j in jobs
+        if j["metadata"]["labels"][labels.ATTEMPT] != "0"
+        and "lost by the job controller"
+        not in (j["metadata"].get("annotations") or {}).get(labels.REQUEUED_BECAUSE, "")
+    )
     assert not again, f"attempts beyond the first although no trial failed, was preempted or lost: {again}"
     done = cli.call("status", name, "-o", "json")
     assert done.returncode == 0, f"status exited {done.returncode}:\n{done.stderr}"
@@ -236,8 +286,10 @@ def wait_mid_run(api, name: str, submit: subprocess.Popen, timeout: float = 90) 
     if submit.poll() is None:
         submit.kill()
     _, err = submit.communicate()
-    pytest.fail(f"the study never got mid-run in {timeout} s (submit exit {submit.returncode}); jobs: "
-                f"{Counter(phases(api, name).values())}\nsubmit's stderr:\n{err[-4000:]}")
+    pytest.fail(
+        f"the study never got mid-run in {timeout} s (submit exit {submit.returncode}); jobs: "
+        f"{Counter(phases(api, name).values())}\nsubmit's stderr:\n{err[-4000:]}"
+    )
 
 
 # ------------------------------------------------------------------ scenarios
@@ -304,13 +356,16 @@ def test_submit_killed_at_random_moments_then_rerun_completes_the_study_once(tes
         for moment in moments:
             proc = submit_json(cli, path)
             time.sleep(moment)
-            assert proc.poll() is None, f"submit ended before its kill at {moment} s (seed {seed}):\n{proc.communicate()[1]}"
+            assert proc.poll() is None, (
+                f"submit ended before its kill at {moment} s (seed {seed}):\n{proc.communicate()[1]}"
+            )
             proc.kill()
             _, err = proc.communicate(timeout=10)
             assert "Traceback" not in err, f"submit crashed before its kill at {moment} s (seed {seed}):\n{err}"
             jobs = jobs_of(api, name)
-            pairs = Counter((j["metadata"]["labels"][labels.TRIAL], j["metadata"]["labels"][labels.ATTEMPT])
-                            for j in jobs)
+            pairs = Counter(
+                (j["metadata"]["labels"][labels.TRIAL], j["metadata"]["labels"][labels.ATTEMPT]) for j in jobs
+            )
             assert all(n == 1 for n in pairs.values()), f"duplicates after the kill at {moment} s: {pairs}"
             seen.append((moment, len(jobs)))
         proc = submit_json(cli, path)

@@ -23,8 +23,22 @@ ZONE = "topology.kubernetes.io/zone"
 
 def kubectl(testbed, *args: str, stdin: str | None = None) -> str:
     assert testbed.kubectl, "the testbed has no kubectl"
-    done = subprocess.run([testbed.kubectl, "--kubeconfig", testbed.kubeconfig, "--context", testbed.admin_context,
-                           "-n", testbed.namespace, *args], input=stdin, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            testbed.kubectl,
+            "--kubeconfig",
+            testbed.kubeconfig,
+            "--context",
+            testbed.admin_context,
+            "-n",
+            testbed.namespace,
+            *args,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -37,17 +51,37 @@ def objects(testbed):
 
     def make(name: str) -> None:
         manifests = [
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{name}-pv"},
-             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                      "hostPath": {"path": f"/tmp/{name}"}, "persistentVolumeReclaimPolicy": "Retain",
-                      "claimRef": {"namespace": testbed.namespace, "name": f"{name}-ckpt"}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
-                "name": f"{name}-ckpt", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-             "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": f"{name}-pv",
-                      "resources": {"requests": {"storage": "1Gi"}}}},
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{name}-pv"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "hostPath": {"path": f"/tmp/{name}"},
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "claimRef": {"namespace": testbed.namespace, "name": f"{name}-ckpt"},
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": f"{name}-ckpt", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "volumeName": f"{name}-pv",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cfg"}, "data": {"EPOCHS": "3"}},
-            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-creds"},
-             "stringData": {"TOKEN": "t0ken"}},
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": f"{name}-creds"},
+                "stringData": {"TOKEN": "t0ken"},
+            },
         ]
         made.append(name)
         kubectl(testbed, "apply", "-f", "-", stdin="\n---\n".join(json.dumps(m) for m in manifests))
@@ -57,27 +91,51 @@ def objects(testbed):
         # a pod that uses the claim.
         bound = json.dumps({"status": {"phase": "Bound"}})
         kubectl(testbed, "patch", "pv", f"{name}-pv", "--subresource=status", "--type=merge", "-p", bound)
-        kubectl(testbed, "patch", "pvc", f"{name}-ckpt", "--subresource=status", "--type=merge", "-p", json.dumps(
-            {"status": {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "1Gi"}}}))
-        wait_until(lambda: kubectl(testbed, "get", "pvc", f"{name}-ckpt", "-o", "jsonpath={.status.phase}") == "Bound",
-                   60, message="the claim bound to its volume")
+        kubectl(
+            testbed,
+            "patch",
+            "pvc",
+            f"{name}-ckpt",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(
+                {"status": {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "1Gi"}}}
+            ),
+        )
+        wait_until(
+            lambda: kubectl(testbed, "get", "pvc", f"{name}-ckpt", "-o", "jsonpath={.status.phase}") == "Bound",
+            60,
+            message="the claim bound to its volume",
+        )
 
     yield make
     unprotect = json.dumps({"metadata": {"finalizers": None}})  # no controller here to remove them
     for name in made:
         kubectl(testbed, "patch", "pvc", f"{name}-ckpt", "--type=merge", "-p", unprotect)
         kubectl(testbed, "patch", "pv", f"{name}-pv", "--type=merge", "-p", unprotect)
-        kubectl(testbed, "delete", "--ignore-not-found", "--wait=false", f"pvc/{name}-ckpt", f"configmap/{name}-cfg",
-                f"secret/{name}-creds", f"pv/{name}-pv")
+        kubectl(
+            testbed,
+            "delete",
+            "--ignore-not-found",
+            "--wait=false",
+            f"pvc/{name}-ckpt",
+            f"configmap/{name}-cfg",
+            f"secret/{name}-creds",
+            f"pv/{name}-pv",
+        )
 
 
 @pytest.mark.parametrize("workload", ["volcano", "batch"])
 def test_pods_carry_volumes_env_from_pull_secrets_security_context_and_land_in_the_required_zone(
-        testbed, api, cli, studies, objects, workload):
+    testbed, api, cli, studies, objects, workload
+):
     name = unique("pod")
     objects(name)
     trials, replicas = 3, 2
-    path = studies(name, textwrap.dedent(f"""\
+    path = studies(
+        name,
+        textwrap.dedent(f"""\
         name: {name}
         namespace: {testbed.namespace}
         priority_class: stratctl-low
@@ -109,7 +167,8 @@ def test_pods_carry_volumes_env_from_pull_secrets_security_context_and_land_in_t
               volume_mounts: [{{name: creds, mount_path: /var/run/creds, read_only: true}}]
         checkpoint: {{location: "/ckpt/{{{{ study }}}}/{{{{ trial }}}}"}}
         throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: {trials}, max: {trials}}}}}
-        """))
+        """),
+    )
     zone_a = {n["metadata"]["name"] for n in api.list(NODE)[0] if n["metadata"]["labels"].get(ZONE) == "zone-a"}
     assert zone_a, "the testbed has no zone-a nodes"
     submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
@@ -133,10 +192,13 @@ def test_pods_carry_volumes_env_from_pull_secrets_security_context_and_land_in_t
         assert spec["imagePullSecrets"] == [{"name": "regcred"}]
         assert spec["securityContext"] == {"runAsUser": 1000, "fsGroup": 1000}
         assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["zone-a"]}]}]}
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["zone-a"]}]}]
+        }
         [container] = spec["containers"]
-        assert container["envFrom"] == [{"secretRef": {"name": f"{name}-creds"}},
-                                        {"configMapRef": {"name": f"{name}-cfg"}}]
+        assert container["envFrom"] == [
+            {"secretRef": {"name": f"{name}-creds"}},
+            {"configMapRef": {"name": f"{name}-cfg"}},
+        ]
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
         assert mounts["/ckpt"]["name"] == "ckpt" and mounts["/dev/shm"]["name"] == "shm"
         assert mounts["/var/run/creds"] == {"name": "creds", "mountPath": "/var/run/creds", "readOnly": True}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import urllib.parse
 import urllib.request
 
@@ -57,18 +56,36 @@ def test_every_query_stratctl_sends_returns_data_and_submit_is_scraped(testbed, 
     port = free_port()
     target = testbed.prometheus_targets / f"{name}.json"
     target.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": {"test": name}}]))
-    run = cli.start("submit", path, "-o", "json", "--poll-interval", "1", "--metrics-port", str(port),
-                    "--prometheus-url", prometheus_url)
+    run = cli.start(
+        "submit",
+        path,
+        "-o",
+        "json",
+        "--poll-interval",
+        "1",
+        "--metrics-port",
+        str(port),
+        "--prometheus-url",
+        prometheus_url,
+    )
     try:
-        wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == 2, 60,
-                   message="the study's first two trials running")
+        wait_until(
+            lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == 2,
+            60,
+            message="the study's first two trials running",
+        )
         # stratctl's own series, scraped through file-based discovery
-        up = wait_until(lambda: instant(prometheus_url, f'up{{job="stratctl",test="{name}"}} == 1'), 30,
-                        message="Prometheus scraping the submit's --metrics-port")
+        up = wait_until(
+            lambda: instant(prometheus_url, f'up{{job="stratctl",test="{name}"}} == 1'),
+            30,
+            message="Prometheus scraping the submit's --metrics-port",
+        )
         assert up[0]["metric"]["instance"] == f"127.0.0.1:{port}"
         target_series = wait_until(
-            lambda: instant(prometheus_url, f'stratctl_target_in_flight{{study="{name}"}}'), 30,
-            message="stratctl_target_in_flight of the study in Prometheus")
+            lambda: instant(prometheus_url, f'stratctl_target_in_flight{{study="{name}"}}'),
+            30,
+            message="stratctl_target_in_flight of the study in Prometheus",
+        )
         assert float(target_series[0]["value"][1]) == 2
         # every query stratctl sends answers a number while the study runs
         prometheus = Prometheus(prometheus_url, timeout=5)

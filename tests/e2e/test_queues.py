@@ -23,8 +23,9 @@ def test_trials_fill_the_capped_queue_then_go_to_the_next(testbed, api, cli, stu
     assert capped["spec"]["capability"]["nvidia.com/gpu"] == "16"
     api.get(QUEUE, "overflow")  # testbed/queues.yaml (testbed/up.sh applies it)
     name = unique("qfall")
-    path = studies(name, fake_study(name, testbed.namespace, TRIALS, "20s", replicas=GANG,
-                                    fields={"queue": "[capped, overflow]"}))
+    path = studies(
+        name, fake_study(name, testbed.namespace, TRIALS, "20s", replicas=GANG, fields={"queue": "[capped, overflow]"})
+    )
     done = cli.call("submit", path, timeout=240)
     assert done.returncode == 0, done.stderr
     jobs, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")
@@ -71,8 +72,10 @@ def test_move_waiting_takes_gangs_that_have_not_started_out_of_the_full_queue(te
     assert done.returncode == 0, done.stderr
     for trial in waiting:
         # the first to move sees the other still waiting in capped: "(16/16 GPUs, 2 more waiting)"
-        assert f"trial {trial} moved: queue capped → overflow, it had not started and capped full (16/16 GPUs" \
-            in done.stderr, done.stderr
+        assert (
+            f"trial {trial} moved: queue capped → overflow, it had not started and capped full (16/16 GPUs"
+            in done.stderr
+        ), done.stderr
     jobs, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")
     where = {j["metadata"]["labels"][labels.TRIAL]: j["spec"]["queue"] for j in jobs}
     assert len(jobs) == 10 and {t for t, q in where.items() if q == "overflow"} == waiting

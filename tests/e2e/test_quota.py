@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.run.options import SubmitOptions
-from stratctl.backends.launch import Connection, submit_study
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB
 from stratctl.backends.kubernetes.gpus import free_gpus
 from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.backends.launch import Connection, submit_study
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from stratctl.run.options import SubmitOptions
 from tests.e2e.support import busybox_study
 
 pytestmark = pytest.mark.e2e
@@ -30,8 +30,9 @@ TRIALS, SECONDS, FLOOD_AT, FLOOD_FOR = 48, 15, 2.0, 20.0
 
 
 def study_yaml(name: str, namespace: str) -> str:
-    return busybox_study(name, namespace, TRIALS, f"{SECONDS}s", replicas=2,
-                         throttle="{parallelism: {min: 1, initial: 4, max: 32}}")
+    return busybox_study(
+        name, namespace, TRIALS, f"{SECONDS}s", replicas=2, throttle="{parallelism: {min: 1, initial: 4, max: 32}}"
+    )
 
 
 def test_a_flood_by_the_same_user_neither_duplicates_nor_starves_the_trials(testbed, api, tmp_path):
@@ -48,31 +49,53 @@ def test_a_flood_by_the_same_user_neither_duplicates_nor_starves_the_trials(test
     def sample(started: float) -> None:
         while not done.wait(0.5):
             jobs, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")
-            timeline.append((time.monotonic() - started,
-                             sum(1 for j in jobs if classify(j) in (TrialState.PENDING, TrialState.RUNNING))))
+            timeline.append(
+                (
+                    time.monotonic() - started,
+                    sum(1 for j in jobs if classify(j) in (TrialState.PENDING, TrialState.RUNNING)),
+                )
+            )
 
     outcome: dict = {}
 
     def submit() -> None:
         try:
             outcome["progress"] = submit_study(
-                path, Connection(testbed.kubeconfig, testbed.restricted_context, testbed.namespace),
-                SubmitOptions(poll_interval=1.0))
+                path,
+                Connection(testbed.kubeconfig, testbed.restricted_context, testbed.namespace),
+                SubmitOptions(poll_interval=1.0),
+            )
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             outcome["error"] = exc
 
     testbed.apf(True)
     try:
         started = time.monotonic()
-        threads = [threading.Thread(target=submit, daemon=True),
-                   threading.Thread(target=sample, args=(started,), daemon=True)]
+        threads = [
+            threading.Thread(target=submit, daemon=True),
+            threading.Thread(target=sample, args=(started,), daemon=True),
+        ]
         for t in threads:
             t.start()
         time.sleep(FLOOD_AT)
         flood = subprocess.run(
-            [sys.executable, str(REPO / "bench" / "quota_bench.py"), "--flood", str(FLOOD_FOR), "--kubeconfig",
-             testbed.kubeconfig, "--context", testbed.restricted_context, "--namespace", testbed.namespace],
-            capture_output=True, text=True, cwd=REPO, check=True)
+            [
+                sys.executable,
+                str(REPO / "bench" / "quota_bench.py"),
+                "--flood",
+                str(FLOOD_FOR),
+                "--kubeconfig",
+                testbed.kubeconfig,
+                "--context",
+                testbed.restricted_context,
+                "--namespace",
+                testbed.namespace,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        )
         flood_end = time.monotonic() - started
         threads[0].join(300)
         jobs, _ = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")

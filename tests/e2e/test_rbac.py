@@ -44,10 +44,15 @@ def requests_since(log: Path, offset: int, user: str) -> list[dict]:
 
 
 def forbidden(events: list[dict]) -> list[str]:
-    return sorted({f"{e['verb']} {e.get('objectRef', {}).get('resource', '')}"
-                   f"{'/' + e['objectRef']['subresource'] if e.get('objectRef', {}).get('subresource') else ''} "
-                   f"{e.get('requestURI', '')}"
-                   for e in events if (e.get("responseStatus") or {}).get("code") == 403})
+    return sorted(
+        {
+            f"{e['verb']} {e.get('objectRef', {}).get('resource', '')}"
+            f"{'/' + e['objectRef']['subresource'] if e.get('objectRef', {}).get('subresource') else ''} "
+            f"{e.get('requestURI', '')}"
+            for e in events
+            if (e.get("responseStatus") or {}).get("code") == 403
+        }
+    )
 
 
 def test_every_documented_command_works_for_the_user_bound_to_stratctl_rbac(testbed, api, studies, tmp_path):
@@ -55,8 +60,9 @@ def test_every_documented_command_works_for_the_user_bound_to_stratctl_rbac(test
     start = log.stat().st_size
     cli = Cli(testbed, context=testbed.restricted_context)
     name = unique("rbac")
-    path = studies(name, fake_study(name, testbed.namespace, 4, "20s", parallelism=2,
-                                    extra="queue: [default, overflow]\n"))
+    path = studies(
+        name, fake_study(name, testbed.namespace, 4, "20s", parallelism=2, extra="queue: [default, overflow]\n")
+    )
     stratctl = [sys.executable, "-m", "stratctl"]
     for offline in (["validate", str(path)], ["plan", str(path)], ["render", str(path), "-o", str(tmp_path / "out")]):
         assert subprocess.run(stratctl + offline, capture_output=True).returncode == 0, offline
@@ -64,8 +70,14 @@ def test_every_documented_command_works_for_the_user_bound_to_stratctl_rbac(test
     run = cli.start("submit", str(path), "-o", "json", "--poll-interval", "1")
     try:
         wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == 2, 90, message="two trials running")
-        for args in (("status",), ("status", name), ("status", name, "-o", "json"), ("status", name, "-o", "wide"),
-                     ("logs", name), ("logs", name, "--best", "--sort", "loss")):
+        for args in (
+            ("status",),
+            ("status", name),
+            ("status", name, "-o", "json"),
+            ("status", name, "-o", "wide"),
+            ("logs", name),
+            ("logs", name, "--best", "--sort", "loss"),
+        ):
             done = cli.call(*args)
             assert done.returncode in (0, 1), (args, done.stderr)  # logs --best: 1 while no trial has a result
         watch = cli.start("status", name, "--watch")
@@ -86,8 +98,19 @@ def test_every_documented_command_works_for_the_user_bound_to_stratctl_rbac(test
     assert forbidden(events) == [], "requests the RBAC of `stratctl rbac` forbids"
     # the control: a request outside the role is forbidden, and the audit log says so
     before = log.stat().st_size
-    control = subprocess.run([testbed.kubectl, "--kubeconfig", testbed.kubeconfig, "--context",
-                              testbed.restricted_context, "get", "secrets"], capture_output=True, text=True)
+    control = subprocess.run(
+        [
+            testbed.kubectl,
+            "--kubeconfig",
+            testbed.kubeconfig,
+            "--context",
+            testbed.restricted_context,
+            "get",
+            "secrets",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert control.returncode != 0 and "forbidden" in control.stderr
     wait_until(lambda: forbidden(requests_since(log, before, "trial-runner")), 10, message="the control's 403 logged")
 
@@ -103,11 +126,14 @@ def test_a_user_without_cluster_wide_reads_still_submits(testbed, api, studies):
     assert run.returncode == 0, err
     warnings = [line for line in err.splitlines() if "not permitted" in line]
     assert len(warnings) == 1, err
-    assert warnings[0].endswith("not permitted to list, watch nodes, pods across the cluster: no GPU signal and no "
-                                "yielding to higher-priority gangs, the target follows pending gangs and the API's "
-                                "answers only (an admin grants the reads with `stratctl rbac --cluster-wide-reads`)")
+    assert warnings[0].endswith(
+        "not permitted to list, watch nodes, pods across the cluster: no GPU signal and no "
+        "yielding to higher-priority gangs, the target follows pending gangs and the API's "
+        "answers only (an admin grants the reads with `stratctl rbac --cluster-wide-reads`)"
+    )
     assert "3 succeeded, 0 failed" in err + out
     # what it was refused is exactly what the role leaves out: reads of nodes (preflight's GPU fit check)
     refused = forbidden(requests_since(log, start, "no-node-reader"))
-    assert refused and all(r.startswith(("list nodes", "get nodes", "watch nodes", "list pods /api/v1/pods"))
-                           for r in refused), refused
+    assert refused and all(
+        r.startswith(("list nodes", "get nodes", "watch nodes", "list pods /api/v1/pods")) for r in refused
+    ), refused

@@ -40,16 +40,26 @@ def test_preempted_trials_resume_from_checkpoints_and_all_complete(testbed, api,
     trials = gpus // 8
     # 8-pod trials whose last 4 pods are elastic (what lets Volcano preempt for a queued gang);
     # maxRetry 1: the first eviction ends the attempt, so the trial resumes as its next one.
-    path = studies(name, study_yaml(name, testbed.namespace, trials, "30s", replicas=8, min_available=4,
-                                    extra="retries: {max_retry: 1}\n"))
+    path = studies(
+        name,
+        study_yaml(
+            name, testbed.namespace, trials, "30s", replicas=8, min_available=4, extra="retries: {max_retry: 1}\n"
+        ),
+    )
     submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
     high = unique("prod")
     try:
-        wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus, 90,
-                   message=f"the study holding all {gpus} GPUs")
+        wait_until(
+            lambda: len(running_pods(api, f"{labels.STUDY}={name}")) == gpus,
+            90,
+            message=f"the study holding all {gpus} GPUs",
+        )
         high_priority_gang(api, testbed.namespace, high)
-        wait_until(lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8, 60,
-                   message="the high-priority gang running on reclaimed GPUs")
+        wait_until(
+            lambda: len(running_pods(api, f"volcano.sh/job-name={high}")) == 8,
+            60,
+            message="the high-priority gang running on reclaimed GPUs",
+        )
         progress = finish(submit, timeout=150)
     finally:
         if submit.poll() is None:
@@ -83,8 +93,14 @@ def test_drain_suspends_noncritical_trials_and_resume_brings_them_back(testbed, 
     sweep_run = cli.start("submit", sweep_path, "-o", "json", "--poll-interval", "1")
     prod_run = cli.start("submit", prod_path, "-o", "json", "--poll-interval", "1")
     try:
-        wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={sweep}")) == 3
-                   and len(running_pods(api, f"{labels.STUDY}={prod}")) == 2, 60, message="both studies running")
+        wait_until(
+            lambda: (
+                len(running_pods(api, f"{labels.STUDY}={sweep}")) == 3
+                and len(running_pods(api, f"{labels.STUDY}={prod}")) == 2
+            ),
+            60,
+            message="both studies running",
+        )
         prod_jobs = {j["metadata"]["uid"] for j in jobs_of(api, prod)}
         started = time.monotonic()
         drained = json.loads(cli.run("drain", "--all-noncritical", "--settle", "2", "--json"))
@@ -146,8 +162,11 @@ def test_status_json_agrees_with_the_cluster(testbed, api, cli, studies):
         return snap
 
     wait_until(compare, 60, interval=0.2, message="a status snapshot between two equal listings")
-    wait_until(lambda: all(classify(j) is TrialState.SUCCEEDED for j in jobs_of(api, name)), 90,
-               message="every trial completed")
+    wait_until(
+        lambda: all(classify(j) is TrialState.SUCCEEDED for j in jobs_of(api, name)),
+        90,
+        message="every trial completed",
+    )
     snap = compare()
     assert snap is not None
     assert snap["studies"][0]["states"]["succeeded"] == 5 and snap["studies"][0]["gpu_hours"] > 0
@@ -157,8 +176,17 @@ def test_failing_trials_are_retried_max_failures_times_then_given_up(testbed, ap
     """Every attempt exits 3: with max_failures 1 each trial fails twice (attempt 0 and its
     retry, resuming from the checkpoint), is given up, and submit exits 1; nothing follows."""
     name = unique("fail")
-    path = studies(name, study_yaml(name, testbed.namespace, 3, "2s", annotations={"testbed.stratctl.io/exit-code": "3"},
-                                    extra="retries: {max_failures: 1}\n"))
+    path = studies(
+        name,
+        study_yaml(
+            name,
+            testbed.namespace,
+            3,
+            "2s",
+            annotations={"testbed.stratctl.io/exit-code": "3"},
+            extra="retries: {max_failures: 1}\n",
+        ),
+    )
     progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120, code=1))
     assert (progress["succeeded"], progress["failed"], progress["created"], progress["errors"]) == (0, 3, 3, {})
     jobs = jobs_of(api, name)
@@ -171,7 +199,11 @@ def test_failing_trials_are_retried_max_failures_times_then_given_up(testbed, ap
         assert classify(first) is TrialState.FAILED and classify(retry) is TrialState.FAILED
         assert (env_of(first)["STRATCTL_RESUME"], env_of(retry)["STRATCTL_RESUME"]) == ("0", "1")
         assert env_of(retry)["STRATCTL_ATTEMPT"] == "1"
-        assert env_of(retry)["STRATCTL_CHECKPOINT_DIR"] == env_of(first)["STRATCTL_CHECKPOINT_DIR"] == f"/ckpt/{name}/{trial}"
+        assert (
+            env_of(retry)["STRATCTL_CHECKPOINT_DIR"]
+            == env_of(first)["STRATCTL_CHECKPOINT_DIR"]
+            == f"/ckpt/{name}/{trial}"
+        )
         notes = retry["metadata"]["annotations"]
         assert (notes[labels.FAILURES], notes[labels.PREEMPTIONS]) == ("1", "0")
         assert notes[labels.GIVEN_UP] == "failed 2 times, more than retries.max_failures=1"
@@ -182,11 +214,18 @@ def test_failing_trials_are_retried_max_failures_times_then_given_up(testbed, ap
     assert sorted(j["metadata"]["uid"] for j in jobs_of(api, name)) == sorted(j["metadata"]["uid"] for j in jobs)
     snap = json.loads(cli.run("status", name, "-o", "json"))
     [study] = snap["studies"]
-    assert (study["states"]["failed"], study["attempts"], study["failed_attempts"], study["preemptions"]) == (3, 6, 6, 0)
+    assert (study["states"]["failed"], study["attempts"], study["failed_attempts"], study["preemptions"]) == (
+        3,
+        6,
+        6,
+        0,
+    )
     assert sorted((t["trial"], t["state"], t["attempt"], t["failed_attempts"]) for t in snap["trials"]) == [
-        (t, "failed", 1, 2) for t in trials]
+        (t, "failed", 1, 2) for t in trials
+    ]
     assert {(t["exit_code"], t["reason"]) for t in snap["trials"]} == {
-        (3, "Error; failed 2 times, more than retries.max_failures=1")}
+        (3, "Error; failed 2 times, more than retries.max_failures=1")
+    }
 
 
 def test_status_shows_the_result_each_trial_reported_and_sorts_by_it(testbed, api, cli, studies):
@@ -194,17 +233,24 @@ def test_status_shows_the_result_each_trial_reported_and_sorts_by_it(testbed, ap
     the pod annotation KWOK copies there); status keeps it as the result and ranks by it."""
     name = unique("res")
     message = '{"loss": {{ (params.seed - 2) * (params.seed - 2) + params.seed / 10 }}, "seed": {{ params.seed }}}'
-    path = studies(name, study_yaml(name, testbed.namespace, 4, "2s",
-                                    annotations={"testbed.stratctl.io/termination-message": message}))
+    path = studies(
+        name,
+        study_yaml(name, testbed.namespace, 4, "2s", annotations={"testbed.stratctl.io/termination-message": message}),
+    )
     progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120))
     assert (progress["succeeded"], progress["failed"]) == (4, 0)
     losses = {seed: (seed - 2) * (seed - 2) + seed / 10 for seed in range(4)}  # 4.0, 1.1, 0.2, 1.3
     snap = json.loads(cli.run("status", name, "-o", "json"))
     assert {t["params"]["seed"]: t["result"] for t in snap["trials"]} == {
-        seed: {"loss": loss, "seed": seed} for seed, loss in losses.items()}
+        seed: {"loss": loss, "seed": seed} for seed, loss in losses.items()
+    }
     ranked = json.loads(cli.run("status", name, "--sort", "loss", "-o", "json"))
     assert [(t["params"]["seed"], t["result"]["loss"]) for t in ranked["trials"]] == [
-        (2, 0.2), (1, 1.1), (3, 1.3), (0, 4.0)]
+        (2, 0.2),
+        (1, 1.1),
+        (3, 1.3),
+        (0, 4.0),
+    ]
     highest_first = json.loads(cli.run("status", name, "--sort", "-loss", "-o", "json"))
     assert [t["params"]["seed"] for t in highest_first["trials"]] == [0, 3, 1, 2]
 
@@ -223,8 +269,9 @@ def test_the_table_reads_the_loops_summary_and_the_first_page_of_jobs(testbed, a
     assert fast.studies[0].as_of is not None  # from the record, not from listing
     [from_record], [listed] = fast.studies, full.studies
     assert {**from_record.__dict__, "as_of": None} == {**listed.__dict__, "as_of": None}
-    assert [(t.trial, t.state, t.attempt, t.params) for t in fast.trials] == \
-        [(t.trial, t.state, t.attempt, t.params) for t in full.trials][:3]
+    assert [(t.trial, t.state, t.attempt, t.params) for t in fast.trials] == [
+        (t.trial, t.state, t.attempt, t.params) for t in full.trials
+    ][:3]
     assert fast.total_trials == 6
     done = cli.call("status", name, "--limit", "3", timeout=60)
     assert done.returncode == 0, done.stderr

@@ -17,8 +17,8 @@ import time
 import pytest
 
 from stratctl import labels, rendezvous
-from stratctl.errors import NotFound
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD, SERVICE, VOLCANO_JOB
+from stratctl.errors import NotFound
 from tests.e2e.support import Cli, fake_study, finish, running_pods, unique, wait_until
 from tests.e2e.test_rbac import audit_log, forbidden, requests_since
 from tests.kubelet import started
@@ -45,8 +45,11 @@ def check_attempt(api, trial: str, attempt: int, size: int) -> None:
     """The attempt's pods find each other: hostname and subdomain on each, the headless
     Service of that name selecting exactly them, MASTER_ADDR rank 0's name, distinct ranks."""
     job = trial if attempt == 0 else f"{trial}-a{attempt}"
-    pods = wait_until(lambda: (p := trial_pods(api, trial, attempt)) and len(p) == size and p, 90,
-                      message=f"the {size} pods of {job} running")
+    pods = wait_until(
+        lambda: (p := trial_pods(api, trial, attempt)) and len(p) == size and p,
+        90,
+        message=f"the {size} pods of {job} running",
+    )
     subdomains = {pod["spec"].get("subdomain") for pod in pods}
     assert subdomains == {job}, subdomains
     assert all(pod["spec"].get("hostname") for pod in pods)
@@ -71,7 +74,8 @@ def check_attempt(api, trial: str, attempt: int, size: int) -> None:
 
 @pytest.mark.parametrize("workload", ["volcano", "batch"])
 def test_a_two_pod_trials_pods_find_each_other_under_a_headless_service_that_goes_with_it(
-        testbed, api, studies, workload):
+    testbed, api, studies, workload
+):
     log = audit_log(testbed)
     start = log.stat().st_size
     cli = Cli(testbed, context=testbed.restricted_context)
@@ -79,8 +83,11 @@ def test_a_two_pod_trials_pods_find_each_other_under_a_headless_service_that_goe
     path = studies(name, fake_study(name, testbed.namespace, 2, "120s", replicas=2, fields={"workload": workload}))
     cli.run("submit", path, "--dry-run=server")
     cli.run("submit", path, "--detach")
-    jobs = wait_until(lambda: (j := api.list(KIND[workload], label_selector=f"{labels.STUDY}={name}")[0])
-                      and len(j) == 2 and j, 60, message="both trials' jobs")
+    jobs = wait_until(
+        lambda: (j := api.list(KIND[workload], label_selector=f"{labels.STUDY}={name}")[0]) and len(j) == 2 and j,
+        60,
+        message="both trials' jobs",
+    )
     kept, collected = sorted(j["metadata"]["name"] for j in jobs)
     for job in (kept, collected):
         check_attempt(api, job, 0, 2)
@@ -113,8 +120,12 @@ def test_a_volcano_trial_of_roles_ranks_them_in_task_order(testbed, api, studies
     cli = Cli(testbed, context=testbed.restricted_context)
     name = unique("rdv-roles")
     tasks = "[{name: ps, replicas: 1}, {name: worker, replicas: 2}, {name: logs, replicas: 1, min_available: 0}]"
-    path = studies(name, fake_study(name, testbed.namespace, 1, "60s", tasks=tasks).replace(
-        "  image: stratctl.invalid/fake-trial:0\n", "  image: stratctl.invalid/fake-trial:0\n  command: [train]\n"))
+    path = studies(
+        name,
+        fake_study(name, testbed.namespace, 1, "60s", tasks=tasks).replace(
+            "  image: stratctl.invalid/fake-trial:0\n", "  image: stratctl.invalid/fake-trial:0\n  command: [train]\n"
+        ),
+    )
     cli.run("submit", path, "--detach")
     [job] = wait_until(lambda: api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")[0], 60, message="the job")
     job_name = job["metadata"]["name"]
@@ -124,8 +135,12 @@ def test_a_volcano_trial_of_roles_ranks_them_in_task_order(testbed, api, studies
     for pod in trial_pods(api, job_name, 0):
         env = started(pod, pod["spec"]["containers"][0])
         roles[int(env[rendezvous.RANK])] = (env[rendezvous.TASK], env[rendezvous.TASK_INDEX], pod["spec"]["hostname"])
-    assert roles == {0: ("ps", "0", f"{job_name}-ps-0"), 1: ("worker", "0", f"{job_name}-worker-0"),
-                     2: ("worker", "1", f"{job_name}-worker-1"), 3: ("logs", "0", f"{job_name}-logs-0")}
+    assert roles == {
+        0: ("ps", "0", f"{job_name}-ps-0"),
+        1: ("worker", "0", f"{job_name}-worker-0"),
+        2: ("worker", "1", f"{job_name}-worker-1"),
+        3: ("logs", "0", f"{job_name}-logs-0"),
+    }
     cli.run("delete", name, "--yes")
 
 
@@ -139,23 +154,32 @@ def test_a_trial_ends_when_its_workers_complete_while_its_ps_pods_still_run(test
     text = (bundled_templates() / "volcano-job.yaml.j2").read_text()
     forever = "        annotations: {{ (spec.trial.annotations if task.name != 'ps' else {}) | tojson }}\n"
     (tmp_path / "tpl" / "job.yaml.j2").write_text(
-        text.replace("        annotations: {{ spec.trial.annotations | tojson }}\n", forever))
+        text.replace("        annotations: {{ spec.trial.annotations | tojson }}\n", forever)
+    )
     cli = Cli(testbed, context=testbed.restricted_context)
 
     def study(name: str, policies: str) -> str:
         tasks = f"[{{name: ps, replicas: 1}}, {{name: worker, replicas: 2{policies}}}]"
         text = fake_study(name, testbed.namespace, 1, "3s", tasks=tasks).replace(
             "  image: stratctl.invalid/fake-trial:0\n",
-            "  image: stratctl.invalid/fake-trial:0\n  command: [train]\n  template: job.yaml.j2\n")
+            "  image: stratctl.invalid/fake-trial:0\n  command: [train]\n  template: job.yaml.j2\n",
+        )
         return studies(name, text + f"templates_dir: {tmp_path / 'tpl'}\n")
 
     control = unique("rdv-ps0")
     cli.run("submit", study(control, ""), "--detach")
     name = unique("rdv-ps")
-    run = cli.start("submit", study(name, ", policies: [{event: TaskCompleted, action: CompleteJob}]"),
-                    "-o", "json", "--poll-interval", "1")
-    ps = wait_until(lambda: running_pods(api, f"{labels.STUDY}={name},volcano.sh/task-spec=ps"), 60,
-                    message="the ps pod running")
+    run = cli.start(
+        "submit",
+        study(name, ", policies: [{event: TaskCompleted, action: CompleteJob}]"),
+        "-o",
+        "json",
+        "--poll-interval",
+        "1",
+    )
+    ps = wait_until(
+        lambda: running_pods(api, f"{labels.STUDY}={name},volcano.sh/task-spec=ps"), 60, message="the ps pod running"
+    )
     assert "testbed.stratctl.io/run-duration" not in (ps[0]["metadata"].get("annotations") or {})
     assert finish(run, timeout=120)["succeeded"] == 1
     [job] = api.list(VOLCANO_JOB, label_selector=f"{labels.STUDY}={name}")[0]

@@ -16,9 +16,9 @@ import threading
 import pytest
 
 from stratctl import labels
-from stratctl.errors import NotFound
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
 from stratctl.backends.kubernetes.record import parse_record, record_name
+from stratctl.errors import NotFound
 from tests.e2e.support import finish, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -63,8 +63,14 @@ def jobs_of(api, study):
 def test_a_search_killed_mid_run_continues_exactly_once_within_its_budget(testbed, api, cli, studies):
     name = unique("tpe")
     path = studies(name, search_yaml(name, testbed.namespace))
-    plan = json.loads(subprocess.run([sys.executable, "-m", "stratctl", "plan", str(path), "-o", "json"],
-                                     capture_output=True, text=True, check=True).stdout)
+    plan = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "stratctl", "plan", str(path), "-o", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     first = [t["name"] for t in plan["trials"]]
     assert len(first) == 3 and plan["estimate"]["trials"] == BUDGET
 
@@ -104,10 +110,14 @@ def test_a_search_killed_mid_run_continues_exactly_once_within_its_budget(testbe
 
 
 def pruned_yaml(name: str, namespace: str) -> str:
-    return search_yaml(name, namespace).replace(
-        "objective: {metric: loss, direction: minimize}\n",
-        "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3, warmup_steps: 1}\n",
-    ).replace("run-duration: 3s", "run-duration: 4s")
+    return (
+        search_yaml(name, namespace)
+        .replace(
+            "objective: {metric: loss, direction: minimize}\n",
+            "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3, warmup_steps: 1}\n",
+        )
+        .replace("run-duration: 3s", "run-duration: 4s")
+    )
 
 
 REPORTED = 5  # steps each trial reports (the testbed's pods end 4 s after their last report)
@@ -137,10 +147,28 @@ class Trials:
                     continue
                 value = (params["x"] - 2) ** 2 + (params["y"] - 3) ** 2 / 10 + 1 / (step + 1)
                 done = subprocess.run(
-                    [sys.executable, "-m", "stratctl", "report", "--step", str(step), f"loss={value:.6f}", "--flush",
-                     "--pod", name, "-n", self.testbed.namespace, "--kubeconfig", self.testbed.kubeconfig,
-                     "--context", self.testbed.admin_context],
-                    capture_output=True, text=True, env={**os.environ, "STRATCTL_REPORT_FILE": str(self.tmp / name)})
+                    [
+                        sys.executable,
+                        "-m",
+                        "stratctl",
+                        "report",
+                        "--step",
+                        str(step),
+                        f"loss={value:.6f}",
+                        "--flush",
+                        "--pod",
+                        name,
+                        "-n",
+                        self.testbed.namespace,
+                        "--kubeconfig",
+                        self.testbed.kubeconfig,
+                        "--context",
+                        self.testbed.admin_context,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "STRATCTL_REPORT_FILE": str(self.tmp / name)},
+                )
                 if done.returncode != 0 and "not found" not in done.stderr:  # a pod pruned meanwhile is gone
                     self.errors.append(done.stderr)
                 self.steps[name] = step + 1

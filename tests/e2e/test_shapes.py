@@ -28,15 +28,33 @@ def other_team(api, namespace: str, prefix: str, hold: int) -> list[str]:
     for i, node in enumerate(nodes):
         gpus = free_gpus(api.list(NODE)[0], [])[node] - 1
         name = f"{prefix}-{i}"
-        api.create({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": {OTHER_TEAM: prefix},
-                         "annotations": {"testbed.stratctl.io/run-duration": f"{hold}s"}},
-            "spec": {"nodeName": node, "restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "train", "image": "busybox",
-                                     "resources": {"requests": {"nvidia.com/gpu": str(gpus)},
-                                                   "limits": {"nvidia.com/gpu": str(gpus)}}}]},
-        })
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {OTHER_TEAM: prefix},
+                    "annotations": {"testbed.stratctl.io/run-duration": f"{hold}s"},
+                },
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "busybox",
+                            "resources": {
+                                "requests": {"nvidia.com/gpu": str(gpus)},
+                                "limits": {"nvidia.com/gpu": str(gpus)},
+                            },
+                        }
+                    ],
+                },
+            }
+        )
         names.append(name)
     return names
 
@@ -45,7 +63,9 @@ def test_small_trials_fill_the_holes_while_large_ones_wait_for_whole_nodes(testb
     name = unique("shapes")
     # listed order puts the 4-GPU trials (2 pods of 2, or 1 of 4) first; a cap in study order would
     # fill its slots with them while the holes stayed idle
-    path = studies(name, textwrap.dedent(f"""\
+    path = studies(
+        name,
+        textwrap.dedent(f"""\
         name: {name}
         namespace: {testbed.namespace}
         space:
@@ -60,14 +80,19 @@ def test_small_trials_fill_the_holes_while_large_ones_wait_for_whole_nodes(testb
           tasks: [{{name: worker, replicas: "{{{{ params.shape.split('x')[0] }}}}"}}]
         throttle: {{qps: 50, burst: 50, order: listed, yield_to_higher_priority: false,
                     parallelism: {{min: 1, initial: 4, max: 12}}}}
-        """))
+        """),
+    )
     pods = []
     prefix = unique("other")
     held = other_team(api, testbed.namespace, prefix, HOLD)
     try:
-        wait_until(lambda: all(p["status"].get("phase") == "Running"
-                               for p in api.list(POD, label_selector=f"{OTHER_TEAM}={prefix}")[0]), 30,
-                   message="the other team's pods running")
+        wait_until(
+            lambda: all(
+                p["status"].get("phase") == "Running" for p in api.list(POD, label_selector=f"{OTHER_TEAM}={prefix}")[0]
+            ),
+            30,
+            message="the other team's pods running",
+        )
         # their run-duration counts from when they run
         released = min(_started(p) for p in api.list(POD, label_selector=f"{OTHER_TEAM}={prefix}")[0]) + HOLD
         proc = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
@@ -78,8 +103,10 @@ def test_small_trials_fill_the_holes_while_large_ones_wait_for_whole_nodes(testb
         by_trial: dict[str, list[dict]] = {}
         for pod in pods:
             by_trial.setdefault(pod["metadata"]["labels"][labels.TRIAL], []).append(pod)
-        jobs = {j["metadata"]["labels"][labels.TRIAL]: j for j in api.list(
-            ("batch.volcano.sh/v1alpha1", "Job"), label_selector=f"{labels.STUDY}={name}")[0]}
+        jobs = {
+            j["metadata"]["labels"][labels.TRIAL]: j
+            for j in api.list(("batch.volcano.sh/v1alpha1", "Job"), label_selector=f"{labels.STUDY}={name}")[0]
+        }
         started: dict[str, list[float]] = {"small": [], "large": []}
         for trial, job in jobs.items():
             shape = json.loads(job["metadata"]["annotations"][labels.PARAMS])["shape"]

@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from tests.e2e.support import fake_study as study_yaml, unique
+from tests.e2e.support import fake_study as study_yaml
+from tests.e2e.support import unique
 
 pytestmark = pytest.mark.e2e
 
@@ -20,9 +21,20 @@ def test_status_of_a_finished_study_as_a_person_and_a_script_read_it(testbed, ap
     name = unique("st")
     loss = "{{ (params.seed - 2) * (params.seed - 2) + params.seed / 10 }}"
     message = '{"loss": ' + loss + ', "accuracy": {{ 1 - params.seed / 10 }}}'
-    path = studies(name, study_yaml(name, testbed.namespace, 4, "2s", annotations={
-        "testbed.stratctl.io/termination-message": message,
-        "testbed.stratctl.io/exit-code": "{{ 3 if params.seed == 3 else 0 }}"}, extra="retries: {max_failures: 0}\n"))
+    path = studies(
+        name,
+        study_yaml(
+            name,
+            testbed.namespace,
+            4,
+            "2s",
+            annotations={
+                "testbed.stratctl.io/termination-message": message,
+                "testbed.stratctl.io/exit-code": "{{ 3 if params.seed == 3 else 0 }}",
+            },
+            extra="retries: {max_failures: 0}\n",
+        ),
+    )
     out = cli.run("submit", path, "--poll-interval", "1", timeout=120, code=1)  # one trial fails: exit 1
     last = out.splitlines()[-1]
     assert last.startswith("best trial by loss (lowest): ") and "(seed=2): loss 0.2, accuracy 0.8" in last, out
@@ -57,8 +69,9 @@ def test_status_of_a_finished_study_as_a_person_and_a_script_read_it(testbed, ap
     assert first["start"].endswith("Z") and first["finish"] > first["start"] and first["duration_seconds"] > 0
 
     plain_env = {k: v for k, v in cli.env.items() if k != "STRATCTL_TRACEBACK"}  # as a user meets the error
-    done = subprocess.run(cli.args("status", name, "--sort", "acuracy"), env=plain_env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        cli.args("status", name, "--sort", "acuracy"), env=plain_env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "metrics reported: loss, accuracy" in done.stderr, done.stderr
     best = cli.run("status", name, "--best", "2", "--sort", "-accuracy", "-o", "name").split()
     assert best == [by_seed[0]["trial"], by_seed[1]["trial"]]

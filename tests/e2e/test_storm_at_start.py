@@ -36,9 +36,23 @@ class Flood:
 
     def __init__(self, testbed, seconds: float):
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "bench" / "quota_bench.py"), "--flood", str(seconds), "--kubeconfig",
-             testbed.kubeconfig, "--context", testbed.restricted_context, "--namespace", testbed.namespace],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            [
+                sys.executable,
+                str(REPO / "bench" / "quota_bench.py"),
+                "--flood",
+                str(seconds),
+                "--kubeconfig",
+                testbed.kubeconfig,
+                "--context",
+                testbed.restricted_context,
+                "--namespace",
+                testbed.namespace,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         self.started = time.monotonic()
 
     def lead(self) -> None:
@@ -109,13 +123,17 @@ def test_every_command_started_in_a_storm_waits_it_out_and_answers(testbed, api,
     throttled_then_ok(flooded(testbed, user, 12, "resume", name))
     assert of_study(api, CONFIGMAP, name)[0]["data"].get("drained") != "true"
     throttled_then_ok(flooded(testbed, user, 12, "delete", name, "--yes"))
-    wait_until(lambda: not of_study(api, VOLCANO_JOB, name) and not of_study(api, CONFIGMAP, name), 60,
-               message="the study gone")
+    wait_until(
+        lambda: not of_study(api, VOLCANO_JOB, name) and not of_study(api, CONFIGMAP, name),
+        60,
+        message="the study gone",
+    )
     assert len(TOLD) >= 4, f"only {TOLD} of the 8 one-shot commands met the storm"
 
 
 def test_a_storm_longer_than_the_bound_ends_each_command_with_one_line_and_nothing_half_done(
-        testbed, api, user, studies, tmp_path):
+    testbed, api, user, studies, tmp_path
+):
     """A storm that refuses every request: the flood alone lets about one request in four of
     another process through its one seat (measured: 7-13 of 30 probes), which rightly resets
     the bound; with etcd paused, the flood's request that holds the seat hangs, and every
@@ -125,18 +143,29 @@ def test_a_storm_longer_than_the_bound_ends_each_command_with_one_line_and_nothi
     kept = unique("kept")
     path = studies(kept, busybox_study(kept, testbed.namespace, 2, "1s"))
     Cli(testbed).run("submit", path, "--poll-interval", "1", timeout=120)  # as the admin: no flood, no limit
-    before = {kind: sorted((o["metadata"]["name"], json.dumps(o.get("data"), sort_keys=True)) for o in
-                           of_study(api, kind, kept)) for kind in (VOLCANO_JOB, CONFIGMAP)}
+    before = {
+        kind: sorted(
+            (o["metadata"]["name"], json.dumps(o.get("data"), sort_keys=True)) for o in of_study(api, kind, kept)
+        )
+        for kind in (VOLCANO_JOB, CONFIGMAP)
+    }
     trial = of_study(api, VOLCANO_JOB, kept)[0]["metadata"]["labels"][labels.TRIAL]
     fresh = unique("never")
     never = studies(fresh, busybox_study(fresh, testbed.namespace, 4, "1s"))
-    commands = {"submit": ("submit", never, "--outage-timeout", "10"), "status": ("status", kept),
-                "drain": ("drain", kept, "--settle", "0"), "resume": ("resume", kept),
-                "delete": ("delete", kept, "--yes"), "wait": ("wait", kept), "logs": ("logs", kept, trial)}
+    commands = {
+        "submit": ("submit", never, "--outage-timeout", "10"),
+        "status": ("status", kept),
+        "drain": ("drain", kept, "--settle", "0"),
+        "resume": ("resume", kept),
+        "delete": ("delete", kept, "--yes"),
+        "wait": ("wait", kept),
+        "logs": ("logs", kept, trial),
+    }
     flood = Flood(testbed, 50)
     time.sleep(2)
-    pause = subprocess.Popen(["bash", str(FAULT), "etcd-pause", "45"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    pause = subprocess.Popen(
+        ["bash", str(FAULT), "etcd-pause", "45"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         time.sleep(LEAD - 2)
         started = time.monotonic()
@@ -161,7 +190,11 @@ def test_a_storm_longer_than_the_bound_ends_each_command_with_one_line_and_nothi
     assert ended["submit"][2].splitlines()[-1].endswith("; nothing was created")
     # nothing half-done: the study that never started left nothing, the other is as it was
     assert not of_study(api, CONFIGMAP, fresh) and not of_study(api, VOLCANO_JOB, fresh)
-    after = {kind: sorted((o["metadata"]["name"], json.dumps(o.get("data"), sort_keys=True)) for o in
-                          of_study(api, kind, kept)) for kind in (VOLCANO_JOB, CONFIGMAP)}
+    after = {
+        kind: sorted(
+            (o["metadata"]["name"], json.dumps(o.get("data"), sort_keys=True)) for o in of_study(api, kind, kept)
+        )
+        for kind in (VOLCANO_JOB, CONFIGMAP)
+    }
     assert [n for n, _ in after[VOLCANO_JOB]] == [n for n, _ in before[VOLCANO_JOB]]
     assert len(after[CONFIGMAP]) == 1 and json.loads(after[CONFIGMAP][0][1]).get("drained") != "true"

@@ -12,14 +12,14 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB, BATCH_JOB, CONFIGMAP, Cluster
-from stratctl.run.options import SubmitOptions
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB, Cluster
 from stratctl.backends.launch import Connection, submit_study
-from stratctl.errors import NotFound, Throttled
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
-from tests.e2e.support import unique
+from stratctl.errors import NotFound, Throttled
+from stratctl.run.options import SubmitOptions
 from tests.e2e.support import busybox_study as study_yaml
+from tests.e2e.support import unique
 
 pytestmark = pytest.mark.e2e
 
@@ -90,8 +90,10 @@ def test_200_trials_by_a_throttled_user_are_each_created_once_and_429s_are_honou
     for what, _, answered, _ in throttled:
         assert [sent for w, sent, _, _ in log.entries if w == what and sent > answered], f"{what} was never retried"
     # fitting in the one seat: within 30 s of a 429, creates went one at a time (the pause over)
-    late = sorted((e for e in log.entries if e[0].startswith("POST create Job") and e[1] > first[2] + pause + 0.1),
-                  key=lambda e: e[1])
+    late = sorted(
+        (e for e in log.entries if e[0].startswith("POST create Job") and e[1] > first[2] + pause + 0.1),
+        key=lambda e: e[1],
+    )
     refused_at = sorted(e[2] for e in throttled)
     for before, after in zip(late, late[1:]):
         if any(0 <= after[1] - t < 30 for t in refused_at):
@@ -101,20 +103,33 @@ def test_200_trials_by_a_throttled_user_are_each_created_once_and_429s_are_honou
 
 
 def run_cli(*args: str, env=None, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "stratctl", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "stratctl", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("kill_at", [0, 1, 25, 59])
-def test_sigkill_at_any_moment_then_rerun_creates_each_trial_exactly_once(
-    testbed, admin, tmp_path, studies, kill_at
-):
+def test_sigkill_at_any_moment_then_rerun_creates_each_trial_exactly_once(testbed, admin, tmp_path, studies, kill_at):
     """Kill -9 once `kill_at` trials exist (0: before the first create), then rerun."""
     name = unique(f"kill{kill_at}")
     studies(name)
     path = tmp_path / "study.yaml"
     path.write_text(study_yaml(name, testbed.namespace, 60, duration="1s"))
-    common = ["--kubeconfig", testbed.kubeconfig, "--context", testbed.restricted_context, "--qps", "20", "--burst", "5"]
+    common = [
+        "--kubeconfig",
+        testbed.kubeconfig,
+        "--context",
+        testbed.restricted_context,
+        "--qps",
+        "20",
+        "--burst",
+        "5",
+    ]
     first = run_cli("submit", str(path), *common, "--detach")
     deadline = time.monotonic() + 60
     while len(study_jobs(admin, name)) < kill_at and time.monotonic() < deadline and first.poll() is None:
@@ -154,8 +169,12 @@ def test_server_dry_run_creates_nothing_and_reports_the_servers_message(testbed,
     # a plain batch Job whose CPU request exceeds its limit: only the API server's validation catches it
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        study_yaml(name, testbed.namespace, 3).replace("queue: default\n", "queue: default\nworkload: batch\n")
-        .replace("requests: {nvidia.com/gpu: 1, cpu: 100m}", "requests: {nvidia.com/gpu: 1, cpu: '2'}, limits: {nvidia.com/gpu: 1, cpu: '1'}")
+        study_yaml(name, testbed.namespace, 3)
+        .replace("queue: default\n", "queue: default\nworkload: batch\n")
+        .replace(
+            "requests: {nvidia.com/gpu: 1, cpu: 100m}",
+            "requests: {nvidia.com/gpu: 1, cpu: '2'}, limits: {nvidia.com/gpu: 1, cpu: '1'}",
+        )
     )
     refused = run_cli("submit", str(bad), *common, "--dry-run=server")
     out, err = refused.communicate(timeout=120)

@@ -210,8 +210,11 @@ def test_gang_runs_and_completes(testbed, admin, restricted, jobs):
     jobs.append(name)
     restricted.create_job(vcjob(name, replicas=4, min_available=4, duration="5s"))
     try:
-        running = wait_until(lambda: len(restricted.running_pods(name)) == 4 and restricted.running_pods(name), 60,
-                             message="4 running pods")
+        running = wait_until(
+            lambda: len(restricted.running_pods(name)) == 4 and restricted.running_pods(name),
+            60,
+            message="4 running pods",
+        )
         node_names = {p.spec.node_name for p in running}
         kwok_nodes = {n.metadata.name for n in admin.core.list_node(label_selector="type=kwok").items}
         assert node_names <= kwok_nodes
@@ -426,4 +429,6 @@ def test_prometheus_scrapes_every_component(testbed):
         return {sample["metric"]["job"]: float(sample["value"][1]) for sample in result}
 
     # Each job answers `up` once scraped (within a scrape interval of a fresh start).
-    wait_until(lambda: all(up().get(job) == 1.0 for job in COMPONENT_JOBS), timeout=30, message=f"up == 1 for {COMPONENT_JOBS}")
+    wait_until(
+        lambda: all(up().get(job) == 1.0 for job in COMPONENT_JOBS), timeout=30, message=f"up == 1 for {COMPONENT_JOBS}"
+    )

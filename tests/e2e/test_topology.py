@@ -68,10 +68,24 @@ def load(api):
 
     def make(node: str, gpus: int) -> str:
         pod = unique(f"load-{node}")
-        api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": api.namespace},
-                    "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [{
-                        "name": "hold", "image": "stratctl.invalid/load:0",
-                        "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}]}})
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod, "namespace": api.namespace},
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "hold",
+                            "image": "stratctl.invalid/load:0",
+                            "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
+                        }
+                    ],
+                },
+            }
+        )
         made.append(pod)
         return pod
 
@@ -81,8 +95,9 @@ def load(api):
             api.delete(POD, pod)
         except Exception:  # noqa: BLE001 - deleted by the test already
             pass
-    wait_until(lambda: not [p for p in api.list(POD)[0] if p["metadata"]["name"] in made], 60,
-               message="the load pods gone")
+    wait_until(
+        lambda: not [p for p in api.list(POD)[0] if p["metadata"]["name"] in made], 60, message="the load pods gone"
+    )
 
 
 def by_leaf(leaf_of: dict[str, str]) -> list[list[str]]:
@@ -139,8 +154,10 @@ def test_free_gpus_spread_one_per_leaf_admit_nothing_and_say_why(api, testbed, s
     submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
     try:
         decision = wait_until(lambda: decision_of(cli, name), 60, message="the study's first decision")
-        assert decision == ("4 free GPUs are spread over HyperNodes: no tier-1 HyperNode holds a whole gang "
-                            "(2 GPUs on 2 pods): keeping target 4"), decision
+        assert decision == (
+            "4 free GPUs are spread over HyperNodes: no tier-1 HyperNode holds a whole gang "
+            "(2 GPUs on 2 pods): keeping target 4"
+        ), decision
         for _ in range(5):  # five more cycles: still nothing created
             time.sleep(1)
             assert submit.poll() is None

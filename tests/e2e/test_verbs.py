@@ -22,8 +22,12 @@ from tests.e2e.support import STUDY_KINDS, Cli, fake_study, recorded, unique, wa
 
 pytestmark = pytest.mark.e2e
 
-KNOWN_LOG = ["testbed trial: started", "testbed trial: epoch 1 loss 0.90",
-             "testbed trial: fake GPU, nothing computed", "testbed trial: epoch 2 loss 0.50"]
+KNOWN_LOG = [
+    "testbed trial: started",
+    "testbed trial: epoch 1 loss 0.90",
+    "testbed trial: fake GPU, nothing computed",
+    "testbed trial: epoch 2 loss 0.50",
+]
 
 
 def study_yaml(name, namespace, trials, duration, tasks=None, message=None):
@@ -39,8 +43,11 @@ def cli(testbed):
 
 
 def left_of(api, name):
-    return {kind[1] + ("" if kind != BATCH_JOB else " (batch)"): len(items) for kind in STUDY_KINDS
-            if (items := api.list(kind, label_selector=f"{labels.STUDY}={name}")[0])}
+    return {
+        kind[1] + ("" if kind != BATCH_JOB else " (batch)"): len(items)
+        for kind in STUDY_KINDS
+        if (items := api.list(kind, label_selector=f"{labels.STUDY}={name}")[0])
+    }
 
 
 @pytest.mark.parametrize("who", ["admin", "restricted"])
@@ -71,8 +78,11 @@ def test_delete_refuses_while_a_submit_loop_follows_the_study(testbed, api, cli,
     submit = cli.start("submit", path, "--poll-interval", "1")
     try:
         recorded(api, name)
-        wait_until(lambda: loop_following(api.get(CONFIGMAP, record_name(name)), time.time()), 60,
-                   message="the submit loop's heartbeat in the record")
+        wait_until(
+            lambda: loop_following(api.get(CONFIGMAP, record_name(name)), time.time()),
+            60,
+            message="the submit loop's heartbeat in the record",
+        )
         done = cli.start("delete", name, "--yes")
         out, err = done.communicate(timeout=60)
         assert done.returncode == 2, err
@@ -90,8 +100,17 @@ def test_delete_refuses_while_a_submit_loop_follows_the_study(testbed, api, cli,
 def test_logs_of_a_trial_a_gang_a_task_and_the_best_trial(testbed, api, cli, studies):
     name = unique("log")
     message = '{"loss": {{ (params.seed - 1) * (params.seed - 1) + params.seed / 10 }}}'  # best: seed 1
-    path = studies(name, study_yaml(name, testbed.namespace, 3, "1s", message=message,
-                                    tasks="[{name: worker, replicas: 2}, {name: ps, replicas: 1}]"))
+    path = studies(
+        name,
+        study_yaml(
+            name,
+            testbed.namespace,
+            3,
+            "1s",
+            message=message,
+            tasks="[{name: worker, replicas: 2}, {name: ps, replicas: 1}]",
+        ),
+    )
     progress = json.loads(cli.run("submit", path, "-o", "json", "--poll-interval", "1", timeout=120))
     assert progress["succeeded"] == 3
     snap = cli.status(name)
@@ -123,8 +142,15 @@ def test_logs_follow_streams_and_keeps_going(testbed, api, cli, studies):
     path = studies(name, study_yaml(name, testbed.namespace, 1, "300s"))
     submit = cli.start("submit", path, "--poll-interval", "1", "--detach")
     submit.communicate(timeout=60)
-    trial = wait_until(lambda: [p for p in api.list(POD, label_selector=f"{labels.STUDY}={name}")[0]
-                                if p["status"].get("phase") == "Running"], 60, message="a running pod")
+    trial = wait_until(
+        lambda: [
+            p
+            for p in api.list(POD, label_selector=f"{labels.STUDY}={name}")[0]
+            if p["status"].get("phase") == "Running"
+        ],
+        60,
+        message="a running pod",
+    )
     follow = cli.start("logs", name, trial[0]["metadata"]["labels"][labels.TRIAL], "-f")
     try:
         lines = [follow.stdout.readline().rstrip("\n") for _ in KNOWN_LOG]

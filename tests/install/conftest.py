@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.install.wheel import build_wheel, fresh_venv
-from tests.slurm.conftest import slurm  # the testbeds' session fixtures, as used here
-from tests.yarn.conftest import yarn
+from tests.slurm.conftest import slurm  # noqa: F401  (the testbeds' session fixtures, as used here)
+from tests.yarn.conftest import yarn  # noqa: F401
 
 
 @dataclass
@@ -28,8 +28,14 @@ class Installed:
         """The virtualenv's `stratctl` command, in `cwd` (outside the source tree), with the
         environment of a user's shell plus `env` (no PYTHONPATH)."""
         shell = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STRATCTL_TRACEBACK")}
-        return subprocess.run([str(self.bin / "stratctl"), *args], cwd=cwd, env={**shell, **env},
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [str(self.bin / "stratctl"), *args],
+            cwd=cwd,
+            env={**shell, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -54,14 +54,24 @@ def ok(done: subprocess.CompletedProcess) -> str:
 
 def runs_from_the_virtualenv(installed, cwd) -> None:
     """The command is the virtualenv's, its package the installed one (not the source tree)."""
-    where = subprocess.run([str(installed.bin / "python"), "-c", "import stratctl.backends.slurm, stratctl.backends.yarn, stratctl; "
-                            "print(stratctl.__file__)"], cwd=cwd, capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [
+            str(installed.bin / "python"),
+            "-c",
+            "import stratctl.backends.slurm, stratctl.backends.yarn, stratctl; print(stratctl.__file__)",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert where.stdout.startswith(str(installed.bin.parent / "lib")), where.stdout
 
 
 def submitted_and_succeeded(installed, path, cwd, env, backend: str, trials: int) -> None:
-    progress = json.loads(ok(installed.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json",
-                                                cwd=cwd, env=env)))
+    progress = json.loads(
+        ok(installed.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=cwd, env=env))
+    )
     assert (progress["backend"], progress["succeeded"], progress["failed"]) == (backend, trials, 0), progress
     rows = json.loads(ok(installed.stratctl("status", str(path), "-o", "json", cwd=cwd, env=env)))["trials"]
     assert len(rows) == trials and all(r["state"] == "succeeded" and "loss" in (r["result"] or {}) for r in rows), rows
@@ -73,8 +83,10 @@ def test_the_installed_stratctl_runs_a_slurm_study(installed, slurm, tmp_path):
     path.write_text(SLURM.format(name=name("inst-slurm"), ckpt=tmp_path / "ckpt", command=json.dumps(RESULT)))
     started = time.monotonic()
     submitted_and_succeeded(installed, path, tmp_path, slurm.env, "slurm", trials=3)
-    print(f"wheel built in {installed.build_seconds:.1f} s, installed in {installed.install_seconds:.1f} s; "
-          f"Slurm study of 3 trials in {time.monotonic() - started:.1f} s")
+    print(
+        f"wheel built in {installed.build_seconds:.1f} s, installed in {installed.install_seconds:.1f} s; "
+        f"Slurm study of 3 trials in {time.monotonic() - started:.1f} s"
+    )
 
 
 def test_the_installed_stratctl_runs_a_yarn_study_with_the_am_jar_make_yarn_am_built(installed, yarn, tmp_path):
@@ -84,8 +96,7 @@ def test_the_installed_stratctl_runs_a_yarn_study_with_the_am_jar_make_yarn_am_b
     else:
         env["STRATCTL_YARN_AM_JAR"] = yarn.env.get("STRATCTL_YARN_AM_JAR", "")
     path = tmp_path / "study.yaml"
-    path.write_text(YARN.format(name=name("inst-yarn"), rm=yarn.rm, ckpt=tmp_path / "ckpt",
-                                command=json.dumps(RESULT)))
+    path.write_text(YARN.format(name=name("inst-yarn"), rm=yarn.rm, ckpt=tmp_path / "ckpt", command=json.dumps(RESULT)))
     started = time.monotonic()
     submitted_and_succeeded(installed, path, tmp_path, env, "yarn", trials=3)
     print(f"YARN study of 3 trials in {time.monotonic() - started:.1f} s")

@@ -15,8 +15,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def source_files(repo: Path = REPO) -> list[str]:
     """The source tree's files, relative to it: tracked, or new and not ignored."""
-    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            check=True, capture_output=True).stdout.decode()
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
     return sorted({name for name in listed.split("\0") if name and (repo / name).is_file()})
 
 
@@ -31,8 +34,12 @@ def copy_source(dest: Path, repo: Path = REPO) -> Path:
 def build_wheel(work: Path, repo: Path = REPO) -> Path:
     """Build the wheel from a copy of the source tree under `work`; its path."""
     source, out = copy_source(work / "src", repo), work / "dist"
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(source), "-w", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, f"pip wheel failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     wheels = list(out.glob("stratctl-*.whl"))
     assert len(wheels) == 1, wheels
@@ -46,7 +53,21 @@ def fresh_venv(where: Path, wheel: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=300)
     bin_dir = where / "bin"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
-    done = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--no-compile", str(wheel)], capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run(
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-compile",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
     assert done.returncode == 0, f"pip install of {wheel.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return bin_dir

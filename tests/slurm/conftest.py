@@ -23,8 +23,9 @@ class SlurmBed(StratctlRuns):
     env: dict[str, str]  # the environment Slurm's commands need (SLURM_CONF)
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), env={**os.environ, **self.env}, capture_output=True, text=True,
-                              timeout=60, check=check)
+        return subprocess.run(
+            list(argv), env={**os.environ, **self.env}, capture_output=True, text=True, timeout=60, check=check
+        )
 
     def jobs(self, study: str) -> list[dict]:
         """The study's jobs the controller lists, ended ones included."""

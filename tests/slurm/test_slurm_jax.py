@@ -35,8 +35,10 @@ def test_every_task_of_trials_of_2_and_3_tasks_meets_in_jax_distributed(slurm, t
     text = (EXAMPLE / "jax-slurm.yaml").read_text().replace("name: jax-rendezvous", f"name: {name}")
     command = '  command: ["python3", "examples/rendezvous/jax_check.py", "--timeout", "120"]\n'
     assert command in text
-    text = text.replace(command, f'  command: ["{python}", "{EXAMPLE / "jax_check.py"}", "--timeout", "60"]\n'
-                                 f'  env: {{PYTHONPATH: "{REPO}"}}\n')
+    text = text.replace(
+        command,
+        f'  command: ["{python}", "{EXAMPLE / "jax_check.py"}", "--timeout", "60"]\n  env: {{PYTHONPATH: "{REPO}"}}\n',
+    )
     path = tmp_path / "study.yaml"
     path.write_text(text)
     done = slurm.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)

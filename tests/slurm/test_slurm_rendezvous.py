@@ -35,8 +35,18 @@ throttle: {{parallelism: {{min: 1, initial: 4, max: 4}}}}
 
 def study(tmp_path, name, sizes=(2, 3), copies=1, hold=0, cpus=1, gpus=0, extra=()):
     path = tmp_path / "study.yaml"
-    path.write_text(STUDY.format(name=name, sizes=list(sizes), last_copy=copies - 1, program=PROGRAM, hold=hold,
-                                 cpus=cpus, gpus=gpus, extra=json.dumps(list(extra))))
+    path.write_text(
+        STUDY.format(
+            name=name,
+            sizes=list(sizes),
+            last_copy=copies - 1,
+            program=PROGRAM,
+            hold=hold,
+            cpus=cpus,
+            gpus=gpus,
+            extra=json.dumps(list(extra)),
+        )
+    )
     return path
 
 
@@ -66,8 +76,10 @@ def test_every_task_of_trials_of_2_and_3_tasks_meets_through_the_contract(slurm,
     of its tasks on one), its program run from this checkout."""
     name = f"rdv-{int(time.time()) % 100000}"
     text = (EXAMPLE / "slurm.yaml").read_text().replace("name: rendezvous", f"name: {name}")
-    text = text.replace('"examples/rendezvous/rendezvous_check.py"', f'"{PROGRAM}", "--history", '
-                        f'"stratctl-out/{name}/{{{{ trial }}}}/rendezvous.jsonl"')
+    text = text.replace(
+        '"examples/rendezvous/rendezvous_check.py"',
+        f'"{PROGRAM}", "--history", "stratctl-out/{name}/{{{{ trial }}}}/rendezvous.jsonl"',
+    )
     path = tmp_path / "study.yaml"
     path.write_text(text)
     done = slurm.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
@@ -79,8 +91,13 @@ def test_every_task_of_trials_of_2_and_3_tasks_meets_through_the_contract(slurm,
         n = record["world_size"]
         sizes.add(n)
         port = rendezvous.derived_port(ids[trial])  # 20000 + the job id % 20000
-        assert result == {"rendezvous": "ok", "world_size": n, "peers_heard": n - 1,
-                          "master": f"{addr_of[record['nodes'][0]]}:{port}", "resumed": False}, result
+        assert result == {
+            "rendezvous": "ok",
+            "world_size": n,
+            "peers_heard": n - 1,
+            "master": f"{addr_of[record['nodes'][0]]}:{port}",
+            "resumed": False,
+        }, result
         assert record["heard"] == list(range(1, n))  # every other rank, once
         # each rank's address is the NodeAddr of the node Slurm ran it on, in rank order
         assert record["addrs"] == [addr_of[node] for node in record["nodes"]], record
@@ -115,6 +132,7 @@ def met_then_preempted(slurm, tmp_path, name) -> tuple[str, str]:
     """Once the study's one trial has met, preempt it: a prod job asking for all 4 GPUs of a
     node its job holds (aimed at it, so other work on the shared testbed does not take the
     preemption). (the trial, the prod job's id)"""
+
     def met():
         seen = outcome(tmp_path, name) if (tmp_path / "stratctl-out" / name).is_dir() else {}
         return next((trial for trial, (_, records) in seen.items() if records), None)
@@ -122,8 +140,18 @@ def met_then_preempted(slurm, tmp_path, name) -> tuple[str, str]:
     trial = slurm.wait("the trial's tasks met", met, timeout=120)
     gpus = [j for j in slurm.jobs(name) if "gpu" in str(j.get("tres_per_task")) and j["job_state"] == "RUNNING"]
     node = slurm.run("scontrol", "show", "hostnames", gpus[0]["nodes"]).stdout.split()[0]
-    prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", f"--nodelist={node}",
-                     "--job-name=prod-urgent", "--output=/dev/null", "--wrap", "sleep 2").stdout.strip()
+    prod = slurm.run(
+        "sbatch",
+        "--parsable",
+        "-p",
+        "prod",
+        "--gres=gpu:4",
+        f"--nodelist={node}",
+        "--job-name=prod-urgent",
+        "--output=/dev/null",
+        "--wrap",
+        "sleep 2",
+    ).stdout.strip()
     return trial, prod
 
 

@@ -31,8 +31,16 @@ throttle: {{parallelism: {{min: 1, initial: {inflight}, max: {inflight}}}}}
 
 def study(tmp_path, name, trials, command, gpus=1, inflight=4):
     path = tmp_path / "study.yaml"
-    path.write_text(STUDY.format(name=name, ckpt=tmp_path / "ckpt", last=trials - 1, command=json.dumps(command),
-                                 gpus=gpus, inflight=inflight))
+    path.write_text(
+        STUDY.format(
+            name=name,
+            ckpt=tmp_path / "ckpt",
+            last=trials - 1,
+            command=json.dumps(command),
+            gpus=gpus,
+            inflight=inflight,
+        )
+    )
     return path
 
 
@@ -91,8 +99,17 @@ def test_a_preempted_trial_is_requeued_and_resumes_from_its_checkpoint(slurm, tm
     slurm.wait_idle()
     loop = slurm.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
     slurm.wait("every trial running", lambda: sum(j["job_state"] == "RUNNING" for j in slurm.jobs(name)) == 4)
-    prod = slurm.run("sbatch", "--parsable", "-p", "prod", "--gres=gpu:4", "--job-name=prod-urgent", "--output=/dev/null",
-                     "--wrap", "sleep 2").stdout.strip()
+    prod = slurm.run(
+        "sbatch",
+        "--parsable",
+        "-p",
+        "prod",
+        "--gres=gpu:4",
+        "--job-name=prod-urgent",
+        "--output=/dev/null",
+        "--wrap",
+        "sleep 2",
+    ).stdout.strip()
     requeued = slurm.wait("a trial requeued", lambda: [j for j in slurm.jobs(name) if j["restart_cnt"] > 0])
     out, err = loop.communicate(timeout=180)
     assert loop.returncode == 0, err[-2000:]
@@ -117,6 +134,7 @@ def test_drain_holds_the_study_and_resume_brings_it_back(slurm, tmp_path):
     drained = slurm.stratctl("drain", str(path), "-o", "json", cwd=tmp_path)
     assert drained.returncode == 0, drained.stderr
     assert len(json.loads(drained.stdout)[0]["suspended"]) == 6
+
     def all_held():
         jobs = slurm.jobs(name)
         seen[:] = [(j["job_id"], j["job_state"], j["state_reason"], j["priority"], j["restart_cnt"]) for j in jobs]

@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from stratctl.errors import AlreadyExists, NotFound
 from stratctl.backends.kubernetes.cluster import RESOURCES
+from stratctl.errors import AlreadyExists, NotFound
 from tests.unit.fake_cluster import FakeCluster, merge_patch
 
 PLURALS = {(api_version, plural): (api_version, kind) for (api_version, kind), (plural, _) in RESOURCES.items()}
@@ -75,12 +75,20 @@ class ApiServer:
 
     def kubeconfig(self, directory: Path, namespace: str) -> Path:
         path = directory / "kubeconfig"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "alice", "user": {"token": "t"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "alice", "namespace": namespace}}],
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "alice", "user": {"token": "t"}}],
+                    "contexts": [
+                        {"name": "fake", "context": {"cluster": "fake", "user": "alice", "namespace": namespace}}
+                    ],
+                }
+            )
+        )
         return path
 
     # -- the API ---------------------------------------------------------------------------
@@ -92,8 +100,11 @@ class ApiServer:
             self._refusals -= refused
         if refused:
             self.seen.append((method, url.path, 429))
-            return 429, _status(429, "TooManyRequests", "Too many requests, please try again later."), {
-                "Retry-After": str(self._retry_after)}
+            return (
+                429,
+                _status(429, "TooManyRequests", "Too many requests, please try again later."),
+                {"Retry-After": str(self._retry_after)},
+            )
         status, answer = self._resource(method, url.path, {k: v[0] for k, v in parse_qs(url.query).items()}, body)
         self.seen.append((method, url.path, status))
         return status, answer, {}
@@ -141,5 +152,11 @@ class ApiServer:
 
 
 def _status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message,
-            "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": reason,
+        "message": message,
+        "code": code,
+    }

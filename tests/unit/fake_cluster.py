@@ -75,8 +75,9 @@ class FakeCluster:
         except KeyError:
             raise NotFound(f"{kind[1]} {name} not found") from None
 
-    def list(self, kind, namespace=None, label_selector=None, field_selector=None, transform=None,
-             **_) -> tuple[list[dict], str]:
+    def list(
+        self, kind, namespace=None, label_selector=None, field_selector=None, transform=None, **_
+    ) -> tuple[list[dict], str]:
         self.metrics.record("GET", 200, 0.001)
         self._answer()
         self.listed.append((tuple(kind), field_selector))
@@ -92,16 +93,22 @@ class FakeCluster:
             if (api_version, k) != kind or ns != (namespace or self.namespace):
                 continue
             have = obj["metadata"].get("labels") or {}
-            if all((key not in have) if negated else
-                   key in have and (values == equal == "" or have[key] in (values.split(",") if values else [equal]))
-                   for negated, key, values, equal in terms):
+            if all(
+                (key not in have)
+                if negated
+                else key in have and (values == equal == "" or have[key] in (values.split(",") if values else [equal]))
+                for negated, key, values, equal in terms
+            ):
                 out.append(obj)
         return out
 
-    PLURALS = {("batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job"),
-               ("batch/v1", "jobs"): ("batch/v1", "Job"),
-               ("scheduling.volcano.sh/v1beta1", "podgroups"): ("scheduling.volcano.sh/v1beta1", "PodGroup"),
-               ("v1", "pods"): ("v1", "Pod"), ("v1", "configmaps"): ("v1", "ConfigMap")}
+    PLURALS = {
+        ("batch.volcano.sh/v1alpha1", "jobs"): ("batch.volcano.sh/v1alpha1", "Job"),
+        ("batch/v1", "jobs"): ("batch/v1", "Job"),
+        ("scheduling.volcano.sh/v1beta1", "podgroups"): ("scheduling.volcano.sh/v1beta1", "PodGroup"),
+        ("v1", "pods"): ("v1", "Pod"),
+        ("v1", "configmaps"): ("v1", "ConfigMap"),
+    }
 
     def request(self, method, path, query=None, body=None, what="", content_type=""):
         """Paginated GET of a collection, as `status` reads it: limit and continue (an offset)."""
@@ -109,7 +116,7 @@ class FakeCluster:
         self.metrics.record("GET", 200, 0.001)
         self._answer()
         parts = path.strip("/").split("/")
-        group_version = "/".join(parts[1:parts.index("namespaces")])  # /api/v1/... or /apis/<group>/<version>/...
+        group_version = "/".join(parts[1 : parts.index("namespaces")])  # /api/v1/... or /apis/<group>/<version>/...
         namespace, kind = parts[parts.index("namespaces") + 1], self.PLURALS[(group_version, parts[-1])]
         self.requests_seen = getattr(self, "requests_seen", []) + [(path, dict(query or {}))]
         query = query or {}
@@ -117,7 +124,7 @@ class FakeCluster:
         self.pages_served = getattr(self, "pages_served", 0) + 1
         start = int(query.get("continue") or 0)
         limit = int(query.get("limit") or 0) or len(found)
-        page = found[start:start + limit]
+        page = found[start : start + limit]
         more = start + limit < len(found)
         return {"items": copy.deepcopy(page), "metadata": {"continue": str(start + limit) if more else None}}
 

@@ -13,8 +13,9 @@ HOST = "https://k8s.test:6443"
 
 
 def status_body(code: int, reason: str, message: str) -> bytes:
-    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
-                       "message": message, "code": code}).encode()
+    return json.dumps(
+        {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message, "code": code}
+    ).encode()
 
 
 class Answer:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from stratctl.errors import StudyError
 from stratctl.core.spec import Study, load_study
+from stratctl.errors import StudyError
 
 MINIMAL = """\
 name: tiny

@@ -37,20 +37,31 @@ class YarnBed(StratctlRuns):
         return sorted(listed, key=lambda a: a["id"])
 
     def kill(self, app_id: str) -> None:
-        request = urllib.request.Request(f"{self.rm}/ws/v1/cluster/apps/{app_id}/state", method="PUT",
-                                         data=b'{"state": "KILLED"}', headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.rm}/ws/v1/cluster/apps/{app_id}/state",
+            method="PUT",
+            data=b'{"state": "KILLED"}',
+            headers={"Content-Type": "application/json"},
+        )
         urllib.request.urlopen(request, timeout=30).close()
 
     def free_gpus(self) -> int:
         nodes = self.get("nodes")["nodes"]["node"]
-        return sum(i["value"] for n in nodes for i in n["availableResource"]["resourceInformations"]
-                   ["resourceInformation"] if i["name"] == "yarn.io/gpu")
+        return sum(
+            i["value"]
+            for n in nodes
+            for i in n["availableResource"]["resourceInformations"]["resourceInformation"]
+            if i["name"] == "yarn.io/gpu"
+        )
 
     def wait_idle(self, timeout: float = 120.0) -> None:
         """Until every GPU of the cluster is free: for the tests that fill the whole cluster."""
-        total = sum(i["value"] for n in self.get("nodes")["nodes"]["node"]
-                    for i in n["totalResource"]["resourceInformations"]["resourceInformation"]
-                    if i["name"] == "yarn.io/gpu")
+        total = sum(
+            i["value"]
+            for n in self.get("nodes")["nodes"]["node"]
+            for i in n["totalResource"]["resourceInformations"]["resourceInformation"]
+            if i["name"] == "yarn.io/gpu"
+        )
         self.wait("every GPU free", lambda: self.free_gpus() == total, timeout)
 
     def pause(self, seconds: float) -> None:

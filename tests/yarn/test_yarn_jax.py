@@ -25,18 +25,24 @@ def test_every_container_of_trials_of_2_and_3_meets_in_jax_distributed(yarn, tmp
     name = f"jax-rdv-yarn-{int(time.time()) % 100000}"
     text = (EXAMPLE / "jax-yarn.yaml").read_text().replace("name: jax-rendezvous-yarn", f"name: {name}")
     text = text.replace("http://127.0.0.1:28088", yarn.rm)
-    command = ("""  command: ["bash", "-c",\n"""
-               """            'exec python3 "$STRATCTL_OUTPUT_DIR/../../../examples/rendezvous/jax_check.py" --timeout 120']\n""")
+    command = (
+        """  command: ["bash", "-c",\n"""
+        """            'exec python3 "$STRATCTL_OUTPUT_DIR/../../../examples/rendezvous/jax_check.py" --timeout 120']\n"""
+    )
     assert command in text
-    text = text.replace(command, f'  command: ["{python}", "{EXAMPLE / "jax_check.py"}", "--timeout", "60"]\n'
-                                 f'  env: {{PYTHONPATH: "{REPO}"}}\n')
+    text = text.replace(
+        command,
+        f'  command: ["{python}", "{EXAMPLE / "jax_check.py"}", "--timeout", "60"]\n  env: {{PYTHONPATH: "{REPO}"}}\n',
+    )
     path = tmp_path / "study.yaml"
     path.write_text(text)
     done = yarn.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["succeeded"] == 2 and json.loads(done.stdout)["failed"] == 0, done.stderr[-2000:]
-    apps = {next(t.split(":", 1)[1] for t in a["applicationTags"].split(",") if t.startswith("stratctl-trial:")): a
-            for a in yarn.apps(name)}
+    apps = {
+        next(t.split(":", 1)[1] for t in a["applicationTags"].split(",") if t.startswith("stratctl-trial:")): a
+        for a in yarn.apps(name)
+    }
     hosts = {n["nodeHostName"] for n in yarn.get("nodes")["nodes"]["node"]}
     sizes = set()
     for trial in (tmp_path / "stratctl-out" / name).iterdir():

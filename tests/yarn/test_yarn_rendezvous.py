@@ -43,8 +43,18 @@ def history(tmp_path: Path, name: str) -> str:
 
 def study(yarn, tmp_path, name, sizes=(2, 3), copies=1, hold=0, gpus=0):
     path = tmp_path / "study.yaml"
-    path.write_text(STUDY.format(name=name, rm=yarn.rm, sizes=list(sizes), last_copy=copies - 1, program=PROGRAM,
-                                 hold=hold, history=history(tmp_path, name), gpus=gpus))
+    path.write_text(
+        STUDY.format(
+            name=name,
+            rm=yarn.rm,
+            sizes=list(sizes),
+            last_copy=copies - 1,
+            program=PROGRAM,
+            hold=hold,
+            history=history(tmp_path, name),
+            gpus=gpus,
+        )
+    )
     return path
 
 
@@ -75,8 +85,12 @@ def node_hosts(yarn) -> set[str]:
 
 def used(app: dict) -> tuple[int, int, int]:
     """Memory (MB), vcores and GPUs an application holds (its AM's container included)."""
-    gpus = sum(i["value"] for p in app["resourceInfo"]["resourceUsagesByPartition"]
-               for i in p["used"]["resourceInformations"]["resourceInformation"] if i["name"] == "yarn.io/gpu")
+    gpus = sum(
+        i["value"]
+        for p in app["resourceInfo"]["resourceUsagesByPartition"]
+        for i in p["used"]["resourceInformations"]["resourceInformation"]
+        if i["name"] == "yarn.io/gpu"
+    )
     return app["allocatedMB"], app["allocatedVCores"], gpus
 
 
@@ -87,8 +101,10 @@ def test_the_example_trials_of_a_ps_and_workers_meet_through_the_contract(yarn, 
     name = f"rdv-roles-{int(time.time()) % 100000}"
     text = (EXAMPLE / "yarn.yaml").read_text().replace("name: rendezvous-yarn", f"name: {name}")
     text = text.replace("http://127.0.0.1:28088", yarn.rm)
-    text = text.replace('"$STRATCTL_OUTPUT_DIR/../../../examples/rendezvous/rendezvous_check.py"',
-                        f'{PROGRAM} --hold 4 --history "$STRATCTL_OUTPUT_DIR/rendezvous.jsonl"')
+    text = text.replace(
+        '"$STRATCTL_OUTPUT_DIR/../../../examples/rendezvous/rendezvous_check.py"',
+        f'{PROGRAM} --hold 4 --history "$STRATCTL_OUTPUT_DIR/rendezvous.jsonl"',
+    )
     path = tmp_path / "study.yaml"
     path.write_text(text)
     loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
@@ -111,8 +127,13 @@ def test_the_example_trials_of_a_ps_and_workers_meet_through_the_contract(yarn, 
         n = record["world_size"]
         sizes[n] = trial
         master = f"{record['addrs'][0]}:{port_of(apps[trial])}"
-        assert result == {"rendezvous": "ok", "world_size": n, "peers_heard": n - 1, "master": master,
-                          "resumed": False}, result
+        assert result == {
+            "rendezvous": "ok",
+            "world_size": n,
+            "peers_heard": n - 1,
+            "master": master,
+            "resumed": False,
+        }, result
         assert record["heard"] == list(range(1, n))  # every other rank, once
         assert record["roles"] == {"ps": 1, "worker": n - 1}  # the ps first: rank 0
         assert set(record["addrs"]) <= hosts and record["nodes"] == record["addrs"], record  # the NMs' hosts
@@ -163,9 +184,18 @@ def test_a_preempted_trial_rendezvouses_again_in_its_next_attempt(yarn, tmp_path
 
     yarn.wait("both trials met", both_met, timeout=120)
     urgent = tmp_path / "prod.yaml"
-    urgent.write_text(STUDY.format(name=f"prod-{name}", rm=yarn.rm, sizes=[1], last_copy=0, program=PROGRAM, hold=0,
-                                   history=history(tmp_path, f"prod-{name}"), gpus=4).replace("queue: research",
-                                                                                                "queue: prod"))
+    urgent.write_text(
+        STUDY.format(
+            name=f"prod-{name}",
+            rm=yarn.rm,
+            sizes=[1],
+            last_copy=0,
+            program=PROGRAM,
+            hold=0,
+            history=history(tmp_path, f"prod-{name}"),
+            gpus=4,
+        ).replace("queue: research", "queue: prod")
+    )
     prod = yarn.stratctl("submit", str(urgent), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
     assert prod.returncode == 0 and json.loads(prod.stdout)["succeeded"] == 1, prod.stderr[-2000:]
     out, err = loop.communicate(timeout=240)
@@ -184,7 +214,10 @@ def test_a_preempted_trial_rendezvouses_again_in_its_next_attempt(yarn, tmp_path
         # met in the attempt preempted, and again in the next one, resuming, on its own port
         assert [r["resumed"] for r in records] == [False] * (len(records) - 1) + [True], records
         assert all(r["rendezvous"] == "ok" and r["heard"] == [1] for r in records), records
-        assert records[0]["master"].endswith(f":{port_of(first)}") and records[-1]["master"].endswith(
-            f":{port_of(last)}") and port_of(first) != port_of(last)
+        assert (
+            records[0]["master"].endswith(f":{port_of(first)}")
+            and records[-1]["master"].endswith(f":{port_of(last)}")
+            and port_of(first) != port_of(last)
+        )
         assert result["resumed"] is True
         assert f"trial {trial}: attempt {len(attempts) - 1} submitted (attempt {len(attempts) - 2} preempted)" in err

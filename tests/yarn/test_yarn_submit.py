@@ -34,8 +34,19 @@ throttle: {{parallelism: {{min: 1, initial: {inflight}, max: {inflight}}}}}
 
 def study(yarn, tmp_path, name, trials, command, gpus=1, tasks=1, inflight=4, queue="research", file="study.yaml"):
     path = tmp_path / file
-    path.write_text(STUDY.format(name=name, rm=yarn.rm, queue=queue, ckpt=tmp_path / "ckpt", last=trials - 1,
-                                 command=json.dumps(command), gpus=gpus, tasks=tasks, inflight=inflight))
+    path.write_text(
+        STUDY.format(
+            name=name,
+            rm=yarn.rm,
+            queue=queue,
+            ckpt=tmp_path / "ckpt",
+            last=trials - 1,
+            command=json.dumps(command),
+            gpus=gpus,
+            tasks=tasks,
+            inflight=inflight,
+        )
+    )
     return path
 
 
@@ -68,8 +79,10 @@ def per_trial(apps: list[dict]) -> dict[str, list[dict]]:
 
 def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(yarn, tmp_path):
     name = f"once-{int(time.time()) % 100000}"
-    command = ('sleep 2; echo "$STRATCTL_TASK_INDEX" >> "$STRATCTL_OUTPUT_DIR/ran"; '
-               '[ "$STRATCTL_TASK_INDEX" = 0 ] && echo "{\\"loss\\": $RANDOM}" > "$STRATCTL_OUTPUT_DIR/result.json"; true')
+    command = (
+        'sleep 2; echo "$STRATCTL_TASK_INDEX" >> "$STRATCTL_OUTPUT_DIR/ran"; '
+        '[ "$STRATCTL_TASK_INDEX" = 0 ] && echo "{\\"loss\\": $RANDOM}" > "$STRATCTL_OUTPUT_DIR/result.json"; true'
+    )
     path = study(yarn, tmp_path, name, 8, command, tasks=2, inflight=4)
     first = yarn.start("submit", str(path), "--poll-interval", "0.5", cwd=tmp_path)
     yarn.wait("the first applications in the RM", lambda: len(yarn.apps(name)) >= 3)
@@ -81,7 +94,9 @@ def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(yarn, tmp_path)
     assert progress["succeeded"] == 8 and progress["failed"] == 0, progress
     assert progress["existing"] >= 3 and progress["created"] + progress["existing"] == 8, progress
     apps = per_trial(yarn.apps(name))
-    assert len(apps) == 8 and all(len(a) == 1 for a in apps.values()), {t: [x["id"] for x in a] for t, a in apps.items()}
+    assert len(apps) == 8 and all(len(a) == 1 for a in apps.values()), {
+        t: [x["id"] for x in a] for t, a in apps.items()
+    }
     out = tmp_path / "stratctl-out" / name
     for trial in apps:  # both tasks of the gang ran, once each
         assert sorted((out / trial / "ran").read_text().split()) == ["0", "1"], trial
@@ -93,7 +108,11 @@ def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(yarn, tmp_path)
     for row in rows:
         [app] = apps[row["trial"]]
         assert (row["state"], row["phase"], app["state"], app["finalStatus"]) == (
-            "succeeded", "FINISHED", "FINISHED", "SUCCEEDED"), (row, app)
+            "succeeded",
+            "FINISHED",
+            "FINISHED",
+            "SUCCEEDED",
+        ), (row, app)
         assert row["attempt"] == 0 and "loss" in row["result"] and row["queue"] == "research"
         # GPU time: 2 GPUs from the AM's launch to the application's end, in the RM's times
         assert row["gpu_seconds"] == pytest.approx((app["finishedTime"] - app["launchTime"]) / 1000 * 2), (row, app)
@@ -105,8 +124,9 @@ def test_a_resource_manager_that_stops_answering_loses_and_duplicates_nothing(ya
     name = f"pause-{int(time.time()) % 100000}"
     path = study(yarn, tmp_path, name, 12, "sleep 1", inflight=6)
     port = free_port()
-    loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", "--metrics-port", str(port),
-                      cwd=tmp_path)
+    loop = yarn.start(
+        "submit", str(path), "--poll-interval", "0.5", "-o", "json", "--metrics-port", str(port), cwd=tmp_path
+    )
     yarn.wait("the first applications in the RM", lambda: len(yarn.apps(name)) >= 2)
     # the study's own metrics, exported as on Kubernetes
     metrics = yarn.wait("the loop's metrics", lambda: scrape(port, f'stratctl_trials_in_flight{{study="{name}"}}'))
@@ -129,8 +149,12 @@ def test_a_preempted_trial_resumes_as_its_next_attempt_not_a_failure(yarn, tmp_p
     path = study(yarn, tmp_path, name, 4, command, gpus=2, inflight=4)  # four 2-GPU trials take all 8 GPUs
     yarn.wait_idle()
     loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
-    yarn.wait("every trial running", lambda: yarn.free_gpus() == 0 and sum(
-        a["state"] == "RUNNING" and a["progress"] >= 50 for a in yarn.apps(name)) == 4)
+    yarn.wait(
+        "every trial running",
+        lambda: (
+            yarn.free_gpus() == 0 and sum(a["state"] == "RUNNING" and a["progress"] >= 50 for a in yarn.apps(name)) == 4
+        ),
+    )
     urgent = study(yarn, tmp_path, f"prod-{name}", 1, "sleep 1", gpus=4, queue="prod", file="prod.yaml")
     prod = yarn.stratctl("submit", str(urgent), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
     assert prod.returncode == 0 and json.loads(prod.stdout)["succeeded"] == 1, prod.stderr[-2000:]
@@ -146,8 +170,10 @@ def test_a_preempted_trial_resumes_as_its_next_attempt_not_a_failure(yarn, tmp_p
         assert first["finalStatus"] == "FAILED" and "stratctl: preempted" in first["diagnostics"], first
         assert (tmp_path / "stratctl-out" / name / trial / "resumed").read_text().strip() == str(len(attempts) - 1)
         assert f"trial {trial}: attempt 1 submitted (attempt 0 preempted)" in err
-    rows = {r["trial"]: r for r in json.loads(yarn.stratctl("status", str(path), "-o", "json",
-                                                             cwd=tmp_path).stdout)["trials"]}
+    rows = {
+        r["trial"]: r
+        for r in json.loads(yarn.stratctl("status", str(path), "-o", "json", cwd=tmp_path).stdout)["trials"]
+    }
     for trial, attempts in preempted.items():
         assert rows[trial]["preemptions"] == len(attempts) - 1 and rows[trial]["failed_attempts"] == 0, rows[trial]
         assert rows[trial]["state"] == "succeeded"
@@ -161,8 +187,9 @@ def test_drain_kills_the_study_and_resume_brings_it_back(yarn, tmp_path):
     path = study(yarn, tmp_path, name, 4, command, gpus=4, inflight=4)  # two fit at once, two wait
     yarn.wait_idle()
     loop = yarn.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
-    yarn.wait("two trials running", lambda: sum(
-        a["state"] == "RUNNING" and a["progress"] >= 50 for a in yarn.apps(name)) == 2)
+    yarn.wait(
+        "two trials running", lambda: sum(a["state"] == "RUNNING" and a["progress"] >= 50 for a in yarn.apps(name)) == 2
+    )
     drained = yarn.stratctl("drain", str(path), "-o", "json", cwd=tmp_path)
     assert drained.returncode == 0, drained.stderr
     assert len(json.loads(drained.stdout)[0]["suspended"]) == 4

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stratctl.errors import ClusterError, NotFound
 from stratctl.backends.kubernetes.cluster import PODGROUP
 from stratctl.backends.kubernetes.state import podgroup_name
 from stratctl.backends.kubernetes.waiting import Queues, condition, gang_events, queue_of, reason
+from stratctl.errors import ClusterError, NotFound
 
 REFRESH = 10.0  # seconds between two reads of the cause while gangs stay stuck
 
@@ -48,7 +48,9 @@ class Blocked:
                 except NotFound:
                     group = None
             queue = queue_of(job) or queue_of(group)
-            events = gang_events(self.cluster, self.namespace, name) if group is not None and not condition(group) else []
+            events = (
+                gang_events(self.cluster, self.namespace, name) if group is not None and not condition(group) else []
+            )
             cause = reason(group, queue, Queues(self.cluster).get(queue), events)
         except ClusterError:
             return self.last

@@ -15,25 +15,38 @@ The pod mirror also feeds `disruptions`: the pods Volcano marked DisruptionTarge
 past their deletion, which tell the loop which ended trials were preempted; and the start
 times of pods, which tell when a batch/v1 Job's gang started running (`pod_starts`).
 """
+
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 
-from stratctl.backends.kubernetes.precedence import (
-    Precedence, backfill_gangs, blocked_above, higher_priority_waiting, priority_values, shadow_time,
-)
-from stratctl.errors import ClusterError
 from stratctl.backends.kubernetes.cluster import HYPERNODE, NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
 from stratctl.backends.kubernetes.disruptions import Disruptions
 from stratctl.backends.kubernetes.gpus import (
-    _pg_key, after_demand, demand_besides, fragmentation, free_gpus, gangs_fit, group_key, place_fitting,
+    _pg_key,
+    after_demand,
+    demand_besides,
+    fragmentation,
+    free_gpus,
+    gangs_fit,
+    group_key,
+    place_fitting,
 )
-from stratctl.labels import STUDY
 from stratctl.backends.kubernetes.mirror import Mirror
+from stratctl.backends.kubernetes.precedence import (
+    Precedence,
+    backfill_gangs,
+    blocked_above,
+    higher_priority_waiting,
+    priority_values,
+    shadow_time,
+)
 from stratctl.backends.kubernetes.state import run_starts
 from stratctl.backends.kubernetes.topology import domains, gangs_fit_within, spread
 from stratctl.core.topology import NetworkTopology
+from stratctl.errors import ClusterError
+from stratctl.labels import STUDY
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +68,16 @@ class Capacity:
 class ClusterSignals:
     """GPU capacity from mirrored nodes and pods, and API health from the client's own requests."""
 
-    def __init__(self, cluster: Cluster, shape: list[int], namespace: str | None = None,
-                 priority_class: str | None = None, yield_to_higher: bool = True, queue: str | tuple[str, ...] | None = None,
-                 topology: NetworkTopology | None = None):
+    def __init__(
+        self,
+        cluster: Cluster,
+        shape: list[int],
+        namespace: str | None = None,
+        priority_class: str | None = None,
+        yield_to_higher: bool = True,
+        queue: str | tuple[str, ...] | None = None,
+        topology: NetworkTopology | None = None,
+    ):
         self.cluster = cluster
         self.shape = shape
         self.priority_class = priority_class
@@ -67,8 +87,9 @@ class ClusterSignals:
         self._priorities: tuple[dict[str, int], int] | None = None
         self.nodes = Mirror(cluster, NODE)
         self.disruptions = Disruptions()
-        self.pods = Mirror(cluster, POD, label_selector=None, transform=self.disruptions.observe,
-                           on_delete=self.disruptions.deleted)
+        self.pods = Mirror(
+            cluster, POD, label_selector=None, transform=self.disruptions.observe, on_delete=self.disruptions.deleted
+        )
         # gangs queued in the study's namespace (where submit may read PodGroups); other
         # namespaces' queued gangs show up once their pods exist
         self.groups = Mirror(cluster, PODGROUP, all_namespaces=False, namespace=namespace) if namespace else None
@@ -93,8 +114,9 @@ class ClusterSignals:
         try:
             return self.hypernodes.start()
         except ClusterError as exc:
-            log.warning("cannot list HyperNodes (%s): counting room for gangs without the study's network topology",
-                        exc)
+            log.warning(
+                "cannot list HyperNodes (%s): counting room for gangs without the study's network topology", exc
+            )
             return None
 
     def _read_priorities(self) -> tuple[dict[str, int], int] | None:
@@ -103,8 +125,11 @@ class ClusterSignals:
         try:
             classes, _ = self.cluster.list(PRIORITY_CLASS, all_namespaces=True)
         except ClusterError as exc:
-            log.warning("cannot list priority classes (%s): not yielding to higher-priority gangs, and counting "
-                        "their waiting pods against the free GPUs", exc)
+            log.warning(
+                "cannot list priority classes (%s): not yielding to higher-priority gangs, and counting "
+                "their waiting pods against the free GPUs",
+                exc,
+            )
             return None
         return priority_values(classes)
 
@@ -142,9 +167,18 @@ class ClusterSignals:
             shadow = shadow_time(nodes, pods, precedence, now)
             backfill_fit = backfill_gangs(nodes, pods, groups, ahead, self.shape)
         fit, why = self._fit(nodes, after)
-        return Capacity(sum(after.values()), fit, fragmentation(after, self.shape, fit), len(nodes),
-                        precedence, shadow, backfill_fit, free_after=free_after, spread=why,
-                        domains=self._domains(nodes))
+        return Capacity(
+            sum(after.values()),
+            fit,
+            fragmentation(after, self.shape, fit),
+            len(nodes),
+            precedence,
+            shadow,
+            backfill_fit,
+            free_after=free_after,
+            spread=why,
+            domains=self._domains(nodes),
+        )
 
     def _domains(self, nodes: list[dict]) -> list[frozenset[str]] | None:
         """The node sets a hard-topology gang must stay inside (None: anywhere)."""
@@ -152,16 +186,20 @@ class ClusterSignals:
             return None
         return [d.nodes for d in domains(self.hypernodes.items(), nodes, self.tier)]
 
-    def _for_packing(self, free: dict[str, int], pods: list[dict], groups: list[dict],
-                     left_out: set[tuple[str, str]]) -> dict[str, int]:
+    def _for_packing(
+        self, free: dict[str, int], pods: list[dict], groups: list[dict], left_out: set[tuple[str, str]]
+    ) -> dict[str, int]:
         """Free GPUs for packing a study's trials of different shapes: everyone else's waiting
         demand as for any study, then the study's own waiting gangs only where they fit now.
         Its own large gangs queued for the next whole node (run/packing.py) fit nowhere
         yet; counted against the largest holes, they would keep its small trials out of the
         very holes packing is for."""
-        own = {group_key(p) for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(STUDY) == self.own_study}
-        own |= {_pg_key(g) for g in groups
-                if ((g.get("metadata") or {}).get("labels") or {}).get(STUDY) == self.own_study}
+        own = {
+            group_key(p) for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(STUDY) == self.own_study
+        }
+        own |= {
+            _pg_key(g) for g in groups if ((g.get("metadata") or {}).get("labels") or {}).get(STUDY) == self.own_study
+        }
         own = {key for key in own if key[1]}
         room = after_demand(free, demand_besides(pods, groups, left_out | own))
         mine = [p for p in pods if group_key(p) in own]
@@ -186,4 +224,3 @@ class ClusterSignals:
 
     def latency_p90(self) -> float | None:
         return self.cluster.metrics.latency_quantile(0.9)
-

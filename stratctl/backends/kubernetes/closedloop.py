@@ -22,8 +22,8 @@ from types import MappingProxyType
 from typing import Any
 
 from stratctl import labels
-from stratctl.core.search import Searcher, Told, values_of
 from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.core.search import Searcher, Told, values_of
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 
@@ -57,8 +57,9 @@ def marked_trials(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Trial]:
 STEPS_KEPT = 100  # intermediate values the record keeps per ended trial (the latest steps)
 
 
-def told_entry(trial: Trial, state: str, values: tuple[float, ...] | None,
-               steps: Mapping[int, float] | None = None, **extra: Any) -> dict[str, Any]:
+def told_entry(
+    trial: Trial, state: str, values: tuple[float, ...] | None, steps: Mapping[int, float] | None = None, **extra: Any
+) -> dict[str, Any]:
     """What the record keeps of a told trial (key `told`): its intermediate values as
     [[step, value], ...] (the latest STEPS_KEPT), for the pruner of a later loop."""
     entry: dict[str, Any] = {"index": trial.index, "params": dict(trial.params), "state": state}
@@ -107,8 +108,13 @@ class ClosedLoop:
         """Trials of the budget not asked yet."""
         return self.searcher.remaining if self.searcher is not None else (self.study.strategy.trials or 0)
 
-    def rebuild(self, latest: Mapping[str, dict], results: Mapping[str, Mapping[str, Any]],
-                told: Mapping[str, Mapping[str, Any]], marks: Mapping[str, Mapping[str, Any]] = {}) -> list[Trial]:
+    def rebuild(
+        self,
+        latest: Mapping[str, dict],
+        results: Mapping[str, Mapping[str, Any]],
+        told: Mapping[str, Mapping[str, Any]],
+        marks: Mapping[str, Mapping[str, Any]] = {},
+    ) -> list[Trial]:
         """The search's trials so far, in the order they were asked, with the sampler built
         from them. `latest`: trial name → its latest job; `results`: trial name → result;
         `told`: the record's told trials; `marks`: its suspended trials (drained: no job)."""
@@ -127,8 +133,13 @@ class ClosedLoop:
             state = entry.get("state") if entry.get("state") in ("complete", "failed", "pruned") else "failed"
             values = tuple(float(v) for v in values) if isinstance(values, list) and state == "complete" else None
             trials[name] = trial
-            history[name] = Told(name, trial.params, state if values is not None or state != "complete" else "failed",
-                                 values, steps_of_entry(entry))
+            history[name] = Told(
+                name,
+                trial.params,
+                state if values is not None or state != "complete" else "failed",
+                values,
+                steps_of_entry(entry),
+            )
             self.told[name] = dict(entry)
         for name, job in latest.items():
             if name in trials and name not in marks:
@@ -153,11 +164,18 @@ class ClosedLoop:
     def ask(self, n: int, next_index: int) -> list[Trial]:
         """Up to `n` new trials, indexed from `next_index`."""
         assert self.searcher is not None, "rebuild first"
-        return [Trial(next_index + i, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
-                for i, (name, params) in enumerate(self.searcher.ask(n))]
+        return [
+            Trial(next_index + i, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
+            for i, (name, params) in enumerate(self.searcher.ask(n))
+        ]
 
-    def tell(self, trial: Trial, state: TrialState, result: Mapping[str, Any] | None,
-             steps: Mapping[int, float] | None = None) -> dict[str, Any] | None:
+    def tell(
+        self,
+        trial: Trial,
+        state: TrialState,
+        result: Mapping[str, Any] | None,
+        steps: Mapping[int, float] | None = None,
+    ) -> dict[str, Any] | None:
         """A trial ended: tell the sampler, and return its record entry (None if it has not
         ended, or was told before). `steps`: its intermediate values, as last read."""
         if trial.name in self.told or self.searcher is None:
@@ -182,7 +200,15 @@ class ClosedLoop:
         self.searcher.tell(trial.name, "pruned")
         last = max(steps)
         metric = self.study.objectives[0].metric
-        self.told[trial.name] = entry = told_entry(trial, "pruned", None, steps, step=last, value=steps[last],
-                                                   result={metric: steps[last], "step": last},
-                                                   gpu_seconds=round(gpu_seconds, 1), at=round(at, 3))
+        self.told[trial.name] = entry = told_entry(
+            trial,
+            "pruned",
+            None,
+            steps,
+            step=last,
+            value=steps[last],
+            result={metric: steps[last], "step": last},
+            gpu_seconds=round(gpu_seconds, 1),
+            at=round(at, 3),
+        )
         return entry

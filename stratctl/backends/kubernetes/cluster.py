@@ -28,10 +28,10 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
-from stratctl.errors import AlreadyExists, ClusterError, Invalid, NotFound, Throttled, Unavailable, UsageError
 from stratctl.backends.kubernetes.answers import parse
 from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
 from stratctl.backends.kubernetes.grants import Grants, access, denial_is_transient
+from stratctl.errors import AlreadyExists, ClusterError, Invalid, NotFound, Throttled, Unavailable, UsageError
 from stratctl.run.outage import Outage, duration
 
 if TYPE_CHECKING:
@@ -128,7 +128,9 @@ def error_for(status: int, body: bytes, headers: Any, what: str, allowed_ago: fl
         return Unavailable(
             f"{what}: {'forbidden' if status == 403 else 'unauthorized'} although the same request worked "
             f"{duration(allowed_ago)} ago: the API server is probably restarting ({_status_message(status, body)})",
-            status=status, reason="Forbidden" if status == 403 else "Unauthorized")
+            status=status,
+            reason="Forbidden" if status == 403 else "Unauthorized",
+        )
     if status == 429 or (status == 503 and _retry_after(headers) is not None):
         return Throttled(message, status=status, retry_after=_retry_after(headers))
     if status == 409:
@@ -209,9 +211,15 @@ def _no_gate(fn: Callable[[], T], mutating: bool = False) -> T:
 class Cluster:
     """Plain-dict CRUD, list and watch against one API server, in one default namespace."""
 
-    def __init__(self, api: k8s_client.ApiClient | PlainApi, namespace: str, gate: Gate = _no_gate,
-                 outage: Outage | None = None, timeout: tuple[float, float] = (10, 60),
-                 client_errors: tuple[type[BaseException], ...] = ()):
+    def __init__(
+        self,
+        api: k8s_client.ApiClient | PlainApi,
+        namespace: str,
+        gate: Gate = _no_gate,
+        outage: Outage | None = None,
+        timeout: tuple[float, float] = (10, 60),
+        client_errors: tuple[type[BaseException], ...] = (),
+    ):
         self.api = api
         self.client_errors = client_errors  # what the Kubernetes client raises for a TLS failure
         self.namespace = namespace
@@ -235,8 +243,11 @@ class Cluster:
         A token or a client certificate needs urllib3 alone (`transport`); plugins and
         in-cluster credentials load the Kubernetes client."""
         path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
-        in_cluster = path is None and os.environ.get("KUBERNETES_SERVICE_HOST") and not os.path.exists(
-            os.path.expanduser("~/.kube/config"))
+        in_cluster = (
+            path is None
+            and os.environ.get("KUBERNETES_SERVICE_HOST")
+            and not os.path.exists(os.path.expanduser("~/.kube/config"))
+        )
         if path is not None and not os.path.exists(os.path.expanduser(path)):
             origin = "--kubeconfig" if kubeconfig else "$KUBECONFIG"
             raise UsageError(f"the kubeconfig file {path} ({origin}) does not exist")
@@ -283,8 +294,9 @@ class Cluster:
 
     # -- the one request path ---------------------------------------------------------
 
-    def _prepare(self, method: str, path: str, query: dict | None, body: Any,
-                 content_type: str = "application/json") -> tuple[str, dict]:
+    def _prepare(
+        self, method: str, path: str, query: dict | None, body: Any, content_type: str = "application/json"
+    ) -> tuple[str, dict]:
         """The URL (with its query) and the headers (with auth) of a request: made once here,
         for a call and a watch alike."""
         url = self.api.configuration.host + path
@@ -294,8 +306,18 @@ class Cluster:
         self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         return url, headers
 
-    def _send(self, method: str, path: str, query: dict | None, body: Any, what: str, content_type: str,
-              stream: bool = False, timeout: tuple[float, float] | None = None, raw: bool = False) -> Any:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: dict | None,
+        body: Any,
+        what: str,
+        content_type: str,
+        stream: bool = False,
+        timeout: tuple[float, float] | None = None,
+        raw: bool = False,
+    ) -> Any:
         """Send one request and return the JSON of a 2xx answer, or with `stream` the open
         response of a 200 (its body still unread, for `watch`). Every request is timed and
         tells the outage account whether the server answered; a failure to reach the server
@@ -308,20 +330,30 @@ class Cluster:
         status, token = None, self.outage.sending(what)
         try:
             # the client's own call, unread underneath (what it hands back for _preload_content=False)
-            response = self.api.call_api(method, url, header_params=headers, body=body,
-                                         _request_timeout=self.outage.timeout(*(timeout or self.timeout))).response
+            response = self.api.call_api(
+                method,
+                url,
+                header_params=headers,
+                body=body,
+                _request_timeout=self.outage.timeout(*(timeout or self.timeout)),
+            ).response
             status = response.status
             data = b"" if stream and status == 200 else response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            error = Unavailable(f"{what}: cannot reach the API server at {self.api.configuration.host}: "
-                                f"{_unreached(exc)}")
+            error = Unavailable(
+                f"{what}: cannot reach the API server at {self.api.configuration.host}: {_unreached(exc)}"
+            )
             raise self.outage.failed(error, sent) from None
         except self.client_errors as exc:  # the Kubernetes client's TLS errors surface this way
             raise self.outage.failed(Unavailable(f"{what}: {' '.join(str(exc.reason).split())}"), sent) from None
         finally:
             self.outage.received(token)
-            self.metrics.record(method, status, time.monotonic() - started,
-                                check=bool(query and query.get("dryRun")) or path.endswith("/selfsubjectaccessreviews"))
+            self.metrics.record(
+                method,
+                status,
+                time.monotonic() - started,
+                check=bool(query and query.get("dryRun")) or path.endswith("/selfsubjectaccessreviews"),
+            )
         if 200 <= status < 300:
             self.grants.allowed(key, clock())
             self.outage.answered()
@@ -349,8 +381,10 @@ class Cluster:
         content_type: str = "application/json",
     ) -> Any:
         what = what or f"{method} {path}"
-        return self.gate(self._counted(what, lambda: self._send(method, path, query, body, what, content_type)),
-                         mutating=method != "GET")
+        return self.gate(
+            self._counted(what, lambda: self._send(method, path, query, body, what, content_type)),
+            mutating=method != "GET",
+        )
 
     def _counted(self, what: str, send: Callable[[], T]) -> Callable[[], T]:
         """`send`, counted per kind of request (the verb and kind `what` starts with) each
@@ -401,7 +435,12 @@ class Cluster:
     def patch(self, kind: tuple[str, str], name: str, patch: dict, namespace: str | None = None) -> dict:
         path = resource_path(*kind, self._ns(namespace), name)
         return self.request(
-            "PATCH", path, {"fieldManager": FIELD_MANAGER}, patch, f"patch {kind[1]} {name}", "application/merge-patch+json"
+            "PATCH",
+            path,
+            {"fieldManager": FIELD_MANAGER},
+            patch,
+            f"patch {kind[1]} {name}",
+            "application/merge-patch+json",
         )
 
     def list(
@@ -466,8 +505,14 @@ class Cluster:
         }
         what = f"watch {kind[1]}"
         # the read timeout outlasts the server's own end of the watch, so only a stalled stream trips it
-        response = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
-                                                                    stream=True, timeout=(10, timeout_seconds + 10))))
+        response = self.gate(
+            self._counted(
+                what,
+                lambda: self._send(
+                    "GET", path, query, None, what, "application/json", stream=True, timeout=(10, timeout_seconds + 10)
+                ),
+            )
+        )
         clean = False
         try:
             buffer = b""
@@ -479,30 +524,50 @@ class Cluster:
             if buffer.strip():
                 yield watch_event(buffer, what)  # a last event without its newline: whole, or not JSON
             clean = True
-        except (urllib3.exceptions.HTTPError, OSError) as exc:  # urllib3 wraps resets as ProtocolError; not all paths do
+        except (
+            urllib3.exceptions.HTTPError,
+            OSError,
+        ) as exc:  # urllib3 wraps resets as ProtocolError; not all paths do
             raise Unavailable(f"{what}: the stream broke: {exc}") from None
         finally:
             if not clean:
                 response.close()  # a half-read stream must not go back to the pool as a reusable connection
             response.release_conn()
 
-    def pod_log(self, name: str, namespace: str | None = None, container: str | None = None,
-                tail: int | None = None, follow: bool = False, timestamps: bool = False,
-                since_time: str | None = None) -> Iterator[bytes]:
+    def pod_log(
+        self,
+        name: str,
+        namespace: str | None = None,
+        container: str | None = None,
+        tail: int | None = None,
+        follow: bool = False,
+        timestamps: bool = False,
+        since_time: str | None = None,
+    ) -> Iterator[bytes]:
         """A container's log (pods/log, which the API server reads from the node's kubelet),
         line by line; with `follow`, the lines keep coming until the container ends or the
         caller stops reading."""
         path = resource_path(*POD, self._ns(namespace), name) + "/log"
-        query = {"container": container, "tailLines": tail, "follow": "true" if follow else None,
-                 "timestamps": "true" if timestamps else None, "sinceTime": since_time}
+        query = {
+            "container": container,
+            "tailLines": tail,
+            "follow": "true" if follow else None,
+            "timestamps": "true" if timestamps else None,
+            "sinceTime": since_time,
+        }
         what = f"log Pod {name}" + (f"/{container}" if container else "")
         if not follow:
-            data = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
-                                                                    raw=True)))
+            data = self.gate(
+                self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json", raw=True))
+            )
             yield from data.splitlines(keepends=True)
             return
-        response = self.gate(self._counted(what, lambda: self._send("GET", path, query, None, what, "application/json",
-                                                                    stream=True, timeout=(10, 3600))))
+        response = self.gate(
+            self._counted(
+                what,
+                lambda: self._send("GET", path, query, None, what, "application/json", stream=True, timeout=(10, 3600)),
+            )
+        )
         try:
             buffer = b""
             for chunk in response.stream(4096, decode_content=True):

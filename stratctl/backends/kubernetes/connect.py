@@ -21,10 +21,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stratctl.run.throttle import Backoff, Throttle
-from stratctl.errors import Throttled
 from stratctl.backends.kubernetes.cluster import Cluster
+from stratctl.errors import Throttled
 from stratctl.run.outage import Outage, duration
+from stratctl.run.throttle import Backoff, Throttle
 
 ONE_SHOT_PATIENCE = 25.0  # seconds without an answer before status, drain or resume give up
 # seconds `submit` waits for the API server's first answer (its preflight is the first contact):
@@ -39,8 +39,10 @@ def throttling_notice(error: Throttled, patience: float) -> str:
     """The line said when every request starts being refused: who throttles, and for how long
     the command waits."""
     after = f", Retry-After {error.retry_after:g}s" if error.retry_after is not None else ""
-    return (f"the API server is throttling this user (HTTP {error.status}{after}); waiting for it, "
-            f"up to {duration(patience)}")
+    return (
+        f"the API server is throttling this user (HTTP {error.status}{after}); waiting for it, "
+        f"up to {duration(patience)}"
+    )
 
 
 QUIET = 30.0  # seconds after a throttling notice during which another episode's start is not told
@@ -75,14 +77,26 @@ class Connection:
     namespace: str | None = None
 
 
-def connect(connection: Connection, namespace: str | None, throttle: Throttle, patience: float,
-            pool_size: int = 32, first_patience: float | None = None) -> Cluster:
+def connect(
+    connection: Connection,
+    namespace: str | None,
+    throttle: Throttle,
+    patience: float,
+    pool_size: int = 32,
+    first_patience: float | None = None,
+) -> Cluster:
     """The cluster of a command, each request admitted by `throttle`, giving up after
     `patience` seconds without an answer (`first_patience`, default ONE_SHOT_PATIENCE, if it
     never had one)."""
     first = ONE_SHOT_PATIENCE if first_patience is None else first_patience
-    return Cluster.connect(connection.kubeconfig, connection.context, namespace, gate=throttle.call,
-                           pool_size=pool_size, outage=Outage(patience, first_patience=first))
+    return Cluster.connect(
+        connection.kubeconfig,
+        connection.context,
+        namespace,
+        gate=throttle.call,
+        pool_size=pool_size,
+        outage=Outage(patience, first_patience=first),
+    )
 
 
 def one_shot(connection: Connection, pool_size: int = 8) -> Cluster:

@@ -25,34 +25,49 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
-from stratctl.errors import (
-    AlreadyExists, ClusterError, NotFound, SpecConflict, StillThrottled, Unreachable, transient,
-)
 from stratctl.backends.kubernetes.blocked import Blocked
-from stratctl.run.pace import api_room
-from stratctl.run.packing import Candidate, Packing, pack, passed_over
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.mirror import Mirror, watch_health
 from stratctl.backends.kubernetes.placement import Placer, Placing
-from stratctl.run.queues import amounts
-from stratctl.run.options import SubmitOptions, default_policy
-from stratctl.run.policy import AdaptiveConfig, Decision, Observed
 from stratctl.backends.kubernetes.record import (
-    API_QUOTA_KEY, MOVED_KEY, PLACEMENTS_KEY, TOLD_KEY, StudyRecord, loop_data, parse_record, record_data, record_manifest,
-    record_name, suspended_of,
+    API_QUOTA_KEY,
+    MOVED_KEY,
+    PLACEMENTS_KEY,
+    TOLD_KEY,
+    StudyRecord,
+    loop_data,
+    parse_record,
+    record_data,
+    record_manifest,
+    record_name,
+    suspended_of,
 )
-from stratctl.core.render import Renderer, min_resources
 from stratctl.backends.kubernetes.requeue import Requeue, create_attempt, pod_starts
 from stratctl.backends.kubernetes.salvage import Salvage
-from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.backends.kubernetes.shedding import Shedding
-from stratctl.backends.kubernetes.mirror import Mirror, watch_health
-from stratctl.run.outage import Change, Outage, duration
-from stratctl.core import shape
-from stratctl.core.changes import spec_text
-from stratctl.core.space import Trial
-from stratctl.core.spec import Study
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts, trial_of
 from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data
+from stratctl.core import shape
+from stratctl.core.changes import spec_text
+from stratctl.core.render import Renderer, min_resources
+from stratctl.core.space import Trial
+from stratctl.core.spec import Study
+from stratctl.errors import (
+    AlreadyExists,
+    ClusterError,
+    NotFound,
+    SpecConflict,
+    StillThrottled,
+    Unreachable,
+    transient,
+)
+from stratctl.run.options import SubmitOptions, default_policy
+from stratctl.run.outage import Change, Outage, duration
+from stratctl.run.pace import api_room
+from stratctl.run.packing import Candidate, Packing, pack, passed_over
+from stratctl.run.policy import AdaptiveConfig, Decision, Observed
+from stratctl.run.progress import Progress, Reporter, Silent
+from stratctl.run.queues import amounts
 from stratctl.run.throttle import Throttle
 
 if TYPE_CHECKING:
@@ -121,12 +136,16 @@ class Submitter:
         self.renderer = renderer
         self._manifests = manifests or {}  # first attempts rendered up front (launch.prepare)
         # each trial's expected seconds, when the study states them (backfill picks by them)
-        self._expected = ({t.name: renderer.expected_seconds(t) for t in trials}
-                          if renderer is not None and renderer.states_duration else {})
+        self._expected = (
+            {t.name: renderer.expected_seconds(t) for t in trials}
+            if renderer is not None and renderer.states_duration
+            else {}
+        )
         # each trial's shape, when the study's trials differ in shape: admitted by packing them
         # into the free GPUs (run/packing.py), with the passed-over times its aging rule needs
-        self._shapes = ({t.name: renderer.shape(t) for t in trials}
-                        if renderer is not None and study.varying_shape else {})
+        self._shapes = (
+            {t.name: renderer.shape(t) for t in trials} if renderer is not None and study.varying_shape else {}
+        )
         self._passed: dict[str, float] = {}
         self._steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
         self._said_no_pruning = False
@@ -143,8 +162,16 @@ class Submitter:
         # The cluster's Volcano queues, kept by a watch (launch starts it) when the study lists
         # several: each new attempt goes to the first with room (placement.py)
         self.queues: Mirror | None = None
-        self.placer = Placer(study.queues, self._queue_objects, amounts(min_resources(self._largest(study, trials))),
-                             lambda message: self.reporter.event(message)) if len(study.queues) > 1 else None
+        self.placer = (
+            Placer(
+                study.queues,
+                self._queue_objects,
+                amounts(min_resources(self._largest(study, trials))),
+                lambda message: self.reporter.event(message),
+            )
+            if len(study.queues) > 1
+            else None
+        )
         # read in the background (launch starts it): a slow Prometheus never delays a cycle
         self.prometheus = None
         if options.prometheus_url:
@@ -222,8 +249,12 @@ class Submitter:
         except AlreadyExists:
             existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
             self.record = replace(
-                self.record, drained=existing.drained, finished=existing.finished, target=existing.target,
-                moved=existing.moved, told=existing.told
+                self.record,
+                drained=existing.drained,
+                finished=existing.finished,
+                target=existing.target,
+                moved=existing.moved,
+                told=existing.told,
             )
             # a change was judged before the loop started (revision.revise)
             self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
@@ -233,8 +264,9 @@ class Submitter:
         """Write only the named keys of the record: `drained` and the suspension marks belong
         to `drain`/`resume` in other processes, and a stale copy must never overwrite them."""
         data = record_data(self.record)
-        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": {k: data[k] for k in keys}},
-                           self.namespace)
+        self.cluster.patch(
+            CONFIGMAP, record_name(self.study.name), {"data": {k: data[k] for k in keys}}, self.namespace
+        )
         self._unsaved.difference_update(keys)
 
     def _refresh_flags(self) -> None:
@@ -286,8 +318,9 @@ class Submitter:
             return
         self._following = False
         try:
-            self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)},
-                               self.namespace)
+            self.cluster.patch(
+                CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)}, self.namespace
+            )
         except ClusterError:
             pass
 
@@ -329,8 +362,11 @@ class Submitter:
         every poll interval, and whenever one of the study's jobs was deleted since the last
         read. `drain` sets the flag before it deletes jobs, so a read made after the loop
         saw a job gone sees the flag: the loop never admits into a drain on a stale copy."""
-        return (self.jobs is None or self.clock() - self._flags_read >= self.options.poll_interval
-                or self._deletions_seen != self._deletions_read)
+        return (
+            self.jobs is None
+            or self.clock() - self._flags_read >= self.options.poll_interval
+            or self._deletions_seen != self._deletions_read
+        )
 
     def observe(self) -> dict[str, TrialState]:
         if self.jobs is not None:
@@ -392,8 +428,12 @@ class Submitter:
         counts the gangs placed before it); None: as rendered (one queue, or a dry run)."""
         if self.placer is None or dry_run:
             return {name: None for name in names}
-        return {name: self.placer.place(name, self._manifests.get(name)
-                                        or self.renderer.render(self.trials[name], attempt=0)) for name in names}
+        return {
+            name: self.placer.place(
+                name, self._manifests.get(name) or self.renderer.render(self.trials[name], attempt=0)
+            )
+            for name in names
+        }
 
     def _submit_batch(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool = False) -> list[str]:
         """Create the trials' first attempts; the names submitted.
@@ -435,8 +475,9 @@ class Submitter:
                 self.reporter.event(f"trial {name}: not created this cycle ({exc}); trying again")
         return submitted
 
-    def _sent(self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool,
-              placed: dict[str, list[dict] | None]) -> Iterator[tuple[str, Future]]:
+    def _sent(
+        self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool, placed: dict[str, list[dict] | None]
+    ) -> Iterator[tuple[str, Future]]:
         """(name, future) of each trial's create, in order, with at most WINDOW creates
         handed to the pool at a time: the pool's workers stay busy, and 100,000 trials are
         never 100,000 futures at once."""
@@ -496,8 +537,10 @@ class Submitter:
         if set(self.search.told) - set(told):
             self._unsaved.add(TOLD_KEY)
         self.progress.total = len(self.order) + self.search.remaining
-        self.reporter.event(f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
-                            f"({len(self.search.told)} ended), {self.search.remaining} more to ask")
+        self.reporter.event(
+            f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
+            f"({len(self.search.told)} ended), {self.search.remaining} more to ask"
+        )
 
     def _ask(self, n: int) -> list[str]:
         """Ask the search for `n` new trials; their names (fewer once the budget or the space is spent)."""
@@ -514,8 +557,11 @@ class Submitter:
 
     def _tell(self, states: dict[str, TrialState]) -> None:
         """Tell the sampler the trials that ended since the last cycle, and the record."""
-        ended = {n: s for n, s in states.items() if s in (TrialState.SUCCEEDED, TrialState.FAILED)
-                 and n not in self.search.told}
+        ended = {
+            n: s
+            for n, s in states.items()
+            if s in (TrialState.SUCCEEDED, TrialState.FAILED) and n not in self.search.told
+        }
         if not ended:
             return
         succeeded = {n: self._jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in self._jobs}
@@ -545,8 +591,9 @@ class Submitter:
             self.storage.sync(self.record.told)
         except Exception as exc:  # noqa: BLE001 - the storage's own error; the cluster stays the truth
             if not self.storage.failing:
-                self.reporter.event(f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again "
-                                    "each cycle")
+                self.reporter.event(
+                    f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again each cycle"
+                )
             self.storage.failing = True
         else:
             if self.storage.failing:
@@ -561,8 +608,10 @@ class Submitter:
         if pods is None:
             if not self._said_no_pruning:
                 self._said_no_pruning = True
-                self.reporter.event("pruner: this loop does not watch pods (--detach or a static cap without "
-                                    "yielding): trials are not pruned")
+                self.reporter.event(
+                    "pruner: this loop does not watch pods (--detach or a static cap without "
+                    "yielding): trials are not pruned"
+                )
             return
         running = {n: self._jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in self._jobs}
         if not running:
@@ -581,8 +630,11 @@ class Submitter:
                 continue
             spent = usage(job, self.wall(), TrialState.RUNNING).gpu_seconds
             entry = self.search.prune(self.trials[name], steps, spent, self.wall())
-            self.record = replace(self.record, told={**self.record.told, name: entry},
-                                  finished={**self.record.finished, name: TrialState.PRUNED.value})
+            self.record = replace(
+                self.record,
+                told={**self.record.told, name: entry},
+                finished={**self.record.finished, name: TrialState.PRUNED.value},
+            )
             self._save_record(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
             try:
                 self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
@@ -592,8 +644,10 @@ class Submitter:
                 pass
             states[name] = TrialState.PRUNED
             self._steps.pop(name, None)
-            self.reporter.event(f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
-                                f"({self.study.pruner.kind} pruner)")
+            self.reporter.event(
+                f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
+                f"({self.study.pruner.kind} pruner)"
+            )
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -604,7 +658,11 @@ class Submitter:
             if name not in p.errors:
                 counts[state] += 1
         p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
-        p.succeeded, p.failed, p.waiting = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED], counts[TrialState.WAITING]
+        p.succeeded, p.failed, p.waiting = (
+            counts[TrialState.SUCCEEDED],
+            counts[TrialState.FAILED],
+            counts[TrialState.WAITING],
+        )
         p.pruned = counts[TrialState.PRUNED]
         if self.search is not None:  # the budget not asked yet waits too
             p.waiting += self.search.remaining
@@ -628,8 +686,11 @@ class Submitter:
                 self._pending_since.pop(name, None)
         p.stuck = sum(1 for since in self._pending_since.values() if now - since > self.options.pending_grace)
         if self.blocked is not None:  # why they wait, when they wait past the grace: a gang that never starts
-            stuck = [self._jobs[n] for n, since in self._pending_since.items()
-                     if now - since > self.options.pending_grace and n in self._jobs]
+            stuck = [
+                self._jobs[n]
+                for n, since in self._pending_since.items()
+                if now - since > self.options.pending_grace and n in self._jobs
+            ]
             p.blocked = self.blocked.why(stuck, self._mirrored()[1], now)
         precedence, shadow, backfill_fit, spread = None, None, None, None
         if self.signals is not None:
@@ -666,8 +727,9 @@ class Submitter:
         """The trials waiting to be created, in the study's order (refused ones aside)."""
         return [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
 
-    def _pack(self, states: dict[str, TrialState], free: dict[str, int],
-              domains: list[frozenset[str]] | None = None) -> Packing:
+    def _pack(
+        self, states: dict[str, TrialState], free: dict[str, int], domains: list[frozenset[str]] | None = None
+    ) -> Packing:
         """Which waiting trials to admit, by shape (run/packing.py). A reserved trial
         (passed over for `throttle.aging`) keeps the study's other trials back until it runs."""
         reserved = self._reserved
@@ -678,13 +740,22 @@ class Submitter:
             self._reserved = reserved = None
         waiting = [Candidate(n, self._shapes[n]) for n in self._waiting(states)]
         config = getattr(self.policy, "config", self.policy)
-        packing = pack(waiting, free, self._passed, self.clock(), self.study.throttle.aging_seconds,
-                       getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead), domains)
+        packing = pack(
+            waiting,
+            free,
+            self._passed,
+            self.clock(),
+            self.study.throttle.aging_seconds,
+            getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead),
+            domains,
+        )
         if packing.reserved is not None and packing.reserved != reserved:
             gpus = sum(self._shapes[packing.reserved])
             waited = self.clock() - self._passed[packing.reserved]
-            self.reporter.event(f"trial {packing.reserved} ({gpus} GPUs) passed over by smaller trials for "
-                                f"{waited:.0f}s: admitting it first, the study's other trials wait until it runs")
+            self.reporter.event(
+                f"trial {packing.reserved} ({gpus} GPUs) passed over by smaller trials for "
+                f"{waited:.0f}s: admitting it first, the study's other trials wait until it runs"
+            )
             self._reserved = packing.reserved
         return packing
 
@@ -742,8 +813,10 @@ class Submitter:
         """The API server stopped answering, or answers again: say it once, as it happens
         (from whichever request noticed)."""
         if change.down:
-            self.reporter.event(f"API server unreachable ({change.error}); retrying, giving up after "
-                                f"{duration(self.outage.patience)} without an answer")
+            self.reporter.event(
+                f"API server unreachable ({change.error}); retrying, giving up after "
+                f"{duration(self.outage.patience)} without an answer"
+            )
         else:
             self.reporter.event(f"API server answering again after {duration(change.lasted)} out; carrying on")
 
@@ -813,8 +886,14 @@ class Submitter:
         and spec hash: still exactly once)."""
         now = self.clock()
         grace = self.options.pending_grace
-        waited = [n for n in self.order if n in self._pending_since and now - self._pending_since[n] > grace
-                  and n in self._jobs and self._jobs[n]["metadata"].get("uid") not in self._moved]
+        waited = [
+            n
+            for n in self.order
+            if n in self._pending_since
+            and now - self._pending_since[n] > grace
+            and n in self._jobs
+            and self._jobs[n]["metadata"].get("uid") not in self._moved
+        ]
         for move in self.placer.to_move(self._jobs, waited):
             job = self._jobs[move.trial]
             name = job["metadata"]["name"]
@@ -827,8 +906,9 @@ class Submitter:
             self._moved.add(job["metadata"].get("uid"))
             self.record = replace(self.record, moved=self.record.moved + 1)
             self._unsaved.add(MOVED_KEY)
-            self.reporter.event(f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started "
-                                f"and {move.reason}")
+            self.reporter.event(
+                f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started and {move.reason}"
+            )
 
     def _left_behind(self) -> str:
         """What a run that gives up leaves in the cluster, said to the user: a record this run
@@ -836,13 +916,18 @@ class Submitter:
         if self._new_record and not self._jobs and not self.progress.created:
             try:
                 self.cluster.with_gate(lambda send, mutating=False: send()).delete(
-                    CONFIGMAP, record_name(self.study.name), self.namespace)
+                    CONFIGMAP, record_name(self.study.name), self.namespace
+                )
             except ClusterError:
-                return (f"no trial was created; the study's record (ConfigMap {record_name(self.study.name)}) "
-                        "was left: run the same command again later, or `stratctl delete`")
+                return (
+                    f"no trial was created; the study's record (ConfigMap {record_name(self.study.name)}) "
+                    "was left: run the same command again later, or `stratctl delete`"
+                )
             return "nothing was created"
-        return ("trials already in the cluster keep running; run the same command again later: they are "
-                "recognised, never duplicated")
+        return (
+            "trials already in the cluster keep running; run the same command again later: they are "
+            "recognised, never duplicated"
+        )
 
     def _timed_out(self, deadline: float | None) -> bool:
         self.progress.timed_out = deadline is not None and self.clock() >= deadline
@@ -855,11 +940,21 @@ class Submitter:
         pool = ThreadPoolExecutor(self.options.workers)
         # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
         renderer = self.renderer if self.placer is None else Placing(self.renderer, self.placer)  # next attempts too
-        requeue = Requeue(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
-                          signals=self.signals)
+        requeue = Requeue(
+            self.cluster, renderer, self.study, self.trials, self._kind, self.reporter, signals=self.signals
+        )
         # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
-        salvage = Salvage(self.cluster, renderer, self.study, self.trials, self._kind, self.reporter,
-                          clock=self.clock, wall=self.wall, created=self._seen)
+        salvage = Salvage(
+            self.cluster,
+            renderer,
+            self.study,
+            self.trials,
+            self._kind,
+            self.reporter,
+            clock=self.clock,
+            wall=self.wall,
+            created=self._seen,
+        )
         self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
         failed = 0  # cycles failed in a row
         deadline = None if self.options.timeout is None else self.clock() + self.options.timeout
@@ -890,8 +985,12 @@ class Submitter:
             self._stopped()
         except Unreachable as exc:
             self.reporter.update(self.progress)
-            raise Unreachable(f"{exc}. Run the same command again once it is back: trials already in the "
-                              "cluster are recognised, never duplicated", status=exc.status, reason=exc.reason) from None
+            raise Unreachable(
+                f"{exc}. Run the same command again once it is back: trials already in the "
+                "cluster are recognised, never duplicated",
+                status=exc.status,
+                reason=exc.reason,
+            ) from None
         except StillThrottled as exc:
             self.reporter.update(self.progress)
             raise StillThrottled(f"{exc}; {self._left_behind()}", status=exc.status, reason=exc.reason) from None

@@ -84,7 +84,8 @@ def static_credentials(path: str, context: str | None) -> Credentials:
         cluster = _named(config.get("clusters"), ctx["cluster"])["cluster"]
         user = _named(config.get("users"), ctx.get("user"))["user"] if ctx.get("user") else {}
         if any(user.get(k) for k in ("exec", "auth-provider", "username")) or any(
-                cluster.get(k) for k in ("proxy-url", "tls-server-name")):
+            cluster.get(k) for k in ("proxy-url", "tls-server-name")
+        ):
             raise Unsupported("an authentication plugin, basic auth, a proxy or a TLS server name")
         base = os.path.dirname(path)
         token = user.get("token")

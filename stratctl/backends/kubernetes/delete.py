@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stratctl import labels
-from stratctl.errors import NotFound, StratctlError, UsageError
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB
 from stratctl.backends.kubernetes.record import loop_following, record_name
+from stratctl.errors import NotFound, StratctlError, UsageError
 
 JOB_KINDS = (VOLCANO_JOB, BATCH_JOB)
 GONE_TIMEOUT = 60.0  # seconds `delete` waits for the objects to disappear
@@ -62,8 +62,12 @@ class Outcome:
     kept_record: bool = False
 
     def as_dict(self) -> dict:
-        return {"study": self.study, "deleted": dict(self.deleted), "left": dict(self.left),
-                "kept_record": self.kept_record}
+        return {
+            "study": self.study,
+            "deleted": dict(self.deleted),
+            "left": dict(self.left),
+            "kept_record": self.kept_record,
+        }
 
 
 def _selector(study: str) -> str:
@@ -71,8 +75,11 @@ def _selector(study: str) -> str:
 
 
 def _names(cluster, kind, namespace: str, study: str, orphans_only: bool = False) -> list[str]:
-    return [o["metadata"]["name"] for o in cluster.list(kind, namespace, label_selector=_selector(study))[0]
-            if not (orphans_only and o["metadata"].get("ownerReferences"))]
+    return [
+        o["metadata"]["name"]
+        for o in cluster.list(kind, namespace, label_selector=_selector(study))[0]
+        if not (orphans_only and o["metadata"].get("ownerReferences"))
+    ]
 
 
 def survey(cluster, namespace: str, study: str, now: float) -> Survey:
@@ -95,8 +102,10 @@ def check(found: Survey, now: float, force: bool, yes: bool, interactive: bool) 
     """Whether to ask for a confirmation before deleting (pure); raises when it may not go on."""
     if found.loop is not None and not force:
         where = f" on {found.loop.get('host')} (pid {found.loop.get('pid')})" if found.loop.get("host") else ""
-        raise Followed(f"a submit loop{where} is following study {found.study} (heartbeat "
-                       f"{max(0, round(now - float(found.loop['at'])))} s ago): stop it first, or pass --force")
+        raise Followed(
+            f"a submit loop{where} is following study {found.study} (heartbeat "
+            f"{max(0, round(now - float(found.loop['at'])))} s ago): stop it first, or pass --force"
+        )
     if yes:
         return False
     if not interactive:
@@ -104,18 +113,31 @@ def check(found: Survey, now: float, force: bool, yes: bool, interactive: bool) 
     return True
 
 
-def delete(cluster, namespace: str, study: str, keep_record: bool = False, timeout: float = GONE_TIMEOUT,
-           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Outcome:
+def delete(
+    cluster,
+    namespace: str,
+    study: str,
+    keep_record: bool = False,
+    timeout: float = GONE_TIMEOUT,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
     """Delete the study's objects (module docstring) and wait, at most `timeout`, until they are gone."""
     outcome = Outcome(study, kept_record=keep_record)
     deadline = clock() + timeout
     jobs = {kind: _names(cluster, kind, namespace, study) for kind in JOB_KINDS}
-    counts = {"jobs": lambda: sum(len(_names(cluster, kind, namespace, study)) for kind in JOB_KINDS),
-              "podgroups": lambda: len(_names(cluster, PODGROUP, namespace, study)),
-              "pods": lambda: len(_names(cluster, POD, namespace, study)),
-              "services": lambda: len(_names(cluster, SERVICE, namespace, study))}
-    outcome.deleted = {"jobs": sum(len(n) for n in jobs.values()), "podgroups": counts["podgroups"](),
-                       "pods": counts["pods"](), "services": counts["services"]()}
+    counts = {
+        "jobs": lambda: sum(len(_names(cluster, kind, namespace, study)) for kind in JOB_KINDS),
+        "podgroups": lambda: len(_names(cluster, PODGROUP, namespace, study)),
+        "pods": lambda: len(_names(cluster, POD, namespace, study)),
+        "services": lambda: len(_names(cluster, SERVICE, namespace, study)),
+    }
+    outcome.deleted = {
+        "jobs": sum(len(n) for n in jobs.values()),
+        "podgroups": counts["podgroups"](),
+        "pods": counts["pods"](),
+        "services": counts["services"](),
+    }
     for kind, names in jobs.items():
         for name in names:
             cluster.delete(kind, name, namespace)

@@ -75,8 +75,12 @@ class Disruptions:
             for pod, gone in (self._pods.get(uid) or {}).values():
                 deadline = timestamp((pod.get("metadata") or {}).get("deletionTimestamp"))
                 phase = (pod.get("status") or {}).get("phase")
-                if gone is None and deadline is not None and phase not in ("Succeeded", "Failed") \
-                        and now - deadline > after:
+                if (
+                    gone is None
+                    and deadline is not None
+                    and phase not in ("Succeeded", "Failed")
+                    and now - deadline > after
+                ):
                     found.append(pod)
         return found
 

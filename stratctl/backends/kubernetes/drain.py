@@ -19,16 +19,22 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-
-from stratctl.core import document
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
-from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
-from stratctl.backends.kubernetes.record import (
-    BREAKER_KEY, job_kinds, loop_following, parse_record, records, record_name, suspended_of, suspended_patch,
-)
 from stratctl.backends.kubernetes.closedloop import marked_trials, trial_of_job
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
+from stratctl.backends.kubernetes.record import (
+    BREAKER_KEY,
+    job_kinds,
+    loop_following,
+    parse_record,
+    record_name,
+    records,
+    suspended_of,
+    suspended_patch,
+)
 from stratctl.backends.kubernetes.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
 from stratctl.backends.kubernetes.state import classify, latest_attempts
+from stratctl.core import document
+from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.run.rows import Outcome
 
 BREAKER = "breaker"  # who suspended a trial, in its mark, when the etcd breaker did
@@ -153,8 +159,10 @@ def resume(cluster, namespace: str, study: str, clock: Callable[[], float] = tim
     breaker = bool(record.breaker) and loop_following(cm, clock()) is not None
     kept = {t: m for t, m in marks.items() if m.get("by") == BREAKER} if breaker else {}
     if kept:
-        outcome.note = (f"{len(kept)} trial(s) drained by the etcd breaker stay suspended until it clears "
-                        "(the submit loop resumes them)")
+        outcome.note = (
+            f"{len(kept)} trial(s) drained by the etcd breaker stay suspended until it clears "
+            "(the submit loop resumes them)"
+        )
     marks = {t: m for t, m in marks.items() if t not in kept}
     remaining = dict(marks)
     if marks:
@@ -168,8 +176,9 @@ def resume(cluster, namespace: str, study: str, clock: Callable[[], float] = tim
                 if trial not in trials:
                     continue
                 try:
-                    submit_attempt(cluster, renderer, trials[trial], mark["attempt"] + 1, carried_of_mark(mark),
-                                   namespace)
+                    submit_attempt(
+                        cluster, renderer, trials[trial], mark["attempt"] + 1, carried_of_mark(mark), namespace
+                    )
                 except Unreachable:
                     raise  # the server is gone: stop, do not walk the other marks at a timeout each
                 except (ClusterError, SpecConflict) as exc:

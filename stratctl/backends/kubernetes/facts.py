@@ -12,8 +12,16 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from stratctl.backends.kubernetes.cluster import (
+    ACCESS_REVIEW,
+    NAMESPACE,
+    NODE,
+    PRIORITY_CLASS,
+    QUEUE,
+    Cluster,
+    resource_path,
+)
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, Unavailable, Unreachable
-from stratctl.backends.kubernetes.cluster import ACCESS_REVIEW, NAMESPACE, NODE, PRIORITY_CLASS, QUEUE, Cluster, resource_path
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,9 @@ def namespace_exists(cluster: Cluster, namespace: str, probe: dict) -> bool | No
     found = _exists(lambda: cluster.get(NAMESPACE, namespace))
     if found is not None:
         return found
-    return _exists(lambda: cluster.create({**probe, "metadata": {**probe["metadata"], "namespace": namespace}},
-                                          dry_run=True))
+    return _exists(
+        lambda: cluster.create({**probe, "metadata": {**probe["metadata"], "namespace": namespace}}, dry_run=True)
+    )
 
 
 def allowed(cluster: Cluster, access: Access) -> bool | None:
@@ -84,12 +93,19 @@ def allowed(cluster: Cluster, access: Access) -> bool | None:
     attributes = {"verb": access.verb, "group": access.group, "resource": access.resource}
     if access.namespace:
         attributes["namespace"] = access.namespace
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-              "spec": {"resourceAttributes": attributes}}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attributes},
+    }
     try:
         # not `create`: a review must come without metadata, and a field manager would add some
-        answer = cluster.request("POST", resource_path(*ACCESS_REVIEW, None), body=review,
-                                 what=f"create SelfSubjectAccessReview {access.verb} {access.what}")
+        answer = cluster.request(
+            "POST",
+            resource_path(*ACCESS_REVIEW, None),
+            body=review,
+            what=f"create SelfSubjectAccessReview {access.verb} {access.what}",
+        )
     except ClusterError as exc:
         if not _unknown(exc):
             raise
@@ -137,8 +153,9 @@ def read(cluster: Cluster, namespace: str, accesses: list[Access], probe: dict, 
         namespace_exists=namespace_known,
         queues=queue_items,
         volcano=volcano,
-        priority_classes=None if class_items is None else {(c.get("metadata") or {}).get("name", "")
-                                                            for c in class_items},
+        priority_classes=None
+        if class_items is None
+        else {(c.get("metadata") or {}).get("name", "") for c in class_items},
         nodes=node_items,
         denied=[access for access, answer in answers if answer is False],
         allowed=[access for access, answer in answers if answer is True],

@@ -133,10 +133,12 @@ def _pg_key(pg: dict) -> tuple[str, str]:
     meta = pg.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
 
+
 def demand_besides(pods: list[dict], groups: Iterable[dict], left_out: set[tuple[str, str]]) -> list[int]:
     """The waiting pods' and queued gangs' GPU demand, the gangs in `left_out` aside."""
     others = [p for p in pods if group_key(p) not in left_out]
     return pending_demand(others) + queued_demand([g for g in groups if _pg_key(g) not in left_out], others)
+
 
 def after_demand(free: dict[str, int], demand: list[int]) -> dict[str, int]:
     """Free GPUs left once the pods already waiting are placed (largest first, best fit).

@@ -88,16 +88,30 @@ def steps_of(pods: Iterable[dict], metric: str) -> dict[str, dict[int, float]]:
         mine = out.setdefault(job, {})
         for key, values in steps.items():
             value = values.get(metric) if isinstance(values, dict) else None
-            if key.lstrip("-").isdigit() and isinstance(value, int | float) and not isinstance(value, bool) \
-                    and math.isfinite(value):
+            if (
+                key.lstrip("-").isdigit()
+                and isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            ):
                 mine.setdefault(int(key), float(value))
     return out
 
 
-def report(step: int, values: Mapping[str, float], *, pod: str | None = None, namespace: str | None = None,
-           kubeconfig: str | None = None, context: str | None = None, flush: bool = False,
-           interval: float = INTERVAL, path: str | None = None, clock: Callable[[], float] = time.time,
-           patch: Callable[[str, str | None, dict], None] | None = None) -> bool:
+def report(
+    step: int,
+    values: Mapping[str, float],
+    *,
+    pod: str | None = None,
+    namespace: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    flush: bool = False,
+    interval: float = INTERVAL,
+    path: str | None = None,
+    clock: Callable[[], float] = time.time,
+    patch: Callable[[str, str | None, dict], None] | None = None,
+) -> bool:
     """Record one step's values; write them to the pod when due. True when written now."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise UsageError(f"step must be a whole number of 0 or more (got {step!r})")
@@ -113,8 +127,9 @@ def report(step: int, values: Mapping[str, float], *, pod: str | None = None, na
     now = clock()
     written = due(history, now, interval, flush)
     if written:
-        (patch or _patch(kubeconfig, context))(pod, namespace, {
-            "metadata": {"annotations": {labels.REPORT: annotation(history)}}})
+        (patch or _patch(kubeconfig, context))(
+            pod, namespace, {"metadata": {"annotations": {labels.REPORT: annotation(history)}}}
+        )
         history["sent"] = now
     file.write_text(json.dumps(history, separators=(",", ":")))
     return written
@@ -122,12 +137,13 @@ def report(step: int, values: Mapping[str, float], *, pod: str | None = None, na
 
 def _patch(kubeconfig: str | None, context: str | None) -> Callable[[str, str | None, dict], None]:
     def patch(pod: str, namespace: str | None, body: dict) -> None:
-        from stratctl.backends.kubernetes.connect import Connection, one_shot
         from stratctl.backends.kubernetes.cluster import POD
+        from stratctl.backends.kubernetes.connect import Connection, one_shot
 
         cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=1)
         try:
             cluster.patch(POD, pod, body, cluster.namespace)
         finally:
             cluster.close()
+
     return patch

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stratctl import labels
-from stratctl.errors import ClusterError, NotFound, Unavailable, Unreachable, UsageError
 from stratctl.backends.kubernetes.cluster import POD
+from stratctl.errors import ClusterError, NotFound, Unavailable, Unreachable, UsageError
 
 TASK_KEY = "volcano.sh/task-spec"  # the Volcano task a pod belongs to (label and annotation)
 
@@ -34,7 +34,7 @@ class Source:
 
 def task_of(pod: dict) -> str:
     meta = pod.get("metadata") or {}
-    return ((meta.get("labels") or {}).get(TASK_KEY) or (meta.get("annotations") or {}).get(TASK_KEY) or "")
+    return (meta.get("labels") or {}).get(TASK_KEY) or (meta.get("annotations") or {}).get(TASK_KEY) or ""
 
 
 def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = None) -> list[dict]:
@@ -42,8 +42,9 @@ def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = 
     selector = f"{labels.STUDY}={study},{labels.TRIAL}={trial}"
     pods = cluster.list(POD, namespace, label_selector=selector)[0]
     if not pods:
-        raise UsageError(f"trial {trial} of study {study} has no pods in namespace {namespace} "
-                         "(not started yet, or cleaned up)")
+        raise UsageError(
+            f"trial {trial} of study {study} has no pods in namespace {namespace} (not started yet, or cleaned up)"
+        )
     latest = max(int((p["metadata"].get("labels") or {}).get(labels.ATTEMPT, "0") or 0) for p in pods)
     pods = [p for p in pods if int((p["metadata"].get("labels") or {}).get(labels.ATTEMPT, "0") or 0) == latest]
     if task:
@@ -64,8 +65,10 @@ def sources(pods: list[dict]) -> list[Source]:
         for name in names:
             found.append((pod["metadata"]["name"], name, len(names) > 1))
     several = len(found) > 1
-    return [Source(pod, container, (f"{pod}/{container}" if many else pod) if several else "")
-            for pod, container, many in found]
+    return [
+        Source(pod, container, (f"{pod}/{container}" if many else pod) if several else "")
+        for pod, container, many in found
+    ]
 
 
 def best_trial(cluster, namespace: str, study: str, metric: str) -> str:
@@ -73,15 +76,19 @@ def best_trial(cluster, namespace: str, study: str, metric: str) -> str:
     from stratctl.backends.kubernetes.status import collect, sort_trials
 
     name = metric.lstrip("-+")
-    rows = [r for r in sort_trials(collect(cluster, namespace, study).trials, metric)
-            if isinstance((r.result or {}).get(name), int | float)]
+    rows = [
+        r
+        for r in sort_trials(collect(cluster, namespace, study).trials, metric)
+        if isinstance((r.result or {}).get(name), int | float)
+    ]
     if not rows:
         raise UsageError(f"no trial of study {study} has reported {name!r} in its result yet")
     return rows[0].trial
 
 
-def lines(cluster, namespace: str, found: list[Source], tail: int | None = None,
-          follow: bool = False) -> Iterator[tuple[str, str]]:
+def lines(
+    cluster, namespace: str, found: list[Source], tail: int | None = None, follow: bool = False
+) -> Iterator[tuple[str, str]]:
     """(prefix, line) of every source's log: one source after the other, or with `follow`
     all at once, as lines arrive."""
     if not follow:
@@ -131,8 +138,15 @@ def follow_one(cluster, namespace: str, source: Source, tail: int | None = None)
     shown: set[str] = set()  # lines already yielded at timestamp `since`
     while True:
         try:
-            for raw in cluster.pod_log(source.pod, namespace, source.container, tail=None if since else tail,
-                                       follow=True, timestamps=True, since_time=since):
+            for raw in cluster.pod_log(
+                source.pod,
+                namespace,
+                source.container,
+                tail=None if since else tail,
+                follow=True,
+                timestamps=True,
+                since_time=since,
+            ):
                 stamp, _, text = raw.decode("utf-8", "replace").rstrip("\n").partition(" ")
                 stamp = instant(stamp)
                 if since is not None and stamp <= since and (stamp < since or text in shown):

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 
 from stratctl import labels
-from stratctl.errors import ClusterError
 from stratctl.backends.kubernetes.cluster import Cluster
+from stratctl.errors import ClusterError
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +61,19 @@ def trimmed_job(obj: dict) -> dict:
     specs were shared). Nothing recreates a job from the mirror: new attempts are rendered."""
     without_managed_fields(obj)
     spec = obj.get("spec") or {}
-    for template in [t.get("template") for t in spec.get("tasks") or [] if isinstance(t, dict)] + [spec.get("template")]:
+    for template in [t.get("template") for t in spec.get("tasks") or [] if isinstance(t, dict)] + [
+        spec.get("template")
+    ]:
         if isinstance(template, dict):
             pod = template.get("spec") or {}
             kept = {k: pod[k] for k in ("nodeSelector", "priorityClassName", "schedulerName") if k in pod}
             for key in ("containers", "initContainers"):
                 if isinstance(pod.get(key), list):
-                    kept[key] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                                 for c in pod[key] if isinstance(c, dict)]
+                    kept[key] = [
+                        {"name": c.get("name"), "resources": c.get("resources") or {}}
+                        for c in pod[key]
+                        if isinstance(c, dict)
+                    ]
             template["spec"] = kept
             template.pop("metadata", None)
     if isinstance(obj.get("spec"), dict):
@@ -89,8 +94,20 @@ def trimmed_job(obj: dict) -> dict:
 
 # keys whose (short) values repeat from job to job: interned. Names, uids, versions and
 # annotations are each job's own, and interning them would only grow the interned table.
-SHARED = frozenset({"apiVersion", "kind", "namespace", "creationTimestamp", "phase", "status", "type", "reason",
-                    "lastTransitionTime", "lastProbeTime"})
+SHARED = frozenset(
+    {
+        "apiVersion",
+        "kind",
+        "namespace",
+        "creationTimestamp",
+        "phase",
+        "status",
+        "type",
+        "reason",
+        "lastTransitionTime",
+        "lastProbeTime",
+    }
+)
 SHORT = 64  # characters: longer values (messages) are left as they are
 
 
@@ -132,11 +149,20 @@ class Mirror:
     of one a relist no longer finds (a watch gap may have hidden its last changes).
     """
 
-    def __init__(self, cluster: Cluster, kind: tuple[str, str], all_namespaces: bool = True,
-                 label_selector: str | None = None, watch_timeout: int = 60, namespace: str | None = None,
-                 transform=without_managed_fields, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None,
-                 on_delete: Callable[[dict], object] | None = None):
+    def __init__(
+        self,
+        cluster: Cluster,
+        kind: tuple[str, str],
+        all_namespaces: bool = True,
+        label_selector: str | None = None,
+        watch_timeout: int = 60,
+        namespace: str | None = None,
+        transform=without_managed_fields,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], object] | None = None,
+        rng: random.Random | None = None,
+        on_delete: Callable[[dict], object] | None = None,
+    ):
         self.cluster = cluster
         self.kind = kind
         self.all_namespaces = all_namespaces
@@ -172,8 +198,13 @@ class Mirror:
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
     def relist(self) -> None:
-        items, version = self.cluster.list(self.kind, self.namespace, label_selector=self.label_selector,
-                                           all_namespaces=self.all_namespaces, transform=self.transform)
+        items, version = self.cluster.list(
+            self.kind,
+            self.namespace,
+            label_selector=self.label_selector,
+            all_namespaces=self.all_namespaces,
+            transform=self.transform,
+        )
         fresh = {self._key(o): o for o in items}
         del items
         with self._lock:
@@ -244,10 +275,14 @@ class Mirror:
 
     def _watch(self) -> None:
         """One watch from the cache's version, until the server ends it (healthy) or it fails."""
-        for kind, obj in self.cluster.watch(self.kind, self._version, namespace=self.namespace,
-                                           label_selector=self.label_selector,
-                                           timeout_seconds=self.watch_timeout,
-                                           all_namespaces=self.all_namespaces):
+        for kind, obj in self.cluster.watch(
+            self.kind,
+            self._version,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            timeout_seconds=self.watch_timeout,
+            all_namespaces=self.all_namespaces,
+        ):
             if self._stop.is_set():
                 return
             self._apply(kind, obj)
@@ -268,10 +303,13 @@ class Mirror:
                 self.broken_since = self.clock()
         wait = backoff(self._streak, self.rng)
         if first:
-            log.warning("watch of %s broke: %s; relisting and watching again, retrying with backoff (up to %gs)",
-                        self.kind[1], self.last_error, BACKOFF_CAP)
-        log.debug("watch of %s failed (%d in a row), retrying in %.1fs", self.kind[1], self._streak, wait,
-                  exc_info=exc)
+            log.warning(
+                "watch of %s broke: %s; relisting and watching again, retrying with backoff (up to %gs)",
+                self.kind[1],
+                self.last_error,
+                BACKOFF_CAP,
+            )
+        log.debug("watch of %s failed (%d in a row), retrying in %.1fs", self.kind[1], self._streak, wait, exc_info=exc)
         return wait
 
     def _recovered(self) -> None:
@@ -281,8 +319,9 @@ class Mirror:
         if since is not None:
             # as loud as the break, so whoever saw one sees the other (stratctl sets up no
             # logging, and Python's last-resort handler prints warnings only)
-            log.warning("watch of %s recovered after %.0fs and %d failure(s)", self.kind[1],
-                        self.clock() - since, failures)
+            log.warning(
+                "watch of %s recovered after %.0fs and %d failure(s)", self.kind[1], self.clock() - since, failures
+            )
 
     def _apply(self, kind: str, obj: dict) -> None:
         version = (obj.get("metadata") or {}).get("resourceVersion")

@@ -13,17 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stratctl.run.queues import (
-    Amounts, Move, Placement, Room, choose, gang_demand, moves, place, queue_of_job, room_of,
-)
 from stratctl.backends.kubernetes.state import TrialState
+from stratctl.run.queues import (
+    Amounts,
+    Move,
+    Placement,
+    Room,
+    choose,
+    gang_demand,
+    moves,
+    place,
+    queue_of_job,
+    room_of,
+)
 
 
 class Placer:
     """Chooses a queue for each new attempt; `queues()` gives the Queue objects by name."""
 
-    def __init__(self, names: tuple[str, ...], queues: Callable[[], dict[str, dict]], gang: Amounts,
-                 event: Callable[[str], None]):
+    def __init__(
+        self, names: tuple[str, ...], queues: Callable[[], dict[str, dict]], gang: Amounts, event: Callable[[str], None]
+    ):
         self.names = names
         self.queues = queues
         self.gang = gang  # the study's gang, for a pending job that does not say its own (a batch/v1 Job)
@@ -60,13 +70,18 @@ class Placer:
         """Of the trials whose gang has waited past the grace (`waited`, in the study's
         order), those to take out of a full queue into one with room (`--move-waiting`):
         only jobs that have not started (no pod running)."""
-        waiting = [(trial, queue_of_job(jobs[trial]), gang_demand([jobs[trial]]) or self.gang)
-                   for trial in waited if trial in jobs and not_started(jobs[trial])]
+        waiting = [
+            (trial, queue_of_job(jobs[trial]), gang_demand([jobs[trial]]) or self.gang)
+            for trial in waited
+            if trial in jobs and not_started(jobs[trial])
+        ]
         chosen = moves([w for w in waiting if w[1] in self.names], self.rooms)
         for move in chosen:  # the room it goes to is kept for it until it is created again
             gang = next(g for t, _, g in waiting if t == move.trial)
-            self.rooms = [r.taking(gang) if r.name == move.target else r.releasing(gang) if r.name == move.source
-                          else r for r in self.rooms]
+            self.rooms = [
+                r.taking(gang) if r.name == move.target else r.releasing(gang) if r.name == move.source else r
+                for r in self.rooms
+            ]
         return chosen
 
     def _rooms(self, transit: dict[str, list[Amounts]]) -> list[Room]:

@@ -11,10 +11,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from stratctl import labels
-from stratctl.core.quantity import GPU, whole_units
 from stratctl.backends.kubernetes.gpus import (
-    _pg_key, _queued_missing, after_demand, demand_besides, free_gpus, gangs_fit, group_key, pod_gpus,
+    _pg_key,
+    _queued_missing,
+    after_demand,
+    demand_besides,
+    free_gpus,
+    gangs_fit,
+    group_key,
+    pod_gpus,
 )
+from stratctl.core.quantity import GPU, whole_units
 
 
 @dataclass(frozen=True)
@@ -46,9 +53,15 @@ def priority_values(classes: Iterable[dict]) -> tuple[dict[str, int], int]:
     return values, default
 
 
-def higher_priority_waiting(groups: Iterable[dict], nodes: Iterable[dict], pods: Iterable[dict],
-                            own_priority: int, values: dict[str, int], default: int,
-                            queue: str | Collection[str] | None = None) -> list[Precedence]:
+def higher_priority_waiting(
+    groups: Iterable[dict],
+    nodes: Iterable[dict],
+    pods: Iterable[dict],
+    own_priority: int,
+    values: dict[str, int],
+    default: int,
+    queue: str | Collection[str] | None = None,
+) -> list[Precedence]:
     """Gangs that outrank the study and wait (PodGroup Pending or Inqueue) for GPUs they
     would get if lower-priority work stepped aside, largest first; with `queue`, only those
     in that queue (or any of those queues: a study's trials may go to several).
@@ -102,8 +115,10 @@ def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, 
     pods = list(pods)
     free = sum(free_gpus(nodes, pods).values())
     releases = sorted(
-        (expected_end(p), pod_gpus(p)) for p in pods
-        if (p.get("spec") or {}).get("nodeName") and pod_gpus(p) > 0
+        (expected_end(p), pod_gpus(p))
+        for p in pods
+        if (p.get("spec") or {}).get("nodeName")
+        and pod_gpus(p) > 0
         and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         and int((p.get("spec") or {}).get("priority") or 0) < ahead.priority
     )
@@ -116,8 +131,10 @@ def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, 
         return None
     return max(0.0, at - now)
 
-def blocked_above(groups: Iterable[dict], pods: Iterable[dict], free: int, own_priority: int,
-                  values: dict[str, int], default: int) -> set[tuple[str, str]]:
+
+def blocked_above(
+    groups: Iterable[dict], pods: Iterable[dict], free: int, own_priority: int, values: dict[str, int], default: int
+) -> set[tuple[str, str]]:
     """Gangs that outrank the study and cannot start in the `free` GPUs there are now.
 
     Volcano places such a gang only once enough GPUs are free at the same moment, and places
@@ -130,8 +147,11 @@ def blocked_above(groups: Iterable[dict], pods: Iterable[dict], free: int, own_p
     rank: dict[tuple[str, str], int] = {}
     for pod in pods:
         key = group_key(pod)
-        if key[1] and not (pod.get("spec") or {}).get("nodeName") \
-                and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
+        if (
+            key[1]
+            and not (pod.get("spec") or {}).get("nodeName")
+            and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+        ):
             need[key] = need.get(key, 0) + pod_gpus(pod)
             rank[key] = max(rank.get(key, -math.inf), int((pod.get("spec") or {}).get("priority") or 0))
     for key, missing, per_pod in _queued_missing(groups, pods):
@@ -143,8 +163,9 @@ def blocked_above(groups: Iterable[dict], pods: Iterable[dict], free: int, own_p
     return {key for key, gpus in need.items() if rank.get(key, default) > own_priority and gpus > free}
 
 
-def backfill_gangs(nodes: Iterable[dict], pods: Iterable[dict], groups: Iterable[dict],
-                   ahead: Iterable[Precedence], shape: list[int]) -> int:
+def backfill_gangs(
+    nodes: Iterable[dict], pods: Iterable[dict], groups: Iterable[dict], ahead: Iterable[Precedence], shape: list[int]
+) -> int:
     """Whole gangs of `shape` the free GPUs hold until the gangs waiting ahead can start.
     Those gangs cannot start yet, so their pods waiting for a node take nothing from the
     free GPUs meanwhile; everyone else's waiting pods and queued gangs still do."""

@@ -24,13 +24,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from stratctl.errors import ExitCode, Problem, StudyError
 from stratctl.backends.kubernetes import facts as cluster_facts
 from stratctl.backends.kubernetes.facts import Access, Facts
 from stratctl.backends.kubernetes.gpus import schedulable
 from stratctl.backends.kubernetes.record import StudyRecord, record_manifest
 from stratctl.core.quantity import GPU, format_quantity, parse
 from stratctl.core.spec import Study
+from stratctl.errors import ExitCode, Problem, StudyError
 
 
 class PreflightError(StudyError):
@@ -60,17 +60,31 @@ def accesses(study: Study, watch_cluster: bool = True, services: bool | None = N
     attempts create Services (default: workload batch, whose pods' DNS names are one's)."""
     ns = study.namespace
     jobs = (VOLCANO, "jobs") if study.workload == "volcano" else ("batch", "jobs")
-    needed = [Access(verb, *jobs, ns, "submit runs each trial as one") for verb in ("create", "get", "list", "watch", "patch", "delete")]
+    needed = [
+        Access(verb, *jobs, ns, "submit runs each trial as one")
+        for verb in ("create", "get", "list", "watch", "patch", "delete")
+    ]
     group_verbs = ("list", "watch") if study.workload == "volcano" else ("create", "get", "list", "watch", "delete")
-    needed += [Access(verb, SCHEDULING, "podgroups", ns, "submit follows each trial's gang in one") for verb in group_verbs]
-    needed += [Access(verb, "", "configmaps", ns, "submit keeps the study's record in one") for verb in ("create", "get", "patch")]
+    needed += [
+        Access(verb, SCHEDULING, "podgroups", ns, "submit follows each trial's gang in one") for verb in group_verbs
+    ]
+    needed += [
+        Access(verb, "", "configmaps", ns, "submit keeps the study's record in one")
+        for verb in ("create", "get", "patch")
+    ]
     if study.workload == "batch" if services is None else services:
-        needed += [Access(verb, "", "services", ns, "each trial's pods are named under a headless Service")
-                   for verb in ("create", "get")]
-    needed += [Access("list", "", "pods", ns, "submit reads how trials ended from them"),
-               Access("list", "", "events", ns, "submit reads how trials ended from them")]
+        needed += [
+            Access(verb, "", "services", ns, "each trial's pods are named under a headless Service")
+            for verb in ("create", "get")
+        ]
+    needed += [
+        Access("list", "", "pods", ns, "submit reads how trials ended from them"),
+        Access("list", "", "events", ns, "submit reads how trials ended from them"),
+    ]
     if watch_cluster:
-        needed += [Access(verb, "", kind, None, CLUSTER_READ) for kind in ("nodes", "pods") for verb in ("list", "watch")]
+        needed += [
+            Access(verb, "", kind, None, CLUSTER_READ) for kind in ("nodes", "pods") for verb in ("list", "watch")
+        ]
     return needed
 
 
@@ -85,9 +99,11 @@ def degraded(facts: Facts) -> str | None:
         return None
     what = ", ".join(sorted({a.resource for a in refused}))
     verbs = ", ".join(sorted({a.verb for a in refused}))
-    return (f"not permitted to {verbs} {what} across the cluster: no GPU signal and no yielding to higher-priority "
-            "gangs, the target follows pending gangs and the API's answers only (an admin grants the reads with "
-            "`stratctl rbac --cluster-wide-reads`)")
+    return (
+        f"not permitted to {verbs} {what} across the cluster: no GPU signal and no yielding to higher-priority "
+        "gangs, the target follows pending gangs and the API's answers only (an admin grants the reads with "
+        "`stratctl rbac --cluster-wide-reads`)"
+    )
 
 
 # -- the pods a trial runs, from its rendered manifests --------------------------------
@@ -107,6 +123,7 @@ class Pod:
 def _requests(spec: dict) -> dict[str, str]:
     """What one pod requests: the sum of its containers (a resource's limit where it has no
     request, as Kubernetes defaults it), or its largest init container where larger."""
+
     def of(container: dict) -> dict[str, Decimal]:
         resources = container.get("resources") or {}
         merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
@@ -142,14 +159,28 @@ def pods_of(manifests: list[dict]) -> list[Pod]:
                 pod = (task.get("template") or {}).get("spec") or {}
                 replicas = int(task.get("replicas") or 1)
                 gang = task.get("minAvailable")
-                pods.append(Pod(task.get("name", ""), _requests(pod), dict(pod.get("nodeSelector") or {}),
-                                replicas, replicas if gang is None else int(gang)))
+                pods.append(
+                    Pod(
+                        task.get("name", ""),
+                        _requests(pod),
+                        dict(pod.get("nodeSelector") or {}),
+                        replicas,
+                        replicas if gang is None else int(gang),
+                    )
+                )
         elif isinstance(spec.get("template"), dict):
             pod = spec["template"].get("spec") or {}
             replicas = int(spec.get("parallelism") or 1)
             gang = ((group or {}).get("spec") or {}).get("minMember")
-            pods.append(Pod("", _requests(pod), dict(pod.get("nodeSelector") or {}), replicas,
-                            replicas if gang is None else int(gang)))
+            pods.append(
+                Pod(
+                    "",
+                    _requests(pod),
+                    dict(pod.get("nodeSelector") or {}),
+                    replicas,
+                    replicas if gang is None else int(gang),
+                )
+            )
     return pods
 
 
@@ -163,17 +194,31 @@ def check(study: Study, facts: Facts, trials: Iterable[list[dict]], namespace_fl
     findings: list[Finding] = []
     at = study.problem
     if namespace_flag:
+
         def at_namespace(message: str) -> Problem:
             return Problem("--namespace", None, None, message)
     else:
+
         def at_namespace(message: str) -> Problem:
             return at(("namespace",), f"namespace: {message}")
+
     if facts.namespace_exists is False:
         findings.append(Finding(at_namespace(f"namespace {facts.namespace!r} does not exist in the cluster")))
     findings += _queue(study, facts)
-    if study.priority_class and facts.priority_classes is not None and study.priority_class not in facts.priority_classes:
-        findings.append(Finding(at(("priority_class",), f"priority_class: no PriorityClass {study.priority_class!r} "
-                                   f"in the cluster ({_known('priority classes', facts.priority_classes)})")))
+    if (
+        study.priority_class
+        and facts.priority_classes is not None
+        and study.priority_class not in facts.priority_classes
+    ):
+        findings.append(
+            Finding(
+                at(
+                    ("priority_class",),
+                    f"priority_class: no PriorityClass {study.priority_class!r} "
+                    f"in the cluster ({_known('priority classes', facts.priority_classes)})",
+                )
+            )
+        )
     shapes = _distinct(pods_of(m) for m in trials)
     if facts.nodes is not None:
         findings += _fit(study, facts.nodes, shapes)
@@ -198,9 +243,16 @@ def _queue_at(study: Study, index: int) -> tuple:
 
 def _queue(study: Study, facts: Facts) -> list[Finding]:
     if not facts.volcano:
-        return [Finding(study.problem(("queue",), "queue: the cluster has no Volcano queues (no API "
-                                                  "scheduling.volcano.sh/v1beta1 queues): is Volcano installed?"),
-                        cluster=True)]
+        return [
+            Finding(
+                study.problem(
+                    ("queue",),
+                    "queue: the cluster has no Volcano queues (no API "
+                    "scheduling.volcano.sh/v1beta1 queues): is Volcano installed?",
+                ),
+                cluster=True,
+            )
+        ]
     if facts.queues is None:
         return []
     findings = []
@@ -209,20 +261,34 @@ def _queue(study: Study, facts: Facts) -> list[Finding]:
         field = ".".join(map(str, where))
         queue = facts.queues.get(name)
         if queue is None:
-            findings.append(Finding(study.problem(where, f"{field}: no Volcano queue {name!r} in the cluster "
-                                                         f"({_known('queues', facts.queues)})")))
+            findings.append(
+                Finding(
+                    study.problem(
+                        where, f"{field}: no Volcano queue {name!r} in the cluster ({_known('queues', facts.queues)})"
+                    )
+                )
+            )
             continue
         state = ((queue.get("status") or {}).get("state")) or "Open"
         if state != "Open":
-            findings.append(Finding(study.problem(where, f"{field}: Volcano queue {name!r} is {state}: it admits no "
-                                                         "new gang (open it, or name an Open queue)")))
+            findings.append(
+                Finding(
+                    study.problem(
+                        where,
+                        f"{field}: Volcano queue {name!r} is {state}: it admits no "
+                        "new gang (open it, or name an Open queue)",
+                    )
+                )
+            )
     return findings
 
 
 def shape_key(pods: list[Pod]) -> tuple:
     """What makes two trials' pods fit alike: tasks, requests, node selectors, replicas, gang."""
-    return tuple((p.task, tuple(sorted(p.requests.items())), tuple(sorted(p.node_selector.items())),
-                  p.replicas, p.gang) for p in pods)
+    return tuple(
+        (p.task, tuple(sorted(p.requests.items())), tuple(sorted(p.node_selector.items())), p.replicas, p.gang)
+        for p in pods
+    )
 
 
 def _distinct(trials: Iterable[list[Pod]]) -> list[list[Pod]]:
@@ -280,13 +346,17 @@ def _fit(study: Study, nodes: list[dict], shapes: list[list[Pod]]) -> list[Findi
 
 def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
     who = f"a {pod.task} pod" if pod.task else "a pod"
-    chosen = [n for n in ready if all(((n.get("metadata") or {}).get("labels") or {}).get(k) == v
-                                      for k, v in pod.node_selector.items())]
+    chosen = [
+        n
+        for n in ready
+        if all(((n.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in pod.node_selector.items())
+    ]
     if not chosen:
         labels = ", ".join(f"{k}={v}" for k, v in sorted(pod.node_selector.items()))
         where = _selector_path(study, pod.task)
-        return study.problem(where, f"{'.'.join(map(str, where))}: no Ready node has the labels {labels} "
-                                    f"({len(ready)} Ready nodes)")
+        return study.problem(
+            where, f"{'.'.join(map(str, where))}: no Ready node has the labels {labels} ({len(ready)} Ready nodes)"
+        )
     if any(_fits(pod.requests, _allocatable(n)) for n in chosen):
         return None
     base = _task_path(study, pod.task)
@@ -296,13 +366,14 @@ def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
         if largest < parse(amount):
             field = ".".join(str(p) for p in base) + f".requests.{resource}"
             most = f"the most any has is {_shown(largest, resource)}, on {name}" if largest > 0 else "none has any"
-            return study.problem(base + ("requests", resource),
-                                 f"{field}: {who} asks for {amount} {resource}, and no node can hold it: "
-                                 f"{most} ({len(chosen)} Ready nodes)")
+            return study.problem(
+                base + ("requests", resource),
+                f"{field}: {who} asks for {amount} {resource}, and no node can hold it: "
+                f"{most} ({len(chosen)} Ready nodes)",
+            )
     asks = ", ".join(f"{v} {k}" for k, v in sorted(pod.requests.items()))
     field = ".".join(str(p) for p in base)
-    return study.problem(base, f"{field}: no single node can hold {who} asking for {asks} "
-                               f"({len(chosen)} Ready nodes)")
+    return study.problem(base, f"{field}: no single node can hold {who} asking for {asks} ({len(chosen)} Ready nodes)")
 
 
 def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem | None:
@@ -312,16 +383,22 @@ def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem |
     rooms = [(_allocatable(n), (n.get("metadata") or {}).get("labels") or {}) for n in ready]
     order = sorted(members, key=lambda p: tuple(-parse(p.requests.get(k, "0")) for k in (GPU, "cpu", "memory")))
     for pod in order:
-        fitting = [r for r, labels in rooms if _fits(pod.requests, r)
-                   and all(labels.get(k) == v for k, v in pod.node_selector.items())]
+        fitting = [
+            r
+            for r, labels in rooms
+            if _fits(pod.requests, r) and all(labels.get(k) == v for k, v in pod.node_selector.items())
+        ]
         if not fitting:
             total = sum(parse(p.requests.get(GPU, "0")) for p in members)
             gpus = sum(_allocatable(n).get(GPU, Decimal(0)) for n in ready)
             need = f", {_shown(total)} {GPU} in all" if total else ""
             where = ("trial", "min_available") if study.trial.min_available else ("trial", "tasks")
-            return study.problem(where, f"{'.'.join(where)}: a gang of {len(members)} pods{need} does not fit the "
-                                        f"cluster even when it is empty ({len(ready)} Ready nodes, "
-                                        f"{_shown(gpus)} {GPU} allocatable in all)")
+            return study.problem(
+                where,
+                f"{'.'.join(where)}: a gang of {len(members)} pods{need} does not fit the "
+                f"cluster even when it is empty ({len(ready)} Ready nodes, "
+                f"{_shown(gpus)} {GPU} allocatable in all)",
+            )
         room = min(fitting, key=lambda r: r.get(GPU, Decimal(0)))
         for k, v in pod.requests.items():
             room[k] = room.get(k, Decimal(0)) - parse(v)
@@ -349,9 +426,14 @@ def _exceeds(study: Study, facts: Facts, shapes: list[list[Pod]], index: int, na
             need = sum((parse(p.requests.get(resource, "0")) or Decimal(0)) * p.gang for p in pods)
             limit = parse(cap)
             if limit is not None and need > limit:
-                return Finding(study.problem(where, f"{'.'.join(map(str, where))}: Volcano queue {name!r} holds at "
-                                                    f"most {cap} {resource} (spec.capability), and one gang needs "
-                                                    f"{_shown(need, resource)}"))
+                return Finding(
+                    study.problem(
+                        where,
+                        f"{'.'.join(map(str, where))}: Volcano queue {name!r} holds at "
+                        f"most {cap} {resource} (spec.capability), and one gang needs "
+                        f"{_shown(need, resource)}",
+                    )
+                )
     return None
 
 
@@ -361,10 +443,19 @@ def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
     if facts.namespace_exists is None and {a.resource for a in creates} >= {"jobs", "configmaps"}:
         # may create nothing there, and namespaces are not readable: it may well not exist. One line, not one per right
         what = " or ".join(sorted({a.what for a in creates}))
-        return [Finding(at_namespace(f"namespace {facts.namespace!r} does not exist, or you have no rights in it "
-                                     f"(not permitted to create {what} there)"), cluster=True)] + _denied(
-            study, Facts(facts.namespace, facts.namespace_exists, denied=[a for a in facts.denied if a.namespace is None]),
-            at_namespace)
+        return [
+            Finding(
+                at_namespace(
+                    f"namespace {facts.namespace!r} does not exist, or you have no rights in it "
+                    f"(not permitted to create {what} there)"
+                ),
+                cluster=True,
+            )
+        ] + _denied(
+            study,
+            Facts(facts.namespace, facts.namespace_exists, denied=[a for a in facts.denied if a.namespace is None]),
+            at_namespace,
+        )
     if facts.namespace_exists is False:  # rights in a namespace that does not exist mean nothing
         denied = [a for a in facts.denied if a.namespace is None]
     else:
@@ -381,8 +472,9 @@ def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
         if namespace is not None:
             problem = at_namespace(f"not permitted to {verbs} {what} in namespace {namespace!r}: {why}")
         else:
-            problem = Problem(str(study.source or "<study>"), None, None,
-                              f"not permitted to {verbs} {what} across the cluster: {why}")
+            problem = Problem(
+                str(study.source or "<study>"), None, None, f"not permitted to {verbs} {what} across the cluster: {why}"
+            )
         findings.append(Finding(problem, cluster=True))
     return findings
 
@@ -390,8 +482,9 @@ def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
 # -- the edge ------------------------------------------------------------------------------
 
 
-def preflight(cluster, study: Study, trials: Iterable[list[dict]], namespace_flag: bool = False,
-              watch_cluster: bool = True) -> str | None:
+def preflight(
+    cluster, study: Study, trials: Iterable[list[dict]], namespace_flag: bool = False, watch_cluster: bool = True
+) -> str | None:
     """Read the cluster's facts and raise `PreflightError` with every problem found; nothing
     is created (the namespace probe and the access reviews store nothing). Returns the
     line saying what the loop goes without, when the user may not read nodes and pods."""

@@ -28,9 +28,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-ETCD_P99 = (
-    'histogram_quantile(0.99, sum(rate(etcd_request_duration_seconds_bucket{operation!~"list.*"}[1m])) by (le))'
-)
+ETCD_P99 = 'histogram_quantile(0.99, sum(rate(etcd_request_duration_seconds_bucket{operation!~"list.*"}[1m])) by (le))'
 VOLCANO_LATENCY_P90_MS = (
     "histogram_quantile(0.9, sum(rate(volcano_e2e_scheduling_latency_milliseconds_bucket[1m])) by (le))"
 )
@@ -86,8 +84,13 @@ class ControlPlaneWatch:
     `latest()` never blocks: it returns the last reading if it is at most `stale` seconds
     old, else None (no signal, so the policy goes without it)."""
 
-    def __init__(self, source: Prometheus, interval: float = 5.0, stale: float = 20.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        source: Prometheus,
+        interval: float = 5.0,
+        stale: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.source = source
         self.interval = interval
         self.stale = stale

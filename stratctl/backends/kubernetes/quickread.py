@@ -31,8 +31,9 @@ def study_names(kubeconfig: str | None, context: str | None, namespace: str | No
     query = urllib.parse.urlencode({"labelSelector": f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"})
     request_path = f"{url.path.rstrip('/')}/api/v1/namespaces/{urllib.parse.quote(ns)}/configmaps?{query}"
     if url.scheme == "https":
-        connection = http.client.HTTPSConnection(url.hostname, url.port or 443, timeout=timeout,
-                                                 context=credentials.tls)
+        connection = http.client.HTTPSConnection(
+            url.hostname, url.port or 443, timeout=timeout, context=credentials.tls
+        )
     else:
         connection = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=timeout)
     token = credentials.token
@@ -45,5 +46,11 @@ def study_names(kubeconfig: str | None, context: str | None, namespace: str | No
         items = json.loads(answer.read()).get("items") or []
     finally:
         connection.close()
-    return sorted({(cm["metadata"].get("labels") or {}).get(labels.STUDY, "") for cm in items
-                   if cm["metadata"]["name"].startswith(labels.RECORD_PREFIX)} - {""})
+    return sorted(
+        {
+            (cm["metadata"].get("labels") or {}).get(labels.STUDY, "")
+            for cm in items
+            if cm["metadata"]["name"].startswith(labels.RECORD_PREFIX)
+        }
+        - {""}
+    )

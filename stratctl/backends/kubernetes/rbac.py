@@ -98,50 +98,94 @@ class Subject:
 
 
 def _role(kind: str, name: str, namespace: str | None, rules) -> dict:
-    meta = {"name": name, **({"namespace": namespace} if namespace else {}),
-            "labels": {"app.kubernetes.io/managed-by": "stratctl"}}
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
-            "rules": [r.manifest() for r in rules]}
+    meta = {
+        "name": name,
+        **({"namespace": namespace} if namespace else {}),
+        "labels": {"app.kubernetes.io/managed-by": "stratctl"},
+    }
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "rules": [r.manifest() for r in rules],
+    }
 
 
 def _binding(kind: str, name: str, namespace: str | None, role_kind: str, role: str, subjects) -> dict:
-    meta = {"name": name, **({"namespace": namespace} if namespace else {}),
-            "labels": {"app.kubernetes.io/managed-by": "stratctl"}}
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
-            "subjects": [s.manifest() for s in subjects]}
+    meta = {
+        "name": name,
+        **({"namespace": namespace} if namespace else {}),
+        "labels": {"app.kubernetes.io/managed-by": "stratctl"},
+    }
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [s.manifest() for s in subjects],
+    }
 
 
-def manifests(namespace: str, subjects: list[Subject], cluster_wide_reads: bool = False,
-              report_service_account: str | None = None) -> list[dict]:
+def manifests(
+    namespace: str, subjects: list[Subject], cluster_wide_reads: bool = False, report_service_account: str | None = None
+) -> list[dict]:
     """The Roles, ClusterRoles and bindings for `subjects` to run studies in `namespace`."""
     suffix = "-".join(f"{s.kind.lower()}-{s.name}" for s in subjects)[:200]
     docs = [
         _role("Role", "stratctl", namespace, NAMESPACED),
         _binding("RoleBinding", f"stratctl-{suffix}", namespace, "Role", "stratctl", subjects),
         _role("ClusterRole", f"stratctl:{namespace}", None, namespace_rules(namespace)),
-        _binding("ClusterRoleBinding", f"stratctl:{namespace}:{suffix}", None, "ClusterRole",
-                 f"stratctl:{namespace}", subjects),
+        _binding(
+            "ClusterRoleBinding",
+            f"stratctl:{namespace}:{suffix}",
+            None,
+            "ClusterRole",
+            f"stratctl:{namespace}",
+            subjects,
+        ),
     ]
     if cluster_wide_reads:
         docs += [
             _role("ClusterRole", "stratctl:cluster-reads", None, CLUSTER_READS),
-            _binding("ClusterRoleBinding", f"stratctl:cluster-reads:{namespace}:{suffix}", None, "ClusterRole",
-                     "stratctl:cluster-reads", subjects),
+            _binding(
+                "ClusterRoleBinding",
+                f"stratctl:cluster-reads:{namespace}:{suffix}",
+                None,
+                "ClusterRole",
+                "stratctl:cluster-reads",
+                subjects,
+            ),
         ]
     if report_service_account:
         docs += [
             _role("Role", "stratctl-report", namespace, REPORT),
-            _binding("RoleBinding", f"stratctl-report-{report_service_account}", namespace, "Role", "stratctl-report",
-                     [Subject("ServiceAccount", report_service_account, namespace)]),
+            _binding(
+                "RoleBinding",
+                f"stratctl-report-{report_service_account}",
+                namespace,
+                "Role",
+                "stratctl-report",
+                [Subject("ServiceAccount", report_service_account, namespace)],
+            ),
         ]
     return docs
 
 
-def text(namespace: str, subjects: list[Subject], cluster_wide_reads: bool = False,
-         report_service_account: str | None = None, command: str = "") -> str:
+def text(
+    namespace: str,
+    subjects: list[Subject],
+    cluster_wide_reads: bool = False,
+    report_service_account: str | None = None,
+    command: str = "",
+) -> str:
     """The manifests as YAML for `kubectl apply -f -`, headed by the command that printed them."""
     head = f"# {command}\n" if command else ""
-    return head + "# What each rule is for: stratctl/backends/kubernetes/rbac.py; README, \"For cluster admins\".\n" + \
-        yaml.safe_dump_all(manifests(namespace, subjects, cluster_wide_reads, report_service_account),
-                           sort_keys=False, explicit_start=True)
+    return (
+        head
+        + '# What each rule is for: stratctl/backends/kubernetes/rbac.py; README, "For cluster admins".\n'
+        + yaml.safe_dump_all(
+            manifests(namespace, subjects, cluster_wide_reads, report_service_account),
+            sort_keys=False,
+            explicit_start=True,
+        )
+    )

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 
 from stratctl import labels
-from stratctl.errors import NotFound, StratctlError, UsageError
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
 from stratctl.core import document
+from stratctl.errors import NotFound, StratctlError, UsageError
 
 PREFIX = labels.RECORD_PREFIX
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
@@ -204,9 +204,11 @@ def suspended_of(configmap: dict) -> dict[str, dict]:
         marks = json.loads((configmap.get("data") or {}).get(SUSPENDED_KEY) or "{}")
     except ValueError:
         return {}
-    return {k: v for k, v in marks.items() if isinstance(v, dict) and isinstance(v.get("attempt"), int)} if isinstance(
-        marks, dict
-    ) else {}
+    return (
+        {k: v for k, v in marks.items() if isinstance(v, dict) and isinstance(v.get("attempt"), int)}
+        if isinstance(marks, dict)
+        else {}
+    )
 
 
 def suspended_patch(marks: dict[str, dict]) -> dict:
@@ -245,15 +247,18 @@ def loop_following(configmap: dict, now: float, stale: float = LOOP_STALE) -> di
 MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
 
 
-def records(cluster, namespace: str | None, study: str | None, selector: str | None = None,
-            all_namespaces: bool = False) -> list[dict]:
+def records(
+    cluster, namespace: str | None, study: str | None, selector: str | None = None, all_namespaces: bool = False
+) -> list[dict]:
     """The study's record, or those of every study (matching a label selector) of the
     namespace, or of every namespace."""
     if study:
         try:
             return [cluster.get(CONFIGMAP, record_name(study), namespace)]
         except NotFound:
-            raise UsageError(f"no study {study!r} in namespace {namespace} (no ConfigMap {record_name(study)})") from None
+            raise UsageError(
+                f"no study {study!r} in namespace {namespace} (no ConfigMap {record_name(study)})"
+            ) from None
     query = ",".join(filter(None, [MANAGED, selector]))
     if all_namespaces:
         items, _ = cluster.list(CONFIGMAP, label_selector=query, all_namespaces=True)

@@ -177,13 +177,18 @@ def _retry(view: TrialView, what: str, counted: str, count: int, limit: int, dra
     """The next attempt of a trial that ended `what` (preempted, failed) `count` times, or
     give it up past `limit` (retries.max_<counted>). A drained study holds the attempt."""
     if count > limit:
-        return Action(Kind.GIVE_UP, view.trial, view.attempt,
-                      f"{what} {'once' if count == 1 else f'{count} times'}, more than retries.max_{counted}={limit}",
-                      resume=False)
+        return Action(
+            Kind.GIVE_UP,
+            view.trial,
+            view.attempt,
+            f"{what} {'once' if count == 1 else f'{count} times'}, more than retries.max_{counted}={limit}",
+            resume=False,
+        )
     if drained:
         return None  # comes back once the study is resumed, like a suspended trial
-    return Action(Kind.RESUBMIT, view.trial, view.attempt + 1,
-                  f"{what} (attempt {view.attempt}, {count} of {limit} {counted})")
+    return Action(
+        Kind.RESUBMIT, view.trial, view.attempt + 1, f"{what} (attempt {view.attempt}, {count} of {limit} {counted})"
+    )
 
 
 def next_actions(views: list[TrialView], limits: Limits, drained: bool = False) -> list[Action]:

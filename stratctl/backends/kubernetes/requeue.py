@@ -20,13 +20,30 @@ from collections.abc import Callable
 
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
-from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.backends.kubernetes.record import parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.recovery import Carried, Kind, Limits, carried, effective_state, next_actions, usage, view_of
+from stratctl.backends.kubernetes.recovery import (
+    Carried,
+    Kind,
+    Limits,
+    carried,
+    effective_state,
+    next_actions,
+    usage,
+    view_of,
+)
 from stratctl.backends.kubernetes.state import (
-    TrialState, classify, classify_attempt, ended_at, is_batch, podgroup_name, preemptions, run_starts, spec_hash_of,
+    TrialState,
+    classify,
+    classify_attempt,
+    ended_at,
+    is_batch,
+    podgroup_name,
+    preemptions,
+    run_starts,
+    spec_hash_of,
     timestamp,
 )
+from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 
 # The pod mirror has seen every pod of a job created this long after its last list (a
 # margin for the clocks of this machine and the API server).
@@ -40,8 +57,9 @@ SETTLE = 3.0
 STUCK_AFTER = 15.0
 
 
-def carry_forward(job: dict, now: float, state: TrialState | None = None, suspended: bool = False,
-                  started: float | None = None) -> Carried:
+def carry_forward(
+    job: dict, now: float, state: TrialState | None = None, suspended: bool = False, started: float | None = None
+) -> Carried:
     """The totals the next attempt carries: the earlier ones' plus this job's (`started`:
     when a batch/v1 Job's first pod started, see `recovery.usage`)."""
     before = carried(job)
@@ -81,8 +99,9 @@ def carried_of_mark(mark: dict) -> Carried:
     )
 
 
-def create_attempt(cluster, manifests: list[dict], namespace: str, dry_run: bool = False,
-                   created: Callable[[dict], None] | None = None) -> str:
+def create_attempt(
+    cluster, manifests: list[dict], namespace: str, dry_run: bool = False, created: Callable[[dict], None] | None = None
+) -> str:
     """Create every manifest of one attempt; 'created', or 'existing' when any was there.
 
     Exactly once: a 409 is success when the object there carries the same spec hash (a
@@ -121,13 +140,23 @@ def owned(manifest: dict, uids: dict[tuple[str, str, str], str]) -> dict:
     refs = (manifest.get("metadata") or {}).get("ownerReferences")
     if not refs or all(ref.get("uid") for ref in refs):
         return manifest
-    filled = [{**ref, "uid": ref.get("uid") or uids.get((ref.get("apiVersion"), ref.get("kind"), ref.get("name")), "")}
-              for ref in refs]
+    filled = [
+        {**ref, "uid": ref.get("uid") or uids.get((ref.get("apiVersion"), ref.get("kind"), ref.get("name")), "")}
+        for ref in refs
+    ]
     return {**manifest, "metadata": {**manifest["metadata"], "ownerReferences": filled}}
 
 
-def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, namespace: str,
-                   annotations: dict[str, str] | None = None, created: Callable[[dict], None] | None = None) -> str:
+def submit_attempt(
+    cluster,
+    renderer,
+    trial,
+    attempt: int,
+    carry: Carried,
+    namespace: str,
+    annotations: dict[str, str] | None = None,
+    created: Callable[[dict], None] | None = None,
+) -> str:
     """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'.
 
     `annotations` are added to the carried totals (why it was requeued); `created` is told
@@ -142,8 +171,17 @@ def submit_attempt(cluster, renderer, trial, attempt: int, carry: Carried, names
 class Requeue:
     """The submit loop's recovery step: preempted, suspended and failed trials come back."""
 
-    def __init__(self, cluster, renderer, study, trials: dict, kind: tuple[str, str], reporter,
-                 clock: Callable[[], float] = time.time, signals=None):
+    def __init__(
+        self,
+        cluster,
+        renderer,
+        study,
+        trials: dict,
+        kind: tuple[str, str],
+        reporter,
+        clock: Callable[[], float] = time.time,
+        signals=None,
+    ):
         self.cluster = cluster
         self.renderer = renderer
         self.study = study
@@ -198,7 +236,8 @@ class Requeue:
                 return TrialState.FAILED if self.clock() - (ended_at(job) or 0.0) >= SETTLE else None
         try:
             events, _ = self.cluster.list(
-                EVENT, self.study.namespace,
+                EVENT,
+                self.study.namespace,
                 field_selector=f"involvedObject.name={podgroup_name(job)},reason=Evict",
             )
         except ClusterError:
@@ -217,8 +256,9 @@ class Requeue:
             self._stuck[uid] = f"pod {pod} was preempted but had not terminated {STUCK_AFTER:g}s after its deletion"
         return bool(stuck)
 
-    def step(self, states: dict[str, TrialState], latest: dict[str, dict], drained: bool,
-             record: dict | None = None) -> dict[str, TrialState]:
+    def step(
+        self, states: dict[str, TrialState], latest: dict[str, dict], drained: bool, record: dict | None = None
+    ) -> dict[str, TrialState]:
         """Update the loop's trial states (preempted, suspended, retrying, given up) and act on them.
 
         A trial left RETRYING, PREEMPTED or SUSPENDED is not finished: the loop goes on
@@ -251,8 +291,12 @@ class Requeue:
             name = action.trial
             job = latest.get(name)
             if action.kind is Kind.GIVE_UP:
-                self.cluster.patch(self.kind, job["metadata"]["name"],
-                                   {"metadata": {"annotations": {labels.GIVEN_UP: action.reason}}}, self.study.namespace)
+                self.cluster.patch(
+                    self.kind,
+                    job["metadata"]["name"],
+                    {"metadata": {"annotations": {labels.GIVEN_UP: action.reason}}},
+                    self.study.namespace,
+                )
                 self.reporter.event(f"trial {name}: given up, {action.reason}")
                 states[name] = TrialState.FAILED
                 continue
@@ -261,14 +305,18 @@ class Requeue:
             mark = marks.get(name)
             if job is not None and (mark is None or mark["attempt"] < int(job["metadata"]["labels"][labels.ATTEMPT])):
                 if starts is None:
-                    starts = pod_starts(self.cluster, self.study.namespace, self.study.name, self.kind,
-                                        self.signals) or {}
-                carry = carry_forward(job, self.clock(), views[name].state, started=starts.get(job["metadata"].get("uid")))
+                    starts = (
+                        pod_starts(self.cluster, self.study.namespace, self.study.name, self.kind, self.signals) or {}
+                    )
+                carry = carry_forward(
+                    job, self.clock(), views[name].state, started=starts.get(job["metadata"].get("uid"))
+                )
             else:
                 carry = carried_of_mark(mark or {})
             try:
-                submit_attempt(self.cluster, self.renderer, self.trials[name], action.attempt, carry,
-                               self.study.namespace)
+                submit_attempt(
+                    self.cluster, self.renderer, self.trials[name], action.attempt, carry, self.study.namespace
+                )
             except (ClusterError, SpecConflict) as exc:
                 if transient(exc) or isinstance(exc, Unreachable):
                     raise  # the API server is out, not this trial: the loop waits for it

@@ -17,22 +17,31 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.requeue import carry_forward, create_attempt
-from stratctl.errors import NotFound, StratctlError, StudyChanged, UsageError
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
 from stratctl.backends.kubernetes.record import parse_record, record_name
+from stratctl.backends.kubernetes.requeue import carry_forward, create_attempt
 from stratctl.backends.kubernetes.state import attempt_of, classify, latest_attempts, spec_hash_of, trial_of
 from stratctl.core.changes import Comparison, compare, fields_text, refusal, summary
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study
+from stratctl.errors import NotFound, StratctlError, StudyChanged, UsageError
 
 BECAUSE = "study changed"  # how the requeued-because annotation of a rerun attempt starts
 
 
-def revise(cluster, study: Study, trials: list[Trial], renderer: Renderer, manifests: dict[str, list[dict]],
-           kind: tuple[str, str], rerun: bool, reporter, file: str = "FILE",
-           clock: Callable[[], float] = time.time) -> Comparison | None:
+def revise(
+    cluster,
+    study: Study,
+    trials: list[Trial],
+    renderer: Renderer,
+    manifests: dict[str, list[dict]],
+    kind: tuple[str, str],
+    rerun: bool,
+    reporter,
+    file: str = "FILE",
+    clock: Callable[[], float] = time.time,
+) -> Comparison | None:
     """Compare the study with what the cluster holds of it; refuse a change, or rerun it.
 
     None when the study was never submitted (no record)."""
@@ -55,8 +64,13 @@ def revise(cluster, study: Study, trials: list[Trial], renderer: Renderer, manif
     old = _old_study(_loads(record.spec), study)
     if old is not None:
         _judge_cleaned_up(old, existing, rendered)
-    comparison = compare(old.model_dump(mode="json") if old else None, study.model_dump(mode="json"), existing,
-                         rendered, spec_changed=record.spec_hash != study.spec_hash)
+    comparison = compare(
+        old.model_dump(mode="json") if old else None,
+        study.model_dump(mode="json"),
+        existing,
+        rendered,
+        spec_changed=record.spec_hash != study.spec_hash,
+    )
     if not comparison.refused:
         if record.spec_hash != study.spec_hash and comparison.existing:
             reporter.event(summary(study.name, comparison))
@@ -64,8 +78,9 @@ def revise(cluster, study: Study, trials: list[Trial], renderer: Renderer, manif
     if not rerun:
         raise StudyChanged(refusal(study.name, comparison, file))
     if record.drained:
-        raise UsageError(f"study {study.name} is drained: `stratctl resume {study.name}` first, then rerun "
-                         "with --rerun-changed")
+        raise UsageError(
+            f"study {study.name} is drained: `stratctl resume {study.name}` first, then rerun with --rerun-changed"
+        )
     reporter.event(summary(study.name, comparison) + "; --rerun-changed: rerunning them")
     _rerun(cluster, study.name, comparison, by_name, latest, record.finished, renderer, kind, ns, reporter, clock)
     return comparison
@@ -136,8 +151,19 @@ def _delete(cluster, kind, name: str, ns: str) -> None:
         cluster.delete(PODGROUP, name, ns)
 
 
-def _rerun(cluster, study: str, c: Comparison, by_name: dict[str, Trial], latest: dict[str, dict], finished: dict[str, str],
-           renderer: Renderer, kind, ns: str, reporter, clock) -> None:
+def _rerun(
+    cluster,
+    study: str,
+    c: Comparison,
+    by_name: dict[str, Trial],
+    latest: dict[str, dict],
+    finished: dict[str, str],
+    renderer: Renderer,
+    kind,
+    ns: str,
+    reporter,
+    clock,
+) -> None:
     because = f"{BECAUSE} ({fields_text(c.fields)})"
     unfinished = []
     for name in c.changed:
@@ -180,5 +206,6 @@ def _finish_replacements(cluster, jobs: list[dict], latest: dict[str, dict], kin
         why = ((newest.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUED_BECAUSE, "")
         if why.startswith(BECAUSE) and classify(job).in_flight:
             _delete(cluster, kind, job["metadata"]["name"], ns)
-            reporter.event(f"trial {trial}: {job['metadata']['name']} deleted, replaced by "
-                           f"{newest['metadata']['name']} ({why})")
+            reporter.event(
+                f"trial {trial}: {job['metadata']['name']} deleted, replaced by {newest['metadata']['name']} ({why})"
+            )

@@ -17,12 +17,20 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.lost import LOST_BY_CONTROLLER, WAITING_PHASES, Sightings, is_lost, losses, patience, symptom
-from stratctl.backends.kubernetes.requeue import carry_forward, submit_attempt
-from stratctl.errors import ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.backends.kubernetes.cluster import POD, PODGROUP, VOLCANO_JOB
-from stratctl.run.outage import duration
+from stratctl.backends.kubernetes.lost import (
+    LOST_BY_CONTROLLER,
+    WAITING_PHASES,
+    Sightings,
+    is_lost,
+    losses,
+    patience,
+    symptom,
+)
+from stratctl.backends.kubernetes.requeue import carry_forward, submit_attempt
 from stratctl.backends.kubernetes.state import TrialState, attempt_of, podgroup_name, volcano_phase
+from stratctl.errors import ClusterError, NotFound, SpecConflict, Unreachable, transient
+from stratctl.run.outage import duration
 
 JOB_NAME = "volcano.sh/job-name"  # label Volcano puts on a job's pods
 GROUP_NAME = "scheduling.k8s.io/group-name"  # annotation naming a pod's PodGroup
@@ -39,9 +47,18 @@ def _owner_uids(obj: dict) -> set[str]:
 class Salvage:
     """The submit loop's step that replaces its study's lost jobs."""
 
-    def __init__(self, cluster, renderer, study, trials: dict, kind: tuple[str, str], reporter,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
-                 created: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        cluster,
+        renderer,
+        study,
+        trials: dict,
+        kind: tuple[str, str],
+        reporter,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        created: Callable[[dict], None] | None = None,
+    ):
         self.cluster = cluster
         self.renderer = renderer
         self.study = study
@@ -58,8 +75,15 @@ class Salvage:
         """After an outage: nobody could create pods while the API server was out."""
         self.sightings.reset()
 
-    def step(self, states: dict[str, TrialState], latest: dict[str, dict], jobs: list[dict], drained: bool,
-             pods: list[dict] | None = None, groups: list[dict] | None = None) -> dict[str, TrialState]:
+    def step(
+        self,
+        states: dict[str, TrialState],
+        latest: dict[str, dict],
+        jobs: list[dict],
+        drained: bool,
+        pods: list[dict] | None = None,
+        groups: list[dict] | None = None,
+    ) -> dict[str, TrialState]:
         """Replace the lost among the trials' latest attempts (`latest`); `jobs` are all the
         study's jobs (older attempts too), `pods` and `groups` the mirrored ones (None: not
         mirrored). Transient errors propagate (the loop waits for the API server)."""
@@ -151,13 +175,15 @@ class Salvage:
         attempt = attempt_of(job) + 1
         notes = {labels.REQUEUED_BECAUSE: LOST_BY_CONTROLLER, labels.LOST: str(losses(job) + 1)}
         carry = carry_forward(job, self.wall(), TrialState.PENDING)
-        submit_attempt(self.cluster, self.renderer, self.trials[name], attempt, carry, ns, annotations=notes,
-                       created=self.created)
+        submit_attempt(
+            self.cluster, self.renderer, self.trials[name], attempt, carry, ns, annotations=notes, created=self.created
+        )
         self.cluster.delete(self.kind, meta["name"], ns)
         self._deleted.add(meta.get("uid") or meta["name"])
         self.reporter.event(
             f"trial {name}: job {meta['name']} {LOST_BY_CONTROLLER} (Pending, {symptom(job, group, pods)}, "
-            f"no pods for {duration(lasted)}): deleted; attempt {attempt} resumes from its checkpoint")
+            f"no pods for {duration(lasted)}): deleted; attempt {attempt} resumes from its checkpoint"
+        )
 
     def _delete_replaced(self, jobs: list[dict], latest: dict[str, dict]) -> None:
         """A lost job whose replacement exists but whose delete did not go through (the API
@@ -166,8 +192,11 @@ class Salvage:
             meta = _meta(job)
             trial = (meta.get("labels") or {}).get(labels.TRIAL)
             newer = latest.get(trial)
-            if newer is None or _meta(newer).get("name") == meta.get("name") or \
-                    (meta.get("uid") or meta.get("name")) in self._deleted:
+            if (
+                newer is None
+                or _meta(newer).get("name") == meta.get("name")
+                or (meta.get("uid") or meta.get("name")) in self._deleted
+            ):
                 continue
             replaced = (_meta(newer).get("annotations") or {}).get(labels.REQUEUED_BECAUSE) == LOST_BY_CONTROLLER
             if replaced and attempt_of(newer) == attempt_of(job) + 1 and volcano_phase(job) in WAITING_PHASES:

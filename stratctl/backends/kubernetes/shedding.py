@@ -30,20 +30,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from stratctl.run import breaker
-from stratctl.run.breaker import BreakerConfig, BreakerState
-from stratctl.backends.kubernetes.drain import BREAKER, suspend
-from stratctl.run.policy import Observed
 from stratctl.backends.kubernetes.cluster import CONFIGMAP
+from stratctl.backends.kubernetes.drain import BREAKER, suspend
 from stratctl.backends.kubernetes.record import BREAKER_KEY, breaker_value, job_kinds, parse_record, record_name
 from stratctl.core.spec import Study
+from stratctl.run import breaker
+from stratctl.run.breaker import BreakerConfig, BreakerState
+from stratctl.run.policy import Observed
 
 
 class Shedding:
     """The breaker drain of one submit loop; `step` once per cycle."""
 
-    def __init__(self, cluster, study: Study, say: Callable[[str], None], clock: Callable[[], float],
-                 wall: Callable[[], float], config: BreakerConfig = BreakerConfig()):
+    def __init__(
+        self,
+        cluster,
+        study: Study,
+        say: Callable[[str], None],
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+        config: BreakerConfig = BreakerConfig(),
+    ):
         self.cluster = cluster
         self.study = study
         self.say = say
@@ -67,9 +74,11 @@ class Shedding:
         self.state = breaker.step(self._latency, self.config, self.state, now)
         if self.study.critical:
             if self.state.tripped and not was:
-                self.say(f"etcd breaker tripped ({self._ms()} above {self.config.high * 1000:.0f}ms for "
-                         f"{self.config.persist:.0f}s): study {self.study.name} is critical, not drained; "
-                         "new trials held while etcd is slow")
+                self.say(
+                    f"etcd breaker tripped ({self._ms()} above {self.config.high * 1000:.0f}ms for "
+                    f"{self.config.persist:.0f}s): study {self.study.name} is critical, not drained; "
+                    "new trials held while etcd is slow"
+                )
             return observed
         if not self._read and record is not None:
             self._read = True
@@ -98,29 +107,49 @@ class Shedding:
         return "no reading" if self._latency is None else f"etcd p99 {self._latency * 1000:.0f}ms"
 
     def _flag(self, reason: str, at: float | None) -> None:
-        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": {BREAKER_KEY: breaker_value(reason, at)}},
-                           self.study.namespace)
+        self.cluster.patch(
+            CONFIGMAP,
+            record_name(self.study.name),
+            {"data": {BREAKER_KEY: breaker_value(reason, at)}},
+            self.study.namespace,
+        )
         self.reason, self.at = reason, at
 
     def _suspend(self) -> list[str]:
         cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.study.namespace)
-        return suspend(self.cluster, self.study.namespace, self.study.name, job_kinds(parse_record(cm).source),
-                       self.wall(), by=BREAKER)
+        return suspend(
+            self.cluster,
+            self.study.namespace,
+            self.study.name,
+            job_kinds(parse_record(cm).source),
+            self.wall(),
+            by=BREAKER,
+        )
 
     def _trip(self) -> None:
         # the flag before the marks before the deletes: a loop that sees a job gone sees why
-        self._flag(f"{self._ms()} above {self.config.high * 1000:.0f}ms for {self.config.persist:.0f}s, "
-                   "non-critical trials drained", self.wall())
+        self._flag(
+            f"{self._ms()} above {self.config.high * 1000:.0f}ms for {self.config.persist:.0f}s, "
+            "non-critical trials drained",
+            self.wall(),
+        )
         suspended = self._suspend()
-        self.say(f"etcd breaker tripped ({self.reason}): suspended {len(suspended)} trial(s) of "
-                 f"{self.study.name}; they resume from their checkpoints when it clears")
+        self.say(
+            f"etcd breaker tripped ({self.reason}): suspended {len(suspended)} trial(s) of "
+            f"{self.study.name}; they resume from their checkpoints when it clears"
+        )
 
     def _clear(self, was: bool, drained: bool) -> None:
         self._flag("", None)
-        then = (f"the study stays drained by `stratctl drain` until `stratctl resume {self.study.name}`" if drained
-                else f"suspended trials of {self.study.name} resume")
+        then = (
+            f"the study stays drained by `stratctl drain` until `stratctl resume {self.study.name}`"
+            if drained
+            else f"suspended trials of {self.study.name} resume"
+        )
         if was:
-            self.say(f"etcd breaker cleared ({self._ms()}, below {self.config.low * 1000:.0f}ms for "
-                     f"{self.config.clear:.0f}s): {then}")
+            self.say(
+                f"etcd breaker cleared ({self._ms()}, below {self.config.low * 1000:.0f}ms for "
+                f"{self.config.clear:.0f}s): {then}"
+            )
         else:
             self.say(f"etcd breaker flag left by an earlier run lowered (this loop's breaker is closed): {then}")

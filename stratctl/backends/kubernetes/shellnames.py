@@ -30,8 +30,13 @@ def within(work, budget: float = BUDGET) -> list[str]:
     return [] if thread.is_alive() else list(names)
 
 
-def study_names(kubeconfig: str | None, context: str | None, namespace: str | None, budget: float = BUDGET,
-                started: float | None = None) -> list[str]:
+def study_names(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    budget: float = BUDGET,
+    started: float | None = None,
+) -> list[str]:
     """The studies of the namespace (their record ConfigMaps), in name order, if read within
     `budget` seconds from `started` (default: now)."""
     started = time.monotonic() if started is None else started
@@ -39,12 +44,11 @@ def study_names(kubeconfig: str | None, context: str | None, namespace: str | No
     def read() -> list[str]:
         from stratctl import labels
         from stratctl.backends.kubernetes.cluster import Cluster
-        from stratctl.run.outage import Outage
         from stratctl.backends.kubernetes.record import records
+        from stratctl.run.outage import Outage
 
         left = max(0.05, budget - (time.monotonic() - started))
-        cluster = Cluster.connect(kubeconfig, context, namespace, pool_size=1,
-                                  outage=Outage(left, first_patience=left))
+        cluster = Cluster.connect(kubeconfig, context, namespace, pool_size=1, outage=Outage(left, first_patience=left))
         cluster.timeout = (left, left)
         try:
             found = records(cluster, cluster.namespace, None)

@@ -11,7 +11,6 @@ from datetime import datetime
 from stratctl import labels
 from stratctl.trialstate import TrialState  # noqa: F401 - read here by most of the engine
 
-
 VOLCANO_PHASES = {
     "Pending": TrialState.PENDING,
     "Inqueue": TrialState.PENDING,
@@ -227,8 +226,10 @@ def eviction_times(events: list[dict]) -> list[float]:
     out = []
     for event in events:
         if event.get("reason") == "Evict":
-            when = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
-                "creationTimestamp"
+            when = (
+                event.get("lastTimestamp")
+                or event.get("eventTime")
+                or (event.get("metadata") or {}).get("creationTimestamp")
             )
             if timestamp(when) is not None:
                 out.append(timestamp(when))

@@ -21,17 +21,25 @@ from __future__ import annotations
 import json
 import threading
 import time
-
-import yaml
 from concurrent.futures import ThreadPoolExecutor
 
+import yaml
+
 from stratctl import labels
-from stratctl.errors import NotFound
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, POD, VOLCANO_JOB, resource_path
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, PODGROUP, VOLCANO_JOB, resource_path
 from stratctl.backends.kubernetes.record import job_kinds, parse_record, record_name, records
 from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, run_starts
-from stratctl.backends.kubernetes.waiting import Queues, condition, gang_events, gang_kind, queue_of, queue_problem, reason
 from stratctl.backends.kubernetes.summary import build, latest_slim, study_row, summary_of
+from stratctl.backends.kubernetes.waiting import (
+    Queues,
+    condition,
+    gang_events,
+    gang_kind,
+    queue_of,
+    queue_problem,
+    reason,
+)
+from stratctl.errors import NotFound
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 
 PAGE = 500
@@ -44,8 +52,7 @@ STARTED_PODS = "status.phase!=Pending,status.phase!=Unknown"
 # ------------------------------------------------------------------ reading the cluster
 
 
-def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: str | None = None,
-           page: int = PAGE):
+def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: str | None = None, page: int = PAGE):
     """Each page's items as the server sent them, the next page requested while the caller
     works on this one; at most two pages are held at a time."""
     path = resource_path(*kind, namespace)
@@ -65,8 +72,9 @@ def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: s
             body = upcoming.result()
 
 
-def _pending_reason(podgroup: dict | None, queues: Queues | None = None, queue: str | None = None,
-                    events: list[dict] = ()) -> str:
+def _pending_reason(
+    podgroup: dict | None, queues: Queues | None = None, queue: str | None = None, events: list[dict] = ()
+) -> str:
     """Why a gang waits (`waiting.reason`): a queue that is missing or not Open first, read
     through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup), then
     the PodGroup's condition, then its `events`."""
@@ -91,8 +99,9 @@ def _result(pod: dict) -> dict | None:
 def _owner_job(pg: dict) -> str | None:
     """The job whose gang the PodGroup is: Volcano's own PodGroups name their Volcano Job as
     owner; the one stratctl creates beside a batch/v1 Job has no owner and its name."""
-    owner = next((o.get("name") for o in (pg.get("metadata") or {}).get("ownerReferences") or []
-                  if o.get("kind") == "Job"), None)
+    owner = next(
+        (o.get("name") for o in (pg.get("metadata") or {}).get("ownerReferences") or [] if o.get("kind") == "Job"), None
+    )
     return owner or (pg.get("metadata") or {}).get("name")
 
 
@@ -105,8 +114,14 @@ def _exit(pod: dict) -> tuple[int, str] | None:
     return None
 
 
-def _read_pods(cluster, namespace: str, selector: str, results: dict[str, dict], starts: dict[str, float],
-               exits: dict[str, tuple[int, str]] | None = None) -> None:
+def _read_pods(
+    cluster,
+    namespace: str,
+    selector: str,
+    results: dict[str, dict],
+    starts: dict[str, float],
+    exits: dict[str, tuple[int, str]] | None = None,
+) -> None:
     """Results (job name → the first JSON object a finished container wrote), run starts
     (job uid → the earliest start of its pods) and exits (job name → the exit code and
     reason of a container that failed) from the pods that reached a node."""
@@ -143,13 +158,20 @@ def trial_results(cluster, namespace: str, study: str, jobs: dict[str, dict], ch
     names = sorted(jobs)
     results: dict[str, dict] = {}
     for i in range(0, len(names), chunk):
-        selector = f"{labels.STUDY}={study},{labels.TRIAL} in ({','.join(names[i:i + chunk])})"
+        selector = f"{labels.STUDY}={study},{labels.TRIAL} in ({','.join(names[i : i + chunk])})"
         _read_pods(cluster, namespace, selector, results, {})
     return {by_job[job]: value for job, value in results.items() if job in by_job}
 
 
-def collect(cluster, namespace: str, study: str | None = None, now: float | None = None,
-            reasons_for_all: bool = True, shown: int | None = None, selector: str | None = None) -> Snapshot:
+def collect(
+    cluster,
+    namespace: str,
+    study: str | None = None,
+    now: float | None = None,
+    reasons_for_all: bool = True,
+    shown: int | None = None,
+    selector: str | None = None,
+) -> Snapshot:
     """One consistent-enough picture of the namespace's studies (or one study).
 
     `shown=None` reads every trial. `shown=N` reads only what a table of the first N
@@ -211,8 +233,9 @@ def _carry_reasons(explained: list[TrialRow], rows: list[TrialRow]) -> None:
 
 def namespaces_with_studies(cluster, selector: str | None = None) -> list[str]:
     """The namespaces holding study records (for `--all-namespaces`)."""
-    return sorted({cm["metadata"].get("namespace", "") for cm in records(cluster, None, None, selector,
-                                                                        all_namespaces=True)})
+    return sorted(
+        {cm["metadata"].get("namespace", "") for cm in records(cluster, None, None, selector, all_namespaces=True)}
+    )
 
 
 def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
@@ -287,8 +310,11 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
     results: dict[str, dict] = {}
     starts: dict[str, float] = {}
     exits: dict[str, tuple[int, str]] = {}
-    shown = sorted(trial for (_, trial), (_, slim) in jobs.items()
-                   if (last is None or trial < last) and classify(slim) is not TrialState.PENDING)
+    shown = sorted(
+        trial
+        for (_, trial), (_, slim) in jobs.items()
+        if (last is None or trial < last) and classify(slim) is not TrialState.PENDING
+    )
     if shown:
         _read_pods(cluster, namespace, f"{selector},{labels.TRIAL} in ({','.join(shown)})", results, starts, exits)
     _, rows = build(now, [cm], jobs, {}, results, starts, exits)

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from stratctl.backends.kubernetes.closedloop import steps_of_entry
-from stratctl.errors import UsageError
 from stratctl.core.search import distributions, in_space
 from stratctl.core.spec import Study
+from stratctl.errors import UsageError
 
 TRIAL_ATTR = "stratctl_trial"
 INDEX_ATTR = "stratctl_index"
@@ -41,8 +41,10 @@ def open_storage(url: str) -> Any:
             return optuna.storages.RDBStorage(url)
     except Exception as exc:  # noqa: BLE001 - the driver's or the file's own error, said whole
         raise UsageError(f"--storage {url}: cannot open it: {exc}") from None
-    raise UsageError(f"--storage {url}: not a storage URL (journal:PATH, PATH.log, or a database URL such as "
-                     "sqlite:///search.db or postgresql://user@host/db)")
+    raise UsageError(
+        f"--storage {url}: not a storage URL (journal:PATH, PATH.log, or a database URL such as "
+        "sqlite:///search.db or postgresql://user@host/db)"
+    )
 
 
 class StorageMirror:
@@ -53,16 +55,22 @@ class StorageMirror:
         self._optuna = optuna
         self.study = study
         self.distributions = distributions(study)
-        self.optuna_study = optuna.create_study(storage=storage, study_name=study.name, load_if_exists=True,
-                                                directions=[o.direction for o in study.objectives])
+        self.optuna_study = optuna.create_study(
+            storage=storage,
+            study_name=study.name,
+            load_if_exists=True,
+            directions=[o.direction for o in study.objectives],
+        )
         self.mirrored = {t.user_attrs.get(TRIAL_ATTR) for t in self.optuna_study.get_trials(deepcopy=False)}
         self.failing = False
 
     @classmethod
     def open(cls, url: str, study: Study) -> StorageMirror:
         if not study.strategy.closed_loop:
-            raise UsageError("--storage mirrors a closed-loop search (strategy tpe, gp, cmaes or nsga2); "
-                             f"study {study.name} is {study.strategy.kind}")
+            raise UsageError(
+                "--storage mirrors a closed-loop search (strategy tpe, gp, cmaes or nsga2); "
+                f"study {study.name} is {study.strategy.kind}"
+            )
         storage = open_storage(url)
         try:
             return cls(storage, study)
@@ -72,8 +80,10 @@ class StorageMirror:
     def sync(self, told: Mapping[str, Mapping[str, Any]]) -> int:
         """Add the ended trials not mirrored yet, in the order they were asked; how many.
         Raises what the storage raises (the loop says it and tries again next cycle)."""
-        new = sorted((name for name in told if name not in self.mirrored),
-                     key=lambda n: told[n].get("index") if isinstance(told[n].get("index"), int) else 1 << 62)
+        new = sorted(
+            (name for name in told if name not in self.mirrored),
+            key=lambda n: told[n].get("index") if isinstance(told[n].get("index"), int) else 1 << 62,
+        )
         for name in new:
             self.optuna_study.add_trial(self._frozen(name, told[name]))
             self.mirrored.add(name)
@@ -88,10 +98,18 @@ class StorageMirror:
         steps = steps_of_entry(entry)
         values = entry.get("values")
         if entry.get("state") == "complete" and isinstance(values, list) and fits:
-            return self._optuna.trial.create_trial(params=known, distributions=self.distributions,
-                                                   values=[float(v) for v in values], intermediate_values=steps,
-                                                   user_attrs=attrs)
+            return self._optuna.trial.create_trial(
+                params=known,
+                distributions=self.distributions,
+                values=[float(v) for v in values],
+                intermediate_values=steps,
+                user_attrs=attrs,
+            )
         state = TrialState.PRUNED if entry.get("state") == "pruned" else TrialState.FAIL
-        return self._optuna.trial.create_trial(params=known if fits else {},
-                                               distributions=self.distributions if fits else {},
-                                               intermediate_values=steps, state=state, user_attrs=attrs)
+        return self._optuna.trial.create_trial(
+            params=known if fits else {},
+            distributions=self.distributions if fits else {},
+            intermediate_values=steps,
+            state=state,
+            user_attrs=attrs,
+        )

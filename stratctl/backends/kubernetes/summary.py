@@ -15,13 +15,22 @@ import json
 from dataclasses import asdict
 
 from stratctl import labels
+from stratctl.backends.kubernetes.gpus import job_gpus
 from stratctl.backends.kubernetes.record import api_quota_of, parse_record, space_order, suspended_of
+from stratctl.backends.kubernetes.recovery import Limits, carried, effective_state, usage, view_of
+from stratctl.backends.kubernetes.state import (
+    TrialState,
+    attempt_of,
+    classify,
+    ended_at,
+    is_batch,
+    phase_of,
+    podgroup_name,
+    timestamp,
+    transition,
+)
 from stratctl.run.queues import queue_of_job
 from stratctl.run.rows import ORDER, StudyRow, TrialRow, ended_count
-from stratctl.backends.kubernetes.recovery import Limits, carried, effective_state, usage, view_of
-from stratctl.backends.kubernetes.gpus import job_gpus
-from stratctl.backends.kubernetes.state import (TrialState, attempt_of, classify, ended_at, is_batch, phase_of, podgroup_name,
-                                 timestamp, transition)
 
 SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
 
@@ -47,10 +56,15 @@ def slim_job(job: dict) -> tuple[str, int, dict]:
     return (meta.get("labels") or {}).get(labels.TRIAL, ""), attempt_of(job), slim
 
 
-def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, dict]],
-          reasons: dict[str, str] | None = None, results: dict[str, dict] | None = None,
-          starts: dict[str, float] | None = None,
-          exits: dict[str, tuple[int, str]] | None = None) -> tuple[list[StudyRow], list[TrialRow]]:
+def build(
+    now: float,
+    cms: list[dict],
+    jobs: dict[tuple[str, str], tuple[int, dict]],
+    reasons: dict[str, str] | None = None,
+    results: dict[str, dict] | None = None,
+    starts: dict[str, float] | None = None,
+    exits: dict[str, tuple[int, str]] | None = None,
+) -> tuple[list[StudyRow], list[TrialRow]]:
     """Rows from study records and the latest slim job of each (study, trial) (pure).
 
     `reasons` (job name → why its gang waits), `results` (job name → result) and `starts`
@@ -87,31 +101,51 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             state = effective_state(view, limits)
             name = job["metadata"]["name"]
             code, why = exits.get(name, (None, ""))
-            rows.append(TrialRow(
-                study=record.study, trial=trial, state=state.value, attempt=attempt, params=params,
-                created=timestamp(job["metadata"].get("creationTimestamp")), job=job["metadata"]["name"],
-                phase=phase_of(job),
-                pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
-                result=results.get(job["metadata"]["name"]), preemptions=view.preemptions, failures=view.failures,
-                gpu_seconds=before.gpu_seconds + used, gpu_seconds_lost=before.gpu_seconds_lost + lost,
-                checkpoint=notes.get(labels.CHECKPOINT, ""), podgroup=podgroup_name(job),
-                requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
-                index=int(notes[labels.TRIAL_INDEX]) if (notes.get(labels.TRIAL_INDEX) or "").isdigit() else None,
-                started=run_start(job, starts.get(job["metadata"]["uid"])), finished=ended_at(job),
-                exit_code=code if state is TrialState.FAILED else None,
-                reason="; ".join(filter(None, [why, notes.get(labels.GIVEN_UP, "")])) if state is TrialState.FAILED else "",
-                queue=job.get("queue") or queue_of_job(job) or "",
-            ))
+            rows.append(
+                TrialRow(
+                    study=record.study,
+                    trial=trial,
+                    state=state.value,
+                    attempt=attempt,
+                    params=params,
+                    created=timestamp(job["metadata"].get("creationTimestamp")),
+                    job=job["metadata"]["name"],
+                    phase=phase_of(job),
+                    pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
+                    result=results.get(job["metadata"]["name"]),
+                    preemptions=view.preemptions,
+                    failures=view.failures,
+                    gpu_seconds=before.gpu_seconds + used,
+                    gpu_seconds_lost=before.gpu_seconds_lost + lost,
+                    checkpoint=notes.get(labels.CHECKPOINT, ""),
+                    podgroup=podgroup_name(job),
+                    requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
+                    index=int(notes[labels.TRIAL_INDEX]) if (notes.get(labels.TRIAL_INDEX) or "").isdigit() else None,
+                    started=run_start(job, starts.get(job["metadata"]["uid"])),
+                    finished=ended_at(job),
+                    exit_code=code if state is TrialState.FAILED else None,
+                    reason="; ".join(filter(None, [why, notes.get(labels.GIVEN_UP, "")]))
+                    if state is TrialState.FAILED
+                    else "",
+                    queue=job.get("queue") or queue_of_job(job) or "",
+                )
+            )
         for trial, mark in sorted(marks.items()):
             if trial in seen:
                 continue
             seen.add(trial)
-            rows.append(TrialRow(
-                study=record.study, trial=trial, state=TrialState.SUSPENDED.value, attempt=mark["attempt"],
-                preemptions=int(mark.get("preemptions") or 0), failures=int(mark.get("failures") or 0),
-                gpu_seconds=float(mark.get("gpu_seconds") or 0),
-                gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
-            ))
+            rows.append(
+                TrialRow(
+                    study=record.study,
+                    trial=trial,
+                    state=TrialState.SUSPENDED.value,
+                    attempt=mark["attempt"],
+                    preemptions=int(mark.get("preemptions") or 0),
+                    failures=int(mark.get("failures") or 0),
+                    gpu_seconds=float(mark.get("gpu_seconds") or 0),
+                    gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
+                )
+            )
         for trial, entry in sorted(record.told.items()):  # pruned trials of a search: their jobs are gone
             if trial in seen or entry.get("state") != TrialState.PRUNED.value:
                 continue
@@ -119,13 +153,19 @@ def build(now: float, cms: list[dict], jobs: dict[tuple[str, str], tuple[int, di
             params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
             if order:
                 params = {**{k: params[k] for k in order if k in params}, **params}
-            rows.append(TrialRow(
-                study=record.study, trial=trial, state=TrialState.PRUNED.value, attempt=0, params=params,
-                result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
-                gpu_seconds=float(entry.get("gpu_seconds") or 0),
-                index=entry.get("index") if isinstance(entry.get("index"), int) else None,
-                finished=float(entry["at"]) if isinstance(entry.get("at"), int | float) else None,
-            ))
+            rows.append(
+                TrialRow(
+                    study=record.study,
+                    trial=trial,
+                    state=TrialState.PRUNED.value,
+                    attempt=0,
+                    params=params,
+                    result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
+                    gpu_seconds=float(entry.get("gpu_seconds") or 0),
+                    index=entry.get("index") if isinstance(entry.get("index"), int) else None,
+                    finished=float(entry["at"]) if isinstance(entry.get("at"), int | float) else None,
+                )
+            )
         for trial, outcome in sorted(record.finished.items()):
             if trial not in seen:
                 seen.add(trial)
@@ -141,15 +181,26 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
     counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
-    ended = [r.finished for r in rows
-             if r.state in (TrialState.SUCCEEDED.value, TrialState.PRUNED.value, TrialState.FAILED.value)]
+    ended = [
+        r.finished
+        for r in rows
+        if r.state in (TrialState.SUCCEEDED.value, TrialState.PRUNED.value, TrialState.FAILED.value)
+    ]
     all_ended = len(ended) == len(rows) and len(rows) >= record.trials > 0 and None not in ended
     return StudyRow(
-        study=record.study, critical=record.critical, drained=record.drained, trials=record.trials,
-        states=counts, in_flight=counts["pending"] + counts["running"], target=record.target,
-        decision=record.reason, attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
-        preemptions=sum(r.preemptions for r in rows), failures=sum(r.failures for r in rows),
-        gpu_hours=sum(r.gpu_seconds for r in rows) / 3600, gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
+        study=record.study,
+        critical=record.critical,
+        drained=record.drained,
+        trials=record.trials,
+        states=counts,
+        in_flight=counts["pending"] + counts["running"],
+        target=record.target,
+        decision=record.reason,
+        attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
+        preemptions=sum(r.preemptions for r in rows),
+        failures=sum(r.failures for r in rows),
+        gpu_hours=sum(r.gpu_seconds for r in rows) / 3600,
+        gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
         api=api_quota_of(record, now),
         started=min((r.created for r in rows if r.created is not None), default=None),
         finished=max(ended) if all_ended else None,
@@ -166,8 +217,6 @@ def saved_by_pruning(rows: list[TrialRow]) -> float:
         return 0.0
     mean = sum(whole) / len(whole)
     return sum(max(0.0, mean - r.gpu_seconds) for r in rows if r.state == TrialState.PRUNED.value)
-
-
 
 
 def run_start(job: dict, pod_start: float | None) -> float | None:

@@ -76,8 +76,10 @@ def spread(free: dict[str, int], shape: list[int], fit_within: int, highest_tier
     where = f"tier-{highest_tier} HyperNode" if highest_tier == 1 else f"HyperNode of tier {highest_tier} or below"
     gpus = sum(shape)
     pods = sum(1 for g in shape if g > 0)
-    return (f"{sum(free.values())} free GPUs are spread over HyperNodes: no {where} holds a whole gang "
-            f"({gpus} GPUs on {pods} pod{'s' if pods != 1 else ''})")
+    return (
+        f"{sum(free.values())} free GPUs are spread over HyperNodes: no {where} holds a whole gang "
+        f"({gpus} GPUs on {pods} pod{'s' if pods != 1 else ''})"
+    )
 
 
 def _tier(spec: dict) -> int:
@@ -88,12 +90,16 @@ def _tier(spec: dict) -> int:
 
 
 def _children(spec: dict) -> list[str]:
-    return [name for m in spec.get("members") or [] if m.get("type") == "HyperNode"
-            and (name := ((m.get("selector") or {}).get("exactMatch") or {}).get("name"))]
+    return [
+        name
+        for m in spec.get("members") or []
+        if m.get("type") == "HyperNode" and (name := ((m.get("selector") or {}).get("exactMatch") or {}).get("name"))
+    ]
 
 
-def _real_nodes(name: str, tree: dict[str, dict], nodes: list[dict], done: dict[str, frozenset[str]],
-                visiting: set[str]) -> frozenset[str]:
+def _real_nodes(
+    name: str, tree: dict[str, dict], nodes: list[dict], done: dict[str, frozenset[str]], visiting: set[str]
+) -> frozenset[str]:
     """The nodes under a HyperNode, through its child HyperNodes (a cycle adds nothing)."""
     if name in done:
         return done[name]
@@ -139,10 +145,12 @@ def _matches(selector: dict, labels: dict[str, str]) -> bool:
         return False
     for e in selector.get("matchExpressions") or []:
         key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        ok = {"In": key in labels and labels[key] in values,
-              "NotIn": key not in labels or labels[key] not in values,
-              "Exists": key in labels,
-              "DoesNotExist": key not in labels}.get(op, False)
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(op, False)
         if not ok:
             return False
     return True

@@ -49,11 +49,15 @@ class PlainApi:
         """Send one request; its urllib3 response, unread, as `.response` (what the client's
         RESTResponse wraps)."""
         data = None if body is None else body if isinstance(body, bytes) else _json(body)
-        timeout = (urllib3.Timeout(connect=_request_timeout[0], read=_request_timeout[1])
-                   if isinstance(_request_timeout, tuple) else _request_timeout)
+        timeout = (
+            urllib3.Timeout(connect=_request_timeout[0], read=_request_timeout[1])
+            if isinstance(_request_timeout, tuple)
+            else _request_timeout
+        )
         path = url.removeprefix(self.configuration.host)  # `Cluster` asks its own server alone
-        response = self._server.urlopen(method, path, body=data, headers=header_params, timeout=timeout,
-                                        preload_content=False, retries=False)
+        response = self._server.urlopen(
+            method, path, body=data, headers=header_params, timeout=timeout, preload_content=False, retries=False
+        )
         return SimpleNamespace(status=response.status, response=response)
 
     def close(self) -> None:

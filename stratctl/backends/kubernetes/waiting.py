@@ -14,8 +14,8 @@ import json
 import re
 import threading
 
-from stratctl.errors import ClusterError, NotFound
 from stratctl.backends.kubernetes.cluster import EVENT, QUEUE
+from stratctl.errors import ClusterError, NotFound
 
 MISSING: dict = {"missing": True}  # what `Queues.get` returns for a queue that does not exist
 
@@ -25,7 +25,9 @@ def queue_problem(name: str | None, queue: dict | None) -> str:
     if not name or queue is None:
         return ""
     if queue is MISSING:
-        return f"queue {name!r} does not exist: Volcano will not schedule the gang (create the queue, or drain the study)"
+        return (
+            f"queue {name!r} does not exist: Volcano will not schedule the gang (create the queue, or drain the study)"
+        )
     state = (queue.get("status") or {}).get("state") or "Open"
     if state != "Open":
         return f"queue {name!r} is {state}: Volcano admits no new gang from it"
@@ -48,17 +50,25 @@ def event_cause(events: list[dict]) -> str:
     """The newest Unschedulable event of a gang that says more than that it is not ready:
     a gang held back before its pods exist (`queue resource quota insufficient: insufficient
     nvidia.com/gpu`) has no condition, only these events."""
-    telling = [e for e in events if e.get("reason") == "Unschedulable" and e.get("message")
-               and not _NOT_READY.match(e["message"])]
+    telling = [
+        e
+        for e in events
+        if e.get("reason") == "Unschedulable" and e.get("message") and not _NOT_READY.match(e["message"])
+    ]
     if not telling:
         return ""
-    newest = max(telling, key=lambda e: e.get("lastTimestamp") or e.get("eventTime")
-                 or (e.get("metadata") or {}).get("creationTimestamp") or "")
+    newest = max(
+        telling,
+        key=lambda e: (
+            e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or ""
+        ),
+    )
     return newest["message"]
 
 
-def reason(podgroup: dict | None, queue_name: str | None = None, queue: dict | None = None,
-           events: list[dict] = ()) -> str:
+def reason(
+    podgroup: dict | None, queue_name: str | None = None, queue: dict | None = None, events: list[dict] = ()
+) -> str:
     """Why the gang of a pending trial waits: its queue's problem, else the PodGroup's
     Unschedulable condition, else its telling events, else what its phase says ("" for a
     gang that is not waiting)."""
@@ -83,8 +93,17 @@ def gang_kind(podgroup: dict) -> str:
     """What makes gangs wait for the same reason: the same queue, phase, members, priority
     class and resources asked for."""
     spec, status = podgroup.get("spec") or {}, podgroup.get("status") or {}
-    return json.dumps([spec.get("queue"), status.get("phase"), spec.get("minMember"), spec.get("priorityClassName"),
-                       spec.get("minResources"), spec.get("minTaskMember")], sort_keys=True)
+    return json.dumps(
+        [
+            spec.get("queue"),
+            status.get("phase"),
+            spec.get("minMember"),
+            spec.get("priorityClassName"),
+            spec.get("minResources"),
+            spec.get("minTaskMember"),
+        ],
+        sort_keys=True,
+    )
 
 
 def gang_events(cluster, namespace: str, podgroup: str) -> list[dict]:

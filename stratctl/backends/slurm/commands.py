@@ -30,15 +30,20 @@ TRANSIENT = re.compile(
     r"socket timed out|temporarily unable to accept|unable to contact slurm controller|connection refused|"
     r"resource temporarily unavailable|slurm_receive_msg|zero bytes were transmitted|slurmctld.*not responding|"
     r"communication connection failure|insufficient resources.*try again|try again later",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 # a submit limit: the cluster's way of saying "not so many at once"
-PRESSURE = re.compile(r"MaxSubmitJobs|SubmitJobLimit|MaxSubmit|job submit limit|QOSMaxSubmitJob|AssocMaxSubmitJob",
-                      re.IGNORECASE)
+PRESSURE = re.compile(
+    r"MaxSubmitJobs|SubmitJobLimit|MaxSubmit|job submit limit|QOSMaxSubmitJob|AssocMaxSubmitJob", re.IGNORECASE
+)
 
 
 # Slurm's commands find no cluster at all: nothing to wait for, a setup to fix
-NO_CLUSTER = re.compile(r"could not establish a configuration source|fetch_config: DNS SRV lookup failed|"
-                        r"unable to process configuration file|can't open (slurm )?config", re.IGNORECASE)
+NO_CLUSTER = re.compile(
+    r"could not establish a configuration source|fetch_config: DNS SRV lookup failed|"
+    r"unable to process configuration file|can't open (slurm )?config",
+    re.IGNORECASE,
+)
 
 
 def error_of(command: str, code: int, stderr: str) -> Exception:
@@ -47,7 +52,8 @@ def error_of(command: str, code: int, stderr: str) -> Exception:
         return Unreachable(
             f"{command}: Slurm's commands find no cluster from here (SLURM_CONF is {os.environ.get('SLURM_CONF') or 'not set'}"
             ", and no slurm.conf or DNS SRV record of a controller is found otherwise): set SLURM_CONF to the "
-            "cluster's slurm.conf (the local testbed's: `source \"$(bash testbed/slurm/up.sh | tail -1)\"`)")
+            "cluster's slurm.conf (the local testbed's: `source \"$(bash testbed/slurm/up.sh | tail -1)\"`)"
+        )
     # each line starts with the command's own name ("squeue: error: ..."): said once
     lines = [line.removeprefix(f"{command}: ") for line in stderr.splitlines() if line.strip()]
     text = " ".join(" ".join(lines).split())[:400] or f"exit status {code}"
@@ -79,8 +85,10 @@ class Slurm:
         except subprocess.TimeoutExpired:
             raise Unavailable(f"{argv[0]}: no answer in {self.timeout:g}s") from None
         except FileNotFoundError:
-            raise Invalid(f"{argv[0]} is not installed here: the Slurm backend runs Slurm's client commands "
-                          "(Debian: apt-get install slurm-client)") from None
+            raise Invalid(
+                f"{argv[0]} is not installed here: the Slurm backend runs Slurm's client commands "
+                "(Debian: apt-get install slurm-client)"
+            ) from None
         if done.returncode != 0:
             error = error_of(argv[0], done.returncode, done.stderr)
             if isinstance(error, Throttled):
@@ -118,8 +126,9 @@ class Slurm:
             raise Unavailable(f"{command}: not JSON: {out[:200]!r}") from None
         errors = answer.get("errors") if isinstance(answer, dict) else None
         if errors:
-            said = "; ".join(str(e.get("description") or e.get("error") or e) if isinstance(e, dict) else str(e)
-                             for e in errors)
+            said = "; ".join(
+                str(e.get("description") or e.get("error") or e) if isinstance(e, dict) else str(e) for e in errors
+            )
             raise Unavailable(f"{command}: the controller's answer says it failed ({said[:300]}): not a whole listing")
         listed = answer.get(key) if isinstance(answer, dict) else None
         if not isinstance(listed, list):

@@ -25,7 +25,6 @@ from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 
 
-
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
     """Where a study's attempts write their logs, marks and results (relative to the
     directory sbatch runs them from)."""
@@ -61,8 +60,9 @@ class SlurmScheduler(StudyFiles, Counted):
     limit_words = "submit limits"  # what a refusal to create is, in Slurm's words
     calls_word = "commands"
 
-    def __init__(self, study: Study, renderer: Renderer | None = None, slurm: Slurm | None = None,
-                 workdir: str | None = None):
+    def __init__(
+        self, study: Study, renderer: Renderer | None = None, slurm: Slurm | None = None, workdir: str | None = None
+    ):
         self.study, self.slurm, self.workdir = study, slurm or Slurm(), workdir
         self.client = self.slurm
         self.renderer = renderer or Renderer(study)
@@ -89,8 +89,11 @@ class SlurmScheduler(StudyFiles, Counted):
 
     def prepare(self, trial: Trial, number: int) -> Script:
         """Attempt `number` of `trial`, ready to send: its sbatch script."""
-        script = build(self.study, self.renderer.render(trial, attempt=number, resume=number > 0),
-                       [self.renderer.dir, bundled_templates()])
+        script = build(
+            self.study,
+            self.renderer.render(trial, attempt=number, resume=number > 0),
+            [self.renderer.dir, bundled_templates()],
+        )
         # Slurm opens the job's --output file there before the script runs: it must exist
         (self.output / trial.name).mkdir(parents=True, exist_ok=True)
         return script

@@ -55,7 +55,7 @@ def parse_comment(comment: str | None) -> tuple[str, str, int, str] | None:
     """(study, trial, attempt, spec hash) of a job stratctl submitted; None for another job."""
     if not comment or not comment.startswith(COMMENT_PREFIX):
         return None
-    parts = comment[len(COMMENT_PREFIX):].split("/")
+    parts = comment[len(COMMENT_PREFIX) :].split("/")
     if len(parts) != 4 or not parts[2].isdigit():
         return None
     return parts[0], parts[1], int(parts[2]), parts[3]
@@ -86,12 +86,20 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
         options += [f"--job-name={name}", f"--comment={comment}"] if i == 0 else []
         options += [f"--ntasks={task.replicas}", f"--time={slurm.minutes}"]
         options += [f"--output={output}/{name}-%j.log", "--requeue"] if i == 0 else ["--requeue"]
-        options += [f"--{key}={value}" for key, value in (("partition", slurm.partition), ("account", slurm.account),
-                                                           ("qos", slurm.qos), ("constraint", slurm.constraint))
-                    if value]
+        options += [
+            f"--{key}={value}"
+            for key, value in (
+                ("partition", slurm.partition),
+                ("account", slurm.account),
+                ("qos", slurm.qos),
+                ("constraint", slurm.constraint),
+            )
+            if value
+        ]
         if task.gpus:
-            options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}"
-                           f"{task.gpus}")
+            options.append(
+                f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}{task.gpus}"
+            )
         if task.cpus:
             options.append(f"--cpus-per-task={task.cpus}")
         if task.memory:
@@ -99,12 +107,34 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
         options += slurm.extra
     shared = [pair for pair in first.env if all(pair in task.env for task in tasks[1:])]
     env = [(key, shlex.quote(value)) for key, value in shared]
-    steps = [{"env": [shlex.quote(f"{key}={value}") for key, value in task.env if (key, value) not in shared],
-              "command": " ".join(shlex.quote(word) for word in task.command)} for task in tasks]
-    rdv = {"roles": [shlex.quote(task.role) for task in tasks],
-           "role_keys": [rendezvous.role_key(task.role) for task in tasks], "port_base": rendezvous.PORT_BASE, "port_span": rendezvous.PORT_SPAN}
+    steps = [
+        {
+            "env": [shlex.quote(f"{key}={value}") for key, value in task.env if (key, value) not in shared],
+            "command": " ".join(shlex.quote(word) for word in task.command),
+        }
+        for task in tasks
+    ]
+    rdv = {
+        "roles": [shlex.quote(task.role) for task in tasks],
+        "role_keys": [rendezvous.role_key(task.role) for task in tasks],
+        "port_base": rendezvous.PORT_BASE,
+        "port_span": rendezvous.PORT_SPAN,
+    }
     text = _template(tuple(str(d) for d in templates)).render(
-        options=options, env=env, command=steps[0]["command"], steps=steps, output=shlex.quote(output),
-        attempt=attempt, rdv=rdv)
-    return Script(job=name, trial=trial, attempt=attempt, comment=comment, text=text,
-                  tasks=sum(t.replicas for t in tasks), gpus=sum(t.gpus * t.replicas for t in tasks))
+        options=options,
+        env=env,
+        command=steps[0]["command"],
+        steps=steps,
+        output=shlex.quote(output),
+        attempt=attempt,
+        rdv=rdv,
+    )
+    return Script(
+        job=name,
+        trial=trial,
+        attempt=attempt,
+        comment=comment,
+        text=text,
+        tasks=sum(t.replicas for t in tasks),
+        gpus=sum(t.gpus * t.replicas for t in tasks),
+    )

@@ -24,20 +24,36 @@ from stratctl.backends.slurm.script import parse_comment
 from stratctl.trialstate import TrialState
 
 STATES = {
-    "PENDING": TrialState.PENDING, "CONFIGURING": TrialState.PENDING, "REQUEUED": TrialState.PENDING,
-    "REQUEUE_HOLD": TrialState.PENDING, "REQUEUE_FED": TrialState.PENDING, "RESV_DEL_HOLD": TrialState.PENDING,
-    "RUNNING": TrialState.RUNNING, "COMPLETING": TrialState.RUNNING, "RESIZING": TrialState.RUNNING,
-    "SUSPENDED": TrialState.RUNNING, "STOPPED": TrialState.RUNNING, "SIGNALING": TrialState.RUNNING,
+    "PENDING": TrialState.PENDING,
+    "CONFIGURING": TrialState.PENDING,
+    "REQUEUED": TrialState.PENDING,
+    "REQUEUE_HOLD": TrialState.PENDING,
+    "REQUEUE_FED": TrialState.PENDING,
+    "RESV_DEL_HOLD": TrialState.PENDING,
+    "RUNNING": TrialState.RUNNING,
+    "COMPLETING": TrialState.RUNNING,
+    "RESIZING": TrialState.RUNNING,
+    "SUSPENDED": TrialState.RUNNING,
+    "STOPPED": TrialState.RUNNING,
+    "SIGNALING": TrialState.RUNNING,
     "STAGE_OUT": TrialState.RUNNING,
     "COMPLETED": TrialState.SUCCEEDED,
-    "FAILED": TrialState.FAILED, "TIMEOUT": TrialState.FAILED, "NODE_FAIL": TrialState.FAILED,
-    "OUT_OF_MEMORY": TrialState.FAILED, "BOOT_FAIL": TrialState.FAILED, "DEADLINE": TrialState.FAILED,
+    "FAILED": TrialState.FAILED,
+    "TIMEOUT": TrialState.FAILED,
+    "NODE_FAIL": TrialState.FAILED,
+    "OUT_OF_MEMORY": TrialState.FAILED,
+    "BOOT_FAIL": TrialState.FAILED,
+    "DEADLINE": TrialState.FAILED,
     "CANCELLED": TrialState.FAILED,
     "PREEMPTED": TrialState.PREEMPTED,  # preempted and not requeued (PreemptMode=CANCEL): the next attempt resumes
 }
 HELD = ("JobHeldUser", "JobHeldAdmin")  # `scontrol hold` / `requeuehold`: drained
 # why a pending job waits, in the words the adaptive policy reads
-CAPACITY = ("Resources", "Priority", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions")
+CAPACITY = (
+    "Resources",
+    "Priority",
+    "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
+)
 UNSAID = ("NonZeroExitCode", "JobLaunchFailure")  # what squeue's reason of a job killed by a signal says
 LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
 
@@ -56,13 +72,35 @@ class Mark(NamedTuple):
         return max(0.0, self.ended - self.started) if self.started is not None and self.ended is not None else 0.0
 
 
-def _attempt(trial: str, attempt: int, state: TrialState, job_id: int | None, slurm_state: str = "",
-             reason: str = "", restarts: int = 0, spec_hash: str = "", exit_code: int | None = None,
-             started: float | None = None, ended: float | None = None) -> Attempt:
+def _attempt(
+    trial: str,
+    attempt: int,
+    state: TrialState,
+    job_id: int | None,
+    slurm_state: str = "",
+    reason: str = "",
+    restarts: int = 0,
+    spec_hash: str = "",
+    exit_code: int | None = None,
+    started: float | None = None,
+    ended: float | None = None,
+) -> Attempt:
     pending = state is TrialState.PENDING
-    return Attempt(trial, attempt, state, "" if job_id is None else str(job_id), slurm_state, reason, restarts,
-                   spec_hash, exit_code, waits_for_capacity=pending and reason in CAPACITY,
-                   waits_for_limits=pending and reason.startswith(LIMITS), started=started, ended=ended)
+    return Attempt(
+        trial,
+        attempt,
+        state,
+        "" if job_id is None else str(job_id),
+        slurm_state,
+        reason,
+        restarts,
+        spec_hash,
+        exit_code,
+        waits_for_capacity=pending and reason in CAPACITY,
+        waits_for_limits=pending and reason.startswith(LIMITS),
+        started=started,
+        ended=ended,
+    )
 
 
 def _time(value) -> float | None:
@@ -131,10 +169,19 @@ def of_job(job: dict, study: str) -> Attempt | None:
     code, killed = ending(job) if ended else (None, "")
     if killed:  # the signal says why, better than squeue's JobLaunchFailure or NonZeroExitCode
         reason = killed if reason in ("None", "", *UNSAID) else f"{killed}; {reason}"
-    return _attempt(trial, attempt, state, job.get("job_id"), slurm_state, "" if reason == "None" else reason,
-                    int(job.get("restart_cnt") or 0), spec_hash, code,
-                    started=_time(job.get("start_time")) if ran else None,  # a pending job's is a forecast
-                    ended=_time(job.get("end_time")) if ended else None)  # a running job's is its time limit
+    return _attempt(
+        trial,
+        attempt,
+        state,
+        job.get("job_id"),
+        slurm_state,
+        "" if reason == "None" else reason,
+        int(job.get("restart_cnt") or 0),
+        spec_hash,
+        code,
+        started=_time(job.get("start_time")) if ran else None,  # a pending job's is a forecast
+        ended=_time(job.get("end_time")) if ended else None,
+    )  # a running job's is its time limit
 
 
 def of_marks(trial: str, attempt: int, mark: Mark) -> Attempt:
@@ -144,8 +191,15 @@ def of_marks(trial: str, attempt: int, mark: Mark) -> Attempt:
     if mark.exit_code is None:
         # when it ended is unknown: no run time is counted for it
         return _attempt(trial, attempt, TrialState.FAILED, mark.job_id, reason="ended without an exit status")
-    return _attempt(trial, attempt, TrialState.SUCCEEDED if mark.exit_code == 0 else TrialState.FAILED, mark.job_id,
-                    exit_code=mark.exit_code, started=mark.started, ended=mark.ended)
+    return _attempt(
+        trial,
+        attempt,
+        TrialState.SUCCEEDED if mark.exit_code == 0 else TrialState.FAILED,
+        mark.job_id,
+        exit_code=mark.exit_code,
+        started=mark.started,
+        ended=mark.ended,
+    )
 
 
 def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]]) -> dict[str, Attempt]:
@@ -190,8 +244,9 @@ def read_marks(directory: Path) -> dict[str, dict[int, Mark]]:
                 continue
             exit_file = trial_dir / f"attempt-{number}.exit"
             ended = exit_file.exists()
-            attempts[int(number)] = Mark(_int(mark), _int(exit_file) if ended else None, _mtime(mark),
-                                         _mtime(exit_file) if ended else None)
+            attempts[int(number)] = Mark(
+                _int(mark), _int(exit_file) if ended else None, _mtime(mark), _mtime(exit_file) if ended else None
+            )
         if attempts:
             out[trial_dir.name] = attempts
     return out

@@ -99,19 +99,37 @@ class Application:
         """The REST submission (POST /ws/v1/cluster/apps) of this attempt as `app_id`."""
         yarn = study.yarn
         heap = max(32, int(yarn.am_memory_mb * 0.75))
-        command = (f"java -Xmx{heap}m {AM_CLASS} 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr")
-        environment = {**self.environment, "STRATCTL_AM_MASTER_PORT": str(master_port(app_id)),
-                       "CLASSPATH": ":".join(["./*", *classpath])}
+        command = f"java -Xmx{heap}m {AM_CLASS} 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr"
+        environment = {
+            **self.environment,
+            "STRATCTL_AM_MASTER_PORT": str(master_port(app_id)),
+            "CLASSPATH": ":".join(["./*", *classpath]),
+        }
         body = {
-            "application-id": app_id, "application-name": self.name, "queue": yarn.queue,
-            "application-type": yarn.application_type, "application-tags": {"tag": self.tags},
-            "max-app-attempts": yarn.max_app_attempts, "unmanaged-AM": False,
+            "application-id": app_id,
+            "application-name": self.name,
+            "queue": yarn.queue,
+            "application-type": yarn.application_type,
+            "application-tags": {"tag": self.tags},
+            "max-app-attempts": yarn.max_app_attempts,
+            "unmanaged-AM": False,
             "keep-containers-across-application-attempts": False,
             "resource": {"memory": yarn.am_memory_mb, "vCores": 1},
             "am-container-spec": {
-                "local-resources": {"entry": [{"key": AM_JAR, "value": {
-                    "resource": jar.url, "type": "FILE", "visibility": "APPLICATION",
-                    "size": jar.size, "timestamp": jar.timestamp}}]},
+                "local-resources": {
+                    "entry": [
+                        {
+                            "key": AM_JAR,
+                            "value": {
+                                "resource": jar.url,
+                                "type": "FILE",
+                                "visibility": "APPLICATION",
+                                "size": jar.size,
+                                "timestamp": jar.timestamp,
+                            },
+                        }
+                    ]
+                },
                 "commands": {"command": command},
                 "environment": {"entry": [{"key": k, "value": v} for k, v in environment.items()]},
             },
@@ -144,7 +162,7 @@ def parse_tags(tags: str | list | None) -> dict[str, str]:
     for word in words:
         key, sep, value = word.strip().partition(":")
         if sep and key.startswith(PREFIX + "-"):
-            out[key[len(PREFIX) + 1:]] = value
+            out[key[len(PREFIX) + 1 :]] = value
     return out
 
 
@@ -164,10 +182,20 @@ def _template(directories: tuple[str, ...]):
 def contract_names(roles: list[str]) -> set[str]:
     """The variables of the rendezvous contract of a gang of these roles: the AM sets them in
     each container, so the script must not set them again from the rendered environment."""
-    return {rendezvous.NUM_NODES, rendezvous.NODE_RANK, rendezvous.NODE_ADDRS, rendezvous.TASK,
-            rendezvous.TASK_INDEX, rendezvous.TASKS, rendezvous.MASTER_ADDR, rendezvous.MASTER_PORT,
-            rendezvous.WORLD_SIZE, rendezvous.RANK, *map(rendezvous.hosts_var, roles),
-            *map(rendezvous.num_var, roles)}
+    return {
+        rendezvous.NUM_NODES,
+        rendezvous.NODE_RANK,
+        rendezvous.NODE_ADDRS,
+        rendezvous.TASK,
+        rendezvous.TASK_INDEX,
+        rendezvous.TASKS,
+        rendezvous.MASTER_ADDR,
+        rendezvous.MASTER_PORT,
+        rendezvous.WORLD_SIZE,
+        rendezvous.RANK,
+        *map(rendezvous.hosts_var, roles),
+        *map(rendezvous.num_var, roles),
+    }
 
 
 def build(study: Study, docs: list[dict], templates: list[Path], output: Path) -> Application:
@@ -178,13 +206,31 @@ def build(study: Study, docs: list[dict], templates: list[Path], output: Path) -
     trial_output = shlex.quote(str(output / first.trial))
     template = _template(tuple(str(d) for d in templates))
     contract = contract_names([task.role for task in tasks])
-    roles = [Role(task.role, task.replicas, resources(task), task.gpus, template.render(
-        env=[(key, shlex.quote(value)) for key, value in task.env if key not in contract],
-        command=" ".join(shlex.quote(word) for word in task.command), output=trial_output)) for task in tasks]
+    roles = [
+        Role(
+            task.role,
+            task.replicas,
+            resources(task),
+            task.gpus,
+            template.render(
+                env=[(key, shlex.quote(value)) for key, value in task.env if key not in contract],
+                command=" ".join(shlex.quote(word) for word in task.command),
+                output=trial_output,
+            ),
+        )
+        for task in tasks
+    ]
     yarn = study.yarn
     own = attempt_tag(study.name, first.trial, first.attempt)
-    tags = [PREFIX, study_tag(study.name), f"{PREFIX}-trial:{first.trial}", f"{PREFIX}-n:{first.attempt}",
-            *([f"{PREFIX}-spec:{first.spec_hash}"] if first.spec_hash else []), own, *yarn.tags]
+    tags = [
+        PREFIX,
+        study_tag(study.name),
+        f"{PREFIX}-trial:{first.trial}",
+        f"{PREFIX}-n:{first.attempt}",
+        *([f"{PREFIX}-spec:{first.spec_hash}"] if first.spec_hash else []),
+        own,
+        *yarn.tags,
+    ]
     environment = {
         "STRATCTL_AM_ROLES": ",".join(f"{role.name}:{role.replicas}" for role in roles),
         **{f"STRATCTL_AM_RESOURCES_{i}": role.resources for i, role in enumerate(roles)},
@@ -194,5 +240,12 @@ def build(study: Study, docs: list[dict], templates: list[Path], output: Path) -
         "STRATCTL_AM_GANG_TIMEOUT": str(int(yarn.gang_timeout_seconds)),
         **({"STRATCTL_AM_NODE_LABEL": yarn.node_label} if yarn.node_label else {}),
     }
-    return Application(name=first.name, trial=first.trial, attempt=first.attempt, tag=own,
-                       tags=[t.lower() for t in tags], roles=roles, environment=environment)
+    return Application(
+        name=first.name,
+        trial=first.trial,
+        attempt=first.attempt,
+        tag=own,
+        tags=[t.lower() for t in tags],
+        roles=roles,
+        environment=environment,
+    )

@@ -47,16 +47,18 @@ class ResourceManager:
     _answered: bool = False  # some RM has answered this command once
 
     def __post_init__(self) -> None:
-        self.pool = self.pool or urllib3.PoolManager(maxsize=8, retries=False,
-                                                     timeout=urllib3.Timeout(connect=5.0, read=self.timeout))
+        self.pool = self.pool or urllib3.PoolManager(
+            maxsize=8, retries=False, timeout=urllib3.Timeout(connect=5.0, read=self.timeout)
+        )
 
     @property
     def url(self) -> str:
         """The address answering as the active RM (the first until one has answered)."""
         return self.urls[self._active]
 
-    def request(self, kind: str, method: str, path: str, body: dict | None = None,
-                query: dict | None = None, api: str = API) -> dict:
+    def request(
+        self, kind: str, method: str, path: str, body: dict | None = None, query: dict | None = None, api: str = API
+    ) -> dict:
         self.calls += 1
         self.sent[kind] = self.sent.get(kind, 0) + 1
         params = {**(query or {}), **({"user.name": self.user} if self.user else {})}
@@ -74,15 +76,18 @@ class ResourceManager:
                 continue
             if answer.status in (301, 302, 307, 308) or b"standby" in answer.data[:400].lower():
                 located = answer.headers.get("Location") or ""
-                said.append(f"{base}: a standby ResourceManager" + (f" (the active one: {_origin(located)})"
-                                                                      if located else ""))
+                said.append(
+                    f"{base}: a standby ResourceManager" + (f" (the active one: {_origin(located)})" if located else "")
+                )
                 continue
             self._active, self._answered = i, True
             return self._answer(kind, method, path, answer)
         if not self._answered and not any("standby" in s for s in said):
             # never reached at all: a setup to fix (an address, the RM not started), not a pause to wait out
-            raise Unreachable("no ResourceManager answers (" + "; ".join(said) + "): check yarn.resource_managers "
-                              "in the study (the local testbed's is http://127.0.0.1:28088: `make yarn-up`)")
+            raise Unreachable(
+                "no ResourceManager answers (" + "; ".join(said) + "): check yarn.resource_managers "
+                "in the study (the local testbed's is http://127.0.0.1:28088: `make yarn-up`)"
+            )
         raise Unavailable("no ResourceManager answers as the active one: " + "; ".join(said))
 
     def _answer(self, kind: str, method: str, path: str, answer) -> dict:
@@ -90,8 +95,11 @@ class ResourceManager:
         if status in (429, 503):
             self.refused[kind] = self.refused.get(kind, 0) + 1
             retry = answer.headers.get("Retry-After")
-            raise Throttled(f"ResourceManager: {method} {path}: HTTP {status}: {_message(answer.data)}", status=status,
-                            retry_after=float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
+            raise Throttled(
+                f"ResourceManager: {method} {path}: HTTP {status}: {_message(answer.data)}",
+                status=status,
+                retry_after=float(retry) if retry and retry.replace(".", "", 1).isdigit() else None,
+            )
         if status == 404:
             raise NotFound(f"ResourceManager: {method} {path}: {_message(answer.data)}")
         if status >= 500:

@@ -29,13 +29,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
-from stratctl.errors import Invalid, NotFound, Throttled, UsageError
-from stratctl.core.render import Renderer, bundled_templates
-from stratctl.core.space import Trial, expand
-from stratctl.core.spec import Study
 from stratctl.backends.yarn.app import AM_JAR, Application, Jar, build, study_tag
 from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.state import ENDED, latest, outcome, read_records, write_record
+from stratctl.core.render import Renderer, bundled_templates
+from stratctl.core.space import Trial, expand
+from stratctl.core.spec import Study
+from stratctl.errors import Invalid, NotFound, Throttled, UsageError
 
 REFUSED_HOLD = 10.0  # seconds without a submission after the queue refused one for its application limits
 GPU = "yarn.io/gpu"
@@ -69,10 +69,15 @@ def missing_jar(study: Study, path: Path, named: str) -> UsageError:
     """One line: where the jar was looked for, how to build it, how to name another."""
     build = "`make yarn-am` in a stratctl source checkout (yarn-am/build.sh, needs a JDK and Maven"
     built = built_jar()
-    where = f"{path}, where `make yarn-am` writes it: build it with {build})" if path == built else \
-        f"{path} ({named}): build one with {build}; it writes {built})"
-    return UsageError(f"{study.name}: no gang application master jar at {where}, or name the jar with "
-                      "STRATCTL_YARN_AM_JAR or the study's yarn.am_jar (a path every NodeManager reads)")
+    where = (
+        f"{path}, where `make yarn-am` writes it: build it with {build})"
+        if path == built
+        else f"{path} ({named}): build one with {build}; it writes {built})"
+    )
+    return UsageError(
+        f"{study.name}: no gang application master jar at {where}, or name the jar with "
+        "STRATCTL_YARN_AM_JAR or the study's yarn.am_jar (a path every NodeManager reads)"
+    )
 
 
 def free_gpus(nodes: list[dict], label: str | None) -> list[int]:
@@ -89,6 +94,7 @@ def free_gpus(nodes: list[dict], label: str | None) -> list[int]:
 
 def queue_of(scheduler: dict, name: str) -> dict | None:
     """The Capacity Scheduler's view of one queue (by its name or its path) in /scheduler."""
+
     def walk(queues: dict | None):
         for queue in (queues or {}).get("queue") or []:
             if name in (queue.get("queueName"), queue.get("queuePath"), f"root.{queue.get('queueName')}"):
@@ -120,8 +126,11 @@ def queue_limit(queue: dict | None) -> str:
     if isinstance(cap, int) and 0 < cap <= active:
         return f"the queue's maxParallelApps ({cap}) are running"
     limit, used = queue.get("AMResourceLimit") or {}, queue.get("usedAMResource") or {}
-    if limit and used and (used.get("memory", 0) >= limit.get("memory", 1) or
-                           used.get("vCores", 0) >= limit.get("vCores", 1)):
+    if (
+        limit
+        and used
+        and (used.get("memory", 0) >= limit.get("memory", 1) or used.get("vCores", 0) >= limit.get("vCores", 1))
+    ):
         return "the queue's AM resource limit (maximum-am-resource-percent) is reached"
     return ""
 
@@ -148,8 +157,14 @@ class YarnScheduler(StudyFiles, Counted):
     limit_words = "application limits"  # what a refusal to create is, in YARN's words
     calls_word = "requests"  # REST requests to the ResourceManager
 
-    def __init__(self, study: Study, renderer: Renderer | None = None, rm: ResourceManager | None = None,
-                 workdir: str | None = None, jar: Path | None = None):
+    def __init__(
+        self,
+        study: Study,
+        renderer: Renderer | None = None,
+        rm: ResourceManager | None = None,
+        workdir: str | None = None,
+        jar: Path | None = None,
+    ):
         self.study = study
         self.rm = rm or ResourceManager(study.yarn.resource_managers, user=study.yarn.user)
         self.client = self.rm
@@ -215,8 +230,10 @@ class YarnScheduler(StudyFiles, Counted):
             return list(self.study.yarn.classpath)
         value = self.rm.conf("yarn.application.classpath")
         if not value:
-            raise UsageError(f"{self.study.name}: the ResourceManager does not say yarn.application.classpath: set "
-                             "yarn.classpath in the study (the Hadoop classpath of an application master)")
+            raise UsageError(
+                f"{self.study.name}: the ResourceManager does not say yarn.application.classpath: set "
+                "yarn.classpath in the study (the Hadoop classpath of an application master)"
+            )
         return [entry.strip() for entry in value.split(",") if entry.strip()]
 
     def prepare(self, trial: Trial, number: int) -> Application:
@@ -226,8 +243,12 @@ class YarnScheduler(StudyFiles, Counted):
         return app
 
     def _build(self, trial: Trial, number: int) -> Application:
-        return build(self.study, self.renderer.render(trial, attempt=number, resume=number > 0),
-                     [self.renderer.dir, bundled_templates()], self.output)
+        return build(
+            self.study,
+            self.renderer.render(trial, attempt=number, resume=number > 0),
+            [self.renderer.dir, bundled_templates()],
+            self.output,
+        )
 
     def check(self, trial: Trial) -> None:
         """Build the first attempt without sending it (a client dry run), the AM's jar found."""
@@ -237,8 +258,11 @@ class YarnScheduler(StudyFiles, Counted):
     def create(self, app: Application) -> None:
         wait = self._refused_until - self.clock()
         if wait > 0:  # the queue refused the study's applications for its limits a moment ago: pressure
-            raise Throttled("the queue refused applications for its application limits (maximum-applications): "
-                            "holding new submissions", retry_after=wait)
+            raise Throttled(
+                "the queue refused applications for its application limits (maximum-applications): "
+                "holding new submissions",
+                retry_after=wait,
+            )
         jar = self.jar  # a missing jar ends the submit before the RM hands out an application id
         body = app.body(self.rm.new_application(), self.study, jar, self.classpath)
         self.rm.submit(body)
@@ -270,4 +294,3 @@ class YarnScheduler(StudyFiles, Counted):
         if not self.find(app):
             self.create(app)
         mark.replace(mark.with_suffix(".resumed"))
-

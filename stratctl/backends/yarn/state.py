@@ -29,18 +29,20 @@ from dataclasses import replace
 from pathlib import Path
 
 from stratctl.attempt import Attempt
-from stratctl.trialstate import TrialState
 from stratctl.backends.yarn.app import parse_tags
+from stratctl.trialstate import TrialState
 
 PREEMPTED = "stratctl: preempted"  # the gang AM's diagnostics when a container was preempted or lost
 RUNNING_PROGRESS = 50.0  # the gang AM reports 0.5 once all N containers run (the RM shows percent)
 ENDED = ("FINISHED", "FAILED", "KILLED")
 # the Capacity Scheduler refusing a submission for an application limit (maximum-applications)
-REFUSED = re.compile(r"cannot accept submission|maximum.?applications|exceeds? (the )?max(imum)? (num|number)",
-                     re.IGNORECASE)
+REFUSED = re.compile(
+    r"cannot accept submission|maximum.?applications|exceeds? (the )?max(imum)? (num|number)", re.IGNORECASE
+)
 # an accepted application waiting for a limit rather than for resources
-LIMITS = re.compile(r"AM resource limit|max(imum)?.?parallel.?apps|user.?limit|queue.*limit|not yet activated",
-                    re.IGNORECASE)
+LIMITS = re.compile(
+    r"AM resource limit|max(imum)?.?parallel.?apps|user.?limit|queue.*limit|not yet activated", re.IGNORECASE
+)
 EXIT = re.compile(r"exited with code (-?\d+)")
 
 
@@ -80,8 +82,15 @@ def of_app(app: dict, study: str, marks: dict[int, str] | None = None) -> Attemp
         waiting_gang = state == "RUNNING"
         reason = "the gang AM waits for all its containers" if waiting_gang else _why(diagnostics)
         limits = not waiting_gang and bool(LIMITS.search(diagnostics))
-        return Attempt(trial, number, TrialState.PENDING, reason=reason, waits_for_capacity=not limits,
-                       waits_for_limits=limits, **common)
+        return Attempt(
+            trial,
+            number,
+            TrialState.PENDING,
+            reason=reason,
+            waits_for_capacity=not limits,
+            waits_for_limits=limits,
+            **common,
+        )
     if state == "RUNNING":
         return Attempt(trial, number, TrialState.RUNNING, started=started, **common)
     # drained (or drained and resumed: its next attempt sent) when the drain's kill ended it;
@@ -89,15 +98,33 @@ def of_app(app: dict, study: str, marks: dict[int, str] | None = None) -> Attemp
     how = outcome(app, drained=mark is not None and state == "KILLED")
     ended = _seconds(app.get("finishedTime"))
     if how == "drained":
-        return Attempt(trial, number, TrialState.SUSPENDED, reason=f"drained{' and resumed' if mark == 'resumed' else ''}",
-                       started=started if ended else None, ended=ended, **common)  # its run until the drain
-    state_of = {"succeeded": TrialState.SUCCEEDED, "preempted": TrialState.PREEMPTED,
-                "refused": TrialState.PREEMPTED, "failed": TrialState.FAILED}[how]
+        return Attempt(
+            trial,
+            number,
+            TrialState.SUSPENDED,
+            reason=f"drained{' and resumed' if mark == 'resumed' else ''}",
+            started=started if ended else None,
+            ended=ended,
+            **common,
+        )  # its run until the drain
+    state_of = {
+        "succeeded": TrialState.SUCCEEDED,
+        "preempted": TrialState.PREEMPTED,
+        "refused": TrialState.PREEMPTED,
+        "failed": TrialState.FAILED,
+    }[how]
     code = EXIT.search(diagnostics)
     ran = started is not None and how != "refused"
-    return Attempt(trial, number, state_of, reason=diagnostics[:300] if how != "succeeded" else "",
-                   exit_code=int(code.group(1)) if code else None, started=started if ran else None,
-                   ended=ended if ran else None, **common)
+    return Attempt(
+        trial,
+        number,
+        state_of,
+        reason=diagnostics[:300] if how != "succeeded" else "",
+        exit_code=int(code.group(1)) if code else None,
+        started=started if ran else None,
+        ended=ended if ran else None,
+        **common,
+    )
 
 
 def _why(diagnostics: str) -> str:
@@ -108,13 +135,23 @@ def _why(diagnostics: str) -> str:
 
 def record_of(app: dict) -> dict:
     """What stays of an ended application once the RM forgets it."""
-    keep = ("id", "state", "finalStatus", "diagnostics", "applicationTags", "launchTime", "finishedTime",
-            "numAMContainerPreempted", "progress")
+    keep = (
+        "id",
+        "state",
+        "finalStatus",
+        "diagnostics",
+        "applicationTags",
+        "launchTime",
+        "finishedTime",
+        "numAMContainerPreempted",
+        "progress",
+    )
     return {k: app.get(k) for k in keep}
 
 
-def latest(apps: list[dict], study: str, records: dict[str, dict[int, dict]],
-           marks: dict[str, dict[int, str]]) -> dict[str, Attempt]:
+def latest(
+    apps: list[dict], study: str, records: dict[str, dict[int, dict]], marks: dict[str, dict[int, str]]
+) -> dict[str, Attempt]:
     """Each trial's latest attempt, with what its earlier attempts were (failures,
     preemptions, run time), from the RM's applications and the ended attempts' records.
     Of two applications of one attempt (a submission sent again, where the lookup missed
@@ -135,11 +172,16 @@ def latest(apps: list[dict], study: str, records: dict[str, dict[int, dict]],
         last = attempts[number]
         earlier = [attempts[n] for n in range(number) if n in attempts]
         failures = sum(1 for a in earlier if a.state is TrialState.FAILED)
-        preempted = sum(1 for a in earlier if a.state is TrialState.PREEMPTED and a.exit_code is None
-                        and not _refused(a)) + sum(a.restarts for a in earlier)
+        preempted = sum(
+            1 for a in earlier if a.state is TrialState.PREEMPTED and a.exit_code is None and not _refused(a)
+        ) + sum(a.restarts for a in earlier)
         ran = sum(a.run_seconds(a.ended or 0.0) for a in earlier if a.ended is not None)
-        seen[trial] = replace(last, failures_before=failures + (number - len(earlier)),  # unknown ones: failures
-                              preempted_before=preempted, earlier_seconds=ran)
+        seen[trial] = replace(
+            last,
+            failures_before=failures + (number - len(earlier)),  # unknown ones: failures
+            preempted_before=preempted,
+            earlier_seconds=ran,
+        )
     return seen
 
 
@@ -152,6 +194,7 @@ def _trial_of(app: dict) -> str | None:
 
 
 # -- the files ----------------------------------------------------------------------------
+
 
 def read_records(directory: Path) -> tuple[dict[str, dict[int, dict]], dict[str, dict[int, str]]]:
     """The ended attempts' records and the drain marks under a study's output directory."""
@@ -166,7 +209,7 @@ def read_records(directory: Path) -> tuple[dict[str, dict[int, dict]], dict[str,
             name = path.name
             if not name.startswith("attempt-"):
                 continue
-            number, _, kind = name[len("attempt-"):].partition(".")
+            number, _, kind = name[len("attempt-") :].partition(".")
             if not number.isdigit():
                 continue
             if kind == "yarn.json":

@@ -10,16 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stratctl.errors import ExitCode
 from stratctl.backends.slurm.scheduler import SlurmScheduler
-from stratctl.core.space import expand
-from stratctl.core.spec import load_study
 from stratctl.backends.yarn.app import Jar
 from stratctl.backends.yarn.scheduler import YarnScheduler
-
-from tests.unit.studies import MINIMAL, write
-from tests.unit.core.test_capabilities import _record_sends
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
+from stratctl.errors import ExitCode
 from tests.unit.cli.test_cli import run
+from tests.unit.core.test_capabilities import _record_sends
+from tests.unit.studies import MINIMAL, write
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 SLURM, YARN = EXAMPLES / "slurm-sweep.yaml", EXAMPLES / "yarn-sweep.yaml"
@@ -62,13 +61,21 @@ def test_render_of_a_slurm_study_is_the_sbatch_script_of_each_trial(tmp_path, of
 def test_render_of_one_slurm_trial_attempt_as_yaml_json_or_files(tmp_path, offline):
     study = load_study(SLURM)
     trial = expand(study)[2]
-    [script] = [s for s in scripts(SLURM, attempt=1, workdir=tmp_path / "sbatch")
-                if f"--job-name={trial.name}-a1\n" in s]
+    [script] = [
+        s for s in scripts(SLURM, attempt=1, workdir=tmp_path / "sbatch") if f"--job-name={trial.name}-a1\n" in s
+    ]
     as_yaml = run("render", SLURM, "--trial", "2", "--attempt", "1", "--resume", "--format", "yaml")
     assert as_yaml.exit_code == 0, as_yaml.stderr
     [doc] = yaml.safe_load_all(as_yaml.stdout)
-    assert doc == {"job": f"{trial.name}-a1", "trial": trial.name, "attempt": 1, "comment": doc["comment"],
-                   "tasks": 2, "gpus": 2, "script": script}
+    assert doc == {
+        "job": f"{trial.name}-a1",
+        "trial": trial.name,
+        "attempt": 1,
+        "comment": doc["comment"],
+        "tasks": 2,
+        "gpus": 2,
+        "script": script,
+    }
     assert doc["comment"].startswith(f"stratctl:slurm-sweep/{trial.name}/1/")
     assert "script: |\n  #!/bin/bash\n" in as_yaml.stdout  # the script's lines as they are
     as_json = run("render", SLURM, "--trial", trial.name, "--attempt", "1", "--resume", "--format", "json")
@@ -91,14 +98,19 @@ def test_render_of_a_yarn_study_is_the_application_request_with_the_id_a_placeho
     body = json.loads(result.stdout)
     # what the YARN scheduler would send for that trial once the ResourceManager gave it an id
     study = load_study(YARN)
-    sent = YarnScheduler(study)._build(expand(study)[0], 0).body("application_1796_0042", study, Jar.of(jar),
-                                                                 ["/etc/hadoop", "/hadoop/*"])
+    sent = (
+        YarnScheduler(study)
+        ._build(expand(study)[0], 0)
+        .body("application_1796_0042", study, Jar.of(jar), ["/etc/hadoop", "/hadoop/*"])
+    )
     differ = {path: (shown, real) for path, shown, real in differences(body, sent)}
     assert differ.pop(("application-id",)) == ("<application-id>", "application_1796_0042")
     for path, (shown, real) in differ.items():  # the AM's classpath, and what derives from the id (MASTER_PORT)
         assert path[:3] == ("am-container-spec", "environment", "entry"), path
-        assert shown in ("<derived from the application id>",
-                         "./*:<the ResourceManager's yarn.application.classpath>"), (path, shown)
+        assert shown in (
+            "<derived from the application id>",
+            "./*:<the ResourceManager's yarn.application.classpath>",
+        ), (path, shown)
     env = {e["key"]: e["value"] for e in body["am-container-spec"]["environment"]["entry"]}
     assert env["CLASSPATH"] == "./*:<the ResourceManager's yarn.application.classpath>"
     [script] = [base64.b64decode(v).decode() for k, v in env.items() if "SCRIPT" in k]
@@ -107,7 +119,8 @@ def test_render_of_a_yarn_study_is_the_application_request_with_the_id_a_placeho
         "note: <application-id>: the ResourceManager gives each application its id when it is submitted; what "
         "derives from it is <derived from the application id>",
         "note: <the ResourceManager's yarn.application.classpath>: read from the ResourceManager at submit (set "
-        "yarn.classpath to fix it)"]
+        "yarn.classpath to fix it)",
+    ]
     as_yaml = run("render", YARN, "--trial", "0", "--format", "yaml")
     assert list(yaml.safe_load_all(as_yaml.stdout)) == [body]
     assert offline == [] and not (tmp_path / "stratctl-out").exists()
@@ -138,8 +151,9 @@ def test_render_of_a_yarn_study_says_which_values_are_placeholders(tmp_path, off
     env = {e["key"]: e["value"] for e in bodies[0]["am-container-spec"]["environment"]["entry"]}
     assert env["CLASSPATH"] == "./*:/etc/hadoop"
     [_, jar] = result.stderr.splitlines()
-    assert jar.startswith(f"note: yarn-sweep: no gang application master jar at {tmp_path / 'missing.jar'} "
-                          "(STRATCTL_YARN_AM_JAR)") and jar.endswith("submit refuses the study until the jar is there)")
+    assert jar.startswith(
+        f"note: yarn-sweep: no gang application master jar at {tmp_path / 'missing.jar'} (STRATCTL_YARN_AM_JAR)"
+    ) and jar.endswith("submit refuses the study until the jar is there)")
     assert offline == []
 
 
@@ -152,10 +166,13 @@ def test_render_of_a_kubernetes_study_is_its_manifests_as_yaml_or_json(tmp_path)
     assert docs == list(yaml.safe_load_all(as_yaml.stdout)) and len(docs) == 5
 
 
-@pytest.mark.parametrize("path, words", [
-    (YARN, "--format script: backend yarn submits no script; use json or yaml"),
-    (None, "--format script: backend kubernetes submits no script; use yaml or json"),
-])
+@pytest.mark.parametrize(
+    "path, words",
+    [
+        (YARN, "--format script: backend yarn submits no script; use json or yaml"),
+        (None, "--format script: backend kubernetes submits no script; use yaml or json"),
+    ],
+)
 def test_a_form_the_backend_has_not_is_refused(tmp_path, path, words):
     result = run("render", path or write(tmp_path, MINIMAL), "--format", "script")
     assert result.exit_code == ExitCode.INVALID_INPUT == 2

@@ -19,7 +19,6 @@ REPO = Path(__file__).resolve().parents[3]
 DASHBOARDS = REPO / "dashboards"
 
 
-
 def generator():
     import importlib.util
 
@@ -32,7 +31,9 @@ def generator():
 def test_the_committed_board_and_rules_are_the_generators_output():
     gen = generator()
     assert (DASHBOARDS / "stratctl.json").read_text() == gen.board_text(), "regenerate: python dashboards/board.py"
-    assert (DASHBOARDS / "stratctl-rules.yaml").read_text() == gen.rules_text(), "regenerate: python dashboards/board.py"
+    assert (DASHBOARDS / "stratctl-rules.yaml").read_text() == gen.rules_text(), (
+        "regenerate: python dashboards/board.py"
+    )
 
 
 def test_the_board_is_valid_for_the_grafana_schema_of_the_sdk():
@@ -67,9 +68,11 @@ def promtool() -> str:
 
 def test_the_rules_pass_promtool():
     tool = promtool()
-    check = subprocess.run([tool, "check", "rules", "stratctl-rules.yaml"], cwd=DASHBOARDS, capture_output=True,
-                           text=True)
+    check = subprocess.run(
+        [tool, "check", "rules", "stratctl-rules.yaml"], cwd=DASHBOARDS, capture_output=True, text=True
+    )
     assert check.returncode == 0 and f"SUCCESS: {len(generator().RULES)} rules found" in check.stdout, check
-    unit = subprocess.run([tool, "test", "rules", "stratctl-rules.test.yaml"], cwd=DASHBOARDS, capture_output=True,
-                          text=True)
+    unit = subprocess.run(
+        [tool, "test", "rules", "stratctl-rules.test.yaml"], cwd=DASHBOARDS, capture_output=True, text=True
+    )
     assert unit.returncode == 0, unit.stdout + unit.stderr

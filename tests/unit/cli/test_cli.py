@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 from stratctl import __version__, labels
 from stratctl.cli.main import app, main
 from stratctl.errors import ExitCode
-
 from tests.unit.studies import MINIMAL, write
 
 EXAMPLES = sorted((Path(__file__).parents[3] / "examples").glob("*.yaml"))
@@ -60,7 +59,9 @@ def test_validate_missing_file(tmp_path):
 def test_hostile_file_exits_2_without_executing(tmp_path):
     marker = tmp_path / "pwned"
     text = MINIMAL.replace("image: busybox", "image: !!python/object/apply:os.system ['touch " + str(marker) + "']")
-    text = text.replace("--lr={{ params.lr }}", "{{ cycler.__init__.__globals__.os.system('touch " + str(marker) + "') }}")
+    text = text.replace(
+        "--lr={{ params.lr }}", "{{ cycler.__init__.__globals__.os.system('touch " + str(marker) + "') }}"
+    )
     result = run("validate", write(tmp_path, text))
     assert result.exit_code == 2
     assert not marker.exists()
@@ -111,7 +112,8 @@ def test_plan_table_shows_trials_and_cost(tmp_path):
 
 def test_plan_of_a_slurm_study_speaks_slurm(tmp_path):
     text = MINIMAL.replace("  image: busybox\n", "  command: [train]\n").replace(
-        "namespace: ns\n", "backend: slurm\nslurm: {partition: research, time_limit: 90m}\n")
+        "namespace: ns\n", "backend: slurm\nslurm: {partition: research, time_limit: 90m}\n"
+    )
     result = run("plan", write(tmp_path, text + "cost: {expected_duration: 30m}\n"))
     assert result.exit_code == 0, result.stderr
     out = " ".join(result.stdout.split())
@@ -137,13 +139,17 @@ trial:
 """
 
 
-@pytest.mark.parametrize("gang, logs", [("", ", min_available: 0"), ("min_available: 7", "")],
-                         ids=["a log collector outside the gang", "trial.min_available"])
+@pytest.mark.parametrize(
+    "gang, logs",
+    [("", ", min_available: 0"), ("min_available: 7", "")],
+    ids=["a log collector outside the gang", "trial.min_available"],
+)
 def test_plan_counts_every_pod_and_says_how_many_must_start_together(tmp_path, gang, logs):
     result = run("plan", write(tmp_path, ROLES.format(gang=gang, logs=logs, workers=4)))
     assert result.exit_code == 0, result.stderr
-    assert ("each trial: 8 pods, a gang of 7 that must start together (ps×2, worker×4, evaluator×1, logs×1), "
-            "4 GPUs") in " ".join(result.stdout.split())
+    assert (
+        "each trial: 8 pods, a gang of 7 that must start together (ps×2, worker×4, evaluator×1, logs×1), 4 GPUs"
+    ) in " ".join(result.stdout.split())
 
 
 def test_plan_of_a_gang_of_every_pod_and_of_trials_of_varying_size(tmp_path):
@@ -152,13 +158,15 @@ def test_plan_of_a_gang_of_every_pod_and_of_trials_of_varying_size(tmp_path):
     varying = ROLES.format(gang="", logs=", min_available: 0", workers='"{{ 2 + 2 * params.seed }}"')
     result = run("plan", write(tmp_path, varying, "varying.yaml"))
     assert result.exit_code == 0, result.stderr
-    assert ("each trial: 6–8 pods, a gang of 5–7 that must start together (ps×2, worker×by trial, evaluator×1, "
-            "logs×1)") in " ".join(result.stdout.split())
+    assert (
+        "each trial: 6–8 pods, a gang of 5–7 that must start together (ps×2, worker×by trial, evaluator×1, logs×1)"
+    ) in " ".join(result.stdout.split())
 
 
 def test_plan_json(tmp_path):
-    text = MINIMAL.replace("values: [16, 32]", "values: [16]").replace("{type: loguniform, low: 1.0e-4, high: 1.0e-1}",
-                                                                    "{type: choice, values: [0.1, 0.2]}")
+    text = MINIMAL.replace("values: [16, 32]", "values: [16]").replace(
+        "{type: loguniform, low: 1.0e-4, high: 1.0e-1}", "{type: choice, values: [0.1, 0.2]}"
+    )
     result = run("plan", write(tmp_path, text), "-o", "json")
     assert result.exit_code == 0, result.stderr
     plan = json.loads(result.stdout)
@@ -210,7 +218,8 @@ def test_plan_says_when_duplicates_were_merged(tmp_path):
 
 def test_plan_refuses_a_huge_grid(tmp_path):
     text = MINIMAL.replace("{kind: random, seed: 3, trials: 5}", "{kind: grid}").replace(
-        "{type: loguniform, low: 1.0e-4, high: 1.0e-1}", "{type: int, low: 1, high: 1000000000}")
+        "{type: loguniform, low: 1.0e-4, high: 1.0e-1}", "{type: int, low: 1, high: 1000000000}"
+    )
     result = run("plan", write(tmp_path, text))
     assert result.exit_code == 2
     assert ":6:11: the study expands to 2,000,000,000 trials, above the limit of 100,000" in result.stderr
@@ -270,19 +279,32 @@ def unreachable_kubeconfig(tmp_path) -> Path:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "down",
-        "clusters": [{"name": "down", "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "alice", "user": {"token": "t"}}],
-        "contexts": [{"name": "down", "context": {"cluster": "down", "user": "alice", "namespace": "ns"}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "down",
+                "clusters": [
+                    {
+                        "name": "down",
+                        "cluster": {"server": f"https://127.0.0.1:{port}", "insecure-skip-tls-verify": True},
+                    }
+                ],
+                "users": [{"name": "alice", "user": {"token": "t"}}],
+                "contexts": [{"name": "down", "context": {"cluster": "down", "user": "alice", "namespace": "ns"}}],
+            }
+        )
+    )
     return path
 
 
-@pytest.mark.parametrize("command", [["status"], ["status", "s", "-o", "json"], ["drain", "s", "--settle", "0"],
-                                     ["resume", "s"]])
+@pytest.mark.parametrize(
+    "command", [["status"], ["status", "s", "-o", "json"], ["drain", "s", "--settle", "0"], ["resume", "s"]]
+)
 def test_one_shot_commands_against_a_server_that_is_down_exit_3_with_one_line_in_bounded_time(
-        tmp_path, monkeypatch, command):
+    tmp_path, monkeypatch, command
+):
     import time
 
     from stratctl.backends.kubernetes import connect
@@ -301,8 +323,13 @@ def test_submit_exits_4_when_trials_exist_with_another_spec(tmp_path, monkeypatc
     from stratctl.run.progress import Progress
 
     def submitted(*args, **kwargs):  # the loop's outcome: two trials' jobs differ from what the study renders
-        return Progress(study="tiny", total=5, succeeded=3, errors={"tiny-a": "spec hash x", "tiny-b": "spec hash y"},
-                        conflicts=["tiny-a", "tiny-b"])
+        return Progress(
+            study="tiny",
+            total=5,
+            succeeded=3,
+            errors={"tiny-a": "spec hash x", "tiny-b": "spec hash y"},
+            conflicts=["tiny-a", "tiny-b"],
+        )
 
     monkeypatch.setattr("stratctl.backends.launch.submit_study", submitted)
     result = run("submit", write(tmp_path, MINIMAL, "study.yaml"))
@@ -319,8 +346,9 @@ def test_a_large_study_keeps_the_first_manifests_and_one_trial_of_each_shape(tmp
 
     monkeypatch.setattr(launch, "KEPT", 7)
     monkeypatch.setattr(launch, "CHUNK", 4)
-    text = (MINIMAL.replace("trials: 5", "trials: 30")
-            .replace("{limits: {nvidia.com/gpu: 1}}", '{limits: {nvidia.com/gpu: "{{ 1 if params.bs == 16 else 2 }}"}}'))
+    text = MINIMAL.replace("trials: 5", "trials: 30").replace(
+        "{limits: {nvidia.com/gpu: 1}}", '{limits: {nvidia.com/gpu: "{{ 1 if params.bs == 16 else 2 }}"}}'
+    )
     prepared = launch.prepare(write(tmp_path, text))
     assert len(prepared.trials) == 30
     assert list(prepared.manifests) == [t.name for t in prepared.trials[:7]]

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from stratctl.cli import conventions
 from stratctl.cli.main import COMMANDS, app, main
 from stratctl.errors import ExitCode
-from tests.unit.fake_cluster import FakeCluster
 from tests.unit.backends.kubernetes.test_drain import submitted
+from tests.unit.fake_cluster import FakeCluster
 
 COMMAND_NAMES = sorted(set(COMMANDS) | {"resume"})
 PYTHON_TYPE = re.compile(r"<(?:list|tuple|dict|str|int|float|bool|path|Path|[a-z]+ range)\b|<[^>\s]*\[")
@@ -48,13 +48,16 @@ def test_the_top_level_help_still_lists_the_commands():
     assert not PYTHON_TYPE.search(out), out  # typer's own --install-completion included
 
 
-@pytest.mark.parametrize("args, hint", [
-    (["status", "--nope"], "see stratctl status --help"),
-    (["nope"], "see stratctl --help"),
-    (["plan"], "see stratctl plan --help"),
-    (["status", "-o", "xml"], "see stratctl status --help"),
-    (["delete", "a", "b"], "see stratctl delete --help"),
-])
+@pytest.mark.parametrize(
+    "args, hint",
+    [
+        (["status", "--nope"], "see stratctl status --help"),
+        (["nope"], "see stratctl --help"),
+        (["plan"], "see stratctl plan --help"),
+        (["status", "-o", "xml"], "see stratctl status --help"),
+        (["delete", "a", "b"], "see stratctl delete --help"),
+    ],
+)
 def test_a_usage_error_is_one_line_and_a_hint_with_exit_2(args, hint):
     result = invoke(*args)
     assert result.exit_code == ExitCode.INVALID_INPUT == 2

@@ -29,8 +29,11 @@ CASES = [
     {"_STRATCTL_COMPLETE": "complete_bash", "COMP_WORDS": "stratctl logs --context r", "COMP_CWORD": "3"},
     {"_STRATCTL_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "stratctl status --context "},
     {"_STRATCTL_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "stratctl status --context zz"},
-    {"_STRATCTL_COMPLETE": "complete_fish", "_TYPER_COMPLETE_FISH_ACTION": "get-args",
-     "_TYPER_COMPLETE_ARGS": "stratctl drain --context a"},
+    {
+        "_STRATCTL_COMPLETE": "complete_fish",
+        "_TYPER_COMPLETE_FISH_ACTION": "get-args",
+        "_TYPER_COMPLETE_ARGS": "stratctl drain --context a",
+    },
 ]
 
 
@@ -44,8 +47,9 @@ def test_fast_answer_matches_typer(case, tmp_path):
     config = tmp_path / "kubeconfig"
     config.write_text(KUBECONFIG)
     env = {**os.environ, **case, "KUBECONFIG": str(config)}
-    fast = _run("import sys; from stratctl.cli.entry import main; main(); "
-                "sys.exit(3)", env)  # exits 0 itself only when it answered
+    fast = _run(
+        "import sys; from stratctl.cli.entry import main; main(); sys.exit(3)", env
+    )  # exits 0 itself only when it answered
     typer = _run("from stratctl.cli.main import main; main()", env)
     assert fast == typer
     assert fast.strip() or case["_STRATCTL_COMPLETE"] == "complete_zsh"
@@ -53,8 +57,10 @@ def test_fast_answer_matches_typer(case, tmp_path):
 
 def test_fast_path_does_not_import_typer(tmp_path):
     env = {**os.environ, **CASES[1]}
-    code = ("import sys\nfrom stratctl.cli.fastcomplete import answer\nout = answer('complete_bash')\n"
-            "print(out is not None, 'typer' in sys.modules, 'click' in sys.modules)")
+    code = (
+        "import sys\nfrom stratctl.cli.fastcomplete import answer\nout = answer('complete_bash')\n"
+        "print(out is not None, 'typer' in sys.modules, 'click' in sys.modules)"
+    )
     assert _run(code, env).split() == ["True", "False", "False"]
 
 
@@ -78,10 +84,17 @@ def test_other_questions_go_to_typer(monkeypatch):
 
 def test_study_names_are_read_without_typer_or_the_kubernetes_client(tmp_path, server):
     path = kubeconfig(tmp_path, server.server_port)
-    env = {**os.environ, "_STRATCTL_COMPLETE": "complete_bash", "COMP_WORDS": "stratctl delete -n other --context prod s",
-           "COMP_CWORD": "6", "KUBECONFIG": path}
-    code = ("import sys\nfrom stratctl.cli.fastcomplete import answer\nout = answer('complete_bash')\n"
-            "print(out, 'typer' in sys.modules, 'kubernetes' in sys.modules)")
+    env = {
+        **os.environ,
+        "_STRATCTL_COMPLETE": "complete_bash",
+        "COMP_WORDS": "stratctl delete -n other --context prod s",
+        "COMP_CWORD": "6",
+        "KUBECONFIG": path,
+    }
+    code = (
+        "import sys\nfrom stratctl.cli.fastcomplete import answer\nout = answer('complete_bash')\n"
+        "print(out, 'typer' in sys.modules, 'kubernetes' in sys.modules)"
+    )
     assert _run(code, env).split() == ["sweep", "False", "False"]
     assert server.handler.paths[-1].startswith("/api/v1/namespaces/other/configmaps?labelSelector=")
     fast = _run("import sys; from stratctl.cli.entry import main; main(); sys.exit(3)", env)
@@ -100,14 +113,17 @@ def test_a_kubeconfig_with_an_exec_plugin_goes_the_clients_way(tmp_path, monkeyp
     assert answer("complete_bash") is None
 
 
-@pytest.mark.parametrize("args, where", [
-    (["status"], (None, None, None)),
-    (["logs", "-n", "ml", "--context=lab", "--kubeconfig", "k"], ("k", "lab", "ml")),
-    (["wait", "--namespace=ml"], (None, None, "ml")),
-    (["status", "sweep"], None),  # the STUDY is given: a TRIAL or an option comes next
-    (["status", "-n"], None),  # completing the namespace
-    (["plan"], None),
-])
+@pytest.mark.parametrize(
+    "args, where",
+    [
+        (["status"], (None, None, None)),
+        (["logs", "-n", "ml", "--context=lab", "--kubeconfig", "k"], ("k", "lab", "ml")),
+        (["wait", "--namespace=ml"], (None, None, "ml")),
+        (["status", "sweep"], None),  # the STUDY is given: a TRIAL or an option comes next
+        (["status", "-n"], None),  # completing the namespace
+        (["plan"], None),
+    ],
+)
 def test_where_a_study_name_is_completed(args, where):
     from stratctl.cli.fastcomplete import _study_position
 

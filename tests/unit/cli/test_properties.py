@@ -14,22 +14,76 @@ from stratctl.cli.main import app
 
 runner = CliRunner()
 
-KEYS = ["name", "namespace", "queue", "space", "strategy", "trial", "type", "low", "high", "values", "grid", "step",
-        "kind", "seed", "trials", "image", "args", "env", "tasks", "replicas", "min_available", "resources", "limits",
-        "nvidia.com/gpu", "cost", "expected_duration", "template", "workload", "checkpoint", "location", "x", "lr"]
+KEYS = [
+    "name",
+    "namespace",
+    "queue",
+    "space",
+    "strategy",
+    "trial",
+    "type",
+    "low",
+    "high",
+    "values",
+    "grid",
+    "step",
+    "kind",
+    "seed",
+    "trials",
+    "image",
+    "args",
+    "env",
+    "tasks",
+    "replicas",
+    "min_available",
+    "resources",
+    "limits",
+    "nvidia.com/gpu",
+    "cost",
+    "expected_duration",
+    "template",
+    "workload",
+    "checkpoint",
+    "location",
+    "x",
+    "lr",
+]
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
-    st.text(string.printable, max_size=12), st.sampled_from(["choice", "uniform", "loguniform", "int", "grid", "random",
-                                                             "quasi-random", "{{ params.lr }}", "{{ x.__class__ }}",
-                                                             "{% for %}", "demo", "1h", "batch", "../x"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(string.printable, max_size=12),
+    st.sampled_from(
+        [
+            "choice",
+            "uniform",
+            "loguniform",
+            "int",
+            "grid",
+            "random",
+            "quasi-random",
+            "{{ params.lr }}",
+            "{{ x.__class__ }}",
+            "{% for %}",
+            "demo",
+            "1h",
+            "batch",
+            "../x",
+        ]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                        st.dictionaries(st.sampled_from(KEYS), inner, max_size=5)),
-                      max_leaves=25)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS), inner, max_size=5)),
+    max_leaves=25,
+)
 
 VALID = {
-    "name": "p", "space": {"lr": {"type": "uniform", "low": 0, "high": 1}},
-    "strategy": {"kind": "random", "seed": 1, "trials": 3}, "trial": {"image": "busybox"},
+    "name": "p",
+    "space": {"lr": {"type": "uniform", "low": 0, "high": 1}},
+    "strategy": {"kind": "random", "seed": 1, "trials": 3},
+    "trial": {"image": "busybox"},
 }
 
 
@@ -51,8 +105,10 @@ def test_random_documents_never_crash(tmp_path, doc):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(patch=st.dictionaries(st.sampled_from(KEYS), values, max_size=3),
-       where=st.sampled_from([(), ("trial",), ("strategy",), ("space",), ("space", "lr")]))
+@given(
+    patch=st.dictionaries(st.sampled_from(KEYS), values, max_size=3),
+    where=st.sampled_from([(), ("trial",), ("strategy",), ("space",), ("space", "lr")]),
+)
 def test_mutated_valid_studies_never_crash(tmp_path, patch, where):
     doc = yaml.safe_load(yaml.safe_dump(VALID))
     target = doc

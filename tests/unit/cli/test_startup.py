@@ -12,8 +12,14 @@ ROOT = Path(__file__).parents[3]
 
 
 def _modules_after(code: str, *args: str, env: dict | None = None) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", code + "; print(' '.join(sys.modules))", *args],
-                          capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        [sys.executable, "-c", code + "; print(' '.join(sys.modules))", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
     return set(done.stdout.split())
 
 
@@ -25,19 +31,25 @@ def test_validating_a_quasi_random_study_imports_neither_scipy_nor_numpy():
 
 
 def test_the_cli_imports_rich_only_for_commands_that_print_with_it():
-    code = ("import sys; from stratctl.cli.main import main\n"
-            "try: main(['validate', sys.argv[1]])\nexcept SystemExit: pass")
+    code = (
+        "import sys; from stratctl.cli.main import main\ntry: main(['validate', sys.argv[1]])\nexcept SystemExit: pass"
+    )
     loaded = _modules_after(code, str(ROOT / "examples/demo.yaml"))
     assert "stratctl.core.render" in loaded
     assert not any(m == "rich" or m.startswith("rich.") for m in loaded)
 
 
 def test_completion_skips_pydantics_plugin_scan():
-    code = ("import sys; from stratctl.cli.main import main\n"
-            "try: main([])\nexcept SystemExit: pass")
+    code = "import sys; from stratctl.cli.main import main\ntry: main([])\nexcept SystemExit: pass"
     env = {"_STRATCTL_COMPLETE": "complete_bash", "COMP_WORDS": "stratctl sta", "COMP_CWORD": "1"}
-    done = subprocess.run([sys.executable, "-c", code + "\nimport pydantic.plugin._loader as l; print(l._plugins)"],
-                          capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, **env})
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\nimport pydantic.plugin._loader as l; print(l._plugins)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
     assert done.stdout.split("\n")[0] == "status"
     assert "None" in done.stdout.split("\n")[1]  # never scanned
 
@@ -45,10 +57,19 @@ def test_completion_skips_pydantics_plugin_scan():
 def test_a_submit_logging_to_ci_loads_neither_rich_nor_tenacity_nor_the_optional_loops():
     # stderr is a pipe here: log lines, no panel; no request fails, so no retry machinery;
     # a grid study with no --prometheus-url and nothing to watch: no closed loop, no signals
-    code = ("import sys; from stratctl.cli.main import main\n"
-            "try: main(['submit', sys.argv[1], '--dry-run', 'client', '-o', 'json'])\nexcept SystemExit: pass")
+    code = (
+        "import sys; from stratctl.cli.main import main\n"
+        "try: main(['submit', sys.argv[1], '--dry-run', 'client', '-o', 'json'])\nexcept SystemExit: pass"
+    )
     loaded = _modules_after(code, str(ROOT / "examples/demo.yaml"), env={"FORCE_COLOR": "", "TTY_COMPATIBLE": ""})
     assert "stratctl.backends.kubernetes.controller" in loaded and "stratctl.core.render" in loaded
     assert not any(m == "rich" or m.startswith("rich.") for m in loaded)
     assert "tenacity" not in loaded
-    assert not {"stratctl.backends.kubernetes.capacity", "stratctl.backends.kubernetes.prometheus", "stratctl.backends.kubernetes.status"} & loaded
+    assert (
+        not {
+            "stratctl.backends.kubernetes.capacity",
+            "stratctl.backends.kubernetes.prometheus",
+            "stratctl.backends.kubernetes.status",
+        }
+        & loaded
+    )

@@ -8,15 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
-from stratctl.errors import ExitCode
 from stratctl.core import capabilities
 from stratctl.core.capabilities import BACKENDS, CAPABILITIES, EVERYWHERE, FIELDS, JUDGED_APART
 from stratctl.core.spec import Checkpoint, Retries, Strategy, Study, Task, Throttle, TrialSpec
-
-from tests.unit.studies import problems, write
+from stratctl.errors import ExitCode
 from tests.unit.cli.test_cli import run
+from tests.unit.studies import problems, write
 
 SLURM = """\
 name: sweep
@@ -32,7 +30,8 @@ trial:
 """
 YARN = SLURM.replace("backend: slurm\nslurm: {partition: research}", "backend: yarn\nyarn: {queue: research}")
 KUBERNETES = SLURM.replace("backend: slurm\nslurm: {partition: research}\n", "").replace(
-    '  command: ["python", "train.py", "--lr={{ params.lr }}"]', '  image: busybox\n  args: ["--lr={{ params.lr }}"]')
+    '  command: ["python", "train.py", "--lr={{ params.lr }}"]', '  image: busybox\n  args: ["--lr={{ params.lr }}"]'
+)
 README = Path(__file__).parents[3] / "README.md"
 
 
@@ -40,87 +39,282 @@ def test_every_field_of_the_study_is_judged_for_every_backend():
     """A field added to the study models is one line in FIELDS (or EVERYWHERE): until then
     this fails, so no backend drops it without a word."""
     judged = {f.path for f in FIELDS} | set(EVERYWHERE) | set(JUDGED_APART)
-    models = {"": Study, "trial.": TrialSpec, "trial.tasks.*.": Task, "checkpoint.": Checkpoint,
-              "retries.": Retries, "throttle.": Throttle, "strategy.": Strategy}
-    unjudged = [prefix + name for prefix, model in models.items() for name in model.model_fields
-                if prefix + name not in judged and prefix + name + "." not in models
-                and (prefix + name != "trial.tasks")]
+    models = {
+        "": Study,
+        "trial.": TrialSpec,
+        "trial.tasks.*.": Task,
+        "checkpoint.": Checkpoint,
+        "retries.": Retries,
+        "throttle.": Throttle,
+        "strategy.": Strategy,
+    }
+    unjudged = [
+        prefix + name
+        for prefix, model in models.items()
+        for name in model.model_fields
+        if prefix + name not in judged and prefix + name + "." not in models and (prefix + name != "trial.tasks")
+    ]
     assert unjudged == []
     assert len(judged) == len(FIELDS) + len(EVERYWHERE) + len(JUDGED_APART)  # each judged once
     assert set(CAPABILITIES) == set(BACKENDS)
 
 
-@pytest.mark.parametrize("text, old, new, where, words", [
-    (SLURM, "  tasks:", "  affinity: {node: {required: {zone: [a]}}}\n  tasks:", "10:13", "trial.affinity: backend slurm "
-     "cannot honour node affinity (each attempt is one sbatch job run on the nodes): it would be dropped; use "
-     "slurm.constraint (node features), or use backend kubernetes"),
-    (SLURM, "  tasks:", "  topology_spread_constraints: [{maxSkew: 1, topologyKey: zone}]\n  tasks:", "10:32",
-     "trial.topology_spread_constraints: backend slurm cannot honour topology spread constraints"),
-    (SLURM, "  tasks:", "  node_selector: {gpu: a100}\n  tasks:", "10:18",
-     "trial.node_selector: backend slurm cannot honour a node selector"),
-    (SLURM, "  tasks:", "  tolerations: [{key: gpu, operator: Exists}]\n  tasks:", "10:16",
-     "trial.tolerations: backend slurm cannot honour tolerations"),
-    (SLURM, "cpu: 2,", "cpu: 2, rdma/hca: 1,", "9:44", "trial.resources.requests.rdma/hca: backend slurm cannot give "
-     "a trial rdma/hca (each attempt is one sbatch job run on the nodes, asking the nodes for cpu, memory, "
-     "nvidia.com/gpu only): it would be dropped; remove it, or use backend kubernetes"),
-    (SLURM, "cpu: 2,", "cpu: 2, hugepages-2Mi: 1Gi,", "9:49", "trial.resources.requests.hugepages-2Mi: backend slurm"),
-    (SLURM, "replicas: 2}", "replicas: 2, resources: {limits: {amd.com/gpu: 1}}}", "10:73",
-     "trial.tasks.0.resources.limits.amd.com/gpu: backend slurm cannot give a trial amd.com/gpu"),
-    (SLURM, "  command:", "  image: pytorch/pytorch\n  command:", "8:10", "trial.image: backend slurm cannot honour a "
-     "container image"),
-    (SLURM, "  tasks:", "  volumes: [{name: data, pvc: {claim: data}}]\n  tasks:", "10:12", "trial.volumes: backend slurm"),
-    (SLURM, "replicas: 2}", "replicas: 2, min_available: 1}", "10:54", "trial.tasks.0.min_available: backend slurm "
-     "starts every process of a trial together"),
-    (SLURM, "  tasks:", "  min_available: 1\n  tasks:", "10:18", "trial.min_available: backend slurm starts every "
-     "process of a trial together"),
-    (SLURM, "strategy: {kind: grid}", "strategy: {kind: tpe, trials: 4}\nobjective: {metric: loss}", "6:18",
-     "strategy.kind: backend slurm cannot run strategy 'tpe', which chooses trials from results"),
-    (SLURM, "name: sweep\n", "name: sweep\nnamespace: ml\n", "2:12", "namespace: backend slurm cannot honour a "
-     "Kubernetes namespace"),
-    (SLURM, "name: sweep\n", "name: sweep\nqueue: gpu\n", "2:8", "queue: backend slurm cannot honour a Volcano queue "
-     "(each attempt is one sbatch job run on the nodes): it would be dropped; use slurm.partition, or use backend "
-     "kubernetes"),
-    (SLURM, "name: sweep\n", "name: sweep\ncheckpoint: {grace_seconds: 60}\n", "2:29",
-     "checkpoint.grace_seconds: backend slurm cannot honour a grace period"),
-    (SLURM, "name: sweep\n", "name: sweep\nyarn: {queue: research}\n", "2:7", "yarn: backend slurm cannot honour "
-     "YARN's options (each attempt is one sbatch job run on the nodes): it would be dropped; remove it"),
-    (SLURM, "name: sweep\n", "name: sweep\nretries: {max_preemptions: 3}\n", "2:28", "retries.max_preemptions: "
-     "backend slurm cannot honour a limit on preemptions"),
-    (YARN, "  tasks:", "  affinity: {node: {required: {zone: [a]}}}\n  tasks:", "10:13", "trial.affinity: backend "
-     "yarn cannot honour node affinity (each attempt is one YARN application run on the nodes): it would be "
-     "dropped; use yarn.node_label, or use backend kubernetes"),
-    (YARN, "  tasks:", "  topology_spread_constraints: [{maxSkew: 1}]\n  tasks:", "10:32", "trial."
-     "topology_spread_constraints: backend yarn cannot honour topology spread constraints (each attempt is one "
-     "YARN application run on the nodes): it would be dropped; use yarn.placement: spread"),
-    (YARN, "cpu: 2,", "cpu: 2, hugepages-1Gi: 2Gi,", "9:49", "trial.resources.requests.hugepages-1Gi: backend yarn"),
-    (YARN, "strategy: {kind: grid}", "strategy: {kind: cmaes, trials: 4}\nobjective: {metric: loss}", "6:18",
-     "strategy.kind: backend yarn cannot run strategy 'cmaes'"),
-    (YARN, "  tasks:", "  labels: {team: a}\n  tasks:", "10:11", "trial.labels: backend yarn cannot honour pod labels "
-     "(each attempt is one YARN application run on the nodes): it would be dropped; use yarn.tags"),
-    (YARN, "name: sweep\n", "name: sweep\nslurm: {partition: a}\n", "2:8", "slurm: backend yarn cannot honour "
-     "Slurm's options"),
-    (KUBERNETES, "name: sweep\n", "name: sweep\nworkload: batch\n", "8:13", "trial.policies: backend "
-     "kubernetes-batch cannot honour Volcano lifecycle policies (each attempt is a batch/v1 Job ganged by a Volcano "
-     "PodGroup): it would be dropped; remove it, or use backend kubernetes with workload volcano"),
-    (KUBERNETES, "name: sweep\n", "name: sweep\nyarn: {queue: research}\n", "2:7", "yarn: backend kubernetes-volcano "
-     "cannot honour YARN's options"),
-    (SLURM, "replicas: 2}", "replicas: 2, node_selector: {disk: ssd}}", "10:54", "trial.tasks.0.node_selector: "
-     "backend slurm cannot honour a node selector (each attempt is one sbatch job run on the nodes): it would be "
-     "dropped; use slurm.constraint (node features), or use backend kubernetes"),
-    (YARN, "replicas: 2}", "replicas: 2, tolerations: [{key: gpu}]}", "10:52", "trial.tasks.0.tolerations: backend "
-     "yarn cannot honour tolerations"),
-    (KUBERNETES, "name: sweep\n", "name: sweep\nworkload: batch\n", "11:15", "trial.tasks.0.policies: backend "
-     "kubernetes-batch cannot honour Volcano lifecycle policies"),
-], ids=["slurm-affinity", "slurm-spread", "slurm-node-selector", "slurm-tolerations", "slurm-rdma", "slurm-hugepages",
-        "slurm-task-resource", "slurm-image", "slurm-volumes", "slurm-task-gang", "slurm-trial-gang", "slurm-tpe",
-        "slurm-namespace", "slurm-queue", "slurm-grace", "slurm-yarn-block", "slurm-max-preemptions", "yarn-affinity",
-        "yarn-spread", "yarn-hugepages", "yarn-cmaes", "yarn-labels", "yarn-slurm-block", "batch-policies",
-        "kubernetes-yarn-block", "slurm-task-node-selector", "yarn-task-tolerations", "batch-task-policies"])
+@pytest.mark.parametrize(
+    "text, old, new, where, words",
+    [
+        (
+            SLURM,
+            "  tasks:",
+            "  affinity: {node: {required: {zone: [a]}}}\n  tasks:",
+            "10:13",
+            "trial.affinity: backend slurm "
+            "cannot honour node affinity (each attempt is one sbatch job run on the nodes): it would be dropped; use "
+            "slurm.constraint (node features), or use backend kubernetes",
+        ),
+        (
+            SLURM,
+            "  tasks:",
+            "  topology_spread_constraints: [{maxSkew: 1, topologyKey: zone}]\n  tasks:",
+            "10:32",
+            "trial.topology_spread_constraints: backend slurm cannot honour topology spread constraints",
+        ),
+        (
+            SLURM,
+            "  tasks:",
+            "  node_selector: {gpu: a100}\n  tasks:",
+            "10:18",
+            "trial.node_selector: backend slurm cannot honour a node selector",
+        ),
+        (
+            SLURM,
+            "  tasks:",
+            "  tolerations: [{key: gpu, operator: Exists}]\n  tasks:",
+            "10:16",
+            "trial.tolerations: backend slurm cannot honour tolerations",
+        ),
+        (
+            SLURM,
+            "cpu: 2,",
+            "cpu: 2, rdma/hca: 1,",
+            "9:44",
+            "trial.resources.requests.rdma/hca: backend slurm cannot give "
+            "a trial rdma/hca (each attempt is one sbatch job run on the nodes, asking the nodes for cpu, memory, "
+            "nvidia.com/gpu only): it would be dropped; remove it, or use backend kubernetes",
+        ),
+        (
+            SLURM,
+            "cpu: 2,",
+            "cpu: 2, hugepages-2Mi: 1Gi,",
+            "9:49",
+            "trial.resources.requests.hugepages-2Mi: backend slurm",
+        ),
+        (
+            SLURM,
+            "replicas: 2}",
+            "replicas: 2, resources: {limits: {amd.com/gpu: 1}}}",
+            "10:73",
+            "trial.tasks.0.resources.limits.amd.com/gpu: backend slurm cannot give a trial amd.com/gpu",
+        ),
+        (
+            SLURM,
+            "  command:",
+            "  image: pytorch/pytorch\n  command:",
+            "8:10",
+            "trial.image: backend slurm cannot honour a container image",
+        ),
+        (
+            SLURM,
+            "  tasks:",
+            "  volumes: [{name: data, pvc: {claim: data}}]\n  tasks:",
+            "10:12",
+            "trial.volumes: backend slurm",
+        ),
+        (
+            SLURM,
+            "replicas: 2}",
+            "replicas: 2, min_available: 1}",
+            "10:54",
+            "trial.tasks.0.min_available: backend slurm starts every process of a trial together",
+        ),
+        (
+            SLURM,
+            "  tasks:",
+            "  min_available: 1\n  tasks:",
+            "10:18",
+            "trial.min_available: backend slurm starts every process of a trial together",
+        ),
+        (
+            SLURM,
+            "strategy: {kind: grid}",
+            "strategy: {kind: tpe, trials: 4}\nobjective: {metric: loss}",
+            "6:18",
+            "strategy.kind: backend slurm cannot run strategy 'tpe', which chooses trials from results",
+        ),
+        (
+            SLURM,
+            "name: sweep\n",
+            "name: sweep\nnamespace: ml\n",
+            "2:12",
+            "namespace: backend slurm cannot honour a Kubernetes namespace",
+        ),
+        (
+            SLURM,
+            "name: sweep\n",
+            "name: sweep\nqueue: gpu\n",
+            "2:8",
+            "queue: backend slurm cannot honour a Volcano queue "
+            "(each attempt is one sbatch job run on the nodes): it would be dropped; use slurm.partition, or use backend "
+            "kubernetes",
+        ),
+        (
+            SLURM,
+            "name: sweep\n",
+            "name: sweep\ncheckpoint: {grace_seconds: 60}\n",
+            "2:29",
+            "checkpoint.grace_seconds: backend slurm cannot honour a grace period",
+        ),
+        (
+            SLURM,
+            "name: sweep\n",
+            "name: sweep\nyarn: {queue: research}\n",
+            "2:7",
+            "yarn: backend slurm cannot honour "
+            "YARN's options (each attempt is one sbatch job run on the nodes): it would be dropped; remove it",
+        ),
+        (
+            SLURM,
+            "name: sweep\n",
+            "name: sweep\nretries: {max_preemptions: 3}\n",
+            "2:28",
+            "retries.max_preemptions: backend slurm cannot honour a limit on preemptions",
+        ),
+        (
+            YARN,
+            "  tasks:",
+            "  affinity: {node: {required: {zone: [a]}}}\n  tasks:",
+            "10:13",
+            "trial.affinity: backend "
+            "yarn cannot honour node affinity (each attempt is one YARN application run on the nodes): it would be "
+            "dropped; use yarn.node_label, or use backend kubernetes",
+        ),
+        (
+            YARN,
+            "  tasks:",
+            "  topology_spread_constraints: [{maxSkew: 1}]\n  tasks:",
+            "10:32",
+            "trial."
+            "topology_spread_constraints: backend yarn cannot honour topology spread constraints (each attempt is one "
+            "YARN application run on the nodes): it would be dropped; use yarn.placement: spread",
+        ),
+        (
+            YARN,
+            "cpu: 2,",
+            "cpu: 2, hugepages-1Gi: 2Gi,",
+            "9:49",
+            "trial.resources.requests.hugepages-1Gi: backend yarn",
+        ),
+        (
+            YARN,
+            "strategy: {kind: grid}",
+            "strategy: {kind: cmaes, trials: 4}\nobjective: {metric: loss}",
+            "6:18",
+            "strategy.kind: backend yarn cannot run strategy 'cmaes'",
+        ),
+        (
+            YARN,
+            "  tasks:",
+            "  labels: {team: a}\n  tasks:",
+            "10:11",
+            "trial.labels: backend yarn cannot honour pod labels "
+            "(each attempt is one YARN application run on the nodes): it would be dropped; use yarn.tags",
+        ),
+        (
+            YARN,
+            "name: sweep\n",
+            "name: sweep\nslurm: {partition: a}\n",
+            "2:8",
+            "slurm: backend yarn cannot honour Slurm's options",
+        ),
+        (
+            KUBERNETES,
+            "name: sweep\n",
+            "name: sweep\nworkload: batch\n",
+            "8:13",
+            "trial.policies: backend "
+            "kubernetes-batch cannot honour Volcano lifecycle policies (each attempt is a batch/v1 Job ganged by a Volcano "
+            "PodGroup): it would be dropped; remove it, or use backend kubernetes with workload volcano",
+        ),
+        (
+            KUBERNETES,
+            "name: sweep\n",
+            "name: sweep\nyarn: {queue: research}\n",
+            "2:7",
+            "yarn: backend kubernetes-volcano cannot honour YARN's options",
+        ),
+        (
+            SLURM,
+            "replicas: 2}",
+            "replicas: 2, node_selector: {disk: ssd}}",
+            "10:54",
+            "trial.tasks.0.node_selector: "
+            "backend slurm cannot honour a node selector (each attempt is one sbatch job run on the nodes): it would be "
+            "dropped; use slurm.constraint (node features), or use backend kubernetes",
+        ),
+        (
+            YARN,
+            "replicas: 2}",
+            "replicas: 2, tolerations: [{key: gpu}]}",
+            "10:52",
+            "trial.tasks.0.tolerations: backend yarn cannot honour tolerations",
+        ),
+        (
+            KUBERNETES,
+            "name: sweep\n",
+            "name: sweep\nworkload: batch\n",
+            "11:15",
+            "trial.tasks.0.policies: backend kubernetes-batch cannot honour Volcano lifecycle policies",
+        ),
+    ],
+    ids=[
+        "slurm-affinity",
+        "slurm-spread",
+        "slurm-node-selector",
+        "slurm-tolerations",
+        "slurm-rdma",
+        "slurm-hugepages",
+        "slurm-task-resource",
+        "slurm-image",
+        "slurm-volumes",
+        "slurm-task-gang",
+        "slurm-trial-gang",
+        "slurm-tpe",
+        "slurm-namespace",
+        "slurm-queue",
+        "slurm-grace",
+        "slurm-yarn-block",
+        "slurm-max-preemptions",
+        "yarn-affinity",
+        "yarn-spread",
+        "yarn-hugepages",
+        "yarn-cmaes",
+        "yarn-labels",
+        "yarn-slurm-block",
+        "batch-policies",
+        "kubernetes-yarn-block",
+        "slurm-task-node-selector",
+        "yarn-task-tolerations",
+        "batch-task-policies",
+    ],
+)
 def test_validate_says_what_the_backend_would_drop_or_refuse_at_the_field(tmp_path, text, old, new, where, words):
     if words.startswith("trial.policies"):  # a Volcano study's lifecycle policies, then the workload changed
-        text = text.replace("  image: busybox", "  image: busybox\n  policies: [{event: PodEvicted, action: RestartJob}]")
+        text = text.replace(
+            "  image: busybox", "  image: busybox\n  policies: [{event: PodEvicted, action: RestartJob}]"
+        )
     if words.startswith("trial.tasks.0.policies"):  # a task's
-        text = text.replace("replicas: 2}", "replicas: 2,\n    policies: [{event: TaskCompleted, action: CompleteJob}]}")
+        text = text.replace(
+            "replicas: 2}", "replicas: 2,\n    policies: [{event: TaskCompleted, action: CompleteJob}]}"
+        )
     assert text.count(old) == 1, old
     study = write(tmp_path, text.replace(old, new))
     result = run("validate", study)
@@ -137,20 +331,30 @@ def test_the_studies_as_given_are_valid(tmp_path):
 
 def test_every_problem_of_the_backend_is_said_at_once_in_file_order(tmp_path):
     text = SLURM.replace("name: sweep\n", "name: sweep\nnamespace: ml\npriority_class: high\n").replace(
-        "  tasks:", "  node_selector: {gpu: a100}\n  tolerations: [{key: gpu}]\n  tasks:")
+        "  tasks:", "  node_selector: {gpu: a100}\n  tolerations: [{key: gpu}]\n  tasks:"
+    )
     found = problems(tmp_path, text)
     assert [p.split(": ", 2)[0:2] for p in found] == [
-        ["study.yaml:2:12", "namespace"], ["study.yaml:3:17", "priority_class"],
-        ["study.yaml:12:18", "trial.node_selector"], ["study.yaml:13:16", "trial.tolerations"]]
+        ["study.yaml:2:12", "namespace"],
+        ["study.yaml:3:17", "priority_class"],
+        ["study.yaml:12:18", "trial.node_selector"],
+        ["study.yaml:13:16", "trial.tolerations"],
+    ]
     assert "use slurm.qos" in found[1]
 
 
 def test_a_default_written_out_or_a_whole_gang_is_no_problem(tmp_path):
     """What changes nothing on the backend is not refused: the default value written out,
     min_available equal to the replicas, a resource the nodes give."""
-    text = SLURM.replace("name: sweep\n", "name: sweep\nnamespace: default\nworkload: volcano\nqueue: default\n"
-                         "throttle: {yield_to_higher_priority: true}\n").replace(
-        "replicas: 2}", "replicas: 2, min_available: 2}").replace("  tasks:", "  node_selector: {}\n  tasks:")
+    text = (
+        SLURM.replace(
+            "name: sweep\n",
+            "name: sweep\nnamespace: default\nworkload: volcano\nqueue: default\n"
+            "throttle: {yield_to_higher_priority: true}\n",
+        )
+        .replace("replicas: 2}", "replicas: 2, min_available: 2}")
+        .replace("  tasks:", "  node_selector: {}\n  tasks:")
+    )
     assert run("validate", write(tmp_path, text)).exit_code == 0
 
 
@@ -166,23 +370,29 @@ def test_every_command_that_loads_the_study_refuses_it_before_anything_is_sent(t
 
 
 @pytest.mark.parametrize("backend", ["slurm", "yarn"])
-@pytest.mark.parametrize("options, named", [
-    (["--storage", "journal:search.log"], "--storage"),
-    (["--move-waiting"], "--move-waiting"),
-    (["--dry-run", "server"], "--dry-run=server"),
-    (["--prometheus-url", "http://prom:9090"], "--prometheus-url"),
-    (["--storage", "journal:x.log", "--move-waiting"], "--storage, --move-waiting"),
-])
-def test_submit_options_a_batch_scheduler_cannot_honour_are_refused_by_name(tmp_path, monkeypatch, backend, options,
-                                                                          named):
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (["--storage", "journal:search.log"], "--storage"),
+        (["--move-waiting"], "--move-waiting"),
+        (["--dry-run", "server"], "--dry-run=server"),
+        (["--prometheus-url", "http://prom:9090"], "--prometheus-url"),
+        (["--storage", "journal:x.log", "--move-waiting"], "--storage, --move-waiting"),
+    ],
+)
+def test_submit_options_a_batch_scheduler_cannot_honour_are_refused_by_name(
+    tmp_path, monkeypatch, backend, options, named
+):
     sent = _record_sends(monkeypatch)
     monkeypatch.chdir(tmp_path)
     result = run("submit", write(tmp_path, SLURM if backend == "slurm" else YARN), *options)
     assert result.exit_code == ExitCode.INVALID_INPUT == 2
     runs = "one sbatch job" if backend == "slurm" else "one YARN application"
-    assert re.fullmatch(rf"error: {re.escape(named)}: backend {backend} does not support (this option|these options) "
-                        rf"\(each attempt is {runs} run on the nodes\); nothing was submitted\n", result.stderr), \
-        result.stderr
+    assert re.fullmatch(
+        rf"error: {re.escape(named)}: backend {backend} does not support (this option|these options) "
+        rf"\(each attempt is {runs} run on the nodes\); nothing was submitted\n",
+        result.stderr,
+    ), result.stderr
     assert sent == [] and not (tmp_path / "stratctl-out").exists()
 
 
@@ -223,7 +433,9 @@ def test_an_environment_value_the_cluster_fills_in_is_refused_where_only_literal
     study = load(tmp_path, SLURM.replace('"--lr={{ params.lr }}"]', '"--lr={{ params.lr }}"]\n  env: {POD: x}'))
     trial = study.trial.model_copy(update={"env": {"POD": {"field_ref": "metadata.name"}}})
     [problem] = capabilities.problems(study.model_copy(update={"trial": trial}))
-    assert str(problem) == (f"{study.file}:9:14: trial.env.POD: backend slurm cannot give POD a value from the cluster "
-                            "(each attempt is one sbatch job run on the nodes, its environment literal strings only): "
-                            "it would be dropped; give a value, or use backend kubernetes")
+    assert str(problem) == (
+        f"{study.file}:9:14: trial.env.POD: backend slurm cannot give POD a value from the cluster "
+        "(each attempt is one sbatch job run on the nodes, its environment literal strings only): "
+        "it would be dropped; give a value, or use backend kubernetes"
+    )
     assert capabilities.problems(study) == []

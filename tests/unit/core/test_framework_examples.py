@@ -31,13 +31,18 @@ def test_the_ddp_example_has_a_study_per_backend_each_valid_with_trials_of_2_nod
         assert "train.py" in " ".join(study.trial.command), path
 
 
-@pytest.mark.parametrize("script, module, says", [
-    (EXAMPLES / "ddp" / "train.py", "torch", "PyTorch is not installed"),
-    (EXAMPLES / "rendezvous" / "jax_check.py", "jax", "JAX is not installed"),
-])
+@pytest.mark.parametrize(
+    "script, module, says",
+    [
+        (EXAMPLES / "ddp" / "train.py", "torch", "PyTorch is not installed"),
+        (EXAMPLES / "rendezvous" / "jax_check.py", "jax", "JAX is not installed"),
+    ],
+)
 def test_without_its_framework_an_example_says_what_to_install_in_one_line(script, module, says):
-    hide = (f"import sys, runpy; sys.modules[{module!r}] = None; sys.argv = [{str(script)!r}]; "
-            f"runpy.run_path({str(script)!r}, run_name='__main__')")
+    hide = (
+        f"import sys, runpy; sys.modules[{module!r}] = None; sys.argv = [{str(script)!r}]; "
+        f"runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
     done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and says in done.stderr and "pip install" in done.stderr, done.stderr

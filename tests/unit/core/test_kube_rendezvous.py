@@ -11,14 +11,13 @@ import pytest
 
 from stratctl import labels, rendezvous
 from stratctl.backends.kubernetes.requeue import create_attempt
-from stratctl.errors import StudyError
 from stratctl.core.kube_rendezvous import BATCH_INDEX, VOLCANO_INDEX, WRAPPER
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.core.task import task_of
+from stratctl.errors import StudyError
 from tests.kubelet import started
-
 from tests.unit.studies import load, write
 
 STUDY = """\
@@ -36,8 +35,10 @@ trial:
 {tasks}
 """
 TWO = "    - {name: worker, replicas: 2}\n"
-ROLES = ("    - {name: ps, replicas: 2}\n    - {name: worker, replicas: 4}\n    - {name: evaluator}\n"
-         "    - {name: logs, replicas: 3, min_available: 0}\n")
+ROLES = (
+    "    - {name: ps, replicas: 2}\n    - {name: worker, replicas: 4}\n    - {name: evaluator}\n"
+    "    - {name: logs, replicas: 3, min_available: 0}\n"
+)
 
 
 def pods(docs: list[dict]) -> list[tuple[str, dict, dict]]:
@@ -51,15 +52,21 @@ def pods(docs: list[dict]) -> list[tuple[str, dict, dict]]:
         for task in job["spec"]["tasks"]:
             for i in range(task["replicas"]):
                 template = copy.deepcopy(task["template"])
-                meta = {**template["metadata"], "name": f"{name}-{task['name']}-{i}",
-                        "annotations": {**template["metadata"].get("annotations", {}), VOLCANO_INDEX: str(i)}}
+                meta = {
+                    **template["metadata"],
+                    "name": f"{name}-{task['name']}-{i}",
+                    "annotations": {**template["metadata"].get("annotations", {}), VOLCANO_INDEX: str(i)},
+                }
                 spec = {**template["spec"], "hostname": meta["name"], "subdomain": name}
                 out.append((task["name"], {"metadata": meta, "spec": spec}, spec["containers"][0]))
     else:
         template = job["spec"]["template"]
         for i in range(job["spec"]["completions"]):
-            meta = {**template["metadata"], "name": f"{name}-{i}-x7k2p",
-                    "annotations": {**template["metadata"].get("annotations", {}), BATCH_INDEX: str(i)}}
+            meta = {
+                **template["metadata"],
+                "name": f"{name}-{i}-x7k2p",
+                "annotations": {**template["metadata"].get("annotations", {}), BATCH_INDEX: str(i)},
+            }
             spec = {**copy.deepcopy(template["spec"]), "hostname": f"{name}-{i}"}
             out.append(("", {"metadata": meta, "spec": spec}, spec["containers"][0]))
     return out
@@ -100,19 +107,25 @@ def test_ranks_run_over_the_roles_in_task_order(tmp_path):
     study = load(tmp_path, STUDY.format(workload="volcano", tasks=ROLES))
     docs = Renderer(study).render(expand(study)[1])
     job = docs[0]["metadata"]["name"]
-    found = [(env[rendezvous.TASK], env[rendezvous.TASK_INDEX], env[rendezvous.RANK], env[rendezvous.NODE_RANK])
-             for _, env in seen(docs)]
+    found = [
+        (env[rendezvous.TASK], env[rendezvous.TASK_INDEX], env[rendezvous.RANK], env[rendezvous.NODE_RANK])
+        for _, env in seen(docs)
+    ]
     roles = [("ps", 2), ("worker", 4), ("evaluator", 1), ("logs", 3)]
     expected = [(role, str(i)) for role, n in roles for i in range(n)]
     assert [(t, i) for t, i, _, _ in found] == expected
-    assert [r for _, _, r, _ in found] == [n for _, _, _, n in found] == [str(r) for r in range(10)]  # distinct, in order
-    for (pod, env) in seen(docs):
+    assert (
+        [r for _, _, r, _ in found] == [n for _, _, _, n in found] == [str(r) for r in range(10)]
+    )  # distinct, in order
+    for pod, env in seen(docs):
         assert env[rendezvous.WORLD_SIZE] == "10" and env[rendezvous.TASKS] == "ps,worker,evaluator,logs"
         assert env[rendezvous.MASTER_ADDR] == f"{job}-ps-0.{job}"
         assert env["STRATCTL_WORKER_HOSTS"] == ",".join(f"{job}-worker-{i}.{job}" for i in range(4))
         assert env["STRATCTL_EVALUATOR_NUM"] == "1" and env["STRATCTL_LOGS_NUM"] == "3"
-        assert env[rendezvous.NODE_ADDRS].split(",")[int(env[rendezvous.RANK])] == \
-            f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}"
+        assert (
+            env[rendezvous.NODE_ADDRS].split(",")[int(env[rendezvous.RANK])]
+            == f"{pod['spec']['hostname']}.{pod['spec']['subdomain']}"
+        )
 
 
 def test_only_a_task_whose_rank_is_a_sum_starts_through_the_shell(tmp_path):
@@ -127,19 +140,32 @@ def test_only_a_task_whose_rank_is_a_sum_starts_through_the_shell(tmp_path):
     assert env[rendezvous.RANK] == {"name": rendezvous.RANK, "value": "6"}
     env = {e["name"]: e for e in containers["ps"]["env"]}
     assert env[rendezvous.RANK]["valueFrom"] == {"fieldRef": {"fieldPath": f"metadata.annotations['{VOLCANO_INDEX}']"}}
-    assert containers["worker"]["command"] == ["/bin/sh", "-c", WRAPPER.format(first=2), "stratctl-rank",
-                                               "train", "--lr=0.1"]
+    assert containers["worker"]["command"] == [
+        "/bin/sh",
+        "-c",
+        WRAPPER.format(first=2),
+        "stratctl-rank",
+        "train",
+        "--lr=0.1",
+    ]
     assert rendezvous.RANK not in {e["name"] for e in containers["worker"]["env"]}
 
 
 def test_the_rank_wrapper_execs_the_command_with_its_words_and_fails_without_an_index(tmp_path):
     script = WRAPPER.format(first=4).replace("$$", "$")  # as the kubelet hands it to the shell
-    done = subprocess.run(["/bin/sh", "-c", script, "stratctl-rank", "sh", "-c", 'echo "$RANK $STRATCTL_NODE_RANK $1"',
-                           "x", "two words"], env={"STRATCTL_TASK_INDEX": "3", "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", script, "stratctl-rank", "sh", "-c", 'echo "$RANK $STRATCTL_NODE_RANK $1"', "x", "two words"],
+        env={"STRATCTL_TASK_INDEX": "3", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     assert (done.returncode, done.stdout) == (0, "7 7 two words\n")
-    done = subprocess.run(["/bin/sh", "-c", script, "stratctl-rank", "true"], env={"PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["/bin/sh", "-c", script, "stratctl-rank", "true"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1
     assert done.stderr == "stratctl: no task index for this pod (STRATCTL_TASK_INDEX=): no rendezvous contract\n"
 
@@ -155,9 +181,11 @@ def test_a_task_whose_rank_is_a_sum_needs_a_command(tmp_path):
         "command to start that way (the image's entrypoint cannot be): set command (the task's or trial.command)",
         "study.yaml:14:7: trial.tasks.3: the 3 pods of task 'logs' start at rank 7, and a pod learns its rank on "
         "Kubernetes as that plus its index, which /bin/sh adds before it execs the task's command; the task has no "
-        "command to start that way (the image's entrypoint cannot be): set command (the task's or trial.command)"]
+        "command to start that way (the image's entrypoint cannot be): set command (the task's or trial.command)",
+    ]
     with_own = text.replace("{name: worker, replicas: 4}", "{name: worker, replicas: 4, command: [work]}").replace(
-        "{name: logs, replicas: 3,", "{name: logs, replicas: 3, command: [ship],")
+        "{name: logs, replicas: 3,", "{name: logs, replicas: 3, command: [ship],"
+    )
     study = load(tmp_path, with_own)
     [job] = Renderer(study).render(expand(study)[0])
     assert job["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["command"][-1] == "work"
@@ -169,10 +197,14 @@ def test_the_batch_workload_runs_indexed_under_a_headless_service_the_job_owns(t
     group, job, service = Renderer(study).render(trial)
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"] == trial.name
-    assert service["spec"] == {"clusterIP": "None", "publishNotReadyAddresses": True,
-                               "selector": {"batch.kubernetes.io/job-name": trial.name}}
-    assert service["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": trial.name,
-                                                       "uid": ""}]
+    assert service["spec"] == {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": {"batch.kubernetes.io/job-name": trial.name},
+    }
+    assert service["metadata"]["ownerReferences"] == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": trial.name, "uid": ""}
+    ]
     assert service["metadata"]["namespace"] == "ns"
     assert service["metadata"]["labels"][labels.TRIAL] == trial.name  # found, and deleted, with the study
 
@@ -214,8 +246,12 @@ def test_the_service_gets_the_uid_of_the_job_created_before_it(tmp_path):
 
 def test_the_per_study_and_per_trial_renderings_agree(tmp_path):
     for workload, tasks in (("volcano", ROLES), ("batch", TWO)):
-        study = load(tmp_path, STUDY.format(workload=workload, tasks=tasks).replace(
-            "  command:", "  annotations: {a: \"{{ trial }}\"}\n  command:"))
+        study = load(
+            tmp_path,
+            STUDY.format(workload=workload, tasks=tasks).replace(
+                "  command:", '  annotations: {a: "{{ trial }}"}\n  command:'
+            ),
+        )
         fast, slow = Renderer(study), Renderer(study)
         slow._compiled = None
         assert fast._compiled is not None and fast._layout is not None
@@ -229,16 +265,24 @@ def test_a_custom_template_gets_the_contract_too(tmp_path):
     rendering, like stratctl's labels: a copy of a bundled template cannot forget them."""
     (tmp_path / "tpl").mkdir()
     text = (bundled_templates() / "volcano-job.yaml.j2").read_text()
-    (tmp_path / "tpl" / "job.yaml.j2").write_text(text.replace("  tasks:\n", "  plugins: {svc: [], ssh: []}\n  tasks:\n"))
-    study = load(tmp_path, STUDY.format(workload="volcano", tasks=TWO) + "  template: job.yaml.j2\ntemplates_dir: tpl\n")
+    (tmp_path / "tpl" / "job.yaml.j2").write_text(
+        text.replace("  tasks:\n", "  plugins: {svc: [], ssh: []}\n  tasks:\n")
+    )
+    study = load(
+        tmp_path, STUDY.format(workload="volcano", tasks=TWO) + "  template: job.yaml.j2\ntemplates_dir: tpl\n"
+    )
     docs = Renderer(study).render(expand(study)[0])
     assert docs[0]["spec"]["plugins"] == {"svc": [], "ssh": [], "env": []}  # the template's own svc arguments kept
     assert [env[rendezvous.RANK] for _, env in seen(docs)] == ["0", "1"]
 
 
 def test_slurm_and_yarn_render_no_kubernetes_contract(tmp_path):
-    text = STUDY.format(workload="volcano", tasks=TWO).replace("  image: busybox\n", "").replace(
-        "workload: volcano\n", "backend: slurm\n").replace("namespace: ns\n", "")
+    text = (
+        STUDY.format(workload="volcano", tasks=TWO)
+        .replace("  image: busybox\n", "")
+        .replace("workload: volcano\n", "backend: slurm\n")
+        .replace("namespace: ns\n", "")
+    )
     study = load(tmp_path, text)
     docs = Renderer(study).render(expand(study)[0])
     assert "plugins" not in docs[0]["spec"]
@@ -247,14 +291,24 @@ def test_slurm_and_yarn_render_no_kubernetes_contract(tmp_path):
     assert not {name for name, _ in task.env} & {rendezvous.MASTER_ADDR, rendezvous.NODE_ADDRS}
 
 
-@pytest.mark.parametrize("name, tasks, message", [
-    ("9lives", TWO, "study.yaml:1:7: name: the study name '9lives' starts each trial's job name, which names its "
-                    "headless Service on Kubernetes (the pods' DNS names), and a Service name must start with a letter"),
-    ("a" * 40, "    - {name: parameter-server, replicas: 12}\n",
-     "study.yaml:12:14: trial.tasks.0.name: each pod of task 'parameter-server' is named <job>-parameter-server-<index> "
-     "in its trial's DNS (its hostname), up to 76 characters with this study name (attempt 999, index 11), over the "
-     "63 a hostname may have: shorten the study name (40 characters) or the task name by 13"),
-])
+@pytest.mark.parametrize(
+    "name, tasks, message",
+    [
+        (
+            "9lives",
+            TWO,
+            "study.yaml:1:7: name: the study name '9lives' starts each trial's job name, which names its "
+            "headless Service on Kubernetes (the pods' DNS names), and a Service name must start with a letter",
+        ),
+        (
+            "a" * 40,
+            "    - {name: parameter-server, replicas: 12}\n",
+            "study.yaml:12:14: trial.tasks.0.name: each pod of task 'parameter-server' is named <job>-parameter-server-<index> "
+            "in its trial's DNS (its hostname), up to 76 characters with this study name (attempt 999, index 11), over the "
+            "63 a hostname may have: shorten the study name (40 characters) or the task name by 13",
+        ),
+    ],
+)
 def test_names_the_dns_names_cannot_carry_are_refused_located(tmp_path, name, tasks, message):
     path = write(tmp_path, STUDY.format(workload="volcano", tasks=tasks).replace("name: ddp", f"name: {name}"))
     with pytest.raises(StudyError) as e:
@@ -263,8 +317,12 @@ def test_names_the_dns_names_cannot_carry_are_refused_located(tmp_path, name, ta
 
 
 def test_a_long_study_name_fits_the_batch_workloads_shorter_hostnames(tmp_path):
-    study = load(tmp_path, STUDY.format(workload="batch", tasks="    - {name: parameter-server, replicas: 12}\n")
-                 .replace("name: ddp", f"name: {'a' * 40}"))
+    study = load(
+        tmp_path,
+        STUDY.format(workload="batch", tasks="    - {name: parameter-server, replicas: 12}\n").replace(
+            "name: ddp", f"name: {'a' * 40}"
+        ),
+    )
     trial = expand(study)[0]
     docs = Renderer(study).render(trial, attempt=999)
     assert max(len(pod["spec"]["hostname"]) for _, pod, _ in pods(docs)) == 40 + 11 + 5 + 3 <= 63

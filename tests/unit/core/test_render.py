@@ -10,19 +10,26 @@ import pytest
 import yaml
 
 from stratctl import labels, rendezvous
-from stratctl.errors import StudyError
 from stratctl.core.render import Renderer, min_resources, spec_hash, validate
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from stratctl.errors import StudyError
 from stratctl.view.yamlout import dump_all
-
 from tests.unit.studies import MINIMAL, load, write
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 EXAMPLES = Path(__file__).parents[3] / "examples"
 UPDATE = os.environ.get("STRATCTL_UPDATE_GOLDEN") == "1"  # regenerate: STRATCTL_UPDATE_GOLDEN=1 pytest ...
-CONTRACT = {rendezvous.NUM_NODES, rendezvous.NODE_RANK, rendezvous.NODE_ADDRS, rendezvous.TASK, rendezvous.TASK_INDEX,
-            rendezvous.TASKS, rendezvous.hosts_var("worker"), rendezvous.num_var("worker")}
+CONTRACT = {
+    rendezvous.NUM_NODES,
+    rendezvous.NODE_RANK,
+    rendezvous.NODE_ADDRS,
+    rendezvous.TASK,
+    rendezvous.TASK_INDEX,
+    rendezvous.TASKS,
+    rendezvous.hosts_var("worker"),
+    rendezvous.num_var("worker"),
+}
 
 
 def _golden(name: str, docs: list[dict]) -> None:
@@ -34,7 +41,9 @@ def _golden(name: str, docs: list[dict]) -> None:
     assert text == path.read_text(), f"{name} changed; if intended, rerun with STRATCTL_UPDATE_GOLDEN=1"
 
 
-@pytest.mark.parametrize(("study", "attempt", "resume"), [("volcano", 0, False), ("volcano", 2, True), ("batch", 0, False)])
+@pytest.mark.parametrize(
+    ("study", "attempt", "resume"), [("volcano", 0, False), ("volcano", 2, True), ("batch", 0, False)]
+)
 def test_golden_manifests(study, attempt, resume):
     s = load_study(GOLDEN / f"{study}.study.yaml")
     trial = expand(s)[3]
@@ -57,10 +66,16 @@ def test_volcano_job_is_complete_without_the_admission_webhook():
     assert spec["queue"] == "rl-research"
     assert spec["priorityClassName"] == "rl-low"
     assert spec["maxRetry"] == 5
-    assert spec["policies"] == [{"event": "PodEvicted", "action": "RestartJob"},
-                                {"event": "PodFailed", "action": "RestartJob"}, {"exitCode": 3, "action": "AbortJob"}]
+    assert spec["policies"] == [
+        {"event": "PodEvicted", "action": "RestartJob"},
+        {"event": "PodFailed", "action": "RestartJob"},
+        {"exitCode": 3, "action": "AbortJob"},
+    ]
     assert [(t["name"], t["replicas"], t["minAvailable"]) for t in spec["tasks"]] == [
-        ("learner", 4, 4), ("ps", 2, 2), ("evaluator", 1, 1)]
+        ("learner", 4, 4),
+        ("ps", 2, 2),
+        ("evaluator", 1, 1),
+    ]
     pod = spec["tasks"][0]["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     assert pod["priorityClassName"] == "rl-low"
@@ -73,14 +88,19 @@ def test_volcano_job_is_complete_without_the_admission_webhook():
 def test_default_policies_restart_on_eviction(tmp_path):
     _, trials, r = _volcano(tmp_path)
     [job] = r.render(trials[0])
-    assert job["spec"]["policies"] == [{"event": "PodEvicted", "action": "RestartJob"},
-                                       {"event": "PodFailed", "action": "AbortJob"}]
+    assert job["spec"]["policies"] == [
+        {"event": "PodEvicted", "action": "RestartJob"},
+        {"event": "PodFailed", "action": "AbortJob"},
+    ]
     assert "priorityClassName" not in job["spec"]
 
 
 def test_every_object_and_pod_carries_the_label_contract(tmp_path):
-    study, trials, r = _volcano(tmp_path, MINIMAL.replace("name: tiny", "name: tiny\ncritical: true")
-                                + "checkpoint: {location: 's3://b/{{ study }}/{{ trial }}'}\n")
+    study, trials, r = _volcano(
+        tmp_path,
+        MINIMAL.replace("name: tiny", "name: tiny\ncritical: true")
+        + "checkpoint: {location: 's3://b/{{ study }}/{{ trial }}'}\n",
+    )
     trial = trials[2]
     docs = r.render(trial, attempt=3, resume=True)
     job = docs[0]
@@ -99,13 +119,18 @@ def test_every_object_and_pod_carries_the_label_contract(tmp_path):
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     stratctls = {k: v for k, v in env.items() if k.startswith("STRATCTL_") and k not in CONTRACT}
     assert stratctls == {
-        labels.ENV_STUDY: "tiny", labels.ENV_TRIAL: trial.name, labels.ENV_ATTEMPT: "3",
-        labels.ENV_CHECKPOINT: f"s3://b/tiny/{trial.name}", labels.ENV_RESUME: "1",
+        labels.ENV_STUDY: "tiny",
+        labels.ENV_TRIAL: trial.name,
+        labels.ENV_ATTEMPT: "3",
+        labels.ENV_CHECKPOINT: f"s3://b/tiny/{trial.name}",
+        labels.ENV_RESUME: "1",
         labels.ENV_PARAMS: json.dumps(dict(trial.params), sort_keys=True, separators=(",", ":")),
     }
     assert CONTRACT <= set(env)  # and the rendezvous contract (test_kube_rendezvous.py)
-    assert r.render(trial, attempt=3)[0]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"][4] == \
-        {"name": labels.ENV_RESUME, "value": "0"}
+    assert r.render(trial, attempt=3)[0]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"][4] == {
+        "name": labels.ENV_RESUME,
+        "value": "0",
+    }
 
 
 def test_parameters_are_substituted_in_args_env_and_annotations():
@@ -125,8 +150,12 @@ def test_batch_workload_is_a_podgroup_and_a_ganged_job():
     trial = expand(study)[0]
     group, job, service = Renderer(study).render(trial)
     assert (group["apiVersion"], group["kind"]) == ("scheduling.volcano.sh/v1beta1", "PodGroup")
-    assert group["spec"] == {"minMember": 3, "queue": "default", "priorityClassName": "eval-low",
-                             "minResources": {"nvidia.com/gpu": "3", "cpu": "6", "memory": "12Gi"}}
+    assert group["spec"] == {
+        "minMember": 3,
+        "queue": "default",
+        "priorityClassName": "eval-low",
+        "minResources": {"nvidia.com/gpu": "3", "cpu": "6", "memory": "12Gi"},
+    }
     assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
     pod = job["spec"]["template"]
@@ -140,8 +169,13 @@ def test_batch_workload_is_a_podgroup_and_a_ganged_job():
 
 
 def test_min_resources_sums_the_gang(tmp_path):
-    study = load(tmp_path, MINIMAL.replace("resources: {limits: {nvidia.com/gpu: 1}}",
-                                           "resources: {requests: {cpu: 500m, memory: 1536Mi}, limits: {nvidia.com/gpu: 1}}"))
+    study = load(
+        tmp_path,
+        MINIMAL.replace(
+            "resources: {limits: {nvidia.com/gpu: 1}}",
+            "resources: {requests: {cpu: 500m, memory: 1536Mi}, limits: {nvidia.com/gpu: 1}}",
+        ),
+    )
     assert min_resources(study) == {"nvidia.com/gpu": "2", "cpu": "1", "memory": "3Gi"}
 
 
@@ -234,7 +268,10 @@ def test_unknown_variable_in_a_template_is_caught_before_rendering(tmp_path):
     path = _custom(tmp_path, PER_TRIAL_TEMPLATE.replace("{{ namespace }}", "{{ nmespace }}"))
     with pytest.raises(StudyError) as e:
         Renderer(load_study(path))
-    assert str(e.value) == f"{tmp_path}/tpl/job.yaml.j2:5: unknown template variable 'nmespace' (did you mean 'namespace'?)"
+    assert (
+        str(e.value)
+        == f"{tmp_path}/tpl/job.yaml.j2:5: unknown template variable 'nmespace' (did you mean 'namespace'?)"
+    )
 
 
 def test_template_file_reaching_python_internals_is_refused_unrendered(tmp_path):
@@ -242,7 +279,10 @@ def test_template_file_reaching_python_internals_is_refused_unrendered(tmp_path)
     with pytest.raises(StudyError) as e:
         Renderer(load_study(path))
     [p] = e.value.problems
-    assert (p.line, p.message) == (4, "template accesses '__class__', '__mro__', '__subclasses__': private attributes are not allowed")
+    assert (p.line, p.message) == (
+        4,
+        "template accesses '__class__', '__mro__', '__subclasses__': private attributes are not allowed",
+    )
 
 
 def test_the_sandbox_stops_what_static_checks_miss(tmp_path):

@@ -23,8 +23,13 @@ def free_port() -> int:
 
 def start(env: dict[str, str], *args: str) -> subprocess.Popen:
     base = {k: v for k, v in os.environ.items() if not k.startswith("STRATCTL_")}
-    return subprocess.Popen([sys.executable, str(PROGRAM), *args], env={**base, **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(PROGRAM), *args],
+        env={**base, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def trial(tmp_path, roles, port, ranks=None, name="t-1", extra=None, args=("--timeout", "5")):
@@ -32,8 +37,12 @@ def trial(tmp_path, roles, port, ranks=None, name="t-1", extra=None, args=("--ti
     n = sum(len(hosts) for _, hosts in roles)
     procs = []
     for rank in ranks if ranks is not None else range(n):
-        env = {**rendezvous.environment(roles, rank, port), "STRATCTL_TRIAL": name,
-               "STRATCTL_OUTPUT_DIR": str(tmp_path), **(extra or {}).get(rank, {})}
+        env = {
+            **rendezvous.environment(roles, rank, port),
+            "STRATCTL_TRIAL": name,
+            "STRATCTL_OUTPUT_DIR": str(tmp_path),
+            **(extra or {}).get(rank, {}),
+        }
         procs.append(start(env, *args))
     return [(p, *p.communicate(timeout=30)) for p in procs]
 
@@ -44,8 +53,13 @@ def test_every_rank_meets_rank_0_and_the_result_says_so(tmp_path):
     done = trial(tmp_path, roles, port, args=("--history", str(tmp_path / "history.jsonl")))
     assert [p.returncode for p, _, _ in done] == [0, 0, 0], [err for _, _, err in done]
     result = json.loads((tmp_path / "result.json").read_text())
-    assert result == {"rendezvous": "ok", "world_size": 3, "peers_heard": 2, "master": f"127.0.0.1:{port}",
-                      "resumed": False}
+    assert result == {
+        "rendezvous": "ok",
+        "world_size": 3,
+        "peers_heard": 2,
+        "master": f"127.0.0.1:{port}",
+        "resumed": False,
+    }
     assert json.loads(done[0][1]) == result  # and on stdout
     [record] = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert record["heard"] == [1, 2] and record["roles"] == {"ps": 1, "worker": 2}

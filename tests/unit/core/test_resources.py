@@ -2,10 +2,10 @@
 
 import pytest
 
-from stratctl.errors import StudyError
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from stratctl.errors import StudyError
 
 STUDY = """\
 name: gpus

@@ -10,7 +10,6 @@ import pytest
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
-
 from tests.unit.studies import load, problems
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
@@ -69,7 +68,8 @@ def test_each_task_places_its_own_pods_over_the_trials_defaults(tmp_path):
     required = pods["worker"]["affinity"]["nodeAffinity"]
     assert list(required) == ["requiredDuringSchedulingIgnoredDuringExecution"]
     assert required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
-        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["a100", "h100"]}]}]
+        {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": ["a100", "h100"]}]}
+    ]
     assert list(pods["ps"]["affinity"]["nodeAffinity"]) == ["preferredDuringSchedulingIgnoredDuringExecution"]
 
 
@@ -77,18 +77,25 @@ def test_task_policies_are_the_tasks_own_and_the_trials_stay_on_the_job(tmp_path
     study = load(tmp_path, ROLES.format(workload="volcano", tasks=PS_WORKERS))
     [job] = Renderer(study).render(expand(study)[0])
     tasks = {t["name"]: t for t in job["spec"]["tasks"]}
-    assert tasks["worker"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"},
-                                           {"exitCode": 3, "action": "AbortJob"}]
+    assert tasks["worker"]["policies"] == [
+        {"event": "TaskCompleted", "action": "CompleteJob"},
+        {"exitCode": 3, "action": "AbortJob"},
+    ]
     assert "policies" not in tasks["ps"] and "policies" not in tasks["logs"]
-    assert job["spec"]["policies"] == [{"event": "PodEvicted", "action": "RestartJob"},
-                                       {"event": "PodFailed", "action": "AbortJob"}]
+    assert job["spec"]["policies"] == [
+        {"event": "PodEvicted", "action": "RestartJob"},
+        {"event": "PodFailed", "action": "AbortJob"},
+    ]
 
 
 def test_a_task_outside_the_gang_is_not_waited_for(tmp_path):
     study = load(tmp_path, ROLES.format(workload="volcano", tasks=PS_WORKERS))
     [job] = Renderer(study).render(expand(study)[0])
     assert [(t["name"], t["replicas"], t["minAvailable"]) for t in job["spec"]["tasks"]] == [
-        ("worker", 2, 2), ("ps", 2, 2), ("logs", 1, 0)]
+        ("worker", 2, 2),
+        ("ps", 2, 2),
+        ("logs", 1, 0),
+    ]
     assert job["spec"]["minAvailable"] == 4 == study.gang_size
 
 
@@ -111,15 +118,23 @@ def test_the_ppo_examples_cpu_pods_do_not_tolerate_the_gpu_nodes():
     assert tasks["learner"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("policies", "[{event: CommandIssued, action: AbortJob}]",
-     "study.yaml:{line}:26: trial.tasks.0.policies.0.event: event 'CommandIssued' concerns the whole job, never one "
-     "task's pods: give it in trial.policies"),
-    ("tolerations", "[{key: a, operator: Sometimes}]",
-     "study.yaml:{line}:40: trial.tasks.0.tolerations.0.operator: must be one of 'Equal' or 'Exists'"),
-    ("node_selector", "[a]",
-     "study.yaml:{line}:22: trial.tasks.0.node_selector: must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        (
+            "policies",
+            "[{event: CommandIssued, action: AbortJob}]",
+            "study.yaml:{line}:26: trial.tasks.0.policies.0.event: event 'CommandIssued' concerns the whole job, never one "
+            "task's pods: give it in trial.policies",
+        ),
+        (
+            "tolerations",
+            "[{key: a, operator: Sometimes}]",
+            "study.yaml:{line}:40: trial.tasks.0.tolerations.0.operator: must be one of 'Equal' or 'Exists'",
+        ),
+        ("node_selector", "[a]", "study.yaml:{line}:22: trial.tasks.0.node_selector: must be a mapping"),
+    ],
+)
 def test_a_wrong_task_field_is_located_at_it(tmp_path, field, value, message):
     task = f"    - name: worker\n      {field}: {value}\n"
     found = problems(tmp_path, ROLES.format(workload="volcano", tasks=task))

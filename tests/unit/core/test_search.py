@@ -12,7 +12,6 @@ from stratctl.core.distributions import missing
 from stratctl.core.search import Searcher, Told, values_of
 from tests.unit.studies import load, problems
 
-
 TPE = """\
 name: tpe
 namespace: ns
@@ -34,19 +33,25 @@ def with_(text: str, old: str, new: str) -> str:
 
 # ---------------------------------------------------------------- the study fields
 
+
 def test_a_closed_loop_strategy_needs_an_objective(tmp_path):
     text = with_(TPE, "objective: {metric: loss, direction: minimize}\n", "")
     assert problems(tmp_path, text) == [
         "study.yaml:6:18: strategy.kind: strategy 'tpe' chooses trials from results: it needs 'objective' "
-        "(e.g. objective: {metric: loss, direction: minimize})"]
+        "(e.g. objective: {metric: loss, direction: minimize})"
+    ]
 
 
 def test_cmaes_takes_one_objective_and_metrics_are_not_repeated(tmp_path):
-    two = with_(TPE, "objective: {metric: loss, direction: minimize}",
-                "objective: [{metric: loss}, {metric: latency, direction: maximize}]")
+    two = with_(
+        TPE,
+        "objective: {metric: loss, direction: minimize}",
+        "objective: [{metric: loss}, {metric: latency, direction: maximize}]",
+    )
     assert problems(tmp_path, with_(two, "kind: tpe", "kind: cmaes")) == [
         "study.yaml:7:12: objective: strategy 'cmaes' optimises one objective; 2 are given (use tpe or nsga2 "
-        "for several)"]
+        "for several)"
+    ]
     assert load(tmp_path, with_(two, "kind: tpe", "kind: nsga2")).objectives[1].direction == "maximize"
     same = with_(TPE, "objective: {metric: loss, direction: minimize}", "objective: [{metric: loss}, {metric: loss}]")
     assert problems(tmp_path, same) == ["study.yaml:7:38: objective.1.metric: metric 'loss' is listed twice"]
@@ -55,30 +60,33 @@ def test_cmaes_takes_one_objective_and_metrics_are_not_repeated(tmp_path):
 def test_a_closed_loop_strategy_refuses_grid_points(tmp_path):
     text = with_(TPE, "x: {type: uniform, low: -5, high: 5}", "x: {type: uniform, low: -5, high: 5, grid: 3}")
     assert problems(tmp_path, text) == [
-        "study.yaml:4:46: space.x.grid: strategy 'tpe' chooses every value of 'x' itself: remove 'grid'"]
+        "study.yaml:4:46: space.x.grid: strategy 'tpe' chooses every value of 'x' itself: remove 'grid'"
+    ]
 
 
 def test_an_unknown_direction_is_located(tmp_path):
     text = with_(TPE, "direction: minimize", "direction: lowest")
-    assert problems(tmp_path, text) == [
-        "study.yaml:7:38: objective.direction: must be one of 'minimize' or 'maximize'"]
+    assert problems(tmp_path, text) == ["study.yaml:7:38: objective.direction: must be one of 'minimize' or 'maximize'"]
     assert problems(tmp_path, with_(TPE, "objective: {metric: loss, direction: minimize}", "objective: []")) == [
-        "study.yaml:7:12: objective: give a metric ({metric: loss, direction: minimize}) or a non-empty list of them"]
-    assert problems(tmp_path, with_(TPE, "objective: {metric: loss, direction: minimize}",
-                                    "objective: [{metric: loss}, 4]")) == [
-        "study.yaml:7:29: objective.1: expected a mapping like {metric: loss, direction: minimize}, got 4"]
+        "study.yaml:7:12: objective: give a metric ({metric: loss, direction: minimize}) or a non-empty list of them"
+    ]
+    assert problems(
+        tmp_path, with_(TPE, "objective: {metric: loss, direction: minimize}", "objective: [{metric: loss}, 4]")
+    ) == ["study.yaml:7:29: objective.1: expected a mapping like {metric: loss, direction: minimize}, got 4"]
 
 
 def test_missing_packages_are_named_with_what_to_install(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     gone = {"optuna", "torch"}
-    monkeypatch.setattr(distributions.importlib.util, "find_spec",
-                        lambda name, *a: None if name in gone else real(name, *a))
+    monkeypatch.setattr(
+        distributions.importlib.util, "find_spec", lambda name, *a: None if name in gone else real(name, *a)
+    )
     assert missing("tpe") == "strategy 'tpe' needs the Python package 'optuna': pip install 'stratctl[search]'"
     # refused when the study is read: located, so validate, plan and submit say it before anything
     assert problems(tmp_path, TPE) == [
         "study.yaml:6:18: strategy.kind: strategy 'tpe' needs the Python package 'optuna': "
-        "pip install 'stratctl[search]'"]
+        "pip install 'stratctl[search]'"
+    ]
     gone.discard("optuna")
     assert missing("tpe") is None
     assert missing("gp") == "strategy 'gp' needs the Python package 'torch': pip install 'stratctl[gp]'"
@@ -86,8 +94,14 @@ def test_missing_packages_are_named_with_what_to_install(monkeypatch, tmp_path):
 
 
 def test_values_of_reads_each_objective_from_a_result(tmp_path):
-    study = load(tmp_path, with_(TPE, "objective: {metric: loss, direction: minimize}",
-                                 "objective: [{metric: loss}, {metric: acc, direction: maximize}]"))
+    study = load(
+        tmp_path,
+        with_(
+            TPE,
+            "objective: {metric: loss, direction: minimize}",
+            "objective: [{metric: loss}, {metric: acc, direction: maximize}]",
+        ),
+    )
     assert values_of({"loss": 0.5, "acc": 1, "other": "x"}, study) == (0.5, 1.0)
     assert values_of({"loss": 0.5}, study) is None  # one missing: not a result of this search
     assert values_of({"loss": float("nan"), "acc": 1}, study) is None
@@ -96,6 +110,7 @@ def test_values_of_reads_each_objective_from_a_result(tmp_path):
 
 
 # ---------------------------------------------------------------- asking
+
 
 def test_parallel_asks_differ_and_the_budget_holds(tmp_path):
     study = load(tmp_path, TPE)
@@ -139,8 +154,10 @@ def test_a_spent_discrete_space_asks_no_more(tmp_path):
 
 def test_trials_of_an_earlier_space_count_against_the_budget_without_being_learnt(tmp_path):
     study = load(tmp_path, TPE)
-    old = [Told("tpe-old", {"x": 50.0, "opt": "adam"}, "complete", (0.0,)),
-           Told("tpe-gone", {"y": 1}, "complete", (0.0,))]
+    old = [
+        Told("tpe-old", {"x": 50.0, "opt": "adam"}, "complete", (0.0,)),
+        Told("tpe-gone", {"y": 1}, "complete", (0.0,)),
+    ]
     searcher = Searcher(study, old)
     assert searcher.remaining == 10
     states = [t.state.name for t in searcher.optuna_study.trials]
@@ -188,11 +205,16 @@ def test_failed_and_pruned_trials_are_told_as_such(tmp_path):
     searcher.tell(c, "complete", (1.5,))
     searcher.tell("tpe-unknown", "complete", (0.0,))  # not asked here: nothing to tell
     assert [(t.state.name, t.value) for t in searcher.optuna_study.trials] == [
-        ("FAIL", None), ("PRUNED", None), ("COMPLETE", 1.5)]
+        ("FAIL", None),
+        ("PRUNED", None),
+        ("COMPLETE", 1.5),
+    ]
 
 
-MEDIAN = TPE.replace("objective: {metric: loss, direction: minimize}\n",
-                     "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 2}\n")
+MEDIAN = TPE.replace(
+    "objective: {metric: loss, direction: minimize}\n",
+    "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 2}\n",
+)
 
 
 def test_the_median_pruner_stops_a_trial_worse_than_the_median_at_its_step(tmp_path):
@@ -210,8 +232,10 @@ def test_the_median_pruner_stops_a_trial_worse_than_the_median_at_its_step(tmp_p
 
 def test_intermediate_values_survive_a_rebuild(tmp_path):
     study = load(tmp_path, MEDIAN)
-    done = [Told(f"tpe-done{i}", {"x": float(i), "opt": "adam"}, "complete", (0.3 + i / 10,), {0: 1.0, 1: 0.5})
-            for i in range(2)]
+    done = [
+        Told(f"tpe-done{i}", {"x": float(i), "opt": "adam"}, "complete", (0.3 + i / 10,), {0: 1.0, 1: 0.5})
+        for i in range(2)
+    ]
     running = Told("tpe-run", {"x": 4.0, "opt": "sgd"}, "running", None, {0: 2.0})
     searcher = Searcher(study, [*done, running])
     assert searcher.optuna_study.trials[0].intermediate_values == {0: 1.0, 1: 0.5}
@@ -219,14 +243,25 @@ def test_intermediate_values_survive_a_rebuild(tmp_path):
     assert searcher.report("tpe-run", {0: 2.0, 1: 3.0})
 
 
-@pytest.mark.parametrize("pruner, problem", [
-    ("{kind: hyperband}", "study.yaml:8:1: pruner.max_steps: the hyperband pruner needs 'max_steps' (the steps a "
-                          "whole trial reports)"),
-    ("{kind: hyperband, min_steps: 5, max_steps: 2}", "study.yaml:8:52: pruner.max_steps: max_steps (2) is below "
-                                                      "min_steps (5)"),
-    ("{kind: mean}", "study.yaml:8:16: pruner.kind: must be one of 'median', 'successive-halving' or 'hyperband' "
-                     "(did you mean 'median'?)"),
-])
+@pytest.mark.parametrize(
+    "pruner, problem",
+    [
+        (
+            "{kind: hyperband}",
+            "study.yaml:8:1: pruner.max_steps: the hyperband pruner needs 'max_steps' (the steps a "
+            "whole trial reports)",
+        ),
+        (
+            "{kind: hyperband, min_steps: 5, max_steps: 2}",
+            "study.yaml:8:52: pruner.max_steps: max_steps (2) is below min_steps (5)",
+        ),
+        (
+            "{kind: mean}",
+            "study.yaml:8:16: pruner.kind: must be one of 'median', 'successive-halving' or 'hyperband' "
+            "(did you mean 'median'?)",
+        ),
+    ],
+)
 def test_pruner_fields_are_checked(tmp_path, pruner, problem):
     assert problems(tmp_path, MEDIAN.replace("{kind: median, startup_trials: 2}", pruner)) == [problem]
 
@@ -235,8 +270,12 @@ def test_a_pruner_needs_a_closed_loop_search_and_one_objective(tmp_path):
     random = MEDIAN.replace("kind: tpe, trials: 12, seed: 1", "kind: random, trials: 12, seed: 1")
     assert problems(tmp_path, random) == [
         "study.yaml:8:9: pruner: a pruner stops trials of a closed-loop search: use strategy kind tpe, gp, cmaes or "
-        "nsga2 (got 'random')"]
-    two = MEDIAN.replace("objective: {metric: loss, direction: minimize}",
-                         "objective: [{metric: loss}, {metric: acc, direction: maximize}]")
+        "nsga2 (got 'random')"
+    ]
+    two = MEDIAN.replace(
+        "objective: {metric: loss, direction: minimize}",
+        "objective: [{metric: loss}, {metric: acc, direction: maximize}]",
+    )
     assert problems(tmp_path, two) == [
-        "study.yaml:8:9: pruner: a pruner judges one objective's intermediate values; 2 objectives are given"]
+        "study.yaml:8:9: pruner: a pruner judges one objective's intermediate values; 2 objectives are given"
+    ]

@@ -22,13 +22,23 @@ def test_the_random_bits_are_numpys(seed):
     assert sobol._seed_sequence(seed, 8) == np.random.SeedSequence(seed).generate_state(8).tolist()
     bits = sobol._Bits(seed)
     assert [bits.next() for _ in range(999)] == np.random.default_rng(seed).integers(
-        0, 2, size=999, dtype=np.uint32).tolist()
+        0, 2, size=999, dtype=np.uint32
+    ).tolist()
 
 
-@pytest.mark.parametrize("dims, n, seed", [
-    (1, 1, 0), (1, 7, 3), (2, 64, 0), (3, 32, 7), (4, 100, 42), (5, 1000, 123456789),
-    (13, 257, 2**40 + 1), (sobol.MAX_DIMS, 65, 9),
-])
+@pytest.mark.parametrize(
+    "dims, n, seed",
+    [
+        (1, 1, 0),
+        (1, 7, 3),
+        (2, 64, 0),
+        (3, 32, 7),
+        (4, 100, 42),
+        (5, 1000, 123456789),
+        (13, 257, 2**40 + 1),
+        (sobol.MAX_DIMS, 65, 9),
+    ],
+)
 def test_points_are_exactly_scipys(dims, n, seed):
     assert sobol.points(dims, n, seed) == _scipy(dims, n, seed)
 
@@ -42,9 +52,8 @@ def test_no_points():
 
 
 def test_a_negative_seed_is_a_located_problem(tmp_path):
-    from stratctl.errors import StudyError
     from stratctl.core.space import expand
-
+    from stratctl.errors import StudyError
     from tests.unit.studies import MINIMAL, load
 
     study = load(tmp_path, MINIMAL.replace("kind: random, seed: 3", "kind: quasi-random, seed: -3"))

@@ -8,9 +8,8 @@ import statistics
 
 import pytest
 
-from stratctl.errors import StudyError
 from stratctl.core.space import Trial, attempt_name, expand, param_hash, size
-
+from stratctl.errors import StudyError
 from tests.unit.studies import MINIMAL, load
 
 DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -78,16 +77,23 @@ def test_loguniform_is_uniform_in_log_space(tmp_path):
 
 
 def test_int_respects_step_and_covers_the_lattice(tmp_path):
-    xs = [t.params["x"] for t in expand(study_with(tmp_path, "  x: {type: int, low: 3, high: 19, step: 4}",
-                                                   "{kind: random, seed: 1, trials: 200}"))]
+    xs = [
+        t.params["x"]
+        for t in expand(
+            study_with(tmp_path, "  x: {type: int, low: 3, high: 19, step: 4}", "{kind: random, seed: 1, trials: 200}")
+        )
+    ]
     # 200 draws from 5 values: duplicates are merged into one trial each
     assert sorted(xs) == [3, 7, 11, 15, 19]
     assert all(isinstance(x, int) for x in xs)
 
 
 def test_choice_covers_every_value_and_keeps_types(tmp_path):
-    study = study_with(tmp_path, "  x: {type: choice, values: [adam, 0.5, 3, true]}\n"
-                                 "  y: {type: uniform, low: 0, high: 1}", "{kind: random, seed: 9, trials: 400}")
+    study = study_with(
+        tmp_path,
+        "  x: {type: choice, values: [adam, 0.5, 3, true]}\n  y: {type: uniform, low: 0, high: 1}",
+        "{kind: random, seed: 9, trials: 400}",
+    )
     xs = [t.params["x"] for t in expand(study)]
     assert set(map(repr, xs)) == {"'adam'", "0.5", "3", "True"}
 
@@ -101,13 +107,19 @@ def test_duplicates_are_merged_and_counted(tmp_path):
 
 
 def test_grid_is_the_cartesian_product_in_file_order(tmp_path):
-    study = study_with(tmp_path, "  a: {type: choice, values: [x, y]}\n"
-                                 "  b: {type: int, low: 1, high: 3}\n"
-                                 "  c: {type: uniform, low: 0, high: 1, grid: 3}", "{kind: grid}")
+    study = study_with(
+        tmp_path,
+        "  a: {type: choice, values: [x, y]}\n"
+        "  b: {type: int, low: 1, high: 3}\n"
+        "  c: {type: uniform, low: 0, high: 1, grid: 3}",
+        "{kind: grid}",
+    )
     trials = expand(study)
     assert size(study) == len(trials) == 2 * 3 * 3
     assert [dict(t.params) for t in trials[:4]] == [
-        {"a": "x", "b": 1, "c": 0.0}, {"a": "x", "b": 1, "c": 0.5}, {"a": "x", "b": 1, "c": 1.0},
+        {"a": "x", "b": 1, "c": 0.0},
+        {"a": "x", "b": 1, "c": 0.5},
+        {"a": "x", "b": 1, "c": 1.0},
         {"a": "x", "b": 2, "c": 0.0},
     ]
 
@@ -118,16 +130,20 @@ def test_loguniform_grid_is_evenly_spaced_in_log_space(tmp_path):
 
 
 def test_grid_parameters_cross_random_samples(tmp_path):
-    study = study_with(tmp_path, "  seed: {type: choice, values: [1, 2, 3], grid: true}\n"
-                                 "  lr: {type: uniform, low: 0, high: 1}", "{kind: random, seed: 5, trials: 4}")
+    study = study_with(
+        tmp_path,
+        "  seed: {type: choice, values: [1, 2, 3], grid: true}\n  lr: {type: uniform, low: 0, high: 1}",
+        "{kind: random, seed: 5, trials: 4}",
+    )
     trials = expand(study)
     assert len(trials) == size(study) == 12
     assert [t.params["seed"] for t in trials] == [1] * 4 + [2] * 4 + [3] * 4
 
 
 def test_huge_grid_is_refused_without_being_built(tmp_path, monkeypatch):
-    study = study_with(tmp_path, "\n".join(f"  p{i}: {{type: int, low: 1, high: 1000}}" for i in range(3)),
-                       "{kind: grid}")
+    study = study_with(
+        tmp_path, "\n".join(f"  p{i}: {{type: int, low: 1, high: 1000}}" for i in range(3)), "{kind: grid}"
+    )
     assert size(study) == 10**9
 
     def enumerate_(*args):
@@ -137,8 +153,10 @@ def test_huge_grid_is_refused_without_being_built(tmp_path, monkeypatch):
     with pytest.raises(StudyError) as e:
         expand(study)
     [p] = e.value.problems
-    assert str(p).endswith("study.yaml:6:11: the study expands to 1,000,000,000 trials, above the limit of 100,000; "
-                           "narrow the space or lower strategy.trials")
+    assert str(p).endswith(
+        "study.yaml:6:11: the study expands to 1,000,000,000 trials, above the limit of 100,000; "
+        "narrow the space or lower strategy.trials"
+    )
 
 
 def test_too_many_random_trials_point_at_the_trial_count(tmp_path):
@@ -169,8 +187,11 @@ def test_quasi_random_differs_from_random(tmp_path):
 
 
 def test_params_are_plain_json_scalars(tmp_path):
-    study = study_with(tmp_path, "  x: {type: uniform, low: 0, high: 1}\n  n: {type: int, low: 0, high: 9}",
-                       "{kind: quasi-random, seed: 1, trials: 8}")
+    study = study_with(
+        tmp_path,
+        "  x: {type: uniform, low: 0, high: 1}\n  n: {type: int, low: 0, high: 9}",
+        "{kind: quasi-random, seed: 1, trials: 8}",
+    )
     for t in expand(study):
         assert type(t.params["x"]) is float and type(t.params["n"]) is int
         assert not math.isnan(t.params["x"])

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stratctl.errors import StudyError
 from stratctl.core.spec import MAX_NAME, parse_duration
-
+from stratctl.errors import StudyError
 from tests.unit.studies import MINIMAL, load, problems, write
 
 
@@ -49,7 +48,9 @@ def test_unknown_key_suggests_the_closest(tmp_path):
 
 def test_unknown_top_level_key(tmp_path):
     text = MINIMAL + "stratgy: {}\n"
-    assert problems(tmp_path, text) == ["study.yaml:14:1: unknown key 'stratgy' in the study (did you mean 'strategy'?)"]
+    assert problems(tmp_path, text) == [
+        "study.yaml:14:1: unknown key 'stratgy' in the study (did you mean 'strategy'?)"
+    ]
 
 
 def test_wrong_type_points_at_the_value(tmp_path):
@@ -75,7 +76,9 @@ def test_missing_required_field(tmp_path):
     ],
 )
 def test_bad_distribution_bounds(tmp_path, param, expected):
-    text = MINIMAL.replace("  bs: {type: choice, values: [16, 32]}", f"  bs: {{type: choice, values: [16, 32]}}\n  x: {param}")
+    text = MINIMAL.replace(
+        "  bs: {type: choice, values: [16, 32]}", f"  bs: {{type: choice, values: [16, 32]}}\n  x: {param}"
+    )
     assert problems(tmp_path, text) == [expected]
 
 
@@ -92,8 +95,10 @@ def test_unknown_distribution(tmp_path):
 
 
 def test_duplicate_parameter(tmp_path):
-    text = MINIMAL.replace("  bs: {type: choice, values: [16, 32]}",
-                           "  bs: {type: choice, values: [16, 32]}\n  lr: {type: uniform, low: 0, high: 1}")
+    text = MINIMAL.replace(
+        "  bs: {type: choice, values: [16, 32]}",
+        "  bs: {type: choice, values: [16, 32]}\n  lr: {type: uniform, low: 0, high: 1}",
+    )
     assert problems(tmp_path, text) == ["study.yaml:6:3: duplicate parameter 'lr' (first defined at line 4)"]
 
 
@@ -150,9 +155,14 @@ def test_wide_alias_expansion_is_bounded(tmp_path):
 
 def test_python_tags_are_refused(tmp_path):
     text = MINIMAL.replace("image: busybox", "image: !!python/object/apply:os.system ['true']")
-    assert problems(tmp_path, text)[0] == "study.yaml:8:10: unsupported YAML tag 'tag:yaml.org,2002:python/object/apply:os.system'"
+    assert (
+        problems(tmp_path, text)[0]
+        == "study.yaml:8:10: unsupported YAML tag 'tag:yaml.org,2002:python/object/apply:os.system'"
+    )
     text = MINIMAL.replace("image: busybox", "image: !!python/name:os.system")
-    assert problems(tmp_path, text)[0].startswith("study.yaml:8:10: cannot read this value: could not determine a constructor")
+    assert problems(tmp_path, text)[0].startswith(
+        "study.yaml:8:10: cannot read this value: could not determine a constructor"
+    )
 
 
 def test_template_path_escaping_the_templates_directory(tmp_path):
@@ -171,7 +181,10 @@ def test_absolute_template_path_is_refused(tmp_path):
     ("value", "message"),
     [
         ("{{ ''.__class__.__mro__ }}", "template accesses '__class__', '__mro__': private attributes are not allowed"),
-        ("{{ cycler.__init__.__globals__ }}", "template accesses '__globals__', '__init__': private attributes are not allowed"),
+        (
+            "{{ cycler.__init__.__globals__ }}",
+            "template accesses '__globals__', '__init__': private attributes are not allowed",
+        ),
         ("{{ params['__class__'] }}", "template accesses '__class__': private attributes are not allowed"),
     ],
 )
@@ -226,8 +239,12 @@ def test_batch_workload_takes_one_task(tmp_path):
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    text = (MINIMAL.replace("name: tiny", "name: Tiny").replace("replicas: 2", "replicas: 0")
-            .replace("trials: 5", "trials: 0").replace("image: busybox", "imag: busybox"))
+    text = (
+        MINIMAL.replace("name: tiny", "name: Tiny")
+        .replace("replicas: 2", "replicas: 0")
+        .replace("trials: 5", "trials: 0")
+        .replace("image: busybox", "imag: busybox")
+    )
     found = problems(tmp_path, text)
     assert [p.split(":")[1] for p in found] == ["1", "6", "8", "12"]
 
@@ -235,6 +252,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
 def test_unreadable_file(tmp_path):
     with pytest.raises(StudyError) as e:
         from stratctl.core.spec import load_study
+
         load_study(tmp_path / "missing.yaml")
     assert "cannot read the file" in str(e.value)
 
@@ -244,8 +262,9 @@ def test_env_values_become_strings(tmp_path):
     assert study.trial.env == {"A": "1", "B": "true", "C": "0.5"}
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45),
-                                               (120, 120), ("1.5h", 5400)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45), (120, 120), ("1.5h", 5400)]
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -283,4 +302,5 @@ def test_on_breaker_is_hold_or_drain_and_holds_by_default(tmp_path):
     assert load(tmp_path, MINIMAL).throttle.on_breaker == "hold"
     assert load(tmp_path, MINIMAL + "throttle: {on_breaker: drain}\n").throttle.on_breaker == "drain"
     assert problems(tmp_path, MINIMAL + "throttle:\n  on_breaker: pause\n") == [
-        "study.yaml:15:15: throttle.on_breaker: must be one of 'hold' or 'drain'"]
+        "study.yaml:15:15: throttle.on_breaker: must be one of 'hold' or 'drain'"
+    ]

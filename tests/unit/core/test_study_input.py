@@ -10,12 +10,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from stratctl.cli.main import app
 from stratctl.backends.launch import prepare
-from stratctl.errors import StudyError
+from stratctl.cli.main import app
 from stratctl.core import wording
 from stratctl.core.spec import load_study
-
+from stratctl.errors import StudyError
 from tests.unit.studies import MINIMAL, problems
 
 runner = CliRunner()
@@ -25,6 +24,7 @@ runner = CliRunner()
 def stdin(monkeypatch):
     def feed(text: str) -> None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+
     return feed
 
 
@@ -60,19 +60,33 @@ def test_submit_keeps_the_text_read_from_stdin_for_the_record(stdin):
     assert (prepared.study.namespace, prepared.study.file) == ("elsewhere", "<stdin>")
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("values: [16, 32]", "values: []", "study.yaml:5:30: space.bs.values: must list at least one value"),
-    ("replicas: 2", "replicas: 0", "study.yaml:12:17: trial.tasks.0.replicas: must be at least 1"),
-    ("trials: 5", "trials: five", "study.yaml:6:43: strategy.trials: must be a whole number, got 'five'"),
-    ("namespace: ns", "namespace: ns\ncritical: maybe", "study.yaml:3:11: critical: must be true or false, got 'maybe'"),
-    ("namespace: ns", "namespace: ns\nthrottle: {qps: .inf}", "study.yaml:3:17: throttle.qps: must be a finite number"),
-    ("namespace: ns", "namespace: ns\nthrottle: {qps: 0}", "study.yaml:3:17: throttle.qps: must be greater than 0"),
-    ("{limits: {nvidia.com/gpu: 1}}", "{requests: {cpu: [1]}}",
-     "study.yaml:13:35: trial.tasks.0.resources.requests.cpu: must be a whole number, a number or a string"),
-    ("  tasks:", "  tasks: {}\n  x:", "study.yaml:10:10: trial.tasks: must be a list"),
-    ("  image: busybox", "  image: [busybox]", "study.yaml:8:10: trial.image: must be a string"),
-    ("  image: busybox", "  image: busybox\n  env: {int: [1]}", "study.yaml:9:14: trial.env.int: must be a string"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("values: [16, 32]", "values: []", "study.yaml:5:30: space.bs.values: must list at least one value"),
+        ("replicas: 2", "replicas: 0", "study.yaml:12:17: trial.tasks.0.replicas: must be at least 1"),
+        ("trials: 5", "trials: five", "study.yaml:6:43: strategy.trials: must be a whole number, got 'five'"),
+        (
+            "namespace: ns",
+            "namespace: ns\ncritical: maybe",
+            "study.yaml:3:11: critical: must be true or false, got 'maybe'",
+        ),
+        (
+            "namespace: ns",
+            "namespace: ns\nthrottle: {qps: .inf}",
+            "study.yaml:3:17: throttle.qps: must be a finite number",
+        ),
+        ("namespace: ns", "namespace: ns\nthrottle: {qps: 0}", "study.yaml:3:17: throttle.qps: must be greater than 0"),
+        (
+            "{limits: {nvidia.com/gpu: 1}}",
+            "{requests: {cpu: [1]}}",
+            "study.yaml:13:35: trial.tasks.0.resources.requests.cpu: must be a whole number, a number or a string",
+        ),
+        ("  tasks:", "  tasks: {}\n  x:", "study.yaml:10:10: trial.tasks: must be a list"),
+        ("  image: busybox", "  image: [busybox]", "study.yaml:8:10: trial.image: must be a string"),
+        ("  image: busybox", "  image: busybox\n  env: {int: [1]}", "study.yaml:9:14: trial.env.int: must be a string"),
+    ],
+)
 def test_validation_messages_are_plain_sentences(tmp_path, old, new, message):
     text = MINIMAL.replace(old, new)
     if new.startswith("  tasks: {}"):  # keep the rest of the file valid YAML
@@ -83,8 +97,11 @@ def test_validation_messages_are_plain_sentences(tmp_path, old, new, message):
 
 
 def test_an_empty_space_says_what_it_lacks(tmp_path):
-    text = MINIMAL.replace("  lr: {type: loguniform, low: 1.0e-4, high: 1.0e-1}\n", "").replace(
-        "  bs: {type: choice, values: [16, 32]}\n", "").replace("space:\n", "space: {}\n")
+    text = (
+        MINIMAL.replace("  lr: {type: loguniform, low: 1.0e-4, high: 1.0e-1}\n", "")
+        .replace("  bs: {type: choice, values: [16, 32]}\n", "")
+        .replace("space:\n", "space: {}\n")
+    )
     text = text.replace('args: ["--lr={{ params.lr }}"]', "args: []")
     assert problems(tmp_path, text) == ["study.yaml:3:8: space: must have at least one entry"]
 
@@ -94,20 +111,41 @@ def test_every_pydantic_error_type_in_the_table_has_a_sentence():
         assert sentence and not sentence.startswith("Input"), kind
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("type: choice", "type: choise",
-     "study.yaml:5:14: space.bs: 'type' must be one of choice, uniform, loguniform, int (did you mean 'choice'?)"),
-    ("kind: random", "kind: randm",
-     "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2' (did you mean 'random'?)"),
-    ("namespace: ns", "namespace: ns\nworkload: volcan",
-     "study.yaml:3:11: workload: must be one of 'volcano' or 'batch' (did you mean 'volcano'?)"),
-    ("namespace: ns", "namespace: ns\ncleanup: dlete",
-     "study.yaml:3:10: cleanup: must be one of 'keep' or 'delete' (did you mean 'delete'?)"),
-    ("  image: busybox", "  image: busybox\n  restart_policy: never",
-     "study.yaml:9:19: trial.restart_policy: must be one of 'Never' or 'OnFailure' (did you mean 'Never'?)"),
-    ("kind: random", "kind: sobol",  # nothing close: no suggestion, the list says it all
-     "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2'"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        (
+            "type: choice",
+            "type: choise",
+            "study.yaml:5:14: space.bs: 'type' must be one of choice, uniform, loguniform, int (did you mean 'choice'?)",
+        ),
+        (
+            "kind: random",
+            "kind: randm",
+            "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2' (did you mean 'random'?)",
+        ),
+        (
+            "namespace: ns",
+            "namespace: ns\nworkload: volcan",
+            "study.yaml:3:11: workload: must be one of 'volcano' or 'batch' (did you mean 'volcano'?)",
+        ),
+        (
+            "namespace: ns",
+            "namespace: ns\ncleanup: dlete",
+            "study.yaml:3:10: cleanup: must be one of 'keep' or 'delete' (did you mean 'delete'?)",
+        ),
+        (
+            "  image: busybox",
+            "  image: busybox\n  restart_policy: never",
+            "study.yaml:9:19: trial.restart_policy: must be one of 'Never' or 'OnFailure' (did you mean 'Never'?)",
+        ),
+        (
+            "kind: random",
+            "kind: sobol",  # nothing close: no suggestion, the list says it all
+            "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2'",
+        ),
+    ],
+)
 def test_a_mistyped_value_suggests_the_closest_allowed_one(tmp_path, old, new, message):
     assert problems(tmp_path, MINIMAL.replace(old, new)) == [message]
 
@@ -120,8 +158,7 @@ def test_a_mistyped_key_suggests_the_closest_known_one(tmp_path):
 @pytest.mark.parametrize("indent", ["\t", "  \t"])
 def test_a_tab_in_the_indentation_says_to_use_spaces(tmp_path, indent):
     text = MINIMAL.replace("  image: busybox", f"{indent}image: busybox")
-    assert problems(tmp_path, text) == [
-        f"study.yaml:8:{len(indent)}: a tab in the indentation: use spaces, not tabs"]
+    assert problems(tmp_path, text) == [f"study.yaml:8:{len(indent)}: a tab in the indentation: use spaces, not tabs"]
 
 
 def test_a_tab_after_a_colon_is_pointed_at(tmp_path):
@@ -141,11 +178,14 @@ def test_another_namespace_changes_the_namespace_and_nothing_else(tmp_path):
     assert there.study.namespace == "elsewhere"
     # a full dump would mark every default as set: cost.expected_duration then stamps jobs
     assert there.study.cost.model_fields_set == here.study.cost.model_fields_set
-    assert there.study.model_dump(exclude_unset=True) == {**here.study.model_dump(exclude_unset=True),
-                                                          "namespace": "elsewhere"}
+    assert there.study.model_dump(exclude_unset=True) == {
+        **here.study.model_dump(exclude_unset=True),
+        "namespace": "elsewhere",
+    }
     for name, manifests in here.manifests.items():
         moved = json.dumps(there.manifests[name]).replace('"elsewhere"', '"ns"')
         for old, new in zip(manifests, there.manifests[name]):  # the spec hash covers the namespace
-            moved = moved.replace(new["metadata"]["labels"]["stratctl.io/spec-hash"],
-                                  old["metadata"]["labels"]["stratctl.io/spec-hash"])
+            moved = moved.replace(
+                new["metadata"]["labels"]["stratctl.io/spec-hash"], old["metadata"]["labels"]["stratctl.io/spec-hash"]
+            )
         assert json.loads(moved) == manifests

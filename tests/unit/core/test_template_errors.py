@@ -9,12 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from stratctl.cli.main import app
-from stratctl.errors import StudyError
 from stratctl.core import sandbox
 from stratctl.core.render import Renderer, validate
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
-
+from stratctl.errors import StudyError
 from tests.unit.studies import MINIMAL, problems, write
 
 ARGS = '  args: ["--lr={{ params.lr }}"]'
@@ -82,19 +81,22 @@ def test_a_failing_checkpoint_location_is_located_too(tmp_path):
     assert p.message.startswith("checkpoint.location: rendering failed for trial 0 (tiny-")
 
 
-@pytest.mark.parametrize("expression, limit", [
-    ("'x' * 10**8", "1,000,000 characters"),
-    ("10**8 * 'x'", "1,000,000 characters"),
-    ("[0] * 10**8", "1,000,000 items"),
-    ("7 ** (7 ** 7)", "16,384 bits"),
-    ("(10 ** 4000) * (10 ** 4000)", "16,384 bits"),
-    ("'%0999999999d' % 1", "1,000,000 characters"),
-    ("'%*d' % (5, 1)", "1,000,000 characters"),
-    ("'x'.ljust(10**9)", "1,000,000 characters"),
-    ("'x' | center(10**9)", "1,000,000 characters"),
-    ("'x' | indent(10**9, true)", "1,000,000 characters"),
-    ("'%0999999999d' | format(1)", "1,000,000 characters"),
-])
+@pytest.mark.parametrize(
+    "expression, limit",
+    [
+        ("'x' * 10**8", "1,000,000 characters"),
+        ("10**8 * 'x'", "1,000,000 characters"),
+        ("[0] * 10**8", "1,000,000 items"),
+        ("7 ** (7 ** 7)", "16,384 bits"),
+        ("(10 ** 4000) * (10 ** 4000)", "16,384 bits"),
+        ("'%0999999999d' % 1", "1,000,000 characters"),
+        ("'%*d' % (5, 1)", "1,000,000 characters"),
+        ("'x'.ljust(10**9)", "1,000,000 characters"),
+        ("'x' | center(10**9)", "1,000,000 characters"),
+        ("'x' | indent(10**9, true)", "1,000,000 characters"),
+        ("'%0999999999d' | format(1)", "1,000,000 characters"),
+    ],
+)
 def test_huge_results_are_refused_before_they_are_computed(tmp_path, expression, limit):
     start = time.perf_counter()
     message = _render_problem(tmp_path, f"--x={{{{ {expression} }}}}")
@@ -110,13 +112,17 @@ def test_reasonable_arithmetic_still_renders(tmp_path):
     study = load_study(path)
     [job] = Renderer(study).render(expand(study)[0])
     args = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["args"]
-    assert args == ["ababab", "1024", "00003", str(7 ** 49), "  x  ", "true"]
+    assert args == ["ababab", "1024", "00003", str(7**49), "  x  ", "true"]
 
 
 def test_booleans_are_substituted_as_true_and_false(tmp_path):
     text = MINIMAL.replace("  bs: {type: choice, values: [16, 32]}", "  warm: {type: choice, values: [true, false]}")
-    text = _with_args("--warm={{ params.warm }}", "--warm2={{ params.warm if params.warm else params.warm }}",
-                      "--resume={{ resume }}", text=text)
+    text = _with_args(
+        "--warm={{ params.warm }}",
+        "--warm2={{ params.warm if params.warm else params.warm }}",
+        "--resume={{ resume }}",
+        text=text,
+    )
     text = text.replace("  tasks:", '  env: {WARM: "{{ params.warm }}"}\n  tasks:')
     study = load_study(write(tmp_path, text))
     renderer = Renderer(study)

@@ -10,14 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from stratctl.attempt import Attempt
+from stratctl.core.space import expand
+from stratctl.errors import Unavailable
 from stratctl.run import attemptdrain
 from stratctl.run.attemptloop import AttemptLoop
 from stratctl.run.attemptstatus import snapshot
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
-from stratctl.errors import Unavailable
-from stratctl.core.space import expand
 from stratctl.trialstate import TrialState
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.studies import load
@@ -76,8 +76,15 @@ class MemoryScheduler:
         self._count("put")
         trial, number = prepared
         self.creates.append(prepared)
-        self.jobs[trial] = Attempt(trial, number, TrialState.PENDING, job=f"{trial}-{number}",
-                                   native_state="QUEUED", reason="Resources", waits_for_capacity=True)
+        self.jobs[trial] = Attempt(
+            trial,
+            number,
+            TrialState.PENDING,
+            job=f"{trial}-{number}",
+            native_state="QUEUED",
+            reason="Resources",
+            waits_for_capacity=True,
+        )
         if trial in self.lose:
             self.lose.discard(trial)
             raise Unavailable("put: no answer")
@@ -109,8 +116,16 @@ def make(tmp_path, scheduler, events=None):
     study = load(tmp_path, STUDY)
     clock = FakeClock()
     throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
-    loop = AttemptLoop(study, expand(study), scheduler, throttle, SubmitOptions(poll_interval=1, workers=1),
-                       policy=StaticPolicy(3), clock=clock, sleep=clock.sleep)
+    loop = AttemptLoop(
+        study,
+        expand(study),
+        scheduler,
+        throttle,
+        SubmitOptions(poll_interval=1, workers=1),
+        policy=StaticPolicy(3),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     if events is not None:
         loop.reporter.event = events.append
     return study, loop
@@ -132,7 +147,8 @@ def test_any_scheduler_behind_the_seam_gets_exactly_once_retries_and_preemption(
     assert states[first] is TrialState.RUNNING
     assert [e for e in events if "preempted" in e] == [
         f"trial {first}: preempted, requeued by Memory (restart 1 of job {first}-0): it resumes from its "
-        "checkpoint; not a failure"]
+        "checkpoint; not a failure"
+    ]
     assert (second, 1) in mem.creates and states[second] is TrialState.PENDING  # max_failures 1: one more attempt
     mem.set(second, state=TrialState.FAILED)
     with ThreadPoolExecutor(1) as pool:
@@ -155,8 +171,15 @@ def test_status_drain_and_resume_run_any_scheduler(tmp_path):
         loop.cycle(pool)
     a, b, c = loop.order
     mem.set(a, state=TrialState.RUNNING, native_state="RUNNING")
-    mem.set(c, state=TrialState.SUCCEEDED, native_state="DONE", exit_code=0, started=100.0, ended=400.0,
-            earlier_seconds=60.0)
+    mem.set(
+        c,
+        state=TrialState.SUCCEEDED,
+        native_state="DONE",
+        exit_code=0,
+        started=100.0,
+        ended=400.0,
+        earlier_seconds=60.0,
+    )
     mem.set(a, started=300.0)
     mem.results[c] = {"loss": 0.5}
     snap = snapshot(study, mem, now=400)
@@ -213,8 +236,10 @@ def test_a_silent_controller_is_said_once_and_its_return_too(tmp_path):
     mem.attempts = attempts
     with ThreadPoolExecutor(1) as pool:
         loop.cycle(pool)  # two retries inside the throttle, then an answer
-    assert events[0] == ("Memory controller: list: no answer; backing off and trying again (nothing is submitted "
-                         "twice: each send whose answer was lost is looked up first)")
+    assert events[0] == (
+        "Memory controller: list: no answer; backing off and trying again (nothing is submitted "
+        "twice: each send whose answer was lost is looked up first)"
+    )
     assert events[1:] == ["Memory controller: answering again"] and len(mem.creates) == 3
 
 

@@ -80,5 +80,6 @@ def test_describe_says_what_moves_it():
     assert describe(0.4, CONFIG, state, 4) == "etcd p99 400ms above 250ms for 4s; drains after 10s"
     state = run([(11, 0.4), (6, 0.1)])[-1]
     assert describe(0.1, CONFIG, state, 16) == (
-        "tripped 6s ago (etcd p99 100ms); resumes after 30s below 200ms (5s so far) and 54s more drained")
+        "tripped 6s ago (etcd p99 100ms); resumes after 30s below 200ms (5s so far) and 54s more drained"
+    )
     assert describe(0.1, CONFIG, BreakerState(), 0) == ""

@@ -5,16 +5,18 @@ from __future__ import annotations
 import pytest
 from urllib3.exceptions import NewConnectionError
 
-from stratctl.backends.kubernetes.connect import ONE_SHOT_BACKOFF, ONE_SHOT_PATIENCE
-from stratctl.run.throttle import Throttle
-from stratctl.errors import ExitCode, Unavailable, Unreachable
 from stratctl.backends.kubernetes.cluster import CONFIGMAP
+from stratctl.backends.kubernetes.connect import ONE_SHOT_BACKOFF, ONE_SHOT_PATIENCE
+from stratctl.errors import ExitCode, Unavailable, Unreachable
 from stratctl.run.outage import Change, Outage, duration
+from stratctl.run.throttle import Throttle
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.http_fakes import OK, Answer, cluster, status_body
 
-REFUSED = NewConnectionError(None, "HTTPSConnection(host='k8s.test', port=6443): Failed to establish a new "
-                                   "connection: [Errno 111] Connection refused")
+REFUSED = NewConnectionError(
+    None,
+    "HTTPSConnection(host='k8s.test', port=6443): Failed to establish a new connection: [Errno 111] Connection refused",
+)
 HANG = 3600  # seconds a request to a server over a paused etcd hangs
 
 
@@ -24,7 +26,7 @@ def test_an_outage_is_told_once_when_it_starts_and_once_when_it_ends():
     outage.listen(heard.append)
     outage.answered()
     clock.sleep(1)
-    assert outage.failed(Unavailable("a: refused"), sent=clock()) .__class__ is Unavailable
+    assert outage.failed(Unavailable("a: refused"), sent=clock()).__class__ is Unavailable
     clock.sleep(5)
     outage.failed(Unavailable("b: refused"), sent=clock())
     clock.sleep(5)
@@ -43,8 +45,9 @@ def test_past_its_patience_a_failure_becomes_unreachable_which_is_exit_3():
     clock.sleep(1)
     gave_up = outage.failed(Unavailable("get ConfigMap s: cannot reach the API server"), clock())
     assert type(gave_up) is Unreachable and not isinstance(gave_up, Unavailable)  # nothing retries it
-    assert str(gave_up) == ("no answer from the API server for 1m, giving up "
-                            "(last error: get ConfigMap s: cannot reach the API server)")
+    assert str(gave_up) == (
+        "no answer from the API server for 1m, giving up (last error: get ConfigMap s: cannot reach the API server)"
+    )
     assert gave_up.exit_code == ExitCode.CLUSTER
 
 
@@ -79,10 +82,14 @@ def one_shot(clock, *script):
     return cluster(clock, *script, patience=ONE_SHOT_PATIENCE, gate=throttle.call)
 
 
-@pytest.mark.parametrize("script, how", [((REFUSED,), "Connection refused"),
-                                          ((HANG,), "Read timed out"),
-                                          ((Answer(504, status_body(504, "Timeout", "etcdserver: request timed out")),),
-                                           "etcdserver: request timed out")])
+@pytest.mark.parametrize(
+    "script, how",
+    [
+        ((REFUSED,), "Connection refused"),
+        ((HANG,), "Read timed out"),
+        ((Answer(504, status_body(504, "Timeout", "etcdserver: request timed out")),), "etcdserver: request timed out"),
+    ],
+)
 def test_a_one_shot_command_gives_up_within_30s_of_a_server_that_is_down(script, how):
     clock = FakeClock()
     c = one_shot(clock, *script)

@@ -103,11 +103,14 @@ def test_pressure_says_what_the_quota_does_in_words():
         state = refused(state, CONFIG, now, retry_after=32)
         now = state.paused_until
     seen = pressure(state, CONFIG, now)
-    assert seen == Pressure(throttled_last_minute=3, qps=1.25, configured_qps=10, window=1, serial_writes=True,
-                            stalled=7.0, slowing=True)
+    assert seen == Pressure(
+        throttled_last_minute=3, qps=1.25, configured_qps=10, window=1, serial_writes=True, stalled=7.0, slowing=True
+    )
     assert seen.tight
-    assert seen.describe() == ("3 × 429 in the last minute, nothing accepted for 7s, pacing requests at 1.25/s "
-                               "(configured 10/s), one request at a time")
+    assert seen.describe() == (
+        "3 × 429 in the last minute, nothing accepted for 7s, pacing requests at 1.25/s "
+        "(configured 10/s), one request at a time"
+    )
     # answers bring the rate back: still 429s in the last minute, but nothing held back any more
     for i in range(9):
         state = answered(state, CONFIG, now + i * 0.1, 0.01, mutating=True)

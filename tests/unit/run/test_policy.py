@@ -24,12 +24,14 @@ def run(trace, config=CONFIG, start=0.0, step=2.0):
 
 
 def test_freed_gpus_raise_the_target_by_the_gangs_that_fit():
-    targets, holds, reasons = run([
-        lambda t: obs(in_flight=t, gangs_fit=0),
-        lambda t: obs(in_flight=t, gangs_fit=3),  # a competing job released GPUs: 3 gangs fit
-        lambda t: obs(in_flight=t, pending=3, gangs_fit=0),  # the 3 are being placed
-        lambda t: obs(in_flight=t, gangs_fit=1),
-    ])
+    targets, holds, reasons = run(
+        [
+            lambda t: obs(in_flight=t, gangs_fit=0),
+            lambda t: obs(in_flight=t, gangs_fit=3),  # a competing job released GPUs: 3 gangs fit
+            lambda t: obs(in_flight=t, pending=3, gangs_fit=0),  # the 3 are being placed
+            lambda t: obs(in_flight=t, gangs_fit=1),
+        ]
+    )
     assert targets == [4, 7, 7, 8]
     assert holds == [False] * 4
     assert reasons[1] == "3 more gang(s) fit in free GPUs: target 4 → 7"

@@ -93,7 +93,9 @@ def test_after_a_storm_the_bucket_is_back_at_qps_within_ten_answers():
         throttle.call(lambda: None, mutating=True)
         rates.append(throttle.bucket.qps)
     assert rates == [3, 4, 5, 6, 7, 8, 9, 10, 10]
-    assert clock.now - storm_over == pytest.approx(1 / 2 + 1 / 3 + 1 / 4 + 1 / 5 + 1 / 6 + 1 / 7 + 1 / 8 + 1 / 9 + 1 / 10)
+    assert clock.now - storm_over == pytest.approx(
+        1 / 2 + 1 / 3 + 1 / 4 + 1 / 5 + 1 / 6 + 1 / 7 + 1 / 8 + 1 / 9 + 1 / 10
+    )
 
 
 def test_throttle_does_not_retry_permanent_errors():
@@ -112,7 +114,9 @@ def test_throttle_does_not_retry_permanent_errors():
 
 def test_throttle_gives_up_after_max_attempts_with_the_last_error():
     clock = FakeClock()
-    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=1, cap=100, max_attempts=4), clock=clock, sleep=clock.sleep, rng=MaxRng())
+    throttle = Throttle(
+        qps=0, burst=1, backoff=Backoff(base=1, cap=100, max_attempts=4), clock=clock, sleep=clock.sleep, rng=MaxRng()
+    )
 
     def create():
         raise Unavailable("connection refused")
@@ -160,6 +164,7 @@ def test_writes_go_one_at_a_time_while_throttled_and_reads_beside_them():
         def fn():
             inside.append(name)
             release.wait(5)
+
         return lambda: throttle.call(fn, mutating=True)
 
     first = threading.Thread(target=write("w1"), daemon=True)
@@ -178,8 +183,15 @@ def test_writes_go_one_at_a_time_while_throttled_and_reads_beside_them():
 
 def test_throttled_requests_keep_retrying_longer_than_transient_errors():
     clock = FakeClock()
-    throttle = Throttle(qps=0, burst=1, backoff=Backoff(base=0.1, cap=1, max_attempts=3), patience=20,
-                        clock=clock, sleep=clock.sleep, rng=MaxRng())
+    throttle = Throttle(
+        qps=0,
+        burst=1,
+        backoff=Backoff(base=0.1, cap=1, max_attempts=3),
+        patience=20,
+        clock=clock,
+        sleep=clock.sleep,
+        rng=MaxRng(),
+    )
     calls = []
 
     def create():
@@ -239,8 +251,9 @@ def test_requests_waiting_while_the_rate_is_cut_go_at_the_rate_of_when_they_go()
     throttle.state = replace(throttle.state, rate=2.0, size=1.0)
     throttle.bucket.set_rate(2.0)
     started = time.monotonic()
-    threads = [threading.Thread(target=throttle.call, args=(lambda: None,), kwargs={"mutating": True})
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=throttle.call, args=(lambda: None,), kwargs={"mutating": True}) for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

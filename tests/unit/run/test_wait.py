@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from stratctl.cli.main import app
+from stratctl.errors import ExitCode, StudyChanged
 from stratctl.run.finish import finished, wait
 from stratctl.run.rows import StudyRow
-from stratctl.errors import ExitCode, StudyChanged
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make
@@ -20,8 +20,20 @@ runner = CliRunner()
 
 def row(**states) -> StudyRow:
     counts = {"waiting": 0, "pending": 0, "running": 0, "succeeded": 0, "failed": 0, **states}
-    return StudyRow(study="s", critical=False, drained=False, trials=4, states=counts, in_flight=0, target=None,
-                    decision="", attempts=0, preemptions=0, gpu_hours=0.0, gpu_hours_lost=0.0)
+    return StudyRow(
+        study="s",
+        critical=False,
+        drained=False,
+        trials=4,
+        states=counts,
+        in_flight=0,
+        target=None,
+        decision="",
+        attempts=0,
+        preemptions=0,
+        gpu_hours=0.0,
+        gpu_hours_lost=0.0,
+    )
 
 
 def reader(clock, timeline):
@@ -38,11 +50,22 @@ def reader(clock, timeline):
 
 def test_wait_returns_0_when_every_trial_succeeded_saying_only_changes():
     clock, lines = FakeClock(0.0), []
-    read, reads = reader(clock, [(0, row(pending=2, waiting=2)), (5, row(running=2, waiting=2)),
-                                 (9, row(running=2, succeeded=2)), (15, row(succeeded=4))])
+    read, reads = reader(
+        clock,
+        [
+            (0, row(pending=2, waiting=2)),
+            (5, row(running=2, waiting=2)),
+            (9, row(running=2, succeeded=2)),
+            (15, row(succeeded=4)),
+        ],
+    )
     assert wait(read, lines.append, interval=2.0, clock=clock, sleep=clock.sleep) == ExitCode.OK
-    assert lines == ["s: 2 waiting, 2 pending", "s: 2 waiting, 2 running", "s: 2 running, 2 succeeded",
-                     "s: finished, 4 succeeded"]
+    assert lines == [
+        "s: 2 waiting, 2 pending",
+        "s: 2 waiting, 2 running",
+        "s: 2 running, 2 succeeded",
+        "s: finished, 4 succeeded",
+    ]
     assert clock.now == 16.0 and reads == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
 
 

@@ -25,7 +25,6 @@ from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.trial import checkpoint, metrics
 from stratctl.trial.checkpoint import Checkpoints
-
 from tests.unit.studies import MINIMAL, load
 
 ROOT = Path(__file__).parents[3]
@@ -33,9 +32,15 @@ ROOT = Path(__file__).parents[3]
 
 def _child(code: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
     """A Python process running `code`, as a training script would, with stratctl importable."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **env}, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        **kwargs,
+    )
 
 
 # ---------------------------------------------------------------- standard library only
@@ -51,9 +56,16 @@ def test_importing_the_library_loads_the_standard_library_alone():
     assert outside == set()
     assert not {"typer", "rich", "yaml", "jinja2", "pydantic", "kubernetes", "urllib3", "orjson"} & loaded
     assert {m for m in loaded if m.startswith("stratctl.")} <= {
-        "stratctl.trial", "stratctl.trial.checkpoint", "stratctl.trial.contract", "stratctl.trial.metrics",
-        "stratctl.trial.preempt", "stratctl.labels", "stratctl.rendezvous", "stratctl.attempt",
-        "stratctl.trialstate"}
+        "stratctl.trial",
+        "stratctl.trial.checkpoint",
+        "stratctl.trial.contract",
+        "stratctl.trial.metrics",
+        "stratctl.trial.preempt",
+        "stratctl.labels",
+        "stratctl.rendezvous",
+        "stratctl.attempt",
+        "stratctl.trialstate",
+    }
 
 
 def test_the_import_contract_forbids_every_declared_dependency():
@@ -87,8 +99,10 @@ def test_the_contract_of_a_ps_trial_from_the_environment_its_backend_gives():
     assert (c.num_nodes, c.rank, c.task, c.task_index) == (5, 3, "worker", 1)
     assert c.addrs == ("t-ps-0.t", "t-ps-1.t", "t-worker-0.t", "t-worker-1.t", "t-worker-2.t")
     assert (c.master_addr, c.master_port) == ("t-ps-0.t", 21234)
-    assert c.roles == (trial.Role("ps", ("t-ps-0.t", "t-ps-1.t")),
-                       trial.Role("worker", ("t-worker-0.t", "t-worker-1.t", "t-worker-2.t")))
+    assert c.roles == (
+        trial.Role("ps", ("t-ps-0.t", "t-ps-1.t")),
+        trial.Role("worker", ("t-worker-0.t", "t-worker-1.t", "t-worker-2.t")),
+    )
     assert c.hosts("worker") == ("t-worker-0.t", "t-worker-1.t", "t-worker-2.t") and c.hosts("evaluator") == ()
     assert not c.is_master and trial.contract({**env, **rendezvous.environment(roles, 0, 1)}).is_master
 
@@ -102,12 +116,15 @@ def test_a_script_run_by_hand_is_one_node_of_rank_0_on_this_machine():
     assert (trial.backend({}), trial.params({}), trial.resuming({})) == ("local", {}, False)
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"STRATCTL_NUM_NODES": "two"}, "STRATCTL_NUM_NODES='two' is not a whole number"),
-    ({"STRATCTL_NUM_NODES": "2"}, "STRATCTL_NODE_ADDRS is not set"),
-    ({"STRATCTL_NUM_NODES": "2", "STRATCTL_NODE_ADDRS": "a"}, "lists 1 addresses for STRATCTL_NUM_NODES=2"),
-    ({"STRATCTL_NUM_NODES": "2", "STRATCTL_NODE_ADDRS": "a,b", "STRATCTL_NODE_RANK": "2"}, "outside 0..1"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"STRATCTL_NUM_NODES": "two"}, "STRATCTL_NUM_NODES='two' is not a whole number"),
+        ({"STRATCTL_NUM_NODES": "2"}, "STRATCTL_NODE_ADDRS is not set"),
+        ({"STRATCTL_NUM_NODES": "2", "STRATCTL_NODE_ADDRS": "a"}, "lists 1 addresses for STRATCTL_NUM_NODES=2"),
+        ({"STRATCTL_NUM_NODES": "2", "STRATCTL_NODE_ADDRS": "a,b", "STRATCTL_NODE_RANK": "2"}, "outside 0..1"),
+    ],
+)
 def test_a_contract_that_contradicts_itself_is_an_error_naming_the_variable(env, message):
     with pytest.raises(ValueError, match=message):
         trial.contract(env)
@@ -196,7 +213,8 @@ def test_a_crash_before_the_pointer_moves_keeps_the_previous_latest(tmp_path, mo
 
 def test_a_process_killed_mid_save_leaves_the_previous_latest_readable(tmp_path):
     # the child blocks once the new checkpoint's bytes are written, before its rename: SIGKILL there
-    child = _child("""
+    child = _child(
+        """
         import os, sys, time
         from stratctl.trial import Checkpoints
         ckpt = Checkpoints(os.environ["DIR"])
@@ -206,7 +224,9 @@ def test_a_process_killed_mid_save_leaves_the_previous_latest_readable(tmp_path)
             time.sleep(60)
         os.fsync = stuck
         ckpt.save({"step": 2, "weights": list(range(1000))}, 2)
-    """, {"DIR": str(tmp_path)})
+    """,
+        {"DIR": str(tmp_path)},
+    )
     try:
         assert child.stdout.readline() == "writing\n"
         child.kill()
@@ -295,8 +315,10 @@ def test_result_on_kubernetes_is_the_termination_message_status_reads(tmp_path, 
     monkeypatch.setattr(metrics, "TERMINATION_LOG", str(tmp_path / "termination-log"))
     trial.result(loss=0.231, accuracy=0.91)
     message = (tmp_path / "termination-log").read_text()
-    pod = {"metadata": {"labels": {"volcano.sh/job-name": "study-1a2b3c4d5e"}},
-           "status": {"containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": message}}}]}}
+    pod = {
+        "metadata": {"labels": {"volcano.sh/job-name": "study-1a2b3c4d5e"}},
+        "status": {"containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": message}}}]},
+    }
     jobs = {"study-1a2b3c4d5e": {"metadata": {"name": "study-1a2b3c4d5e"}}}
     assert results_in([pod], jobs) == {"study-1a2b3c4d5e": {"loss": 0.231, "accuracy": 0.91}}
     with pytest.raises(ValueError, match="termination message keeps 4096"):
@@ -316,8 +338,10 @@ def test_report_on_yarn_names_yarn_as_its_users_write_it(tmp_path, monkeypatch, 
     monkeypatch.setenv("STRATCTL_OUTPUT_DIR", str(tmp_path))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert trial.report(1, loss=0.5) is False
-    assert capsys.readouterr().err == ("stratctl.trial.report: the pruner does not run on YARN; values kept in "
-                                       "report.jsonl in the trial's output directory\n")
+    assert capsys.readouterr().err == (
+        "stratctl.trial.report: the pruner does not run on YARN; values kept in "
+        "report.jsonl in the trial's output directory\n"
+    )
 
 
 def test_report_on_slurm_keeps_the_values_and_says_once_that_no_pruner_runs(tmp_path, monkeypatch, capsys):
@@ -333,8 +357,10 @@ def test_report_on_slurm_keeps_the_values_and_says_once_that_no_pruner_runs(tmp_
     assert err.count("the pruner does not run on Slurm") == 1
     assert "step 2: values that are not finite numbers are left out (acc)" in err
     lines = [json.loads(line) for line in (tmp_path / "report.jsonl").read_text().splitlines()]
-    assert lines == [{"attempt": 1, "rank": 0, "step": 1, "values": {"loss": 0.5}},
-                     {"attempt": 1, "rank": 0, "step": 2, "values": {"loss": 0.4}}]
+    assert lines == [
+        {"attempt": 1, "rank": 0, "step": 1, "values": {"loss": 0.5}},
+        {"attempt": 1, "rank": 0, "step": 2, "values": {"loss": 0.4}},
+    ]
     with pytest.raises(ValueError, match="step must be a whole number"):
         trial.report(-1, loss=0.1)
     with pytest.raises(ValueError, match="'low' is not a number"):

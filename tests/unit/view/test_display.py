@@ -13,10 +13,28 @@ def text_of(renderable) -> str:
 
 
 def sample():
-    return Progress(study="sweep", total=40, created=12, existing=3, pending=2, running=5, succeeded=7, failed=1,
-                    waiting=25, target=8, reason="2 more gang(s) fit in free GPUs: target 6 → 8", throttled_429=4,
-                    throttle_waits=9, throttle_wait_seconds=3.5, api_requests=60, api_writes=16, free_gpus=10,
-                    gangs_fit=2, fragmentation=0.2, latency_p90=0.031)
+    return Progress(
+        study="sweep",
+        total=40,
+        created=12,
+        existing=3,
+        pending=2,
+        running=5,
+        succeeded=7,
+        failed=1,
+        waiting=25,
+        target=8,
+        reason="2 more gang(s) fit in free GPUs: target 6 → 8",
+        throttled_429=4,
+        throttle_waits=9,
+        throttle_wait_seconds=3.5,
+        api_requests=60,
+        api_writes=16,
+        free_gpus=10,
+        gangs_fit=2,
+        fragmentation=0.2,
+        latency_p90=0.031,
+    )
 
 
 def test_live_panel_shows_what_the_loop_is_doing():
@@ -32,8 +50,7 @@ def test_live_panel_shows_the_etcd_breaker_only_while_it_moves_or_holds():
     assert "etcd breaker" not in text_of(progress_table(sample()))
     p = sample()
     p.breaker = "tripped 12s ago (etcd p99 90ms); resumes after 30s below 200ms (4s so far)"
-    assert "etcd breaker  tripped 12s ago (etcd p99 90ms); resumes after 30s below 200ms" in text_of(
-        progress_table(p))
+    assert "etcd breaker  tripped 12s ago (etcd p99 90ms); resumes after 30s below 200ms" in text_of(progress_table(p))
 
 
 def test_log_lines_only_when_counts_change():
@@ -46,7 +63,9 @@ def test_log_lines_only_when_counts_change():
     log.update(p)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].endswith("sweep: 8/40 finished (1 failed), 7/8 in flight (2 pending), 25 waiting, 12 created, 4 x 429")
+    assert lines[0].endswith(
+        "sweep: 8/40 finished (1 failed), 7/8 in flight (2 pending), 25 waiting, 12 created, 4 x 429"
+    )
 
 
 def test_summary_lists_refused_trials_with_the_servers_message():
@@ -85,7 +104,7 @@ def test_the_summary_fits_a_terminal_between_words_and_stays_one_line_per_item_i
     p = sample()
     p.api_checks = 17
     p.api_sent = {"create Job": 12, "SelfSubjectAccessReview": 17, "get ConfigMap": 30, "list Job": 5}
-    p.errors = {"sweep-abc": "create Job stratctl-e2e/sweep-abc: spec.queue: Invalid value: \"missing\": no such queue"}
+    p.errors = {"sweep-abc": 'create Job stratctl-e2e/sweep-abc: spec.queue: Invalid value: "missing": no such queue'}
     piped = summary(p)
     assert len(piped.splitlines()) == 4  # one line per item, for grep
     wrapped = summary(p, width=80)

@@ -7,7 +7,6 @@ from prometheus_client import generate_latest
 
 from stratctl.cli.submit import submit
 from stratctl.errors import UsageError
-
 from stratctl.run.progress import Progress
 from stratctl.view.metrics import MetricsReporter
 
@@ -55,6 +54,7 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2():
         port = taken.getsockname()[1]
         with pytest.raises(UsageError) as caught:
             MetricsReporter().serve(port)
-    assert str(caught.value) == (f"--metrics-port {port}: 127.0.0.1:{port} is in use; "
-                                 "choose another port or stop what listens there")
+    assert str(caught.value) == (
+        f"--metrics-port {port}: 127.0.0.1:{port} is in use; choose another port or stop what listens there"
+    )
     assert caught.value.exit_code == 2

@@ -13,14 +13,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from stratctl.cli.main import app
-from stratctl.backends.kubernetes.status import collect, sort_trials
-from stratctl.run.rows import Snapshot
-from stratctl.backends.kubernetes.summary import study_row, summary_data
-from stratctl.run.rows import StudyRow, TrialRow
-from stratctl.errors import ExitCode, UsageError
 from stratctl.backends.kubernetes.record import StudyRecord
 from stratctl.backends.kubernetes.state import timestamp
+from stratctl.backends.kubernetes.status import collect, sort_trials
+from stratctl.backends.kubernetes.summary import study_row, summary_data
+from stratctl.cli.main import app
+from stratctl.errors import ExitCode, UsageError
+from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.view import statusout
 from stratctl.view.columns import duration, plural, study_note
 from tests.unit import recorded
@@ -45,18 +44,48 @@ def _golden(name: str, text: str) -> None:
 def trials() -> list[TrialRow]:
     def row(i, state, lr, batch, *, result=None, created=None, started=None, finished=None, **more):
         at = lambda minutes: None if minutes is None else NOW - minutes * 60  # noqa: E731
-        return TrialRow(STUDY, f"{STUDY}-{'3f2a9c01d4e5f6a7b8c9'[i:i + 8]}", state, more.pop("attempt", 0),
-                        params={"lr": lr, "batch_size": batch}, result=result, created=at(created),
-                        started=at(started), finished=at(finished), index=i, job=f"{STUDY}-{i}", **more)
+        return TrialRow(
+            STUDY,
+            f"{STUDY}-{'3f2a9c01d4e5f6a7b8c9'[i : i + 8]}",
+            state,
+            more.pop("attempt", 0),
+            params={"lr": lr, "batch_size": batch},
+            result=result,
+            created=at(created),
+            started=at(started),
+            finished=at(finished),
+            index=i,
+            job=f"{STUDY}-{i}",
+            **more,
+        )
 
     return [
-        row(0, "succeeded", 0.1, 32, result={"loss": 0.23134, "accuracy": 0.912}, created=255, started=251,
-            finished=0.5, gpu_seconds=4 * 15030),
-        row(1, "failed", 0.01, 64, attempt=1, failures=2, exit_code=3, created=30, started=29, finished=20,
-            reason="Error; failed 2 times, more than retries.max_failures=1"),
+        row(
+            0,
+            "succeeded",
+            0.1,
+            32,
+            result={"loss": 0.23134, "accuracy": 0.912},
+            created=255,
+            started=251,
+            finished=0.5,
+            gpu_seconds=4 * 15030,
+        ),
+        row(
+            1,
+            "failed",
+            0.01,
+            64,
+            attempt=1,
+            failures=2,
+            exit_code=3,
+            created=30,
+            started=29,
+            finished=20,
+            reason="Error; failed 2 times, more than retries.max_failures=1",
+        ),
         row(2, "running", 0.001, 32, created=6, started=5, preemptions=1),
-        row(3, "pending", 0.0001, 64, created=2,
-            pending="0/6 nodes are available: 6 Insufficient nvidia.com/gpu"),
+        row(3, "pending", 0.0001, 64, created=2, pending="0/6 nodes are available: 6 Insufficient nvidia.com/gpu"),
         row(4, "succeeded", 1e-05, 32, result={"loss": 0.4, "accuracy": 0.88}, created=90, started=88, finished=61),
     ]
 
@@ -108,8 +137,15 @@ def test_piped_output_is_plain_columns():
 def test_wide_adds_index_times_and_attempt_figures():
     out = statusout.text(snapshot(), True, wide=True)
     header = out.split("\n\n")[1].splitlines()[0].split()
-    assert header[0] == "index" and {"job", "preemptions", "failed_attempts", "gpu_hours", "start", "finish",
-                                     "exit_code"} <= set(header)
+    assert header[0] == "index" and {
+        "job",
+        "preemptions",
+        "failed_attempts",
+        "gpu_hours",
+        "start",
+        "finish",
+        "exit_code",
+    } <= set(header)
     assert "2025-05-01T07:49:00Z" in out  # the first trial's start, RFC 3339
 
 
@@ -148,7 +184,11 @@ def test_json_keys_are_snake_case_with_rfc3339_times_index_start_finish_duration
     assert doc["taken_at"] == "2025-05-01T12:00:00Z"
     first = doc["trials"][0]
     assert (first["index"], first["start"], first["finish"], first["duration_seconds"]) == (
-        0, "2025-05-01T07:49:00Z", "2025-05-01T11:59:30Z", 250.5 * 60)
+        0,
+        "2025-05-01T07:49:00Z",
+        "2025-05-01T11:59:30Z",
+        250.5 * 60,
+    )
     assert first["created"] == "2025-05-01T07:45:00Z"
     [study] = doc["studies"]
     assert (study["namespace"], study["failed_attempts"], study["states"]["failed"]) == ("ml-team", 2, 1)
@@ -184,17 +224,30 @@ def test_a_trial_given_up_after_one_failure_says_once():
 
 def test_words_and_durations():
     assert [plural(1, "trial"), plural(2, "trial"), plural(1, "study", "studies"), plural(0, "study", "studies")] == [
-        "1 trial", "2 trials", "1 study", "0 studies"]
+        "1 trial",
+        "2 trials",
+        "1 study",
+        "0 studies",
+    ]
     assert [duration(s) for s in (0, 45, 185, 840, 4 * 3600 + 11 * 60, 3600, 2 * 86400 + 3 * 3600)] == [
-        "0s", "45s", "3m05s", "14m", "4h11m", "1h", "2d3h"]
+        "0s",
+        "45s",
+        "3m05s",
+        "14m",
+        "4h11m",
+        "1h",
+        "2d3h",
+    ]
 
 
 # ------------------------------------------------------------------ the study row and its trials
 
 
 def test_a_finished_study_shows_its_outcome_not_a_decision():
-    rows = [TrialRow(STUDY, f"t{i}", "succeeded" if i < 22 else "failed", 0, created=NOW - 900, finished=NOW - 60)
-            for i in range(24)]
+    rows = [
+        TrialRow(STUDY, f"t{i}", "succeeded" if i < 22 else "failed", 0, created=NOW - 900, finished=NOW - 60)
+        for i in range(24)
+    ]
     record = StudyRecord(study=STUDY, spec_hash="h", trials=24, target=8, reason="adaptive: multiplicative decrease")
     study = study_row(record, rows, NOW)
     assert study_note(study, NOW) == "finished: 22 succeeded, 2 failed in 14m"
@@ -302,14 +355,18 @@ def test_an_empty_namespace_is_one_line(monkeypatch):
 def test_submit_ends_with_the_best_trial_and_its_parameters(finished_study, study_file, monkeypatch):
     from stratctl.run.progress import Progress
 
-    monkeypatch.setattr("stratctl.backends.launch.submit_study",
-                        lambda *a, **k: Progress(study="loop", total=10, succeeded=10, created=10))
+    monkeypatch.setattr(
+        "stratctl.backends.launch.submit_study",
+        lambda *a, **k: Progress(study="loop", total=10, succeeded=10, created=10),
+    )
     result = CliRunner().invoke(app, ["submit", study_file()])
     assert result.exit_code == 0, result.output
     last = result.stdout.splitlines()[-1]
     best = min((t for t in collect(finished_study, "stratctl-e2e", "loop").trials), key=lambda t: t.result["loss"])
-    assert last == (f"best trial by loss (lowest): {best.trial} (lr={best.params['lr']}, "
-                    f"layers={best.params['layers']}): loss {best.result['loss']:.4g}")
+    assert last == (
+        f"best trial by loss (lowest): {best.trial} (lr={best.params['lr']}, "
+        f"layers={best.params['layers']}): loss {best.result['loss']:.4g}"
+    )
 
 
 def test_best_n_by_a_metric_highest_first_and_the_default_ranking():
@@ -334,8 +391,8 @@ def test_the_table_of_a_study_no_loop_follows_explains_its_first_trials_while_re
     same time from their own PodGroups, and the namespace's PodGroups are never listed."""
     from stratctl.backends.kubernetes.cluster import PODGROUP, VOLCANO_JOB
     from stratctl.backends.kubernetes.state import podgroup_name
-    from tests.unit.recorded import unschedulable_podgroup
     from tests.unit.backends.kubernetes.test_summary import run_until
+    from tests.unit.recorded import unschedulable_podgroup
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, _ = make(study_file(), cluster, clock)
@@ -347,8 +404,14 @@ def test_the_table_of_a_study_no_loop_follows_explains_its_first_trials_while_re
         group = unschedulable_podgroup(job)
         group["metadata"]["name"] = podgroup_name(job)
         cluster.create(group)
-    cluster.create({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "default"},
-                    "status": {"state": "Open"}})
+    cluster.create(
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "default"},
+            "status": {"state": "Open"},
+        }
+    )
     cluster.record("loop")["data"].pop("summary", None)  # no loop follows it
     cluster.listed.clear()
     snap = collect(cluster, "stratctl-e2e", "loop", now=5000.0 + clock(), shown=4, reasons_for_all=False)

@@ -31,6 +31,7 @@ class QuotaCluster(FakeCluster):
             self.metrics.count(what)
             self.writes_at.append((self.clock(), what))
             return fn()
+
         return self.gate(attempt, mutating=True)
 
     def advance(self, finish="Completed"):
@@ -71,8 +72,9 @@ def test_a_stream_of_429s_with_free_gpus_leaves_the_target_where_the_gpus_put_it
     cluster.gate = submitter.throttle.call
     submitter.signals = Roomy()
     seen = []
-    submitter.reporter = type("R", (), {"update": lambda self, p: seen.append((p.target, p.api_note)),
-                                        "event": lambda self, m: None})()
+    submitter.reporter = type(
+        "R", (), {"update": lambda self, p: seen.append((p.target, p.api_note)), "event": lambda self, m: None}
+    )()
     progress = submitter.run()
     targets = [t for t, _ in seen]
     # every trial once, all succeeded; half of all writes were refused
@@ -97,12 +99,20 @@ def test_the_panel_says_when_the_api_quota_not_the_gpus_is_the_bottleneck():
     from stratctl.run.pace import Pressure
     from stratctl.run.progress import Progress
 
-    p = Progress(study="sweep", total=100, running=9, waiting=60, target=16, wanted=7,
-                 api=Pressure(throttled_last_minute=12, qps=3, configured_qps=5, window=1, serial_writes=True,
-                              slowing=True))
+    p = Progress(
+        study="sweep",
+        total=100,
+        running=9,
+        waiting=60,
+        target=16,
+        wanted=7,
+        api=Pressure(throttled_last_minute=12, qps=3, configured_qps=5, window=1, serial_writes=True, slowing=True),
+    )
     out = text(progress_table(p))
-    assert ("API quota  12 × 429 in the last minute, pacing requests at 3/s (configured 5/s), one request at a time; "
-            "GPUs: target 16, in flight 9 — the API quota, not the GPUs, is the bottleneck") in out
+    assert (
+        "API quota  12 × 429 in the last minute, pacing requests at 3/s (configured 5/s), one request at a time; "
+        "GPUs: target 16, in flight 9 — the API quota, not the GPUs, is the bottleneck"
+    ) in out
     # the GPUs full: the quota pushes back but is not the bottleneck
     p.running, p.wanted = 16, 0
     assert "is the bottleneck" not in text(progress_table(p))
@@ -115,14 +125,17 @@ def test_the_panel_says_when_the_api_quota_not_the_gpus_is_the_bottleneck():
 
 
 def test_status_shows_the_quota_note_a_running_loop_keeps_fresh_in_the_record():
-    from stratctl.backends.kubernetes.summary import build
     from stratctl.backends.kubernetes.record import StudyRecord, parse_record, record_manifest
+    from stratctl.backends.kubernetes.summary import build
     from stratctl.view.tables import studies_table
 
-    note = ("API quota: 12 × 429 in the last minute, pacing requests at 3/s (configured 5/s), one request at a time; "
-            "GPUs: target 16, in flight 9 — the API quota, not the GPUs, is the bottleneck")
-    record = StudyRecord(study="sweep", spec_hash="x", trials=100, target=16, reason="target 16",
-                         api_quota=note, api_quota_at=1000.0)
+    note = (
+        "API quota: 12 × 429 in the last minute, pacing requests at 3/s (configured 5/s), one request at a time; "
+        "GPUs: target 16, in flight 9 — the API quota, not the GPUs, is the bottleneck"
+    )
+    record = StudyRecord(
+        study="sweep", spec_hash="x", trials=100, target=16, reason="target 16", api_quota=note, api_quota_at=1000.0
+    )
     cm = record_manifest(record, "stratctl-e2e")
     assert parse_record(cm).api_quota == note
     (row,), _ = build(1030.0, [cm], {})

@@ -8,17 +8,17 @@ import json
 import pytest
 
 from stratctl import labels
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD, PODGROUP
+from stratctl.backends.kubernetes.disruptions import Disruptions
 from stratctl.backends.kubernetes.drain import drain
+from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_of
 from stratctl.backends.kubernetes.recovery import Carried, usage
 from stratctl.backends.kubernetes.requeue import Requeue
+from stratctl.backends.kubernetes.state import TrialState, classify, podgroup_name, preemptions, run_starts, timestamp
 from stratctl.backends.kubernetes.status import _first_trials, collect
 from stratctl.backends.kubernetes.summary import build, latest_slim
-from stratctl.errors import StudyError
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, PODGROUP, POD
-from stratctl.backends.kubernetes.disruptions import Disruptions
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_of
-from stratctl.backends.kubernetes.state import TrialState, classify, podgroup_name, preemptions, run_starts, timestamp
 from stratctl.core.spec import load_study
+from stratctl.errors import StudyError
 from tests.unit import recorded
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
@@ -98,7 +98,9 @@ def run_jobs(cluster: FakeCluster, finish: dict[str, str] | None = None, at: str
                 pod = recorded.batch_pod(job, i, started=at)
                 cluster.objects[("v1", "Pod", ns, pod["metadata"]["name"])] = pod
         elif state is TrialState.RUNNING:
-            ended = recorded.batch_preempted_job() if finish.get(name) == "preempted" else recorded.batch_completed_job()
+            ended = (
+                recorded.batch_preempted_job() if finish.get(name) == "preempted" else recorded.batch_completed_job()
+            )
             job["status"] = ended["status"]
             for i in range(2):
                 pod = cluster.objects.get(("v1", "Pod", ns, f"{name}-{i}abcd"))
@@ -106,8 +108,12 @@ def run_jobs(cluster: FakeCluster, finish: dict[str, str] | None = None, at: str
                     cluster.objects.pop(("v1", "Pod", ns, f"{name}-{i}abcd"), None)
                 elif pod:
                     pod["status"]["phase"] = "Succeeded"
-                    pod["status"]["containerStatuses"] = [{"name": "worker", "state": {"terminated": {
-                        "exitCode": 0, "message": json.dumps({"loss": len(name) / 100})}}}]
+                    pod["status"]["containerStatuses"] = [
+                        {
+                            "name": "worker",
+                            "state": {"terminated": {"exitCode": 0, "message": json.dumps({"loss": len(name) / 100})}},
+                        }
+                    ]
 
 
 def test_status_lists_batch_trials_with_their_results_and_gpu_time(tmp_path):
@@ -131,8 +137,9 @@ def test_status_lists_batch_trials_with_their_results_and_gpu_time(tmp_path):
     assert snap.studies[0].gpu_hours == pytest.approx(3 * 2 * 3600 / 3600)  # 10:01 -> 11:01 on 2 GPUs each
     # the table's fast path (a loop's summary, then the first trials by name) reads batch/v1 Jobs and their pods too
     first, _ = _first_trials(cluster, "stratctl-e2e", cluster.record("loop"), now + 86400, 2)
-    assert [(t.trial, t.state, t.result, t.gpu_seconds) for t in first] == \
-        [(t.trial, t.state, t.result, t.gpu_seconds) for t in snap.trials][:2]
+    assert [(t.trial, t.state, t.result, t.gpu_seconds) for t in first] == [
+        (t.trial, t.state, t.result, t.gpu_seconds) for t in snap.trials
+    ][:2]
 
 
 def test_the_loop_stores_a_summary_with_running_batch_trials_and_their_gpu_time(tmp_path):
@@ -223,8 +230,16 @@ def test_a_batch_attempt_whose_preempted_pod_never_terminates_is_ended_and_resum
             return None
 
     wall = FakeClock(timestamp("2025-05-01T10:31:10Z"))
-    requeue = Requeue(cluster, submitter.renderer, submitter.study, submitter.trials, BATCH_JOB, submitter.reporter,
-                      clock=wall, signals=Signals())
+    requeue = Requeue(
+        cluster,
+        submitter.renderer,
+        submitter.study,
+        submitter.trials,
+        BATCH_JOB,
+        submitter.reporter,
+        clock=wall,
+        signals=Signals(),
+    )
     name = trials[0].name
     assert requeue.step({name: TrialState.RUNNING}, {name: job}, drained=False) == {name: TrialState.RUNNING}
     wall.sleep(10)  # 20 s past its deletion time
@@ -245,8 +260,9 @@ def test_a_batch_study_must_not_restart_pods_on_failure(tmp_path):
         load_study(path)
     line = text.splitlines().index("  restart_policy: OnFailure") + 1
     [problem] = e.value.problems
-    assert str(problem).startswith(f"{path}:{line}:19: trial.restart_policy: workload 'batch' needs restart_policy "
-                                   "Never")
+    assert str(problem).startswith(
+        f"{path}:{line}:19: trial.restart_policy: workload 'batch' needs restart_policy Never"
+    )
     # a study rendering its own template decides for itself
     open(path, "w").write(text + "templates_dir: mine\n")
     assert load_study(path).trial.restart_policy == "OnFailure"
@@ -257,19 +273,24 @@ def test_a_batch_trials_pods_are_its_replicas_and_its_gang_the_minimum(tmp_path)
     from stratctl.core.space import expand
 
     path = tmp_path / "elastic.yaml"
-    path.write_text(BATCH_STUDY.replace("tasks: [{name: worker, replicas: 2}]",
-                                        "tasks: [{name: worker, replicas: 8, min_available: 4}]"))
+    path.write_text(
+        BATCH_STUDY.replace(
+            "tasks: [{name: worker, replicas: 2}]", "tasks: [{name: worker, replicas: 8, min_available: 4}]"
+        )
+    )
     study = load_study(path)
     group, job, _service = Renderer(study).render(expand(study)[0])
     assert group["spec"]["minMember"] == 4
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (8, 8)
     assert job["spec"]["podFailurePolicy"]["rules"] == [
-        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
 def test_carried_totals_ride_on_a_resumed_batch_attempt():
-    resumed = recorded.batch_running_job(attempt=1, annotations=Carried(preemptions=1, gpu_seconds_lost=100,
-                                                                         gpu_seconds=100).annotations())
+    resumed = recorded.batch_running_job(
+        attempt=1, annotations=Carried(preemptions=1, gpu_seconds_lost=100, gpu_seconds=100).annotations()
+    )
     [study], [trial] = rows([resumed], starts={resumed["metadata"]["uid"]: timestamp("2025-05-01T10:10:00Z")})
     assert (trial.attempt, trial.preemptions, trial.gpu_seconds) == (1, 1, 100 + 60 * 2)

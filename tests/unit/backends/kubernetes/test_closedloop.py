@@ -15,7 +15,6 @@ from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make as make_loop
 
-
 SEARCH = """\
 name: tpe
 namespace: stratctl-e2e
@@ -69,12 +68,21 @@ class SearchCluster(FakeCluster):
         trial = meta["labels"][labels.TRIAL]
         message = "" if trial in self.silent else json.dumps({"loss": loss(params)})
         self.objects[("v1", "Pod", self.namespace, f"{meta['name']}-worker-0")] = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{meta['name']}-worker-0", "namespace": self.namespace,
-                         "labels": {"volcano.sh/job-name": meta["name"], labels.STUDY: meta["labels"][labels.STUDY],
-                                    labels.TRIAL: trial}},
-            "status": {"phase": "Succeeded", "containerStatuses": [
-                {"name": "worker", "state": {"terminated": {"exitCode": 0, "message": message}}}]},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{meta['name']}-worker-0",
+                "namespace": self.namespace,
+                "labels": {
+                    "volcano.sh/job-name": meta["name"],
+                    labels.STUDY: meta["labels"][labels.STUDY],
+                    labels.TRIAL: trial,
+                },
+            },
+            "status": {
+                "phase": "Succeeded",
+                "containerStatuses": [{"name": "worker", "state": {"terminated": {"exitCode": 0, "message": message}}}],
+            },
         }
 
 
@@ -84,6 +92,7 @@ def search_file(tmp_path):
         path = tmp_path / "study.yaml"
         path.write_text(text)
         return str(path)
+
     return write
 
 
@@ -136,7 +145,7 @@ def test_a_killed_loop_is_continued_without_a_duplicate_and_within_the_budget(se
     assert 3 < len(before) < 9
     second, _ = make(search_file(), cluster, clock)
     progress = second.run()
-    assert cluster.creates[:len(before)] == before
+    assert cluster.creates[: len(before)] == before
     assert len(cluster.creates) == 9 == len(set(cluster.creates))
     assert progress.succeeded == 9 and progress.total == 9
     assert progress.created == 9 - len(before)
@@ -201,8 +210,11 @@ def test_drained_trials_come_back_and_count_once(search_file):
     assert running <= set(held.trials)
     # `stratctl resume` brings them back as their next attempt, from the marks alone (no job left)
     assert set(resume(cluster, cluster.namespace, "tpe").resumed) == running
-    attempts = {j["metadata"]["labels"][labels.TRIAL]: j["metadata"]["labels"][labels.ATTEMPT] for j in cluster.jobs()
-                if j["metadata"]["labels"][labels.TRIAL] in running}
+    attempts = {
+        j["metadata"]["labels"][labels.TRIAL]: j["metadata"]["labels"][labels.ATTEMPT]
+        for j in cluster.jobs()
+        if j["metadata"]["labels"][labels.TRIAL] in running
+    }
     assert set(attempts.values()) == {"1"}
     progress = make(search_file(), cluster, clock)[0].run()
     trials = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs()}
@@ -213,8 +225,10 @@ def test_status_ranks_by_the_declared_objective(search_file):
     from stratctl.backends.kubernetes.status import declared_ranking
 
     cluster, clock = SearchCluster(), FakeClock()
-    text = SEARCH.replace("objective: {metric: loss, direction: minimize}",
-                          "objective: [{metric: score, direction: maximize}, {metric: loss}]")
+    text = SEARCH.replace(
+        "objective: {metric: loss, direction: minimize}",
+        "objective: [{metric: score, direction: maximize}, {metric: loss}]",
+    )
     submitter, _ = make(search_file(text), cluster, clock)
     submitter.run()
     assert declared_ranking(cluster, cluster.namespace, "tpe") == "-score"
@@ -248,8 +262,10 @@ def test_trials_that_ended_while_no_loop_followed_are_told_and_recorded(search_f
     assert all(e["state"] == "complete" for e in told(cluster).values())
 
 
-PRUNED = SEARCH.replace("objective: {metric: loss, direction: minimize}\n",
-                        "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3}\n")
+PRUNED = SEARCH.replace(
+    "objective: {metric: loss, direction: minimize}\n",
+    "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3}\n",
+)
 STEPS = 4  # steps a trial runs (one per cycle) before it ends
 
 
@@ -310,7 +326,9 @@ def test_the_pruner_stops_losing_trials_and_their_gpus_go_to_the_next(search_fil
     complete = [e for e in entries.values() if e["state"] == "complete"]
     for name in pruned:
         entry = entries[name]
-        assert entry["step"] < STEPS - 1 and entry["value"] == pytest.approx(loss(entry["params"]) + 1 / (entry["step"] + 1))
+        assert entry["step"] < STEPS - 1 and entry["value"] == pytest.approx(
+            loss(entry["params"]) + 1 / (entry["step"] + 1)
+        )
         # worse than the median of the trials that ended, at the step it was stopped
         at_step = sorted(dict(e["steps"])[entry["step"]] for e in complete if entry["step"] in dict(e["steps"]))
         assert entry["value"] > at_step[len(at_step) // 2 - (len(at_step) % 2 == 0)]
@@ -319,11 +337,11 @@ def test_the_pruner_stops_losing_trials_and_their_gpus_go_to_the_next(search_fil
     assert parse_record(cluster.record("tpe")).finished == {name: "pruned" for name in pruned}
     # status shows them, with their parameters and last value
     from stratctl.backends.kubernetes.status import collect
+
     snap = collect(cluster, cluster.namespace, "tpe")
     rows = {r.trial: r for r in snap.trials}
     assert {n for n, r in rows.items() if r.state == "pruned"} == pruned
-    assert all(rows[n].params == entries[n]["params"] and rows[n].result["loss"] == entries[n]["value"]
-               for n in pruned)
+    assert all(rows[n].params == entries[n]["params"] and rows[n].result["loss"] == entries[n]["value"] for n in pruned)
     assert snap.studies[0].states["pruned"] == len(pruned)
     assert all(rows[n].finished is not None for n in pruned)  # when it was stopped: the study can end
 

@@ -13,7 +13,9 @@ def status(message, code):
 
 
 def test_429_becomes_throttled_with_retry_after():
-    err = error_for(429, status("Too many requests, please try again later.", 429), {"Retry-After": "3"}, "create Job ns/a")
+    err = error_for(
+        429, status("Too many requests, please try again later.", 429), {"Retry-After": "3"}, "create Job ns/a"
+    )
     assert isinstance(err, Throttled)
     assert err.retry_after == 3.0
     assert str(err) == "create Job ns/a: Too many requests, please try again later."
@@ -27,7 +29,15 @@ def test_503_with_retry_after_is_throttling_and_without_is_transient():
 
 @pytest.mark.parametrize(
     "code, cls",
-    [(409, AlreadyExists), (404, NotFound), (422, Invalid), (403, Invalid), (400, Invalid), (500, Unavailable), (504, Unavailable)],
+    [
+        (409, AlreadyExists),
+        (404, NotFound),
+        (422, Invalid),
+        (403, Invalid),
+        (400, Invalid),
+        (500, Unavailable),
+        (504, Unavailable),
+    ],
 )
 def test_statuses_map_to_error_classes(code, cls):
     err = error_for(code, status(f"boom {code}", code), {}, "create Job ns/a")
@@ -41,7 +51,10 @@ def test_non_json_body_is_kept_readable():
 
 
 def test_resource_paths():
-    assert resource_path("batch.volcano.sh/v1alpha1", "Job", "ns", "t-1") == "/apis/batch.volcano.sh/v1alpha1/namespaces/ns/jobs/t-1"
+    assert (
+        resource_path("batch.volcano.sh/v1alpha1", "Job", "ns", "t-1")
+        == "/apis/batch.volcano.sh/v1alpha1/namespaces/ns/jobs/t-1"
+    )
     assert resource_path("v1", "ConfigMap", "ns") == "/api/v1/namespaces/ns/configmaps"
     assert resource_path("v1", "Node", "ignored") == "/api/v1/nodes"
     assert resource_path("v1", "Pod", None) == "/api/v1/pods"
@@ -52,10 +65,18 @@ def test_resource_paths():
 def test_a_list_trims_each_page_as_it_arrives():
     """`transform` runs on a page's objects before the next page is asked for: a list of
     100,000 jobs holds one page untrimmed, never all of them."""
+
     def page(names, token):
-        return Answer(200, json.dumps({"items": [{"metadata": {"name": n, "managedFields": [1]}, "spec": {"big": "x"}}
-                                                 for n in names],
-                                       "metadata": {"continue": token, "resourceVersion": "7"}}).encode())
+        return Answer(
+            200,
+            json.dumps(
+                {
+                    "items": [{"metadata": {"name": n, "managedFields": [1]}, "spec": {"big": "x"}} for n in names],
+                    "metadata": {"continue": token, "resourceVersion": "7"},
+                }
+            ).encode(),
+        )
+
     made = cluster(FakeClock(), page(["a", "b"], "t1"), page(["c"], ""))
     trimmed_before_next = []
 

@@ -17,21 +17,34 @@ import yaml
 
 from stratctl.backends.kubernetes.shellnames import within
 
-RECORDS = {"items": [
-    {"metadata": {"name": f"stratctl-study-{n}", "labels": {"stratctl.io/study": n}}} for n in ("sweep", "ppo", "ab")
-] + [{"metadata": {"name": "unrelated", "labels": {}}}], "metadata": {}}
+RECORDS = {
+    "items": [
+        {"metadata": {"name": f"stratctl-study-{n}", "labels": {"stratctl.io/study": n}}}
+        for n in ("sweep", "ppo", "ab")
+    ]
+    + [{"metadata": {"name": "unrelated", "labels": {}}}],
+    "metadata": {},
+}
 
 
 def kubeconfig(tmp_path, port: int, scheme: str = "http") -> str:
     path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
-        "clusters": [{"name": "c", "cluster": {"server": f"{scheme}://127.0.0.1:{port}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "lab", "context": {"cluster": "c", "user": "u", "namespace": "ns"}},
-                     {"name": "prod", "context": {"cluster": "c", "user": "u", "namespace": "ns"}},
-                     {"name": "laptop", "context": {"cluster": "c", "user": "u"}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "lab",
+                "clusters": [{"name": "c", "cluster": {"server": f"{scheme}://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "lab", "context": {"cluster": "c", "user": "u", "namespace": "ns"}},
+                    {"name": "prod", "context": {"cluster": "c", "user": "u", "namespace": "ns"}},
+                    {"name": "laptop", "context": {"cluster": "c", "user": "u"}},
+                ],
+            }
+        )
+    )
     return str(path)
 
 
@@ -69,8 +82,13 @@ def server():
 
 def tab(words: str, kubeconfig_path: str) -> tuple[list[str], float]:
     """What bash completion gets for `words` (the cursor after the last one), and how long it took."""
-    env = {**os.environ, "_STRATCTL_COMPLETE": "complete_bash", "COMP_WORDS": words,
-           "COMP_CWORD": str(len(words.split(" ")) - 1), "KUBECONFIG": kubeconfig_path}
+    env = {
+        **os.environ,
+        "_STRATCTL_COMPLETE": "complete_bash",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split(" ")) - 1),
+        "KUBECONFIG": kubeconfig_path,
+    }
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "stratctl"], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -8,18 +8,19 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.controller import Submitter
-from stratctl.run.options import SubmitOptions
-from stratctl.errors import Invalid
 from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
-from stratctl.run.policy import Decision, StaticPolicy
+from stratctl.backends.kubernetes.controller import Submitter
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from stratctl.errors import Invalid
+from stratctl.run.options import SubmitOptions
+from stratctl.run.policy import Decision, StaticPolicy
 from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import STUDY, make
+
 
 def test_keeps_the_cap_in_flight_until_every_trial_finishes(study_file):
     cluster, clock = FakeCluster(), FakeClock()
@@ -78,8 +79,14 @@ def detached(study_file, max_inflight: int):
 
     cluster, clock = Watching(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock, detach=True, max_inflight=max_inflight)
-    submitter.jobs = Mirror(cluster, VOLCANO_JOB, all_namespaces=False, namespace=submitter.namespace,
-                            label_selector=study_selector(submitter.study), transform=trimmed_job).start(follow=False)
+    submitter.jobs = Mirror(
+        cluster,
+        VOLCANO_JOB,
+        all_namespaces=False,
+        namespace=submitter.namespace,
+        label_selector=study_selector(submitter.study),
+        transform=trimmed_job,
+    ).start(follow=False)
     return submitter, cluster
 
 
@@ -101,8 +108,14 @@ def test_a_detach_that_needs_a_second_cycle_watches_from_a_fresh_list_and_create
 
     def observed():
         states = observe()
-        cycles.append((submitter.jobs.following, sorted(j["metadata"]["name"] for j in submitter.jobs.items()),
-                       sorted(submitter._unseen), sorted(cluster.creates)))
+        cycles.append(
+            (
+                submitter.jobs.following,
+                sorted(j["metadata"]["name"] for j in submitter.jobs.items()),
+                sorted(submitter._unseen),
+                sorted(cluster.creates),
+            )
+        )
         return states
 
     submitter.observe = observed
@@ -195,8 +208,16 @@ def test_failed_trials_are_retried_max_failures_times_then_count_as_finished(stu
         clock.sleep(seconds)
         cluster.advance(finish="Failed")
 
-    submitter = Submitter(study, trials, Renderer(study), cluster, throttle, SubmitOptions(poll_interval=1, workers=1),
-                          clock=clock, sleep=sleep)
+    submitter = Submitter(
+        study,
+        trials,
+        Renderer(study),
+        cluster,
+        throttle,
+        SubmitOptions(poll_interval=1, workers=1),
+        clock=clock,
+        sleep=sleep,
+    )
     progress = submitter.run()
     assert (progress.failed, progress.succeeded, progress.created) == (10, 0, 10)
     assert len(cluster.creates) == 30  # every trial: attempts 0, 1 and 2
@@ -364,8 +385,10 @@ def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_c
     # layers 2: 10 s, layers 4: 20 s (listed order, so both kinds wait side by side); the
     # gang it yields to can start in 16 s: backfill window 13 s
     path = tmp_path / "study.yaml"
-    path.write_text(STUDY.replace("throttle: {", "throttle: {order: listed, ")
-                    + 'cost: {expected_duration: "{{ params.layers * 5 }}s"}\n')
+    path.write_text(
+        STUDY.replace("throttle: {", "throttle: {order: listed, ")
+        + 'cost: {expected_duration: "{{ params.layers * 5 }}s"}\n'
+    )
     submitter, trials = make(path, cluster, clock)
     layers = {t.name: t.params["layers"] for t in trials}
     ahead = Precedence("stratctl-e2e/prod-0", 12, "prod", 1000)

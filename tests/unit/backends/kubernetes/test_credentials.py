@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from stratctl.errors import Unavailable
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, Cluster
 from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
+from stratctl.errors import Unavailable
 
 
 @pytest.fixture
@@ -29,7 +29,14 @@ def api():
         def _answer(self, status: int, doc: dict) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
-            seen.append({"method": self.command, "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+            seen.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": {k.lower(): v for k, v in self.headers.items()},
+                    "body": body,
+                }
+            )
             payload = json.dumps(body if body is not None else doc).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -56,7 +63,8 @@ def api():
 
 def kubeconfig(tmp_path, server: str, user: str = "{token: s3cret}", cluster_extra: str = "") -> str:
     path = tmp_path / "kubeconfig"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         apiVersion: v1
         kind: Config
         clusters: [{{name: c, cluster: {{server: "{server}"{cluster_extra}}}}}]
@@ -65,7 +73,8 @@ def kubeconfig(tmp_path, server: str, user: str = "{token: s3cret}", cluster_ext
         - {{name: lab, context: {{cluster: c, user: u, namespace: ml}}}}
         - {{name: other, context: {{cluster: c, user: u}}}}
         current-context: lab
-        """))
+        """)
+    )
     return str(path)
 
 
@@ -91,8 +100,11 @@ def test_a_token_goes_over_urllib3_alone_without_loading_the_kubernetes_client(t
 
 def test_bodies_are_written_as_json_writes_them(tmp_path, api):
     cluster = Cluster.connect(kubeconfig(tmp_path, f"http://127.0.0.1:{api.server_port}"))
-    cluster.request("POST", "/api/v1/namespaces/ml/configmaps",
-                    body={"metadata": {"name": "x"}, "data": {8080: "port"}, "big": 2**70, "ratio": 0.5})
+    cluster.request(
+        "POST",
+        "/api/v1/namespaces/ml/configmaps",
+        body={"metadata": {"name": "x"}, "data": {8080: "port"}, "big": 2**70, "ratio": 0.5},
+    )
     assert api.seen[0]["body"] == {"metadata": {"name": "x"}, "data": {"8080": "port"}, "big": 2**70, "ratio": 0.5}
     cluster.close()
 
@@ -113,12 +125,19 @@ def test_a_token_file_is_read_relative_to_the_kubeconfig_and_a_context_chosen_by
 def test_an_exec_plugin_goes_through_the_kubernetes_client(tmp_path, api):
     from kubernetes.client import ApiClient
 
-    credential = json.dumps({"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
-                             "status": {"token": "from-plugin"}})
+    credential = json.dumps(
+        {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "kind": "ExecCredential",
+            "status": {"token": "from-plugin"},
+        }
+    )
     plugin = tmp_path / "plugin.py"
     plugin.write_text(f"print({credential!r})\n")
-    user = (f"{{exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: {sys.executable}, "
-            f"args: [{plugin}], interactiveMode: Never}}}}")
+    user = (
+        f"{{exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: {sys.executable}, "
+        f"args: [{plugin}], interactiveMode: Never}}}}"
+    )
     path = kubeconfig(tmp_path, f"http://127.0.0.1:{api.server_port}", user=user)
     with pytest.raises(Unsupported):
         static_credentials(path, None)
@@ -131,13 +150,16 @@ def test_an_exec_plugin_goes_through_the_kubernetes_client(tmp_path, api):
     assert api.seen[-1]["headers"]["authorization"] == "Bearer from-plugin"
 
 
-@pytest.mark.parametrize("user, extra", [
-    ("{exec: {command: get-token}}", ""),
-    ("{auth-provider: {name: oidc}}", ""),
-    ("{username: a, password: b}", ""),
-    ("{token: t}", ", proxy-url: 'http://proxy:3128'"),
-    ("{token: t}", ", tls-server-name: api.internal"),
-])
+@pytest.mark.parametrize(
+    "user, extra",
+    [
+        ("{exec: {command: get-token}}", ""),
+        ("{auth-provider: {name: oidc}}", ""),
+        ("{username: a, password: b}", ""),
+        ("{token: t}", ", proxy-url: 'http://proxy:3128'"),
+        ("{token: t}", ", tls-server-name: api.internal"),
+    ],
+)
 def test_what_needs_more_than_a_token_or_a_certificate_is_left_to_the_client(tmp_path, user, extra):
     with pytest.raises(Unsupported):
         static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443", user, extra), None)
@@ -152,8 +174,9 @@ def test_an_unknown_context_or_file_is_left_to_the_client_which_says_what_is_wro
 
 
 def test_tls_follows_the_kubeconfig(tmp_path):
-    insecure = static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443", "{token: t}",
-                                             ", insecure-skip-tls-verify: true"), None)
+    insecure = static_credentials(
+        kubeconfig(tmp_path, "https://127.0.0.1:6443", "{token: t}", ", insecure-skip-tls-verify: true"), None
+    )
     assert insecure.tls.verify_mode == ssl.CERT_NONE and not insecure.tls.check_hostname
     checked = static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443/"), None)
     assert checked.tls.verify_mode == ssl.CERT_REQUIRED and checked.server == "https://127.0.0.1:6443"
@@ -161,16 +184,37 @@ def test_tls_follows_the_kubeconfig(tmp_path):
 
 
 def test_a_cluster_ca_is_the_only_one_trusted_and_the_systems_are_for_a_cluster_naming_none(tmp_path):
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
-                    "-keyout", str(tmp_path / "ca.key"), "-out", str(tmp_path / "ca.crt")], check=True,
-                   capture_output=True)
-    own = static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443", "{token: t}",
-                                        f", certificate-authority: {tmp_path / 'ca.crt'}"), None)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test-ca",
+            "-keyout",
+            str(tmp_path / "ca.key"),
+            "-out",
+            str(tmp_path / "ca.crt"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    own = static_credentials(
+        kubeconfig(tmp_path, "https://127.0.0.1:6443", "{token: t}", f", certificate-authority: {tmp_path / 'ca.crt'}"),
+        None,
+    )
     assert [dict(c["subject"][0])["commonName"] for c in own.tls.get_ca_certs()] == ["test-ca"]
     assert own.tls.verify_mode == ssl.CERT_REQUIRED and own.tls.check_hostname
     system = ssl.create_default_context().cert_store_stats()["x509_ca"]
-    assert static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443"), None).tls.cert_store_stats()[
-        "x509_ca"] == system
+    assert (
+        static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443"), None).tls.cert_store_stats()["x509_ca"]
+        == system
+    )
 
 
 def test_a_server_that_refuses_is_unavailable_naming_what_happened(tmp_path):

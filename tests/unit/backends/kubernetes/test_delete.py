@@ -10,20 +10,23 @@ from typer.testing import CliRunner
 
 from stratctl import labels
 from stratctl.backends.kubernetes import delete as core
-from stratctl.errors import ExitCode, UsageError
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, PODGROUP, SERVICE
+from stratctl.backends.kubernetes.cluster import POD, PODGROUP, SERVICE
 from stratctl.backends.kubernetes.record import LOOP_KEY, LOOP_STALE, loop_following, record_name
+from stratctl.errors import ExitCode, UsageError
+from tests.unit.backends.kubernetes.test_drain import submitted
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make
-from tests.unit.backends.kubernetes.test_drain import submitted
 
 NOW = 1_000_000.0
 
 
 def objects_of(cluster, study):
-    return sorted((k[1], k[3]) for k, o in cluster.objects.items()
-                  if (o["metadata"].get("labels") or {}).get(labels.STUDY) == study)
+    return sorted(
+        (k[1], k[3])
+        for k, o in cluster.objects.items()
+        if (o["metadata"].get("labels") or {}).get(labels.STUDY) == study
+    )
 
 
 def with_pods(cluster, study):
@@ -121,8 +124,9 @@ def test_a_batch_attempts_service_goes_with_its_job_and_an_orphaned_one_is_delet
 def test_keep_record_keeps_only_the_record(tmp_path):
     cluster = FakeCluster()
     submitted(tmp_path, cluster, "sweep")
-    outcome = core.delete(cluster, cluster.namespace, "sweep", keep_record=True, clock=FakeClock(),
-                          sleep=lambda s: None)
+    outcome = core.delete(
+        cluster, cluster.namespace, "sweep", keep_record=True, clock=FakeClock(), sleep=lambda s: None
+    )
     assert outcome.kept_record and "record" not in outcome.deleted
     assert objects_of(cluster, "sweep") == [("ConfigMap", record_name("sweep"))]
 
@@ -165,8 +169,9 @@ def test_check_refuses_a_followed_study_unless_forced_and_asks_only_on_a_termina
         core.check(found, NOW, force=True, yes=False, interactive=False)
 
 
-@pytest.mark.parametrize("at, running, following", [(NOW - 5, True, True), (NOW - LOOP_STALE - 1, True, False),
-                                                    (NOW - 5, False, False)])
+@pytest.mark.parametrize(
+    "at, running, following", [(NOW - 5, True, True), (NOW - LOOP_STALE - 1, True, False), (NOW - 5, False, False)]
+)
 def test_a_stale_or_stopped_heartbeat_is_no_loop(tmp_path, at, running, following):
     cluster = FakeCluster()
     submitted(tmp_path, cluster, "sweep")
@@ -227,8 +232,10 @@ def test_delete_without_a_terminal_and_without_yes_refuses_with_exit_2(cli):
 def test_delete_asks_on_a_terminal(cli):
     result = cli(tty=True, answer="n\n")
     assert result.exit_code == 1 and cli.cluster.record("sweep")
-    assert "Delete study sweep in namespace stratctl-e2e: 3 job(s), 0 PodGroup(s), 0 pod(s) and its record?" \
+    assert (
+        "Delete study sweep in namespace stratctl-e2e: 3 job(s), 0 PodGroup(s), 0 pod(s) and its record?"
         in result.stdout
+    )
     result = cli(tty=True, answer="y\n")
     assert result.exit_code == 0, result.output
     assert "sweep: deleted 3 job(s), 0 PodGroup(s), 0 pod(s), and its record" in result.stdout
@@ -241,7 +248,9 @@ def test_delete_yes_json_and_the_force_a_followed_study_needs(cli):
     assert refused.exit_code == 2 and "--force" in refused.stderr and len(refused.stderr.splitlines()) == 1
     result = cli("--yes", "--force", "-o", "json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"study": "sweep", "deleted": {"jobs": 3, "podgroups": 0, "pods": 0,
-                                                                       "services": 0, "record": 1},
-                                         "left": {}, "kept_record": False}
-
+    assert json.loads(result.stdout) == {
+        "study": "sweep",
+        "deleted": {"jobs": 3, "podgroups": 0, "pods": 0, "services": 0, "record": 1},
+        "left": {},
+        "kept_record": False,
+    }

@@ -4,9 +4,9 @@ counts as preempted though its Evict event expired, and without listing events."
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.requeue import Requeue
 from stratctl.backends.kubernetes.cluster import EVENT, VOLCANO_JOB
 from stratctl.backends.kubernetes.disruptions import Disruptions
+from stratctl.backends.kubernetes.requeue import Requeue
 from stratctl.backends.kubernetes.state import TrialState, classify_attempt, timestamp
 from tests.unit import recorded
 from tests.unit.fake_cluster import FakeCluster
@@ -17,11 +17,15 @@ from tests.unit.loop import make
 def volcano_pod(job: dict, name: str = "w-0") -> dict:
     """A pod of a Volcano Job, owned by it."""
     meta = job["metadata"]
-    return {"metadata": {"namespace": "stratctl-e2e", "name": f"{meta['name']}-{name}",
-                         "labels": {"volcano.sh/job-name": meta["name"]},
-                         "ownerReferences": [{"kind": "Job", "name": meta["name"], "uid": meta["uid"],
-                                              "controller": True}]},
-            "status": {"phase": "Running", "startTime": "2025-05-01T10:01:00Z"}}
+    return {
+        "metadata": {
+            "namespace": "stratctl-e2e",
+            "name": f"{meta['name']}-{name}",
+            "labels": {"volcano.sh/job-name": meta["name"]},
+            "ownerReferences": [{"kind": "Job", "name": meta["name"], "uid": meta["uid"], "controller": True}],
+        },
+        "status": {"phase": "Running", "startTime": "2025-05-01T10:01:00Z"},
+    }
 
 
 def test_a_disrupted_pod_is_remembered_by_job_after_its_deletion_for_a_while():
@@ -90,8 +94,16 @@ class Signals:
 def requeue_for(study_file, cluster, signals):
     submitter, trials = make(study_file(), cluster, FakeClock())
     submitter.ensure_record()
-    requeue = Requeue(cluster, submitter.renderer, submitter.study, submitter.trials, VOLCANO_JOB, submitter.reporter,
-                      clock=FakeClock(timestamp("2025-05-01T10:30:00Z")), signals=signals)
+    requeue = Requeue(
+        cluster,
+        submitter.renderer,
+        submitter.study,
+        submitter.trials,
+        VOLCANO_JOB,
+        submitter.reporter,
+        clock=FakeClock(timestamp("2025-05-01T10:30:00Z")),
+        signals=signals,
+    )
     return requeue, trials
 
 
@@ -151,7 +163,8 @@ def test_without_the_pods_story_the_evict_events_decide_once_per_job(study_file)
             requeue.step({name: TrialState.FAILED}, {name: job}, drained=False)
         assert cluster.get(VOLCANO_JOB, f"{name}-a1")["metadata"]["annotations"][labels.PREEMPTIONS] == "1"
         assert [selector for kind, selector in cluster.listed if kind == EVENT] == [
-            f"involvedObject.name={name}-uid-{name},reason=Evict"]
+            f"involvedObject.name={name}-uid-{name},reason=Evict"
+        ]
 
 
 def test_the_submit_loop_hands_its_pod_signals_to_recovery(study_file):
@@ -175,6 +188,7 @@ def test_the_submit_loop_hands_its_pod_signals_to_recovery(study_file):
     class LoopSignals(Signals):
         def capacity(self, now=None):
             from stratctl.backends.kubernetes.capacity import Capacity
+
             return Capacity(64, 32, 0.0, 8)
 
         def latency_p90(self):

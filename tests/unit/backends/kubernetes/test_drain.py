@@ -6,13 +6,13 @@ import pytest
 
 from stratctl import labels
 from stratctl.backends.kubernetes.controller import Submitter
-from stratctl.run.options import SubmitOptions
 from stratctl.backends.kubernetes.drain import drain, resume
-from stratctl.errors import UsageError
 from stratctl.backends.kubernetes.record import suspended_of
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from stratctl.errors import UsageError
+from stratctl.run.options import SubmitOptions
 from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
@@ -26,9 +26,17 @@ def submitted(tmp_path, cluster, name, critical=False, inflight=3):
     study = load_study(path)
     clock = FakeClock()
     throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep)
-    submitter = Submitter(study, expand(study), Renderer(study), cluster, throttle,
-                          SubmitOptions(max_inflight=inflight, workers=1), clock=clock, sleep=clock.sleep,
-                          source=path.read_text())
+    submitter = Submitter(
+        study,
+        expand(study),
+        Renderer(study),
+        cluster,
+        throttle,
+        SubmitOptions(max_inflight=inflight, workers=1),
+        clock=clock,
+        sleep=clock.sleep,
+        source=path.read_text(),
+    )
     submitter.ensure_record()
     for trial in expand(study)[:inflight]:
         submitter.submit_trial(trial)

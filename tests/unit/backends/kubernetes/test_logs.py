@@ -12,11 +12,16 @@ from tests.unit.fake_cluster import FakeCluster
 
 
 def pod(name, trial="t1", attempt=0, task="worker", node="n1", containers=("main",), study="s"):
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "stratctl-e2e",
-                         "labels": {labels.STUDY: study, labels.TRIAL: trial, labels.ATTEMPT: str(attempt),
-                                    core.TASK_KEY: task}},
-            "spec": {"nodeName": node, "containers": [{"name": c} for c in containers]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "stratctl-e2e",
+            "labels": {labels.STUDY: study, labels.TRIAL: trial, labels.ATTEMPT: str(attempt), core.TASK_KEY: task},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": c} for c in containers]},
+    }
 
 
 class LogCluster(FakeCluster):
@@ -28,8 +33,7 @@ class LogCluster(FakeCluster):
         self.breaks: list[int] = []
         self.asked: list[dict] = []
 
-    def pod_log(self, name, namespace=None, container=None, tail=None, follow=False, timestamps=False,
-                since_time=None):
+    def pod_log(self, name, namespace=None, container=None, tail=None, follow=False, timestamps=False, since_time=None):
         self.asked.append({"pod": name, "container": container, "tail": tail, "since": since_time})
         lines = self.logs[(name, container)]
         if since_time is not None:  # the API server's sinceTime has whole seconds
@@ -45,11 +49,19 @@ class LogCluster(FakeCluster):
 
 def test_the_latest_attempt_of_the_trial_is_read_and_a_task_narrows_it():
     cluster = LogCluster()
-    for p in (pod("t1-w-0"), pod("t1a1-w-0", attempt=1), pod("t1a1-w-1", attempt=1),
-              pod("t1a1-ps-0", attempt=1, task="ps"), pod("t2-w-0", trial="t2")):
+    for p in (
+        pod("t1-w-0"),
+        pod("t1a1-w-0", attempt=1),
+        pod("t1a1-w-1", attempt=1),
+        pod("t1a1-ps-0", attempt=1, task="ps"),
+        pod("t2-w-0", trial="t2"),
+    ):
         cluster.create(p)
-    assert [p["metadata"]["name"] for p in core.pods_of(cluster, "stratctl-e2e", "s", "t1")] == \
-        ["t1a1-ps-0", "t1a1-w-0", "t1a1-w-1"]
+    assert [p["metadata"]["name"] for p in core.pods_of(cluster, "stratctl-e2e", "s", "t1")] == [
+        "t1a1-ps-0",
+        "t1a1-w-0",
+        "t1a1-w-1",
+    ]
     assert [p["metadata"]["name"] for p in core.pods_of(cluster, "stratctl-e2e", "s", "t1", "ps")] == ["t1a1-ps-0"]
     with pytest.raises(UsageError, match=r"no task 'eval' \(tasks: ps, worker\)"):
         core.pods_of(cluster, "stratctl-e2e", "s", "t1", "eval")

@@ -11,8 +11,12 @@ from stratctl.backends.kubernetes.lost import LOST_AFTER, LOST_AFTER_MAX, Sighti
 def job(phase: str | None = "Pending", lost_before: int | None = None, api: str = "batch.volcano.sh/v1alpha1") -> dict:
     notes = {labels.LOST: str(lost_before)} if lost_before is not None else {}
     status = {"state": {"phase": phase}} if phase else {}
-    return {"apiVersion": api, "kind": "Job", "metadata": {"name": "t", "uid": "u1", "annotations": notes},
-            "status": status}
+    return {
+        "apiVersion": api,
+        "kind": "Job",
+        "metadata": {"name": "t", "uid": "u1", "annotations": notes},
+        "status": status,
+    }
 
 
 def group(phase: str) -> dict:
@@ -22,16 +26,19 @@ def group(phase: str) -> dict:
 POD = {"metadata": {"name": "t-worker-0", "labels": {"volcano.sh/job-name": "t"}}, "status": {"phase": "Pending"}}
 
 
-@pytest.mark.parametrize("what, the_job, the_group, pods, seen", [
-    ("admitted, no pods", job(), group("Inqueue"), [], "PodGroup Inqueue"),
-    ("no PodGroup", job(), None, [], "no PodGroup"),
-    ("never seen by the controller (no status)", job(phase=None), None, [], "no PodGroup"),
-    ("a gang waiting for GPUs", job(), group("Pending"), [], None),
-    ("admitted, pods being made", job(), group("Inqueue"), [POD], None),
-    ("running", job("Running"), group("Running"), [POD], None),
-    ("finished, pods cleaned up", job("Completed"), None, [], None),
-    ("a batch/v1 Job", job(api="batch/v1"), None, [], None),
-])
+@pytest.mark.parametrize(
+    "what, the_job, the_group, pods, seen",
+    [
+        ("admitted, no pods", job(), group("Inqueue"), [], "PodGroup Inqueue"),
+        ("no PodGroup", job(), None, [], "no PodGroup"),
+        ("never seen by the controller (no status)", job(phase=None), None, [], "no PodGroup"),
+        ("a gang waiting for GPUs", job(), group("Pending"), [], None),
+        ("admitted, pods being made", job(), group("Inqueue"), [POD], None),
+        ("running", job("Running"), group("Running"), [POD], None),
+        ("finished, pods cleaned up", job("Completed"), None, [], None),
+        ("a batch/v1 Job", job(api="batch/v1"), None, [], None),
+    ],
+)
 def test_symptoms(what, the_job, the_group, pods, seen):
     assert symptom(the_job, the_group, pods) == seen, what
 
@@ -49,7 +56,15 @@ def test_a_gang_waiting_for_gpus_for_hours_is_never_lost():
 
 def test_attempts_lost_in_a_row_get_twice_as_long_each_up_to_16_minutes():
     assert [patience(job(lost_before=n)) for n in (None, 0, 1, 2, 3, 4, 5, 50)] == [
-        60.0, 60.0, 120.0, 240.0, 480.0, 960.0, 960.0, LOST_AFTER_MAX]
+        60.0,
+        60.0,
+        120.0,
+        240.0,
+        480.0,
+        960.0,
+        960.0,
+        LOST_AFTER_MAX,
+    ]
     assert not is_lost(job(lost_before=1), None, [], 0.0, 119.0) and is_lost(job(lost_before=1), None, [], 0.0, 120.0)
 
 

@@ -15,9 +15,9 @@ from prometheus_client import generate_latest
 from urllib3.exceptions import ProtocolError
 
 from stratctl import labels
-from stratctl.errors import Invalid, Unavailable
 from stratctl.backends.kubernetes.cluster import POD, VOLCANO_JOB
 from stratctl.backends.kubernetes.mirror import Mirror, watch_health
+from stratctl.errors import Invalid, Unavailable
 from stratctl.view.display import LogDisplay, progress_table
 from stratctl.view.metrics import MetricsReporter
 from tests.unit.fake_cluster import FakeCluster
@@ -59,8 +59,9 @@ class ScriptedCluster:
         items, version = answer
         return ([transform(o) for o in items] if transform else items), version
 
-    def watch(self, kind, resource_version, namespace=None, label_selector=None, timeout_seconds=30,
-              all_namespaces=False):
+    def watch(
+        self, kind, resource_version, namespace=None, label_selector=None, timeout_seconds=30, all_namespaces=False
+    ):
         self.calls.append(("watch", resource_version))
         self.on_call(self.calls[-1])
         if not self.watches:
@@ -98,8 +99,11 @@ def names(mirror: Mirror) -> dict[str, str]:
     return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in mirror.items()}
 
 
-@pytest.mark.parametrize("error", [ValueError("boom"), KeyError("metadata"), RuntimeError("bug"),
-                                   ProtocolError("Connection broken")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("boom"), KeyError("metadata"), RuntimeError("bug"), ProtocolError("Connection broken")],
+    ids=lambda e: type(e).__name__,
+)
 def test_any_exception_is_survived_by_relisting_and_watching_again_from_the_new_version(error):
     cluster = ScriptedCluster(
         lists=[([pod("a", "1")], "10"), ([pod("a", "1"), pod("b", "12")], "12")],
@@ -122,8 +126,9 @@ def test_backoff_waits_double_up_to_the_cap_with_seeded_jitter_and_start_over_af
     expected = random.Random(7)
     steps = [1, 2, 4, 8, 16, 30, 30] + [1]  # 7 failures in a row, a watch the server ended, then one more
     assert waits == [expected.uniform(step / 2, step) for step in steps]
-    assert cluster.calls == ([("list",), ("watch", "10")] + [("list",)] * 7
-                             + [("watch", "20"), ("watch", "20"), ("list",), ("watch", "30")])
+    assert cluster.calls == (
+        [("list",), ("watch", "10")] + [("list",)] * 7 + [("watch", "20"), ("watch", "20"), ("list",), ("watch", "30")]
+    )
     assert mirror.failures == 8
 
 
@@ -144,8 +149,15 @@ def test_a_410_on_the_version_just_listed_backs_off_instead_of_relisting_in_a_ti
     cluster = ScriptedCluster(lists=[([], "10"), ([], "10"), ([], "42")], watches=[[gone], [gone], []])
     mirror, waits = run(cluster)
     assert waits == [1.0, 2.0] and mirror.failures == 2
-    assert cluster.calls == [("list",), ("watch", "10"), ("list",), ("watch", "10"), ("list",), ("watch", "42"),
-                             ("watch", "42")]
+    assert cluster.calls == [
+        ("list",),
+        ("watch", "10"),
+        ("list",),
+        ("watch", "10"),
+        ("list",),
+        ("watch", "42"),
+        ("watch", "42"),
+    ]
 
 
 def test_health_flips_when_the_watch_breaks_and_back_when_events_flow_with_one_warning_each(caplog):
@@ -220,7 +232,9 @@ def test_watch_health_sums_every_mirror_and_names_only_the_broken_ones():
     broken = ScriptedCluster(lists=[([], "10"), ([], "11")], watches=[[ValueError("x")]])
     mirror, _ = run(broken, clock=FakeClock(1000.0))  # broke, relisted, then the script ended its watch
     assert watch_health([healthy, None, object(), mirror]) == (
-        3, f"Pod watch broken since {since(1000.0)}: ValueError: x")
+        3,
+        f"Pod watch broken since {since(1000.0)}: ValueError: x",
+    )
     assert watch_health([healthy, None]) == (2, None)
 
 
@@ -243,16 +257,18 @@ def test_the_mirror_tells_the_last_state_of_deleted_objects_and_of_those_a_relis
 def test_a_trimmed_job_keeps_what_the_loop_reads_in_a_fraction_of_the_bytes(tmp_path):
     import json
 
-    from stratctl.run.queues import queue_of_job
     from stratctl.backends.kubernetes.gpus import job_gpus
     from stratctl.backends.kubernetes.mirror import trimmed_job
     from stratctl.backends.kubernetes.state import attempt_of, classify, podgroup_name
     from stratctl.core.render import Renderer
     from stratctl.core.space import expand
+    from stratctl.run.queues import queue_of_job
     from tests.unit.studies import MINIMAL, load
 
-    text = MINIMAL.replace('args: ["--lr={{ params.lr }}"]', 'args: ["--lr={{ params.lr }}"]\n  env: {DATA: /data/'
-                           + "x" * 400 + '}\n  command: ["python", "-m", "train"]')
+    text = MINIMAL.replace(
+        'args: ["--lr={{ params.lr }}"]',
+        'args: ["--lr={{ params.lr }}"]\n  env: {DATA: /data/' + "x" * 400 + '}\n  command: ["python", "-m", "train"]',
+    )
     study = load(tmp_path, text)
     job = Renderer(study).render(expand(study)[0], attempt=1)[0]
     job["metadata"].update(uid="u-1", managedFields=[{"manager": "stratctl", "fieldsV1": {"f:spec": {}}}])
@@ -266,7 +282,8 @@ def test_a_trimmed_job_keeps_what_the_loop_reads_in_a_fraction_of_the_bytes(tmp_
     assert after["metadata"]["labels"] == before["metadata"]["labels"] and "managedFields" not in after["metadata"]
     assert after["status"] == before["status"]
     assert {k: v for k, v in after["spec"].items() if k != "tasks"} == {
-        k: v for k, v in before["spec"].items() if k != "tasks"}
+        k: v for k, v in before["spec"].items() if k != "tasks"
+    }
     # another trial of the same shape: its trimmed pod spec is the very same object
     other = Renderer(study).render(expand(study)[1], attempt=0)[0]
     assert other["metadata"]["name"] != job["metadata"]["name"]
@@ -294,13 +311,19 @@ def test_a_thousand_mirrored_jobs_hold_a_fraction_of_their_parsed_bytes(tmp_path
 
     study = load(tmp_path, MINIMAL)
     job = Renderer(study).render(expand(study)[0], attempt=0)[0]
-    job["status"] = {"state": {"phase": "Pending", "lastTransitionTime": "2026-12-05T15:17:35Z"},
-                     "conditions": [{"status": "Pending", "lastTransitionTime": "2026-12-05T15:17:35Z"}],
-                     "minAvailable": 2}
+    job["status"] = {
+        "state": {"phase": "Pending", "lastTransitionTime": "2026-12-05T15:17:35Z"},
+        "conditions": [{"status": "Pending", "lastTransitionTime": "2026-12-05T15:17:35Z"}],
+        "minAvailable": 2,
+    }
     answers = []
     for i in range(1000):
-        job["metadata"].update(name=f"mirror-{i:010x}", uid=f"623b6fb2-e9e4-4f21-ad4c-{i:012x}",
-                               resourceVersion=str(100000 + i), creationTimestamp="2026-12-05T15:16:12Z")
+        job["metadata"].update(
+            name=f"mirror-{i:010x}",
+            uid=f"623b6fb2-e9e4-4f21-ad4c-{i:012x}",
+            resourceVersion=str(100000 + i),
+            creationTimestamp="2026-12-05T15:16:12Z",
+        )
         job["metadata"]["labels"][labels.TRIAL] = job["metadata"]["name"]
         answers.append(json.dumps(job).encode())
     tracemalloc.start()

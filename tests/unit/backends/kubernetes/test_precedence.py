@@ -1,7 +1,7 @@
 """Yielding to higher-priority gangs: who outranks the study, and the rule that holds for them."""
 
-from stratctl.run.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
 from stratctl.backends.kubernetes.precedence import Precedence, higher_priority_waiting, priority_values
+from stratctl.run.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
 
 CLASSES = [
     {"metadata": {"name": "prod"}, "value": 1000},
@@ -12,15 +12,24 @@ VALUES, DEFAULT = priority_values(CLASSES)
 
 
 def node(name, gpus):
-    return {"metadata": {"name": name}, "spec": {},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def pod(node_name, gpus, priority, group=None, phase="Running"):
     meta = {"name": "p", "namespace": "ns", "annotations": {"scheduling.k8s.io/group-name": group} if group else {}}
-    return {"metadata": meta, "status": {"phase": phase},
-            "spec": {"nodeName": node_name, "priority": priority,
-                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+    return {
+        "metadata": meta,
+        "status": {"phase": phase},
+        "spec": {
+            "nodeName": node_name,
+            "priority": priority,
+            "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+    }
 
 
 def group(name, gpus, cls, phase="Pending"):
@@ -49,8 +58,19 @@ def test_a_higher_priority_gang_blocked_by_lower_priority_pods_is_waited_for():
 
 def test_equal_or_lower_priority_running_or_gpu_less_gangs_are_not():
     pods = [pod("a", 8, 10)]
-    assert waiting([group("peer", 4, "research"), group("low", 4, "batch"), group("nameless", 4, None),
-                    group("done", 4, "prod", phase="Running"), group("cpu", 0, "prod")], pods) == []
+    assert (
+        waiting(
+            [
+                group("peer", 4, "research"),
+                group("low", 4, "batch"),
+                group("nameless", 4, None),
+                group("done", 4, "prod", phase="Running"),
+                group("cpu", 0, "prod"),
+            ],
+            pods,
+        )
+        == []
+    )
 
 
 def test_a_gang_that_could_not_fit_even_without_lower_priority_work_is_not_waited_for():
@@ -59,8 +79,9 @@ def test_a_gang_that_could_not_fit_even_without_lower_priority_work_is_not_waite
     # 10 GPUs held by pods of its own rank leave 6: a 12-GPU gang cannot start whatever the study does
     assert waiting([group("prod-1", 12, "prod")], [pod("a", 8, 1000), pod("b", 2, 1000)]) == []
     # its own pods already bound do not count against it
-    assert waiting([group("prod-1", 12, "prod", phase="Inqueue")],
-                   [pod("a", 8, 1000, group="prod-1"), pod("b", 4, 10)]) == [Precedence("ns/prod-1", 12, "prod", 1000)]
+    assert waiting(
+        [group("prod-1", 12, "prod", phase="Inqueue")], [pod("a", 8, 1000, group="prod-1"), pod("b", 4, 10)]
+    ) == [Precedence("ns/prod-1", 12, "prod", 1000)]
 
 
 def test_only_gangs_of_the_study_queue_count_when_it_is_given():
@@ -108,15 +129,25 @@ def test_a_static_cap_yields_too_and_keeps_its_cap():
 
 def test_a_yielding_static_cap_backfills_like_adaptive():
     # production can start in 30 s; two gangs fit meanwhile: only trials ending 3 s before it may go
-    o = Observed(in_flight=3, pending=0, waiting=50, gangs_fit=5, precedence="ns/prod-0 (12 GPUs, prod)",
-                 shadow=30.0, backfill_fit=2)
+    o = Observed(
+        in_flight=3,
+        pending=0,
+        waiting=50,
+        gangs_fit=5,
+        precedence="ns/prod-0 (12 GPUs, prod)",
+        shadow=30.0,
+        backfill_fit=2,
+    )
     decision = StaticPolicy(8).decide(o, 0.0)
     assert (decision.hold, decision.backfill, decision.admit(o)) == (False, 27.0, 2)
-    assert decision.reason == ("yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 30s: "
-                               "backfilling trials expected to end before")
+    assert decision.reason == (
+        "yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 30s: "
+        "backfilling trials expected to end before"
+    )
     # no known start (a pod without an expected end): hold
-    unknown = Observed(in_flight=3, pending=0, waiting=50, gangs_fit=5, precedence="ns/prod-0 (12 GPUs, prod)",
-                       backfill_fit=2)
+    unknown = Observed(
+        in_flight=3, pending=0, waiting=50, gangs_fit=5, precedence="ns/prod-0 (12 GPUs, prod)", backfill_fit=2
+    )
     assert StaticPolicy(8).decide(unknown, 0.0).hold
 
 
@@ -165,17 +196,40 @@ def test_shadow_time_is_when_released_gpus_reach_the_waiting_gang():
 
 def test_while_yielding_trials_that_end_before_the_shadow_time_are_backfilled():
     config = AdaptiveConfig(min=1, initial=4, max=32, backfill_margin=3)
-    o = Observed(in_flight=6, pending=1, waiting=50, gangs_fit=0, free_gpus=6,
-                 precedence="ns/prod-0 (12 GPUs, prod)", shadow=16.0, backfill_fit=3)
+    o = Observed(
+        in_flight=6,
+        pending=1,
+        waiting=50,
+        gangs_fit=0,
+        free_gpus=6,
+        precedence="ns/prod-0 (12 GPUs, prod)",
+        shadow=16.0,
+        backfill_fit=3,
+    )
     decision, _ = decide(o, config, PolicyState(8), 100.0)
     assert (decision.hold, decision.backfill, decision.room) == (False, 13.0, 3)
-    assert decision.reason == ("yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 16s: "
-                               "backfilling trials expected to end before")
+    assert decision.reason == (
+        "yielding to higher-priority gang ns/prod-0 (12 GPUs, prod); it can start in 16s: "
+        "backfilling trials expected to end before"
+    )
     assert decision.admit(o) == 2  # the target (8 - 6) bounds it; no queued allowance while yielding
     # no room left before the shadow, or no free GPUs, or an unknown shadow: plain yield
     for shadow, fit in ((2.5, 3), (16.0, 0), (None, 3)):
-        d, _ = decide(Observed(in_flight=6, pending=0, waiting=50, gangs_fit=0, free_gpus=6, backfill_fit=fit,
-                               precedence="ns/prod-0 (12 GPUs, prod)", shadow=shadow), config, PolicyState(8), 100.0)
+        d, _ = decide(
+            Observed(
+                in_flight=6,
+                pending=0,
+                waiting=50,
+                gangs_fit=0,
+                free_gpus=6,
+                backfill_fit=fit,
+                precedence="ns/prod-0 (12 GPUs, prod)",
+                shadow=shadow,
+            ),
+            config,
+            PolicyState(8),
+            100.0,
+        )
         assert d.hold and d.backfill is None
 
 
@@ -197,8 +251,12 @@ def test_higher_priority_gangs_that_cannot_start_now_are_blocked():
     # production's 12 pods wait for a node; 4 GPUs are free: it cannot start, and neither can a
     # queued 6-GPU gang of its rank whose pods do not exist yet; a 2-GPU one could
     pods = [pod("a", 8, 10), pod("b", 4, 10)] + [pod(None, 1, 1000, group="prod-0", phase="Pending")] * 12
-    groups = [group("prod-0", 12, "prod", phase="Inqueue"), group("prod-1", 6, "prod"), group("prod-2", 2, "prod"),
-              group("peer", 6, "research")]
+    groups = [
+        group("prod-0", 12, "prod", phase="Inqueue"),
+        group("prod-1", 6, "prod"),
+        group("prod-2", 2, "prod"),
+        group("peer", 6, "research"),
+    ]
     assert blocked_above(groups, pods, 4, 10, VALUES, DEFAULT) == {("ns", "prod-0"), ("ns", "prod-1")}
     # with 12 free GPUs production's gang starts at the scheduler's next cycle: it is demand
     assert blocked_above(groups, pods, 12, 10, VALUES, DEFAULT) == set()

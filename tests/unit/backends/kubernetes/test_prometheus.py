@@ -7,7 +7,13 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from stratctl.backends.kubernetes.prometheus import ETCD_P99, VOLCANO_LATENCY_P90_MS, ControlPlane, ControlPlaneWatch, Prometheus
+from stratctl.backends.kubernetes.prometheus import (
+    ETCD_P99,
+    VOLCANO_LATENCY_P90_MS,
+    ControlPlane,
+    ControlPlaneWatch,
+    Prometheus,
+)
 from tests.unit.fakes import FakeClock
 
 
@@ -38,8 +44,10 @@ def server():
 
 
 def vector(*values):
-    return {"status": "success", "data": {"resultType": "vector",
-                                           "result": [{"metric": {}, "value": [1.0, str(v)]} for v in values]}}
+    return {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1.0, str(v)]} for v in values]},
+    }
 
 
 def test_control_plane_signals_are_read_from_instant_queries(server):

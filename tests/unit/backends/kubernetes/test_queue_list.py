@@ -27,9 +27,12 @@ def test_the_default_is_the_default_queue(tmp_path):
 def test_bad_queue_lists_are_located_at_the_entry(tmp_path):
     assert problems(tmp_path, with_queue("queue: [research, Research_2]")) == [
         "study.yaml:3:19: queue.1: queue 'Research_2' is not a DNS-1123 label (lowercase letters, digits and '-', "
-        "starting and ending with a letter or digit)"]
+        "starting and ending with a letter or digit)"
+    ]
     assert problems(tmp_path, with_queue("queue: [a, b, a]")) == ["study.yaml:3:15: queue.2: queue 'a' is listed twice"]
     assert problems(tmp_path, with_queue("queue: [a, 3]")) == [
-        "study.yaml:3:12: queue.1: queue 1: expected a queue name, got 3"]
+        "study.yaml:3:12: queue.1: queue 1: expected a queue name, got 3"
+    ]
     assert problems(tmp_path, with_queue("queue: []")) == [
-        "study.yaml:3:8: queue: queue must be a queue name or a non-empty list of queue names"]
+        "study.yaml:3:8: queue: queue must be a queue name or a non-empty list of queue names"
+    ]

@@ -9,12 +9,12 @@ from decimal import Decimal
 import pytest
 
 from stratctl import labels
-from stratctl.run.queues import Room, choose, gang_demand, moves, place, place_all, queue_of_job, room_of
-from stratctl.backends.kubernetes.requeue import create_attempt
 from stratctl.backends.kubernetes.cluster import QUEUE
+from stratctl.backends.kubernetes.requeue import create_attempt
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from stratctl.run.queues import Room, choose, gang_demand, moves, place, place_all, queue_of_job, room_of
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock
 from tests.unit.loop import STUDY, make
@@ -59,8 +59,11 @@ def test_each_placement_counts_the_gangs_placed_before_it():
 
 
 def test_room_from_a_queue_object_less_the_gangs_in_transit():
-    queue = {"metadata": {"name": "capped"}, "spec": {"capability": {G: "16", "cpu": "8"}},
-             "status": {"allocated": {G: "8", "cpu": "500m", "pods": "4"}, "state": "Open"}}
+    queue = {
+        "metadata": {"name": "capped"},
+        "spec": {"capability": {G: "16", "cpu": "8"}},
+        "status": {"allocated": {G: "8", "cpu": "500m", "pods": "4"}, "state": "Open"},
+    }
     room = room_of("capped", queue, [gpus(4), gpus(2)])
     assert room.capability == {G: Decimal(16), "cpu": Decimal(8)}
     assert room.used[G] == Decimal(14) and room.used["cpu"] == Decimal("0.5")
@@ -72,8 +75,11 @@ def test_room_from_a_queue_object_less_the_gangs_in_transit():
 
 def test_gang_demand_of_a_volcano_job_and_of_a_podgroup():
     pod = {"spec": {"containers": [{"resources": {"limits": {G: "2"}, "requests": {G: "2", "cpu": "1"}}}]}}
-    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
-           "spec": {"tasks": [{"replicas": 4, "minAvailable": 3, "template": pod}, {"replicas": 1, "template": pod}]}}
+    job = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "spec": {"tasks": [{"replicas": 4, "minAvailable": 3, "template": pod}, {"replicas": 1, "template": pod}]},
+    }
     assert gang_demand([job]) == {G: Decimal(8), "cpu": Decimal(4)}
     group = {"kind": "PodGroup", "spec": {"minResources": {G: "6"}}}
     assert gang_demand([{"apiVersion": "batch/v1", "kind": "Job"}, group]) == gpus(6)
@@ -85,6 +91,7 @@ def listed(tmp_path):
         path = tmp_path / "study.yaml"
         path.write_text(STUDY.replace("queue: default", "queue: [capped, overflow]") + extra)
         return str(path)
+
     return write
 
 
@@ -112,8 +119,12 @@ def test_a_rerun_adopts_a_trial_wherever_an_earlier_run_placed_it(listed):
 def queues(cluster: FakeCluster, capability: int) -> None:
     for name, cap in (("capped", {G: str(capability)}), ("overflow", None)):
         cluster.objects[(*QUEUE, cluster.namespace, name)] = {
-            "apiVersion": QUEUE[0], "kind": QUEUE[1], "metadata": {"name": name},
-            "spec": {"capability": cap} if cap else {}, "status": {"state": "Open", "allocated": {}}}
+            "apiVersion": QUEUE[0],
+            "kind": QUEUE[1],
+            "metadata": {"name": name},
+            "spec": {"capability": cap} if cap else {},
+            "status": {"state": "Open", "allocated": {}},
+        }
 
 
 def allocate(cluster: FakeCluster) -> None:
@@ -147,7 +158,8 @@ def test_the_loop_fills_the_capped_queue_then_sends_trials_to_the_next(listed):
     assert events.about("→ queue overflow: capped full (4/4 GPUs)")
     record = json.loads(cluster.record("loop")["data"]["placements"])
     assert sum(record.values()) == 10 and record == {
-        q: sum(1 for j in jobs if j["spec"]["queue"] == q) for q in ("capped", "overflow")}
+        q: sum(1 for j in jobs if j["spec"]["queue"] == q) for q in ("capped", "overflow")
+    }
 
 
 def test_a_one_queue_study_is_placed_as_before(study_file):
@@ -199,8 +211,9 @@ def test_move_waiting_recreates_a_not_started_trial_in_the_queue_with_room(liste
     assert progress.succeeded == 10
     assert cluster.creates.count(stuck.name) == 2  # deleted from capped, created once more in overflow
     assert {j["spec"]["queue"] for j in cluster.jobs()} == {"overflow"}
-    assert events.about(f"trial {stuck.name} moved: queue capped → overflow, it had not started and "
-                        "capped full (4/4 GPUs)")
+    assert events.about(
+        f"trial {stuck.name} moved: queue capped → overflow, it had not started and capped full (4/4 GPUs)"
+    )
     assert cluster.record("loop")["data"]["moved"] == "1"
 
 

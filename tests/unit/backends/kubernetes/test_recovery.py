@@ -81,8 +81,13 @@ def test_gpu_time_used_and_lost():
 
 def test_carried_totals_round_trip_through_annotations():
     totals = Carried(preemptions=3, gpu_seconds=7200, gpu_seconds_lost=1800, suspensions=1, failures=2)
-    assert totals.annotations() == {labels.PREEMPTIONS: "3", labels.FAILURES: "2", labels.GPU_SECONDS: "7200",
-                                     labels.GPU_SECONDS_LOST: "1800", labels.SUSPENSIONS: "1"}
+    assert totals.annotations() == {
+        labels.PREEMPTIONS: "3",
+        labels.FAILURES: "2",
+        labels.GPU_SECONDS: "7200",
+        labels.GPU_SECONDS_LOST: "1800",
+        labels.SUSPENSIONS: "1",
+    }
     job = recorded.restarted_out_job(attempt=2, annotations=totals.annotations())
     assert carried(job) == totals
     assert carried(recorded.running_job()) == Carried()
@@ -120,8 +125,9 @@ def test_preemptions_beyond_the_limit_give_the_trial_up():
 
 
 def test_running_and_finished_trials_are_not_recovery_business():
-    views = [TrialView(T, 0, s) for s in (TrialState.RUNNING, TrialState.PENDING, TrialState.SUCCEEDED,
-                                           TrialState.WAITING)]
+    views = [
+        TrialView(T, 0, s) for s in (TrialState.RUNNING, TrialState.PENDING, TrialState.SUCCEEDED, TrialState.WAITING)
+    ]
     assert next_actions(views, Limits()) == []
     assert next_actions([TrialView(T, 1, TrialState.FAILED, failures=3, given_up=True)], Limits()) == []
 

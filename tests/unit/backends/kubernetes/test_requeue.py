@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from stratctl import labels
-from stratctl.errors import ClusterError
 from stratctl.backends.kubernetes.record import suspended_patch
 from stratctl.backends.kubernetes.requeue import Requeue
 from stratctl.backends.kubernetes.state import TrialState
+from stratctl.errors import ClusterError
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make
@@ -181,8 +181,10 @@ def test_preemptions_and_failures_are_carried_apart(study_file):
     assert (progress.succeeded, progress.failed) == (9, 1)
     jobs = attempts_of(cluster, victim)
     assert [j["metadata"]["name"] for j in jobs] == [victim, f"{victim}-a1", f"{victim}-a2"]
-    carried = [(j["metadata"]["annotations"].get(labels.PREEMPTIONS), j["metadata"]["annotations"].get(labels.FAILURES))
-               for j in jobs]
+    carried = [
+        (j["metadata"]["annotations"].get(labels.PREEMPTIONS), j["metadata"]["annotations"].get(labels.FAILURES))
+        for j in jobs
+    ]
     assert carried == [(None, None), ("1", "0"), ("1", "1")]
     assert jobs[2]["metadata"]["annotations"][labels.GIVEN_UP] == "failed 2 times, more than retries.max_failures=1"
 
@@ -195,8 +197,9 @@ def test_a_retrying_trial_is_not_finished_while_its_next_attempt_cannot_be_creat
     cluster.create(submitter.renderer.render(trials[0], attempt=0)[0])
     [job] = cluster.jobs()
     abort(job)
-    requeue = Requeue(cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter,
-                      clock=clock)
+    requeue = Requeue(
+        cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter, clock=clock
+    )
     # drained: held, neither failed nor finished
     cluster.record("loop")["data"]["drained"] = "true"
     assert requeue.step({name: TrialState.FAILED}, {name: job}, drained=True) == {name: TrialState.RETRYING}
@@ -218,8 +221,9 @@ def test_a_suspended_trial_waits_while_the_record_says_drained_even_if_the_loop_
     # what `drain` leaves: the flag, then the mark; the job is gone
     record["data"]["drained"] = "true"
     record["data"].update(suspended_patch({name: {"attempt": 0}})["data"])
-    requeue = Requeue(cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter,
-                      clock=clock)
+    requeue = Requeue(
+        cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter, clock=clock
+    )
     # the loop's own copy of the flag is older: not drained
     assert requeue.step({name: TrialState.WAITING}, {}, drained=False) == {name: TrialState.SUSPENDED}
     assert cluster.jobs() == []

@@ -10,8 +10,10 @@ from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock
 from tests.unit.loop import make
 
-REFUSED = Unavailable("list Job: cannot reach the API server at https://127.0.0.1:6443: "
-                      "Failed to establish a new connection: [Errno 111] Connection refused")
+REFUSED = Unavailable(
+    "list Job: cannot reach the API server at https://127.0.0.1:6443: "
+    "Failed to establish a new connection: [Errno 111] Connection refused"
+)
 
 
 def outage(cluster: FakeCluster, clock: FakeClock, start_cycle: int, cycles: int):
@@ -79,8 +81,12 @@ def test_a_transient_create_failure_leaves_the_trial_waiting_not_refused(study_f
     submitter, trials = make(study_file(), cluster, clock)
     submitter.reporter = events = Events()
     victim = trials[1].name
-    cluster.fail[victim] = Unavailable(f"create Job {victim}: forbidden although the same request worked 2s ago: "
-                                       "the API server is probably restarting", status=403, reason="Forbidden")
+    cluster.fail[victim] = Unavailable(
+        f"create Job {victim}: forbidden although the same request worked 2s ago: "
+        "the API server is probably restarting",
+        status=403,
+        reason="Forbidden",
+    )
     sleep = submitter.sleep
 
     def heal(seconds):
@@ -98,8 +104,9 @@ def test_a_transient_create_failure_leaves_the_trial_waiting_not_refused(study_f
 def test_a_refusal_is_still_the_trials_verdict(study_file):
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
-    cluster.fail[trials[2].name] = Invalid('jobs.batch.volcano.sh is forbidden: User "alice" cannot create resource',
-                                           status=403, reason="Forbidden")
+    cluster.fail[trials[2].name] = Invalid(
+        'jobs.batch.volcano.sh is forbidden: User "alice" cannot create resource', status=403, reason="Forbidden"
+    )
     progress = submitter.run()
     assert list(progress.errors) == [trials[2].name] and progress.succeeded == 9 and progress.done
 
@@ -129,7 +136,11 @@ def test_a_create_whose_answer_was_lost_is_recognised_not_created_twice(study_fi
 
     def lost_answer(manifest, dry_run=False):
         obj = create(manifest, dry_run)
-        if manifest["metadata"]["name"] == victim and cluster.creates.count(victim) == 1 and not hasattr(cluster, "lied"):
+        if (
+            manifest["metadata"]["name"] == victim
+            and cluster.creates.count(victim) == 1
+            and not hasattr(cluster, "lied")
+        ):
             cluster.lied = True
             submitter.jobs = LostAnswer(cluster, victim)
             raise Unavailable(f"create Job {victim}: Read timed out. (read timeout=60)")

@@ -4,15 +4,16 @@ changed trials rerun as new attempts with the new spec, never two attempts of a 
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.revision import revise
-from stratctl.errors import StudyChanged
 from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
+from stratctl.backends.kubernetes.revision import revise
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from stratctl.errors import StudyChanged
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock
 from tests.unit.loop import STUDY, make
@@ -152,8 +153,11 @@ def test_trials_dropped_from_the_study_are_refused_and_their_running_jobs_stoppe
     with pytest.raises(StudyChanged, match="2 trial.s. in the cluster are no longer in the study"):
         again(cluster, path)
     again(cluster, path, rerun=True)
-    dropped = {j["metadata"]["labels"][labels.TRIAL] for j in cluster.jobs()
-               if json.loads(j["metadata"]["annotations"][labels.PARAMS])["lr"] == 0.00001}
+    dropped = {
+        j["metadata"]["labels"][labels.TRIAL]
+        for j in cluster.jobs()
+        if json.loads(j["metadata"]["annotations"][labels.PARAMS])["lr"] == 0.00001
+    }
     assert not any(t in in_flight_per_trial(cluster) for t in dropped)
     progress = make(str(path), cluster, FakeClock())[0].run()
     assert progress.succeeded == 8

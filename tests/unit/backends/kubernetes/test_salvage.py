@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.lost import LOST_AFTER, LOST_BY_CONTROLLER
 from stratctl.backends.kubernetes.capacity import Capacity
+from stratctl.backends.kubernetes.disruptions import Disruptions
+from stratctl.backends.kubernetes.lost import LOST_AFTER, LOST_BY_CONTROLLER
+from stratctl.backends.kubernetes.state import run_starts
 from stratctl.backends.kubernetes.status import collect
 from stratctl.errors import Unavailable
 from stratctl.view.tables import table
-from stratctl.backends.kubernetes.disruptions import Disruptions
-from stratctl.backends.kubernetes.state import run_starts
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock, text
 from tests.unit.loop import make
@@ -40,20 +40,40 @@ class Volcano:
     def step(self):
         for job in self.cluster.jobs():
             meta = job["metadata"]
-            group = self._put(PG, f"{meta['name']}-{meta['uid']}", {
-                "apiVersion": PG[0], "kind": PG[1],
-                "metadata": {"name": f"{meta['name']}-{meta['uid']}", "namespace": self.cluster.namespace,
-                             "labels": dict(meta["labels"]), "ownerReferences": [{"kind": "Job", "uid": meta["uid"]}]},
-                "status": {"phase": "Pending"}})
+            group = self._put(
+                PG,
+                f"{meta['name']}-{meta['uid']}",
+                {
+                    "apiVersion": PG[0],
+                    "kind": PG[1],
+                    "metadata": {
+                        "name": f"{meta['name']}-{meta['uid']}",
+                        "namespace": self.cluster.namespace,
+                        "labels": dict(meta["labels"]),
+                        "ownerReferences": [{"kind": "Job", "uid": meta["uid"]}],
+                    },
+                    "status": {"phase": "Pending"},
+                },
+            )
             if meta["name"] in self.waiting:
                 continue
             group["status"]["phase"] = "Inqueue"
             if meta["name"] in self.lost:
                 continue
-            self._put(("v1", "Pod"), f"{meta['name']}-worker-0", {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": f"{meta['name']}-worker-0", "namespace": self.cluster.namespace,
-                             "labels": {"volcano.sh/job-name": meta["name"]}}, "status": {"phase": "Running"}})
+            self._put(
+                ("v1", "Pod"),
+                f"{meta['name']}-worker-0",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{meta['name']}-worker-0",
+                        "namespace": self.cluster.namespace,
+                        "labels": {"volcano.sh/job-name": meta["name"]},
+                    },
+                    "status": {"phase": "Running"},
+                },
+            )
             phase = self.cluster.phase(job)
             self.cluster.set_phase(job, {"Pending": "Running", "Running": "Completed"}.get(phase, phase))
 
@@ -106,8 +126,10 @@ def attempts(cluster, trial):
 
 def check_replaced(cluster, events, victim, created_at):
     [said] = events.about("lost by the job controller")
-    assert said == (f"trial {victim}: job {victim} lost by the job controller (Pending, PodGroup Inqueue, no pods for "
-                    f"1m): deleted; attempt 1 resumes from its checkpoint")
+    assert said == (
+        f"trial {victim}: job {victim} lost by the job controller (Pending, PodGroup Inqueue, no pods for "
+        f"1m): deleted; attempt 1 resumes from its checkpoint"
+    )
     # noticed a minute after it was first seen admitted without pods (one step after its create)
     assert LOST_AFTER <= events.at[said] - created_at <= LOST_AFTER + 3
     assert attempts(cluster, victim) == [f"{victim}-a1"]  # the lost job is gone

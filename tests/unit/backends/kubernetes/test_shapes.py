@@ -9,13 +9,12 @@ import textwrap
 import pytest
 
 from stratctl import labels
-from stratctl.run.packing import Candidate, pack, passed_over, place
 from stratctl.backends.kubernetes.capacity import Capacity
-from stratctl.errors import StudyError
 from stratctl.backends.kubernetes.gpus import pod_gpus
 from stratctl.core.plan import as_json, make_plan
 from stratctl.core.render import Renderer, validate
-from stratctl.core.spec import load_study
+from stratctl.errors import StudyError
+from stratctl.run.packing import Candidate, pack, passed_over, place
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make
@@ -89,21 +88,27 @@ def test_fixed_shapes_render_exactly_as_before(tmp_path):
 
 def test_a_replicas_value_that_is_neither_a_number_nor_a_template_is_located(tmp_path):
     path = write(tmp_path, MIXED.replace('replicas: "{{ params.workers }}"', 'replicas: "many"'))
-    assert problems(path) == [f"{path}:10:36: trial.tasks.0.replicas: must be a whole number, or a template over "
-                              "the trial's values (e.g. \"{{ params.workers }}\"), got 'many'"]
+    assert problems(path) == [
+        f"{path}:10:36: trial.tasks.0.replicas: must be a whole number, or a template over "
+        "the trial's values (e.g. \"{{ params.workers }}\"), got 'many'"
+    ]
 
 
 def test_a_template_naming_an_unknown_parameter_is_refused_before_any_trial(tmp_path):
     path = write(tmp_path, MIXED.replace("params.workers", "params.nodes"))
-    assert problems(path) == [f"{path}:10:36: trial.tasks.0.replicas: unknown parameter 'params.nodes' "
-                              "(known: size, workers)"]
+    assert problems(path) == [
+        f"{path}:10:36: trial.tasks.0.replicas: unknown parameter 'params.nodes' (known: size, workers)"
+    ]
 
 
-@pytest.mark.parametrize("values, message", [
-    ("[1, 0]", "trial.tasks.0.replicas: replicas renders to '0' for trial 1 (mixed-"),
-    ('[1, "two"]', "trial.tasks.0.replicas: replicas renders to 'two' for trial 1 (mixed-"),
-    ("[1, 2.5]", "trial.tasks.0.replicas: replicas renders to '2.5' for trial 1 (mixed-"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ("[1, 0]", "trial.tasks.0.replicas: replicas renders to '0' for trial 1 (mixed-"),
+        ('[1, "two"]', "trial.tasks.0.replicas: replicas renders to 'two' for trial 1 (mixed-"),
+        ("[1, 2.5]", "trial.tasks.0.replicas: replicas renders to '2.5' for trial 1 (mixed-"),
+    ],
+)
 def test_a_value_a_trial_renders_is_checked_and_located(tmp_path, values, message):
     path = write(tmp_path, MIXED.replace("values: [1, 2]}", f"values: {values}}}"))
     (found,) = problems(path)
@@ -114,13 +119,17 @@ def test_a_value_a_trial_renders_is_checked_and_located(tmp_path, values, messag
 def test_a_fraction_of_a_gpu_is_refused_for_the_trial_that_renders_it(tmp_path):
     path = write(tmp_path, MIXED.replace("values: [1, 2, 4, 8]", "values: [1, 0.5]"))
     (found,) = problems(path)
-    assert found.startswith(f"{path}:9:42: trial.resources.requests.nvidia.com/gpu: requests of nvidia.com/gpu "
-                            "renders to '0.5' for trial 2 (mixed-")
+    assert found.startswith(
+        f"{path}:9:42: trial.resources.requests.nvidia.com/gpu: requests of nvidia.com/gpu "
+        "renders to '0.5' for trial 2 (mixed-"
+    )
 
 
 def test_min_available_above_the_replicas_a_trial_renders_is_refused(tmp_path):
-    path = write(tmp_path, MIXED.replace('replicas: "{{ params.workers }}"',
-                                         'replicas: "{{ params.workers }}", min_available: 2'))
+    path = write(
+        tmp_path,
+        MIXED.replace('replicas: "{{ params.workers }}"', 'replicas: "{{ params.workers }}", min_available: 2'),
+    )
     (found,) = problems(path)
     assert found.startswith(f"{path}:10:75: trial.tasks.0.min_available: 2 exceeds the 1 replicas of trial 0 (mixed-")
 
@@ -157,10 +166,10 @@ def test_fragmented_gpus_take_the_small_trials_and_no_large_one():
     packing = pack(waiting, free, {}, now=0, aging=300, ahead=2)
     assert packing.fragmented
     # the 2-GPU trial first (largest that fits), then the 1-GPU ones into the holes left
-    assert packing.order[:packing.fit] == ["t3", "t2", "t5", "t6"]
+    assert packing.order[: packing.fit] == ["t3", "t2", "t5", "t6"]
     # queued ahead: the largest of the rest first, in study order (the 8-GPU ones before the 4-GPU one),
     # so the next node that frees whole goes to a large trial
-    assert packing.order[packing.fit:] == ["t0", "t4"]
+    assert packing.order[packing.fit :] == ["t0", "t4"]
 
 
 def test_a_free_block_goes_to_the_large_trial_and_the_holes_to_the_small_ones():
@@ -181,7 +190,7 @@ def test_a_trial_passed_over_for_the_aging_time_is_reserved_and_holds_the_others
     free = {"a": 3, "b": 2}
     waiting = candidates((8,), (1,), (2,))
     young = pack(waiting, free, {"t0": 100.0}, now=399.0, aging=300, ahead=2)
-    assert young.reserved is None and young.order[:young.fit] == ["t2", "t1"]
+    assert young.reserved is None and young.order[: young.fit] == ["t2", "t1"]
     old = pack(waiting, free, {"t0": 100.0}, now=400.0, aging=300, ahead=2)
     assert old.reserved == "t0" and old.order == ["t0"] and old.fit == 0
 
@@ -342,17 +351,26 @@ class _Items:
 
 
 def _node(name: str, gpus: int) -> dict:
-    return {"metadata": {"name": name}, "spec": {},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def _pod(node: str | None, gpus: int, study: str | None = None, group: str | None = None) -> dict:
-    return {"metadata": {"namespace": "ns", "labels": {labels.STUDY: study} if study else {},
-                         "annotations": {"scheduling.k8s.io/group-name": group} if group else {}},
-            "spec": {**({"nodeName": node} if node else {}),
-                     "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
-            "status": {"phase": "Running" if node else "Pending"}}
+    return {
+        "metadata": {
+            "namespace": "ns",
+            "labels": {labels.STUDY: study} if study else {},
+            "annotations": {"scheduling.k8s.io/group-name": group} if group else {},
+        },
+        "spec": {
+            **({"nodeName": node} if node else {}),
+            "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Running" if node else "Pending"},
+    }
 
 
 def test_packing_does_not_count_the_studys_own_large_gangs_against_the_holes():
@@ -380,6 +398,7 @@ def test_with_a_hard_topology_each_gang_is_packed_inside_one_switch():
     assert place({"a": 1, "b": 0, "c": 1, "d": 0}, (1, 1), leaves) is None
     assert place({"a": 1, "b": 0, "c": 1, "d": 0}, (1, 1)) == {"a": 0, "b": 0, "c": 0, "d": 0}
     # packing: one free GPU per switch holds no 2-pod gang, and says the GPUs are fragmented
-    packing = pack(candidates((1, 1), (1, 1)), {"a": 1, "b": 0, "c": 1, "d": 0}, {}, now=0, aging=300,
-                   ahead=0, domains=leaves)
+    packing = pack(
+        candidates((1, 1), (1, 1)), {"a": 1, "b": 0, "c": 1, "d": 0}, {}, now=0, aging=300, ahead=0, domains=leaves
+    )
     assert packing.fit == 0 and packing.fragmented

@@ -7,14 +7,14 @@ from __future__ import annotations
 import time
 
 from stratctl import labels
-from stratctl.run.breaker import BreakerConfig
+from stratctl.backends.kubernetes.cluster import CONFIGMAP
 from stratctl.backends.kubernetes.drain import drain, resume
 from stratctl.backends.kubernetes.prometheus import ControlPlane
 from stratctl.backends.kubernetes.record import BREAKER_KEY, breaker_value, parse_record, suspended_of, suspended_patch
-from stratctl.backends.kubernetes.cluster import CONFIGMAP
-from tests.unit.fake_cluster import FakeCluster
 from stratctl.backends.kubernetes.status import collect
+from stratctl.run.breaker import BreakerConfig
 from stratctl.view.tables import studies_table
+from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock, text
 from tests.unit.loop import STUDY, make
 
@@ -42,8 +42,10 @@ def loop(tmp_path, cluster, clock, trace, on_breaker="drain", critical=False, ev
     """A submit loop of the 10-trial study (3 in flight) whose jobs take `every` virtual
     seconds to start and as long again to finish."""
     path = tmp_path / f"{name}.yaml"
-    path.write_text(STUDY.replace("name: loop", f"name: {name}").replace(
-        "max: 3}}", f"max: 3}}, on_breaker: {on_breaker}}}") + f"critical: {str(critical).lower()}\n")
+    path.write_text(
+        STUDY.replace("name: loop", f"name: {name}").replace("max: 3}}", f"max: 3}}, on_breaker: {on_breaker}}}")
+        + f"critical: {str(critical).lower()}\n"
+    )
     submitter, trials = make(path, cluster, clock)
 
     def sleep(seconds):
@@ -109,10 +111,10 @@ def test_a_sustained_trip_drains_the_running_trials_and_they_resume_when_it_clea
     record = parse_record({"metadata": {"labels": {}}, "data": data})
     assert record.breaker.startswith("etcd p99 600ms above 250ms") and not record.drained
     assert {t: (m["attempt"], m["by"]) for t, m in suspended_of({"data": data}).items()} == {
-        t: (0, "breaker") for t in first}
+        t: (0, "breaker") for t in first
+    }
     assert creates == 3 and seen[24][0] == 3  # nothing created from the trip until it cleared
-    assert seen["panel"] == ("tripped 4s ago (etcd p99 600ms); resumes after 5s below 200ms "
-                             "and 6s more drained")
+    assert seen["panel"] == ("tripped 4s ago (etcd p99 600ms); resumes after 5s below 200ms and 6s more drained")
     assert "loop [breaker-drained]:" in seen["status"] and "suspended" in seen["status"]
     assert "loop: etcd breaker: etcd p99 600ms above 250ms for 3s" in seen["status"]
     assert seen["reason"].startswith("etcd breaker: etcd p99 600ms above 250ms")
@@ -240,8 +242,9 @@ def test_a_breaker_flag_left_by_a_stopped_loop_is_lowered_and_its_trials_resume(
     progress = submitter.run()
     assert submitter.reporter.about("flag left by an earlier run lowered")
     assert progress.succeeded == 10 and succeeded_once(cluster, trials)
-    assert sorted(j["metadata"]["name"] for j in cluster.jobs() if j["metadata"]["labels"][labels.ATTEMPT] == "1") == \
-        sorted(f"{t.name}-a1" for t in trials[:2])
+    assert sorted(
+        j["metadata"]["name"] for j in cluster.jobs() if j["metadata"]["labels"][labels.ATTEMPT] == "1"
+    ) == sorted(f"{t.name}-a1" for t in trials[:2])
 
 
 def test_resume_lifts_a_breaker_flag_no_submit_loop_follows(tmp_path):

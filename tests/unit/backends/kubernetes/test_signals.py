@@ -5,8 +5,10 @@ def node(name, gpus, ready=True, unschedulable=False):
     return {
         "metadata": {"name": name},
         "spec": {"unschedulable": unschedulable},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "32"},
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "32"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
 
 
@@ -19,8 +21,14 @@ def pod(node_name, gpus, phase="Running", init_gpus=0):
 
 def test_free_gpus_subtract_requests_of_non_terminated_pods_only():
     nodes = [node("a", 8), node("b", 8), node("c", 8, ready=False), node("d", 8, unschedulable=True)]
-    pods = [pod("a", 3), pod("a", 2, phase="Pending"), pod("a", 4, phase="Succeeded"), pod("b", 1, phase="Failed"),
-            pod(None, 8), pod("zz", 8)]
+    pods = [
+        pod("a", 3),
+        pod("a", 2, phase="Pending"),
+        pod("a", 4, phase="Succeeded"),
+        pod("b", 1, phase="Failed"),
+        pod(None, 8),
+        pod("zz", 8),
+    ]
     assert free_gpus(nodes, pods) == {"a": 3, "b": 8}
 
 
@@ -57,8 +65,13 @@ def test_gpu_free_gangs_are_never_blocked():
 def test_pods_waiting_for_a_node_take_their_gpus_first():
     from stratctl.backends.kubernetes.gpus import after_demand, pending_demand
 
-    waiting = [pod(None, 4, phase="Pending"), pod(None, 2, phase="Pending"), pod("a", 8, phase="Pending"),
-               pod(None, 1, phase="Failed"), pod(None, 0, phase="Pending")]
+    waiting = [
+        pod(None, 4, phase="Pending"),
+        pod(None, 2, phase="Pending"),
+        pod("a", 8, phase="Pending"),
+        pod(None, 1, phase="Failed"),
+        pod(None, 0, phase="Pending"),
+    ]
     assert sorted(pending_demand(waiting)) == [2, 4]  # bound or terminated pods are not demand
     free = {"a": 8, "b": 4, "c": 2}
     # best fit: the 4-GPU pod takes b, the 2-GPU pod takes c; a stays whole
@@ -72,19 +85,23 @@ def test_gangs_queued_by_other_launchers_count_before_their_pods_exist():
     from stratctl.backends.kubernetes.gpus import after_demand, queued_demand
 
     def group(name, phase, members, gpus):
-        return {"metadata": {"name": name, "namespace": "ns"},
-                "spec": {"minMember": members, "minResources": {"nvidia.com/gpu": str(gpus), "cpu": "1"}},
-                "status": {"phase": phase}}
+        return {
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"minMember": members, "minResources": {"nvidia.com/gpu": str(gpus), "cpu": "1"}},
+            "status": {"phase": phase},
+        }
 
     def member(group_name, node_name=None):
         p = pod(node_name, 1, phase="Running" if node_name else "Pending")
         p["metadata"] = {"name": "m", "namespace": "ns", "annotations": {"scheduling.k8s.io/group-name": group_name}}
         return p
 
-    groups = [group("queued", "Pending", 3, 3),  # just admitted elsewhere: no pods yet
-              group("half", "Inqueue", 4, 8),  # pods being created: 1 of 4 exists
-              group("running", "Running", 2, 2),  # placed: in the free GPUs already
-              group("cpu-only", "Pending", 2, 0)]
+    groups = [
+        group("queued", "Pending", 3, 3),  # just admitted elsewhere: no pods yet
+        group("half", "Inqueue", 4, 8),  # pods being created: 1 of 4 exists
+        group("running", "Running", 2, 2),  # placed: in the free GPUs already
+        group("cpu-only", "Pending", 2, 0),
+    ]
     pods = [member("half"), member("running", "a"), member("running", "a")]
     assert sorted(queued_demand(groups, pods)) == [1, 1, 1, 2, 2, 2]
     # 8 free GPUs on one node hold two 4-GPU gangs; with those queued gangs, none

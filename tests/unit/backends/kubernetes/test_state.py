@@ -7,7 +7,10 @@ def vjob(phase=None, trial="s-abc", attempt="0"):
     job = {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {"name": f"{trial}" + ("" if attempt == "0" else f"-a{attempt}"), "labels": {labels.TRIAL: trial, labels.ATTEMPT: attempt}},
+        "metadata": {
+            "name": f"{trial}" + ("" if attempt == "0" else f"-a{attempt}"),
+            "labels": {labels.TRIAL: trial, labels.ATTEMPT: attempt},
+        },
     }
     if phase:
         job["status"] = {"state": {"phase": phase}}
@@ -40,7 +43,12 @@ def test_batch_job_conditions():
 
 
 def test_latest_attempt_wins():
-    jobs = [vjob("Failed", attempt="0"), vjob("Running", attempt="2"), vjob("Failed", attempt="1"), vjob("Completed", trial="s-def")]
+    jobs = [
+        vjob("Failed", attempt="0"),
+        vjob("Running", attempt="2"),
+        vjob("Failed", attempt="1"),
+        vjob("Completed", trial="s-def"),
+    ]
     latest = latest_attempts(jobs)
     assert classify(latest["s-abc"]) is TrialState.RUNNING
     assert latest["s-abc"]["metadata"]["name"] == "s-abc-a2"
@@ -48,8 +56,17 @@ def test_latest_attempt_wins():
 
 
 def test_record_round_trips_through_its_configmap():
-    record = StudyRecord(study="sweep", spec_hash="abc123", trials=40, critical=True, drained=True, target=7,
-                         reason="static cap 7", finished={"sweep-1": "succeeded"}, source="name: sweep\n")
+    record = StudyRecord(
+        study="sweep",
+        spec_hash="abc123",
+        trials=40,
+        critical=True,
+        drained=True,
+        target=7,
+        reason="static cap 7",
+        finished={"sweep-1": "succeeded"},
+        source="name: sweep\n",
+    )
     cm = record_manifest(record, "team-a")
     assert cm["metadata"]["name"] == "stratctl-study-sweep"
     assert cm["metadata"]["labels"][labels.STUDY] == "sweep"

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 
-
 from stratctl import labels
 from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_patch
 from stratctl.backends.kubernetes.recovery import Carried
 from stratctl.backends.kubernetes.state import timestamp
 from stratctl.backends.kubernetes.status import _pending_reason, _result, sort_trials
-from stratctl.run.rows import Snapshot
-from stratctl.view.tables import studies_table, table
 from stratctl.backends.kubernetes.summary import build, slim_job
-from stratctl.run.rows import TrialRow
+from stratctl.run.rows import Snapshot, TrialRow
+from stratctl.view.tables import studies_table, table
 from tests.unit import recorded
 from tests.unit.fakes import text
 
@@ -38,7 +36,9 @@ def test_study_and_trial_rows_from_recorded_jobs():
     resumed = recorded.restarted_and_running_job()
     resumed["metadata"]["name"] = "sweep-a1"
     resumed["metadata"]["labels"][labels.ATTEMPT] = "1"
-    resumed["metadata"]["annotations"].update(Carried(preemptions=1, gpu_seconds=7200, gpu_seconds_lost=7200).annotations())
+    resumed["metadata"]["annotations"].update(
+        Carried(preemptions=1, gpu_seconds=7200, gpu_seconds_lost=7200).annotations()
+    )
     done = recorded.completed_job()
     done["metadata"]["name"] = "sweep-done"
     snap = snapshot(
@@ -48,8 +48,17 @@ def test_study_and_trial_rows_from_recorded_jobs():
         marks={"sweep-gone": {"attempt": 0, "gpu_seconds": 3600}},
     )
     [study] = snap.studies
-    assert study.states == {"waiting": 6, "pending": 1, "running": 1, "preempted": 0, "retrying": 0, "suspended": 1,
-                            "succeeded": 1, "pruned": 0, "failed": 0}
+    assert study.states == {
+        "waiting": 6,
+        "pending": 1,
+        "running": 1,
+        "preempted": 0,
+        "retrying": 0,
+        "suspended": 1,
+        "succeeded": 1,
+        "pruned": 0,
+        "failed": 0,
+    }
     assert study.in_flight == 2 and study.target == 4 and study.decision == "adaptive: 4"
     assert study.preemptions == 2  # 1 carried + 1 in-place restart of attempt 1
     assert study.attempts == 1 + 2 + 1 + 1
@@ -73,8 +82,15 @@ def test_pending_reasons_and_results_from_recorded_objects():
 
 
 def test_sort_best_first_either_way_and_missing_metric_last():
-    rows = [TrialRow("s", n, "succeeded", 0, result=r) for n, r in
-            [("a", {"loss": 0.5, "acc": 0.7}), ("b", None), ("c", {"loss": 0.1, "acc": 0.9}), ("d", {"acc": "x"})]]
+    rows = [
+        TrialRow("s", n, "succeeded", 0, result=r)
+        for n, r in [
+            ("a", {"loss": 0.5, "acc": 0.7}),
+            ("b", None),
+            ("c", {"loss": 0.1, "acc": 0.9}),
+            ("d", {"acc": "x"}),
+        ]
+    ]
     assert [r.trial for r in sort_trials(rows, "loss")] == ["c", "a", "b", "d"]
     assert [r.trial for r in sort_trials(rows, "-acc")] == ["c", "a", "b", "d"]
     assert [r.trial for r in sort_trials(rows, None)] == ["a", "b", "c", "d"]
@@ -84,8 +100,11 @@ def test_tables_show_what_a_user_looks_for():
     pending = recorded.pending_job()
     done = recorded.completed_job()
     done["metadata"]["name"] = "sweep-done"
-    snap = snapshot([pending, done], reasons={pending["metadata"]["name"]: "2/2 tasks in gang unschedulable"},
-                    results={"sweep-done": {"loss": 0.2}})
+    snap = snapshot(
+        [pending, done],
+        reasons={pending["metadata"]["name"]: "2/2 tasks in gang unschedulable"},
+        results={"sweep-done": {"loss": 0.2}},
+    )
     out = text(table(snap.trials, NOW))
     assert "2/2 tasks in gang unschedulable" in out
     header = out.splitlines()[0].split()
@@ -99,16 +118,20 @@ def test_tables_show_what_a_user_looks_for():
 
 
 def test_failures_are_counted_per_trial_and_study_apart_from_preemptions():
-    given_up = recorded.aborted_job(attempt=1, annotations={
-        **Carried(preemptions=2, failures=1).annotations(), labels.GIVEN_UP: "failed 2 times"})
+    given_up = recorded.aborted_job(
+        attempt=1, annotations={**Carried(preemptions=2, failures=1).annotations(), labels.GIVEN_UP: "failed 2 times"}
+    )
     retried = recorded.running_job()  # attempt 1 of another trial, after one failure
     retried["metadata"]["name"] = "sweep-retry"
     retried["metadata"]["labels"][labels.ATTEMPT] = "1"
     retried["metadata"]["annotations"].update(Carried(failures=1).annotations())
     snap = snapshot([given_up, retried], marks={"sweep-gone": {"attempt": 0, "failures": 2, "preemptions": 1}})
     rows = {t.job or t.trial: (t.state, t.attempt, t.failures, t.preemptions) for t in snap.trials}
-    assert rows == {f"{recorded.TRIAL}-a1": ("failed", 1, 2, 2), "sweep-retry": ("running", 1, 1, 0),
-                    "sweep-gone": ("suspended", 0, 2, 1)}
+    assert rows == {
+        f"{recorded.TRIAL}-a1": ("failed", 1, 2, 2),
+        "sweep-retry": ("running", 1, 1, 0),
+        "sweep-gone": ("suspended", 0, 2, 1),
+    }
     [study] = snap.studies
     assert (study.failures, study.preemptions, study.attempts) == (5, 3, 5)
     out = snap.as_dict()

@@ -16,10 +16,10 @@ import optuna
 import pytest
 
 from stratctl.backends.kubernetes.storage import TRIAL_ATTR, StorageMirror, open_storage
-from stratctl.errors import UsageError
 from stratctl.core.spec import load_study
-from tests.unit.fakes import FakeClock
+from stratctl.errors import UsageError
 from tests.unit.backends.kubernetes.test_closedloop import SEARCH, SearchCluster, kill_after, loss, make, told
+from tests.unit.fakes import FakeClock
 
 
 @pytest.fixture
@@ -46,15 +46,35 @@ def postgres():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    subprocess.run([*as_user, f"{bindir}/initdb", "-D", f"{data}/db", "-A", "trust", "-U", "stratctl"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", f"{data}/db", "-l", f"{data}/log", "-w", "-o",
-                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    subprocess.run(
+        [*as_user, f"{bindir}/initdb", "-D", f"{data}/db", "-A", "trust", "-U", "stratctl"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *as_user,
+            f"{bindir}/pg_ctl",
+            "-D",
+            f"{data}/db",
+            "-l",
+            f"{data}/log",
+            "-w",
+            "-o",
+            f"-p {port} -k {data} -c listen_addresses=127.0.0.1",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql://stratctl@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", f"{data}/db", "-m", "immediate", "stop"],
-                       check=False, capture_output=True)
+        subprocess.run(
+            [*as_user, f"{bindir}/pg_ctl", "-D", f"{data}/db", "-m", "immediate", "stop"],
+            check=False,
+            capture_output=True,
+        )
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -122,7 +142,8 @@ def test_a_storage_that_fails_is_said_once_and_the_search_goes_on(search_file):
     progress = submitter.run()
     assert progress.succeeded == 9 and broken.calls > 1
     assert [e for e in events if "--storage" in e] == [
-        "--storage: mirroring failed (OSError: database is locked); trying again each cycle"]
+        "--storage: mirroring failed (OSError: database is locked); trying again each cycle"
+    ]
 
 
 def test_what_cannot_be_mirrored_is_a_usage_error(tmp_path):
@@ -143,7 +164,9 @@ def test_submit_refuses_a_storage_it_cannot_use_before_touching_the_cluster(tmp_
 
     random = tmp_path / "random.yaml"
     random.write_text(SEARCH.replace("kind: tpe", "kind: random"))
-    result = CliRunner().invoke(app, ["submit", str(random), "--storage", f"journal:{tmp_path / 's.log'}",
-                                      "--kubeconfig", str(tmp_path / "none")])
+    result = CliRunner().invoke(
+        app,
+        ["submit", str(random), "--storage", f"journal:{tmp_path / 's.log'}", "--kubeconfig", str(tmp_path / "none")],
+    )
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "--storage mirrors a closed-loop search" in result.stderr

@@ -11,28 +11,39 @@ import pytest
 from typer.testing import CliRunner
 
 from stratctl import labels
-from stratctl.cli.main import app
 from stratctl.backends.kubernetes.connect import ONE_SHOT_BACKOFF, preflight_gated, tell_throttling
-from stratctl.run.throttle import Throttle
+from stratctl.cli.main import app
 from stratctl.errors import StillThrottled, Throttled
+from stratctl.run.throttle import Throttle
 from tests.unit.api_server import ApiServer
+from tests.unit.backends.kubernetes.test_drain import submitted
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.http_fakes import OK, Answer, cluster, status_body
-from tests.unit.backends.kubernetes.test_drain import submitted
 
 NOTICE = "the API server is throttling this user (HTTP 429, Retry-After 1s); waiting for it, up to 25s"
-REFUSED = Answer(429, status_body(429, "TooManyRequests", "Too many requests, please try again later."),
-                 {"Retry-After": "32"})
+REFUSED = Answer(
+    429, status_body(429, "TooManyRequests", "Too many requests, please try again later."), {"Retry-After": "32"}
+)
 
 
 @pytest.fixture
 def server(tmp_path):
     fake = FakeCluster()
     submitted(tmp_path, fake, "sweep", inflight=10)  # every trial submitted, so `wait` can see them end
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sweep-pod-0", "labels": {
-        labels.STUDY: "sweep", labels.TRIAL: fake.jobs()[0]["metadata"]["labels"][labels.TRIAL],
-        labels.ATTEMPT: "0"}}, "spec": {"nodeName": "n1", "containers": [{"name": "main"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "sweep-pod-0",
+            "labels": {
+                labels.STUDY: "sweep",
+                labels.TRIAL: fake.jobs()[0]["metadata"]["labels"][labels.TRIAL],
+                labels.ATTEMPT: "0",
+            },
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "main"}]},
+    }
     fake.create(pod)
     served = ApiServer(fake)
     served.config = served.kubeconfig(tmp_path, fake.namespace)
@@ -88,7 +99,8 @@ def test_each_command_answers_as_it_would_without_the_storm(server):
 
 @pytest.mark.parametrize("args", [["status"], ["delete", "sweep", "--yes"], ["drain", "sweep", "--settle", "0"]])
 def test_a_storm_longer_than_the_bound_ends_the_command_with_one_line_exit_3_and_nothing_half_done(
-        server, monkeypatch, args):
+    server, monkeypatch, args
+):
     from stratctl.backends.kubernetes import connect
 
     monkeypatch.setattr(connect, "ONE_SHOT_PATIENCE", 2.0)  # 25 s in real life; the bound is what is tested
@@ -99,9 +111,11 @@ def test_a_storm_longer_than_the_bound_ends_the_command_with_one_line_exit_3_and
     assert result.exit_code == 3
     notice, line = result.stderr.splitlines()
     assert notice == "the API server is throttling this user (HTTP 429, Retry-After 32s); waiting for it, up to 2s"
-    assert line.startswith("error: the API server has refused every request of this user (HTTP 429 Too Many "
-                           "Requests, Retry-After 32s: API Priority and Fairness is throttling it) for longer than "
-                           "this command waits (2s): gave up"), line
+    assert line.startswith(
+        "error: the API server has refused every request of this user (HTTP 429 Too Many "
+        "Requests, Retry-After 32s: API Priority and Fairness is throttling it) for longer than "
+        "this command waits (2s): gave up"
+    ), line
     assert 1.0 <= time.monotonic() - started < 2.0 + 1.5  # gave up within the bound (no try left in it)
     assert server.cluster.objects == before and result.stdout == ""
 
@@ -111,8 +125,10 @@ def test_a_storm_longer_than_the_bound_ends_the_command_with_one_line_exit_3_and
 
 def test_a_throttled_request_is_retried_for_the_bound_then_gives_up_naming_the_throttling():
     clock, told = FakeClock(), []
-    throttle = tell_throttling(Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF, patience=25.0, clock=clock,
-                                        sleep=clock.sleep, rng=MaxRng()), told.append)
+    throttle = tell_throttling(
+        Throttle(qps=0, burst=1, backoff=ONE_SHOT_BACKOFF, patience=25.0, clock=clock, sleep=clock.sleep, rng=MaxRng()),
+        told.append,
+    )
     calls = []
 
     def refused():
@@ -131,8 +147,9 @@ def test_a_throttled_request_is_retried_for_the_bound_then_gives_up_naming_the_t
 
 def test_a_storm_that_ends_within_the_bound_is_told_once_and_the_request_goes_through():
     clock, told = FakeClock(), []
-    throttle = tell_throttling(Throttle(qps=5, burst=5, patience=300.0, clock=clock, sleep=clock.sleep,
-                                        rng=MaxRng()), told.append)
+    throttle = tell_throttling(
+        Throttle(qps=5, burst=5, patience=300.0, clock=clock, sleep=clock.sleep, rng=MaxRng()), told.append
+    )
     answers = iter([Throttled("x", retry_after=32)] * 20 + ["created"])
 
     def create():
@@ -153,8 +170,12 @@ def test_submits_first_request_version_answered_429_then_200_reaches_the_server_
     c = cluster(clock, REFUSED, REFUSED, OK)
     gated = preflight_gated(c, loop)
     checker = gated.gate.__self__
-    checker._clock, checker._sleep, checker.bucket._clock, checker.bucket._sleep = (clock, clock.sleep, clock,
-                                                                                    clock.sleep)
+    checker._clock, checker._sleep, checker.bucket._clock, checker.bucket._sleep = (
+        clock,
+        clock.sleep,
+        clock,
+        clock.sleep,
+    )
     gated.reach()
     assert [r["url"].rsplit("/", 1)[-1] for r in c.api.requests] == ["version"] * 3
     assert told == ["the API server is throttling this user (HTTP 429, Retry-After 32s); waiting for it, up to 5m"]

@@ -8,26 +8,38 @@ from dataclasses import asdict
 from stratctl import labels
 from stratctl.backends.kubernetes.record import StudyRecord, record_manifest
 from stratctl.backends.kubernetes.status import collect
-from stratctl.view.tables import age, studies_table, table
 from stratctl.backends.kubernetes.summary import SUMMARY_KEY, summary_data, summary_of
 from stratctl.run.rows import StudyRow
+from stratctl.view.tables import age, studies_table, table
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.fakes import FakeClock
-from tests.unit.fakes import text
+from tests.unit.fakes import FakeClock, text
 from tests.unit.loop import make
 
 STATES = {"waiting": 2, "pending": 1, "running": 3, "preempted": 0, "suspended": 0, "succeeded": 4, "failed": 0}
 
 
 def row(**changes) -> StudyRow:
-    base = dict(study="loop", critical=False, drained=False, trials=10, states=dict(STATES), in_flight=4, target=4,
-                decision="adaptive: 4", attempts=9, preemptions=1, gpu_hours=2.5, gpu_hours_lost=0.25)
+    base = dict(
+        study="loop",
+        critical=False,
+        drained=False,
+        trials=10,
+        states=dict(STATES),
+        in_flight=4,
+        target=4,
+        decision="adaptive: 4",
+        attempts=9,
+        preemptions=1,
+        gpu_hours=2.5,
+        gpu_hours_lost=0.25,
+    )
     return StudyRow(**{**base, **changes})
 
 
 def record_with(summary: dict, **flags) -> dict:
-    cm = record_manifest(StudyRecord(study="loop", spec_hash="h", trials=10, target=6, reason="adaptive: 6", **flags),
-                         "ns")
+    cm = record_manifest(
+        StudyRecord(study="loop", spec_hash="h", trials=10, target=6, reason="adaptive: 6", **flags), "ns"
+    )
     cm["data"].update(summary)
     return cm
 
@@ -82,8 +94,9 @@ def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job
 
     def watching(kind, name, body, namespace=None):
         if SUMMARY_KEY in body.get("data", {}):
-            seen.append((json.loads(body["data"][SUMMARY_KEY]), collect(cluster, "stratctl-e2e", "loop",
-                                                                         now=5000.0 + clock())))
+            seen.append(
+                (json.loads(body["data"][SUMMARY_KEY]), collect(cluster, "stratctl-e2e", "loop", now=5000.0 + clock()))
+            )
         return patch(kind, name, body, namespace)
 
     cluster.patch = watching

@@ -8,15 +8,14 @@ import logging
 
 import pytest
 
-from stratctl.run.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
 from stratctl.backends.kubernetes.capacity import ClusterSignals
-from stratctl.errors import Invalid
 from stratctl.backends.kubernetes.cluster import HYPERNODE
 from stratctl.backends.kubernetes.mirror import Mirror
 from stratctl.backends.kubernetes.topology import TOP, domains, gangs_fit_within, node_members, spread
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
-
+from stratctl.errors import Invalid
+from stratctl.run.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
 from tests.unit.studies import load, problems
 
 STUDY = """\
@@ -41,15 +40,29 @@ def study_text(topology: str = "{mode: hard, highest_tier: 1}", workload: str = 
 # ---------------------------------------------------------------- the study field
 
 
-@pytest.mark.parametrize(("topology", "problem"), [
-    ("{mode: strict, highest_tier: 1}", "study.yaml:11:28: trial.network_topology.mode: must be one of 'hard' or 'soft'"),
-    ("{mode: hard, highest_tier: -1}", "study.yaml:11:48: trial.network_topology.highest_tier: must be at least 0"),
-    ("{mode: hard, highest_tier: 1, highestTierAllowed: 1}",
-     "study.yaml:11:51: unknown key 'highestTierAllowed' in trial.network_topology (did you mean 'highest_tier'?)"),
-    ("{mode: hard}", "study.yaml:11:21: trial.network_topology: mode 'hard' needs highest_tier: the highest "
-                     "HyperNode tier a gang may span (1: the nodes under one leaf switch)"),
-    ("{highest_tier: one}", "study.yaml:11:36: trial.network_topology.highest_tier: must be a whole number, got 'one'"),
-])
+@pytest.mark.parametrize(
+    ("topology", "problem"),
+    [
+        (
+            "{mode: strict, highest_tier: 1}",
+            "study.yaml:11:28: trial.network_topology.mode: must be one of 'hard' or 'soft'",
+        ),
+        ("{mode: hard, highest_tier: -1}", "study.yaml:11:48: trial.network_topology.highest_tier: must be at least 0"),
+        (
+            "{mode: hard, highest_tier: 1, highestTierAllowed: 1}",
+            "study.yaml:11:51: unknown key 'highestTierAllowed' in trial.network_topology (did you mean 'highest_tier'?)",
+        ),
+        (
+            "{mode: hard}",
+            "study.yaml:11:21: trial.network_topology: mode 'hard' needs highest_tier: the highest "
+            "HyperNode tier a gang may span (1: the nodes under one leaf switch)",
+        ),
+        (
+            "{highest_tier: one}",
+            "study.yaml:11:36: trial.network_topology.highest_tier: must be a whole number, got 'one'",
+        ),
+    ],
+)
 def test_a_bad_network_topology_is_located_at_its_field(tmp_path, topology, problem):
     assert problems(tmp_path, study_text(topology)) == [problem]
 
@@ -79,7 +92,7 @@ def test_the_topology_is_rendered_where_volcano_reads_it(tmp_path, workload):
 @pytest.mark.parametrize("workload", ["volcano", "batch"])
 def test_no_topology_renders_none(tmp_path, workload):
     text = study_text(workload=workload)
-    study = load(tmp_path, text[:text.index("  network_topology:")])
+    study = load(tmp_path, text[: text.index("  network_topology:")])
     assert all("networkTopology" not in d["spec"] for d in Renderer(study).render(expand(study)[0]))
 
 
@@ -100,7 +113,9 @@ def hypernode(name, tier, nodes=(), children=(), **selector):
 NODES = [node(f"n{i}") for i in range(8)]
 # the testbed's: four leaves of two nodes, two spines of two leaves
 TREE = [hypernode(f"leaf-{k}", 1, nodes=(f"n{2 * k}", f"n{2 * k + 1}")) for k in range(4)] + [
-    hypernode("spine-0", 2, children=("leaf-0", "leaf-1")), hypernode("spine-1", 2, children=("leaf-2", "leaf-3"))]
+    hypernode("spine-0", 2, children=("leaf-0", "leaf-1")),
+    hypernode("spine-1", 2, children=("leaf-2", "leaf-3")),
+]
 
 
 def named(found):
@@ -119,8 +134,11 @@ def test_the_domains_are_the_largest_hypernodes_of_the_allowed_tiers():
 
 def test_a_leaf_outside_every_spine_is_a_domain_of_its_own_at_tier_two():
     tree = TREE[:4] + [hypernode("spine-0", 2, children=("leaf-0", "leaf-1"))]
-    assert named(domains(tree, NODES, 2)) == {"spine-0": ["n0", "n1", "n2", "n3"], "leaf-2": ["n4", "n5"],
-                                              "leaf-3": ["n6", "n7"]}
+    assert named(domains(tree, NODES, 2)) == {
+        "spine-0": ["n0", "n1", "n2", "n3"],
+        "leaf-2": ["n4", "n5"],
+        "leaf-3": ["n6", "n7"],
+    }
 
 
 def test_members_are_picked_by_name_pattern_or_labels_as_volcano_does():
@@ -129,11 +147,14 @@ def test_members_are_picked_by_name_pattern_or_labels_as_volcano_does():
     assert node_members({"regexMatch": {"pattern": "b"}}, nodes) == {"gpu-b1"}  # found anywhere in the name
     assert node_members({"regexMatch": {"pattern": "("}}, nodes) == set()  # not a pattern: none
     assert node_members({"labelMatch": {"matchLabels": {"rack": "r1"}}}, nodes) == {"gpu-a1", "gpu-a2"}
-    assert node_members({"labelMatch": {"matchExpressions": [
-        {"key": "rack", "operator": "NotIn", "values": ["r1"]}]}}, nodes) == {"gpu-b1"}
+    assert node_members(
+        {"labelMatch": {"matchExpressions": [{"key": "rack", "operator": "NotIn", "values": ["r1"]}]}}, nodes
+    ) == {"gpu-b1"}
     assert node_members({"labelMatch": {}}, nodes) == set()  # an empty selector picks none
-    tree = [hypernode("rack-1", 1, labelMatch={"matchLabels": {"rack": "r1"}}),
-            hypernode("rack-2", 1, regexMatch={"pattern": "^gpu-b"})]
+    tree = [
+        hypernode("rack-1", 1, labelMatch={"matchLabels": {"rack": "r1"}}),
+        hypernode("rack-2", 1, regexMatch={"pattern": "^gpu-b"}),
+    ]
     assert named(domains(tree, nodes, 1)) == {"rack-1": ["gpu-a1", "gpu-a2"], "rack-2": ["gpu-b1"]}
 
 
@@ -156,8 +177,9 @@ def test_free_gpus_spread_one_per_leaf_hold_no_gang_and_say_why():
     scattered = free(1, 0, 1, 0, 1, 0, 1, 0)  # four free GPUs, one under each leaf
     leaves = domains(TREE, NODES, 1)
     assert gangs_fit_within(scattered, PAIR, leaves) == 0
-    assert spread(scattered, PAIR, 0, 1) == ("4 free GPUs are spread over HyperNodes: no tier-1 HyperNode holds a "
-                                             "whole gang (2 GPUs on 2 pods)")
+    assert spread(scattered, PAIR, 0, 1) == (
+        "4 free GPUs are spread over HyperNodes: no tier-1 HyperNode holds a whole gang (2 GPUs on 2 pods)"
+    )
     # ignoring the topology, the same GPUs hold two gangs
     assert gangs_fit_within(scattered, PAIR, domains([], NODES, 1)) == 2
 
@@ -175,8 +197,8 @@ def test_tier_two_counts_gangs_that_span_two_leaves_of_one_spine():
     assert gangs_fit_within(gpus, PAIR, domains(TREE, NODES, 1)) == 0
     assert gangs_fit_within(gpus, PAIR, domains(TREE, NODES, 2)) == 1  # n0 + n2 under spine-0
     assert spread(free(1, 0, 0, 0, 1, 0, 0, 0), PAIR, 0, 2) == (
-        "2 free GPUs are spread over HyperNodes: no HyperNode of tier 2 or below holds a whole gang "
-        "(2 GPUs on 2 pods)")
+        "2 free GPUs are spread over HyperNodes: no HyperNode of tier 2 or below holds a whole gang (2 GPUs on 2 pods)"
+    )
 
 
 def test_no_spread_without_free_gpus_for_a_gang_anywhere():
@@ -196,13 +218,19 @@ class _Items:
 
 
 def gpu_node(name, gpus=8):
-    return {"metadata": {"name": name}, "spec": {},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def held(node_name, gpus):
-    return {"metadata": {"name": f"load-{node_name}", "namespace": "ns"}, "status": {"phase": "Running"},
-            "spec": {"nodeName": node_name, "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+    return {
+        "metadata": {"name": f"load-{node_name}", "namespace": "ns"},
+        "status": {"phase": "Running"},
+        "spec": {"nodeName": node_name, "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
 
 
 def signals_of(tmp_path, topology: str, hypernodes=TREE):
@@ -254,8 +282,9 @@ def test_the_policy_admits_nothing_while_gpus_are_spread_and_says_why():
     assert (decision.room, decision.admit(observed)) == (0, 0)
     assert decision.reason == f"{SPREAD}: keeping target 4"
     # a full cluster (no spread) still queues two gangs for the next GPUs freed
-    full, _ = decide(Observed(in_flight=0, pending=0, waiting=10, gangs_fit=0, free_gpus=0), config,
-                     PolicyState(target=4), now=100.0)
+    full, _ = decide(
+        Observed(in_flight=0, pending=0, waiting=10, gangs_fit=0, free_gpus=0), config, PolicyState(target=4), now=100.0
+    )
     assert (full.room, full.reason) == (2, "no free GPUs for another gang: keeping target 4")
     static = StaticPolicy(8).decide(observed, 100.0)
     assert (static.admit(observed), static.reason) == (0, f"static cap 8, {SPREAD}")

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
-from stratctl.errors import Invalid, Unavailable
 from stratctl.backends.kubernetes.cluster import POD, Cluster
+from stratctl.errors import Invalid, Unavailable
 
 HOST = "https://k8s.test:6443"
 
@@ -21,8 +21,14 @@ def line(kind: str, name: str, version: str) -> bytes:
 
 
 def status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message,
-            "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": reason,
+        "message": message,
+        "code": code,
+    }
 
 
 class FakeResponse:
@@ -68,8 +74,9 @@ class FakeApi:
         headers["Authorization"] = "Bearer s3cret"
 
     def call_api(self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None):
-        self.requests.append({"method": method, "url": url, "headers": dict(header_params), "body": body,
-                              "timeout": _request_timeout})
+        self.requests.append(
+            {"method": method, "url": url, "headers": dict(header_params), "body": body, "timeout": _request_timeout}
+        )
         answer = self.responses.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -87,31 +94,45 @@ def test_a_watch_streams_events_across_chunks_and_returns_when_the_server_ends_i
     cluster, api = watching(response)
     events = list(cluster.watch(POD, "10", timeout_seconds=60))
     assert [(kind, obj["metadata"]["resourceVersion"]) for kind, obj in events] == [
-        ("ADDED", "11"), ("BOOKMARK", "12"), ("MODIFIED", "13")]  # the last event came without its newline
+        ("ADDED", "11"),
+        ("BOOKMARK", "12"),
+        ("MODIFIED", "13"),
+    ]  # the last event came without its newline
     [request] = api.requests
-    assert request["url"] == (f"{HOST}/api/v1/namespaces/ns/pods?watch=1&resourceVersion=10"
-                              "&allowWatchBookmarks=true&timeoutSeconds=60")
+    assert request["url"] == (
+        f"{HOST}/api/v1/namespaces/ns/pods?watch=1&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=60"
+    )
     assert request["timeout"] == (10, 70)  # reads outlast the server's own end of the watch
     assert response.released and not response.closed  # a clean end: the connection goes back to the pool
     assert cluster.metrics.requests == 1 and cluster.metrics.errors == 0
 
 
 def test_a_call_and_a_watch_go_out_with_the_same_host_auth_and_headers():
-    cluster, api = watching(FakeResponse(body=b'{"items": [], "metadata": {"resourceVersion": "10"}}'),
-                            FakeResponse(chunks=[line("ADDED", "a", "11")]))
+    cluster, api = watching(
+        FakeResponse(body=b'{"items": [], "metadata": {"resourceVersion": "10"}}'),
+        FakeResponse(chunks=[line("ADDED", "a", "11")]),
+    )
     assert cluster.list(POD, label_selector="app=x") == ([], "10")
     assert [kind for kind, _ in cluster.watch(POD, "10", label_selector="app=x")] == ["ADDED"]
     listed, watched = api.requests
     assert listed["url"] == f"{HOST}/api/v1/namespaces/ns/pods?labelSelector=app%3Dx&limit=500"
     assert watched["url"].startswith(f"{HOST}/api/v1/namespaces/ns/pods?watch=1&resourceVersion=10")
     assert "labelSelector=app%3Dx" in watched["url"]
-    assert listed["headers"] == watched["headers"] == {
-        "Accept": "application/json", "Content-Type": "application/json", "User-Agent": "stratctl/test",
-        "Authorization": "Bearer s3cret"}
+    assert (
+        listed["headers"]
+        == watched["headers"]
+        == {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": "stratctl/test",
+            "Authorization": "Bearer s3cret",
+        }
+    )
 
 
-@pytest.mark.parametrize("bad", [b"<html>502 Bad Gateway</html>", b'{"type": "ADDED", "obj', b'["ADDED"]',
-                                 b'{"object": {}}'])
+@pytest.mark.parametrize(
+    "bad", [b"<html>502 Bad Gateway</html>", b'{"type": "ADDED", "obj', b'["ADDED"]', b'{"object": {}}']
+)
 def test_a_line_that_is_not_a_watch_event_raises_unavailable_after_the_events_before_it(bad):
     response = FakeResponse(chunks=[line("ADDED", "a", "11"), bad + b"\n", line("ADDED", "b", "12")])
     cluster, _ = watching(response)
@@ -122,11 +143,15 @@ def test_a_line_that_is_not_a_watch_event_raises_unavailable_after_the_events_be
     assert response.closed and response.released  # a half-read stream is not reused
 
 
-@pytest.mark.parametrize("broken", [
-    ProtocolError("Connection broken: ConnectionResetError(104, 'Connection reset by peer')"),
-    ConnectionResetError(104, "Connection reset by peer"),
-    ReadTimeoutError(None, None, "Read timed out."),
-], ids=["protocol-error", "connection-reset", "read-timeout"])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        ProtocolError("Connection broken: ConnectionResetError(104, 'Connection reset by peer')"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        ReadTimeoutError(None, None, "Read timed out."),
+    ],
+    ids=["protocol-error", "connection-reset", "read-timeout"],
+)
 def test_a_stream_that_breaks_midway_raises_unavailable_instead_of_ending_quietly(broken):
     response = FakeResponse(chunks=[line("ADDED", "a", "11"), broken])
     cluster, _ = watching(response)
@@ -160,8 +185,9 @@ def test_an_error_event_of_a_server_failure_raises_unavailable():
     assert raised.value.status == 500
 
 
-@pytest.mark.parametrize("code, reason, cls", [(410, "Expired", Invalid), (500, "InternalError", Unavailable),
-                                               (403, "Forbidden", Invalid)])
+@pytest.mark.parametrize(
+    "code, reason, cls", [(410, "Expired", Invalid), (500, "InternalError", Unavailable), (403, "Forbidden", Invalid)]
+)
 def test_an_answer_other_than_200_raises_its_mapped_error_before_any_event(code, reason, cls):
     body = json.dumps(status(code, reason, f"no watch for you ({code})")).encode()
     response = FakeResponse(status=code, body=body, chunks=[line("ADDED", "a", "11")])
@@ -174,8 +200,9 @@ def test_an_answer_other_than_200_raises_its_mapped_error_before_any_event(code,
 
 
 def test_a_server_out_of_reach_raises_unavailable_for_a_watch_as_for_a_call():
-    cluster, _ = watching(ConnectionRefusedError(111, "Connection refused"),
-                          ConnectionRefusedError(111, "Connection refused"))
+    cluster, _ = watching(
+        ConnectionRefusedError(111, "Connection refused"), ConnectionRefusedError(111, "Connection refused")
+    )
     with pytest.raises(Unavailable, match=f"watch Pod: cannot reach the API server at {HOST}"):
         list(cluster.watch(POD, "10"))
     with pytest.raises(Unavailable, match=f"list Pod: cannot reach the API server at {HOST}"):

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from stratctl.errors import Invalid, Throttled, Unavailable, Unreachable
 from stratctl.backends.slurm.commands import Slurm, error_of
+from stratctl.errors import Invalid, Throttled, Unavailable, Unreachable
 
 
 class Script:
@@ -28,16 +28,25 @@ class Script:
         return subprocess.CompletedProcess(argv, code, out, err)
 
 
-@pytest.mark.parametrize("stderr, kind", [
-    ("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation", Unavailable),
-    ("sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying", Unavailable),
-    ("sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)", Unavailable),
-    ("sbatch: error: QOSMaxSubmitJobPerUserLimit", Throttled),
-    ("sbatch: error: Batch job submission failed: Job violates accounting/QOS policy "
-     "(job submit limit, user's size and/or time limits) AssocMaxSubmitJobLimit", Throttled),
-    ("sbatch: error: Batch job submission failed: Invalid partition name specified", Invalid),
-    ("sbatch: error: Batch job submission failed: Requested node configuration is not available", Invalid),
-])
+@pytest.mark.parametrize(
+    "stderr, kind",
+    [
+        ("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation", Unavailable),
+        ("sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying", Unavailable),
+        (
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+            Unavailable,
+        ),
+        ("sbatch: error: QOSMaxSubmitJobPerUserLimit", Throttled),
+        (
+            "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy "
+            "(job submit limit, user's size and/or time limits) AssocMaxSubmitJobLimit",
+            Throttled,
+        ),
+        ("sbatch: error: Batch job submission failed: Invalid partition name specified", Invalid),
+        ("sbatch: error: Batch job submission failed: Requested node configuration is not available", Invalid),
+    ],
+)
 def test_a_failure_is_sorted_by_what_it_says(stderr, kind):
     error = error_of("sbatch", 1, stderr)
     assert type(error) is kind
@@ -54,8 +63,12 @@ def test_submit_sends_the_script_on_stdin_and_reads_the_job_id():
 
 
 def test_a_refused_submit_raises_what_it_stands_for():
-    slurm = Slurm(run=Script((1, "", "sbatch: error: Socket timed out on send/recv operation"),
-                             (1, "", "sbatch: error: Invalid account or account/partition combination specified")))
+    slurm = Slurm(
+        run=Script(
+            (1, "", "sbatch: error: Socket timed out on send/recv operation"),
+            (1, "", "sbatch: error: Invalid account or account/partition combination specified"),
+        )
+    )
     with pytest.raises(Unavailable, match="Socket timed out"):
         slurm.submit("x")
     with pytest.raises(Invalid, match="Invalid account"):
@@ -73,8 +86,9 @@ def test_a_command_that_hangs_or_is_missing():
 def test_jobs_and_nodes_read_the_json_and_find_looks_a_name_up():
     jobs = {"jobs": [{"job_id": 7, "name": "a", "job_state": "PENDING"}]}
     nodes = {"nodes": [{"name": "sn1", "gres": "gpu:4", "gres_used": "gpu:1"}]}
-    run = Script((0, json.dumps(jobs), ""), (0, json.dumps(nodes), ""), (0, "12\n9\n", ""), (0, "", ""),
-                 (0, "not json", ""))
+    run = Script(
+        (0, json.dumps(jobs), ""), (0, json.dumps(nodes), ""), (0, "12\n9\n", ""), (0, "", ""), (0, "not json", "")
+    )
     slurm = Slurm(run=run)
     assert slurm.jobs() == jobs["jobs"] and slurm.nodes() == nodes["nodes"]
     assert slurm.find("trial-a1") == 9 and slurm.find("nothing") is None
@@ -86,10 +100,12 @@ def test_jobs_and_nodes_read_the_json_and_find_looks_a_name_up():
 def test_no_cluster_configured_fails_at_once_with_what_to_set(monkeypatch):
     """A first setup mistake (no SLURM_CONF, no slurm.conf) is not a controller to wait for."""
     monkeypatch.delenv("SLURM_CONF", raising=False)
-    stderr = ("squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
-              "squeue: error: fetch_config: DNS SRV lookup failed\n"
-              "squeue: error: _establish_config_source: failed to fetch config\n"
-              "squeue: fatal: Could not establish a configuration source\n")
+    stderr = (
+        "squeue: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\n"
+        "squeue: error: fetch_config: DNS SRV lookup failed\n"
+        "squeue: error: _establish_config_source: failed to fetch config\n"
+        "squeue: fatal: Could not establish a configuration source\n"
+    )
     slurm = Slurm(run=Script((1, "", stderr)))
     with pytest.raises(Unreachable) as caught:
         slurm.jobs()
@@ -104,16 +120,27 @@ def test_a_command_name_is_said_once():
 
 SILENT_CONTROLLER = {  # what squeue --json prints, exit status 0, when slurmctld does not answer (22.05)
     "meta": {"Slurm": {"release": "22.05.8"}},
-    "errors": [{"description": "Failed while looking for jobs", "error_number": -1, "error": "Unspecified error",
-                "source": "slurm_load_jobs"}],
-    "jobs": []}
+    "errors": [
+        {
+            "description": "Failed while looking for jobs",
+            "error_number": -1,
+            "error": "Unspecified error",
+            "source": "slurm_load_jobs",
+        }
+    ],
+    "jobs": [],
+}
 
 
 def test_a_listing_that_says_errors_is_no_listing():
     """An empty list with errors would make every job of the study look gone (and be sent again)."""
-    slurm = Slurm(run=Script((0, json.dumps(SILENT_CONTROLLER), ""),
-                             (0, json.dumps({**SILENT_CONTROLLER, "jobs": None, "nodes": []}), ""),
-                             (0, json.dumps({"jobs": []}), "")))
+    slurm = Slurm(
+        run=Script(
+            (0, json.dumps(SILENT_CONTROLLER), ""),
+            (0, json.dumps({**SILENT_CONTROLLER, "jobs": None, "nodes": []}), ""),
+            (0, json.dumps({"jobs": []}), ""),
+        )
+    )
     with pytest.raises(Unavailable, match="Failed while looking for jobs"):
         slurm.jobs()
     with pytest.raises(Unavailable, match="not a whole listing"):

@@ -9,14 +9,14 @@ import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-from stratctl.run.options import SubmitOptions
-from stratctl.run.policy import StaticPolicy
-from stratctl.run.attemptloop import AttemptLoop
-from stratctl.backends.slurm.scheduler import SlurmScheduler
-from stratctl.run.throttle import Throttle
 from stratctl.backends.slurm.commands import Slurm
+from stratctl.backends.slurm.scheduler import SlurmScheduler
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
+from stratctl.run.attemptloop import AttemptLoop
+from stratctl.run.options import SubmitOptions
+from stratctl.run.policy import StaticPolicy
+from stratctl.run.throttle import Throttle
 from stratctl.view.display import summary
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.studies import load
@@ -45,24 +45,36 @@ class FakeSlurm:
 
     def __call__(self, argv, input=None, **_):
         if argv[0] == "sbatch":
-            comment = next(line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --comment="))
+            comment = next(
+                line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --comment=")
+            )
             name = next(line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --job-name="))
             answer = self.sbatch_answers.pop(0) if self.sbatch_answers else "ok"
             self.sent.append(name)
             self.scripts.append(input)
             if answer in ("ok", "lost"):
-                self.jobs.append({"job_id": len(self.jobs) + 1, "name": name, "comment": comment,
-                                  "job_state": "PENDING", "state_reason": "Priority", "restart_cnt": 0})
+                self.jobs.append(
+                    {
+                        "job_id": len(self.jobs) + 1,
+                        "name": name,
+                        "comment": comment,
+                        "job_state": "PENDING",
+                        "state_reason": "Priority",
+                        "restart_cnt": 0,
+                    }
+                )
             if answer == "ok":
                 return subprocess.CompletedProcess(argv, 0, f"{len(self.jobs)}\n", "")
-            return subprocess.CompletedProcess(argv, 1, "", "sbatch: error: Batch job submission failed: "
-                                               "Socket timed out on send/recv operation")
+            return subprocess.CompletedProcess(
+                argv, 1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
+            )
         if argv[0] == "squeue" and "--json" in argv:
             return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": self.jobs}), "")
         if argv[0] == "squeue":  # find by name
             name = argv[-1].split("=", 1)[1]
-            return subprocess.CompletedProcess(argv, 0, "".join(f"{j['job_id']}\n" for j in self.jobs
-                                                                if j["name"] == name), "")
+            return subprocess.CompletedProcess(
+                argv, 0, "".join(f"{j['job_id']}\n" for j in self.jobs if j["name"] == name), ""
+            )
         if argv[0] == "sinfo":
             return subprocess.CompletedProcess(argv, 0, json.dumps({"nodes": []}), "")
         raise AssertionError(argv)
@@ -73,8 +85,16 @@ def loop(tmp_path, fake):
     clock = FakeClock()
     throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
     scheduler = SlurmScheduler(study, Renderer(study), Slurm(run=fake), workdir=str(tmp_path))
-    return AttemptLoop(study, expand(study), scheduler, throttle, SubmitOptions(poll_interval=1, workers=1),
-                       policy=StaticPolicy(4), clock=clock, sleep=clock.sleep), clock
+    return AttemptLoop(
+        study,
+        expand(study),
+        scheduler,
+        throttle,
+        SubmitOptions(poll_interval=1, workers=1),
+        policy=StaticPolicy(4),
+        clock=clock,
+        sleep=clock.sleep,
+    ), clock
 
 
 def test_a_lost_answer_is_looked_up_not_sent_twice(tmp_path):
@@ -114,19 +134,31 @@ def test_trials_of_different_sizes_each_get_their_own_job_and_gpu_count(tmp_path
     counts each trial's own GPUs."""
     from stratctl.run.attemptstatus import snapshot
 
-    study = load(tmp_path, STUDY.replace("seed: {type: int, low: 0, high: 1, grid: true}",
-                                         "n: {type: choice, values: [2, 3]}")
-                 + '  tasks: [{name: worker, replicas: "{{ params.n }}"}]\n')
+    study = load(
+        tmp_path,
+        STUDY.replace("seed: {type: int, low: 0, high: 1, grid: true}", "n: {type: choice, values: [2, 3]}")
+        + '  tasks: [{name: worker, replicas: "{{ params.n }}"}]\n',
+    )
     fake = FakeSlurm()
     clock = FakeClock()
     scheduler = SlurmScheduler(study, Renderer(study), Slurm(run=fake), workdir=str(tmp_path))
-    run = AttemptLoop(study, expand(study), scheduler, Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep),
-                      SubmitOptions(poll_interval=1, workers=1), policy=StaticPolicy(4), clock=clock, sleep=clock.sleep)
+    run = AttemptLoop(
+        study,
+        expand(study),
+        scheduler,
+        Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep),
+        SubmitOptions(poll_interval=1, workers=1),
+        policy=StaticPolicy(4),
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert run.gang == [1, 1, 1]
     with ThreadPoolExecutor(1) as pool:
         run.cycle(pool)
-    assert sorted(line for text in fake.scripts for line in text.splitlines() if "--ntasks=" in line) == \
-        ["#SBATCH --ntasks=2", "#SBATCH --ntasks=3"]
+    assert sorted(line for text in fake.scripts for line in text.splitlines() if "--ntasks=" in line) == [
+        "#SBATCH --ntasks=2",
+        "#SBATCH --ntasks=3",
+    ]
     for job in fake.jobs:
         job.update(job_state="RUNNING", start_time=100, end_time=0)
     rows = {r.params["n"]: r for r in snapshot(study, scheduler, now=110).trials}

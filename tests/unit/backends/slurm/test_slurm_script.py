@@ -40,10 +40,22 @@ def scripts(tmp_path, text=STUDY, attempt=0):
 def test_the_options_name_the_attempt_and_ask_for_the_gang(tmp_path):
     study, (first, _) = scripts(tmp_path)
     options = [line.split(" ", 1)[1] for line in first.text.splitlines() if line.startswith("#SBATCH ")]
-    assert options[:6] == [f"--job-name={first.job}", f"--comment={first.comment}", "--ntasks=2", "--time=90",
-                           f"--output=stratctl-out/sweep/{first.trial}/{first.job}-%j.log", "--requeue"]
-    assert set(options[6:]) == {"--partition=research", "--qos=low", "--gpus-per-task=1", "--cpus-per-task=2",
-                                "--mem-per-cpu=2048M", "--exclusive"}
+    assert options[:6] == [
+        f"--job-name={first.job}",
+        f"--comment={first.comment}",
+        "--ntasks=2",
+        "--time=90",
+        f"--output=stratctl-out/sweep/{first.trial}/{first.job}-%j.log",
+        "--requeue",
+    ]
+    assert set(options[6:]) == {
+        "--partition=research",
+        "--qos=low",
+        "--gpus-per-task=1",
+        "--cpus-per-task=2",
+        "--mem-per-cpu=2048M",
+        "--exclusive",
+    }
     assert (first.tasks, first.gpus) == (2, 2)
     assert parse_comment(first.comment) == ("sweep", first.trial, 0, first.comment.rsplit("/", 1)[1])
     assert parse_comment("somebody else's job") is None and parse_comment("stratctl:a/b/x/h") is None
@@ -112,8 +124,17 @@ open("slept", "a").write(sys.argv[1] + "\\n")  # recorded, not slept
 """
 
 
-def run_script(tmp_path, text, nodes="n1=10.0.0.1 n2=10.0.0.2", layout="2,1", placed="n1 n1 n2", job_id=12345,
-               restarts=None, het=None, unanswered=0):
+def run_script(
+    tmp_path,
+    text,
+    nodes="n1=10.0.0.1 n2=10.0.0.2",
+    layout="2,1",
+    placed="n1 n1 n2",
+    job_id=12345,
+    restarts=None,
+    het=None,
+    unanswered=0,
+):
     """Run an sbatch script with bash as Slurm would, with stand-ins for its commands: the
     step's tasks per node are `layout`, its tasks really run on the nodes `placed`; or, for
     a heterogeneous job, `het` gives each component's (nodes, tasks per node, placement)."""
@@ -125,16 +146,28 @@ def run_script(tmp_path, text, nodes="n1=10.0.0.1 n2=10.0.0.2", layout="2,1", pl
     (tmp_path / "NodeAddr=evil").write_text("")  # what `Reason=*` would glob to, were it globbed
     script = tmp_path / "job.sh"
     script.write_text(text)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_NODES": nodes, "FAKE_LAYOUT": layout,
-           "FAKE_PLACED": placed, "SLURM_JOB_ID": str(job_id), "SLURM_JOB_NODELIST": "n[1-3]",
-           "SLURM_NTASKS": str(len(placed.split())), **({"SLURM_RESTART_COUNT": restarts} if restarts else {})}
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_NODES": nodes,
+        "FAKE_LAYOUT": layout,
+        "FAKE_PLACED": placed,
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_JOB_NODELIST": "n[1-3]",
+        "SLURM_NTASKS": str(len(placed.split())),
+        **({"SLURM_RESTART_COUNT": restarts} if restarts else {}),
+    }
     if unanswered:
         (tmp_path / "unanswered").write_text(str(unanswered))
         env["FAKE_UNANSWERED"] = str(tmp_path / "unanswered")
     if het:  # what a heterogeneous job's batch step and tasks see (Slurm 22.05)
-        env.update({"FAKE_HET": json.dumps([[n, lay, where.split()] for n, lay, where in het]),
-                    "SLURM_HET_SIZE": str(len(het)), "SLURM_JOB_NODELIST": het[0][0],
-                    "SLURM_NTASKS": str(sum(len(where.split()) for _, _, where in het))})
+        env.update(
+            {
+                "FAKE_HET": json.dumps([[n, lay, where.split()] for n, lay, where in het]),
+                "SLURM_HET_SIZE": str(len(het)),
+                "SLURM_JOB_NODELIST": het[0][0],
+                "SLURM_NTASKS": str(sum(len(where.split()) for _, _, where in het)),
+            }
+        )
         for c, (nodelist, tasks_per_node, _) in enumerate(het):
             env[f"SLURM_JOB_NODELIST_HET_GROUP_{c}"] = nodelist
             env[f"SLURM_TASKS_PER_NODE_HET_GROUP_{c}"] = tasks_per_node
@@ -161,14 +194,22 @@ def test_the_script_runs_the_command_with_hostile_values_as_plain_words(tmp_path
     assert not [line for line in hostile.text.splitlines() if line.startswith("#SBATCH") and "rm -rf" in line]
 
 
-@pytest.mark.parametrize("nodes, layout, placed, addrs, job_id", [
-    ("n1=10.0.0.1 n2=10.0.0.2", "2,1", "n1 n1 n2", ["10.0.0.1", "10.0.0.1", "10.0.0.2"], 12345),
-    ("n1=10.0.0.1 n2=10.0.0.2", "2(x2)", "n1 n1 n2 n2", ["10.0.0.1"] * 2 + ["10.0.0.2"] * 2, 40000),
-    ("n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3", "1(x2),2", "n1 n2 n3 n3", ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.3"],
-     7),
-    ("n1= n2=127.0.0.1", "1,1", "n1 n2", ["n1", "127.0.0.1"], 20001),  # a node without a NodeAddr: its name
-    ("n1=127.0.0.1 n2=127.0.0.1", "1(x2)", "n1 n2", ["127.0.0.1", "127.0.0.1"], 39999),  # the testbed: one NodeAddr
-])
+@pytest.mark.parametrize(
+    "nodes, layout, placed, addrs, job_id",
+    [
+        ("n1=10.0.0.1 n2=10.0.0.2", "2,1", "n1 n1 n2", ["10.0.0.1", "10.0.0.1", "10.0.0.2"], 12345),
+        ("n1=10.0.0.1 n2=10.0.0.2", "2(x2)", "n1 n1 n2 n2", ["10.0.0.1"] * 2 + ["10.0.0.2"] * 2, 40000),
+        (
+            "n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3",
+            "1(x2),2",
+            "n1 n2 n3 n3",
+            ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.3"],
+            7,
+        ),
+        ("n1= n2=127.0.0.1", "1,1", "n1 n2", ["n1", "127.0.0.1"], 20001),  # a node without a NodeAddr: its name
+        ("n1=127.0.0.1 n2=127.0.0.1", "1(x2)", "n1 n2", ["127.0.0.1", "127.0.0.1"], 39999),  # the testbed: one NodeAddr
+    ],
+)
 def test_every_task_gets_the_rendezvous_contract_of_its_rank(tmp_path, nodes, layout, placed, addrs, job_id):
     """Ranks in block order over the step's nodes, each its node's NodeAddr (several tasks
     on one node share it); MASTER_PORT from the job id, so two jobs on one node differ."""
@@ -186,10 +227,13 @@ def test_every_task_gets_the_rendezvous_contract_of_its_rank(tmp_path, nodes, la
     assert len(tasks) == len(addrs)
 
 
-@pytest.mark.parametrize("unanswered, addrs", [
-    (3, ["10.0.0.1", "10.0.0.1", "10.0.0.2"]),  # answers at the 4th try: waited for, 5 s between tries
-    (99, ["n1", "n1", "n2"]),  # never within 2 minutes: said, and the node names stand in
-])
+@pytest.mark.parametrize(
+    "unanswered, addrs",
+    [
+        (3, ["10.0.0.1", "10.0.0.1", "10.0.0.2"]),  # answers at the 4th try: waited for, 5 s between tries
+        (99, ["n1", "n1", "n2"]),  # never within 2 minutes: said, and the node names stand in
+    ],
+)
 def test_a_controller_that_does_not_answer_is_waited_for_before_the_tasks_start(tmp_path, unanswered, addrs):
     _, (first, _) = scripts(tmp_path)
     done = run_script(tmp_path, first.text, unanswered=unanswered)
@@ -206,8 +250,10 @@ def test_a_task_that_is_not_where_the_layout_says_gets_no_contract_and_the_attem
     assert done.returncode == 1
     ran = [task is not None for task in json.loads(done.stdout)["tasks"]]
     assert ran == [True, False, False]  # the misplaced tasks did not run the command (srun ends the rest)
-    assert ("stratctl: no rendezvous contract: task 1 of 3 (worker) runs on n2, but the tasks per node (2,1) over "
-            "the nodes (n[1-3]) in block order put it on n1, 3 tasks in all (roles worker, first ranks 0)") in done.stderr
+    assert (
+        "stratctl: no rendezvous contract: task 1 of 3 (worker) runs on n2, but the tasks per node (2,1) over "
+        "the nodes (n[1-3]) in block order put it on n1, 3 tasks in all (roles worker, first ranks 0)"
+    ) in done.stderr
     assert (tmp_path / "stratctl-out" / "sweep" / first.trial / "attempt-0.exit").read_text() == "1\n"
 
 
@@ -222,14 +268,21 @@ def test_a_slurm_study_needs_no_image_but_a_command_for_each_task(tmp_path):
     assert any("has no image" in p for p in problems(tmp_path, kube))  # Kubernetes still needs one
 
 
-@pytest.mark.parametrize("block, field, words", [
-    ('{partition: "a\\nb"}', "slurm.partition", "one non-empty line"),
-    ("{extra: [exclusive]}", "slurm.extra.0", "starting with '--'"),
-    ("{time_limit: soon}", "slurm.time_limit", ""),
-])
+@pytest.mark.parametrize(
+    "block, field, words",
+    [
+        ('{partition: "a\\nb"}', "slurm.partition", "one non-empty line"),
+        ("{extra: [exclusive]}", "slurm.extra.0", "starting with '--'"),
+        ("{time_limit: soon}", "slurm.time_limit", ""),
+    ],
+)
 def test_a_bad_slurm_block_is_a_located_error(tmp_path, block, field, words):
-    found = problems(tmp_path, STUDY.replace("slurm: {partition: research, time_limit: 90m, qos: low, "
-                                             'extra: ["--exclusive"]}', f"slurm: {block}"))
+    found = problems(
+        tmp_path,
+        STUDY.replace(
+            'slurm: {partition: research, time_limit: 90m, qos: low, extra: ["--exclusive"]}', f"slurm: {block}"
+        ),
+    )
     assert found and all("study.yaml:3:" in p for p in found), found
     assert any(field in p and words in p for p in found), found
 
@@ -255,10 +308,23 @@ def test_a_trial_of_several_roles_is_a_heterogeneous_job_one_component_a_role(tm
     _, (script,) = scripts(tmp_path, ROLES)
     options = [line.split(" ", 1)[1] for line in script.text.splitlines() if line.startswith("#SBATCH ")]
     out = f"stratctl-out/sweep/{script.trial}"
-    assert options == [f"--job-name={script.job}", f"--comment={script.comment}", "--ntasks=1", "--time=90",
-                       f"--output={out}/{script.job}-%j.log", "--requeue", "--partition=research", "--cpus-per-task=2",
-                       "--mem-per-cpu=2048M",
-                       "hetjob", "--ntasks=2", "--time=90", "--requeue", "--partition=research", "--gpus-per-task=1"]
+    assert options == [
+        f"--job-name={script.job}",
+        f"--comment={script.comment}",
+        "--ntasks=1",
+        "--time=90",
+        f"--output={out}/{script.job}-%j.log",
+        "--requeue",
+        "--partition=research",
+        "--cpus-per-task=2",
+        "--mem-per-cpu=2048M",
+        "hetjob",
+        "--ntasks=2",
+        "--time=90",
+        "--requeue",
+        "--partition=research",
+        "--gpus-per-task=1",
+    ]
     assert (script.tasks, script.gpus) == (3, 2)
 
 
@@ -266,8 +332,13 @@ def test_each_role_runs_its_command_with_its_env_and_the_contract_across_compone
     """The ps component on n3, the workers on n1 and n2: ranks follow the task order (ps
     first), not the nodes' names, and each role's hosts are its own component's."""
     _, (script,) = scripts(tmp_path, ROLES)
-    done = run_script(tmp_path, script.text, nodes="n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3", job_id=31337,
-                      het=[("n3", "1", "n3"), ("n1,n2", "1(x2)", "n1 n2")])
+    done = run_script(
+        tmp_path,
+        script.text,
+        nodes="n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3",
+        job_id=31337,
+        het=[("n3", "1", "n3"), ("n1,n2", "1(x2)", "n1 n2")],
+    )
     assert done.returncode == 0, done.stderr
     ran = json.loads(done.stdout)
     assert ran["components"] == 2 and len(ran["tasks"]) == 3
@@ -284,11 +355,21 @@ def test_each_role_runs_its_command_with_its_env_and_the_contract_across_compone
 
 def test_a_component_whose_layout_does_not_hold_fails_the_attempt(tmp_path):
     _, (script,) = scripts(tmp_path, ROLES)
-    done = run_script(tmp_path, script.text, nodes="n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3",
-                      het=[("n3", "1", "n3"), ("n1,n2", "2", "n1 n1")])  # says 2 tasks on n1 and none on n2: holds
+    done = run_script(
+        tmp_path,
+        script.text,
+        nodes="n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3",
+        het=[("n3", "1", "n3"), ("n1,n2", "2", "n1 n1")],
+    )  # says 2 tasks on n1 and none on n2: holds
     assert done.returncode == 0, done.stderr
-    done = run_script(tmp_path, script.text, nodes="n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3",
-                      het=[("n3", "1", "n3"), ("n1,n2", "1(x2)", "n2 n1")])
+    done = run_script(
+        tmp_path,
+        script.text,
+        nodes="n1=10.0.0.1 n2=10.0.0.2 n3=10.0.0.3",
+        het=[("n3", "1", "n3"), ("n1,n2", "1(x2)", "n2 n1")],
+    )
     assert done.returncode == 1
-    assert ("task 1 of 3 (worker) runs on n2, but the tasks per node (1 1(x2)) over the nodes (n3 n1,n2) in block "
-            "order put it on n1, 3 tasks in all (roles ps worker, first ranks 0 1)") in done.stderr
+    assert (
+        "task 1 of 3 (worker) runs on n2, but the tasks per node (1 1(x2)) over the nodes (n3 n1,n2) in block "
+        "order put it on n1, 3 tasks in all (roles ps worker, first ranks 0 1)"
+    ) in done.stderr

@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from stratctl.core.render import Renderer, bundled_templates
-from stratctl.core.space import expand
 from stratctl import rendezvous
 from stratctl.backends.yarn.app import Jar, build, master_port, parse_tags
+from stratctl.core.render import Renderer, bundled_templates
+from stratctl.core.space import expand
 from tests.unit.studies import load, problems
 
 STUDY = """\
@@ -37,8 +37,15 @@ trial:
 def apps(tmp_path, text=STUDY, attempt=0):
     study = load(tmp_path, text)
     renderer = Renderer(study)
-    return study, [build(study, renderer.render(t, attempt=attempt, resume=attempt > 0), [bundled_templates()],
-                         tmp_path / "out" / study.name) for t in expand(study)]
+    return study, [
+        build(
+            study,
+            renderer.render(t, attempt=attempt, resume=attempt > 0),
+            [bundled_templates()],
+            tmp_path / "out" / study.name,
+        )
+        for t in expand(study)
+    ]
 
 
 def test_the_application_names_the_attempt_and_carries_the_gang(tmp_path):
@@ -62,8 +69,12 @@ def test_the_application_names_the_attempt_and_carries_the_gang(tmp_path):
     assert body["application-tags"] == {"tag": app.tags}
     spec = body["am-container-spec"]
     assert spec["local-resources"]["entry"][0]["value"] == {
-        "resource": "file:///opt/am.jar", "type": "FILE", "visibility": "APPLICATION", "size": 1234,
-        "timestamp": 1796467261608}
+        "resource": "file:///opt/am.jar",
+        "type": "FILE",
+        "visibility": "APPLICATION",
+        "size": 1234,
+        "timestamp": 1796467261608,
+    }
     command = spec["commands"]["command"]
     assert '"' not in command and "$" not in command  # the NodeManager pastes it into bash -c "..." unescaped
     environment = {e["key"]: e["value"] for e in spec["environment"]["entry"]}
@@ -86,9 +97,11 @@ def test_the_task_script_runs_the_command_with_hostile_values_as_plain_words(tmp
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     python = bin_dir / "python"
-    python.write_text("#!/usr/bin/env python3\nimport json, os, sys\n"
-                      "print(json.dumps({'argv': sys.argv[1:], 'env': {k: v for k, v in os.environ.items() "
-                      "if k.startswith('STRATCTL_')}}))\n")
+    python.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'env': {k: v for k, v in os.environ.items() "
+        "if k.startswith('STRATCTL_')}}))\n"
+    )
     python.chmod(0o755)
     script = tmp_path / "task.sh"
     script.write_text(hostile.roles[0].script)
@@ -96,15 +109,17 @@ def test_the_task_script_runs_the_command_with_hostile_values_as_plain_words(tmp
     done = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     ran = json.loads(done.stdout)
-    assert ran["argv"] == ["train.py", "--lr=x\"; rm -rf / #\n$(id)"]
+    assert ran["argv"] == ["train.py", '--lr=x"; rm -rf / #\n$(id)']
     assert ran["env"]["STRATCTL_RESUME"] == resume
     assert ran["env"]["STRATCTL_CHECKPOINT_DIR"] == f"/ckpt/sweep/{hostile.trial}"
     assert ran["env"]["STRATCTL_OUTPUT_DIR"] == str(tmp_path / "out" / "sweep" / hostile.trial)
 
 
-ROLES = STUDY.replace("""  resources: {requests: {cpu: 2, memory: 4Gi}, limits: {nvidia.com/gpu: 1}}
+ROLES = STUDY.replace(
+    """  resources: {requests: {cpu: 2, memory: 4Gi}, limits: {nvidia.com/gpu: 1}}
   tasks: [{name: worker, replicas: 2}]
-""", """  resources: {requests: {cpu: 2, memory: 4Gi}, limits: {nvidia.com/gpu: 1}}
+""",
+    """  resources: {requests: {cpu: 2, memory: 4Gi}, limits: {nvidia.com/gpu: 1}}
   env: {MASTER_PORT: "1234", RANK: "9", LOG_LEVEL: debug}
   tasks:
     - name: ps
@@ -115,19 +130,27 @@ ROLES = STUDY.replace("""  resources: {requests: {cpu: 2, memory: 4Gi}, limits: 
     - name: evaluator
       command: ["python", "eval.py", "--lr={{ params.lr }}"]
       resources: {requests: {cpu: 1, memory: 1Gi}, limits: {nvidia.com/gpu: 2}}
-""")
+""",
+)
 
 
 def test_each_task_is_a_role_of_its_own_size_command_and_count_in_task_order(tmp_path):
     """What the AM gets for a trial of 3 roles: their names and counts in task order (the
     order of the ranks), each role's container size and script (its own command)."""
     _, (app, _) = apps(tmp_path, ROLES)
-    assert [(r.name, r.replicas, r.gpus) for r in app.roles] == [("ps", 1, 0), ("param-worker", 3, 1), ("evaluator", 1, 2)]
+    assert [(r.name, r.replicas, r.gpus) for r in app.roles] == [
+        ("ps", 1, 0),
+        ("param-worker", 3, 1),
+        ("evaluator", 1, 2),
+    ]
     assert app.tasks == 5 and app.gpus == 5
     env = app.environment
     assert env["STRATCTL_AM_ROLES"] == "ps:1,param-worker:3,evaluator:1"
     assert [env[f"STRATCTL_AM_RESOURCES_{i}"] for i in range(3)] == [
-        "memory-mb=512,vcores=1", "memory-mb=4096,vcores=2,yarn.io/gpu=1", "memory-mb=1024,vcores=1,yarn.io/gpu=2"]
+        "memory-mb=512,vcores=1",
+        "memory-mb=4096,vcores=2,yarn.io/gpu=1",
+        "memory-mb=1024,vcores=1,yarn.io/gpu=2",
+    ]
     scripts = [base64.b64decode(env[f"STRATCTL_AM_SCRIPT_{i}"]).decode() for i in range(3)]
     assert scripts == [r.script for r in app.roles]
     assert "exec python ps.py\n" in scripts[0] and "exec python train.py --lr=0.1\n" in scripts[1]
@@ -153,13 +176,16 @@ def test_a_yarn_study_needs_a_command_for_every_task(tmp_path):
     assert any("study.yaml:12:38:" in p and "trial.tasks.1:" in p and "command of task 'b'" in p for p in found), found
 
 
-@pytest.mark.parametrize("field, value", [
-    ("node_selector", "{disk: ssd}"),
-    ("tolerations", "[{key: gpu, operator: Exists}]"),
-    ("affinity", "{node: {required: {zone: [a]}}}"),
-    ("policies", "[{event: TaskCompleted, action: CompleteJob}]"),
-    ("min_available", "1"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("node_selector", "{disk: ssd}"),
+        ("tolerations", "[{key: gpu, operator: Exists}]"),
+        ("affinity", "{node: {required: {zone: [a]}}}"),
+        ("policies", "[{event: TaskCompleted, action: CompleteJob}]"),
+        ("min_available", "1"),
+    ],
+)
 def test_what_a_yarn_task_cannot_have_is_a_located_error(tmp_path, field, value):
     """YARN places a trial's containers by yarn.node_label and yarn.placement alone, starts
     them all together and ends the trial when all have ended: per-task placement, policies,
@@ -167,22 +193,27 @@ def test_what_a_yarn_task_cannot_have_is_a_located_error(tmp_path, field, value)
     from stratctl.core.spec import Task
 
     assert field in Task.model_fields
-    text = STUDY.replace("tasks: [{name: worker, replicas: 2}]",
-                         f"tasks: [{{name: ps}}, {{name: worker, replicas: 2, {field}: {value}}}]")
+    text = STUDY.replace(
+        "tasks: [{name: worker, replicas: 2}]",
+        f"tasks: [{{name: ps}}, {{name: worker, replicas: 2, {field}: {value}}}]",
+    )
     found = problems(tmp_path, text)
     assert any("study.yaml:12:" in p and f"trial.tasks.1.{field}" in p and "yarn" in p for p in found), found
 
 
-@pytest.mark.parametrize("block, field, words", [
-    ("{resource_managers: [rm1:8088]}", "yarn.resource_managers.0", "web address"),
-    ("{resource_managers: []}", "yarn.resource_managers", "at least one value"),
-    ("{tags: [stratctl-x]}", "yarn.tags.0", "set by stratctl"),
-    ('{tags: ["a,b"]}', "yarn.tags.0", "without a comma"),
-    ("{placement: everywhere}", "yarn.placement", "'any', 'spread' or 'pack'"),
-    ("{gang_timeout: soon}", "yarn.gang_timeout", ""),
-    ("{max_app_attempts: 0}", "yarn.max_app_attempts", "must be at least 1"),
-    ("{colour: blue}", "in yarn", "unknown key 'colour'"),
-])
+@pytest.mark.parametrize(
+    "block, field, words",
+    [
+        ("{resource_managers: [rm1:8088]}", "yarn.resource_managers.0", "web address"),
+        ("{resource_managers: []}", "yarn.resource_managers", "at least one value"),
+        ("{tags: [stratctl-x]}", "yarn.tags.0", "set by stratctl"),
+        ('{tags: ["a,b"]}', "yarn.tags.0", "without a comma"),
+        ("{placement: everywhere}", "yarn.placement", "'any', 'spread' or 'pack'"),
+        ("{gang_timeout: soon}", "yarn.gang_timeout", ""),
+        ("{max_app_attempts: 0}", "yarn.max_app_attempts", "must be at least 1"),
+        ("{colour: blue}", "in yarn", "unknown key 'colour'"),
+    ],
+)
 def test_a_bad_yarn_block_is_a_located_error(tmp_path, block, field, words):
     text = STUDY.replace(STUDY.split("\n")[2] + "\n" + STUDY.split("\n")[3], f"yarn: {block}")
     found = problems(tmp_path, text)

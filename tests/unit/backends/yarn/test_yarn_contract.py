@@ -13,15 +13,29 @@ import pytest
 
 from stratctl import rendezvous
 
-SOURCE = Path(__file__).resolve().parents[4] / "yarn-am" / "src" / "main" / "java" / "io" / "stratctl" / "yarn" / \
-    "Rendezvous.java"
+SOURCE = (
+    Path(__file__).resolve().parents[4]
+    / "yarn-am"
+    / "src"
+    / "main"
+    / "java"
+    / "io"
+    / "stratctl"
+    / "yarn"
+    / "Rendezvous.java"
+)
 
 GANGS = [
     [("worker", ["localhost", "localhost"])],
     [("worker", ["n1", "n2", "n3"])],
     [("ps", ["n1"]), ("worker", ["n2", "n2"])],
-    [("ps", ["n1", "n2"]), ("param-server", ["n3"]), ("worker", ["n4", "n5", "n6", "n7"]), ("evaluator", ["n1"]),
-     ("logs9", ["n2"])],
+    [
+        ("ps", ["n1", "n2"]),
+        ("param-server", ["n3"]),
+        ("worker", ["n4", "n5", "n6", "n7"]),
+        ("evaluator", ["n1"]),
+        ("logs9", ["n2"]),
+    ],
 ]
 
 
@@ -29,14 +43,18 @@ GANGS = [
 def java_contract(tmp_path_factory):
     assert shutil.which("javac") and shutil.which("java"), "the YARN gang AM needs a JDK (javac, java) to build"
     classes = tmp_path_factory.mktemp("rendezvous-classes")
-    subprocess.run(["javac", "-nowarn", "-d", str(classes), str(SOURCE)], check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(["javac", "-nowarn", "-d", str(classes), str(SOURCE)], check=True, capture_output=True, timeout=120)
 
     def run(roles: list[tuple[str, list[str]]], rank: int | str, port: int) -> dict[int, dict[str, str]]:
         """Each rank's environment (`rank`: one, or "all") as the AM computes it."""
         args = [f"{role}={','.join(hosts)}" for role, hosts in roles]
-        done = subprocess.run(["java", "-cp", str(classes), "io.stratctl.yarn.Rendezvous", str(port), str(rank), *args],
-                              check=True, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["java", "-cp", str(classes), "io.stratctl.yarn.Rendezvous", str(port), str(rank), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         out: dict[int, dict[str, str]] = {}
         for line in done.stdout.splitlines():
             if line.startswith("# rank "):

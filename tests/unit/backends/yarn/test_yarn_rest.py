@@ -8,8 +8,8 @@ import json
 import pytest
 import urllib3
 
-from stratctl.errors import Invalid, NotFound, Throttled, Unavailable, Unreachable
 from stratctl.backends.yarn.rest import ResourceManager
+from stratctl.errors import Invalid, NotFound, Throttled, Unavailable, Unreachable
 
 
 class Answer:
@@ -35,13 +35,19 @@ class Pool:
 
 
 def refused():
-    return urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] "
-                                                 "Connection refused")
+    return urllib3.exceptions.NewConnectionError(
+        None, "Failed to establish a new connection: [Errno 111] Connection refused"
+    )
 
 
 def test_a_dead_or_standby_rm_is_passed_over_and_the_active_one_remembered():
-    pool = Pool({"http://rm1": refused(), "http://rm2": Answer(307, b"", {"Location": "http://rm3:8088/ws/v1"}),
-                 "http://rm3": Answer(200, {"apps": {"app": [{"id": "application_1_0001"}]}})})
+    pool = Pool(
+        {
+            "http://rm1": refused(),
+            "http://rm2": Answer(307, b"", {"Location": "http://rm3:8088/ws/v1"}),
+            "http://rm3": Answer(200, {"apps": {"app": [{"id": "application_1_0001"}]}}),
+        }
+    )
     rm = ResourceManager(["http://rm1", "http://rm2", "http://rm3"], user="alice", pool=pool)
     assert rm.apps("stratctl-study:S") == [{"id": "application_1_0001"}]
     assert rm.url == "http://rm3"
@@ -54,23 +60,40 @@ def test_a_dead_or_standby_rm_is_passed_over_and_the_active_one_remembered():
 
 
 def test_a_standby_page_and_no_answer_at_all_are_unavailable():
-    pool = Pool({"http://rm1": Answer(200, b"This is standby RM. The redirect url is: http://rm2:8088/"),
-                 "http://rm2": refused()})
+    pool = Pool(
+        {
+            "http://rm1": Answer(200, b"This is standby RM. The redirect url is: http://rm2:8088/"),
+            "http://rm2": refused(),
+        }
+    )
     rm = ResourceManager(["http://rm1", "http://rm2"], pool=pool)
     with pytest.raises(Unavailable) as err:
         rm.nodes()
-    assert "http://rm1: a standby ResourceManager" in str(err.value) and "http://rm2: connection refused" in str(err.value)
+    assert "http://rm1: a standby ResourceManager" in str(err.value) and "http://rm2: connection refused" in str(
+        err.value
+    )
 
 
-@pytest.mark.parametrize("status, headers, body, kind", [
-    (429, {"Retry-After": "7"}, b"slow down", Throttled),
-    (503, {}, b"busy", Throttled),
-    (500, {}, b"oops", Unavailable),
-    (404, {}, {"RemoteException": {"exception": "NotFoundException", "message": "app not found"}}, NotFound),
-    (400, {}, {"RemoteException": {"exception": "BadRequestException",
-                                   "message": "Invalid resource request, requested resource type=[yarn.io/gpu] < 0"}},
-     Invalid),
-])
+@pytest.mark.parametrize(
+    "status, headers, body, kind",
+    [
+        (429, {"Retry-After": "7"}, b"slow down", Throttled),
+        (503, {}, b"busy", Throttled),
+        (500, {}, b"oops", Unavailable),
+        (404, {}, {"RemoteException": {"exception": "NotFoundException", "message": "app not found"}}, NotFound),
+        (
+            400,
+            {},
+            {
+                "RemoteException": {
+                    "exception": "BadRequestException",
+                    "message": "Invalid resource request, requested resource type=[yarn.io/gpu] < 0",
+                }
+            },
+            Invalid,
+        ),
+    ],
+)
 def test_answers_are_sorted_into_pressure_no_answer_and_verdicts(status, headers, body, kind):
     rm = ResourceManager(["http://rm1"], pool=Pool({"http://rm1": Answer(status, body, headers)}))
     with pytest.raises(kind) as err:
@@ -88,11 +111,14 @@ def test_new_application_submit_kill_and_conf():
     rm.submit({"a": 1})
     rm.kill("application_9_0003")
     assert [(m, u.split("?")[0]) for m, u, _ in pool.requests] == [
-        ("POST", "http://rm1/ws/v1/cluster/apps/new-application"), ("POST", "http://rm1/ws/v1/cluster/apps"),
-        ("PUT", "http://rm1/ws/v1/cluster/apps/application_9_0003/state")]
+        ("POST", "http://rm1/ws/v1/cluster/apps/new-application"),
+        ("POST", "http://rm1/ws/v1/cluster/apps"),
+        ("PUT", "http://rm1/ws/v1/cluster/apps/application_9_0003/state"),
+    ]
     assert pool.requests[-1][2] == {"state": "KILLED"}
-    pool.by_base["http://rm1"] = Answer(200, {"property": {"key": "yarn.application.classpath",
-                                                           "value": "/etc/hadoop,/lib/*", "isFinal": False}})
+    pool.by_base["http://rm1"] = Answer(
+        200, {"property": {"key": "yarn.application.classpath", "value": "/etc/hadoop,/lib/*", "isFinal": False}}
+    )
     assert rm.conf("yarn.application.classpath") == "/etc/hadoop,/lib/*"
     pool.by_base["http://rm1"] = Answer(404, b"")
     assert rm.conf("yarn.application.classpath") is None

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from stratctl.backends.yarn.scheduler import YarnScheduler, am_jar, built_jar, headroom, queue_limit, queue_of, within
+from stratctl.core.space import expand
+from stratctl.errors import ExitCode, Throttled, UsageError
 from stratctl.run import attemptdrain
 from stratctl.run.attemptstatus import snapshot
-from stratctl.core.space import expand
 from stratctl.trialstate import TrialState
-from stratctl.errors import ExitCode, Throttled, UsageError
-from stratctl.backends.yarn.scheduler import YarnScheduler, am_jar, built_jar, headroom, queue_limit, queue_of, within
 from tests.unit.studies import load
 
 STUDY = """\
@@ -42,9 +42,16 @@ class MemoryRM:
 
     def submit(self, body):
         tags = ",".join(body["application-tags"]["tag"])
-        self.apps[body["application-id"]] = {"id": body["application-id"], "state": "ACCEPTED", "progress": 0.0,
-                                             "applicationTags": tags, "diagnostics": "", "launchTime": 0,
-                                             "finishedTime": 0, "finalStatus": "UNDEFINED"}
+        self.apps[body["application-id"]] = {
+            "id": body["application-id"],
+            "state": "ACCEPTED",
+            "progress": 0.0,
+            "applicationTags": tags,
+            "diagnostics": "",
+            "launchTime": 0,
+            "finishedTime": 0,
+            "finalStatus": "UNDEFINED",
+        }
 
     def apps_of(self, tag):
         return [a for a in self.apps.values() if tag in a["applicationTags"].split(",")]
@@ -92,8 +99,9 @@ def test_created_with_tags_found_again_and_recorded_once_ended(tmp_path):
     [submitted] = rm.apps.values()
     seen = sched.attempts()
     assert seen[one.name].state is TrialState.PENDING and seen[one.name].job == submitted["id"]
-    rm.set(submitted["id"], state="FINISHED", finalStatus="SUCCEEDED", launchTime=1000, finishedTime=4000,
-           progress=100.0)
+    rm.set(
+        submitted["id"], state="FINISHED", finalStatus="SUCCEEDED", launchTime=1000, finishedTime=4000, progress=100.0
+    )
     assert sched.attempts()[one.name].state is TrialState.SUCCEEDED
     assert (sched.output / one.name / "attempt-0.yarn.json").exists()
     rm.apps.clear()  # the RM forgets it (max-completed-applications)
@@ -131,8 +139,13 @@ def test_a_refusal_for_the_queues_limits_is_pressure_not_a_failure(tmp_path):
     sched.clock = lambda: now[0]
     sched.create(sched.prepare(one, 0))
     [refused] = rm.apps
-    rm.set(refused, state="FAILED", finalStatus="FAILED", diagnostics="Queue root.research already has 3 "
-           "applications, cannot accept submission of application: " + refused)
+    rm.set(
+        refused,
+        state="FAILED",
+        finalStatus="FAILED",
+        diagnostics="Queue root.research already has 3 "
+        "applications, cannot accept submission of application: " + refused,
+    )
     seen = sched.attempts()[one.name]
     assert seen.state is TrialState.PREEMPTED and seen.failures == 0
     assert sched.refused == {"submissions": 1}
@@ -150,11 +163,36 @@ def test_free_gpus_are_no_more_than_the_queue_may_still_take():
     def gpus(n):
         return {"resourceInformations": {"resourceInformation": [{"name": "yarn.io/gpu", "value": n}]}}
 
-    answer = {"scheduler": {"schedulerInfo": {"queues": {"queue": [
-        {"queueName": "prod", "queuePath": "root.prod", "maxEffectiveCapacity": gpus(8), "resourcesUsed": gpus(0)},
-        {"queueName": "team", "queuePath": "root.team", "queues": {"queue": [
-            {"queueName": "research", "queuePath": "root.team.research", "maxEffectiveCapacity": gpus(6),
-             "resourcesUsed": gpus(3)}]}}]}}}}
+    answer = {
+        "scheduler": {
+            "schedulerInfo": {
+                "queues": {
+                    "queue": [
+                        {
+                            "queueName": "prod",
+                            "queuePath": "root.prod",
+                            "maxEffectiveCapacity": gpus(8),
+                            "resourcesUsed": gpus(0),
+                        },
+                        {
+                            "queueName": "team",
+                            "queuePath": "root.team",
+                            "queues": {
+                                "queue": [
+                                    {
+                                        "queueName": "research",
+                                        "queuePath": "root.team.research",
+                                        "maxEffectiveCapacity": gpus(6),
+                                        "resourcesUsed": gpus(3),
+                                    }
+                                ]
+                            },
+                        },
+                    ]
+                }
+            }
+        }
+    }
     research = queue_of(answer, "research")
     assert research is queue_of(answer, "root.team.research") and headroom(research) == 3
     assert within([4, 2, 1], headroom(research)) == [3, 0, 0]
@@ -177,9 +215,9 @@ def test_an_accepted_application_held_back_by_a_queue_limit_waits_for_limits(tmp
     queue["maxParallelApps"] = 5
     free = sched.attempts()[two.name]
     assert free.waits_for_capacity and free.reason == ""
-    assert queue_limit({"AMResourceLimit": {"memory": 1024, "vCores": 8}, "usedAMResource": {"memory": 1024,
-                                                                                           "vCores": 2}}).startswith(
-        "the queue's AM resource limit")
+    assert queue_limit(
+        {"AMResourceLimit": {"memory": 1024, "vCores": 8}, "usedAMResource": {"memory": 1024, "vCores": 2}}
+    ).startswith("the queue's AM resource limit")
 
 
 def test_the_am_jar_is_found_where_make_yarn_am_writes_it_or_where_it_is_named(tmp_path, monkeypatch):
@@ -230,5 +268,6 @@ def test_submit_with_a_missing_am_jar_exits_2_in_one_line(tmp_path, monkeypatch)
     result = CliRunner().invoke(app, ["submit", "study.yaml", "--dry-run", "client"])
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == [
-        line for line in result.stderr.strip().splitlines() if "no gang application master jar at" in line]
+        line for line in result.stderr.strip().splitlines() if "no gang application master jar at" in line
+    ]
     assert f"{tmp_path / 'nowhere.jar'} (STRATCTL_YARN_AM_JAR)" in result.stderr and "Traceback" not in result.stderr

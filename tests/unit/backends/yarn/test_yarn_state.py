@@ -3,28 +3,60 @@ REST API writes them) and the records of ended attempts; free GPUs from /nodes."
 
 from __future__ import annotations
 
-from stratctl.run.attemptloop import trial_state
-from stratctl.trialstate import TrialState
 from stratctl.backends.yarn.scheduler import free_gpus
 from stratctl.backends.yarn.state import latest, of_app, read_records, write_record
+from stratctl.run.attemptloop import trial_state
+from stratctl.trialstate import TrialState
 
 
-def app(trial="t0", n=0, state="RUNNING", final="UNDEFINED", progress=50.0, diagnostics="", app_id=None,
-        launch=1_000_000, finished=0, am_preempted=0, study="s"):
-    return {"id": app_id or f"application_1_{n:04d}{trial}", "state": state, "finalStatus": final,
-            "progress": progress, "diagnostics": diagnostics, "launchTime": launch, "finishedTime": finished,
-            "numAMContainerPreempted": am_preempted,
-            "applicationTags": f"stratctl,stratctl-study:{study},stratctl-trial:{trial},stratctl-n:{n},"
-                               f"stratctl-spec:abc,stratctl-attempt:{trial}{n}"}
+def app(
+    trial="t0",
+    n=0,
+    state="RUNNING",
+    final="UNDEFINED",
+    progress=50.0,
+    diagnostics="",
+    app_id=None,
+    launch=1_000_000,
+    finished=0,
+    am_preempted=0,
+    study="s",
+):
+    return {
+        "id": app_id or f"application_1_{n:04d}{trial}",
+        "state": state,
+        "finalStatus": final,
+        "progress": progress,
+        "diagnostics": diagnostics,
+        "launchTime": launch,
+        "finishedTime": finished,
+        "numAMContainerPreempted": am_preempted,
+        "applicationTags": f"stratctl,stratctl-study:{study},stratctl-trial:{trial},stratctl-n:{n},"
+        f"stratctl-spec:abc,stratctl-attempt:{trial}{n}",
+    }
 
 
 def test_application_states_map_to_trial_states():
-    accepted = of_app(app(state="ACCEPTED", launch=0, diagnostics="[Sat Dec 05 12:00:00 +0000 2026] Application is "
-                          "Activated, waiting for resources to be assigned for AM."), "s")
+    accepted = of_app(
+        app(
+            state="ACCEPTED",
+            launch=0,
+            diagnostics="[Sat Dec 05 12:00:00 +0000 2026] Application is "
+            "Activated, waiting for resources to be assigned for AM.",
+        ),
+        "s",
+    )
     assert accepted.state is TrialState.PENDING and accepted.waits_for_capacity and not accepted.waits_for_limits
     assert accepted.reason.startswith("Application is Activated")
-    limited = of_app(app(state="ACCEPTED", launch=0, diagnostics="[x] Application is added to the scheduler and is "
-                         "not yet activated. Queue's AM resource limit exceeded."), "s")
+    limited = of_app(
+        app(
+            state="ACCEPTED",
+            launch=0,
+            diagnostics="[x] Application is added to the scheduler and is "
+            "not yet activated. Queue's AM resource limit exceeded.",
+        ),
+        "s",
+    )
     assert limited.waits_for_limits and not limited.waits_for_capacity
     gang = of_app(app(progress=0.0), "s")  # the AM runs, its gang is not whole: pending, started nothing
     assert gang.state is TrialState.PENDING and gang.waits_for_capacity and gang.started is None
@@ -32,8 +64,15 @@ def test_application_states_map_to_trial_states():
     assert running.state is TrialState.RUNNING and running.started == 1000.0
     done = of_app(app(state="FINISHED", final="SUCCEEDED", finished=1_060_000), "s")
     assert done.state is TrialState.SUCCEEDED and done.run_seconds(0) == 60.0
-    preempted = of_app(app(state="FINISHED", final="FAILED", finished=1_010_000,
-                           diagnostics="stratctl: preempted: task 1 (container_1_0001_01_000003)"), "s")
+    preempted = of_app(
+        app(
+            state="FINISHED",
+            final="FAILED",
+            finished=1_010_000,
+            diagnostics="stratctl: preempted: task 1 (container_1_0001_01_000003)",
+        ),
+        "s",
+    )
     assert preempted.state is TrialState.PREEMPTED and preempted.preemptions == 1
     failed = of_app(app(state="FINISHED", final="FAILED", diagnostics="stratctl: task 0 exited with code 3"), "s")
     assert failed.state is TrialState.FAILED and failed.exit_code == 3
@@ -47,11 +86,14 @@ def test_application_states_map_to_trial_states():
 
 
 def test_preemptions_and_drains_are_not_failures_across_attempts():
-    apps = [app(n=0, state="FINISHED", final="FAILED", diagnostics="stratctl: preempted: task 0", finished=1_005_000),
-            app(n=1, state="KILLED", final="KILLED", finished=1_006_000),
-            app(n=2, state="FINISHED", final="FAILED", diagnostics="stratctl: task 0 exited with code 1",
-                finished=1_007_000),
-            app(n=3, progress=0.0)]
+    apps = [
+        app(n=0, state="FINISHED", final="FAILED", diagnostics="stratctl: preempted: task 0", finished=1_005_000),
+        app(n=1, state="KILLED", final="KILLED", finished=1_006_000),
+        app(
+            n=2, state="FINISHED", final="FAILED", diagnostics="stratctl: task 0 exited with code 1", finished=1_007_000
+        ),
+        app(n=3, progress=0.0),
+    ]
     found = latest(apps, "s", {}, {"t0": {1: "resumed"}})["t0"]
     assert found.attempt == 3 and found.failures == 1 and found.preemptions == 1
     assert found.earlier_seconds == 5.0 + 6.0 + 7.0
@@ -70,8 +112,9 @@ def test_of_two_applications_of_one_attempt_the_first_counts():
 
 
 def test_attempts_the_rm_forgot_come_from_their_records(tmp_path):
-    ended = app(n=0, state="FINISHED", final="FAILED", diagnostics="stratctl: task 0 exited with code 2",
-                finished=1_002_000)
+    ended = app(
+        n=0, state="FINISHED", final="FAILED", diagnostics="stratctl: task 0 exited with code 2", finished=1_002_000
+    )
     write_record(tmp_path, "t0", 0, ended)
     write_record(tmp_path, "t0", 0, app(n=0, state="RUNNING"))  # written once: the first record stays
     (tmp_path / "t0" / "attempt-1.drained").write_text("x")
@@ -85,8 +128,16 @@ def test_attempts_the_rm_forgot_come_from_their_records(tmp_path):
 
 def test_free_gpus_of_running_nodes_of_the_label():
     def node(state, gpus, labels=None):
-        return {"state": state, "nodeLabels": labels or [], "availableResource": {"memory": 1, "resourceInformations": {
-            "resourceInformation": [{"name": "memory-mb", "value": 9}, {"name": "yarn.io/gpu", "value": gpus}]}}}
+        return {
+            "state": state,
+            "nodeLabels": labels or [],
+            "availableResource": {
+                "memory": 1,
+                "resourceInformations": {
+                    "resourceInformation": [{"name": "memory-mb", "value": 9}, {"name": "yarn.io/gpu", "value": gpus}]
+                },
+            },
+        }
 
     nodes = [node("RUNNING", 4), node("RUNNING", 1, ["gpu"]), node("UNHEALTHY", 4), node("LOST", 4)]
     assert free_gpus(nodes, None) == [4, 1]
