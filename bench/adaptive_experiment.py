@@ -38,12 +38,12 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.results import save, scalars  # noqa: E402
-from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus  # noqa: E402
-from stratctl.core.space import expand  # noqa: E402
-from stratctl.core.spec import load_study  # noqa: E402
+from bench.results import save, scalars
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
 
 
 def study_text(

@@ -39,13 +39,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.adaptive_experiment import cleanup, median  # noqa: E402
-from bench.results import save, scalars  # noqa: E402
-from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import NODE, POD, PODGROUP, Cluster  # noqa: E402
-from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus  # noqa: E402
-from stratctl.core.space import expand  # noqa: E402
-from stratctl.core.spec import load_study  # noqa: E402
+from bench.adaptive_experiment import cleanup, median
+from bench.results import save, scalars
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import NODE, POD, PODGROUP, Cluster
+from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus
+from stratctl.core.space import expand
+from stratctl.core.spec import load_study
 
 OTHER_TEAM = "bench.stratctl.io/other-team"
 HELD = (5, 3, 6, 2, 7, 1, 4, 4)  # GPUs the other team holds on each node (of 8): holes of 3, 5, 2, 6, 1, 7, 4, 4

@@ -36,11 +36,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.results import save, scalars  # noqa: E402
-from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.backends.kubernetes.state import TrialState, classify  # noqa: E402
-from stratctl.errors import ClusterError  # noqa: E402
+from bench.results import save, scalars
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.errors import ClusterError
 
 REPO = Path(__file__).resolve().parent.parent
 FLOOD_START, FLOOD_SECONDS, FLOOD_THREADS = 5.0, 60.0, 4

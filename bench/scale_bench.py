@@ -37,12 +37,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bytecode import compiled  # noqa: E402
-from bench.results import save  # noqa: E402
-from bench.status_bench import run  # noqa: E402
-from bench.submit_bench import study_text  # noqa: E402
-from bench.testbed import REPO, scheduler_paused, testbed_target  # noqa: E402
-from stratctl import labels  # noqa: E402
+from bench.bytecode import compiled
+from bench.results import save
+from bench.status_bench import run
+from bench.submit_bench import study_text
+from bench.testbed import REPO, scheduler_paused, testbed_target
+from stratctl import labels
 
 
 def timed(argv: list[str], env: dict, trials: int, stdout=subprocess.DEVNULL) -> dict:

@@ -37,11 +37,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.results import save  # noqa: E402
-from bench.testbed import testbed_target  # noqa: E402
-from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.backends.kubernetes.intermediate import report  # noqa: E402
+from bench.results import save
+from bench.testbed import testbed_target
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.intermediate import report
 
 MINIMUM = -1.031628
 INF = float("inf")  # trials or GPU-seconds to a regret never reached within the budget
@@ -108,7 +108,7 @@ class Curves:
                         context=self.target.admin_context,
                         path=str(self.tmp / name),
                     )
-                except Exception:  # noqa: BLE001 - a pod pruned meanwhile is gone
+                except Exception:  # a pod pruned meanwhile is gone
                     pass
                 self.done[name] = step + 1
             self.stop.wait(1.0)

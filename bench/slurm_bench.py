@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.results import save  # noqa: E402
+from bench.results import save
 
 REPO = Path(__file__).resolve().parent.parent
 GPUS = 16  # the testbed's: 4 nodes × 4

@@ -33,19 +33,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bytecode import compiled  # noqa: E402
-from bench.results import save  # noqa: E402
-from bench.testbed import scheduler_paused, testbed_target  # noqa: E402
-from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import (  # noqa: E402
-    CONFIGMAP,  # noqa: E402
+from bench.bytecode import compiled
+from bench.results import save
+from bench.testbed import scheduler_paused, testbed_target
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import (
+    CONFIGMAP,
     PODGROUP,
     VOLCANO_JOB,
     Cluster,
 )
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, record_name  # noqa: E402
-from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data  # noqa: E402
-from stratctl.errors import AlreadyExists  # noqa: E402
+from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, record_name
+from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data
+from stratctl.errors import AlreadyExists
 
 STUDY = "bench-status"
 

@@ -42,14 +42,14 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bytecode import compiled  # noqa: E402
-from bench.results import save  # noqa: E402
-from bench.testbed import testbed_target  # noqa: E402
-from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.backends.launch import prepare  # noqa: E402
-from stratctl.errors import NotFound  # noqa: E402
-from stratctl.view.yamlout import dump_all  # noqa: E402
+from bench.bytecode import compiled
+from bench.results import save
+from bench.testbed import testbed_target
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.backends.launch import prepare
+from stratctl.errors import NotFound
+from stratctl.view.yamlout import dump_all
 
 
 def study_text(name: str, namespace: str, trials: int, gpus: int = 8) -> str:

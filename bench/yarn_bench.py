@@ -53,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.results import save  # noqa: E402
+from bench.results import save
 
 REPO = Path(__file__).resolve().parent.parent
 GPUS = 8  # the testbed's: 2 NodeManagers × 4

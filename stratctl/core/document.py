@@ -82,7 +82,7 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self.aliases = 0
 
-    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+    def compose_node(self, parent, index):  # PyYAML's signature
         if self.check_event(yaml.AliasEvent):
             self.aliases += 1
             if self.aliases > MAX_ALIASES:

@@ -92,11 +92,11 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "%"})
     concat = staticmethod(_concat)
 
-    def is_safe_attribute(self, obj, attr, value):  # noqa: ANN001 - Jinja's signature
+    def is_safe_attribute(self, obj, attr, value):  # Jinja's signature
         # Nothing a study needs starts with an underscore; everything dangerous does.
         return not attr.startswith("_") and super().is_safe_attribute(obj, attr, value)
 
-    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:  # noqa: ANN001
+    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
         if op == "*":
             _check_product(left, right)
         elif op == "**":
@@ -105,7 +105,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             _check_format(left)
         return _BINOPS[op](left, right)
 
-    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # Jinja's signature
         if getattr(__obj, "__name__", None) in _PADDING_METHODS and isinstance(getattr(__obj, "__self__", None), str):
             for n in (*args, *kwargs.values()):
                 _check_size(n, f"{__obj.__name__}()")

@@ -40,7 +40,7 @@ from stratctl.core.distributions import (  # noqa: F401 - part of the study's pu
     missing,
 )
 from stratctl.core.model import Model as _Model
-from stratctl.core.model import dns_label, parse_duration  # noqa: F401
+from stratctl.core.model import dns_label, parse_duration
 from stratctl.core.model import invalid as _bad
 from stratctl.core.pod import Affinity, EnvFrom, SecurityContext, Volume, VolumeMount, undefined_mounts
 from stratctl.core.quantity import GPU, gpus_of
@@ -315,7 +315,7 @@ class TrialSpec(_Model):
         return values
 
     @model_validator(mode="after")
-    def _tasks(self, info):  # noqa: ANN001
+    def _tasks(self, info):
         names = [t.name for t in self.tasks]
         for i, name in enumerate(names):
             if name in names[:i]:
@@ -477,7 +477,7 @@ class Slurm(_Model):
 
     @field_validator("partition", "account", "qos", "constraint", "gres", "output_dir")
     @classmethod
-    def _one_line(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+    def _one_line(cls, v: str | None, info) -> str | None:
         if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
             raise _bad(
                 "slurm", "slurm.{field} must be one non-empty line without surrounding spaces", field=info.field_name
@@ -551,7 +551,7 @@ class Yarn(_Model):
 
     @field_validator("queue", "node_label", "application_type", "am_jar", "user", "output_dir")
     @classmethod
-    def _one_line(cls, v: str | None, info) -> str | None:  # noqa: ANN001
+    def _one_line(cls, v: str | None, info) -> str | None:
         if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
             raise _bad(
                 "yarn", "yarn.{field} must be one non-empty line without surrounding spaces", field=info.field_name
@@ -629,7 +629,7 @@ class Study(_Model):
 
     @field_validator("namespace")
     @classmethod
-    def _label(cls, v: str, info) -> str:  # noqa: ANN001
+    def _label(cls, v: str, info) -> str:
         return dns_label(v, info.field_name)
 
     @field_validator("queue", mode="before")

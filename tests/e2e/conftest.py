@@ -180,7 +180,7 @@ def testbed():
     finally:
         try:
             tb.apf(False)
-        except Exception:  # noqa: BLE001 - best effort before teardown
+        except Exception:  # best effort before teardown
             pass
         if started and os.environ.get("STRATCTL_TESTBED_KEEP") != "1":
             subprocess.run(["bash", str(TESTBED_DIR / "down.sh")], check=False, env=_testbed_env())

@@ -242,7 +242,7 @@ def test_an_eviction_whose_events_are_gone_still_counts_as_preemption(testbed, a
                 for event in api.list(EVENT, testbed.namespace, field_selector="reason=Evict")[0]:
                     api.request("DELETE", f"/api/v1/namespaces/{testbed.namespace}/events/{event['metadata']['name']}")
                     deleted.append(event["metadata"]["name"])
-            except Exception:  # noqa: BLE001 - best effort; the API server may be restarted by another test
+            except Exception:  # best effort; the API server may be restarted by another test
                 pass
             stop.wait(0.1)
 

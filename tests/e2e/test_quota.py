@@ -65,7 +65,7 @@ def test_a_flood_by_the_same_user_neither_duplicates_nor_starves_the_trials(test
                 Connection(testbed.kubeconfig, testbed.restricted_context, testbed.namespace),
                 SubmitOptions(poll_interval=1.0),
             )
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+        except BaseException as exc:  # reported by the test below
             outcome["error"] = exc
 
     testbed.apf(True)
@@ -107,7 +107,7 @@ def test_a_flood_by_the_same_user_neither_duplicates_nor_starves_the_trials(test
                 items, _ = api.list(kind, label_selector=f"{labels.STUDY}={name}")
                 for item in items:
                     api.delete(kind, item["metadata"]["name"])
-        except Exception:  # noqa: BLE001 - cleanup is best effort; the assertions below say what broke
+        except Exception:  # cleanup is best effort; the assertions below say what broke
             pass
     assert "error" not in outcome, outcome.get("error")
     progress = outcome["progress"]

@@ -162,7 +162,7 @@ class PodGroupPhases:
                 phase = (pg.get("status") or {}).get("phase")
                 if phase and (not self.phases or self.phases[-1] != phase):
                     self.phases.append(phase)
-        except Exception:  # noqa: BLE001 - watch ends when the test stops it
+        except Exception:  # watch ends when the test stops it
             pass
 
     def stop(self):

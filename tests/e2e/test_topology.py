@@ -93,7 +93,7 @@ def load(api):
     for pod in made:
         try:
             api.delete(POD, pod)
-        except Exception:  # noqa: BLE001 - deleted by the test already
+        except Exception:  # deleted by the test already
             pass
     wait_until(
         lambda: not [p for p in api.list(POD)[0] if p["metadata"]["name"] in made], 60, message="the load pods gone"

@@ -589,7 +589,7 @@ class Submitter:
         does not answer is said once per failing stretch and tried again next cycle."""
         try:
             self.storage.sync(self.record.told)
-        except Exception as exc:  # noqa: BLE001 - the storage's own error; the cluster stays the truth
+        except Exception as exc:  # the storage's own error; the cluster stays the truth
             if not self.storage.failing:
                 self.reporter.event(
                     f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again each cycle"

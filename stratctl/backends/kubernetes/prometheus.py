@@ -118,7 +118,7 @@ class ControlPlaneWatch:
         while not self._stop.is_set():
             try:
                 self.poll()
-            except Exception as exc:  # noqa: BLE001 - a dead poller would silently drop the signal
+            except Exception as exc:  # a dead poller would silently drop the signal
                 log.warning("reading Prometheus failed: %s", exc)
             self._stop.wait(self.interval)
 

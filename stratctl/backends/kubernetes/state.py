@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from stratctl import labels
-from stratctl.trialstate import TrialState  # noqa: F401 - read here by most of the engine
+from stratctl.trialstate import TrialState  # read here by most of the engine
 
 VOLCANO_PHASES = {
     "Pending": TrialState.PENDING,

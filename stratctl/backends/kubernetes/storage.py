@@ -39,7 +39,7 @@ def open_storage(url: str) -> Any:
             return optuna.storages.JournalStorage(JournalFileBackend(url.removeprefix("journal:")))
         if "://" in url:
             return optuna.storages.RDBStorage(url)
-    except Exception as exc:  # noqa: BLE001 - the driver's or the file's own error, said whole
+    except Exception as exc:  # the driver's or the file's own error, said whole
         raise UsageError(f"--storage {url}: cannot open it: {exc}") from None
     raise UsageError(
         f"--storage {url}: not a storage URL (journal:PATH, PATH.log, or a database URL such as "
@@ -74,7 +74,7 @@ class StorageMirror:
         storage = open_storage(url)
         try:
             return cls(storage, study)
-        except Exception as exc:  # noqa: BLE001 - e.g. a study of that name with other directions
+        except Exception as exc:  # e.g. a study of that name with other directions
             raise UsageError(f"--storage {url}: {exc}") from None
 
     def sync(self, told: Mapping[str, Mapping[str, Any]]) -> int:

@@ -56,7 +56,7 @@ def server():
         delay = 0.0
         paths: list[str] = []
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             Handler.paths.append(self.path)
             time.sleep(Handler.delay)
             body = json.dumps(RECORDS).encode()

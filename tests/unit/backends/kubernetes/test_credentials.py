@@ -44,10 +44,10 @@ def api():
             self.end_headers()
             self.wfile.write(payload)
 
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self._answer(201, {})
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self._answer(200, {"kind": "ConfigMap", "metadata": {"name": "x"}})
 
         def log_message(self, *args):

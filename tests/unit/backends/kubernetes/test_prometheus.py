@@ -23,7 +23,7 @@ def server():
     seen: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             query = parse_qs(urlparse(self.path).query)["query"][0]
             seen.append(query)
             body = answers.get(query, {"status": "success", "data": {"resultType": "vector", "result": []}})
