@@ -617,7 +617,7 @@ class Submitter:
         if not running:
             return
         from stratctl.backends.kubernetes.intermediate import steps_of
-        from stratctl.backends.kubernetes.recovery import usage
+        from stratctl.backends.kubernetes.jobview import usage
 
         metric = self.study.objectives[0].metric
         reported = steps_of(pods, metric)

@@ -20,17 +20,8 @@ from collections.abc import Callable
 
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
+from stratctl.backends.kubernetes.jobview import Carried, carried, usage, view_of
 from stratctl.backends.kubernetes.record import parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.recovery import (
-    Carried,
-    Kind,
-    Limits,
-    carried,
-    effective_state,
-    next_actions,
-    usage,
-    view_of,
-)
 from stratctl.backends.kubernetes.state import (
     TrialState,
     classify,
@@ -44,6 +35,7 @@ from stratctl.backends.kubernetes.state import (
     timestamp,
 )
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
+from stratctl.run.recovery import Kind, Limits, effective_state, next_actions
 
 # The pod mirror has seen every pod of a job created this long after its last list (a
 # margin for the clocks of this machine and the API server).
@@ -61,7 +53,7 @@ def carry_forward(
     job: dict, now: float, state: TrialState | None = None, suspended: bool = False, started: float | None = None
 ) -> Carried:
     """The totals the next attempt carries: the earlier ones' plus this job's (`started`:
-    when a batch/v1 Job's first pod started, see `recovery.usage`)."""
+    when a batch/v1 Job's first pod started, see `jobview.usage`)."""
     before = carried(job)
     state = state or classify(job)
     used = usage(job, now, state, started)
@@ -76,7 +68,7 @@ def carry_forward(
 
 def pod_starts(cluster, namespace: str, study: str, kind: tuple[str, str], signals=None) -> dict[str, float] | None:
     """Job uid → when its first pod started, which a batch/v1 Job does not record (see
-    `recovery.usage`): from the loop's pod mirror when it has one, else from one list of the
+    `jobview.usage`): from the loop's pod mirror when it has one, else from one list of the
     study's pods; None for Volcano Jobs (they record it) or when the pods cannot be read."""
     if signals is not None:
         return signals.pod_starts()

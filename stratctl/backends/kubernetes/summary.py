@@ -16,8 +16,8 @@ from dataclasses import asdict
 
 from stratctl import labels
 from stratctl.backends.kubernetes.gpus import job_gpus
+from stratctl.backends.kubernetes.jobview import carried, usage, view_of
 from stratctl.backends.kubernetes.record import api_quota_of, parse_record, space_order, suspended_of
-from stratctl.backends.kubernetes.recovery import Limits, carried, effective_state, usage, view_of
 from stratctl.backends.kubernetes.state import (
     TrialState,
     attempt_of,
@@ -30,6 +30,7 @@ from stratctl.backends.kubernetes.state import (
     transition,
 )
 from stratctl.run.queues import queue_of_job
+from stratctl.run.recovery import Limits, effective_state
 from stratctl.run.rows import ORDER, StudyRow, TrialRow, ended_count
 
 SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read

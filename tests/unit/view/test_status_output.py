@@ -215,8 +215,8 @@ def test_wide_columns_have_distinct_names():
 
 
 def test_a_trial_given_up_after_one_failure_says_once():
-    from stratctl.backends.kubernetes.recovery import Limits, TrialView, next_action
     from stratctl.backends.kubernetes.state import TrialState
+    from stratctl.run.recovery import Limits, TrialView, next_action
 
     view = TrialView(trial="t", attempt=0, state=TrialState.FAILED, failures=1)
     assert next_action(view, Limits(max_failures=0), False).reason == "failed once, more than retries.max_failures=0"

@@ -100,7 +100,7 @@ def test_drain_needs_a_study_or_all_noncritical():
 
 
 def test_a_retried_trial_keeps_its_failure_count_through_drain_and_resume(tmp_path):
-    from stratctl.backends.kubernetes.recovery import Carried
+    from stratctl.backends.kubernetes.jobview import Carried
 
     cluster = FakeCluster()
     submitted(tmp_path, cluster, "sweep", inflight=1)

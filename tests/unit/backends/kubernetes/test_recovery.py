@@ -4,20 +4,10 @@ Failures are retried too, but counted apart and against their own limit."""
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.recovery import (
-    Action,
-    Carried,
-    Kind,
-    Limits,
-    TrialView,
-    carried,
-    effective_state,
-    job_gpus,
-    next_actions,
-    usage,
-    view_of,
-)
+from stratctl.backends.kubernetes.gpus import job_gpus
+from stratctl.backends.kubernetes.jobview import Carried, carried, usage, view_of
 from stratctl.backends.kubernetes.state import TrialState, classify, classify_attempt, preemptions, timestamp
+from stratctl.run.recovery import Action, Kind, Limits, TrialView, effective_state, next_actions
 from tests.unit import recorded
 
 T = recorded.TRIAL

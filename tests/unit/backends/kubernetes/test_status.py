@@ -6,7 +6,7 @@ import json
 
 from stratctl import labels
 from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_patch
-from stratctl.backends.kubernetes.recovery import Carried
+from stratctl.backends.kubernetes.jobview import Carried
 from stratctl.backends.kubernetes.state import timestamp
 from stratctl.backends.kubernetes.status import _pending_reason, _result, sort_trials
 from stratctl.backends.kubernetes.summary import build, slim_job
@@ -140,7 +140,7 @@ def test_failures_are_counted_per_trial_and_study_apart_from_preemptions():
 
 
 def test_a_failed_attempt_with_retries_left_is_retrying_not_failed():
-    from stratctl.backends.kubernetes.recovery import Carried
+    from stratctl.backends.kubernetes.jobview import Carried
 
     first = recorded.aborted_job()  # failed, attempt 0: one failure
     second = recorded.aborted_job(attempt=1, annotations=Carried(failures=1).annotations())  # the second failure

@@ -1,22 +1,16 @@
-"""Recovery: what to do about trials that were preempted, suspended or failed, as pure decisions.
+"""What recovery reads from a trial's Kubernetes jobs: its view (`view_of`, what the
+shared recovery rules of run/recovery.py decide on), the totals of its earlier attempts
+carried as annotations on its latest job (`Carried`), and the GPU time an attempt used
+and lost (`usage`: from the Volcano Job alone, or from a batch/v1 Job and the time its
+first pod started).
 
-A trial is a sequence of attempts (Volcano Jobs named by `space.attempt_name`). When an
-attempt ends because its pods were evicted, or `drain` deleted it, or it failed, the
-trial is not finished yet: its next attempt resumes from the same checkpoint location
-with STRATCTL_RESUME=1. Preemptions count against `retries.max_preemptions`, failures
-(an attempt ending without completing, not by eviction) against `retries.max_failures`,
-each never against the other; suspensions count against nothing. A trial preempted or
-failed more often than its limit is given up: failed.
-
-`next_actions(views, limits, drained) -> list[Action]` decides; `requeue.py` acts.
-`usage(job, now)` accounts the GPU time an attempt used and lost: from the Volcano Job
-alone, or from a batch/v1 Job and the time its first pod started.
+A trial is a sequence of attempts (Volcano Jobs or batch/v1 Jobs named by
+`space.attempt_name`); `requeue.py` carries out the rules' decisions against the cluster.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from stratctl import labels
 from stratctl.backends.kubernetes.gpus import job_gpus
@@ -31,6 +25,7 @@ from stratctl.backends.kubernetes.state import (
     transition,
     volcano_phase,
 )
+from stratctl.run.recovery import TrialView
 
 
 @dataclass(frozen=True)
@@ -124,76 +119,7 @@ def _batch_usage(job: dict, now: float, state: TrialState, started: float | None
     return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
 
 
-# ------------------------------------------------------------------ decisions
-
-
-@dataclass(frozen=True)
-class TrialView:
-    """What recovery needs to know about one trial."""
-
-    trial: str
-    attempt: int  # the latest attempt (-1: never submitted)
-    state: TrialState  # of the latest attempt; SUSPENDED when drain deleted it
-    preemptions: int = 0  # over every attempt, the latest included
-    given_up: bool = False
-    failures: int = 0  # failed attempts, the latest included
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_preemptions: int = 10
-    max_failures: int = 2
-
-
-class Kind(str, Enum):
-    RESUBMIT = "resubmit"  # create the next attempt, resuming from the checkpoint
-    GIVE_UP = "give-up"  # the trial is failed: preempted or failed more often than allowed
-
-
-@dataclass(frozen=True)
-class Action:
-    kind: Kind
-    trial: str
-    attempt: int  # the attempt to create (RESUBMIT) or the one that ends the trial (GIVE_UP)
-    reason: str
-    resume: bool = True
-
-
-def next_action(view: TrialView, limits: Limits, drained: bool) -> Action | None:
-    if view.given_up:
-        return None
-    if view.state is TrialState.SUSPENDED:
-        if drained:
-            return None  # stays suspended until `stratctl resume`
-        return Action(Kind.RESUBMIT, view.trial, view.attempt + 1, f"resumed after drain (attempt {view.attempt})")
-    if view.state is TrialState.PREEMPTED:
-        return _retry(view, "preempted", "preemptions", view.preemptions, limits.max_preemptions, drained)
-    if view.state is TrialState.FAILED:
-        return _retry(view, "failed", "failures", view.failures, limits.max_failures, drained)
-    return None
-
-
-def _retry(view: TrialView, what: str, counted: str, count: int, limit: int, drained: bool) -> Action | None:
-    """The next attempt of a trial that ended `what` (preempted, failed) `count` times, or
-    give it up past `limit` (retries.max_<counted>). A drained study holds the attempt."""
-    if count > limit:
-        return Action(
-            Kind.GIVE_UP,
-            view.trial,
-            view.attempt,
-            f"{what} {'once' if count == 1 else f'{count} times'}, more than retries.max_{counted}={limit}",
-            resume=False,
-        )
-    if drained:
-        return None  # comes back once the study is resumed, like a suspended trial
-    return Action(
-        Kind.RESUBMIT, view.trial, view.attempt + 1, f"{what} (attempt {view.attempt}, {count} of {limit} {counted})"
-    )
-
-
-def next_actions(views: list[TrialView], limits: Limits, drained: bool = False) -> list[Action]:
-    """What to do now about every trial that recovery is responsible for, in view order."""
-    return [a for a in (next_action(v, limits, drained) for v in views) if a is not None]
+# ------------------------------------------------------------------ the view recovery decides on
 
 
 def view_of(trial: str, job: dict | None, suspended_attempt: int | None, state: TrialState | None = None) -> TrialView:
@@ -218,13 +144,3 @@ def view_of(trial: str, job: dict | None, suspended_attempt: int | None, state: 
         given_up=bool(notes.get(labels.GIVEN_UP)),
         failures=before.failures + (1 if state is TrialState.FAILED else 0),
     )
-
-
-def effective_state(view: TrialView, limits: Limits | None = None) -> TrialState:
-    """The trial's state as users see it: a trial given up is failed. Given the limits, a
-    failed attempt with failures left is RETRYING (its trial is not finished)."""
-    if view.given_up:
-        return TrialState.FAILED
-    if limits is not None and view.state is TrialState.FAILED and view.failures <= limits.max_failures:
-        return TrialState.RETRYING
-    return view.state
