@@ -57,10 +57,10 @@ from stratctl.errors import (
     ClusterError,
     NotFound,
     SpecConflict,
-    StillThrottled,
     Unreachable,
     transient,
 )
+from stratctl.run.loop import Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Change, Outage, duration
 from stratctl.run.pace import api_room
@@ -79,14 +79,6 @@ SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at le
 SUMMARY_REFRESH = 20.0  # ... and at most, while the loop runs
 RECORD_EVERY = 2.0  # seconds between two writes of the record's target and reason, at least
 WINDOW = 1024  # creates handed to the worker pool at a time, at least (8 per worker)
-# seconds between cycles while the API server does not answer: the n-th failed cycle in a
-# row waits the n-th (the poll interval, when longer); each request was retried already
-OUTAGE_BACKOFF = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
-
-
-def outage_wait(failed: int, poll_interval: float) -> float:
-    """The wait after the `failed`-th failed cycle in a row (1, 2, ...)."""
-    return max(poll_interval, OUTAGE_BACKOFF[min(failed, len(OUTAGE_BACKOFF)) - 1])
 
 
 def gang_shape(study: Study) -> list[int]:
@@ -784,7 +776,7 @@ class Submitter:
         p.wanted = decision.admit(observed)
         return decision
 
-    def _pause(self) -> None:
+    def pause(self) -> None:
         """Until the next cycle: the poll interval, or sooner when one of the study's jobs
         changed (a trial that finished frees GPUs for the next one now, not a cycle later),
         but at least MIN_CYCLE, so a busy study does not spin the loop."""
@@ -827,7 +819,7 @@ class Submitter:
             return None, None
         return pods.items(), groups.items()
 
-    def _cycle(self, pool: ThreadPoolExecutor, requeue: Requeue, salvage: Salvage) -> bool:
+    def cycle(self) -> bool:
         """One reconcile: observe, recover, decide, admit. True when the run is over."""
         if not self._recorded:
             self.ensure_record()
@@ -838,8 +830,8 @@ class Submitter:
             self.placer.observe(self._jobs, states)
         if self._record_due():
             self._refresh_flags()
-        states = requeue.step(states, self._jobs, self.record.held, record=self._record_cm)
-        states = salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
+        states = self._requeue.step(states, self._jobs, self.record.held, record=self._record_cm)
+        states = self._salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
         if self.search is not None:
             self._tell(states)
             if self.study.pruner is not None:
@@ -864,7 +856,7 @@ class Submitter:
             waiting = waiting + self._ask(admit - len(waiting))
             admit = min(admit, len(waiting))
         if admit:
-            submitted = self._submit_batch(waiting[:admit], pool)
+            submitted = self._submit_batch(waiting[:admit], self._pool)
             states.update({n: TrialState.PENDING for n in submitted})
             self._tally(states)
             if self._shapes:
@@ -910,7 +902,7 @@ class Submitter:
                 f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started and {move.reason}"
             )
 
-    def _left_behind(self) -> str:
+    def left_behind(self) -> str:
         """What a run that gives up leaves in the cluster, said to the user: a record this run
         wrote without any trial is taken back (one try, past the throttle: nothing half-done)."""
         if self._new_record and not self._jobs and not self.progress.created:
@@ -929,22 +921,21 @@ class Submitter:
             "recognised, never duplicated"
         )
 
-    def _timed_out(self, deadline: float | None) -> bool:
-        self.progress.timed_out = deadline is not None and self.clock() >= deadline
-        return self.progress.timed_out
+    def stopped(self, interrupted: bool) -> None:
+        self._stopped()
 
     def run(self) -> Progress:
         if self.options.dry_run:
             return self.dry_run()
         self.outage.listen(self._heard)
-        pool = ThreadPoolExecutor(self.options.workers)
-        # Preempted and drained trials come back as their next attempt (issue 6, requeue.py).
+        self._pool = ThreadPoolExecutor(self.options.workers)
+        # Preempted and drained trials come back as their next attempt (requeue.py).
         renderer = self.renderer if self.placer is None else Placing(self.renderer, self.placer)  # next attempts too
-        requeue = Requeue(
+        self._requeue = Requeue(
             self.cluster, renderer, self.study, self.trials, self._kind, self.reporter, signals=self.signals
         )
-        # ... and so do trials whose job the Volcano job controller lost (issue 14, salvage.py).
-        salvage = Salvage(
+        # ... and so do trials whose job the Volcano job controller lost (salvage.py).
+        self._salvage = salvage = Salvage(
             self.cluster,
             renderer,
             self.study,
@@ -956,47 +947,17 @@ class Submitter:
             created=self._seen,
         )
         self.outage.listen(lambda change: salvage.forget())  # no pods could come while the server was out
-        failed = 0  # cycles failed in a row
-        deadline = None if self.options.timeout is None else self.clock() + self.options.timeout
+        loop = Loop(
+            self,
+            self.outage,
+            self.reporter,
+            self.options.poll_interval,
+            self.options.timeout,
+            told=self._told,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
         try:
-            while not self._timed_out(deadline):
-                started = self.clock()
-                try:
-                    over = self._cycle(pool, requeue, salvage)
-                except ClusterError as exc:
-                    if not transient(exc):
-                        raise  # a verdict (RBAC, a missing namespace), or the outage outlasted the timeout
-                    if self._told:
-                        error = self.outage.failed(exc, started)
-                        if not transient(error):
-                            raise error from None
-                    failed += 1
-                    self.reporter.update(self.progress)
-                    self.sleep(outage_wait(failed, self.options.poll_interval))
-                    continue
-                failed = 0
-                if self._told:
-                    self.outage.answered()
-                if over:
-                    break
-                self._pause()
-        except KeyboardInterrupt:
-            self.progress.interrupted = True
-            self._stopped()
-        except Unreachable as exc:
-            self.reporter.update(self.progress)
-            raise Unreachable(
-                f"{exc}. Run the same command again once it is back: trials already in the "
-                "cluster are recognised, never duplicated",
-                status=exc.status,
-                reason=exc.reason,
-            ) from None
-        except StillThrottled as exc:
-            self.reporter.update(self.progress)
-            raise StillThrottled(f"{exc}; {self._left_behind()}", status=exc.status, reason=exc.reason) from None
+            return loop.run()
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if not self.progress.interrupted:
-            self._stopped()
-        self.reporter.update(self.progress)
-        return self.progress
+            self._pool.shutdown(wait=True, cancel_futures=True)

@@ -319,10 +319,10 @@ def test_a_job_change_wakes_the_loop_early_but_never_sooner_than_min_cycle(study
             return True
 
     submitter.jobs = Watched(cluster)
-    submitter._pause()
+    submitter.pause()
     assert slept == [MIN_CYCLE] and waited == [pytest.approx(1.0 - MIN_CYCLE)]
     submitter.jobs = None  # no watch: the plain poll interval
-    submitter._pause()
+    submitter.pause()
     assert slept == [MIN_CYCLE, 1.0]
 
 

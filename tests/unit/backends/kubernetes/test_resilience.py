@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stratctl.backends.kubernetes.controller import OUTAGE_BACKOFF, outage_wait
 from stratctl.errors import ExitCode, Invalid, Unavailable, Unreachable
+from stratctl.run.loop import OUTAGE_BACKOFF, outage_wait
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock
 from tests.unit.loop import make
