@@ -52,9 +52,17 @@ class Change:
 
 
 class Outage:
-    """Misses and answers of one API server, from any thread."""
+    """Misses and answers of one API server (or a scheduler's controller: `server` names it
+    in messages), from any thread."""
 
-    def __init__(self, patience: float = 300.0, first_patience: float | None = None, clock: Clock = time.monotonic):
+    def __init__(
+        self,
+        patience: float = 300.0,
+        first_patience: float | None = None,
+        clock: Clock = time.monotonic,
+        server: str = "the API server",
+    ):
+        self.server = server
         self.patience = patience
         self.first_patience = patience if first_patience is None else first_patience
         self.clock = clock
@@ -105,7 +113,7 @@ class Outage:
             self._tell(Change(down=True, error=str(error)))
         if lasted >= limit:
             return Unreachable(
-                f"no answer from the API server for {duration(lasted)}, giving up (last error: {error})",
+                f"no answer from {self.server} for {duration(lasted)}, giving up (last error: {error})",
                 status=error.status,
                 reason=error.reason,
             )
