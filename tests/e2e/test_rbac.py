@@ -1,6 +1,6 @@
 """Least privilege, shipped and tested: the testbed's restricted user is bound to exactly
 what `stratctl rbac --cluster-wide-reads` prints (testbed/rbac.yaml), and every command
-the README documents works for it; the API server's audit log must show no request of
+the documentation (docs/commands.md) describes works for it; the API server's audit log must show no request of
 that user it forbade. A user bound without the cluster-wide reads (testbed/rbac-no-nodes.yaml)
 still submits a study to completion, told once what the loop goes without.
 

@@ -32,7 +32,7 @@ YARN = SLURM.replace("backend: slurm\nslurm: {partition: research}", "backend: y
 KUBERNETES = SLURM.replace("backend: slurm\nslurm: {partition: research}\n", "").replace(
     '  command: ["python", "train.py", "--lr={{ params.lr }}"]', '  image: busybox\n  args: ["--lr={{ params.lr }}"]'
 )
-README = Path(__file__).parents[3] / "README.md"
+BACKENDS_PAGE = Path(__file__).parents[3] / "docs" / "backends" / "index.md"
 
 
 def test_every_field_of_the_study_is_judged_for_every_backend():
@@ -401,9 +401,9 @@ def test_the_options_are_honoured_on_kubernetes():
         assert CAPABILITIES[backend].options == set(capabilities.OPTIONS)
 
 
-def test_the_readme_lists_every_judged_field_with_its_support_on_each_backend():
+def test_the_backends_page_lists_every_judged_field_with_its_support_on_each_backend():
     rows = {}
-    for line in README.read_text().splitlines():
+    for line in BACKENDS_PAGE.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 5 and cells[0].startswith("`"):
             rows[cells[0].strip("`")] = [c.split(":")[0].split(" (")[0] for c in cells[1:]]

@@ -181,7 +181,7 @@ def test_the_checkpoint_example_mounts_its_claim_at_the_checkpoint_and_resumes_f
 
 
 def test_a_field_stratctl_does_not_model_is_reached_through_a_copy_of_the_bundled_template(tmp_path):
-    # what the README shows: copy the bundled template, add beside `containers:`, point at it
+    # what docs/study-file.md shows: copy the bundled template, add beside `containers:`, point at it
     bundled = (Path(__file__).parents[3] / "templates" / "volcano-job.yaml.j2").read_text()
     added = (
         "        runtimeClassName: nvidia\n"
