@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STUDY  ?= examples/demo.yaml
 
-.PHONY: venv test unit e2e lint demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off slurm-up slurm-down yarn-up yarn-down yarn-am clean
+.PHONY: venv test unit e2e lint docs demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off slurm-up slurm-down yarn-up yarn-down yarn-am clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py
@@ -32,6 +32,12 @@ e2e: venv
 
 lint: venv
 	$(BIN)/lint-imports
+
+## The documentation site (mkdocs.yml, docs/): built strictly into site/, so a broken link,
+## a missing page or any warning fails; the study file reference and the benchmark tables
+## are generated at build time (docs/gen/hooks.py).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 ## The end-to-end demo: bring up the local testbed (building it on first use), show the
 ## plan of an example study, then submit it as the restricted user and follow it live.
