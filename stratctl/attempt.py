@@ -52,6 +52,7 @@ class Attempt:
 
 DRAINED = "drained"  # the study's drained flag: a file in its output directory
 RESULT = "result.json"  # what a trial's attempt writes as its result, in the trial's directory
+GIVEN_UP = "given-up"  # a trial recovery gave up (run/recovery.py): a file in its directory, saying why
 
 
 class StudyFiles:
@@ -67,6 +68,21 @@ class StudyFiles:
         except (OSError, ValueError):
             return None
         return value if isinstance(value, dict) else None
+
+    def given_up(self) -> dict[str, str]:
+        """The trials recovery gave up (preempted or failed more often than allowed) -> why."""
+        out = {}
+        for mark in self.output.glob(f"*/{GIVEN_UP}"):
+            try:
+                out[mark.parent.name] = mark.read_text().strip()
+            except OSError:
+                continue
+        return out
+
+    def mark_given_up(self, trial: str, reason: str) -> None:
+        """Record that recovery gave the trial up: no later run submits it again."""
+        (self.output / trial).mkdir(parents=True, exist_ok=True)
+        (self.output / trial / GIVEN_UP).write_text(f"{reason}\n")
 
     def drained(self) -> bool:
         return (self.output / DRAINED).exists()

@@ -7,9 +7,12 @@ longer lists); asks the shared policy (run/policy.py) how many trials may be in
 flight, from the scheduler's view: attempts pending for capacity are the gangs waiting for
 GPUs, the free GPUs of each node give the whole gangs they hold; and submits that many
 trials' next attempts through the shared token bucket and retry policy
-(run/throttle.py). A failed attempt is retried as the next attempt while the trial has
-failures left (retries.max_failures); one the scheduler requeued after a preemption
-resumes from its checkpoint (its restarts are counted, never as failures).
+(run/throttle.py). The recovery rules are Kubernetes' (run/recovery.py): a failed attempt
+is retried as the next attempt while the trial has failures left (retries.max_failures);
+a preempted one resumes from its checkpoint, in the same job the scheduler requeued
+(Slurm: its restarts) or in the next attempt (YARN), while the trial has preemptions left
+(retries.max_preemptions; never counted as failures). A trial past either limit is given
+up: marked failed with the reason (`Scheduler.give_up`, which ends a requeued attempt).
 
 Exactly once, across crashes: an attempt has a deterministic name the scheduler keeps.
 Before a trial is submitted the cycle has listed every attempt of the study; a submit
@@ -34,6 +37,7 @@ from stratctl.errors import ClusterError, Unavailable, transient
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.policy import Observed
 from stratctl.run.progress import Progress, Reporter, Silent
+from stratctl.run.recovery import Kind, Limits, TrialView, effective_state, next_action
 from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 
@@ -57,14 +61,44 @@ def gangs_fit(free: list[int], gang: list[int]) -> int:
     return slots // max(1, len(gang))
 
 
-def trial_state(attempt: Attempt, max_failures: int) -> TrialState:
-    """The trial's state from its latest attempt: a failed attempt with failures left, or a
-    preempted one that was not requeued, makes it RETRYING, its next attempt due."""
-    if attempt.state is TrialState.PREEMPTED or (
-        attempt.state is TrialState.FAILED and attempt.failures < max_failures
-    ):
+def limits_of(study: Study) -> Limits:
+    return Limits(max_preemptions=study.retries.max_preemptions, max_failures=study.retries.max_failures)
+
+
+def attempt_view(attempt: Attempt, given_up: bool = False) -> TrialView:
+    """What the recovery rules decide on, from a trial's latest attempt: its preemptions
+    over every attempt (restarts in the same job included), its failures the latest's included."""
+    return TrialView(
+        attempt.trial,
+        attempt.attempt,
+        attempt.state,
+        attempt.preemptions,
+        given_up=given_up,
+        failures=attempt.failures + (attempt.state is TrialState.FAILED),
+        requeued=attempt.restarts > 0,
+    )
+
+
+def given_up_of(scheduler: Scheduler) -> dict[str, str]:
+    """The trials recovery gave up -> why, as the scheduler keeps them (Slurm's and YARN's:
+    files in the study's output directory, attempt.StudyFiles); none from one that keeps none."""
+    read = getattr(scheduler, "given_up", None)
+    return read() if read is not None else {}
+
+
+def trial_state(attempt: Attempt, limits: Limits, given_up: bool = False) -> TrialState:
+    """The trial's state from its latest attempt, by the recovery rules: failed when given
+    up or past a limit; a failed attempt with failures left, or a preempted one that was
+    not requeued with preemptions left, makes it RETRYING, its next attempt due. An
+    attempt in flight keeps its state until the loop gives it up."""
+    view = attempt_view(attempt, given_up)
+    if not attempt.state.in_flight:
+        action = next_action(view, limits, drained=False)
+        if action is not None and action.kind is Kind.GIVE_UP:
+            return TrialState.FAILED
+    if view.state is TrialState.PREEMPTED and not view.given_up:
         return TrialState.RETRYING
-    return attempt.state
+    return effective_state(view, limits)
 
 
 class AttemptLoop:
@@ -86,6 +120,7 @@ class AttemptLoop:
         self.options = options
         self.reporter = reporter or Silent()
         self.policy = policy or default_policy(study, options)
+        self.limits = limits_of(study)
         self.clock, self.sleep = clock, sleep
         self.progress = Progress(
             study=study.name,
@@ -121,12 +156,19 @@ class AttemptLoop:
         return self.throttle.call(self.scheduler.attempts)
 
     def states(self, seen: dict[str, Attempt], draining: bool) -> dict[str, TrialState]:
-        """Each trial's state; a failed attempt with failures left is RETRYING (its next is due)."""
+        """Each trial's state; a failed attempt with failures left is RETRYING (its next is
+        due); a trial past retries.max_failures or max_preemptions is given up."""
+        given_up = given_up_of(self.scheduler)
         out = {}
         for name in self.order:
             attempt = seen.get(name)
             if attempt is None:
                 out[name] = TrialState.WAITING
+                continue
+            if name in given_up:
+                if attempt.state.in_flight:  # given up by a run that stopped before its attempt was ended
+                    self._give_up(attempt, given_up[name])
+                out[name] = TrialState.FAILED
                 continue
             if self._first or attempt.state is TrialState.SUSPENDED or draining:
                 # restarts from before this run, or `drain`'s own requeues: not preemptions to report
@@ -138,8 +180,27 @@ class AttemptLoop:
                     "not a failure"
                 )
                 self.preemptions[name] = attempt.restarts
-            out[name] = trial_state(attempt, self.study.retries.max_failures)
+            out[name] = self._recover(attempt, draining)
         return out
+
+    def _recover(self, attempt: Attempt, draining: bool) -> TrialState:
+        """The trial's state by the recovery rules; a trial past a limit is given up here."""
+        action = next_action(attempt_view(attempt), self.limits, draining)
+        if action is None or action.kind is not Kind.GIVE_UP:
+            return trial_state(attempt, self.limits)
+        if not self._give_up(attempt, action.reason):
+            return attempt.state  # not due: given up next cycle
+        self.reporter.event(f"trial {attempt.trial}: given up, {action.reason}")
+        return TrialState.FAILED
+
+    def _give_up(self, attempt: Attempt, reason: str) -> bool:
+        """Mark the trial given up and end its attempt; False when the scheduler did not answer."""
+        try:
+            self.throttle.call(lambda: self.scheduler.give_up(attempt, reason), mutating=True)
+        except ClusterError as exc:
+            self.reporter.event(f"trial {attempt.trial}: cannot give it up yet ({exc}); trying again")
+            return False
+        return True
 
     def submit_attempt(self, trial: Trial, number: int) -> None:
         """Submit one attempt (looked up first when a previous send's answer was lost)."""

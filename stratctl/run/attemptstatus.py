@@ -9,7 +9,7 @@ import time
 from stratctl.backends.base import Scheduler
 from stratctl.core.space import attempt_name, expand
 from stratctl.core.spec import Study
-from stratctl.run.attemptloop import gangs, trial_state
+from stratctl.run.attemptloop import gangs, given_up_of, limits_of, trial_state
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.trialstate import TrialState
 
@@ -17,13 +17,16 @@ from stratctl.trialstate import TrialState
 def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Snapshot:
     now = time.time() if now is None else now
     seen = scheduler.attempts()
+    given_up = given_up_of(scheduler)
+    limits = limits_of(study)
     trials = expand(study)
     gpus_of = {name: sum(gang) for name, gang in gangs(study, trials).items()}  # each trial's, all its tasks
     rows = []
     for trial in trials:
         gpus = gpus_of[trial.name]
         attempt = seen.get(trial.name)
-        state = trial_state(attempt, study.retries.max_failures) if attempt else TrialState.WAITING
+        state = trial_state(attempt, limits, trial.name in given_up) if attempt else TrialState.WAITING
+        failed_why = attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else ""
         number = attempt.attempt if attempt else 0
         ran = attempt.run_seconds(now) + attempt.earlier_seconds if attempt else 0.0
         rows.append(
@@ -42,7 +45,10 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
                 index=trial.index,
                 exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
                 # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)
-                reason=attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else "",
+                # and why it was given up, as on Kubernetes
+                reason="; ".join(filter(None, [failed_why, given_up.get(trial.name, "")]))
+                if state is TrialState.FAILED
+                else "",
                 queue=scheduler.queue,
                 gpu_seconds=ran * gpus,
                 gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,

@@ -14,6 +14,7 @@ loop, `status`, `drain` and `resume` ask of a batch scheduler, in Slurm's own co
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
@@ -23,12 +24,21 @@ from stratctl.backends.slurm.state import latest, read_marks
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
+from stratctl.errors import Invalid
 
 
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
     """Where a study's attempts write their logs, marks and results (relative to the
     directory sbatch runs them from)."""
     return Path(workdir or ".") / study.slurm.output_dir / study.name
+
+
+def held_count(path: Path) -> int:
+    """How many times drain requeued an attempt (its `.held` file), 0 when never."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def free_gpus(nodes: list[dict], partition: str | None) -> list[int]:
@@ -79,8 +89,15 @@ class SlurmScheduler(StudyFiles, Counted):
     # -- observe ---------------------------------------------------------------------------
 
     def attempts(self, marks: bool = True) -> dict[str, Attempt]:
-        """Each trial's latest attempt (`marks`: also those the controller has forgotten)."""
-        return latest(self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {})
+        """Each trial's latest attempt (`marks`: also those the controller has forgotten).
+        Its restarts are its preemptions: drain's requeues (`stop`) are not counted."""
+        seen = latest(self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {})
+        for trial, attempt in seen.items():
+            if attempt.restarts:
+                held = held_count(self.output / trial / f"attempt-{attempt.attempt}.held")
+                if held:
+                    seen[trial] = replace(attempt, restarts=max(0, attempt.restarts - held))
+        return seen
 
     def free_gpus(self) -> list[int]:
         return free_gpus(self.slurm.nodes(), self.study.slurm.partition)
@@ -116,8 +133,28 @@ class SlurmScheduler(StudyFiles, Counted):
         self.slurm.hold(int(attempt.job))
 
     def stop(self, attempt: Attempt) -> None:
-        """Stop a running attempt and keep it, held, to resume from its checkpoint later."""
-        self.slurm.requeue(int(attempt.job), hold=True)
+        """Stop a running attempt and keep it, held, to resume from its checkpoint later.
+        Slurm counts the requeue as a restart: the attempt's `.held` file counts those
+        of drain, so they are not taken for preemptions."""
+        held = self.output / attempt.trial / f"attempt-{attempt.attempt}.held"
+        before = held_count(held)
+        held.parent.mkdir(parents=True, exist_ok=True)
+        held.write_text(f"{before + 1}\n")  # before the requeue: a loop never sees the restart uncounted
+        try:
+            self.slurm.requeue(int(attempt.job), hold=True)
+        except BaseException:
+            held.write_text(f"{before}\n")
+            raise
+
+    def give_up(self, attempt: Attempt, reason: str) -> None:
+        """Recovery gave the trial up: marked, then its job (requeued after a preemption,
+        or held) cancelled."""
+        self.mark_given_up(attempt.trial, reason)
+        if attempt.job and not attempt.state.finished:
+            try:
+                self.slurm.cancel(int(attempt.job))
+            except Invalid:
+                pass  # it ended meanwhile
 
     def release(self, attempt: Attempt) -> None:
         self.slurm.release(int(attempt.job))

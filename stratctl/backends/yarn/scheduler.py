@@ -284,6 +284,15 @@ class YarnScheduler(StudyFiles, Counted):
 
     hold = stop = _kill_drained  # YARN has no hold: a drained attempt is killed and marked
 
+    def give_up(self, attempt: Attempt, reason: str) -> None:
+        """Recovery gave the trial up: marked, then its application killed if it still runs or waits."""
+        self.mark_given_up(attempt.trial, reason)
+        if attempt.job and attempt.state.in_flight:
+            try:
+                self.rm.kill(attempt.job)
+            except NotFound:
+                pass  # the RM forgot it: it ended
+
     def release(self, attempt: Attempt) -> None:
         """Submit the drained trial's next attempt (it resumes from its checkpoint)."""
         trial = next((t for t in expand(self.study) if t.name == attempt.trial), None)

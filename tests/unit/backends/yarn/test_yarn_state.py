@@ -6,6 +6,7 @@ from __future__ import annotations
 from stratctl.backends.yarn.scheduler import free_gpus
 from stratctl.backends.yarn.state import latest, of_app, read_records, write_record
 from stratctl.run.attemptloop import trial_state
+from stratctl.run.recovery import Limits
 from stratctl.trialstate import TrialState
 
 
@@ -99,10 +100,12 @@ def test_preemptions_and_drains_are_not_failures_across_attempts():
     assert found.earlier_seconds == 5.0 + 6.0 + 7.0
     failed = latest(apps[:3], "s", {}, {"t0": {1: "resumed"}})["t0"]
     # its first failure: the preempted and the drained attempts before it count as none
-    assert trial_state(failed, max_failures=1) is TrialState.RETRYING
-    assert trial_state(failed, max_failures=0) is TrialState.FAILED
+    assert trial_state(failed, Limits(max_failures=1)) is TrialState.RETRYING
+    assert trial_state(failed, Limits(max_failures=0)) is TrialState.FAILED
     many = [app(n=i, state="FINISHED", final="FAILED", diagnostics="stratctl: preempted: task 0") for i in range(5)]
-    assert trial_state(latest(many, "s", {}, {})["t0"], max_failures=0) is TrialState.RETRYING
+    assert trial_state(latest(many, "s", {}, {})["t0"], Limits(max_failures=0)) is TrialState.RETRYING
+    # five preemptions: more than retries.max_preemptions=4, the trial is given up
+    assert trial_state(latest(many, "s", {}, {})["t0"], Limits(max_preemptions=4)) is TrialState.FAILED
 
 
 def test_of_two_applications_of_one_attempt_the_first_counts():
