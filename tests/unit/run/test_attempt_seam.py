@@ -1,24 +1,22 @@
-"""The attempt seam (backends/base.py): the shared loop, `status`, `drain` and `resume`
-run any scheduler that implements `Scheduler`, here an in-memory one that is not Slurm,
-with the same guarantees: exactly once when an answer is lost, failures against
-max_failures, preemptions counted once and never as failures, drain holds and resume
-releases."""
+"""The shared attempt loop and `status` over any scheduler behind the seam
+(backends/base.py), here the in-memory one of tests/unit/backends/fakes.py: GPU time in
+`status`, `--detach`, a silent controller, why attempts wait. What every scheduler must do
+for them (exactly once, failures, preemptions, drain and resume) is the contract suite's,
+tests/unit/backends/test_scheduler_contract.py, run against each backend's fake."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
-from stratctl.attempt import Attempt
 from stratctl.core.space import expand
 from stratctl.errors import Unavailable
-from stratctl.run import attemptdrain
 from stratctl.run.attemptloop import AttemptLoop
 from stratctl.run.attemptstatus import snapshot
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
+from tests.unit.backends.fakes import MemoryScheduler
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.studies import load
 
@@ -33,83 +31,6 @@ trial:
   command: ["train"]
   resources: {limits: {nvidia.com/gpu: 2}}
 """
-
-
-class MemoryScheduler:
-    """A scheduler held in a dict: trial -> its latest Attempt. `lose` names trials whose
-    next create goes through but answers with a timeout."""
-
-    kind, title, create_command, limit_words = "memory", "Memory", "put", "quota"
-    controller, calls_word = "Memory controller", "calls"
-    where, queue = "memory:q", "q"
-
-    def __init__(self, gpus=(4, 4)):
-        self.jobs: dict[str, Attempt] = {}
-        self.gpus = list(gpus)
-        self.lose: set[str] = set()
-        self.calls, self.sent, self.refused = 0, {}, {}
-        self.flag = False
-        self.results: dict[str, dict] = {}
-        self.creates: list[tuple[str, int]] = []
-
-    def _count(self, what):
-        self.calls += 1
-        self.sent[what] = self.sent.get(what, 0) + 1
-
-    def attempts(self, marks=True):
-        self._count("list")
-        return dict(self.jobs)
-
-    def free_gpus(self):
-        return list(self.gpus)
-
-    def result(self, trial):
-        return self.results.get(trial)
-
-    def prepare(self, trial, number):
-        return (trial.name, number)
-
-    def check(self, trial):
-        pass
-
-    def create(self, prepared):
-        self._count("put")
-        trial, number = prepared
-        self.creates.append(prepared)
-        self.jobs[trial] = Attempt(
-            trial,
-            number,
-            TrialState.PENDING,
-            job=f"{trial}-{number}",
-            native_state="QUEUED",
-            reason="Resources",
-            waits_for_capacity=True,
-        )
-        if trial in self.lose:
-            self.lose.discard(trial)
-            raise Unavailable("put: no answer")
-
-    def find(self, prepared):
-        trial, number = prepared
-        return trial in self.jobs and self.jobs[trial].attempt == number
-
-    def set(self, trial, **changes):
-        self.jobs[trial] = replace(self.jobs[trial], **changes)
-
-    def hold(self, attempt):
-        self.set(attempt.trial, state=TrialState.SUSPENDED)
-
-    def stop(self, attempt):
-        self.set(attempt.trial, state=TrialState.SUSPENDED, restarts=attempt.restarts + 1)
-
-    def release(self, attempt):
-        self.set(attempt.trial, state=TrialState.PENDING)
-
-    def drained(self):
-        return self.flag
-
-    def set_drained(self, on):
-        self.flag = on
 
 
 def make(tmp_path, scheduler, events=None):
@@ -131,40 +52,7 @@ def make(tmp_path, scheduler, events=None):
     return study, loop
 
 
-def test_any_scheduler_behind_the_seam_gets_exactly_once_retries_and_preemption(tmp_path):
-    mem = MemoryScheduler()
-    events: list[str] = []
-    study, loop = make(tmp_path, mem, events)
-    first = loop.order[0]
-    mem.lose = {first}
-    with ThreadPoolExecutor(1) as pool:
-        loop.cycle(pool)
-        assert sorted(mem.creates) == sorted((n, 0) for n in loop.order)  # the lost one was found, not sent again
-        mem.set(first, state=TrialState.RUNNING, restarts=1)  # preempted and requeued by the scheduler
-        second = loop.order[1]
-        mem.set(second, state=TrialState.FAILED, exit_code=3)
-        states = loop.cycle(pool)
-    assert states[first] is TrialState.RUNNING
-    assert [e for e in events if "preempted" in e] == [
-        f"trial {first}: preempted, requeued by Memory (restart 1 of job {first}-0): it resumes from its "
-        "checkpoint; not a failure"
-    ]
-    assert (second, 1) in mem.creates and states[second] is TrialState.PENDING  # max_failures 1: one more attempt
-    mem.set(second, state=TrialState.FAILED)
-    with ThreadPoolExecutor(1) as pool:
-        states = loop.cycle(pool)
-    assert states[second] is TrialState.FAILED and mem.creates.count((second, 2)) == 0  # failures ran out
-    assert loop.progress.failed == 1 and loop.progress.created == 4
-    # a rerun recognises everything and reports no old preemption again
-    events2: list[str] = []
-    _, again = make(tmp_path, mem, events2)
-    with ThreadPoolExecutor(1) as pool:
-        again.cycle(pool)
-    assert again.progress.existing == 3 and again.progress.created == 0
-    assert not [e for e in events2 if "preempted" in e]
-
-
-def test_status_drain_and_resume_run_any_scheduler(tmp_path):
+def test_status_counts_gpu_time_of_any_scheduler(tmp_path):
     mem = MemoryScheduler()
     study, loop = make(tmp_path, mem)
     with ThreadPoolExecutor(1) as pool:
@@ -191,17 +79,6 @@ def test_status_drain_and_resume_run_any_scheduler(tmp_path):
     assert (rows[c].gpu_seconds, rows[c].gpu_seconds_lost, rows[a].gpu_seconds) == (720.0, 120.0, 200.0)
     [row] = snap.studies
     assert row.gpu_hours == (720 + 200) / 3600 and row.gpu_hours_lost == 120 / 3600
-    out = attemptdrain.drain(study, mem)
-    assert out.suspended == [a, b] and mem.drained()
-    assert mem.jobs[a].restarts == 1 and mem.jobs[a].state is TrialState.SUSPENDED
-    events: list[str] = []
-    loop.reporter.event = events.append
-    with ThreadPoolExecutor(1) as pool:  # a loop admits nothing while drained, and counts drain's stop no preemption
-        loop.cycle(pool)
-    assert len(mem.creates) == 3 and not [e for e in events if "preempted" in e]
-    back = attemptdrain.resume(study, mem)
-    assert back.resumed == [a, b] and not mem.drained()
-    assert {mem.jobs[t].state for t in (a, b)} == {TrialState.PENDING}
 
 
 def test_detach_reads_no_capacity_and_submits_up_to_the_cap(tmp_path):

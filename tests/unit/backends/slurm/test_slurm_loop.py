@@ -1,12 +1,11 @@
-"""The Slurm submit loop against a scripted Slurm (its commands faked at the process
-boundary), on a virtual clock: a submit whose answer was lost is looked up before it is
-sent again, the controller's refusals are backed off from, and a failed attempt is
-retried as the next attempt while failures are left."""
+"""The shared submit loop over Slurm's own commands (faked at the process boundary:
+tests/unit/backends/fakes.py), on a virtual clock, where Slurm is its own: the summary in
+Slurm's words (its commands, a lookup by `squeue --name` before each resend), each trial's
+job of its own size. What every backend does for the loop is the contract suite's
+(tests/unit/backends/test_scheduler_contract.py)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from stratctl.backends.slurm.commands import Slurm
@@ -18,6 +17,7 @@ from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
 from stratctl.view.display import summary
+from tests.unit.backends.fakes import FakeSlurm
 from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.studies import load
 
@@ -32,52 +32,6 @@ trial:
   command: ["train"]
   resources: {limits: {nvidia.com/gpu: 1}}
 """
-
-
-class FakeSlurm:
-    """A controller that keeps jobs in memory; `sbatch_answers` scripts sbatch's failures."""
-
-    def __init__(self, sbatch_answers=()):
-        self.jobs: list[dict] = []
-        self.sbatch_answers = list(sbatch_answers)
-        self.sent: list[str] = []
-        self.scripts: list[str] = []  # what each sbatch was given
-
-    def __call__(self, argv, input=None, **_):
-        if argv[0] == "sbatch":
-            comment = next(
-                line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --comment=")
-            )
-            name = next(line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --job-name="))
-            answer = self.sbatch_answers.pop(0) if self.sbatch_answers else "ok"
-            self.sent.append(name)
-            self.scripts.append(input)
-            if answer in ("ok", "lost"):
-                self.jobs.append(
-                    {
-                        "job_id": len(self.jobs) + 1,
-                        "name": name,
-                        "comment": comment,
-                        "job_state": "PENDING",
-                        "state_reason": "Priority",
-                        "restart_cnt": 0,
-                    }
-                )
-            if answer == "ok":
-                return subprocess.CompletedProcess(argv, 0, f"{len(self.jobs)}\n", "")
-            return subprocess.CompletedProcess(
-                argv, 1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation"
-            )
-        if argv[0] == "squeue" and "--json" in argv:
-            return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": self.jobs}), "")
-        if argv[0] == "squeue":  # find by name
-            name = argv[-1].split("=", 1)[1]
-            return subprocess.CompletedProcess(
-                argv, 0, "".join(f"{j['job_id']}\n" for j in self.jobs if j["name"] == name), ""
-            )
-        if argv[0] == "sinfo":
-            return subprocess.CompletedProcess(argv, 0, json.dumps({"nodes": []}), "")
-        raise AssertionError(argv)
 
 
 def loop(tmp_path, fake):
@@ -97,7 +51,7 @@ def loop(tmp_path, fake):
     ), clock
 
 
-def test_a_lost_answer_is_looked_up_not_sent_twice(tmp_path):
+def test_the_summary_counts_slurms_commands_past_a_lost_answer_and_a_timeout(tmp_path):
     fake = FakeSlurm(["lost", "timeout"])  # the first submit went through, its answer lost; then a refusal
     run, clock = loop(tmp_path, fake)
     with ThreadPoolExecutor(1) as pool:
@@ -110,22 +64,6 @@ def test_a_lost_answer_is_looked_up_not_sent_twice(tmp_path):
     text = summary(run.progress)  # in Slurm's words: its commands, not API writes and 429s
     assert "created 2, already there 0; 3 sbatch, 0 refused for submit limits" in text and "429" not in text
     assert "Slurm commands: squeue 3, sbatch 3, sinfo 1" in text  # one list and a lookup before each resend
-
-
-def test_a_failed_attempt_is_retried_as_the_next_until_failures_run_out(tmp_path):
-    fake = FakeSlurm()
-    run, clock = loop(tmp_path, fake)
-    with ThreadPoolExecutor(1) as pool:
-        run.cycle(pool)
-        for job in fake.jobs:
-            job.update(job_state="FAILED", exit_code=1)
-        run.cycle(pool)  # attempt 1 of each trial (max_failures 1)
-        assert sorted(j["comment"].split("/")[2] for j in fake.jobs) == ["0", "0", "1", "1"]
-        for job in fake.jobs:
-            job.update(job_state="FAILED", exit_code=1)
-        states = run.cycle(pool)
-    assert len(fake.jobs) == 4 and all(s.value == "failed" for s in states.values())
-    assert run.progress.failed == 2 and run.progress.created == 4
 
 
 def test_trials_of_different_sizes_each_get_their_own_job_and_gpu_count(tmp_path):

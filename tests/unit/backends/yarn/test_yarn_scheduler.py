@@ -1,6 +1,8 @@
-"""The YARN scheduler over an in-memory ResourceManager: applications created with their
-tags and looked up before a lost submission is sent again, ended ones recorded so a
-forgetful RM loses no history, drain kills and marks, resume sends the next attempts."""
+"""The YARN scheduler over an in-memory ResourceManager, where YARN is its own: ended
+applications recorded so a forgetful RM loses no history, the queue's application limits
+as pressure, free GPUs within the queue's headroom, the gang AM's jar. What every backend
+does (created exactly once, drain and resume, ...) is the contract suite's
+(tests/unit/backends/test_scheduler_contract.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,6 @@ import pytest
 from stratctl.backends.yarn.scheduler import YarnScheduler, am_jar, built_jar, headroom, queue_limit, queue_of, within
 from stratctl.core.space import expand
 from stratctl.errors import ExitCode, Throttled, UsageError
-from stratctl.run import attemptdrain
-from stratctl.run.attemptstatus import snapshot
 from stratctl.trialstate import TrialState
 from tests.unit.studies import load
 
@@ -89,16 +89,19 @@ class _Adapter:
         return self.rm.apps_of(tag.lower())
 
 
-def test_created_with_tags_found_again_and_recorded_once_ended(tmp_path):
+def test_an_ended_application_is_recorded_once_seen_and_its_record_outlives_the_rm(tmp_path):
+    """YARN's own way of remembering (the contract suite checks the rest of created, found
+    and remembered): the record file of each ended attempt, with the RM's times in it."""
     study, sched, rm = scheduler(tmp_path)
-    one, two = expand(study)
-    app = sched.prepare(one, 0)
-    assert not sched.find(app)
-    sched.create(app)
-    assert sched.find(app) and not sched.find(sched.prepare(two, 0))
+    one, _ = expand(study)
+    sched.create(sched.prepare(one, 0))
     [submitted] = rm.apps.values()
-    seen = sched.attempts()
-    assert seen[one.name].state is TrialState.PENDING and seen[one.name].job == submitted["id"]
+    assert submitted["applicationTags"].split(",")[:4] == [
+        "stratctl",
+        "stratctl-study:s",
+        f"stratctl-trial:{one.name}",
+        "stratctl-n:0",
+    ]
     rm.set(
         submitted["id"], state="FINISHED", finalStatus="SUCCEEDED", launchTime=1000, finishedTime=4000, progress=100.0
     )
@@ -108,28 +111,6 @@ def test_created_with_tags_found_again_and_recorded_once_ended(tmp_path):
     again = sched.attempts()[one.name]
     assert again.state is TrialState.SUCCEEDED and again.job == submitted["id"] and again.run_seconds(0) == 3.0
     assert sched.attempts(marks=False) == {}
-
-
-def test_drain_kills_and_marks_resume_sends_the_next_attempt(tmp_path):
-    study, sched, rm = scheduler(tmp_path)
-    one, two = expand(study)
-    for trial in (one, two):
-        sched.create(sched.prepare(trial, 0))
-    first, second = rm.apps
-    rm.set(first, state="RUNNING", progress=50.0, launchTime=1000)
-    outcome = attemptdrain.drain(study, sched)
-    assert sorted(outcome.suspended) == sorted([one.name, two.name]) and sorted(rm.killed) == [first, second]
-    assert sched.drained()
-    rows = {r.trial: r for r in snapshot(study, sched, now=10.0).trials}
-    assert {r.state for r in rows.values()} == {"suspended"}
-    resumed = attemptdrain.resume(study, sched)
-    assert sorted(resumed.resumed) == sorted([one.name, two.name]) and not sched.drained()
-    seen = sched.attempts()
-    assert {a.attempt for a in seen.values()} == {1} and {a.state for a in seen.values()} == {TrialState.PENDING}
-    assert all(a.failures == 0 and a.preemptions == 0 for a in seen.values())
-    newer = [a for a in rm.apps.values() if "stratctl-n:1" in a["applicationTags"].split(",")]
-    assert len(newer) == 2
-    assert attemptdrain.resume(study, sched).resumed == []  # nothing resumed twice
 
 
 def test_a_refusal_for_the_queues_limits_is_pressure_not_a_failure(tmp_path):
