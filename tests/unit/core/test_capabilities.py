@@ -182,13 +182,6 @@ def test_every_field_of_the_study_is_judged_for_every_backend():
             "YARN's options (each attempt is one sbatch job run on the nodes): it would be dropped; remove it",
         ),
         (
-            SLURM,
-            "name: sweep\n",
-            "name: sweep\nretries: {max_preemptions: 3}\n",
-            "2:28",
-            "retries.max_preemptions: backend slurm cannot honour a limit on preemptions",
-        ),
-        (
             YARN,
             "  tasks:",
             "  affinity: {node: {required: {zone: [a]}}}\n  tasks:",
@@ -292,7 +285,6 @@ def test_every_field_of_the_study_is_judged_for_every_backend():
         "slurm-queue",
         "slurm-grace",
         "slurm-yarn-block",
-        "slurm-max-preemptions",
         "yarn-affinity",
         "yarn-spread",
         "yarn-hugepages",
