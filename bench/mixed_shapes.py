@@ -54,6 +54,7 @@ HELD = (5, 3, 6, 2, 7, 1, 4, 4)  # GPUs the other team holds on each node (of 8)
 def study_text(name: str, namespace: str, per_size: dict[int, int], duration: tuple[int, int], seed: int) -> str:
     """One study whose trials differ in size: `per_size` {GPUs: trials}, drawn at random."""
     sizes = [size for size, n in per_size.items() for _ in range(n)]
+    durations = "[" + ", ".join(map(str, _durations(len(sizes), duration, seed))) + "]"
     return textwrap.dedent(f"""\
         name: {name}
         namespace: {namespace}
@@ -65,11 +66,11 @@ def study_text(name: str, namespace: str, per_size: dict[int, int], duration: tu
           image: busybox
           command: ["train"]
           annotations:
-            testbed.stratctl.io/run-duration: "{{{{ [{", ".join(map(str, _durations(len(sizes), duration, seed)))}][params.slot] }}}}s"
+            testbed.stratctl.io/run-duration: "{{{{ {durations}[params.slot] }}}}s"
           resources: {{requests: {{nvidia.com/gpu: "{{{{ {sizes}[params.slot] }}}}", cpu: 100m}}}}
         throttle: {{qps: 50, burst: 50, yield_to_higher_priority: false,
                     parallelism: {{min: 1, initial: 8, max: {len(sizes)}}}}}
-        cost: {{expected_duration: "{{{{ [{", ".join(map(str, _durations(len(sizes), duration, seed)))}][params.slot] }}}}s"}}
+        cost: {{expected_duration: "{{{{ {durations}[params.slot] }}}}s"}}
         """)
 
 

@@ -12,9 +12,10 @@ a user runs, with its wall time, trials/s and peak memory (ru_maxrss).
 
 The local testbed's Volcano scheduler is paused for the whole run (bench/testbed.py:
 scheduler_paused): the gangs stay pending, and 100,000 of them would make it spend the
-machine's CPU on them (on a cluster given by kubeconfig, one gang at a time runs). At the end the local testbed is restarted fresh (deleting
-100,000 jobs and their PodGroups takes the garbage collector far longer than a restart);
-a cluster given by STRATCTL_TEST_KUBECONFIG gets `kubectl delete` instead (--keep: neither).
+machine's CPU on them (on a cluster given by kubeconfig, one gang at a time runs). At the
+end the local testbed is restarted fresh (deleting 100,000 jobs and their PodGroups takes
+the garbage collector far longer than a restart); a cluster given by
+STRATCTL_TEST_KUBECONFIG gets `kubectl delete` instead (--keep: neither).
 
     python bench/scale_bench.py [--trials 100000] [--small 10000] [--repeat 2] [--keep]
                                 [--parts offline,submit,status]

@@ -79,7 +79,7 @@ def measure(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
     """Wall-clock and CPU seconds of one run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:

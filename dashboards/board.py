@@ -37,7 +37,8 @@ PANELS = [
         "ms",
         [
             (
-                f"histogram_quantile({q}, sum by (le) (rate(volcano_e2e_scheduling_latency_milliseconds_bucket[{RATE}])))",
+                f"histogram_quantile({q}, sum by (le) "
+                f"(rate(volcano_e2e_scheduling_latency_milliseconds_bucket[{RATE}])))",
                 f"p{int(q * 100)}",
             )
             for q in (0.5, 0.9, 0.99)
@@ -92,12 +93,13 @@ PANELS = [
         "s",
         [
             (
-                f"histogram_quantile(0.99, sum by (le) (rate(etcd_disk_backend_commit_duration_seconds_bucket[{RATE}])))",
+                f"histogram_quantile(0.99, sum by (le) "
+                f"(rate(etcd_disk_backend_commit_duration_seconds_bucket[{RATE}])))",
                 "commit p99",
             ),
             (
-                f'histogram_quantile(0.99, sum by (le) (rate(etcd_request_duration_seconds_bucket{{operation!~"list.*"}}'
-                f"[{RATE}])))",
+                f"histogram_quantile(0.99, sum by (le) "
+                f'(rate(etcd_request_duration_seconds_bucket{{operation!~"list.*"}}[{RATE}])))',
                 "API server → etcd p99",
             ),
         ],
@@ -155,7 +157,8 @@ PANELS = [
 RULES = [
     (
         "StratctlEtcdSlow",
-        'histogram_quantile(0.99, sum by (le) (rate(etcd_request_duration_seconds_bucket{operation!~"list.*"}[1m]))) > 0.25',
+        "histogram_quantile(0.99, sum by (le) "
+        '(rate(etcd_request_duration_seconds_bucket{operation!~"list.*"}[1m]))) > 0.25',
         "10s",
         "critical",
         "etcd p99 (the API server's requests) above 250 ms: stratctl's breaker holds submissions",

@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     say(
         f"rank {rank} of {world} ({c.task} {c.task_index}), {'nccl on ' + str(device) if cuda else 'gloo on the CPU'}, "
         f"master {c.master_addr}:{c.master_port}, met in {met:.1f}s; "
-        f"{f'resuming at step {start}' if start else 'from step 0'} (attempt {os.environ.get('STRATCTL_ATTEMPT', '-')}, "
+        f"{f'resuming at step {start}' if start else 'from step 0'} "
+        f"(attempt {os.environ.get('STRATCTL_ATTEMPT', '-')}, "
         f"STRATCTL_RESUME={os.environ.get('STRATCTL_RESUME', '-')})",
         flush=True,
     )
