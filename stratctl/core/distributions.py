@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -13,7 +13,7 @@ from stratctl.core import sandbox
 from stratctl.core.model import Model as _Model
 from stratctl.core.model import invalid as _bad
 
-Scalar = Union[bool, int, float, str]
+Scalar = bool | int | float | str
 
 
 class Choice(_Model):

@@ -113,13 +113,13 @@ def read(path: str | Path) -> Document:
             with open(path, "rb") as f:
                 raw = f.read(MAX_BYTES + 1)
     except OSError as e:
-        raise StudyError([Problem(name, None, None, f"cannot read the file: {e.strerror or e}")])
+        raise StudyError([Problem(name, None, None, f"cannot read the file: {e.strerror or e}")]) from e
     if len(raw) > MAX_BYTES:
         raise StudyError([Problem(name, None, None, f"the file is larger than {MAX_BYTES} bytes")])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise StudyError([Problem(name, None, None, f"the file is not UTF-8 text ({e.reason})")])
+        raise StudyError([Problem(name, None, None, f"the file is not UTF-8 text ({e.reason})")]) from e
     return parse(text, name)
 
 
@@ -133,14 +133,14 @@ def parse(text: str, file: str = "<string>") -> Document:
     try:
         loader = _Loader(text)  # the reader already refuses control characters here
     except yaml.YAMLError as e:
-        raise StudyError([_yaml_problem(file, e, text)])
+        raise StudyError([_yaml_problem(file, e, text)]) from e
     try:
         try:
             root = loader.get_single_node()
         except _Refused as e:
-            raise StudyError([Problem(file, e.mark.line + 1, e.mark.column + 1, e.message)])
+            raise StudyError([Problem(file, e.mark.line + 1, e.mark.column + 1, e.message)]) from e
         except yaml.YAMLError as e:
-            raise StudyError([_yaml_problem(file, e, text)])
+            raise StudyError([_yaml_problem(file, e, text)]) from e
         if root is None:
             raise StudyError([Problem(file, 1, 1, "the file is empty: expected a study mapping")])
         walker = _Walker(loader, file)

@@ -140,7 +140,8 @@ def notes(plan: Plan, shown: int) -> list[str]:
         )
     else:
         lines.append(
-            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; queue {' → '.join(s.queues)}; "
+            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; "
+            f"queue {' → '.join(s.queues)}; "
             f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
         )
     if plan.shapes is not None:

@@ -218,7 +218,9 @@ class Renderer:
         try:
             source, filename, _ = self.env.loader.get_source(self.env, name)
         except TemplateNotFound:
-            raise StudyError([self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")])
+            raise StudyError(
+                [self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")]
+            ) from None
         try:  # parsed once: for the checks, for _per_study and to compile
             self._ast = self.env.parse(source, name, filename)
         except TemplateSyntaxError:
@@ -234,7 +236,9 @@ class Renderer:
             code = self.env.compile(self._ast, name, filename)
             return self.env.template_class.from_code(self.env, code, self.env.make_globals(None))
         except TemplateSyntaxError as e:  # already reported by check(); kept for includes
-            raise StudyError([Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")])
+            raise StudyError(
+                [Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")]
+            ) from e
 
     def _string(self, text: str) -> Template | _Interpolation:
         template = self._strings.get(text)
@@ -261,8 +265,10 @@ class Renderer:
             kind = "not allowed" if isinstance(e, sandbox.SecurityError) else "failed"
             message = f"rendering {kind}{_for_trial(ctx)}: {e}"
             if template.name is not None:  # a template file (a string of the study has no name)
-                raise StudyError([Problem(template.filename, _template_line(e, template.filename), None, message)])
-            raise StudyError([self._string_problem(_source_of(template, self._strings), message)])
+                raise StudyError(
+                    [Problem(template.filename, _template_line(e, template.filename), None, message)]
+                ) from e
+            raise StudyError([self._string_problem(_source_of(template, self._strings), message)]) from e
 
     def _per_study(self, ast: nodes.Template) -> bool:
         """Whether the template uses trial-level values only as `{{ x | tojson }}` (and
@@ -353,7 +359,7 @@ class Renderer:
                         f"the rendered template is not valid YAML: {getattr(e, 'problem', e)}",
                     )
                 ]
-            )
+            ) from e
         bad = [d for d in docs if not isinstance(d, dict) or "kind" not in d or "metadata" not in d]
         if bad or not docs:
             raise StudyError(

@@ -1,8 +1,9 @@
 """The study: what a user writes in a study file, validated as a whole.
 
 `load_study(path)` reads the YAML with positions (document.py), validates it with the
-pydantic models below (the search space's are in distributions.py), checks every template string statically (sandbox.py), and raises
-one StudyError listing every problem as `FILE:LINE:COL: message`.
+pydantic models below (the search space's are in distributions.py), checks every template
+string statically (sandbox.py), and raises one StudyError listing every problem as
+`FILE:LINE:COL: message`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -54,7 +55,7 @@ _PARAM_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 # ---------------------------------------------------------------- the trial template
 
-Quantity = Union[int, float, str]
+Quantity = int | float | str
 
 
 def _extended(name: str) -> bool:

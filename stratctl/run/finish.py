@@ -2,8 +2,8 @@
 
 A study is finished when every trial succeeded or failed: none waiting, pending, running,
 preempted, suspended or retrying. `wait` reads the study's row (`status.collect`) every
-interval, says one line whenever the trials' states change, and ends with an exit code: OK when every trial succeeded, FAILURE when some failed, TIMEOUT when the time ran
-out first. Clock and sleep are injected.
+interval, says one line whenever the trials' states change, and ends with an exit code: OK
+when every trial succeeded, FAILURE when some failed, TIMEOUT when the time ran out first. Clock and sleep are injected.
 """
 
 from __future__ import annotations

@@ -48,9 +48,9 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   expected to end `backfill_margin` seconds before it may use the free GPUs meanwhile, so
   they are not idle while the gang gathers and the gang starts no later (EASY backfilling);
 - **persistence**: stuck gangs and a slow scheduler must last `persist` seconds to count;
-- **dead band**: with more than `queue_ahead` gangs pending but at most `pending_high` stuck, keep the target; and no increase
-  within `cooldown` seconds of a decrease. Flapping signals therefore move the target at
-  most once per cooldown instead of oscillating.
+- **dead band**: with more than `queue_ahead` gangs pending but at most `pending_high` stuck,
+  keep the target; and no increase within `cooldown` seconds of a decrease. Flapping signals
+  therefore move the target at most once per cooldown instead of oscillating.
 """
 
 from __future__ import annotations
