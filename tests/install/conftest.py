@@ -1,6 +1,6 @@
 """Session fixtures of the install tests: stratctl as users install it (the wheel built once
 from the source tree, then `pip install` of it into a fresh virtualenv, not the editable
-.venv of `make venv`), and the Slurm and YARN testbeds of tests/slurm and tests/yarn."""
+.venv of `make venv`), and the Slurm and YARN testbeds of tests/backends/testbeds.py."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends.testbeds import slurm, yarn  # noqa: F401  (the testbeds' session fixtures, as used here)
 from tests.install.wheel import build_wheel, fresh_venv
-from tests.slurm.conftest import slurm  # noqa: F401  (the testbeds' session fixtures, as used here)
-from tests.yarn.conftest import yarn  # noqa: F401
 
 
 @dataclass
