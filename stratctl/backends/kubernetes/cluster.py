@@ -204,6 +204,19 @@ class ApiMetrics:
         return data[min(len(data) - 1, int(q * len(data)))]
 
 
+def _replaying(refused: Throttled, send: Callable[[], Any]) -> Callable[[], Any]:
+    """`send`, its first call raising `refused` instead: the 429 just received, as the gate's
+    first attempt, so that its pace sees it."""
+    pending = [refused]
+
+    def again() -> Any:
+        if pending:
+            raise pending.pop()
+        return send()
+
+    return again
+
+
 def _no_gate(fn: Callable[[], T], mutating: bool = False) -> T:
     return fn()
 
@@ -606,14 +619,7 @@ class Cluster:
             except Unavailable:
                 time.sleep(min(pause, max(0.0, self.outage.remaining())))
             except Throttled as exc:
-                refused: list[Throttled] = [exc]
-
-                def again() -> Any:  # the 429 just received, as the gate's first attempt: its pace sees it
-                    if refused:
-                        raise refused.pop()
-                    return send()
-
-                self.gate(self._counted(what, again))
+                self.gate(self._counted(what, _replaying(exc, send)))
                 return
 
     def close(self) -> None:

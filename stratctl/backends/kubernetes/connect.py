@@ -3,8 +3,8 @@ command waits for an API server that does not answer or throttles its user.
 
 `submit` runs for hours, so it rides out an API server restart or a paused etcd: its
 requests keep being retried until the server has been silent for `--outage-timeout`
-(`SubmitOptions.outage_timeout`, 5 minutes by default). `status`, `drain` and `resume` are one-shot, with someone waiting
-at a terminal: they retry for `ONE_SHOT_PATIENCE` seconds, then say the server is
+(`SubmitOptions.outage_timeout`, 5 minutes by default). `status`, `drain` and `resume` are
+one-shot, with someone waiting at a terminal: they retry for `ONE_SHOT_PATIENCE` seconds, then say the server is
 unreachable (exit 3). Either way a command that never reached the server at all (a wrong
 kubeconfig, a server down from the start) gives up after `ONE_SHOT_PATIENCE`.
 

@@ -6,9 +6,10 @@ whether a deletion may go ahead (a loop is following and `--force` was not given
 no confirmation on a terminal and no `--yes`: ask, or refuse when nobody can answer).
 `delete` removes the jobs first (background propagation: the garbage collector takes
 their pods, PodGroups and a batch/v1 Job's headless Service), waits until they are gone so
-no job controller recreates a pod, then the PodGroups, Services and pods no job owns (the garbage collector's are left to it: a user may
-delete jobs without being allowed to delete pods), and the record last: a deletion cut short can be run again,
-since the study is still listed. It waits, bounded, until the objects are gone.
+no job controller recreates a pod, then the PodGroups, Services and pods no job owns (the
+garbage collector's are left to it: a user may delete jobs without being allowed to delete
+pods), and the record last: a deletion cut short can be run again, since the study is
+still listed. It waits, bounded, until the objects are gone.
 """
 
 from __future__ import annotations

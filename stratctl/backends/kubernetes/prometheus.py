@@ -9,9 +9,10 @@ observes only commits that happen, so a stalled etcd shows nothing there, and ma
 clusters rarely expose etcd's metrics at all, while every API server exports its own.
 Volcano's end-to-end scheduling latency says the scheduler is falling behind (a cycle
 that takes seconds places new gangs late, and more gangs make it longer). Each is one
-instant query over a 1-minute rate, so a Prometheus scraping every 30 s still answers. `ControlPlaneWatch` runs them in a background thread
-every few seconds, so a slow or unreachable Prometheus never delays the submit loop: the
-loop reads the latest reading, and a reading too old (or none) is no signal at all.
+instant query over a 1-minute rate, so a Prometheus scraping every 30 s still answers.
+`ControlPlaneWatch` runs them in a background thread every few seconds, so a slow or
+unreachable Prometheus never delays the submit loop: the loop reads the latest reading,
+and a reading too old (or none) is no signal at all.
 """
 
 from __future__ import annotations

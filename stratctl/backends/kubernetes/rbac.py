@@ -5,8 +5,8 @@ end-to-end test binds a user to exactly this output and fails on any request of 
 the API server forbids (tests/e2e/test_rbac.py, from the API server's audit log).
 
 - **Role `stratctl`** in the study namespace: the study's jobs (Volcano and batch/v1),
-  PodGroups, the headless Services of batch/v1 attempts (their pods' DNS names), its record ConfigMaps, its pods (read, and delete the orphans `delete`
-  finds), pods/log (`logs`), events (why a gang waits).
+  PodGroups, the headless Services of batch/v1 attempts (their pods' DNS names), its record
+  ConfigMaps, its pods (read, and delete the orphans `delete` finds), pods/log (`logs`), events (why a gang waits).
 - **ClusterRole `stratctl:<namespace>`**: what every submit reads outside the namespace —
   the namespace itself (only that one: resourceNames), PriorityClasses and Volcano queues
   (preflight refuses an unknown class or queue; queue fallback watches them),

@@ -50,7 +50,8 @@ def error_of(command: str, code: int, stderr: str) -> Exception:
     """The error a failed command stands for (see the module docstring)."""
     if NO_CLUSTER.search(stderr):
         return Unreachable(
-            f"{command}: Slurm's commands find no cluster from here (SLURM_CONF is {os.environ.get('SLURM_CONF') or 'not set'}"
+            f"{command}: Slurm's commands find no cluster from here "
+            f"(SLURM_CONF is {os.environ.get('SLURM_CONF') or 'not set'}"
             ", and no slurm.conf or DNS SRV record of a controller is found otherwise): set SLURM_CONF to the "
             "cluster's slurm.conf (the local testbed's: `source \"$(bash testbed/slurm/up.sh | tail -1)\"`)"
         )

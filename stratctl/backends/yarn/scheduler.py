@@ -253,7 +253,7 @@ class YarnScheduler(StudyFiles, Counted):
     def check(self, trial: Trial) -> None:
         """Build the first attempt without sending it (a client dry run), the AM's jar found."""
         self._build(trial, 0)
-        self.jar  # a missing jar is said by the dry run, not first by the submission
+        _ = self.jar  # a missing jar is said by the dry run, not first by the submission
 
     def create(self, app: Application) -> None:
         wait = self._refused_until - self.clock()

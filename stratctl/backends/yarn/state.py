@@ -158,7 +158,7 @@ def latest(
     it), the first one counts."""
     history: dict[str, dict[int, Attempt]] = {}
     for trial, ended in records.items():
-        for number, app in ended.items():
+        for app in ended.values():
             found = of_app(app, study, marks.get(trial))
             if found is not None:
                 history.setdefault(found.trial, {})[found.attempt] = found
