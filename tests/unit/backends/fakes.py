@@ -293,8 +293,8 @@ class MemoryScheduler:
     def hold(self, attempt):
         self.set(attempt.trial, state=TrialState.SUSPENDED, native_state="HELD")
 
-    def stop(self, attempt):
-        self.set(attempt.trial, state=TrialState.SUSPENDED, native_state="HELD", restarts=attempt.restarts + 1)
+    def stop(self, attempt):  # drain's stop: no restart of the attempt's own (no preemption)
+        self.set(attempt.trial, state=TrialState.SUSPENDED, native_state="HELD")
 
     def release(self, attempt):
         self.set(attempt.trial, state=TrialState.PENDING, native_state="QUEUED")

@@ -350,12 +350,34 @@ def test_hold_stop_and_release(backend):
     assert {held[t].state for t in (a.name, b.name)} == {TrialState.SUSPENDED}
     for trial in (a.name, b.name):
         s.release(held[trial])
-    back = s.attempts(marks=False)
+    back = s.attempts()
     number = {"same": 0, "next": 1}[backend.release]
     for trial in (a.name, b.name):
         assert (back[trial].state, back[trial].attempt) == (TrialState.PENDING, number), back[trial]
-        assert back[trial].failures == 0  # a drain is no failure
+        assert back[trial].failures == 0 and back[trial].preemptions == 0  # a drain is neither
     assert sorted(backend.created()) == sorted([(a.name, 0), (b.name, 0)] + [(t, 1) for t in (a.name, b.name)] * number)
+
+
+def test_give_up_ends_the_attempt_and_is_remembered_with_its_reason(backend):
+    a, b, c = trials(backend)
+    s = backend.sched
+    for trial in (a, b, c):
+        create(backend, trial, 0)
+    backend.run(a.name)
+    backend.fail(c.name)
+    assert s.given_up() == {}
+    seen = s.attempts()
+    s.give_up(seen[a.name], "preempted 3 times, more than retries.max_preemptions (2)")  # running
+    s.give_up(seen[b.name], "given up while pending")
+    s.give_up(seen[c.name], "given up once ended")
+    assert s.given_up() == {
+        a.name: "preempted 3 times, more than retries.max_preemptions (2)",
+        b.name: "given up while pending",
+        c.name: "given up once ended",
+    }
+    after = s.attempts()
+    assert not any(after[t.name].state.in_flight for t in (a, b, c)), after  # nothing left running or waiting
+    assert len(backend.created()) == 3  # and nothing new
 
 
 def test_the_drained_flag(backend):
