@@ -10,6 +10,7 @@ from stratctl.backends.base import Scheduler
 from stratctl.core.space import attempt_name, expand
 from stratctl.core.spec import Study
 from stratctl.run.attemptloop import gangs, given_up_of, limits_of, trial_state
+from stratctl.run.recovery import limit_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.trialstate import TrialState
 
@@ -27,6 +28,10 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
         attempt = seen.get(trial.name)
         state = trial_state(attempt, limits, trial.name in given_up) if attempt else TrialState.WAITING
         failed_why = attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else ""
+        # the attempt a give-up for preemptions ended (Slurm's cancel): not a failure, nor its reason
+        ended_by_give_up = limit_of(given_up.get(trial.name, "")) == "preemptions"
+        if ended_by_give_up:
+            failed_why = ""
         number = attempt.attempt if attempt else 0
         ran = attempt.run_seconds(now) + attempt.earlier_seconds if attempt else 0.0
         rows.append(
@@ -41,7 +46,9 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
                 pending=attempt.reason if attempt and state is TrialState.PENDING else "",
                 result=scheduler.result(trial.name),
                 preemptions=attempt.preemptions if attempt else 0,
-                failures=attempt.failures + (attempt.state is TrialState.FAILED) if attempt else 0,
+                failures=attempt.failures + (attempt.state is TrialState.FAILED and not ended_by_give_up)
+                if attempt
+                else 0,
                 index=trial.index,
                 exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
                 # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)

@@ -104,6 +104,16 @@ def next_actions(views: list[TrialView], limits: Limits, drained: bool = False) 
     return [a for a in (next_action(v, limits, drained) for v in views) if a is not None]
 
 
+def limit_of(reason: str) -> str:
+    """The limit a give-up's reason says the trial went past: `preemptions` or `failures`
+    ("" for another text). A trial given up for its preemptions did not fail its last
+    attempt, even where giving it up ended that attempt (Slurm's cancel of a requeued job)."""
+    for counted in ("preemptions", "failures"):
+        if f"more than retries.max_{counted}=" in reason:
+            return counted
+    return ""
+
+
 def effective_state(view: TrialView, limits: Limits | None = None) -> TrialState:
     """The trial's state as users see it: a trial given up is failed. Given the limits, a
     failed attempt with failures left is RETRYING (its trial is not finished)."""

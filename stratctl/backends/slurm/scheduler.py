@@ -14,7 +14,6 @@ loop, `status`, `drain` and `resume` ask of a batch scheduler, in Slurm's own co
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
@@ -89,15 +88,9 @@ class SlurmScheduler(StudyFiles, Counted):
     # -- observe ---------------------------------------------------------------------------
 
     def attempts(self, marks: bool = True) -> dict[str, Attempt]:
-        """Each trial's latest attempt (`marks`: also those the controller has forgotten).
-        Its restarts are its preemptions: drain's requeues (`stop`) are not counted."""
-        seen = latest(self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {})
-        for trial, attempt in seen.items():
-            if attempt.restarts:
-                held = held_count(self.output / trial / f"attempt-{attempt.attempt}.held")
-                if held:
-                    seen[trial] = replace(attempt, restarts=max(0, attempt.restarts - held))
-        return seen
+        """Each trial's latest attempt (`marks`: also those the controller has forgotten), with
+        its trial's preemptions (drain's requeues left out: `stop`)."""
+        return latest(self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {})
 
     def free_gpus(self) -> list[int]:
         return free_gpus(self.slurm.nodes(), self.study.slurm.partition)

@@ -8,7 +8,9 @@ files tell: `attempt-N.job` says it started, `attempt-N.exit` how it ended.
 
 Preemption is not failure: with PreemptMode=REQUEUE Slurm puts a preempted job back in
 the queue, the same job, its restart count up; its script resumes from the checkpoint.
-Those restarts are the trial's preemptions. A job held by the user (`stratctl drain`) is
+Those restarts, over every attempt of the trial, are its preemptions (drain's requeues,
+counted in `attempt-N.held`, left out; each start writes its restart count beside its
+job id, so the earlier attempts' outlive the controller's memory). A job held by the user (`stratctl drain`) is
 suspended, not pending.
 """
 
@@ -60,12 +62,15 @@ LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit
 
 class Mark(NamedTuple):
     """What one attempt's files say: its job id (it started), its exit status (it ended),
-    and when (the files' modification times)."""
+    and when (the files' modification times); Slurm's restart count at its last start, and
+    how many of those restarts were drain's (`attempt-N.held`: SlurmScheduler.stop)."""
 
     job_id: int | None
     exit_code: int | None
     started: float | None = None
     ended: float | None = None
+    restarts: int = 0
+    held: int = 0
 
     @property
     def seconds(self) -> float:
@@ -226,6 +231,32 @@ def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]]) -> d
             earlier = sum(m.seconds for n, m in attempts.items() if n < seen[trial].attempt)
             if earlier:
                 seen[trial] = replace(seen[trial], earlier_seconds=earlier)
+    return preempted(seen, jobs, study, marks)
+
+
+def preempted(
+    seen: dict[str, Attempt], jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]]
+) -> dict[str, Attempt]:
+    """Each latest attempt with its trial's preemptions: its own restarts and those of the
+    trial's earlier attempts (squeue's count while it lists their jobs, else their marks'),
+    drain's requeues (`held`) left out: Slurm counts them as restarts, they are no preemption."""
+    listed: dict[tuple[str, int], int] = {}
+    for job in jobs:
+        named = parse_comment(job.get("comment"))
+        if named is not None and named[0] == study:
+            key = (named[1], named[2])
+            listed[key] = max(listed.get(key, 0), int(job.get("restart_cnt") or 0))
+
+    def restarts(trial: str, number: int) -> int:
+        mark = marks.get(trial, {}).get(number)
+        count = listed.get((trial, number), mark.restarts if mark else 0)
+        return max(0, count - (mark.held if mark else 0))
+
+    for trial, attempt in seen.items():
+        own = restarts(trial, attempt.attempt)
+        before = sum(restarts(trial, n) for n in range(attempt.attempt))
+        if (own, before) != (attempt.restarts, attempt.preempted_before):
+            seen[trial] = replace(attempt, restarts=own, preempted_before=before)
     return seen
 
 
@@ -244,8 +275,14 @@ def read_marks(directory: Path) -> dict[str, dict[int, Mark]]:
                 continue
             exit_file = trial_dir / f"attempt-{number}.exit"
             ended = exit_file.exists()
+            started = _ints(mark)  # the job id and, since it writes it, Slurm's restart count
             attempts[int(number)] = Mark(
-                _int(mark), _int(exit_file) if ended else None, _mtime(mark), _mtime(exit_file) if ended else None
+                started[0] if started else None,
+                _int(exit_file) if ended else None,
+                _mtime(mark),
+                _mtime(exit_file) if ended else None,
+                started[1] if len(started) > 1 else 0,
+                _int(trial_dir / f"attempt-{number}.held") or 0,
             )
         if attempts:
             out[trial_dir.name] = attempts
@@ -257,6 +294,19 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except OSError:
         return None
+
+
+def _ints(path: Path) -> list[int]:
+    try:
+        words = path.read_text().split()
+    except OSError:
+        return []
+    out = []
+    for word in words:
+        if not word.isdigit():
+            break
+        out.append(int(word))
+    return out
 
 
 def _int(path: Path) -> int | None:

@@ -190,7 +190,9 @@ def test_the_script_runs_the_command_with_hostile_values_as_plain_words(tmp_path
         assert env["STRATCTL_CHECKPOINT_DIR"] == f"/ckpt/sweep/{hostile.trial}"
         assert env["STRATCTL_ATTEMPT"] == "0"
     out = tmp_path / "stratctl-out" / "sweep" / hostile.trial
-    assert (out / "attempt-0.job").read_text() == "12345\n" and (out / "attempt-0.exit").read_text() == "0\n"
+    assert (out / "attempt-0.job").read_text() == f"12345 {restarts or 0}\n" and (
+        out / "attempt-0.exit"
+    ).read_text() == "0\n"
     assert not [line for line in hostile.text.splitlines() if line.startswith("#SBATCH") and "rm -rf" in line]
 
 
