@@ -4,10 +4,10 @@ them alone."""
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class TrialState(str, Enum):
+class TrialState(StrEnum):
     WAITING = "waiting"  # not in the cluster yet
     PENDING = "pending"  # created, gang not yet scheduled
     RUNNING = "running"

@@ -4,7 +4,8 @@ The scripts are Typer's, produced as `_STRATCTL_COMPLETE=source_bash stratctl` w
 (Typer spells the instruction `source_bash`, not click 8's `bash_source`). They call
 back into `stratctl` at completion time, so they stay valid as commands are added, and
 complete study names (read from the cluster within about a second, `engine.names`) and
-kubeconfig contexts through the callbacks here, imported only when a Tab asks. Run as `python -m stratctl.cli.completions DIR`.
+kubeconfig contexts through the callbacks here, imported only when a Tab asks. Run as
+`python -m stratctl.cli.completions DIR`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -38,7 +38,7 @@ NamespaceOpt = Annotated[
 ]
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     """`-o/--output` of the commands that print data."""
 
     table = "table"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     yaml = "yaml"
     json = "json"
     script = "script"
@@ -33,11 +33,15 @@ def render(
         Format | None,
         typer.Option(
             "--format",
-            help="yaml or json; script (Slurm's sbatch script). Default: the backend's own (Kubernetes yaml, Slurm script, YARN json).",
+            help=(
+                "yaml or json; script (Slurm's sbatch script). Default: the backend's own (Kubernetes yaml, Slurm "
+                "script, YARN json)."
+            ),
         ),
     ] = None,
 ) -> None:
-    """Render what every trial would be submitted as: Kubernetes manifests, Slurm sbatch scripts, YARN application requests."""
+    """Render what every trial would be submitted as: Kubernetes manifests, Slurm sbatch scripts,
+    YARN application requests."""
     from stratctl.backends.preview import preview, suffix
     from stratctl.core.space import expand
     from stratctl.core.spec import load_study

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -14,7 +14,7 @@ from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studi
 from stratctl.errors import UsageError
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     table = "table"
     wide = "wide"
     name = "name"

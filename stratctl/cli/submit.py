@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,17 +14,17 @@ from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, durati
 from stratctl.errors import ExitCode
 
 
-class DryRun(str, Enum):
+class DryRun(StrEnum):
     client = "client"
     server = "server"
 
 
-class Parallelism(str, Enum):
+class Parallelism(StrEnum):
     adaptive = "adaptive"
     static = "static"
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     text = "text"
     json = "json"
 
@@ -38,9 +38,7 @@ def submit(
         float | None,
         typer.Option(help="Client-side requests per second (0: unlimited; default: the study's throttle.qps)."),
     ] = None,
-    burst: Annotated[
-        int | None, typer.Option(help="Token-bucket burst (default: the study's throttle.burst).")
-    ] = None,
+    burst: Annotated[int | None, typer.Option(help="Token-bucket burst (default: the study's throttle.burst).")] = None,
     max_inflight: Annotated[
         int | None,
         typer.Option(
@@ -72,7 +70,11 @@ def submit(
         str | None,
         typer.Option(
             "--prometheus-url",
-            help="Prometheus with etcd and Volcano scheduler metrics: etcd p99 above 250 ms holds new submissions (and drains the study if its throttle.on_breaker is drain); Volcano scheduling p90 above 2 s halves the target.",
+            help=(
+                "Prometheus with etcd and Volcano scheduler metrics: etcd p99 above 250 ms holds new submissions (and"
+                " drains the study if its throttle.on_breaker is drain); Volcano scheduling p90 above 2 s halves the "
+                "target."
+            ),
         ),
     ] = None,
     outage_timeout: Annotated[
@@ -80,7 +82,11 @@ def submit(
         typer.Option(
             "--outage-timeout",
             min=1,
-            help="Seconds the API server may not answer (restarting, etcd paused), or refuse every request of this user (HTTP 429: throttling), before submit gives up with exit 3 (at most --timeout); meanwhile it retries.",
+            help=(
+                "Seconds the API server may not answer (restarting, etcd paused), or refuse every request of this "
+                "user (HTTP 429: throttling), before submit gives up with exit 3 (at most --timeout); meanwhile it "
+                "retries."
+            ),
         ),
     ] = 300.0,
     metrics_port: Annotated[
@@ -102,14 +108,20 @@ def submit(
         bool,
         typer.Option(
             "--rerun-changed",
-            help="The study was edited since it was submitted: give changed trials new attempts with the new spec (unchanged ones are kept).",
+            help=(
+                "The study was edited since it was submitted: give changed trials new attempts with the new spec "
+                "(unchanged ones are kept)."
+            ),
         ),
     ] = False,
     move_waiting: Annotated[
         bool,
         typer.Option(
             "--move-waiting",
-            help="A study listing several queues: take a trial that has not started out of a full queue and create it again in one of the study's queues with room.",
+            help=(
+                "A study listing several queues: take a trial that has not started out of a full queue and create it "
+                "again in one of the study's queues with room."
+            ),
         ),
     ] = False,
     timeout: Annotated[
@@ -117,7 +129,10 @@ def submit(
         typer.Option(
             "--timeout",
             metavar="DURATION",
-            help="Stop following the study after this long (45s, 30m, 2h), trials left running, exit 124; rerun to resume.",
+            help=(
+                "Stop following the study after this long (45s, 30m, 2h), trials left running, exit 124; rerun to "
+                "resume."
+            ),
         ),
     ] = None,
     storage: Annotated[
@@ -125,7 +140,10 @@ def submit(
         typer.Option(
             "--storage",
             metavar="URL",
-            help="Mirror a closed-loop search into this Optuna storage for optuna-dashboard: journal:PATH, PATH.log, or a database URL (sqlite:///search.db, postgresql://...).",
+            help=(
+                "Mirror a closed-loop search into this Optuna storage for optuna-dashboard: journal:PATH, PATH.log, "
+                "or a database URL (sqlite:///search.db, postgresql://...)."
+            ),
         ),
     ] = None,
 ) -> None:
