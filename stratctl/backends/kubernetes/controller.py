@@ -15,8 +15,6 @@ outage timeout.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -27,6 +25,7 @@ from typing import TYPE_CHECKING
 from stratctl import labels
 from stratctl.backends.kubernetes.blocked import Blocked
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.keeper import RecordKeeper
 from stratctl.backends.kubernetes.mirror import Mirror, watch_health
 from stratctl.backends.kubernetes.placement import Placer, Placing
 from stratctl.backends.kubernetes.record import (
@@ -35,10 +34,7 @@ from stratctl.backends.kubernetes.record import (
     PLACEMENTS_KEY,
     TOLD_KEY,
     StudyRecord,
-    loop_data,
     parse_record,
-    record_data,
-    record_manifest,
     record_name,
     suspended_of,
 )
@@ -46,14 +42,12 @@ from stratctl.backends.kubernetes.requeue import Requeue, create_attempt, pod_st
 from stratctl.backends.kubernetes.salvage import Salvage
 from stratctl.backends.kubernetes.shedding import Shedding
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts, trial_of
-from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data
 from stratctl.core import shape
 from stratctl.core.changes import spec_text
 from stratctl.core.render import Renderer, min_resources
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import (
-    AlreadyExists,
     ClusterError,
     NotFound,
     SpecConflict,
@@ -75,9 +69,6 @@ if TYPE_CHECKING:
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
-SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least
-SUMMARY_REFRESH = 20.0  # ... and at most, while the loop runs
-RECORD_EVERY = 2.0  # seconds between two writes of the record's target and reason, at least
 WINDOW = 1024  # creates handed to the worker pool at a time, at least (8 per worker)
 
 
@@ -178,7 +169,7 @@ class Submitter:
         self.namespace = study.namespace
         budget = self.search.remaining if self.search is not None else len(trials)
         self.progress = Progress(study=study.name, total=budget)
-        self.record = StudyRecord(
+        record = StudyRecord(
             study=study.name,
             spec_hash=study.spec_hash,
             trials=budget,
@@ -187,18 +178,19 @@ class Submitter:
             max_failures=study.retries.max_failures,
             spec=spec_text(study),
         )
+        # the study record, as this loop keeps it (keeper.py)
+        self.keeper = RecordKeeper(
+            cluster,
+            record,
+            self.namespace,
+            lambda message: self.reporter.event(message),
+            clock=lambda: self.clock(),
+            wall=lambda: self.wall(),
+        )
         self._kind = job_kind(study)
         self._last_decision: Decision | None = None
         self.wall = wall
-        self._flags_read = float("-inf")  # clock time the record's flags were last read
-        self._deletions_seen = self._deletions_read = 0  # jobs seen deleted: by the last observe, by the last read
-        self._record_cm: dict | None = None  # the record as last read (suspension marks included)
-        self._following = False  # whether the record's heartbeat says this loop follows the study
-        self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
-        self._unsaved: set[str] = set()  # record keys changed since the last record write (coalesced)
-        self._record_written = float("-inf")  # clock time of the last record write
-        self._recorded = False  # the study record exists (ensure_record went through)
-        self._new_record = False  # this run created the record (rather than adopting a previous run's)
+        self._deletions_seen = 0  # jobs seen deleted, by the last observe
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
         self._jobs: dict[str, dict] = {}  # each trial's latest attempt's job, as last observed
         # trials this loop created while its mirror of jobs did not watch yet (`--detach`
@@ -230,135 +222,34 @@ class Submitter:
             return list(max(self._shapes.values(), key=lambda s: (sum(s), max(s, default=0), len(s))))
         return gang_shape(self.study)
 
-    # -- the study record -----------------------------------------------------------
+    # -- the study record (keeper.py) ------------------------------------------------
+
+    @property
+    def record(self) -> StudyRecord:
+        return self.keeper.record
+
+    @record.setter
+    def record(self, record: StudyRecord) -> None:
+        self.keeper.record = record
 
     def ensure_record(self) -> None:
-        """Create the study record, or adopt the one a previous run left (keeping its flags)."""
-        try:
-            self.cluster.create(record_manifest(self.record, self.namespace))
-            self._new_record = True
-            self.reporter.event(f"recorded study {self.study.name} in ConfigMap {record_name(self.study.name)}")
-        except AlreadyExists:
-            existing = parse_record(self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace))
-            self.record = replace(
-                self.record,
-                drained=existing.drained,
-                finished=existing.finished,
-                target=existing.target,
-                moved=existing.moved,
-                told=existing.told,
-            )
-            # a change was judged before the loop started (revision.revise)
-            self._save_record("study.yaml", "spec-hash", "trials", "critical", "max-failures", "spec")
-        self._recorded = True
-
-    def _save_record(self, *keys: str) -> None:
-        """Write only the named keys of the record: `drained` and the suspension marks belong
-        to `drain`/`resume` in other processes, and a stale copy must never overwrite them."""
-        data = record_data(self.record)
-        self.cluster.patch(
-            CONFIGMAP, record_name(self.study.name), {"data": {k: data[k] for k in keys}}, self.namespace
-        )
-        self._unsaved.difference_update(keys)
-
-    def _refresh_flags(self) -> None:
-        self._flags_read, self._deletions_read = self.clock(), self._deletions_seen
-        try:
-            cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
-        except NotFound:
-            return
-        self._record_cm = cm
-        self.record = replace(self.record, drained=parse_record(cm).drained)
+        self.keeper.ensure()
 
     def save_summary(self, force: bool = False) -> None:
-        """Keep the study's row (trials by state, attempts, GPU-hours) in its record, so
-        `status` shows this study without listing its jobs: when it changed, at most every
-        SUMMARY_EVERY seconds (or 20 times what building it took, so a huge study spends at
-        most 5% of the loop on it), and at least every SUMMARY_REFRESH (status trusts a
-        summary for 30 s). The target, its reason and the API-quota note ride along: one
-        record write at most every RECORD_EVERY seconds, every SUMMARY_EVERY while the API
-        quota pushes back (a one-seat quota has no room for a write per decision)."""
-        if self._record_cm is None:
-            return
-        now = self.clock()
+        """The study's row and the loop's changed keys into the record, when due (keeper.py)."""
         note = self.progress.api_note or ""
         if note != self.record.api_quota:
-            self.record = replace(self.record, api_quota=note, api_quota_at=self.wall())
-            self._unsaved.add(API_QUOTA_KEY)
+            self.keeper.change(API_QUOTA_KEY, api_quota=note, api_quota_at=self.wall())
         if self.placer is not None and self.placer.counts() != self.record.placements:
-            self.record = replace(self.record, placements=self.placer.counts())
-            self._unsaved.add(PLACEMENTS_KEY)
-        patch = self._unsaved_due(now, force)
-        summary = self._summary_due(now, force)
-        if summary is not None:
-            patch.update(summary[1])
-            # the heartbeat rides on the summary (no request of its own); the final one says the loop is done
-            self._following = not self.progress.done
-            patch.update(self._heartbeat(self._following))
-        self._write_record(patch, now)
-        if summary is not None:
-            self._summary = summary[0]
-
-    def _heartbeat(self, running: bool) -> dict[str, str]:
-        """The record key saying this loop follows the study (`delete` refuses while it does)."""
-        return loop_data(self.wall(), running, socket.gethostname(), os.getpid())
-
-    def _stopped(self) -> None:
-        """Say the loop no longer follows the study, unless its last word said so already (best
-        effort: a heartbeat left behind goes stale)."""
-        if self._record_cm is None or not self._following:
-            return
-        self._following = False
-        try:
-            self.cluster.patch(
-                CONFIGMAP, record_name(self.study.name), {"data": self._heartbeat(False)}, self.namespace
-            )
-        except ClusterError:
-            pass
-
-    def _unsaved_due(self, now: float, force: bool) -> dict[str, str]:
-        """The record keys changed since the last write, if one may be written now."""
+            self.keeper.change(PLACEMENTS_KEY, placements=self.placer.counts())
         tight = self.progress.api is not None and self.progress.api.tight
-        due = force or now - self._record_written >= (SUMMARY_EVERY if tight else RECORD_EVERY)
-        if not (self._unsaved and due):
-            return {}
-        data = record_data(self.record)  # as the record is now: a key changed twice is written once, its latest
-        return {k: data[k] for k in self._unsaved}
 
-    def _write_record(self, patch: dict[str, str], now: float) -> None:
-        if not patch:
-            return
-        self.cluster.patch(CONFIGMAP, record_name(self.study.name), {"data": patch}, self.namespace)
-        self._record_written = now
-        self._unsaved.difference_update(patch)
+        def starts() -> dict:  # batch/v1 Jobs' first pods
+            return pod_starts(self.cluster, self.namespace, self.study.name, self._kind, self.signals)
 
-    def _summary_due(self, now: float, force: bool) -> tuple[tuple[float, dict, float], dict] | None:
-        """The summary to write now, if one is due: (what to remember of it, its record keys)."""
-        last_time, last_data, cost = self._summary or (float("-inf"), {}, 0.0)
-        if not force and now - last_time < max(SUMMARY_EVERY, 20 * cost):
-            return None
-        at, started = self.wall(), time.perf_counter()
-        cm = {**self._record_cm, "data": {**(self._record_cm.get("data") or {}), **record_data(self.record)}}
-        starts = pod_starts(self.cluster, self.namespace, self.study.name, self._kind, self.signals)  # batch/v1 Jobs
-        (row,), _ = build(at, [cm], latest_slim(self._jobs.values()), starts=starts)
-        cost = time.perf_counter() - started
-        data = summary_data(row, 0.0)  # compared without the time it was taken
-        if not force and data == last_data and now - last_time < SUMMARY_REFRESH:
-            return None
-        return (now, data, cost), summary_data(row, at)
+        self.keeper.save_summary(force, self.progress.done, tight, self._jobs, starts)
 
     # -- observe --------------------------------------------------------------------
-
-    def _record_due(self) -> bool:
-        """Whether to read the study record (drained flag, suspension marks) this cycle:
-        every poll interval, and whenever one of the study's jobs was deleted since the last
-        read. `drain` sets the flag before it deletes jobs, so a read made after the loop
-        saw a job gone sees the flag: the loop never admits into a drain on a stale copy."""
-        return (
-            self.jobs is None
-            or self.clock() - self._flags_read >= self.options.poll_interval
-            or self._deletions_seen != self._deletions_read
-        )
 
     def observe(self) -> dict[str, TrialState]:
         if self.jobs is not None:
@@ -487,8 +378,8 @@ class Submitter:
         done = {n: s.value for n, s in states.items() if s.finished and n in self._jobs}
         if not done:
             return
-        self.record = replace(self.record, finished={**self.record.finished, **done})
-        self._save_record("finished")
+        self.keeper.change(finished={**self.record.finished, **done})
+        self.keeper.save("finished")
         for name in done:
             job = self._jobs[name]
             self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
@@ -525,9 +416,8 @@ class Submitter:
             if trial.name not in self.trials:
                 self._register(trial)
         # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now
-        self.record = replace(self.record, told={**told, **self.search.told})
-        if set(self.search.told) - set(told):
-            self._unsaved.add(TOLD_KEY)
+        learnt = (TOLD_KEY,) if set(self.search.told) - set(told) else ()
+        self.keeper.change(*learnt, told={**told, **self.search.told})
         self.progress.total = len(self.order) + self.search.remaining
         self.reporter.event(
             f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
@@ -543,8 +433,7 @@ class Submitter:
             self.reporter.event(f"search: the space has no new point left after {len(self.order)} trials")
             self.search.spent()
             self.progress.total = len(self.order)
-            self.record = replace(self.record, trials=len(self.order))
-            self._unsaved.add("trials")
+            self.keeper.change("trials", trials=len(self.order))
         return [t.name for t in trials]
 
     def _tell(self, states: dict[str, TrialState]) -> None:
@@ -573,8 +462,7 @@ class Submitter:
                     metrics = ", ".join(o.metric for o in self.study.objectives)
                     self.reporter.event(f"trial {name}: succeeded without {metrics} in its result: told as failed")
         if told:
-            self.record = replace(self.record, told={**self.record.told, **told})
-            self._unsaved.add(TOLD_KEY)
+            self.keeper.change(TOLD_KEY, told={**self.record.told, **told})
 
     def _mirror_storage(self) -> None:
         """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
@@ -622,12 +510,10 @@ class Submitter:
                 continue
             spent = usage(job, self.wall(), TrialState.RUNNING).gpu_seconds
             entry = self.search.prune(self.trials[name], steps, spent, self.wall())
-            self.record = replace(
-                self.record,
-                told={**self.record.told, name: entry},
-                finished={**self.record.finished, name: TrialState.PRUNED.value},
+            self.keeper.change(
+                told={**self.record.told, name: entry}, finished={**self.record.finished, name: TrialState.PRUNED.value}
             )
-            self._save_record(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
+            self.keeper.save(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
             try:
                 self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
                 if self._kind == BATCH_JOB:
@@ -754,8 +640,8 @@ class Submitter:
     def _shed(self, observed: Observed) -> Observed:
         """The etcd breaker's drain (backends/kubernetes/shedding.py): it may suspend the study's trials,
         or let them resume; the policy sees the study drained while the breaker holds it."""
-        observed = self.shedding.step(observed, self._record_cm)
-        self.record = replace(self.record, breaker=self.shedding.reason, breaker_at=self.shedding.at)
+        observed = self.shedding.step(observed, self.keeper.cm)
+        self.keeper.change(breaker=self.shedding.reason, breaker_at=self.shedding.at)
         self.progress.breaker = self.shedding.panel()
         return observed
 
@@ -767,10 +653,8 @@ class Submitter:
             self.reporter.event(
                 f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}"
             )
-            self.record = replace(self.record, target=decision.target, reason=decision.reason)
-            self._unsaved.update(("target", "reason"))
-            if self._record_cm is not None:  # now, unless a write went out moments ago (then with the next)
-                self._write_record(self._unsaved_due(self.clock(), self.progress.done), self.clock())
+            self.keeper.change("target", "reason", target=decision.target, reason=decision.reason)
+            self.keeper.flush(self.progress.done, self.progress.api is not None and self.progress.api.tight)
         self._last_decision = decision
         p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
         p.wanted = decision.admit(observed)
@@ -821,16 +705,16 @@ class Submitter:
 
     def cycle(self) -> bool:
         """One reconcile: observe, recover, decide, admit. True when the run is over."""
-        if not self._recorded:
-            self.ensure_record()
+        if not self.keeper.exists:
+            self.keeper.ensure()
         if self.search is not None and not self.search.started:
             self._rebuild_search()
         states = self.observe()
         if self.placer is not None:
             self.placer.observe(self._jobs, states)
-        if self._record_due():
-            self._refresh_flags()
-        states = self._requeue.step(states, self._jobs, self.record.held, record=self._record_cm)
+        if self.keeper.due(self.jobs is not None, self.options.poll_interval, self._deletions_seen):
+            self.keeper.refresh(self._deletions_seen)
+        states = self._requeue.step(states, self._jobs, self.record.held, record=self.keeper.cm)
         states = self._salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
         if self.search is not None:
             self._tell(states)
@@ -896,33 +780,23 @@ class Submitter:
             except NotFound:
                 pass
             self._moved.add(job["metadata"].get("uid"))
-            self.record = replace(self.record, moved=self.record.moved + 1)
-            self._unsaved.add(MOVED_KEY)
+            self.keeper.change(MOVED_KEY, moved=self.record.moved + 1)
             self.reporter.event(
                 f"trial {move.trial} moved: queue {move.source} → {move.target}, it had not started and {move.reason}"
             )
 
     def left_behind(self) -> str:
         """What a run that gives up leaves in the cluster, said to the user: a record this run
-        wrote without any trial is taken back (one try, past the throttle: nothing half-done)."""
-        if self._new_record and not self._jobs and not self.progress.created:
-            try:
-                self.cluster.with_gate(lambda send, mutating=False: send()).delete(
-                    CONFIGMAP, record_name(self.study.name), self.namespace
-                )
-            except ClusterError:
-                return (
-                    f"no trial was created; the study's record (ConfigMap {record_name(self.study.name)}) "
-                    "was left: run the same command again later, or `stratctl delete`"
-                )
-            return "nothing was created"
+        wrote without any trial is taken back."""
+        if self.keeper.created and not self._jobs and not self.progress.created:
+            return self.keeper.take_back()
         return (
             "trials already in the cluster keep running; run the same command again later: they are "
             "recognised, never duplicated"
         )
 
     def stopped(self, interrupted: bool) -> None:
-        self._stopped()
+        self.keeper.stopped()
 
     def run(self) -> Progress:
         if self.options.dry_run:

@@ -161,7 +161,7 @@ def test_the_loop_stores_a_summary_with_running_batch_trials_and_their_gpu_time(
     for signals in (Signals(), None):
         submitter.signals = signals
         submitter.observe()
-        submitter._refresh_flags()
+        submitter.keeper.refresh(0)
         submitter.save_summary(force=True)
         summary = json.loads(cluster.record("loop")["data"]["summary"])
         assert summary["states"]["running"] == 3 and summary["in_flight"] == 3

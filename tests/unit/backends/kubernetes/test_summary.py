@@ -85,7 +85,7 @@ def run_until(submitter, cluster, clock, cycles: int):
 
 
 def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job(study_file, monkeypatch):
-    monkeypatch.setattr("stratctl.backends.kubernetes.controller.SUMMARY_EVERY", 0.0)
+    monkeypatch.setattr("stratctl.backends.kubernetes.keeper.SUMMARY_EVERY", 0.0)
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     submitter.wall = lambda: 5000.0 + clock()
