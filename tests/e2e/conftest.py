@@ -135,8 +135,7 @@ def _testbed_up() -> tuple[str, bool]:
     env["STRATCTL_TESTBED_FRESH"] = "1" if _fresh() else "0"
     proc = subprocess.run(
         ["bash", str(TESTBED_DIR / "up.sh")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
         env=env,
     )
@@ -223,4 +222,4 @@ def studies(api, tmp_path):
     for name in names:
         delete_study(api, name)
     for name in names:
-        wait_until(lambda: not of_study(api, POD, name), 90, message=f"pods of {name} gone")
+        wait_until(lambda name=name: not of_study(api, POD, name), 90, message=f"pods of {name} gone")

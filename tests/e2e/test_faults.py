@@ -409,7 +409,7 @@ def test_status_drain_and_resume_fail_cleanly_while_the_apiserver_is_down(testbe
             if proc.poll() is None:
                 proc.kill()
         fault("apiserver-start")
-    for cmd, (code, out, err, took) in results.items():
+    for cmd, (code, _out, err, took) in results.items():
         sys.stderr.write(f"--- {cmd}: exit {code} in {took:.1f} s, stderr ---\n{err}")
         lines = [line for line in err.splitlines() if line.strip()]
         assert code is not None, f"{cmd}: still running after 90 s with the API server down:\n{err[-2000:]}"

@@ -67,7 +67,7 @@ def check_attempt(api, trial: str, attempt: int, size: int) -> None:
         assert env[rendezvous.MASTER_PORT] == str(rendezvous.FIXED_PORT)
     assert sorted(seen) == list(range(size)), "distinct ranks 0..N-1"
     names = [f"{seen[r][0]['spec']['hostname']}.{seen[r][0]['spec']['subdomain']}" for r in range(size)]
-    for pod, env in seen.values():
+    for _pod, env in seen.values():
         assert env[rendezvous.MASTER_ADDR] == names[0]  # rank 0's DNS name
         assert env[rendezvous.NODE_ADDRS].split(",") == names
 

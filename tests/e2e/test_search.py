@@ -114,7 +114,8 @@ def pruned_yaml(name: str, namespace: str) -> str:
         search_yaml(name, namespace)
         .replace(
             "objective: {metric: loss, direction: minimize}\n",
-            "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3, warmup_steps: 1}\n",
+            "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3, warmup_steps: "
+            "1}\n",
         )
         .replace("run-duration: 3s", "run-duration: 4s")
     )

@@ -178,7 +178,7 @@ def test_a_storm_longer_than_the_bound_ends_each_command_with_one_line_and_nothi
         pause.communicate(timeout=120)
         subprocess.run(["bash", str(FAULT), "restore"], capture_output=True, timeout=120)
     assert flood.tally()["429"] > 100
-    for what, (code, out, err, took) in ended.items():
+    for what, (code, _out, err, took) in ended.items():
         lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in err.splitlines()]  # submit's log lines: timed
         if what == "submit":  # and among its progress lines
             lines = [line for line in lines if NOTICE in line or line.startswith("error:")]

@@ -89,7 +89,7 @@ class FakeCluster:
         label selector of `k=v`, `k`, `!k`, `k in (a,b)` terms."""
         terms = re.findall(r"(!?)([^,=\s!]+)(?:\s+in\s+\(([^)]*)\)|=([^,]*))?", label_selector or "")
         out = []
-        for (api_version, k, ns, name), obj in sorted(self.objects.items(), key=lambda kv: kv[0][3]):
+        for (api_version, k, ns, _name), obj in sorted(self.objects.items(), key=lambda kv: kv[0][3]):
             if (api_version, k) != kind or ns != (namespace or self.namespace):
                 continue
             have = obj["metadata"].get("labels") or {}

@@ -27,7 +27,8 @@ def test_every_container_of_trials_of_2_and_3_meets_in_jax_distributed(yarn, tmp
     text = text.replace("http://127.0.0.1:28088", yarn.rm)
     command = (
         """  command: ["bash", "-c",\n"""
-        """            'exec python3 "$STRATCTL_OUTPUT_DIR/../../../examples/rendezvous/jax_check.py" --timeout 120']\n"""
+        """            'exec python3 "$STRATCTL_OUTPUT_DIR/../../../examples/rendezvous/jax_check.py" """
+        """--timeout 120']\n"""
     )
     assert command in text
     text = text.replace(

@@ -105,7 +105,7 @@ def test_render_of_a_yarn_study_is_the_application_request_with_the_id_a_placeho
     )
     differ = {path: (shown, real) for path, shown, real in differences(body, sent)}
     assert differ.pop(("application-id",)) == ("<application-id>", "application_1796_0042")
-    for path, (shown, real) in differ.items():  # the AM's classpath, and what derives from the id (MASTER_PORT)
+    for path, (shown, _real) in differ.items():  # the AM's classpath, and what derives from the id (MASTER_PORT)
         assert path[:3] == ("am-container-spec", "environment", "entry"), path
         assert shown in (
             "<derived from the application id>",

@@ -82,7 +82,7 @@ def test_other_questions_go_to_typer(monkeypatch):
     assert answer("source_bash") is None
 
 
-def test_study_names_are_read_without_typer_or_the_kubernetes_client(tmp_path, server):
+def test_study_names_are_read_without_typer_or_the_kubernetes_client(tmp_path, server):  # noqa: F811 (the fixture)
     path = kubeconfig(tmp_path, server.server_port)
     env = {
         **os.environ,

@@ -163,7 +163,8 @@ def test_every_field_of_the_study_is_judged_for_every_backend():
             "name: sweep\nqueue: gpu\n",
             "2:8",
             "queue: backend slurm cannot honour a Volcano queue "
-            "(each attempt is one sbatch job run on the nodes): it would be dropped; use slurm.partition, or use backend "
+            "(each attempt is one sbatch job run on the nodes): it would be dropped; use slurm.partition, or use "
+            "backend "
             "kubernetes",
         ),
         (
@@ -234,7 +235,8 @@ def test_every_field_of_the_study_is_judged_for_every_backend():
             "name: sweep\nworkload: batch\n",
             "8:13",
             "trial.policies: backend "
-            "kubernetes-batch cannot honour Volcano lifecycle policies (each attempt is a batch/v1 Job ganged by a Volcano "
+            "kubernetes-batch cannot honour Volcano lifecycle policies (each attempt is a batch/v1 Job ganged by a "
+            "Volcano "
             "PodGroup): it would be dropped; remove it, or use backend kubernetes with workload volcano",
         ),
         (
@@ -250,7 +252,8 @@ def test_every_field_of_the_study_is_judged_for_every_backend():
             "replicas: 2, node_selector: {disk: ssd}}",
             "10:54",
             "trial.tasks.0.node_selector: "
-            "backend slurm cannot honour a node selector (each attempt is one sbatch job run on the nodes): it would be "
+            "backend slurm cannot honour a node selector (each attempt is one sbatch job run on the nodes): it would "
+            "be "
             "dropped; use slurm.constraint (node features), or use backend kubernetes",
         ),
         (

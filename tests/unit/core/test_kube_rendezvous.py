@@ -303,8 +303,10 @@ def test_slurm_and_yarn_render_no_kubernetes_contract(tmp_path):
         (
             "a" * 40,
             "    - {name: parameter-server, replicas: 12}\n",
-            "study.yaml:12:14: trial.tasks.0.name: each pod of task 'parameter-server' is named <job>-parameter-server-<index> "
-            "in its trial's DNS (its hostname), up to 76 characters with this study name (attempt 999, index 11), over the "
+            "study.yaml:12:14: trial.tasks.0.name: each pod of task 'parameter-server' is named "
+            "<job>-parameter-server-<index> "
+            "in its trial's DNS (its hostname), up to 76 characters with this study name (attempt 999, index 11), "
+            "over the "
             "63 a hostname may have: shorten the study name (40 characters) or the task name by 13",
         ),
     ],

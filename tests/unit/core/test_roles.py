@@ -124,7 +124,8 @@ def test_the_ppo_examples_cpu_pods_do_not_tolerate_the_gpu_nodes():
         (
             "policies",
             "[{event: CommandIssued, action: AbortJob}]",
-            "study.yaml:{line}:26: trial.tasks.0.policies.0.event: event 'CommandIssued' concerns the whole job, never one "
+            "study.yaml:{line}:26: trial.tasks.0.policies.0.event: event 'CommandIssued' concerns the whole job, "
+            "never one "
             "task's pods: give it in trial.policies",
         ),
         (

@@ -117,12 +117,14 @@ def test_every_pydantic_error_type_in_the_table_has_a_sentence():
         (
             "type: choice",
             "type: choise",
-            "study.yaml:5:14: space.bs: 'type' must be one of choice, uniform, loguniform, int (did you mean 'choice'?)",
+            "study.yaml:5:14: space.bs: 'type' must be one of choice, uniform, loguniform, int (did you mean "
+            "'choice'?)",
         ),
         (
             "kind: random",
             "kind: randm",
-            "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2' (did you mean 'random'?)",
+            "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' "
+            "or 'nsga2' (did you mean 'random'?)",
         ),
         (
             "namespace: ns",
@@ -142,7 +144,8 @@ def test_every_pydantic_error_type_in_the_table_has_a_sentence():
         (
             "kind: random",
             "kind: sobol",  # nothing close: no suggestion, the list says it all
-            "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' or 'nsga2'",
+            "study.yaml:6:18: strategy.kind: must be one of 'grid', 'random', 'quasi-random', 'tpe', 'gp', 'cmaes' "
+            "or 'nsga2'",
         ),
     ],
 )

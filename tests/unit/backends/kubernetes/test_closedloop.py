@@ -111,7 +111,7 @@ def test_the_loop_asks_what_it_admits_and_tells_every_result(search_file):
     assert cluster.creates[:3] == [t.name for t in first]
     entries = told(cluster)
     assert set(entries) == set(cluster.creates)
-    for name, entry in entries.items():
+    for _name, entry in entries.items():
         assert entry["state"] == "complete" and entry["values"] == [pytest.approx(loss(entry["params"]))]
     assert sorted(e["index"] for e in entries.values()) == list(range(9))
     assert cluster.record("tpe")["data"]["trials"] == "9"

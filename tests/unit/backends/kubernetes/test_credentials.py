@@ -1,6 +1,6 @@
-"""Static kubeconfig credentials go over urllib3 alone (backends/kubernetes/credentials.py, backends/kubernetes/transport.py):
-what an API server sees from them, that the Kubernetes client is not loaded for them, and
-that plugins still go the client's way."""
+"""Static kubeconfig credentials go over urllib3 alone (backends/kubernetes/credentials.py,
+backends/kubernetes/transport.py): what an API server sees from them, that the Kubernetes
+client is not loaded for them, and that plugins still go the client's way."""
 
 from __future__ import annotations
 
@@ -84,7 +84,9 @@ def test_a_token_goes_over_urllib3_alone_without_loading_the_kubernetes_client(t
         import sys
         from stratctl.backends.kubernetes.cluster import Cluster
         cluster = Cluster.connect({path!r})
-        made = cluster.create({{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "x"}}, "data": {{"a": "1"}}}})
+        made = cluster.create(
+            {{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "x"}}, "data": {{"a": "1"}}}}
+        )
         print(cluster.namespace, made["data"]["a"], "kubernetes" in sys.modules)
         """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -173,7 +173,7 @@ def test_a_gang_waiting_an_hour_for_gpus_is_left_alone(study_file):
         volcano.waiting = {victim}
         sleep = volcano.sleep
 
-        def gpus_free_after_an_hour(seconds):
+        def gpus_free_after_an_hour(seconds, clock=clock, volcano=volcano, sleep=sleep):
             if clock() >= 1000.0 + 3600:
                 volcano.waiting = set()
             sleep(seconds)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from stratctl import labels
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_patch
 from stratctl.backends.kubernetes.jobview import Carried
+from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_patch
 from stratctl.backends.kubernetes.state import timestamp
 from stratctl.backends.kubernetes.status import _pending_reason, _result, sort_trials
 from stratctl.backends.kubernetes.summary import build, slim_job

@@ -50,7 +50,8 @@ def study_text(topology: str = "{mode: hard, highest_tier: 1}", workload: str = 
         ("{mode: hard, highest_tier: -1}", "study.yaml:11:48: trial.network_topology.highest_tier: must be at least 0"),
         (
             "{mode: hard, highest_tier: 1, highestTierAllowed: 1}",
-            "study.yaml:11:51: unknown key 'highestTierAllowed' in trial.network_topology (did you mean 'highest_tier'?)",
+            "study.yaml:11:51: unknown key 'highestTierAllowed' in trial.network_topology (did you mean "
+            "'highest_tier'?)",
         ),
         (
             "{mode: hard}",

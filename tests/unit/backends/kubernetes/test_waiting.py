@@ -17,8 +17,9 @@ UNSCHEDULABLE = {
                 "type": "Unschedulable",
                 "status": "True",
                 "reason": "NotEnoughResources",
-                "message": "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable; Pending: 2 "
-                "Unschedulable. Origin reason is t-worker-0: 0/8 nodes are unavailable: 8 Insufficient nvidia.com/gpu.",
+                "message": "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable; "
+                "Pending: 2 Unschedulable. Origin reason is t-worker-0: 0/8 nodes are unavailable: "
+                "8 Insufficient nvidia.com/gpu.",
             }
         ],
     },
