@@ -44,12 +44,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import adaptive_experiment, status_bench, submit_bench  # noqa: E402
-from bench.results import save  # noqa: E402
-from bench.testbed import scheduler_paused, testbed_target  # noqa: E402
-from stratctl import labels  # noqa: E402
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster  # noqa: E402
-from stratctl.backends.kubernetes.record import record_name  # noqa: E402
+from bench import adaptive_experiment, status_bench, submit_bench
+from bench.results import save
+from bench.testbed import scheduler_paused, testbed_target
+from stratctl import labels
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.record import record_name
 
 REPO = Path(__file__).resolve().parent.parent
 VENVS = Path.home() / ".cache" / "stratctl" / "bench-venvs"
