@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from stratctl.attempt import Attempt
 from stratctl.backends.base import Scheduler
@@ -35,7 +36,7 @@ from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
 from stratctl.run.options import SubmitOptions, default_policy
-from stratctl.run.policy import Observed
+from stratctl.run.policy import AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.recovery import Kind, Limits, TrialView, effective_state, next_action
 from stratctl.run.throttle import Throttle
@@ -49,6 +50,11 @@ def gangs(study: Study, trials: list[Trial]) -> dict[str, tuple[int, ...]]:
         return dict.fromkeys((t.name for t in trials), shape.gang(study))
     renderer = Renderer(study)
     return {t.name: shape.gang(renderer.study_for(t)) for t in trials}
+
+
+def _gang_size(gang: tuple[int, ...]) -> tuple[int, int, int]:
+    """Larger gangs first: by GPUs in all, then in the largest task, then tasks."""
+    return sum(gang), max(gang, default=0), len(gang)
 
 
 def gangs_fit(free: list[int], gang: list[int]) -> int:
@@ -110,10 +116,10 @@ class AttemptLoop:
         throttle: Throttle,
         options: SubmitOptions,
         reporter: Reporter | None = None,
-        policy=None,
+        policy: AdaptivePolicy | StaticPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-    ):
+    ) -> None:
         self.study, self.scheduler, self.throttle = study, scheduler, throttle
         self.trials = {t.name: t for t in trials}
         self.order = [t.name for t in trials]
@@ -132,9 +138,9 @@ class AttemptLoop:
             scheduler=scheduler.title,
         )
         # whole gangs of free GPUs are counted in the largest trial's shape (all trials' when they share one)
-        self.gang = list(
-            max(gangs(study, trials).values(), key=lambda g: (sum(g), max(g, default=0), len(g)), default=())
-        )
+        shapes = list(gangs(study, trials).values())
+        largest: tuple[int, ...] = max(shapes, key=_gang_size) if shapes else ()
+        self.gang = list(largest)
         self._pending_since: dict[str, float] = {}
         self.preemptions: dict[str, int] = {}
         self._first = True
@@ -205,7 +211,7 @@ class AttemptLoop:
     def submit_attempt(self, trial: Trial, number: int) -> None:
         """Submit one attempt (looked up first when a previous send's answer was lost)."""
         prepared = self.scheduler.prepare(trial, number)
-        sent = []
+        sent: list[bool] = []
 
         def once() -> None:
             if sent and self.scheduler.find(prepared):  # the last send went through before its answer was lost
@@ -282,7 +288,7 @@ class AttemptLoop:
         self._count(states, decision)
         return states
 
-    def _count(self, states: dict[str, TrialState], decision) -> None:
+    def _count(self, states: dict[str, TrialState], decision: Decision) -> None:
         p, s = self.progress, self.scheduler
         counts = {state: 0 for state in TrialState}
         for name, state in states.items():
@@ -328,13 +334,13 @@ class AttemptLoop:
 
 
 def submit_attempts(
-    prepared,
+    prepared: Any,  # backends/launch.py's Prepared: the study, its trials and renderer
     scheduler: Scheduler,
     options: SubmitOptions,
     qps: float | None,
     burst: int | None,
     reporter: Reporter | None,
-    policy=None,
+    policy: AdaptivePolicy | StaticPolicy | None = None,
 ) -> Progress:
     """`stratctl submit` of a study whose backend runs an attempt as one job (for Slurm, the
     cluster its commands reach: SLURM_CONF and the rest of Slurm's environment)."""

@@ -52,6 +52,7 @@ def step(latency: float | None, config: BreakerConfig, state: BreakerState, now:
     if latency is None or latency >= config.low:
         return replace(state, since=None)
     since = now if state.since is None else state.since
+    assert state.tripped_at is not None  # set whenever it trips
     if now - since >= config.clear and now - state.tripped_at >= config.min_drained:
         return BreakerState()
     return replace(state, since=since)
@@ -64,6 +65,7 @@ def describe(latency: float | None, config: BreakerConfig, state: BreakerState, 
         if state.since is None:
             return ""
         return f"{ms} above {config.high * 1000:.0f}ms for {now - state.since:.0f}s; drains after {config.persist:.0f}s"
+    assert state.tripped_at is not None  # set whenever it trips
     drained = now - state.tripped_at
     left = [
         f"{config.clear:.0f}s below {config.low * 1000:.0f}ms"

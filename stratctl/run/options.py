@@ -40,7 +40,7 @@ class SubmitOptions:
         ]
 
 
-def default_policy(study: Study, options: SubmitOptions):
+def default_policy(study: Study, options: SubmitOptions) -> StaticPolicy | AdaptivePolicy:
     """Adaptive within the study's parallelism bounds; `--max-inflight` caps it."""
     bounds = study.throttle.parallelism
     cap = options.max_inflight or bounds.max

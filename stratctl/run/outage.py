@@ -104,11 +104,12 @@ class Outage:
         `error`, or `Unreachable` once the server has been silent longer than the patience."""
         with self._lock:
             now = self.clock()
-            starting = self._since is None
-            if starting:
+            since = self._since
+            starting = since is None
+            if since is None:
                 # it began when this request went out, unless the server answered since
-                self._since = max(sent, self._last_answer) if self._last_answer is not None else sent
-            lasted, limit = now - self._since, self._limit()
+                since = self._since = max(sent, self._last_answer) if self._last_answer is not None else sent
+            lasted, limit = now - since, self._limit()
         if starting:
             self._tell(Change(down=True, error=str(error)))
         if lasted >= limit:

@@ -205,7 +205,7 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         since = now if state.congested_since is None else state.congested_since
         state = replace(state, congested_since=since)
         if now - since >= config.persist:
-            if behind:
+            if behind and scheduler is not None:
                 return decrease(
                     f"Volcano scheduling latency p90 {scheduler * 1000:.0f}ms above "
                     f"{config.scheduling_high * 1000:.0f}ms"

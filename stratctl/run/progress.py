@@ -8,7 +8,7 @@ this data alone.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from stratctl.run.pace import Pressure
 
@@ -90,7 +90,7 @@ class Progress:
         note = f"API quota: {self.api.describe()}; GPUs: target {self.target}, in flight {self.in_flight}"
         return note + (" — the API quota, not the GPUs, is the bottleneck" if self.api_limited else "")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items()}
         out["in_flight"] = self.in_flight
         out["api"] = asdict(self.api) if self.api else None
@@ -115,7 +115,7 @@ class Silent:
 class Fanout:
     """Send every update and event to several reporters (display, metrics)."""
 
-    def __init__(self, *reporters):
+    def __init__(self, *reporters: Any) -> None:
         self.reporters = [r for r in reporters if r is not None]
 
     def update(self, progress: Progress) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from stratctl import labels
 from stratctl.core.quantity import GPU, format_quantity, parse
@@ -92,7 +93,7 @@ class Placement:
 
 def choose(rooms: list[Room], gang: Amounts) -> Placement:
     """The first queue with room for the gang, else the last (the gang waits there)."""
-    full = []
+    full: list[str] = []
     for room in rooms:
         if room.fits(gang):
             return Placement(room.name, ", ".join(full))
@@ -141,7 +142,7 @@ def moves(waiting: list[tuple[str, str, Amounts]], rooms: list[Room]) -> list[Mo
     return out
 
 
-def room_of(name: str, queue: dict | None, transit: Iterable[Amounts] = ()) -> Room:
+def room_of(name: str, queue: dict[str, Any] | None, transit: Iterable[Amounts] = ()) -> Room:
     """A Room from a Queue object (None: missing) and the study's gangs in transit to it."""
     if queue is None:
         return Room(name, open=False)
@@ -155,7 +156,7 @@ def room_of(name: str, queue: dict | None, transit: Iterable[Amounts] = ()) -> R
     return Room(name, capability, used, state == "Open")
 
 
-def gang_demand(manifests: list[dict]) -> Amounts:
+def gang_demand(manifests: list[dict[str, Any]]) -> Amounts:
     """What one attempt's gang needs to start: its PodGroup's minResources when it has one,
     else the requests (or limits) of each Volcano task's minAvailable pods."""
     for doc in manifests:
@@ -176,7 +177,7 @@ def gang_demand(manifests: list[dict]) -> Amounts:
     return total
 
 
-def place(manifests: list[dict], queue: str) -> list[dict]:
+def place(manifests: list[dict[str, Any]], queue: str) -> list[dict[str, Any]]:
     """The manifests sent to `queue`: every object naming a queue names this one, and each
     says so in an annotation (a batch/v1 Job has no queue of its own). The spec-hash label
     is left as rendered, so it does not depend on the queue."""
@@ -190,13 +191,13 @@ def place(manifests: list[dict], queue: str) -> list[dict]:
     return placed
 
 
-def queue_of_job(job: dict) -> str | None:
+def queue_of_job(job: dict[str, Any]) -> str | None:
     """The queue a trial's job went to: stratctl's annotation, else the Volcano Job's own."""
     meta = job.get("metadata") or {}
     return (meta.get("annotations") or {}).get(labels.QUEUE) or ((job.get("spec") or {}).get("queue")) or None
 
 
-def amounts(raw: dict) -> Amounts:
+def amounts(raw: dict[str, Any]) -> Amounts:
     """Quantities by resource, parsed (those that do not parse left out)."""
     return {r: v for r, v in ((r, parse(v)) for r, v in raw.items()) if v is not None}
 

@@ -4,6 +4,7 @@ draws: a trial, a study, a namespace's snapshot, what drain or resume did (pure 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from stratctl.trialstate import TrialState
 
@@ -29,12 +30,12 @@ class TrialRow:
     trial: str
     state: str
     attempt: int
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     created: float | None = None  # of the latest attempt
     job: str = ""
     phase: str = ""  # of the latest attempt: Volcano's phase, or Pending/Running/Complete/Failed of a batch/v1 Job
     pending: str = ""  # why the gang is not running
-    result: dict | None = None
+    result: dict[str, Any] | None = None
     preemptions: int = 0
     failures: int = 0  # failed attempts, retried or not
     gpu_seconds: float = 0.0
@@ -93,7 +94,7 @@ class Snapshot:
     trials: list[TrialRow]
     total_trials: int | None = None  # rows the studies have when `trials` holds only the first ones
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "namespace": self.namespace,
             "taken_at": self.taken_at,
@@ -114,5 +115,5 @@ class Outcome:
     left: list[str] = field(default_factory=list)  # still suspended: a submit loop will resume them
     note: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -163,7 +163,7 @@ class Backoff:
 
     def ceiling(self, attempt: int, throttled: bool = True) -> float:
         cap = self.cap if throttled else min(self.cap, self.transient_cap)
-        return min(cap, self.base * 2 ** (attempt - 1))
+        return min(cap, self.base * 2.0 ** (attempt - 1))
 
 
 @dataclass
@@ -278,7 +278,7 @@ class Throttle:
             else:
                 wait = retry_wait(self.backoff, state.attempt_number, self._rng)
         self.stats.record(error, wait)
-        if tell and self.on_throttled is not None:
+        if tell and isinstance(error, Throttled) and self.on_throttled is not None:
             self.on_throttled(error)
         if self.on_retry is not None:
             self.on_retry(error, wait)
