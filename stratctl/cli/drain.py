@@ -49,10 +49,9 @@ def drain(
     """
     on_scheduler = file_study(study)
     if on_scheduler:
-        from stratctl.backends import scheduler_for
         from stratctl.run import attemptdrain
 
-        outcomes = [attemptdrain.drain(on_scheduler, scheduler_for(on_scheduler))]
+        outcomes = [attemptdrain.drain(*on_scheduler)]
     else:
         from stratctl.backends.kubernetes import drain as core
         from stratctl.backends.kubernetes.connect import Connection, one_shot
@@ -89,10 +88,9 @@ def resume(
     """
     on_scheduler = file_study(study)
     if on_scheduler:
-        from stratctl.backends import scheduler_for
         from stratctl.run import attemptdrain
 
-        outcome = attemptdrain.resume(on_scheduler, scheduler_for(on_scheduler))
+        outcome = attemptdrain.resume(*on_scheduler)
     else:
         from stratctl.backends.kubernetes import drain as core
         from stratctl.backends.kubernetes.connect import Connection, one_shot

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
@@ -84,18 +84,35 @@ def duration_option(text: str | None, flag: str) -> float | None:
 
 
 def file_study(argument: str | None):
-    """The study of a STUDY argument that names the file of a study on a batch scheduler
-    (backends/base.py: its state lives with the scheduler and its output directory); None
-    otherwise (a Kubernetes study is named by its name: its record is in the cluster)."""
+    """Where a command's STUDY argument runs, decided here once for every command: for the
+    file of a study on a batch scheduler (backends/base.py: its state lives with the
+    scheduler and its output directory), that study and its scheduler (`.study`,
+    `.scheduler`); None for a Kubernetes study, named by its name (its record is in the
+    cluster)."""
     import os
 
     if not argument or not os.path.isfile(argument):
         return None
-    from stratctl.backends.base import is_attempt_backend
     from stratctl.core.spec import load_study
     from stratctl.errors import UsageError
 
     study = load_study(argument)
-    if not is_attempt_backend(study):
+    found = on_scheduler(study)
+    if found is None:
         raise UsageError(f"{argument} is a Kubernetes study: give its name ({study.name}) instead of its file")
-    return study
+    return found
+
+
+def on_scheduler(study) -> OnScheduler | None:
+    """The study and its scheduler when its backend is a batch scheduler; None on Kubernetes."""
+    from stratctl.backends import scheduler_for
+    from stratctl.backends.base import is_attempt_backend
+
+    return OnScheduler(study, scheduler_for(study)) if is_attempt_backend(study) else None
+
+
+class OnScheduler(NamedTuple):
+    """A study on a batch scheduler, and that scheduler."""
+
+    study: Any
+    scheduler: Any

@@ -12,6 +12,7 @@ import typer
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies, file_study
 from stratctl.errors import UsageError
+from stratctl.run.ranking import sort_trials
 
 
 class Output(StrEnum):
@@ -80,7 +81,9 @@ def status(
     on_scheduler = file_study(study)  # the FILE of a study on a batch scheduler: its commands, no Kubernetes
     cluster = None if on_scheduler else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
-        sort = _ranking(on_scheduler) if on_scheduler else core.declared_ranking(cluster, cluster.namespace, study)
+        sort = (
+            _ranking(on_scheduler.study) if on_scheduler else core.declared_ranking(cluster, cluster.namespace, study)
+        )
         if not sort:
             raise UsageError(
                 "--best N ranks trials by a metric: give it with --sort METRIC (the study declares no objective)"
@@ -91,11 +94,10 @@ def status(
 
     def snapshot(ns: str):
         if on_scheduler:
-            from stratctl.backends import scheduler_for
             from stratctl.run.attemptstatus import snapshot as scheduler_snapshot
 
-            snap = scheduler_snapshot(on_scheduler, scheduler_for(on_scheduler))
-            snap.trials = core.sort_trials(snap.trials, sort)[: best or None]
+            snap = scheduler_snapshot(*on_scheduler)
+            snap.trials = sort_trials(snap.trials, sort)[: best or None]
             return snap
         if not study:  # the studies only; machine outputs exact (every trial counted)
             return core.collect(
@@ -110,7 +112,7 @@ def status(
         # other outputs, --sort and --limit 0 need every trial.
         everything = not table or not limit or bool(sort)
         snap = core.collect(cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit)
-        snap.trials = core.sort_trials(snap.trials, sort)
+        snap.trials = sort_trials(snap.trials, sort)
         if best:
             snap.trials = snap.trials[:best]
         if not everything:

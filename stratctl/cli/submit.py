@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option
+from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option, on_scheduler
 from stratctl.errors import ExitCode
 
 
@@ -250,18 +250,15 @@ def _best(file: Path, connection, study: str) -> str:
     from stratctl.view.statusout import best_line
 
     try:
-        from stratctl.backends.base import is_attempt_backend
-
         batch = load_study(file)
-        if is_attempt_backend(batch):  # a study on a batch scheduler: its trials as `status` shows them
-            from stratctl.backends.kubernetes.status import best_of
+        scheduled = on_scheduler(batch)
+        if scheduled:  # a study on a batch scheduler: its trials as `status` shows them
             from stratctl.run.attemptstatus import snapshot
+            from stratctl.run.ranking import best_of
 
             first = batch.objectives[0] if batch.objectives else None
             ranking = (("-" if first.direction == "maximize" else "") + first.metric) if first else None
-            from stratctl.backends import scheduler_for
-
-            found = best_of(snapshot(batch, scheduler_for(batch)).trials, ranking)
+            found = best_of(snapshot(*scheduled).trials, ranking)
             return best_line(*found) + "\n" if found else ""
         cluster = one_shot(replace(connection, namespace=connection.namespace or batch.namespace))
         try:

@@ -73,7 +73,8 @@ def sources(pods: list[dict]) -> list[Source]:
 
 def best_trial(cluster, namespace: str, study: str, metric: str) -> str:
     """The trial `status --sort METRIC` puts first: lowest `loss`, highest `-accuracy`."""
-    from stratctl.backends.kubernetes.status import collect, sort_trials
+    from stratctl.backends.kubernetes.status import collect
+    from stratctl.run.ranking import sort_trials
 
     name = metric.lstrip("-+")
     rows = [

@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 from stratctl.backends.kubernetes.record import StudyRecord
 from stratctl.backends.kubernetes.state import timestamp
-from stratctl.backends.kubernetes.status import collect, sort_trials
+from stratctl.backends.kubernetes.status import collect
 from stratctl.backends.kubernetes.summary import study_row, summary_data
 from stratctl.cli.main import app
 from stratctl.errors import ExitCode, UsageError
+from stratctl.run.ranking import sort_trials
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.view import statusout
 from stratctl.view.columns import duration, plural, study_note
@@ -370,7 +371,7 @@ def test_submit_ends_with_the_best_trial_and_its_parameters(finished_study, stud
 
 
 def test_best_n_by_a_metric_highest_first_and_the_default_ranking():
-    from stratctl.backends.kubernetes.status import default_ranking
+    from stratctl.run.ranking import default_ranking
 
     rows = trials()
     assert default_ranking(rows) == "loss"  # a loss: lowest first

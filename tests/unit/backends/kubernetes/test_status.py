@@ -8,8 +8,9 @@ from stratctl import labels
 from stratctl.backends.kubernetes.jobview import Carried
 from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_patch
 from stratctl.backends.kubernetes.state import timestamp
-from stratctl.backends.kubernetes.status import _pending_reason, _result, sort_trials
+from stratctl.backends.kubernetes.status import _pending_reason, _result
 from stratctl.backends.kubernetes.summary import build, slim_job
+from stratctl.run.ranking import sort_trials
 from stratctl.run.rows import Snapshot, TrialRow
 from stratctl.view.tables import studies_table, table
 from tests.unit import recorded
