@@ -83,9 +83,9 @@ def submit(
             "--outage-timeout",
             min=1,
             help=(
-                "Seconds the API server may not answer (restarting, etcd paused), or refuse every request of this "
-                "user (HTTP 429: throttling), before submit gives up with exit 3 (at most --timeout); meanwhile it "
-                "retries."
+                "Seconds the API server (or the Slurm controller, the YARN ResourceManager) may not answer "
+                "(restarting, etcd paused), or refuse every request of this user (HTTP 429: throttling), before "
+                "submit gives up with exit 3 (at most --timeout); meanwhile it retries."
             ),
         ),
     ] = 300.0,

@@ -35,7 +35,9 @@ from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
+from stratctl.run.loop import Loop
 from stratctl.run.options import SubmitOptions, default_policy
+from stratctl.run.outage import Change, Outage
 from stratctl.run.policy import AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.recovery import Kind, Limits, TrialView, effective_state, next_action
@@ -305,32 +307,50 @@ class AttemptLoop:
 
     # -- the loop -------------------------------------------------------------------------
 
+    def step(self) -> bool:
+        """One cycle of the shared loop (run/loop.py); True when the run is over."""
+        states = self.cycle(self._pool)
+        p = self.progress
+        if all(s.finished or n in p.errors for n, s in states.items()):
+            return True
+        if self.options.detach and p.waiting == 0:
+            p.detached = True
+            return True
+        return False
+
+    def pause(self) -> None:
+        self.sleep(self.options.poll_interval)
+
+    def left_behind(self) -> str:
+        return "attempts already submitted keep running; run the same command again later: they are recognised"
+
+    def stopped(self, interrupted: bool) -> None:
+        """Nothing to record: the scheduler and the trials' directories hold the study's state."""
+
     def run(self) -> Progress:
-        started = self.clock()
-        failed_cycles = 0
-        with ThreadPoolExecutor(self.options.workers) as pool:
-            while True:
-                try:
-                    states = self.cycle(pool)
-                    failed_cycles = 0
-                except Unavailable as exc:
-                    failed_cycles += 1
-                    self._retrying(exc, 0.0)  # the retries ran out: the next cycle tries again
-                    self.sleep(min(30.0, self.options.poll_interval * 2**failed_cycles))
-                    continue
-                except KeyboardInterrupt:
-                    self.progress.interrupted = True
-                    return self.progress
-                p = self.progress
-                if all(s.finished or n in p.errors for n, s in states.items()):
-                    return p
-                if self.options.detach and p.waiting == 0:
-                    p.detached = True
-                    return p
-                if self.options.timeout is not None and self.clock() - started >= self.options.timeout:
-                    p.timed_out = True
-                    return p
-                self.sleep(self.options.poll_interval)
+        """The shared loop (run/loop.py) over this scheduler: a controller that does not answer
+        is waited for, cycle after cycle, up to the outage timeout (`--outage-timeout`)."""
+        outage = Outage(self.options.outage_timeout, clock=self.clock, server=self.scheduler.controller)
+        outage.listen(self._heard)
+        loop = Loop(
+            self,
+            outage,
+            self.reporter,
+            self.options.poll_interval,
+            self.options.timeout,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        with ThreadPoolExecutor(self.options.workers) as self._pool:
+            return loop.run()
+
+    def _heard(self, change: Change) -> None:
+        """Whole cycles that failed, or one that went through again: said once each."""
+        if change.down:
+            self._retrying(Unavailable(change.error), 0.0)
+        elif self._silent:
+            self._silent = False
+            self.reporter.event(f"{self.scheduler.controller}: answering again")
 
 
 def submit_attempts(

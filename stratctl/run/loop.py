@@ -1,8 +1,8 @@
 """The submit loop every backend runs: cycles until every trial has ended, the loop is
 detached or timed out, or the user interrupts it.
 
-A backend hands the loop its `Body`: one cycle (observe, recover, decide, admit: True when
-the run is over), the pause between two cycles, what the run leaves behind when it gives
+A backend hands the loop its `Body`: one cycle, `step` (observe, recover, decide, admit:
+True when the run is over), the pause between two cycles, what the run leaves behind when it gives
 up, and how it stops. The loop owns what every backend shares:
 
 - the deadline of `--timeout` (the trials are left running: `progress.timed_out`);
@@ -43,8 +43,8 @@ class Body(Protocol):
 
     progress: Progress
 
-    def cycle(self) -> bool:
-        """One reconcile: observe, recover, decide, admit. True when the run is over."""
+    def step(self) -> bool:
+        """One cycle: observe, recover, decide, admit. True when the run is over."""
         ...
 
     def pause(self) -> None:
@@ -101,7 +101,7 @@ class Loop:
         while not self._timed_out(deadline):
             started = self.clock()
             try:
-                over = self.body.cycle()
+                over = self.body.step()
             except ClusterError as exc:
                 failed += 1
                 self._failed(exc, started, failed)

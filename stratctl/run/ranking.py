@@ -23,7 +23,7 @@ def sort_trials(rows: list[TrialRow], metric: str | None) -> list[TrialRow]:
         reported = ", ".join(known) if known else "none yet (no trial has reported a result)"
         raise UsageError(f"--sort {metric}: no trial reports a metric {name!r}; metrics reported: {reported}")
 
-    def key(row: TrialRow):
+    def key(row: TrialRow) -> tuple[int, float, str, str]:
         value = (row.result or {}).get(name)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return (1, 0.0, row.study, row.trial)

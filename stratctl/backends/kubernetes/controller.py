@@ -703,8 +703,9 @@ class Submitter:
             return None, None
         return pods.items(), groups.items()
 
-    def cycle(self) -> bool:
-        """One reconcile: observe, recover, decide, admit. True when the run is over."""
+    def step(self) -> bool:
+        """One cycle of the shared loop (run/loop.py): observe, recover, decide, admit. True
+        when the run is over."""
         if not self.keeper.exists:
             self.keeper.ensure()
         if self.search is not None and not self.search.started:
