@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 def report(step: int, flush: bool = False, **values: float) -> bool:
     """Report a running trial's intermediate values (`stratctl report --step N loss=0.41`):
     `stratctl.report(3, loss=0.41)`. Written to the trial's pod at most every 5 s (`flush`:
-    now); True when this call wrote. For the study's pruner (see the README).
+    now); True when this call wrote. For the study's pruner (docs/study-file.md).
 
     It never stops the training that calls it: a report that cannot be written (no rights,
     the API server out of reach) is said on stderr, once per kind of failure, and False is

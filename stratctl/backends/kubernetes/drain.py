@@ -9,8 +9,8 @@ STRATCTL_RESUME=1 and clears the flag. Critical studies are never drained. A sub
 loop whose study says `throttle.on_breaker: drain` suspends through `suspend` too, under a
 flag of its own (`backends/kubernetes/shedding.py`).
 
-Delete-and-requeue rather than Volcano's AbortJob/ResumeJob Commands: see the README
-section "Checkpoints and preemption".
+Delete-and-requeue rather than Volcano's AbortJob/ResumeJob Commands: see docs/checkpoints.md,
+"Drain: delete-and-requeue, not AbortJob/ResumeJob".
 """
 
 from __future__ import annotations
