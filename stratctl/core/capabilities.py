@@ -207,14 +207,14 @@ JUDGED_APART = (
 )
 
 
-EMPTY = (None, "", [], {})
+EMPTY: tuple[Any, ...] = (None, "", [], {})
 
 
 def backend_of(study: Any) -> str:
     """The capabilities' name of a study's backend (Kubernetes by its workload)."""
     if study.backend == "kubernetes":
         return VOLCANO if study.workload == "volcano" else BATCH
-    return study.backend
+    return str(study.backend)
 
 
 def of(study: Any) -> Capabilities:
@@ -227,7 +227,7 @@ def problems(study: Any) -> list[Problem]:
     caps = of(study)
     found: list[Problem] = []
 
-    def say(path: tuple, message: str) -> None:
+    def say(path: tuple[Any, ...], message: str) -> None:
         found.append(study.problem(path, f"{'.'.join(map(str, path))}: {message}"))
 
     if study.strategy.closed_loop and not caps.closed_loop:
@@ -294,13 +294,13 @@ def _where(backends: frozenset[str]) -> str:
     return ""
 
 
-def _set(model: Any, dotted: str) -> Iterator[tuple[tuple, Any]]:
+def _set(model: Any, dotted: str) -> Iterator[tuple[tuple[Any, ...], Any]]:
     """(path, value) of each field at `dotted` whose value asks for something: not its
     default, and not empty (`tolerations: []` asks for none)."""
     yield from _walk(model, dotted.split("."), ())
 
 
-def _walk(node: Any, parts: list[str], path: tuple) -> Iterator[tuple[tuple, Any]]:
+def _walk(node: Any, parts: list[str], path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
     name, rest = parts[0], parts[1:]
     if name == "*":
         for i, item in enumerate(node):
@@ -315,9 +315,9 @@ def _walk(node: Any, parts: list[str], path: tuple) -> Iterator[tuple[tuple, Any
         yield path + (name,), value
 
 
-def _resources(study: Any) -> Iterator[tuple[tuple, str]]:
+def _resources(study: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
     """(path, name) of each resource the study asks for, once per resources block."""
-    blocks = [(("trial", "resources"), study.trial.resources)]
+    blocks: list[tuple[tuple[Any, ...], Any]] = [(("trial", "resources"), study.trial.resources)]
     blocks += [
         (("trial", "tasks", i, "resources"), t.resources)
         for i, t in enumerate(study.trial.tasks)
@@ -332,9 +332,9 @@ def _resources(study: Any) -> Iterator[tuple[tuple, str]]:
                     yield where + (kind, name), name
 
 
-def _cluster_env(study: Any) -> Iterator[tuple[tuple, str]]:
+def _cluster_env(study: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
     """(path, name) of each environment variable whose value is not a literal string."""
-    blocks = [(("trial", "env"), study.trial.env)]
+    blocks: list[tuple[tuple[Any, ...], Any]] = [(("trial", "env"), study.trial.env)]
     blocks += [(("trial", "tasks", i, "env"), t.env) for i, t in enumerate(study.trial.tasks)]
     for where, env in blocks:
         for name, value in env.items():
@@ -342,7 +342,7 @@ def _cluster_env(study: Any) -> Iterator[tuple[tuple, str]]:
                 yield where + (name,), name
 
 
-def _partial_gangs(study: Any) -> Iterator[tuple[tuple, str]]:
+def _partial_gangs(study: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
     pods = [t.replicas for t in study.trial.tasks]
     if study.trial.min_available is not None and not (
         all(isinstance(p, int) for p in pods) and study.trial.min_available >= sum(pods)

@@ -19,7 +19,7 @@ SPEC_LIMIT = 64 * 1024  # characters of canonical study spec kept in the record;
 FIELDS_SHOWN = 8  # changed fields named in a message; the rest are counted
 
 
-def spec_text(study) -> str:
+def spec_text(study: Any) -> str:
     """The study spec as kept in its record: the fields its file sets (so that it renders
     again as it did) as compact JSON in the file's order (the order of `space` orders the
     trials), or "" when above SPEC_LIMIT."""
@@ -70,8 +70,8 @@ class Comparison:
 
 
 def compare(
-    old_spec: dict | None,
-    new_spec: dict,
+    old_spec: dict[str, Any] | None,
+    new_spec: dict[str, Any],
     existing: Mapping[str, str | None],
     rendered: Mapping[str, str],
     spec_changed: bool,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
@@ -32,7 +33,7 @@ class Estimate:
             return f"{self.gpus_per_trial} GPUs"
         return f"{self.gpus_least}–{self.gpus_per_trial} GPUs"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "trials": self.trials,
             "gpus_per_trial": self.gpus_per_trial,

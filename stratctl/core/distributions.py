@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -46,7 +46,7 @@ class Uniform(_Model):
     grid: int | None = Field(default=None, ge=2, le=100_000, strict=True)
 
     @model_validator(mode="after")
-    def _bounds(self):
+    def _bounds(self) -> Self:
         if self.low >= self.high:
             raise _bad("bounds", "low ({low}) must be below high ({high})", field="low", low=self.low, high=self.high)
         return self
@@ -62,7 +62,7 @@ class LogUniform(Uniform):
     type: Literal["loguniform"]  # type: ignore[assignment]
 
     @model_validator(mode="after")
-    def _positive(self):
+    def _positive(self) -> Self:
         if self.low <= 0:
             raise _bad("bounds", "loguniform needs low > 0 (got {low})", field="low", low=self.low)
         return self
@@ -83,7 +83,7 @@ class IntRange(_Model):
     grid: bool = False
 
     @model_validator(mode="after")
-    def _bounds(self):
+    def _bounds(self) -> Self:
         if self.low > self.high:
             raise _bad(
                 "bounds", "low ({low}) must not be above high ({high})", field="low", low=self.low, high=self.high
@@ -146,7 +146,7 @@ class Strategy(_Model):
         return self.kind in CLOSED_LOOP
 
     @model_validator(mode="after")
-    def _trials(self):
+    def _trials(self) -> Self:
         if self.kind == "grid" and self.trials is not None:
             raise _bad("grid_trials", "the grid strategy takes every combination; remove 'trials'", field="trials")
         if self.kind != "grid" and self.trials is None:
@@ -176,7 +176,7 @@ class Pruner(_Model):
     reduction_factor: int = Field(default=3, ge=2)
 
     @model_validator(mode="after")
-    def _fields(self):
+    def _fields(self) -> Self:
         if self.kind == "hyperband" and self.max_steps is None:
             raise _bad(
                 "max_steps",

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from stratctl.core import wording
 from stratctl.errors import Problem, StudyError
@@ -82,12 +83,12 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self.aliases = 0
 
-    def compose_node(self, parent, index):  # PyYAML's signature
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:  # PyYAML's signature
         if self.check_event(yaml.AliasEvent):
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
                 raise _Refused(
-                    self.peek_event().start_mark,
+                    self.peek_event().start_mark,  # type: ignore[no-untyped-call]  # untyped in PyYAML's stubs
                     f"too many YAML aliases (more than {MAX_ALIASES}); refusing to expand them",
                 )
         return super().compose_node(parent, index)
@@ -222,7 +223,7 @@ class _Walker:
             self._problem(node.start_mark, f"cannot read this value: {getattr(e, 'problem', e)}")
             return None
 
-    def _mapping(self, node: yaml.MappingNode, path: Path_, doc: Document) -> dict:
+    def _mapping(self, node: yaml.MappingNode, path: Path_, doc: Document) -> dict[str, Any]:
         out: dict[str, Any] = {}
         first: dict[str, yaml.Mark] = {}
         for key_node, value_node in node.value:
@@ -257,7 +258,7 @@ def validation_problems(doc: Document, error: ValidationError, root: type) -> se
     the error's location), so that e.g. "low must be below high" points at `low`.
     """
     problems: dict[Problem, None] = {}
-    alternatives: dict[tuple, list[dict]] = defaultdict(list)
+    alternatives: dict[tuple[Any, ...], list[ErrorDetails]] = defaultdict(list)
     for err in error.errors():
         loc = tuple(err["loc"])
         if (
@@ -278,7 +279,7 @@ def validation_problems(doc: Document, error: ValidationError, root: type) -> se
     return set(problems)
 
 
-def _problem(doc: Document, err: dict, root: type) -> Problem:
+def _problem(doc: Document, err: ErrorDetails, root: type) -> Problem:
     loc = tuple(err["loc"])
     field = (err.get("ctx") or {}).get("field")
     path = _data_path(doc.data, loc, named_last=not field)
@@ -296,21 +297,21 @@ def _problem(doc: Document, err: dict, root: type) -> Problem:
     if kind == "union_tag_invalid" or kind == "union_tag_not_found":
         tags = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected_tags", "")))
         tag = (err.get("ctx") or {}).get("tag")
-        hint = wording.did_you_mean(tag, tags) if isinstance(tag, str) and kind == "union_tag_invalid" else ""
+        mistyped = wording.did_you_mean(tag, tags) if isinstance(tag, str) and kind == "union_tag_invalid" else ""
         return doc.problem(
             path + ("type",) if kind == "union_tag_invalid" else path,
-            f"{where}: 'type' must be one of choice, uniform, loguniform, int{hint}",
+            f"{where}: 'type' must be one of choice, uniform, loguniform, int{mistyped}",
         )
     return doc.problem(path, f"{where}: {wording.plain(err)}")
 
 
-def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:
+def _data_path(data: Any, loc: tuple[Any, ...], named_last: bool = True) -> tuple[Any, ...]:
     """The part of a pydantic `loc` that exists in the data; union tags are dropped.
 
     With `named_last`, a last segment absent from the data is kept: it names a missing
     or an unknown key.
     """
-    path: list = []
+    path: list[Any] = []
     node = data
     for i, seg in enumerate(loc):
         if isinstance(node, dict) and seg in node:
@@ -324,7 +325,7 @@ def _data_path(data: Any, loc: tuple, named_last: bool = True) -> tuple:
     return tuple(path)
 
 
-def _known_keys(root: type, loc: tuple) -> list[str]:
+def _known_keys(root: type, loc: tuple[Any, ...]) -> list[str]:
     """The keys the model at `loc[:-1]` accepts, following pydantic's loc through unions."""
     t: Any = root
     for seg in loc[:-1]:

@@ -108,7 +108,7 @@ class Layout:
         return out
 
 
-def _workload(docs: list[dict]) -> tuple[str, dict] | None:
+def _workload(docs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     for doc in docs:
         api = str(doc.get("apiVersion", ""))
         if doc.get("kind") == "Job" and api.startswith("batch.volcano.sh/"):
@@ -118,7 +118,7 @@ def _workload(docs: list[dict]) -> tuple[str, dict] | None:
     return None
 
 
-def layout_of(docs: list[dict], tasks: list[str]) -> Layout | None:
+def layout_of(docs: list[dict[str, Any]], tasks: list[str]) -> Layout | None:
     """The trial's workload in `docs` (a Volcano Job, or a batch/v1 Job whose one role is the
     study's task `tasks[0]`) and its pods by role; None when the manifests hold none. Raises
     ValueError when a count is not a number yet (a placeholder in a study's skeleton)."""
@@ -142,7 +142,7 @@ def layout_of(docs: list[dict], tasks: list[str]) -> Layout | None:
     return Layout(workload, str((job.get("metadata") or {}).get("name")), tuple(roles))
 
 
-def stamp(docs: list[dict], layout: Layout, v: dict[str, Any]) -> None:
+def stamp(docs: list[dict[str, Any]], layout: Layout, v: dict[str, Any]) -> None:
     """Make the contract true in `docs` (in place): the objects that give the pods their names
     and the environment of every container. `v`: `layout.values(job)`, or placeholders."""
     found = _workload(docs)
@@ -176,7 +176,7 @@ def stamp(docs: list[dict], layout: Layout, v: dict[str, Any]) -> None:
                 _wrap(container, role)
 
 
-def _shared(layout: Layout, v: dict[str, Any]) -> list[dict]:
+def _shared(layout: Layout, v: dict[str, Any]) -> list[dict[str, Any]]:
     """What every pod of the trial is told alike."""
     size = str(sum(role.replicas for role in layout.roles))
     env = [
@@ -195,10 +195,10 @@ def _shared(layout: Layout, v: dict[str, Any]) -> list[dict]:
     return [{"name": name, "value": value} for name, value in env]
 
 
-def _own(layout: Layout, role: Role) -> list[dict]:
+def _own(layout: Layout, role: Role) -> list[dict[str, Any]]:
     """What the pods of one role are told: the role, and the index and rank of each pod."""
 
-    def index() -> dict:
+    def index() -> dict[str, Any]:
         return {"valueFrom": {"fieldRef": {"fieldPath": layout.index_field}}}
 
     env = [{"name": rendezvous.TASK, "value": role.name}, {"name": rendezvous.TASK_INDEX, **index()}]
@@ -210,11 +210,11 @@ def _own(layout: Layout, role: Role) -> list[dict]:
     ]
 
 
-def _wrap(container: dict, role: Role) -> None:
+def _wrap(container: dict[str, Any], role: Role) -> None:
     container["command"] = ["/bin/sh", "-c", WRAPPER.format(first=role.first), WRAPPER_NAME, *container["command"]]
 
 
-def _service(job: dict, name: str) -> dict:
+def _service(job: dict[str, Any], name: str) -> dict[str, Any]:
     """The headless Service whose name is the pods' subdomain, owned by the Job (uid filled
     in at creation) and selecting its pods by the label the Job controller gives them."""
     meta = job.get("metadata") or {}
@@ -237,13 +237,13 @@ def _service(job: dict, name: str) -> dict:
 # ---------------------------------------------------------------- names
 
 
-def name_problems(study: Study) -> list[tuple[tuple, str]]:
+def name_problems(study: Study) -> list[tuple[tuple[Any, ...], str]]:
     """(field, message) of each name the contract's DNS names cannot carry: the Service is
     named after the job (a DNS-1035 label: it starts with a letter) and each pod's hostname
     (`<job>-<task>-<index>`, `<job>-<index>` for batch) is a DNS label of at most 63
     characters, for every attempt up to ATTEMPTS. Tasks whose replicas are templates are
     checked per trial shape."""
-    found = []
+    found: list[tuple[tuple[Any, ...], str]] = []
     if not study.name[:1].isalpha():
         found.append(
             (

@@ -160,7 +160,7 @@ def notes(plan: Plan, shown: int) -> list[str]:
             f"retry factor {e.retry_factor:g}"
         )
     else:
-        one = members(s, str(sum(t.replicas for t in s.trial.tasks)), str(s.gang_size))
+        one = members(s, str(sum(t.pods for t in s.trial.tasks)), str(s.gang_size))
         lines.append(
             f"each trial: {one} ({', '.join(f'{t.name}×{t.replicas}' for t in s.trial.tasks)}), "
             f"{e.gpus_per_trial} GPUs, expected {_duration(e.expected_seconds)}"
@@ -179,7 +179,7 @@ def notes(plan: Plan, shown: int) -> list[str]:
     return lines
 
 
-def as_json(plan: Plan) -> dict:
+def as_json(plan: Plan) -> dict[str, Any]:
     return {
         "study": plan.study.name,
         "namespace": plan.study.namespace,

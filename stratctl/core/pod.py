@@ -7,7 +7,7 @@ templates render. Anything not here can still be reached with a custom template.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -55,7 +55,7 @@ class Volume(Model):
         return dns_label(v, "volume name")
 
     @model_validator(mode="after")
-    def _one_source(self):
+    def _one_source(self) -> Self:
         given = [s for s in _SOURCES if getattr(self, s) is not None]
         if len(given) != 1:
             raise invalid(
@@ -118,7 +118,7 @@ class EnvFrom(Model):
     prefix: str | None = None
 
     @model_validator(mode="after")
-    def _one(self):
+    def _one(self) -> Self:
         if (self.secret is None) == (self.config_map is None):
             raise invalid("env_from", "env_from entries need exactly one of 'secret' or 'config_map'")
         return self

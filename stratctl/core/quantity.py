@@ -10,7 +10,7 @@ from typing import Any
 
 GPU = "nvidia.com/gpu"
 
-_SUFFIXES = {
+_SUFFIXES: dict[str, int | Decimal] = {
     "Ki": 2**10,
     "Mi": 2**20,
     "Gi": 2**30,
@@ -62,7 +62,7 @@ def _whole_units(text: str) -> int:
     return int(amount) if amount is not None and amount >= 0 else 0
 
 
-def gpus_of(resources: dict | None) -> int:
+def gpus_of(resources: dict[str, Any] | None) -> int:
     """GPUs one container's `resources` ask for: the request, else the limit (for an extended
     resource Kubernetes takes the limit as the request when only the limit is given)."""
     resources = resources or {}

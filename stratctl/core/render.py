@@ -67,7 +67,7 @@ def validate(path: str | Path) -> tuple[Study, list[Trial]]:
     return study, trials
 
 
-def spec_hash(manifests: list[dict]) -> str:
+def spec_hash(manifests: list[dict[str, Any]]) -> str:
     """Stable short hash of manifests, ignoring the spec-hash labels themselves (and the shard
     labels, which are set after it)."""
     return digest(_without_hash(manifests))
@@ -109,7 +109,7 @@ class Renderer:
 
     # ------------------------------------------------------------ public
 
-    def render(self, trial: Trial, attempt: int = 0, resume: bool = False) -> list[dict]:
+    def render(self, trial: Trial, attempt: int = 0, resume: bool = False) -> list[dict[str, Any]]:
         if self._shape_fields:
             return self._shaped(trial).render(trial, attempt, resume)
         ctx = self._trial_context(trial, attempt, resume)
@@ -161,7 +161,7 @@ class Renderer:
         trial when it is a template."""
         return self._expected(self._trial_context(trial, 0, False))
 
-    def _expected(self, ctx: dict) -> float:
+    def _expected(self, ctx: dict[str, Any]) -> float:
         cost = self.study.cost
         if not cost.per_trial:
             return cost.expected_seconds
@@ -173,12 +173,12 @@ class Renderer:
                 [self.study.problem(("cost", "expected_duration"), f"trial {ctx['index']} ({ctx['trial']}): {e}")]
             ) from None
 
-    def render_all(self, trials: Iterable[Trial], attempt: int = 0, resume: bool = False) -> list[list[dict]]:
+    def render_all(self, trials: Iterable[Trial], attempt: int = 0, resume: bool = False) -> list[list[dict[str, Any]]]:
         """`render` for many trials at once (the collector paused: see space.bulk)."""
         with bulk():
             return [self.render(t, attempt, resume) for t in trials]
 
-    def _fill(self, ctx: dict) -> list[dict]:
+    def _fill(self, ctx: dict[str, Any]) -> list[dict[str, Any]]:
         """The per-study fast path: fill the holes of the skeleton; hash from fragments."""
         params = ctx["params"]
         values = {key: ctx[key] for key in self._natives}
@@ -258,7 +258,7 @@ class Renderer:
             return Problem(self.study.file, None, None, f"in template {text!r}: {message}")
         return self.study.problem(path, f"{'.'.join(map(str, path))}: {message}")
 
-    def _run(self, template: Template, ctx: dict) -> str:
+    def _run(self, template: Template, ctx: dict[str, Any]) -> str:
         try:
             return template.render(ctx)
         except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError, OverflowError) as e:
@@ -339,13 +339,13 @@ class Renderer:
 
         fragments, self._keys_without = split(canonical(_without_hash(docs)))
         # Where each placeholder sits, grouped by the dict or list that holds it.
-        slots: dict[tuple, list[tuple[Any, str]]] = {}
+        slots: dict[tuple[Any, ...], list[tuple[Any, str]]] = {}
         for path, value in _leaves(docs, ()):
             if isinstance(value, str) and value.startswith(token):
                 slots.setdefault(path[:-1], []).append((path[-1], value[len(token) : -2]))
         self._compiled = (fragments, marshal.dumps(docs), list(slots.items()))
 
-    def _parse(self, text: str) -> list[dict]:
+    def _parse(self, text: str) -> list[dict[str, Any]]:
         try:
             docs = [d for d in yaml.load_all(text, Loader=_YamlLoader) if d is not None]
         except yaml.YAMLError as e:
@@ -390,7 +390,7 @@ class Renderer:
         ctx["checkpoint"] = self._run(self._checkpoint, ctx) if self._checkpoint else ""
         return ctx
 
-    def _stamp_values(self, ctx: dict) -> dict[str, str]:
+    def _stamp_values(self, ctx: dict[str, Any]) -> dict[str, str]:
         return {
             "expected_text": _seconds_text(self._expected(ctx)) if self._stamps_expected else "",
             "trial": ctx["trial"],
@@ -401,14 +401,16 @@ class Renderer:
             "params_json": _params_json(ctx["params"]),
         }
 
-    def _contract(self, docs: list[dict]) -> kube_rendezvous.Layout | None:
+    def _contract(self, docs: list[dict[str, Any]]) -> kube_rendezvous.Layout | None:
         """How the trial's pods find each other on Kubernetes (kube_rendezvous), None on a
         backend that runs the attempt itself (it gives its processes the contract its own way)."""
         if self.study.backend != "kubernetes":
             return None
         return kube_rendezvous.layout_of(docs, [t.name for t in self.study.trial.tasks])
 
-    def _stamp(self, docs: list[dict], v: dict[str, str], layout: kube_rendezvous.Layout | None = None) -> None:
+    def _stamp(
+        self, docs: list[dict[str, Any]], v: dict[str, str], layout: kube_rendezvous.Layout | None = None
+    ) -> None:
         """Add stratctl's labels, annotations and env vars (values from `_stamp_values`), and
         the rendezvous contract of `layout` (its values in `v`)."""
         if layout is not None:
@@ -466,7 +468,7 @@ _STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint"
 # ---------------------------------------------------------------- helpers
 
 
-def _for_trial(ctx: dict) -> str:
+def _for_trial(ctx: dict[str, Any]) -> str:
     index = ctx.get("index")
     return f" for trial {index} ({ctx.get('trial')})" if isinstance(index, int) else ""
 
@@ -487,7 +489,7 @@ class _Interpolation:
     def __init__(self, parts: list[str | tuple[str, ...]]):
         self.parts = parts
 
-    def render(self, ctx: dict) -> str:
+    def render(self, ctx: dict[str, Any]) -> str:
         out = []
         for part in self.parts:
             if isinstance(part, str):
@@ -581,7 +583,7 @@ def _is_name(node: nodes.Node, name: str) -> bool:
     return isinstance(node, nodes.Name) and node.name == name
 
 
-def _leaves(node: Any, path: tuple):
+def _leaves(node: Any, path: tuple[Any, ...]):
     if isinstance(node, dict):
         for k, v in node.items():
             yield from _leaves(v, path + (k,))
@@ -592,18 +594,18 @@ def _leaves(node: Any, path: tuple):
         yield path, node
 
 
-def _find_holes(docs: list[dict], compile_: Any) -> list[tuple[tuple, Template]]:
+def _find_holes(docs: list[dict[str, Any]], compile_: Any) -> list[tuple[tuple[Any, ...], Template]]:
     return [(p, compile_(v)) for p, v in _leaves(docs, ()) if isinstance(v, str) and sandbox.is_template(v)]
 
 
-def _set(root: Any, path: tuple, value: Any) -> None:
+def _set(root: Any, path: tuple[Any, ...], value: Any) -> None:
     node = root
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
 
 
-def _pods(docs: list[dict]) -> list[dict]:
+def _pods(docs: list[dict[str, Any]]) -> list[dict]:
     """The pod templates inside workload manifests."""
     pods = []
     for d in docs:
@@ -615,7 +617,7 @@ def _pods(docs: list[dict]) -> list[dict]:
     return pods
 
 
-def _sharded(docs: list[dict], trial: str) -> list[dict]:
+def _sharded(docs: list[dict[str, Any]], trial: str) -> list[dict]:
     """The shard label on each object (not its pods), after the spec hash: the hash of an
     attempt is the same whichever stratctl version rendered it."""
     shard = labels.shard_of(trial)
@@ -624,7 +626,7 @@ def _sharded(docs: list[dict], trial: str) -> list[dict]:
     return docs
 
 
-def _label_maps(docs: list[dict]) -> list[dict]:
+def _label_maps(docs: list[dict[str, Any]]) -> list[dict]:
     return [d["metadata"]["labels"] for d in docs] + [p["metadata"]["labels"] for p in _pods(docs)]
 
 

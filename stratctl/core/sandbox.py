@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from jinja2 import BaseLoader, StrictUndefined, TemplateSyntaxError, meta, nodes
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 __all__ = ["SecurityError", "TemplateSyntaxError", "VARIABLES", "check", "environment", "is_template"]
@@ -92,11 +93,11 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "%"})
     concat = staticmethod(_concat)
 
-    def is_safe_attribute(self, obj, attr, value):  # Jinja's signature
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:  # Jinja's signature
         # Nothing a study needs starts with an underscore; everything dangerous does.
         return not attr.startswith("_") and super().is_safe_attribute(obj, attr, value)
 
-    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, op: str, left: Any, right: Any) -> Any:
         if op == "*":
             _check_product(left, right)
         elif op == "**":
@@ -105,7 +106,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             _check_format(left)
         return _BINOPS[op](left, right)
 
-    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # Jinja's signature
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # Jinja's signature
         if getattr(__obj, "__name__", None) in _PADDING_METHODS and isinstance(getattr(__obj, "__self__", None), str):
             for n in (*args, *kwargs.values()):
                 _check_size(n, f"{__obj.__name__}()")
@@ -211,7 +212,11 @@ def check(
     if params is not None:
         params = set(params)
         for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
-            if isinstance(node.node, nodes.Name) and node.node.name == "params":
+            if (
+                isinstance(node, nodes.Getattr | nodes.Getitem)
+                and isinstance(node.node, nodes.Name)
+                and node.node.name == "params"
+            ):
                 attr = _attribute(node)
                 if attr is not None and not attr.startswith("_") and attr not in params:
                     found.append((node.lineno, f"unknown parameter 'params.{attr}'{_suggest(attr, params)}"))

@@ -40,8 +40,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stratctl.core.distributions import Choice, IntRange, LogUniform, grid_size
 from stratctl.core.space import param_hash
-from stratctl.core.spec import Choice, IntRange, LogUniform, Study, grid_size
+from stratctl.core.spec import Study
 
 ASKS_PER_TRIAL = 8  # how often a point that is an existing trial's is asked again
 SMALL = 100_000  # a discrete space of at most this many points is walked for one not tried yet
@@ -143,7 +144,7 @@ class Searcher:
         for step in new:
             trial.report(float(steps[step]), step)
             seen.add(step)
-        return trial.should_prune()
+        return bool(trial.should_prune())
 
     def _trial(self, name: str) -> Any:
         """The live Optuna trial of a running trial (asked here or running when rebuilt)."""
@@ -275,7 +276,7 @@ def _fits(param: Any, value: Any) -> bool:
         return False
     if isinstance(param, IntRange):
         return isinstance(value, int) and param.low <= value <= param.high and (value - param.low) % param.step == 0
-    return param.low <= value <= param.high
+    return bool(param.low <= value <= param.high)
 
 
 def _plain(value: Any) -> Any:

@@ -12,12 +12,14 @@ study's. A problem names the field in the study file and the trial.
 
 from __future__ import annotations
 
+from typing import Any
+
 from stratctl.core import sandbox
 from stratctl.core.quantity import GPU
 from stratctl.core.spec import MAX_REPLICAS, Resources, Study
 from stratctl.errors import StudyError
 
-Path = tuple
+Path = tuple[str | int, ...]
 
 
 def fields(study: Study) -> list[tuple[Path, str]]:
@@ -35,7 +37,7 @@ def fields(study: Study) -> list[tuple[Path, str]]:
 
 
 def _resources(study: Study) -> list[tuple[Path, Resources]]:
-    out = [(("trial", "resources"), study.trial.resources)]
+    out: list[tuple[Path, Resources]] = [(("trial", "resources"), study.trial.resources)]
     out += [(("trial", "tasks", i, "resources"), t.resources) for i, t in enumerate(study.trial.tasks) if t.resources]
     return out
 
@@ -66,7 +68,7 @@ def resolve(study: Study, rendered: dict[Path, str], trial: str) -> Study:
         raise StudyError(problems)
     tasks = []
     for i, task in enumerate(study.trial.tasks):
-        update = {}
+        update: dict[str, Any] = {}
         if ("trial", "tasks", i, "replicas") in values:
             update["replicas"] = values[("trial", "tasks", i, "replicas")]
         if task.resources is not None:
@@ -103,7 +105,7 @@ def _check(study: Study, trial: str) -> None:
     """What the study file's validation checks of fixed numbers, for one trial's."""
     problems = []
     for i, task in enumerate(study.trial.tasks):
-        if task.min_available is not None and task.min_available > task.replicas:
+        if task.min_available is not None and task.min_available > task.pods:
             problems.append(
                 study.problem(
                     ("trial", "tasks", i, "min_available"),
@@ -121,7 +123,7 @@ def _check(study: Study, trial: str) -> None:
                     f"limit ({limit}) differs from its request ({request})",
                 )
             )
-    total = sum(t.replicas for t in study.trial.tasks)
+    total = sum(t.pods for t in study.trial.tasks)
     if study.trial.min_available is not None and study.trial.min_available > total:
         problems.append(
             study.problem(
@@ -136,4 +138,4 @@ def _check(study: Study, trial: str) -> None:
 def gang(study: Study) -> tuple[int, ...]:
     """GPUs of each pod of one trial of a study with fixed numbers (or resolved for a trial):
     the shape free GPUs must hold for it to start."""
-    return tuple(study.task_resources(t).gpus() for t in study.trial.tasks for _ in range(t.replicas))
+    return tuple(study.task_resources(t).gpus() for t in study.trial.tasks for _ in range(t.pods))

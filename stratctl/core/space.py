@@ -20,7 +20,8 @@ from typing import Any
 
 from stratctl.core import sobol
 from stratctl.core.digest import digest
-from stratctl.core.spec import Choice, IntRange, Study, grid_size, in_grid
+from stratctl.core.distributions import Choice, IntRange, grid_size, in_grid
+from stratctl.core.spec import Study
 from stratctl.errors import Problem, StudyError
 
 HASH_CHARS = 10  # 40 bits: a collision among 100,000 trials has odds of about 1 in 200
@@ -118,10 +119,11 @@ def _expand(study: Study, limit: int) -> list[Trial]:
     return trials
 
 
-def _problem(study: Study, path: tuple, message: str) -> Problem:
+def _problem(study: Study, path: tuple[Any, ...], message: str) -> Problem:
     locate = getattr(study, "problem", None)
     if locate is not None:
-        return locate(path, message)
+        found: Problem = locate(path, message)
+        return found
     return Problem(str(study.source or "<study>"), None, None, message)
 
 
@@ -158,7 +160,11 @@ def _combinations(study: Study) -> Iterator[dict[str, Any]]:
     for point in points:
         fixed = {k: _plain(v) for k, v in zip(gridded, point)}
         for i in range(count):
-            units = draws[i] if draws is not None else [uniform() for _ in samplers]
+            if draws is not None:
+                units = draws[i]
+            else:
+                assert uniform is not None  # drawn at random: the generator is there
+                units = [uniform() for _ in samplers]
             drawn = {k: sample(u) for (k, sample), u in zip(samplers, units)}
             params = {**fixed, **drawn}
             yield {k: params[k] for k in names}  # file order, whatever was gridded

@@ -9,9 +9,10 @@ string statically (sandbox.py), and raises one StudyError listing every problem 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -19,6 +20,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -80,14 +82,15 @@ class Resources(_Model):
         refuses a pod that requests one without the same limit, which only shows when the
         job controller creates pods. Fill the limit from the request."""
         if isinstance(data, dict) and isinstance(data.get("requests"), dict):
-            limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
+            given = data.get("limits")
+            limits: dict[str, Any] = given if isinstance(given, dict) else {}
             missing = {k: v for k, v in data["requests"].items() if _extended(k) and k not in limits}
             if missing and (isinstance(data.get("limits"), dict) or data.get("limits") is None):
                 data = {**data, "limits": {**limits, **missing}}
         return data
 
     @model_validator(mode="after")
-    def _extended_equal(self):
+    def _extended_equal(self) -> Self:
         for key, value in self.requests.items():
             if _extended(key) and key in self.limits and str(self.limits[key]) != str(value):
                 raise _bad(
@@ -147,7 +150,7 @@ class Policy(_Model):
     ]
 
     @model_validator(mode="after")
-    def _one(self):
+    def _one(self) -> Self:
         if (self.event is None) == (self.exit_code is None):
             raise _bad("policy", "a policy needs exactly one of 'event' or 'exit_code'")
         return self
@@ -251,7 +254,7 @@ class Task(_Model):
         return policies
 
     @model_validator(mode="after")
-    def _min(self):
+    def _min(self) -> Self:
         if isinstance(self.replicas, int) and self.min_available is not None and self.min_available > self.replicas:
             raise _bad(
                 "min_available",
@@ -263,8 +266,15 @@ class Task(_Model):
         return self
 
     @property
+    def pods(self) -> int:
+        """`replicas` as a whole number: a template is resolved for each trial first (core/shape.py)."""
+        if not isinstance(self.replicas, int):
+            raise TypeError(f"task {self.name}: replicas {self.replicas!r} is a template, resolved per trial")
+        return self.replicas
+
+    @property
     def gang(self) -> int:
-        return self.replicas if self.min_available is None else self.min_available
+        return self.pods if self.min_available is None else self.min_available
 
 
 class TrialSpec(_Model):
@@ -276,7 +286,7 @@ class TrialSpec(_Model):
     env: EnvMap
     resources: Resources = Resources()
     restart_policy: Literal["Never", "OnFailure"] = "Never"
-    tasks: list[Task] = Field(default_factory=lambda: [Task(name="worker")], min_length=1)
+    tasks: list[Task] = Field(default_factory=lambda: [Task.model_validate({"name": "worker"})], min_length=1)
     min_available: int | None = Field(default=None, ge=1)
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
@@ -316,7 +326,7 @@ class TrialSpec(_Model):
         return values
 
     @model_validator(mode="after")
-    def _tasks(self, info):
+    def _tasks(self, info: ValidationInfo) -> Self:
         names = [t.name for t in self.tasks]
         for i, name in enumerate(names):
             if name in names[:i]:
@@ -385,7 +395,7 @@ class Parallelism(_Model):
     max: int = Field(default=32, ge=1)
 
     @model_validator(mode="after")
-    def _order(self):
+    def _order(self) -> Self:
         if not self.min <= self.initial <= self.max:
             raise _bad(
                 "order",
@@ -478,7 +488,7 @@ class Slurm(_Model):
 
     @field_validator("partition", "account", "qos", "constraint", "gres", "output_dir")
     @classmethod
-    def _one_line(cls, v: str | None, info) -> str | None:
+    def _one_line(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
             raise _bad(
                 "slurm", "slurm.{field} must be one non-empty line without surrounding spaces", field=info.field_name
@@ -552,7 +562,7 @@ class Yarn(_Model):
 
     @field_validator("queue", "node_label", "application_type", "am_jar", "user", "output_dir")
     @classmethod
-    def _one_line(cls, v: str | None, info) -> str | None:
+    def _one_line(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is not None and (not v.strip() or any(c in v for c in "\n\r\0") or v != v.strip()):
             raise _bad(
                 "yarn", "yarn.{field} must be one non-empty line without surrounding spaces", field=info.field_name
@@ -630,8 +640,8 @@ class Study(_Model):
 
     @field_validator("namespace")
     @classmethod
-    def _label(cls, v: str, info) -> str:
-        return dns_label(v, info.field_name)
+    def _label(cls, v: str, info: ValidationInfo) -> str:
+        return dns_label(v, info.field_name or "namespace")
 
     @field_validator("queue", mode="before")
     @classmethod
@@ -714,7 +724,7 @@ class Study(_Model):
         return list(self.objective) if isinstance(self.objective, list) else [self.objective]
 
     @model_validator(mode="after")
-    def _whole(self):
+    def _whole(self) -> Self:
         kind = self.strategy.kind
         if self.strategy.closed_loop:
             if self.objective is None:
@@ -824,7 +834,7 @@ class Study(_Model):
             return self._doc.text
         return self._source.read_text() if self._source else ""
 
-    def problem(self, path: tuple, message: str) -> Problem:
+    def problem(self, path: tuple[Any, ...], message: str) -> Problem:
         """A problem located at a field of the study file (for checks made after loading)."""
         if self._doc is not None:
             return self._doc.problem(path, message)
@@ -840,7 +850,7 @@ class Study(_Model):
         study._source, study._doc = self._source, self._doc
         return study
 
-    def path_of(self, text: str) -> tuple | None:
+    def path_of(self, text: str) -> tuple[Any, ...] | None:
         """Where the study file writes the template string `text` (its first occurrence)."""
         if self._doc is None:
             return None
@@ -873,17 +883,17 @@ class Study(_Model):
         template over the trial's values (core/shape.py resolves it per trial)."""
         return any(
             isinstance(t.replicas, str)
-            or isinstance(self.task_resources(t).requests.get(GPU), str)
-            and sandbox.is_template(self.task_resources(t).requests[GPU])
-            or isinstance(self.task_resources(t).limits.get(GPU), str)
-            and sandbox.is_template(self.task_resources(t).limits[GPU])
+            or isinstance(request := self.task_resources(t).requests.get(GPU), str)
+            and sandbox.is_template(request)
+            or isinstance(limit := self.task_resources(t).limits.get(GPU), str)
+            and sandbox.is_template(limit)
             for t in self.trial.tasks
         )
 
     @property
     def gpus_per_trial(self) -> int:
         """GPUs of one trial (of a study whose trials all have the same shape)."""
-        return sum(t.replicas * self.task_resources(t).gpus() for t in self.trial.tasks)
+        return sum(t.pods * self.task_resources(t).gpus() for t in self.trial.tasks)
 
     @property
     def gang_size(self) -> int:
@@ -928,7 +938,7 @@ def study_from_document(doc: document.Document, source: Path | None = None) -> S
     return study
 
 
-def _order(p: Problem) -> tuple:
+def _order(p: Problem) -> tuple[Any, ...]:
     return (p.line or 0, p.column or 0, p.message)
 
 
@@ -955,7 +965,7 @@ def _template_problems(doc: document.Document, params: list[str] | None) -> list
     return problems
 
 
-def _strings(node: Any, path: tuple):
+def _strings(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
     if isinstance(node, str):
         yield path, node
     elif isinstance(node, dict):
@@ -968,7 +978,7 @@ def _strings(node: Any, path: tuple):
             yield from _strings(v, path + (i,))
 
 
-def json_schema() -> dict:
+def json_schema() -> dict[str, Any]:
     """The JSON Schema of a study file (what `stratctl schema` prints)."""
     schema = Study.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": "stratctl study"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from stratctl import labels
 from stratctl.core.quantity import parse as parse_quantity
@@ -34,7 +35,7 @@ class Task:
     memory: int | None  # per task, bytes; None when not asked
 
 
-def _job_and_pods(docs: list[dict]) -> tuple[dict, list[tuple[int, dict]]]:
+def _job_and_pods(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[tuple[int, dict[str, Any]]]]:
     job = next(d for d in docs if d.get("kind") == "Job")
     spec = job.get("spec") or {}
     if spec.get("tasks"):
@@ -42,7 +43,7 @@ def _job_and_pods(docs: list[dict]) -> tuple[dict, list[tuple[int, dict]]]:
     return job, [(spec.get("parallelism") or 1, (spec.get("template") or {}).get("spec") or {})]
 
 
-def tasks_of(docs: list[dict]) -> list[Task]:
+def tasks_of(docs: list[dict[str, Any]]) -> list[Task]:
     """Every task of the attempt the rendered manifests `docs` stand for, in task order (the
     study's `trial.tasks`): a backend that runs roles of their own command, replicas and
     resources (YARN) reads them all."""
@@ -51,13 +52,13 @@ def tasks_of(docs: list[dict]) -> list[Task]:
     return [_task(job, replicas, pod, named[i] if i < len(named) else {}) for i, (replicas, pod) in enumerate(pods)]
 
 
-def task_of(docs: list[dict]) -> Task:
+def task_of(docs: list[dict[str, Any]]) -> Task:
     """The attempt the rendered manifests `docs` stand for (one kind of task: the study's
     validation says so for every batch-scheduler backend that runs one)."""
     return tasks_of(docs)[0]
 
 
-def _task(job: dict, replicas: int, pod: dict, named: dict) -> Task:
+def _task(job: dict[str, Any], replicas: int, pod: dict[str, Any], named: dict[str, Any]) -> Task:
     container = (pod.get("containers") or [{}])[0]
     meta = job.get("metadata") or {}
     res = container.get("resources") or {}
@@ -77,5 +78,12 @@ def _task(job: dict, replicas: int, pod: dict, named: dict) -> Task:
         ],
         gpus=int(parse_quantity(wanted.get("nvidia.com/gpu", "0")) or 0),
         cpus=max(1, math.ceil(parse_quantity(wanted["cpu"]) or 1)) if "cpu" in wanted else None,
-        memory=int(parse_quantity(wanted["memory"])) if "memory" in wanted else None,
+        memory=_bytes(wanted["memory"]) if "memory" in wanted else None,
     )
+
+
+def _bytes(memory: Any) -> int:
+    amount = parse_quantity(memory)
+    if amount is None:
+        raise ValueError(f"memory {memory!r} is not a Kubernetes quantity")
+    return int(amount)

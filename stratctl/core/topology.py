@@ -9,7 +9,7 @@ batch/v1 Job): `mode: hard` keeps every pod of the gang inside one HyperNode of 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -23,7 +23,7 @@ class NetworkTopology(Model):
     highest_tier: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
-    def _tier(self):
+    def _tier(self) -> Self:
         if self.mode == "hard" and self.highest_tier is None:
             raise invalid(
                 "highest_tier",

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Any
+
+from pydantic_core import ErrorDetails
 
 # pydantic's error types, in stratctl's words (ctx fields are filled in)
 MESSAGES = {
@@ -56,7 +59,7 @@ ALTERNATIVES = {
 }
 
 
-def in_union(loc: tuple) -> bool:
+def in_union(loc: tuple[Any, ...]) -> bool:
     # pydantic names the union member tried as the last segment: ('requests', 'cpu', 'int')
     return bool(loc) and loc[-1] in ("int", "float", "str", "bool") or (bool(loc) and "[" in str(loc[-1]))
 
@@ -65,14 +68,14 @@ def either(kinds: list[str]) -> str:
     return kinds[0] if len(kinds) == 1 else ", ".join(kinds[:-1]) + " or " + kinds[-1]
 
 
-def shown(err: dict) -> str:
+def shown(err: ErrorDetails) -> str:
     shown = err.get("input")
     if isinstance(shown, str | int | float | bool) and err["type"].endswith(("_type", "_parsing", "_from_float")):
         return f", got {shown!r}"
     return ""
 
 
-def plain(err: dict) -> str:
+def plain(err: ErrorDetails) -> str:
     """The error's message in stratctl's words, with a suggestion for a mistyped value."""
     kind, ctx = err["type"], err.get("ctx") or {}
     template = MESSAGES.get(kind)
