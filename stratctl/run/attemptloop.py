@@ -182,11 +182,12 @@ class AttemptLoop:
                 # restarts from before this run, or `drain`'s own requeues: not preemptions to report
                 self.preemptions[name] = attempt.restarts
             elif attempt.restarts > self.preemptions.get(name, 0):
-                self.reporter.event(
-                    f"trial {name}: preempted, requeued by {self.scheduler.title} (restart "
-                    f"{attempt.restarts} of job {attempt.job}): it resumes from its checkpoint; "
-                    "not a failure"
-                )
+                if attempt.preemptions <= self.limits.max_preemptions:  # past it, the trial is given up below
+                    self.reporter.event(
+                        f"trial {name}: preempted, requeued by {self.scheduler.title} (restart "
+                        f"{attempt.restarts} of job {attempt.job}): it resumes from its checkpoint; "
+                        "not a failure"
+                    )
                 self.preemptions[name] = attempt.restarts
             out[name] = self._recover(attempt, draining)
         return out

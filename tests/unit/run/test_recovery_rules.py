@@ -300,6 +300,11 @@ def test_preempted_more_often_than_max_preemptions_the_trial_is_given_up(backend
     assert b.loop.progress.failed == 1
     if isinstance(b, SlurmBackend):
         assert b._latest()["job_state"] == "CANCELLED"  # the job Slurm requeued is cancelled
+        # the first preemption resumes from the checkpoint; the second is not said to
+        assert [e for e in b.events if "it resumes from its checkpoint" in e] == [
+            f"trial {b.trial}: preempted, requeued by Slurm (restart 1 of job 1): it resumes from its checkpoint; "
+            "not a failure"
+        ]
 
 
 def test_max_preemptions_0_gives_up_at_the_first_preemption_and_says_once(backend):
