@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from stratctl import labels
 from stratctl.backends.kubernetes.blocked import Blocked
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, PODGROUP, QUEUE, VOLCANO_JOB, Cluster
 from stratctl.backends.kubernetes.keeper import RecordKeeper
 from stratctl.backends.kubernetes.mirror import Mirror, watch_health
 from stratctl.backends.kubernetes.placement import Placer, Placing
@@ -32,14 +32,11 @@ from stratctl.backends.kubernetes.record import (
     API_QUOTA_KEY,
     MOVED_KEY,
     PLACEMENTS_KEY,
-    TOLD_KEY,
     StudyRecord,
-    parse_record,
-    record_name,
-    suspended_of,
 )
 from stratctl.backends.kubernetes.requeue import Requeue, create_attempt, pod_starts
 from stratctl.backends.kubernetes.salvage import Salvage
+from stratctl.backends.kubernetes.searching import Searching
 from stratctl.backends.kubernetes.shedding import Shedding
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts, trial_of
 from stratctl.core import shape
@@ -130,8 +127,6 @@ class Submitter:
             {t.name: renderer.shape(t) for t in trials} if renderer is not None and study.varying_shape else {}
         )
         self._passed: dict[str, float] = {}
-        self._steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
-        self._said_no_pruning = False
         self._reserved: str | None = None
         self._packing: Packing | None = None
         self.cluster = cluster
@@ -188,6 +183,24 @@ class Submitter:
             wall=lambda: self.wall(),
         )
         self._kind = job_kind(study)
+        # a closed-loop search's side of the loop (searching.py): its trials join the loop's as it asks them
+        self.searching = (
+            Searching(
+                self.search,
+                study,
+                cluster,
+                self._kind,
+                self.keeper,
+                self.progress,
+                self.trials,
+                self.order,
+                self._register,
+                lambda message: self.reporter.event(message),
+                lambda: self.wall(),
+            )
+            if self.search is not None
+            else None
+        )
         self._last_decision: Decision | None = None
         self.wall = wall
         self._deletions_seen = 0  # jobs seen deleted, by the last observe
@@ -258,7 +271,7 @@ class Submitter:
                 self._unseen.clear()
             jobs, self._deletions_seen = self.jobs.snapshot()
         else:
-            jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
+            jobs = self._list_jobs()
         latest = latest_attempts(jobs)
         self._all_jobs = jobs
         states: dict[str, TrialState] = {}
@@ -274,6 +287,11 @@ class Submitter:
         self._jobs = latest
         self._observed = True
         return states
+
+    def _list_jobs(self) -> list[dict]:
+        """Every attempt of the study's trials, listed now (without a watch of them)."""
+        jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
+        return jobs
 
     # -- act --------------------------------------------------------------------------
 
@@ -397,135 +415,6 @@ class Submitter:
             self._expected[trial.name] = self.renderer.expected_seconds(trial)
         if self.renderer is not None and self.study.varying_shape:
             self._shapes[trial.name] = self.renderer.shape(trial)
-
-    def _rebuild_search(self) -> None:
-        """The search so far, from the cluster alone: the study's jobs, their pods' results,
-        and the record's told trials."""
-        if self.jobs is not None:
-            jobs, _ = self.jobs.snapshot()
-        else:
-            jobs, _ = self.cluster.list(self._kind, self.namespace, label_selector=study_selector(self.study))
-        latest = latest_attempts(jobs)
-        cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
-        told, marks = parse_record(cm).told, suspended_of(cm)
-        ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in told]
-        from stratctl.backends.kubernetes.status import trial_results
-
-        results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
-        for trial in self.search.rebuild(latest, results, told, marks):
-            if trial.name not in self.trials:
-                self._register(trial)
-        # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now
-        learnt = (TOLD_KEY,) if set(self.search.told) - set(told) else ()
-        self.keeper.change(*learnt, told={**told, **self.search.told})
-        self.progress.total = len(self.order) + self.search.remaining
-        self.reporter.event(
-            f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
-            f"({len(self.search.told)} ended), {self.search.remaining} more to ask"
-        )
-
-    def _ask(self, n: int) -> list[str]:
-        """Ask the search for `n` new trials; their names (fewer once the budget or the space is spent)."""
-        trials = self.search.ask(n, len(self.order))
-        for trial in trials:
-            self._register(trial)
-        if len(trials) < n and self.search.remaining:  # the space has no point left that is not a trial already
-            self.reporter.event(f"search: the space has no new point left after {len(self.order)} trials")
-            self.search.spent()
-            self.progress.total = len(self.order)
-            self.keeper.change("trials", trials=len(self.order))
-        return [t.name for t in trials]
-
-    def _tell(self, states: dict[str, TrialState]) -> None:
-        """Tell the sampler the trials that ended since the last cycle, and the record."""
-        ended = {
-            n: s
-            for n, s in states.items()
-            if s in (TrialState.SUCCEEDED, TrialState.FAILED) and n not in self.search.told
-        }
-        if not ended:
-            return
-        succeeded = {n: self._jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in self._jobs}
-        from stratctl.backends.kubernetes.status import results_in, trial_results
-
-        pods, _ = self._mirrored()  # the loop's watch of pods holds most results already
-        results = results_in(pods, succeeded) if pods is not None else {}
-        unread = {n: job for n, job in succeeded.items() if n not in results}
-        if unread:
-            results.update(trial_results(self.cluster, self.namespace, self.study.name, unread))
-        told = {}
-        for name, state in ended.items():
-            entry = self.search.tell(self.trials[name], state, results.get(name), self._steps.pop(name, None))
-            if entry is not None:
-                told[name] = entry
-                if name in self.search.missing_values:
-                    metrics = ", ".join(o.metric for o in self.study.objectives)
-                    self.reporter.event(f"trial {name}: succeeded without {metrics} in its result: told as failed")
-        if told:
-            self.keeper.change(TOLD_KEY, told={**self.record.told, **told})
-
-    def _mirror_storage(self) -> None:
-        """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
-        does not answer is said once per failing stretch and tried again next cycle."""
-        try:
-            self.storage.sync(self.record.told)
-        except Exception as exc:  # the storage's own error; the cluster stays the truth
-            if not self.storage.failing:
-                self.reporter.event(
-                    f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again each cycle"
-                )
-            self.storage.failing = True
-        else:
-            if self.storage.failing:
-                self.reporter.event("--storage: mirroring again")
-            self.storage.failing = False
-
-    def _prune(self, states: dict[str, TrialState]) -> None:
-        """Read the running trials' intermediate values (their pods' reports, from the loop's
-        watch of pods) and stop those the pruner judges: the told entry in the record first,
-        then the job deleted, so its GPUs go to the next trial at once."""
-        pods, _ = self._mirrored()
-        if pods is None:
-            if not self._said_no_pruning:
-                self._said_no_pruning = True
-                self.reporter.event(
-                    "pruner: this loop does not watch pods (--detach or a static cap without "
-                    "yielding): trials are not pruned"
-                )
-            return
-        running = {n: self._jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in self._jobs}
-        if not running:
-            return
-        from stratctl.backends.kubernetes.intermediate import steps_of
-        from stratctl.backends.kubernetes.jobview import usage
-
-        metric = self.study.objectives[0].metric
-        reported = steps_of(pods, metric)
-        for name, job in running.items():
-            steps = reported.get(job["metadata"]["name"])
-            if not steps:
-                continue
-            self._steps[name] = steps
-            if not self.search.report(self.trials[name], steps):
-                continue
-            spent = usage(job, self.wall(), TrialState.RUNNING).gpu_seconds
-            entry = self.search.prune(self.trials[name], steps, spent, self.wall())
-            self.keeper.change(
-                told={**self.record.told, name: entry}, finished={**self.record.finished, name: TrialState.PRUNED.value}
-            )
-            self.keeper.save(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
-            try:
-                self.cluster.delete(self._kind, job["metadata"]["name"], self.namespace)
-                if self._kind == BATCH_JOB:
-                    self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
-            except NotFound:
-                pass
-            states[name] = TrialState.PRUNED
-            self._steps.pop(name, None)
-            self.reporter.event(
-                f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
-                f"({self.study.pruner.kind} pruner)"
-            )
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -708,8 +597,8 @@ class Submitter:
         when the run is over."""
         if not self.keeper.exists:
             self.keeper.ensure()
-        if self.search is not None and not self.search.started:
-            self._rebuild_search()
+        if self.searching is not None and not self.searching.search.started:
+            self.searching.rebuild(self.jobs.snapshot()[0] if self.jobs is not None else self._list_jobs())
         states = self.observe()
         if self.placer is not None:
             self.placer.observe(self._jobs, states)
@@ -717,12 +606,13 @@ class Submitter:
             self.keeper.refresh(self._deletions_seen)
         states = self._requeue.step(states, self._jobs, self.record.held, record=self.keeper.cm)
         states = self._salvage.step(states, self._jobs, self._all_jobs, self.record.held, *self._mirrored())
-        if self.search is not None:
-            self._tell(states)
+        if self.searching is not None:
+            pods = self._mirrored()[0]  # the loop's watch of pods holds most results already
+            self.searching.tell(states, self._jobs, pods)
             if self.study.pruner is not None:
-                self._prune(states)
+                self.searching.prune(states, self._jobs, pods)
             if self.storage is not None:
-                self._mirror_storage()
+                self.searching.mirror(self.storage)
         self._tally(states)
         self.save_summary(force=self.progress.done)  # the cluster as just observed
         observed = self._shed(self._observe_pressure(states))
@@ -738,7 +628,7 @@ class Submitter:
         unasked = self.search.remaining if self.search is not None and decision.backfill is None else 0
         admit = decision.admit(replace(observed, waiting=len(waiting) + unasked))
         if admit > len(waiting) and unasked:  # a closed-loop search: ask as many as are admitted
-            waiting = waiting + self._ask(admit - len(waiting))
+            waiting = waiting + self.searching.ask(admit - len(waiting))
             admit = min(admit, len(waiting))
         if admit:
             submitted = self._submit_batch(waiting[:admit], self._pool)

@@ -1,0 +1,168 @@
+"""The Kubernetes submit loop's closed-loop search against the cluster (the sampler's side
+is closedloop.py): rebuilt from the cluster when the loop starts, told the trials that
+ended with their pods' results, asked for new trials as the policy admits them, the
+running trials' intermediate values read and those the pruner judges stopped, the search
+mirrored into an Optuna storage (`--storage`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from stratctl.backends.kubernetes.closedloop import ClosedLoop
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
+from stratctl.backends.kubernetes.keeper import RecordKeeper
+from stratctl.backends.kubernetes.record import TOLD_KEY, parse_record, record_name, suspended_of
+from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.core.space import Trial
+from stratctl.core.spec import Study
+from stratctl.errors import NotFound
+from stratctl.run.progress import Progress
+
+
+class Searching:
+    """One study's closed-loop search, as its submit loop runs it. `register` adds a trial the
+    search asked to the loop's trials; `order` is the loop's list of them."""
+
+    def __init__(
+        self,
+        search: ClosedLoop,
+        study: Study,
+        cluster: Cluster,
+        kind: tuple[str, str],
+        keeper: RecordKeeper,
+        progress: Progress,
+        trials: dict[str, Trial],
+        order: list[str],
+        register: Callable[[Trial], None],
+        say: Callable[[str], None],
+        wall: Callable[[], float],
+    ):
+        self.search, self.study, self.cluster, self.kind = search, study, cluster, kind
+        self.namespace = study.namespace
+        self.keeper, self.progress = keeper, progress
+        self.trials, self.order, self.register = trials, order, register
+        self.say, self.wall = say, wall
+        self.steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
+        self.said_no_pruning = False
+
+    def rebuild(self, jobs: list[dict]) -> None:
+        """The search so far, from the cluster alone: the study's jobs, their pods' results,
+        and the record's told trials."""
+        latest = latest_attempts(jobs)
+        cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
+        told, marks = parse_record(cm).told, suspended_of(cm)
+        ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in told]
+        from stratctl.backends.kubernetes.status import trial_results
+
+        results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
+        for trial in self.search.rebuild(latest, results, told, marks):
+            if trial.name not in self.trials:
+                self.register(trial)
+        # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now
+        learnt = (TOLD_KEY,) if set(self.search.told) - set(told) else ()
+        self.keeper.change(*learnt, told={**told, **self.search.told})
+        self.progress.total = len(self.order) + self.search.remaining
+        self.say(
+            f"search {self.study.strategy.kind}: {len(self.order)} trials so far "
+            f"({len(self.search.told)} ended), {self.search.remaining} more to ask"
+        )
+
+    def ask(self, n: int) -> list[str]:
+        """Ask the search for `n` new trials; their names (fewer once the budget or the space is spent)."""
+        trials = self.search.ask(n, len(self.order))
+        for trial in trials:
+            self.register(trial)
+        if len(trials) < n and self.search.remaining:  # the space has no point left that is not a trial already
+            self.say(f"search: the space has no new point left after {len(self.order)} trials")
+            self.search.spent()
+            self.progress.total = len(self.order)
+            self.keeper.change("trials", trials=len(self.order))
+        return [t.name for t in trials]
+
+    def tell(self, states: dict[str, TrialState], jobs: dict[str, dict], pods: list[dict] | None) -> None:
+        """Tell the sampler the trials that ended since the last cycle, and the record."""
+        ended = {
+            n: s
+            for n, s in states.items()
+            if s in (TrialState.SUCCEEDED, TrialState.FAILED) and n not in self.search.told
+        }
+        if not ended:
+            return
+        succeeded = {n: jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in jobs}
+        from stratctl.backends.kubernetes.status import results_in, trial_results
+
+        results = results_in(pods, succeeded) if pods is not None else {}
+        unread = {n: job for n, job in succeeded.items() if n not in results}
+        if unread:
+            results.update(trial_results(self.cluster, self.namespace, self.study.name, unread))
+        told = {}
+        for name, state in ended.items():
+            entry = self.search.tell(self.trials[name], state, results.get(name), self.steps.pop(name, None))
+            if entry is not None:
+                told[name] = entry
+                if name in self.search.missing_values:
+                    metrics = ", ".join(o.metric for o in self.study.objectives)
+                    self.say(f"trial {name}: succeeded without {metrics} in its result: told as failed")
+        if told:
+            self.keeper.change(TOLD_KEY, told={**self.keeper.record.told, **told})
+
+    def mirror(self, storage) -> None:
+        """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
+        does not answer is said once per failing stretch and tried again next cycle."""
+        try:
+            storage.sync(self.keeper.record.told)
+        except Exception as exc:  # the storage's own error; the cluster stays the truth
+            if not storage.failing:
+                self.say(f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again each cycle")
+            storage.failing = True
+        else:
+            if storage.failing:
+                self.say("--storage: mirroring again")
+            storage.failing = False
+
+    def prune(self, states: dict[str, TrialState], jobs: dict[str, dict], pods: list[dict] | None) -> None:
+        """Read the running trials' intermediate values (their pods' reports, from the loop's
+        watch of pods) and stop those the pruner judges: the told entry in the record first,
+        then the job deleted, so its GPUs go to the next trial at once."""
+        if pods is None:
+            if not self.said_no_pruning:
+                self.said_no_pruning = True
+                self.say(
+                    "pruner: this loop does not watch pods (--detach or a static cap without "
+                    "yielding): trials are not pruned"
+                )
+            return
+        running = {n: jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in jobs}
+        if not running:
+            return
+        from stratctl.backends.kubernetes.intermediate import steps_of
+        from stratctl.backends.kubernetes.jobview import usage
+
+        metric = self.study.objectives[0].metric
+        reported = steps_of(pods, metric)
+        for name, job in running.items():
+            steps = reported.get(job["metadata"]["name"])
+            if not steps:
+                continue
+            self.steps[name] = steps
+            if not self.search.report(self.trials[name], steps):
+                continue
+            spent = usage(job, self.wall(), TrialState.RUNNING).gpu_seconds
+            entry = self.search.prune(self.trials[name], steps, spent, self.wall())
+            self.keeper.change(
+                told={**self.keeper.record.told, name: entry},
+                finished={**self.keeper.record.finished, name: TrialState.PRUNED.value},
+            )
+            self.keeper.save(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
+            try:
+                self.cluster.delete(self.kind, job["metadata"]["name"], self.namespace)
+                if self.kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
+            except NotFound:
+                pass
+            states[name] = TrialState.PRUNED
+            self.steps.pop(name, None)
+            self.say(
+                f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
+                f"({self.study.pruner.kind} pruner)"
+            )
