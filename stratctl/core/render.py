@@ -18,7 +18,7 @@ import json
 import marshal
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
@@ -37,6 +37,7 @@ from stratctl.core.space import Trial, attempt_name, bulk, expand
 from stratctl.core.spec import Study, load_study
 from stratctl.errors import Problem, StudyError
 
+_YamlLoader: type[Any]
 try:
     _YamlLoader = yaml.CSafeLoader
 except AttributeError:  # PyYAML built without libyaml
@@ -83,7 +84,7 @@ class Renderer:
         self.env.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
         name = study.trial.template or DEFAULT_TEMPLATES[study.workload]
         self.template = self._load(name)
-        self._strings: dict[str, Template] = {}
+        self._strings: dict[str, Template | _Interpolation] = {}
         self._checkpoint = self._string(study.checkpoint.location) if study.checkpoint.location else None
         self._stamp_labels = {
             labels.STUDY: study.name,
@@ -98,13 +99,14 @@ class Renderer:
         self._stamps_expected = "expected_duration" in study.cost.model_fields_set
         self._nonce = secrets.token_hex(4)
         self._gang: tuple[int, ...] | None = None
-        self._compiled: tuple[list[str], list[str]] | None = None
+        # the skeleton: its text in fragments, its documents marshalled, the slots of its holes
+        self._compiled: tuple[list[str], bytes, list[tuple[tuple[Any, ...], list[tuple[Any, str]]]]] | None = None
         self._layout: kube_rendezvous.Layout | None = None  # the skeleton's, when it has one
         if study.backend == "kubernetes" and not self._shape_fields:
             names = kube_rendezvous.name_problems(study)
             if names:
                 raise StudyError([study.problem(path, message) for path, message in names])
-        if self._per_study(self._ast) and not self._shape_fields:
+        if isinstance(self._ast, nodes.Template) and self._per_study(self._ast) and not self._shape_fields:
             self._prepare_skeleton()
 
     # ------------------------------------------------------------ public
@@ -165,7 +167,7 @@ class Renderer:
         cost = self.study.cost
         if not cost.per_trial:
             return cost.expected_seconds
-        text = self._run(self._string(cost.expected_duration), ctx).strip()
+        text = self._run(self._string(str(cost.expected_duration)), ctx).strip()
         try:
             return parse_duration(text)
         except ValueError as e:
@@ -189,6 +191,7 @@ class Renderer:
         values.update(self._stamp_values(ctx))
         if self._layout is not None:
             values.update(self._layout.values(ctx["job"]))
+        assert self._compiled is not None  # the fast path runs only with a skeleton
         fragments, skeleton, slots = self._compiled
         encoded = {k: _encode(v) for k, v in values.items()}
         parts = fragments.copy()
@@ -216,11 +219,14 @@ class Renderer:
                 ]
             )
         try:
-            source, filename, _ = self.env.loader.get_source(self.env, name)
+            assert self.env.loader is not None  # the environment is made with the templates' loader
+            source, path, _ = self.env.loader.get_source(self.env, name)
         except TemplateNotFound:
             raise StudyError(
                 [self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")]
             ) from None
+        filename = path or name
+        self._ast: nodes.Template | str
         try:  # parsed once: for the checks, for _per_study and to compile
             self._ast = self.env.parse(source, name, filename)
         except TemplateSyntaxError:
@@ -258,16 +264,15 @@ class Renderer:
             return Problem(self.study.file, None, None, f"in template {text!r}: {message}")
         return self.study.problem(path, f"{'.'.join(map(str, path))}: {message}")
 
-    def _run(self, template: Template, ctx: dict[str, Any]) -> str:
+    def _run(self, template: Template | _Interpolation, ctx: dict[str, Any]) -> str:
         try:
             return template.render(ctx)
         except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError, OverflowError) as e:
             kind = "not allowed" if isinstance(e, sandbox.SecurityError) else "failed"
             message = f"rendering {kind}{_for_trial(ctx)}: {e}"
             if template.name is not None:  # a template file (a string of the study has no name)
-                raise StudyError(
-                    [Problem(template.filename, _template_line(e, template.filename), None, message)]
-                ) from e
+                filename = template.filename or template.name
+                raise StudyError([Problem(filename, _template_line(e, filename), None, message)]) from e
             raise StudyError([self._string_problem(_source_of(template, self._strings), message)]) from e
 
     def _per_study(self, ast: nodes.Template) -> bool:
@@ -304,7 +309,7 @@ class Renderer:
         docs = self._parse(self._run(self.template, ctx))
         self._natives: list[str] = []
         self._param_natives: list[str] = []
-        self._holes: list[tuple[str, Template]] = []
+        self._holes: list[tuple[str, Template | _Interpolation]] = []
         for path, value in list(_leaves(docs, ())):
             if not isinstance(value, str):
                 continue
@@ -426,7 +431,7 @@ class Renderer:
         }
         if self._stamps_expected:  # read by launchers sharing the cluster to plan backfill
             stamp_annotations[labels.EXPECTED_SECONDS] = v["expected_text"]
-        env = [
+        env: list[dict[str, Any]] = [
             {"name": labels.ENV_STUDY, "value": self.study.name},
             {"name": labels.ENV_TRIAL, "value": v["trial"]},
             {"name": labels.ENV_ATTEMPT, "value": v["attempt_text"]},
@@ -583,7 +588,7 @@ def _is_name(node: nodes.Node, name: str) -> bool:
     return isinstance(node, nodes.Name) and node.name == name
 
 
-def _leaves(node: Any, path: tuple[Any, ...]):
+def _leaves(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
     if isinstance(node, dict):
         for k, v in node.items():
             yield from _leaves(v, path + (k,))
@@ -605,7 +610,7 @@ def _set(root: Any, path: tuple[Any, ...], value: Any) -> None:
     node[path[-1]] = value
 
 
-def _pods(docs: list[dict[str, Any]]) -> list[dict]:
+def _pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pod templates inside workload manifests."""
     pods = []
     for d in docs:
@@ -617,7 +622,7 @@ def _pods(docs: list[dict[str, Any]]) -> list[dict]:
     return pods
 
 
-def _sharded(docs: list[dict[str, Any]], trial: str) -> list[dict]:
+def _sharded(docs: list[dict[str, Any]], trial: str) -> list[dict[str, Any]]:
     """The shard label on each object (not its pods), after the spec hash: the hash of an
     attempt is the same whichever stratctl version rendered it."""
     shard = labels.shard_of(trial)
@@ -626,7 +631,7 @@ def _sharded(docs: list[dict[str, Any]], trial: str) -> list[dict]:
     return docs
 
 
-def _label_maps(docs: list[dict[str, Any]]) -> list[dict]:
+def _label_maps(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d["metadata"]["labels"] for d in docs] + [p["metadata"]["labels"] for p in _pods(docs)]
 
 
@@ -653,7 +658,7 @@ _json_float = json.JSONEncoder(ensure_ascii=False).encode
 _params_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
-def _keys(node: Any):
+def _keys(node: Any) -> Iterator[Any]:
     if isinstance(node, dict):
         for k, v in node.items():
             yield k
@@ -681,5 +686,5 @@ def _template_line(exc: BaseException, filename: str) -> int | None:
     return line
 
 
-def _source_of(template: Template, cache: dict[str, Template]) -> str:
+def _source_of(template: Template | _Interpolation, cache: dict[str, Template | _Interpolation]) -> str:
     return next((text for text, t in cache.items() if t is template), "<template>")
