@@ -34,8 +34,10 @@ The rule, every cycle:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from stratctl.trialstate import TrialState
 
 
 @dataclass(frozen=True)
@@ -143,3 +145,47 @@ def passed_over(waiting: Sequence[str], admitted: set[str], passed: dict[str, fl
         if name not in admitted:
             still.setdefault(name, now)
     return still
+
+
+class Packer:
+    """Packing from one cycle to the next: the trials passed over and since when, and the
+    trial reserved once it has been passed over for the aging limit (it keeps the study's
+    other trials back until it runs). `say` is told when a trial is reserved or released."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]], aging: float, say: Callable[[str], None]):
+        self.shapes, self.aging, self.say = shapes, aging, say
+        self.passed: dict[str, float] = {}
+        self.reserved: str | None = None
+
+    def pack(
+        self,
+        states: Mapping[str, TrialState],
+        waiting: Callable[[], list[str]],
+        free: dict[str, int],
+        now: float,
+        queue_ahead: int,
+        domains: list[frozenset[str]] | None = None,
+    ) -> Packing:
+        """Which waiting trials to admit (`pack`): `states` are the trials' states, `waiting`
+        lists those waiting to be created in the study's order."""
+        reserved = self.reserved
+        if reserved is not None and states.get(reserved) is TrialState.PENDING:
+            return Packing([], 0, reserved)  # created, not started yet: nothing goes ahead of it
+        if reserved is not None and states.get(reserved) is not TrialState.WAITING:
+            self.say(f"trial {reserved} started: admitting trials of every shape again")
+            self.reserved = reserved = None
+        candidates = [Candidate(n, self.shapes[n]) for n in waiting()]
+        packing = pack(candidates, free, self.passed, now, self.aging, queue_ahead, domains)
+        if packing.reserved is not None and packing.reserved != reserved:
+            gpus = sum(self.shapes[packing.reserved])
+            waited = now - self.passed[packing.reserved]
+            self.say(
+                f"trial {packing.reserved} ({gpus} GPUs) passed over by smaller trials for "
+                f"{waited:.0f}s: admitting it first, the study's other trials wait until it runs"
+            )
+            self.reserved = packing.reserved
+        return packing
+
+    def admitted(self, waiting: Sequence[str], admitted: set[str], now: float) -> None:
+        """After a cycle's creates: who was passed over (`passed_over`)."""
+        self.passed = passed_over(waiting, admitted, self.passed, now)

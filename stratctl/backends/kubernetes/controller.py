@@ -55,7 +55,7 @@ from stratctl.run.loop import Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Change, Outage, duration
 from stratctl.run.pace import api_room
-from stratctl.run.packing import Candidate, Packing, pack, passed_over
+from stratctl.run.packing import Packer, Packing
 from stratctl.run.policy import AdaptiveConfig, Decision, Observed
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.queues import amounts
@@ -126,8 +126,7 @@ class Submitter:
         self._shapes = (
             {t.name: renderer.shape(t) for t in trials} if renderer is not None and study.varying_shape else {}
         )
-        self._passed: dict[str, float] = {}
-        self._reserved: str | None = None
+        self._packer = Packer(self._shapes, study.throttle.aging_seconds, lambda message: self.reporter.event(message))
         self._packing: Packing | None = None
         self.cluster = cluster
         self.throttle = throttle
@@ -466,7 +465,11 @@ class Submitter:
             p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
             precedence = str(capacity.precedence) if capacity.precedence else None
             if self._shapes and capacity.free_after is not None:
-                self._packing = self._pack(states, capacity.free_after, capacity.domains)
+                config = getattr(self.policy, "config", self.policy)
+                ahead = getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead)
+                self._packing = self._packer.pack(
+                    states, lambda: self._waiting(states), capacity.free_after, self.clock(), ahead, capacity.domains
+                )
                 p.gangs_fit = self._packing.fit
             p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
         control = self.prometheus.latest() if self.prometheus is not None else None
@@ -493,38 +496,6 @@ class Submitter:
     def _waiting(self, states: dict[str, TrialState]) -> list[str]:
         """The trials waiting to be created, in the study's order (refused ones aside)."""
         return [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
-
-    def _pack(
-        self, states: dict[str, TrialState], free: dict[str, int], domains: list[frozenset[str]] | None = None
-    ) -> Packing:
-        """Which waiting trials to admit, by shape (run/packing.py). A reserved trial
-        (passed over for `throttle.aging`) keeps the study's other trials back until it runs."""
-        reserved = self._reserved
-        if reserved is not None and states.get(reserved) is TrialState.PENDING:
-            return Packing([], 0, reserved)  # created, not started yet: nothing goes ahead of it
-        if reserved is not None and states.get(reserved) is not TrialState.WAITING:
-            self.reporter.event(f"trial {reserved} started: admitting trials of every shape again")
-            self._reserved = reserved = None
-        waiting = [Candidate(n, self._shapes[n]) for n in self._waiting(states)]
-        config = getattr(self.policy, "config", self.policy)
-        packing = pack(
-            waiting,
-            free,
-            self._passed,
-            self.clock(),
-            self.study.throttle.aging_seconds,
-            getattr(config, "queue_ahead", AdaptiveConfig.queue_ahead),
-            domains,
-        )
-        if packing.reserved is not None and packing.reserved != reserved:
-            gpus = sum(self._shapes[packing.reserved])
-            waited = self.clock() - self._passed[packing.reserved]
-            self.reporter.event(
-                f"trial {packing.reserved} ({gpus} GPUs) passed over by smaller trials for "
-                f"{waited:.0f}s: admitting it first, the study's other trials wait until it runs"
-            )
-            self._reserved = packing.reserved
-        return packing
 
     def _shed(self, observed: Observed) -> Observed:
         """The etcd breaker's drain (backends/kubernetes/shedding.py): it may suspend the study's trials,
@@ -635,7 +606,7 @@ class Submitter:
             states.update({n: TrialState.PENDING for n in submitted})
             self._tally(states)
             if self._shapes:
-                self._passed = passed_over(listed, set(submitted), self._passed, self.clock())
+                self._packer.admitted(listed, set(submitted), self.clock())
         if self.study.cleanup == "delete":
             self.cleanup(states)
         self.reporter.update(self.progress)
