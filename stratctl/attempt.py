@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stratctl.trialstate import TrialState
 
@@ -98,7 +99,7 @@ class StudyFiles:
 class Counted:
     """A scheduler's counters for the submit summary, kept by its client (`client`)."""
 
-    client: object
+    client: Any  # its calls, sent and refused counters
 
     @property
     def calls(self) -> int:

@@ -185,7 +185,7 @@ def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: b
         "duration",
         numeric=True,
         cells=[duration(run_time(r, now)) for r in rows],
-        raw=[None if run_time(r, now) is None else round(run_time(r, now), 3) for r in rows],
+        raw=[None if (t := run_time(r, now)) is None else round(t, 3) for r in rows],
         priority=3,
         csv_key="duration_seconds",
     )
@@ -367,7 +367,8 @@ def fit(columns: list[Column], width: int) -> tuple[list[Column], list[Column]]:
     """The columns that fit in `width` without cutting a word, in their order: priority 0
     always, then by priority while they fit; a sentence column needs SENTENCE characters
     at least (a table wraps it at words). Returns (shown, left out)."""
-    chosen, used = set(), 0
+    chosen: set[int] = set()
+    used = 0
     for i in sorted(range(len(columns)), key=lambda i: columns[i].priority):
         c = columns[i]
         need = (min(c.width, SENTENCE) if c.sentence else c.width) + (GAP if chosen else 0)

@@ -45,7 +45,7 @@ def progress_table(p: Progress) -> Table:
     if p.free_gpus is not None:
         table.add_row(
             "cluster",
-            f"{plural(p.free_gpus, 'free GPU')}, room for {plural(p.gangs_fit, 'more gang')}, "
+            f"{plural(p.free_gpus, 'free GPU')}, room for {plural(p.gangs_fit or 0, 'more gang')}, "
             f"{(p.fragmentation or 0) * 100:.0f}% fragmented"
             + (f", API p90 {p.latency_p90 * 1000:.0f}ms" if p.latency_p90 is not None else "")
             + (f", etcd p99 {p.etcd_p99 * 1000:.0f}ms" if p.etcd_p99 is not None else "")

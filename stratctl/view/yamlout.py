@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import yaml
 
-_Base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Base: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 # Anything a YAML 1.1 or 1.2 reader (PyYAML, go-yaml, sigs.k8s.io/yaml) might take for a
 # number, boolean or null.

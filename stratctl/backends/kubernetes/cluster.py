@@ -124,7 +124,7 @@ def error_for(status: int, body: bytes, headers: Any, what: str, allowed_ago: fl
     `allowed_ago`: seconds since a request of the same verb and resource last succeeded
     (None: never), which makes a 401/403 transient when recent (`grants`)."""
     message = f"{what}: {_status_message(status, body)}"
-    if denial_is_transient(status, allowed_ago):
+    if allowed_ago is not None and denial_is_transient(status, allowed_ago):
         return Unavailable(
             f"{what}: {'forbidden' if status == 403 else 'unauthorized'} although the same request worked "
             f"{duration(allowed_ago)} ago: the API server is probably restarting ({_status_message(status, body)})",
@@ -272,9 +272,9 @@ class Cluster:
             else:
                 from stratctl.backends.kubernetes.transport import PlainApi
 
-                api = PlainApi(credentials, pool_size)
-                api.user_agent = f"stratctl/{__import__('stratctl').__version__}"
-                cluster = cls(api, namespace or credentials.namespace or "default", gate, outage)
+                plain = PlainApi(credentials, pool_size)
+                plain.user_agent = f"stratctl/{__import__('stratctl').__version__}"
+                cluster = cls(plain, namespace or credentials.namespace or "default", gate, outage)
                 cluster.outage.watch()
                 return cluster
         from kubernetes import client as k8s_client
@@ -353,12 +353,13 @@ class Cluster:
             status = response.status
             data = b"" if stream and status == 200 else response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            error = Unavailable(
+            unreached = Unavailable(
                 f"{what}: cannot reach the API server at {self.api.configuration.host}: {_unreached(exc)}"
             )
-            raise self.outage.failed(error, sent) from None
+            raise self.outage.failed(unreached, sent) from None
         except self.client_errors as exc:  # the Kubernetes client's TLS errors surface this way
-            raise self.outage.failed(Unavailable(f"{what}: {' '.join(str(exc.reason).split())}"), sent) from None
+            reason = getattr(exc, "reason", exc)
+            raise self.outage.failed(Unavailable(f"{what}: {' '.join(str(reason).split())}"), sent) from None
         finally:
             self.outage.received(token)
             self.metrics.record(

@@ -115,9 +115,9 @@ def _queued_missing(groups: Iterable[dict], pods: Iterable[dict]):
     has queued (Pending or Inqueue) with GPU pods still to create."""
     existing: dict[tuple[str, str], int] = {}
     for pod in pods:
-        key = group_key(pod)
-        if key[1]:
-            existing[key] = existing.get(key, 0) + 1
+        namespace, group = group_key(pod)
+        if group:
+            existing[namespace, group] = existing.get((namespace, group), 0) + 1
     for pg in groups:
         if ((pg.get("status") or {}).get("phase") or "Pending") not in ("Pending", "Inqueue"):
             continue

@@ -69,6 +69,7 @@ class ResourceManager:
         order = [self._active] + [i for i in range(len(self.urls)) if i != self._active]
         for i in order:
             base = self.urls[i]
+            assert self.pool is not None  # made at construction
             try:
                 answer = self.pool.request(method, base + target, body=data, headers=headers, redirect=False)
             except urllib3.exceptions.HTTPError as exc:
