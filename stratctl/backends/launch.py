@@ -14,7 +14,8 @@ from stratctl.backends.kubernetes.cluster import QUEUE
 from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
 from stratctl.backends.kubernetes.controller import Submitter, job_kind, study_selector
 from stratctl.backends.kubernetes.mirror import Mirror, trimmed_job
-from stratctl.backends.kubernetes.preflight import pods_of, preflight, shape_key
+from stratctl.backends.kubernetes.podfit import pods_of, shape_key
+from stratctl.backends.kubernetes.preflight import preflight
 from stratctl.backends.kubernetes.revision import revise
 from stratctl.core import capabilities
 from stratctl.core.render import Renderer

@@ -342,7 +342,7 @@ def test_a_large_study_keeps_the_first_manifests_and_one_trial_of_each_shape(tmp
     in memory; preflight gets one trial of each pod shape, and a bad trial past KEPT still
     fails the command whole."""
     from stratctl.backends import launch
-    from stratctl.backends.kubernetes.preflight import pods_of, shape_key
+    from stratctl.backends.kubernetes.podfit import pods_of, shape_key
 
     monkeypatch.setattr(launch, "KEPT", 7)
     monkeypatch.setattr(launch, "CHUNK", 4)
