@@ -27,9 +27,12 @@ def study_names(kubeconfig: str | None, context: str | None, namespace: str | No
     except Unsupported:
         return None
     url = urllib.parse.urlsplit(credentials.server)
+    if url.hostname is None:  # no server to ask
+        return None
     ns = namespace or credentials.namespace or "default"
     query = urllib.parse.urlencode({"labelSelector": f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"})
     request_path = f"{url.path.rstrip('/')}/api/v1/namespaces/{urllib.parse.quote(ns)}/configmaps?{query}"
+    connection: http.client.HTTPConnection
     if url.scheme == "https":
         connection = http.client.HTTPSConnection(
             url.hostname, url.port or 443, timeout=timeout, context=credentials.tls

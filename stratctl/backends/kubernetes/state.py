@@ -6,6 +6,7 @@ A Volcano Job reports `status.state.phase`; a plain batch Job reports conditions
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from stratctl import labels
@@ -231,12 +232,13 @@ def eviction_times(events: list[dict]) -> list[float]:
                 or event.get("eventTime")
                 or (event.get("metadata") or {}).get("creationTimestamp")
             )
-            if timestamp(when) is not None:
-                out.append(timestamp(when))
+            at = timestamp(when)
+            if at is not None:
+                out.append(at)
     return out
 
 
-def classify_attempt(job: dict, pods: list[dict] = (), events: list[dict] = ()) -> TrialState:
+def classify_attempt(job: dict, pods: Sequence[dict] = (), events: Sequence[dict] = ()) -> TrialState:
     """The state of one attempt from its job and what else the cluster says about it.
 
     `pods` are the attempt's pods (those still there, or the last state of deleted ones),

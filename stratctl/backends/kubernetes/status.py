@@ -21,7 +21,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
 
 import yaml
 
@@ -53,7 +56,14 @@ STARTED_PODS = "status.phase!=Pending,status.phase!=Unknown"
 # ------------------------------------------------------------------ reading the cluster
 
 
-def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: str | None = None, page: int = PAGE):
+def _pages(
+    cluster,
+    kind: tuple[str, str],
+    namespace: str,
+    label_selector: str,
+    field_selector: str | None = None,
+    page: int = PAGE,
+):
     """Each page's items as the server sent them, the next page requested while the caller
     works on this one; at most two pages are held at a time."""
     path = resource_path(*kind, namespace)
@@ -74,7 +84,7 @@ def _pages(cluster, kind, namespace: str, label_selector: str, field_selector: s
 
 
 def _pending_reason(
-    podgroup: dict | None, queues: Queues | None = None, queue: str | None = None, events: list[dict] = ()
+    podgroup: dict | None, queues: Queues | None = None, queue: str | None = None, events: Sequence[dict] = ()
 ) -> str:
     """Why a gang waits (`waiting.reason`): a queue that is missing or not Open first, read
     through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup), then
@@ -264,9 +274,9 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
                     reasons[owner] = why
 
     kinds = sorted({kind for cm in cms for kind in job_kinds(parse_record(cm).source)})
-    readers = [lambda kind=kind, part=part: read_jobs(kind, part) for kind in kinds for part in shards(selector)]
+    readers: list[Callable[[], Any]] = [partial(read_jobs, kind, part) for kind in kinds for part in shards(selector)]
     readers += [lambda: _read_pods(cluster, namespace, selector, results, starts, exits)]
-    readers += [lambda part=part: read_podgroups(part) for part in shards(selector)] if reasons_for_all else []
+    readers += [partial(read_podgroups, part) for part in shards(selector)] if reasons_for_all else []
     with ThreadPoolExecutor(len(readers)) as pool:
         for future in [pool.submit(reader) for reader in readers]:
             future.result()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Sequence
 
 from stratctl.backends.kubernetes.cluster import EVENT, QUEUE
 from stratctl.errors import ClusterError, NotFound
@@ -67,7 +68,7 @@ def event_cause(events: list[dict]) -> str:
 
 
 def reason(
-    podgroup: dict | None, queue_name: str | None = None, queue: dict | None = None, events: list[dict] = ()
+    podgroup: dict | None, queue_name: str | None = None, queue: dict | None = None, events: Sequence[dict] = ()
 ) -> str:
     """Why the gang of a pending trial waits: its queue's problem, else the PodGroup's
     Unschedulable condition, else its telling events, else what its phase says ("" for a

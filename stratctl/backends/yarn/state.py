@@ -27,6 +27,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from stratctl.attempt import Attempt
 from stratctl.backends.yarn.app import parse_tags
@@ -77,7 +78,9 @@ def of_app(app: dict, study: str, marks: dict[int, str] | None = None) -> Attemp
     mark = (marks or {}).get(number)
     restarts = int(app.get("numAMContainerPreempted") or 0)
     started = _seconds(app.get("launchTime"))
-    common = dict(job=str(app.get("id") or ""), native_state=state, restarts=restarts, spec_hash=tags.get("spec", ""))
+    common: dict[str, Any] = dict(
+        job=str(app.get("id") or ""), native_state=state, restarts=restarts, spec_hash=tags.get("spec", "")
+    )
     if state not in ENDED and not (state == "RUNNING" and progress >= RUNNING_PROGRESS):
         waiting_gang = state == "RUNNING"
         reason = "the gang AM waits for all its containers" if waiting_gang else _why(diagnostics)
