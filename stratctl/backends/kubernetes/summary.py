@@ -12,7 +12,7 @@ first pod (`state.run_starts`), the only record of when such a trial started run
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from stratctl import labels
 from stratctl.backends.kubernetes.gpus import job_gpus
@@ -57,6 +57,17 @@ def slim_job(job: dict) -> tuple[str, int, dict]:
     return (meta.get("labels") or {}).get(labels.TRIAL, ""), attempt_of(job), slim
 
 
+@dataclass(frozen=True)
+class _Told:
+    """What objects other than a trial's job tell of it (see `build`)."""
+
+    now: float
+    reasons: dict[str, str]
+    results: dict[str, dict]
+    starts: dict[str, float]
+    exits: dict[str, tuple[int, str]]
+
+
 def build(
     now: float,
     cms: list[dict],
@@ -73,107 +84,132 @@ def build(
     what only other objects tell; `exits` (job name → exit code and reason of a container
     that exited non-zero) says why a failed trial failed.
     """
-    reasons, results, starts, exits = reasons or {}, results or {}, starts or {}, exits or {}
+    told = _Told(now, reasons or {}, results or {}, starts or {}, exits or {})
     studies, trials = [], []
     by_study: dict[str, list[tuple[str, int, dict]]] = {}
     for (study_name, trial), (attempt, job) in jobs.items():
         by_study.setdefault(study_name, []).append((trial, attempt, job))
     for cm in cms:
         record = parse_record(cm)
-        marks = suspended_of(cm)
-        limits = None if record.max_failures is None else Limits(max_failures=record.max_failures)
-        order = space_order(record.source)
-        rows: list[TrialRow] = []
-        seen = set()
-        for trial, attempt, job in sorted(by_study.get(record.study, []), key=lambda x: x[0]):
-            seen.add(trial)
-            mark = marks.get(trial)
-            view = view_of(trial, job, mark["attempt"] if mark else None)
-            before = carried(job)
-            spent = usage(job, now, classify(job), starts.get(job["metadata"]["uid"]))
-            used, lost = spent.gpu_seconds, spent.gpu_seconds_lost
-            notes = job["metadata"]["annotations"]
-            try:
-                params = json.loads(notes.get(labels.PARAMS) or "{}")
-            except ValueError:
-                params = {}
-            if order and isinstance(params, dict):  # as the study file lists them, like `plan`
-                params = {**{k: params[k] for k in order if k in params}, **params}
-            state = effective_state(view, limits)
-            name = job["metadata"]["name"]
-            code, why = exits.get(name, (None, ""))
-            rows.append(
-                TrialRow(
-                    study=record.study,
-                    trial=trial,
-                    state=state.value,
-                    attempt=attempt,
-                    params=params,
-                    created=timestamp(job["metadata"].get("creationTimestamp")),
-                    job=job["metadata"]["name"],
-                    phase=phase_of(job),
-                    pending=reasons.get(job["metadata"]["name"], "") if state is TrialState.PENDING else "",
-                    result=results.get(job["metadata"]["name"]),
-                    preemptions=view.preemptions,
-                    failures=view.failures,
-                    gpu_seconds=before.gpu_seconds + used,
-                    gpu_seconds_lost=before.gpu_seconds_lost + lost,
-                    checkpoint=notes.get(labels.CHECKPOINT, ""),
-                    podgroup=podgroup_name(job),
-                    requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
-                    index=int(notes[labels.TRIAL_INDEX]) if (notes.get(labels.TRIAL_INDEX) or "").isdigit() else None,
-                    started=run_start(job, starts.get(job["metadata"]["uid"])),
-                    finished=ended_at(job),
-                    exit_code=code if state is TrialState.FAILED else None,
-                    reason="; ".join(filter(None, [why, notes.get(labels.GIVEN_UP, "")]))
-                    if state is TrialState.FAILED
-                    else "",
-                    queue=job.get("queue") or queue_of_job(job) or "",
-                )
-            )
-        for trial, mark in sorted(marks.items()):
-            if trial in seen:
-                continue
-            seen.add(trial)
-            rows.append(
-                TrialRow(
-                    study=record.study,
-                    trial=trial,
-                    state=TrialState.SUSPENDED.value,
-                    attempt=mark["attempt"],
-                    preemptions=int(mark.get("preemptions") or 0),
-                    failures=int(mark.get("failures") or 0),
-                    gpu_seconds=float(mark.get("gpu_seconds") or 0),
-                    gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
-                )
-            )
-        for trial, entry in sorted(record.told.items()):  # pruned trials of a search: their jobs are gone
-            if trial in seen or entry.get("state") != TrialState.PRUNED.value:
-                continue
-            seen.add(trial)
-            params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
-            if order:
-                params = {**{k: params[k] for k in order if k in params}, **params}
-            rows.append(
-                TrialRow(
-                    study=record.study,
-                    trial=trial,
-                    state=TrialState.PRUNED.value,
-                    attempt=0,
-                    params=params,
-                    result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
-                    gpu_seconds=float(entry.get("gpu_seconds") or 0),
-                    index=entry.get("index") if isinstance(entry.get("index"), int) else None,
-                    finished=float(entry["at"]) if isinstance(entry.get("at"), int | float) else None,
-                )
-            )
-        for trial, outcome in sorted(record.finished.items()):
-            if trial not in seen:
-                seen.add(trial)
-                rows.append(TrialRow(study=record.study, trial=trial, state=outcome, attempt=-1))
+        rows = _trial_rows(record, suspended_of(cm), by_study.get(record.study, []), told)
         studies.append(study_row(record, rows, now))
         trials.extend(rows)
     return studies, trials
+
+
+def _trial_rows(record, marks: dict[str, dict], jobs: list[tuple[str, int, dict]], told: _Told) -> list[TrialRow]:
+    """A study's trial rows: one per trial with a job, then the suspended trials without
+    one, the pruned trials of a search (their jobs are gone), and the trials the record
+    lists as finished."""
+    limits = None if record.max_failures is None else Limits(max_failures=record.max_failures)
+    order = space_order(record.source)
+    rows = [
+        _job_row(record.study, trial, attempt, job, marks.get(trial), limits, order, told)
+        for trial, attempt, job in sorted(jobs, key=lambda x: x[0])
+    ]
+    seen = {row.trial for row in rows}
+    rows += [_suspended_row(record.study, trial, mark) for trial, mark in sorted(marks.items()) if trial not in seen]
+    seen |= set(marks)
+    rows += [
+        _pruned_row(record.study, trial, entry, order)
+        for trial, entry in sorted(record.told.items())
+        if trial not in seen and entry.get("state") == TrialState.PRUNED.value
+    ]
+    seen |= {row.trial for row in rows}
+    rows += [
+        TrialRow(study=record.study, trial=trial, state=outcome, attempt=-1)
+        for trial, outcome in sorted(record.finished.items())
+        if trial not in seen
+    ]
+    return rows
+
+
+def _in_order(params: dict, order: list[str]) -> dict:
+    """Parameters as the study file lists them, like `plan`."""
+    return {**{k: params[k] for k in order if k in params}, **params} if order else params
+
+
+def _job_row(
+    study: str,
+    trial: str,
+    attempt: int,
+    job: dict,
+    mark: dict | None,
+    limits: Limits | None,
+    order: list[str],
+    told: _Told,
+) -> TrialRow:
+    """The row of a trial from its latest job."""
+    view = view_of(trial, job, mark["attempt"] if mark else None)
+    before = carried(job)
+    start = told.starts.get(job["metadata"]["uid"])
+    spent = usage(job, told.now, classify(job), start)
+    notes = job["metadata"]["annotations"]
+    try:
+        params = json.loads(notes.get(labels.PARAMS) or "{}")
+    except ValueError:
+        params = {}
+    if isinstance(params, dict):
+        params = _in_order(params, order)
+    state = effective_state(view, limits)
+    name = job["metadata"]["name"]
+    code, why = told.exits.get(name, (None, ""))
+    failed = state is TrialState.FAILED
+    return TrialRow(
+        study=study,
+        trial=trial,
+        state=state.value,
+        attempt=attempt,
+        params=params,
+        created=timestamp(job["metadata"].get("creationTimestamp")),
+        job=name,
+        phase=phase_of(job),
+        pending=told.reasons.get(name, "") if state is TrialState.PENDING else "",
+        result=told.results.get(name),
+        preemptions=view.preemptions,
+        failures=view.failures,
+        gpu_seconds=before.gpu_seconds + spent.gpu_seconds,
+        gpu_seconds_lost=before.gpu_seconds_lost + spent.gpu_seconds_lost,
+        checkpoint=notes.get(labels.CHECKPOINT, ""),
+        podgroup=podgroup_name(job),
+        requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
+        index=int(notes[labels.TRIAL_INDEX]) if (notes.get(labels.TRIAL_INDEX) or "").isdigit() else None,
+        started=run_start(job, start),
+        finished=ended_at(job),
+        exit_code=code if failed else None,
+        reason="; ".join(filter(None, [why, notes.get(labels.GIVEN_UP, "")])) if failed else "",
+        queue=job.get("queue") or queue_of_job(job) or "",
+    )
+
+
+def _suspended_row(study: str, trial: str, mark: dict) -> TrialRow:
+    """The row of a suspended trial whose job is gone, from its mark in the study record."""
+    return TrialRow(
+        study=study,
+        trial=trial,
+        state=TrialState.SUSPENDED.value,
+        attempt=mark["attempt"],
+        preemptions=int(mark.get("preemptions") or 0),
+        failures=int(mark.get("failures") or 0),
+        gpu_seconds=float(mark.get("gpu_seconds") or 0),
+        gpu_seconds_lost=float(mark.get("gpu_seconds_lost") or 0),
+    )
+
+
+def _pruned_row(study: str, trial: str, entry: dict, order: list[str]) -> TrialRow:
+    """The row of a trial a search pruned, from what the study record was told of it."""
+    params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+    return TrialRow(
+        study=study,
+        trial=trial,
+        state=TrialState.PRUNED.value,
+        attempt=0,
+        params=_in_order(params, order),
+        result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
+        gpu_seconds=float(entry.get("gpu_seconds") or 0),
+        index=entry.get("index") if isinstance(entry.get("index"), int) else None,
+        finished=float(entry["at"]) if isinstance(entry.get("at"), int | float) else None,
+    )
 
 
 def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
