@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 try:  # typer 0.29 carries its own copy of click
+    from typer._click.core import Context
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer runs on click itself
-    from click.exceptions import NoArgsIsHelpError, UsageError
+    from click.core import Context  # type: ignore[assignment]
+    from click.exceptions import NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 from typer.core import TyperGroup
 
 from stratctl import __version__
@@ -86,7 +88,7 @@ class _Group(TyperGroup):
             conventions.usage_error(e)
             raise typer.Exit(int(ExitCode.INVALID_INPUT)) from None
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except UsageError as e:  # a command's own arguments
@@ -106,7 +108,7 @@ class _Group(TyperGroup):
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
 
 
-def _wants_traceback(ctx: typer.Context) -> bool:
+def _wants_traceback(ctx: Context) -> bool:
     return bool((ctx.obj or {}).get("traceback")) or os.environ.get("STRATCTL_TRACEBACK") == "1"
 
 
@@ -177,7 +179,7 @@ def _one_command(args: list[str]) -> typer.Typer:
             break
         application = _register(_application(), [module])
         application.registered_commands = [
-            c for c in application.registered_commands if (c.name or c.callback.__name__) == arg
+            c for c in application.registered_commands if (c.name or getattr(c.callback, "__name__", None)) == arg
         ]
         return application
     return app

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import yaml
 
-_Base: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+if TYPE_CHECKING:
+    _Base = yaml.SafeDumper
+else:
+    _Base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 # Anything a YAML 1.1 or 1.2 reader (PyYAML, go-yaml, sigs.k8s.io/yaml) might take for a
 # number, boolean or null.

@@ -213,8 +213,9 @@ class Mirror:
             self._objects = fresh
             self._version = version
             self.listed_at = self.clock()
-        for obj in gone if self.on_delete else ():
-            self.on_delete(obj)
+        if self.on_delete is not None:
+            for obj in gone:
+                self.on_delete(obj)
         self.relists += 1
         self._fresh = True
         self._changed.set()

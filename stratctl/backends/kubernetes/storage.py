@@ -82,7 +82,7 @@ class StorageMirror:
         Raises what the storage raises (the loop says it and tries again next cycle)."""
         new = sorted(
             (name for name in told if name not in self.mirrored),
-            key=lambda n: told[n].get("index") if isinstance(told[n].get("index"), int) else 1 << 62,
+            key=lambda n: index if isinstance(index := told[n].get("index"), int) else 1 << 62,
         )
         for name in new:
             self.optuna_study.add_trial(self._frozen(name, told[name]))
@@ -91,7 +91,8 @@ class StorageMirror:
 
     def _frozen(self, name: str, entry: Mapping[str, Any]) -> Any:
         TrialState = self._optuna.trial.TrialState
-        params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+        given = entry.get("params")
+        params = given if isinstance(given, dict) else {}
         known = {k: v for k, v in params.items() if k in self.distributions}
         fits = in_space(self.study, known)  # else a trial of an earlier version of the space: failed, no params
         attrs = {TRIAL_ATTR: name, **({INDEX_ATTR: entry["index"]} if isinstance(entry.get("index"), int) else {})}

@@ -52,7 +52,7 @@ def domains(hypernodes: Iterable[dict], nodes: Iterable[dict], highest_tier: int
     def allowed(name: str) -> bool:
         return tiers[name] <= highest_tier
 
-    chosen: list[str] = []
+    chosen: list[Domain] = []
     taken: set[str] = set()
     for name in sorted(n for n in tiers if allowed(n) and not (n in parents and allowed(parents[n]))):
         own = members[name] - taken

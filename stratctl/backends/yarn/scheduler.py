@@ -171,7 +171,7 @@ class YarnScheduler(StudyFiles, Counted):
         self.renderer = renderer or Renderer(study)
         self.output = output_of(study, workdir)
         self._jar_path = jar
-        self._seen_ended: set[str] = set()
+        self._seen_ended: set[str | None] = set()
         self._refused_until = 0.0  # no submission before this (clock): the queue refused some for its limits
         self.clock = time.monotonic
 
@@ -190,14 +190,15 @@ class YarnScheduler(StudyFiles, Counted):
         application seen for the first time is recorded in its trial's directory."""
         apps = self.rm.apps(study_tag(self.study.name), self.study.yarn.application_type)
         for app in apps:
-            if app.get("state") in ENDED and app.get("id") not in self._seen_ended:
+            app_id = app.get("id")
+            if app.get("state") in ENDED and app_id not in self._seen_ended:
                 found = latest([app], self.study.name, {}, {})
                 for trial, attempt in found.items():
                     write_record(self.output, trial, attempt.attempt, app)
                 if outcome(app) == "refused":
                     self.rm.refused["submissions"] = self.rm.refused.get("submissions", 0) + 1
                     self._refused_until = self.clock() + REFUSED_HOLD
-                self._seen_ended.add(app.get("id"))
+                self._seen_ended.add(app_id)
         records, drain_marks = read_records(self.output)
         seen = latest(apps, self.study.name, records if marks else {}, drain_marks)
         unsaid = [t for t, a in seen.items() if a.native_state == "ACCEPTED" and not a.reason]
