@@ -198,7 +198,8 @@ def _suspended_row(study: str, trial: str, mark: dict) -> TrialRow:
 
 def _pruned_row(study: str, trial: str, entry: dict, order: list[str]) -> TrialRow:
     """The row of a trial a search pruned, from what the study record was told of it."""
-    params = entry.get("params") if isinstance(entry.get("params"), dict) else {}
+    raw = entry.get("params")
+    params = raw if isinstance(raw, dict) else {}
     return TrialRow(
         study=study,
         trial=trial,
