@@ -93,9 +93,10 @@ def pending_demand(pods: Iterable[dict]) -> list[int]:
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # which PodGroup a pod belongs to (Volcano)
 
 
-def group_key(pod: dict) -> tuple[str, str | None]:
+def group_key(pod: dict) -> tuple[str, str]:
+    """(namespace, PodGroup) of a pod; the PodGroup is "" for a pod that names none."""
     meta = pod.get("metadata") or {}
-    return meta.get("namespace", ""), (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
+    return meta.get("namespace", ""), (meta.get("annotations") or {}).get(GROUP_ANNOTATION) or ""
 
 
 def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:

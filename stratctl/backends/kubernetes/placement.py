@@ -75,7 +75,7 @@ class Placer:
             for trial in waited
             if trial in jobs and not_started(jobs[trial])
         ]
-        chosen = moves([w for w in waiting if w[1] in self.names], self.rooms)
+        chosen = moves([(t, q, g) for t, q, g in waiting if q is not None and q in self.names], self.rooms)
         for move in chosen:  # the room it goes to is kept for it until it is created again
             gang = next(g for t, _, g in waiting if t == move.trial)
             self.rooms = [

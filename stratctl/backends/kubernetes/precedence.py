@@ -153,7 +153,8 @@ def blocked_above(
             and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
         ):
             need[key] = need.get(key, 0) + pod_gpus(pod)
-            rank[key] = max(rank.get(key, -math.inf), int((pod.get("spec") or {}).get("priority") or 0))
+            priority = int((pod.get("spec") or {}).get("priority") or 0)
+            rank[key] = max(rank.get(key, priority), priority)
     for key, missing, per_pod in _queued_missing(groups, pods):
         need[key] = need.get(key, 0) + missing * per_pod
     for pg in groups:  # a queued gang's PodGroup class ranks it, when the PodGroup is visible
