@@ -35,7 +35,7 @@ from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
-from stratctl.run.loop import Loop
+from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Change, Outage
 from stratctl.run.policy import AdaptivePolicy, Decision, Observed, StaticPolicy
@@ -147,6 +147,7 @@ class AttemptLoop:
         self.preemptions: dict[str, int] = {}
         self._first = True
         self._silent = False  # the controller has not answered since the last whole cycle
+        self.deciding = Deciding(lambda message: self.reporter.event(message), lambda: self.clock())
         throttle.on_retry = self._retrying
 
     def _retrying(self, error: BaseException | None, wait: float) -> None:
@@ -262,7 +263,7 @@ class AttemptLoop:
         if self._first:  # trials submitted before this run (a rerun, another launcher): recognised, not resent
             self.progress.existing, self._first = len(seen), False
         observed = self.observed(seen, states, draining)
-        decision = self.policy.decide(observed, self.clock())
+        decision, _ = self.deciding.decide(self.policy, observed, self.progress)
         admit = decision.admit(observed)
         due = [n for n in self.order if states[n] in (TrialState.WAITING, TrialState.RETRYING)][:admit]
         futures = {

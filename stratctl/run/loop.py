@@ -25,6 +25,7 @@ from typing import Protocol
 
 from stratctl.errors import ClusterError, StillThrottled, Unreachable, transient
 from stratctl.run.outage import Outage
+from stratctl.run.policy import Decision, Observed, Policy
 from stratctl.run.progress import Progress, Reporter
 
 # seconds between cycles while the controller does not answer: the n-th failed cycle in a
@@ -128,3 +129,24 @@ class Loop:
         self.body.stopped(progress.interrupted)
         self.reporter.update(progress)
         return progress
+
+
+class Deciding:
+    """The policy asked once a cycle, by every backend's loop: a new target (or a hold) is
+    said once, as it changes (`target in flight 8: …`), and the progress shows it."""
+
+    def __init__(self, say: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.say, self.clock = say, clock
+        self.last: Decision | None = None
+
+    def decide(self, policy: Policy, observed: Observed, progress: Progress) -> tuple[Decision, bool]:
+        """The decision, and whether its target or hold changed since the last one."""
+        decision = policy.decide(observed, self.clock())
+        last = self.last
+        changed = last is None or (decision.target, decision.hold) != (last.target, last.hold)
+        if changed:
+            self.say(f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}")
+        self.last = decision
+        progress.target, progress.hold, progress.reason = decision.target, decision.hold, decision.reason
+        progress.wanted = decision.admit(observed)
+        return decision, changed

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,12 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
         why = observed.spread or "no free GPUs for another gang"
         return Decision(target, False, f"{why}: keeping target {target}"), state
     return Decision(target, False, f"target {target}"), state
+
+
+class Policy(Protocol):
+    """What a submit loop asks each cycle: how many trials may be in flight now."""
+
+    def decide(self, observed: Observed, now: float) -> Decision: ...
 
 
 class AdaptivePolicy:

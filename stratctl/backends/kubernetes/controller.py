@@ -51,7 +51,7 @@ from stratctl.errors import (
     Unreachable,
     transient,
 )
-from stratctl.run.loop import Loop
+from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Change, Outage, duration
 from stratctl.run.pace import api_room
@@ -200,7 +200,7 @@ class Submitter:
             if self.search is not None
             else None
         )
-        self._last_decision: Decision | None = None
+        self.deciding = Deciding(lambda message: self.reporter.event(message), lambda: self.clock())
         self.wall = wall
         self._deletions_seen = 0  # jobs seen deleted, by the last observe
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
@@ -506,18 +506,11 @@ class Submitter:
         return observed
 
     def _decide(self, observed: Observed) -> Decision:
-        p = self.progress
-        decision = self.policy.decide(observed, self.clock())
-        last = self._last_decision
-        if last is None or (decision.target, decision.hold) != (last.target, last.hold):
-            self.reporter.event(
-                f"target in flight {decision.target}{' (holding)' if decision.hold else ''}: {decision.reason}"
-            )
+        """The shared decision (run/loop.py); a new target goes into the record too."""
+        decision, changed = self.deciding.decide(self.policy, observed, self.progress)
+        if changed:
             self.keeper.change("target", "reason", target=decision.target, reason=decision.reason)
             self.keeper.flush(self.progress.done, self.progress.api is not None and self.progress.api.tight)
-        self._last_decision = decision
-        p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
-        p.wanted = decision.admit(observed)
         return decision
 
     def pause(self) -> None:

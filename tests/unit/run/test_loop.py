@@ -140,3 +140,36 @@ def test_a_slurm_or_yarn_controller_silent_past_the_outage_timeout_ends_the_subm
     assert re.match(r"no answer from Memory controller for 2m\d+s, giving up \(last error: squeue: ", str(raised.value))
     assert 120 <= clock() - start < 160 and mem.creates == []
     assert len([e for e in events if "backing off and trying again" in e]) == 1  # said once, not every cycle
+
+
+def test_every_backends_loop_says_a_new_target_once_as_it_changes(tmp_path):
+    """The decision is the shared loop's (Deciding): the Slurm/YARN loop says the target as
+    the Kubernetes loop does, once per change, not once per cycle."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    study = load(tmp_path, STUDY)
+    mem, clock, events = MemoryScheduler(), FakeClock(), []
+    throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
+    policy = StaticPolicy(2)
+    loop = AttemptLoop(
+        study,
+        expand(study),
+        mem,
+        throttle,
+        SubmitOptions(poll_interval=1, workers=1),
+        policy=policy,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    loop.reporter.event = events.append
+    with ThreadPoolExecutor(1) as pool:
+        loop.cycle(pool)
+        loop.cycle(pool)
+        policy.cap = 3
+        loop.cycle(pool)
+    targets = [e for e in events if e.startswith("target in flight")]
+    assert targets == [
+        "target in flight 2: static cap 2, 4 gang(s) fit in free GPUs",
+        "target in flight 3: static cap 3, 4 gang(s) fit in free GPUs",
+    ]
+    assert loop.progress.target == 3 and len(mem.creates) == 3
