@@ -35,7 +35,7 @@ from stratctl.backends.kubernetes.state import (
     timestamp,
 )
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
-from stratctl.run.recovery import Kind, Limits, effective_state, next_actions
+from stratctl.run.recovery import Action, Kind, Limits, TrialView, effective_state, next_actions
 
 # The pod mirror has seen every pod of a job created this long after its last list (a
 # margin for the clocks of this machine and the API server).
@@ -261,6 +261,32 @@ class Requeue:
         """
         marks, drained = self._record(drained) if record is None else (suspended_of(record), parse_record(record).held)
         self._end_stuck()
+        views = self._views(states, latest, marks)
+        read: dict[str, dict] = {}
+
+        def starts() -> dict:
+            """When each job's first pod started, read once and only when first needed."""
+            if "pods" not in read:
+                namespace, name = self.study.namespace, self.study.name
+                read["pods"] = pod_starts(self.cluster, namespace, name, self.kind, self.signals) or {}
+            return read["pods"]
+
+        for action in next_actions(list(views.values()), self.limits, drained):
+            name = action.trial
+            if action.kind is Kind.GIVE_UP:
+                self._give_up(action, latest.get(name))
+                states[name] = TrialState.FAILED
+            elif name in self.trials:  # else a trial of another version of the study
+                if self._resubmit(action, latest.get(name), marks.get(name), views, starts):
+                    states[name] = TrialState.PENDING
+        return states
+
+    def _views(
+        self, states: dict[str, TrialState], latest: dict[str, dict], marks: dict[str, dict]
+    ) -> dict[str, TrialView]:
+        """Each trial's view for `next_actions`, from its latest job and its suspension mark;
+        updates `states` to the state the loop shows (RETRYING while a preemption is not
+        decided yet)."""
         views = {}
         for name, state in states.items():
             job = latest.get(name)
@@ -278,49 +304,48 @@ class Requeue:
             view = view_of(name, job, mark["attempt"] if mark else None, real)
             views[name] = view
             states[name] = effective_state(view, self.limits)
-        starts = None
-        for action in next_actions(list(views.values()), self.limits, drained):
-            name = action.trial
-            job = latest.get(name)
-            if action.kind is Kind.GIVE_UP:
-                self.cluster.patch(
-                    self.kind,
-                    job["metadata"]["name"],
-                    {"metadata": {"annotations": {labels.GIVEN_UP: action.reason}}},
-                    self.study.namespace,
-                )
-                self.reporter.event(f"trial {name}: given up, {action.reason}")
-                states[name] = TrialState.FAILED
-                continue
-            if name not in self.trials:
-                continue  # a trial of another version of the study
-            mark = marks.get(name)
-            if job is not None and (mark is None or mark["attempt"] < int(job["metadata"]["labels"][labels.ATTEMPT])):
-                if starts is None:
-                    starts = (
-                        pod_starts(self.cluster, self.study.namespace, self.study.name, self.kind, self.signals) or {}
-                    )
-                carry = carry_forward(
-                    job, self.clock(), views[name].state, started=starts.get(job["metadata"].get("uid"))
-                )
-            else:
-                carry = carried_of_mark(mark or {})
-            try:
-                submit_attempt(
-                    self.cluster, self.renderer, self.trials[name], action.attempt, carry, self.study.namespace
-                )
-            except (ClusterError, SpecConflict) as exc:
-                if transient(exc) or isinstance(exc, Unreachable):
-                    raise  # the API server is out, not this trial: the loop waits for it
-                self.reporter.event(f"trial {name}: cannot resubmit attempt {action.attempt}: {exc}")
-                continue
-            self.reporter.event(f"trial {name}: attempt {action.attempt} resumes from its checkpoint, {action.reason}")
-            states[name] = TrialState.PENDING
-            uid = (job or {}).get("metadata", {}).get("uid")
-            if uid in self._stuck:
-                self._ending[uid] = (job["metadata"]["name"], self._stuck.pop(uid))
-                self._end_stuck()
-        return states
+        return views
+
+    def _give_up(self, action: Action, job: dict | None) -> None:
+        """Mark the trial's latest job given up, with why."""
+        self.cluster.patch(
+            self.kind,
+            job["metadata"]["name"],
+            {"metadata": {"annotations": {labels.GIVEN_UP: action.reason}}},
+            self.study.namespace,
+        )
+        self.reporter.event(f"trial {action.trial}: given up, {action.reason}")
+
+    def _resubmit(
+        self,
+        action: Action,
+        job: dict | None,
+        mark: dict | None,
+        views: dict[str, TrialView],
+        starts: Callable[[], dict],
+    ) -> bool:
+        """Create the trial's next attempt, carrying its GPU time forward from its latest job
+        (or from its suspension mark when that is newer); whether it was created."""
+        name = action.trial
+        if job is not None and (mark is None or mark["attempt"] < int(job["metadata"]["labels"][labels.ATTEMPT])):
+            carry = carry_forward(
+                job, self.clock(), views[name].state, started=starts().get(job["metadata"].get("uid"))
+            )
+        else:
+            carry = carried_of_mark(mark or {})
+        try:
+            submit_attempt(self.cluster, self.renderer, self.trials[name], action.attempt, carry, self.study.namespace)
+        except (ClusterError, SpecConflict) as exc:
+            if transient(exc) or isinstance(exc, Unreachable):
+                raise  # the API server is out, not this trial: the loop waits for it
+            self.reporter.event(f"trial {name}: cannot resubmit attempt {action.attempt}: {exc}")
+            return False
+        self.reporter.event(f"trial {name}: attempt {action.attempt} resumes from its checkpoint, {action.reason}")
+        uid = (job or {}).get("metadata", {}).get("uid")
+        if uid in self._stuck:
+            self._ending[uid] = (job["metadata"]["name"], self._stuck.pop(uid))
+            self._end_stuck()
+        return True
 
     def _end_stuck(self) -> None:
         """Delete the stuck attempts whose next attempt exists, so their pods go and free their
