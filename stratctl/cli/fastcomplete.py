@@ -150,9 +150,9 @@ def answer(instruction: str) -> str | None:
         return _format(shell, [n for n in names if n.startswith(incomplete)])
     where = None if incomplete.startswith("-") else _study_position(args)
     if where is not None:
-        names = _studies(*where)
-        if names is not None:
-            return _format(shell, [n for n in names if n.startswith(incomplete)])
+        studies = _studies(*where)
+        if studies is not None:
+            return _format(shell, [n for n in studies if n.startswith(incomplete)])
         return None
     if shell == "bash" and not incomplete.startswith("-") and all(a in ("--traceback",) for a in args):
         return _format(shell, [n for n in COMMAND_NAMES if n.startswith(incomplete)])

@@ -81,9 +81,10 @@ def status(
     on_scheduler = file_study(study)  # the FILE of a study on a batch scheduler: its commands, no Kubernetes
     cluster = None if on_scheduler else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
-        sort = (
-            _ranking(on_scheduler.study) if on_scheduler else core.declared_ranking(cluster, cluster.namespace, study)
-        )
+        if on_scheduler:
+            sort = _ranking(on_scheduler.study)
+        elif cluster is not None and study is not None:  # --best names one study (checked above)
+            sort = core.declared_ranking(cluster, cluster.namespace, study)
         if not sort:
             raise UsageError(
                 "--best N ranks trials by a metric: give it with --sort METRIC (the study declares no objective)"

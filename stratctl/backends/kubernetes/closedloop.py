@@ -130,7 +130,7 @@ class ClosedLoop:
                 continue
             trial = Trial(index, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
             values = entry.get("values")
-            state = entry.get("state") if entry.get("state") in ("complete", "failed", "pruned") else "failed"
+            state = str(entry.get("state")) if entry.get("state") in ("complete", "failed", "pruned") else "failed"
             values = tuple(float(v) for v in values) if isinstance(values, list) and state == "complete" else None
             trials[name] = trial
             history[name] = Told(
@@ -144,14 +144,14 @@ class ClosedLoop:
         for name, job in latest.items():
             if name in trials and name not in marks:
                 continue
-            trial = trial_of_job(job)
-            if trial is None:
+            of_job = trial_of_job(job)
+            if of_job is None:
                 continue
             said = outcome(classify(job), results.get(name), self.study)
-            trials[name] = trial
-            history[name] = Told(name, trial.params, said[0] if said else "running", said[1] if said else None)
+            trials[name] = of_job
+            history[name] = Told(name, of_job.params, said[0] if said else "running", said[1] if said else None)
             if said is not None:
-                self.told[name] = told_entry(trial, *said)
+                self.told[name] = told_entry(of_job, *said)
         ordered = sorted(trials.values(), key=lambda t: t.index)
         self.searcher = Searcher(self.study, [history[t.name] for t in ordered])
         return ordered

@@ -200,7 +200,7 @@ def _finish_replacements(cluster, jobs: list[dict], latest: dict[str, dict], kin
     between the two): delete it now."""
     for job in jobs:
         trial = trial_of(job)
-        newest = latest.get(trial)
+        newest = latest.get(trial or "")
         if newest is None or newest is job or attempt_of(job) >= attempt_of(newest):
             continue
         why = ((newest.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUED_BECAUSE, "")

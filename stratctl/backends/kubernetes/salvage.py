@@ -97,7 +97,7 @@ class Salvage:
         for name, job in latest.items():
             if states.get(name) is not TrialState.PENDING or name not in self.trials:
                 continue
-            uid = _meta(job).get("uid") or _meta(job).get("name")
+            uid: str = _meta(job).get("uid") or _meta(job).get("name") or ""
             if uid in self._deleted:
                 continue
             if mirrored:
@@ -146,7 +146,7 @@ class Salvage:
         for group in groups:
             for uid in _owner_uids(group):
                 by_owner[uid] = group
-            by_owner.setdefault(_meta(group).get("name"), group)
+            by_owner.setdefault(_meta(group).get("name") or "", group)
         return by_job, by_group, by_owner
 
     def _evidence(self, job: dict) -> tuple[dict, dict | None, list[dict]] | None:
@@ -191,7 +191,7 @@ class Salvage:
         for job in jobs:
             meta = _meta(job)
             trial = (meta.get("labels") or {}).get(labels.TRIAL)
-            newer = latest.get(trial)
+            newer = latest.get(trial or "")
             if (
                 newer is None
                 or _meta(newer).get("name") == meta.get("name")

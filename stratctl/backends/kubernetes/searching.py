@@ -164,5 +164,5 @@ class Searching:
             self.steps.pop(name, None)
             self.say(
                 f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
-                f"({self.study.pruner.kind} pruner)"
+                f"({self.study.pruner.kind if self.study.pruner else 'no'} pruner)"
             )
