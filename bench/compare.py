@@ -1,6 +1,7 @@
 """Two revisions of stratctl as users run them, measured side by side, interleaved.
 
     python bench/compare.py REV_BEFORE [REV_AFTER=HEAD] [--rounds 3] [--quick]
+    python bench/compare.py --reprint     (the saved comparison's table again)
 
 Each revision is exported with `git archive`, built into a wheel (`pip wheel`) and installed
 with its dependencies into a venv of its own, ~/.cache/stratctl/bench-venvs/<commit> (reused
@@ -25,14 +26,18 @@ alternating before, after, before, after within every benchmark:
             (4-12 s trials) instead of 100 trials at full scale.
 
 The benchmarks run one after the other (status's 10,000 unschedulable gangs would load the
-scheduler under the other two), each of them interleaved. The table gives, per figure, the
-median and the spread (min-max) of each side and the ratio of the medians (after / before);
-the figures go to bench/results/compare.json with both commits and the date.
+scheduler under the other two), each of them interleaved; `--abba` runs after first in every
+second round, so a slot that is systematically loaded falls on both sides. The table gives,
+per figure, the median and the spread (min-max) of each side, the ratio of the medians
+(after / before) and the ratios within each round (after / the before run next to it). The
+figures go to bench/results/compare.json with both commits and the date, after each
+benchmark; a run of some benchmarks (`--only`) with the same two commits keeps the others'.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -110,14 +115,60 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
 
 
-def bench_submit(target, commands: dict[str, list[str]], rounds: int, trials: int, figures: dict, load: list) -> None:
+def order(rnd: int, abba: bool) -> tuple[str, ...]:
+    """The sides of round `rnd`: before, after; with `abba`, after first in every second round
+    (a slot that is loaded, e.g. right after the other side's clean-up, falls on both sides)."""
+    return SIDES[::-1] if abba and rnd % 2 else SIDES
+
+
+def compared(before: list[float], after: list[float]) -> dict:
+    """Each side's median and spread, the ratio of the medians, and the ratio within each
+    round (after / the before run next to it: the machine's drift between rounds cancels)."""
+    return {
+        "before": spread(before),
+        "after": spread(after),
+        "ratio": statistics.median(after) / statistics.median(before),
+        "ratio_by_round": spread([a / b for a, b in zip(after, before)]),
+    }
+
+
+def table(rows: dict) -> None:
+    print(
+        f"{'figure':32} {'before: median [min-max]':>26} {'after: median [min-max]':>26} {'after/before':>13} "
+        f"{'by round: median [min-max]':>28}"
+    )
+    for name, row in rows.items():
+        b, a, r = (
+            f"{x['median']:.2f} [{x['min']:.2f}-{x['max']:.2f}]"
+            for x in (row["before"], row["after"], row["ratio_by_round"])
+        )
+        print(f"{name:32} {b:>26} {a:>26} {row['ratio']:13.2f} {r:>28}")
+
+
+def reprint(path: Path) -> None:
+    """The table of a saved comparison again, from its runs (ratios by round added to it)."""
+    data = json.loads(path.read_text())
+    data["figures"] = {
+        name: compared(row["before"]["runs"], row["after"]["runs"]) for name, row in data["figures"].items()
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"before {data['before']['commit'][:7]}, after {data['after']['commit'][:7]}")
+    for b, run in data.get("benchmarks", {}).items():
+        print(f"  {b}: {run}")
+    print()
+    table(data["figures"])
+
+
+def bench_submit(
+    target, commands: dict[str, list[str]], rounds: int, trials: int, figures: dict, load: list, abba: bool = False
+) -> None:
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     creds = submit_bench.credentials(target.kubeconfig, target.admin_context)
     stamp = str(int(time.time()))[-6:]
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         for rnd in range(rounds):
-            for side in SIDES:
+            for side in order(rnd, abba):
                 raw = submit_bench.time_raw(target, admin, creds, tmpdir, f"cmp-r{side[0]}{rnd}-{stamp}", trials, 32)
                 took = submit_bench.time_stratctl(
                     commands[side], target, admin, tmpdir, f"cmp-s{side[0]}{rnd}-{stamp}", trials, 32
@@ -130,7 +181,9 @@ def bench_submit(target, commands: dict[str, list[str]], rounds: int, trials: in
     admin.close()
 
 
-def bench_status(target, commands: dict[str, list[str]], rounds: int, trials: int, figures: dict, load: list) -> None:
+def bench_status(
+    target, commands: dict[str, list[str]], rounds: int, trials: int, figures: dict, load: list, abba: bool = False
+) -> None:
     ns = target.namespace
     cluster = Cluster.connect(target.kubeconfig, target.admin_context, ns, pool_size=64)
     env = {**os.environ, "KUBECONFIG": target.kubeconfig}
@@ -142,7 +195,7 @@ def bench_status(target, commands: dict[str, list[str]], rounds: int, trials: in
         cluster.patch(CONFIGMAP, record_name(status_bench.STUDY), {"data": {"summary": None}}, ns)
         with scheduler_paused(target):
             for rnd in range(rounds):
-                for side in SIDES:
+                for side in order(rnd, abba):
                     argv = status_bench.status_argv(commands[side], target)
                     as_json = status_bench.run(argv + ["-o", "json"], env, 1)
                     table = status_bench.run(argv, table_env, 1)
@@ -158,9 +211,19 @@ def bench_status(target, commands: dict[str, list[str]], rounds: int, trials: in
                         flush=True,
                     )
     finally:
-        status_bench.delete_all(target, wait=True)
-        deadline = time.monotonic() + 600  # the PodGroups go with their jobs (garbage collector)
+        status_bench.delete_all(target)
+        # the PodGroups would go with their jobs, but the garbage collector takes 10,000 of
+        # them at about 12 a second on this machine: deleted here too, and waited for
         selector = f"{labels.STUDY}={status_bench.STUDY}"
+        subprocess.run(
+            [target.kubectl or "kubectl", "--kubeconfig", target.kubeconfig, "-n", ns]
+            + (["--context", target.admin_context] if target.admin_context else [])
+            + ["delete", "podgroups.scheduling.volcano.sh", "-l", selector, "--wait=false"],
+            check=False,
+            capture_output=True,
+            timeout=900,
+        )
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline and (
             cluster.list(VOLCANO_JOB, ns, label_selector=selector)[0]
             or cluster.list(PODGROUP, ns, label_selector=selector)[0]
@@ -169,11 +232,13 @@ def bench_status(target, commands: dict[str, list[str]], rounds: int, trials: in
         cluster.close()
 
 
-def bench_adaptive(target, commands: dict[str, list[str]], rounds: int, quick: bool, figures: dict, load: list) -> None:
+def bench_adaptive(
+    target, commands: dict[str, list[str]], rounds: int, quick: bool, figures: dict, load: list, abba: bool = False
+) -> None:
     trials, scale = (36, 0.5) if quick else (100, 1.0)
     tag = str(int(time.time()))[-4:]
     for rnd in range(rounds):
-        for side in SIDES:
+        for side in order(rnd, abba):
             result = adaptive_experiment.measure(
                 "adaptive",
                 None,
@@ -199,14 +264,21 @@ def bench_adaptive(target, commands: dict[str, list[str]], rounds: int, quick: b
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("before")
+    parser.add_argument("before", nargs="?")
     parser.add_argument("after", nargs="?", default="HEAD")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="the adaptive experiment at 36 trials, half scale")
     parser.add_argument("--only", default="submit,status,adaptive", help="benchmarks to run, in this order")
     parser.add_argument("--submit-trials", type=int, default=500)
     parser.add_argument("--status-trials", type=int, default=10_000)
+    parser.add_argument("--abba", action="store_true", help="after first in every second round")
+    parser.add_argument("--reprint", action="store_true", help="print bench/results/compare.json's table again")
     args = parser.parse_args()
+    if args.reprint:
+        reprint(RESULT)
+        return
+    if not args.before:
+        parser.error("REV_BEFORE is required")
     os.environ.pop("PYTHONPATH", None)  # the timed processes import their own venv's stratctl only
 
     revs = {
@@ -237,58 +309,65 @@ def main() -> None:
     }
     chosen = args.only.split(",")
     figures = {name: {side: [] for side in SIDES} for b in chosen for name in names[b]}
-    load: list[float] = []
-    started = time.monotonic()
-    for done, b in enumerate(chosen, 1):
+    runs: dict[str, dict] = {}
+    for b in chosen:
         print(f"{b} ...", flush=True)
+        load: list[float] = []
+        started = time.monotonic()
         if b == "submit":
-            bench_submit(target, commands, args.rounds, args.submit_trials, figures, load)
+            bench_submit(target, commands, args.rounds, args.submit_trials, figures, load, args.abba)
         elif b == "status":
-            bench_status(target, commands, args.rounds, args.status_trials, figures, load)
+            bench_status(target, commands, args.rounds, args.status_trials, figures, load, args.abba)
         elif b == "adaptive":
-            bench_adaptive(target, commands, args.rounds, args.quick, figures, load)
+            bench_adaptive(target, commands, args.rounds, args.quick, figures, load, args.abba)
+        runs[b] = {
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "rounds": args.rounds,
+            "order": "before/after, after/before, ... (--abba)" if args.abba else "before, after in every round",
+            "load_average": {"min": min(load), "max": max(load), "median": statistics.median(load)},
+            "minutes": round((time.monotonic() - started) / 60, 1),
+            **{
+                "submit": {"trials": args.submit_trials},
+                "status": {"trials": args.status_trials},
+                "adaptive": {"trials": 36, "time_scale": 0.5} if args.quick else {"trials": 100, "time_scale": 1.0},
+            }[b],
+        }
         # written after every benchmark: a failure later keeps what was measured
-        report(
-            args,
-            revs,
-            subjects,
-            chosen[:done],
-            {n: figures[n] for bb in chosen[:done] for n in names[bb]},
-            load,
-            started,
-        )
+        report(revs, subjects, runs, {n: figures[n] for n in names[b]})
 
 
-def report(args, revs: dict, subjects: dict, benchmarks: list[str], figures: dict, load: list, started: float) -> None:
-    elapsed = time.monotonic() - started
-    rows = {}
-    for name, sides in figures.items():
-        stats = {side: spread(values) for side, values in sides.items()}
-        rows[name] = {**stats, "ratio": stats["after"]["median"] / stats["before"]["median"]}
+RESULT = REPO / "bench" / "results" / "compare.json"
+
+
+def report(revs: dict, subjects: dict, runs: dict, figures: dict) -> None:
+    """Print this benchmark's table and merge its figures into bench/results/compare.json (the
+    other benchmarks' figures there are kept when they compare the same two commits)."""
+    rows = {name: compared(sides["before"], sides["after"]) for name, sides in figures.items()}
+    (b, run), *_ = reversed(runs.items())
+    load = run["load_average"]
     print(
-        f"\nbefore {revs['before'][:7]}, after {revs['after'][:7]}; {args.rounds} rounds interleaved "
-        f"(before, after, ...); load average {min(load):.1f}-{max(load):.1f} (median {statistics.median(load):.1f}) "
-        f"on {os.cpu_count()} cores; {elapsed / 60:.0f} min\n"
+        f"\n{b}: before {revs['before'][:7]}, after {revs['after'][:7]}; {run['rounds']} rounds, {run['order']}; "
+        f"load average {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f}) on {os.cpu_count()} cores; "
+        f"{run['minutes']:.0f} min\n"
     )
-    print(f"{'figure':32} {'before: median [min-max]':>26} {'after: median [min-max]':>26} {'after/before':>13}")
-    for name, row in rows.items():
-        b, a = (f"{r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]" for r in (row["before"], row["after"]))
-        print(f"{name:32} {b:>26} {a:>26} {row['ratio']:13.2f}")
+    table(rows)
+    kept: dict = {"figures": {}, "benchmarks": {}}
+    if RESULT.exists():
+        old = json.loads(RESULT.read_text())
+        same = (
+            old.get("before", {}).get("commit") == revs["before"]
+            and old.get("after", {}).get("commit") == revs["after"]
+        )
+        if same and isinstance(old.get("benchmarks"), dict):
+            kept = old
     save(
         "compare",
         {
             "before": {"commit": revs["before"], "subject": subjects["before"]},
             "after": {"commit": revs["after"], "subject": subjects["after"]},
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
-            "rounds": args.rounds,
-            "benchmarks": benchmarks,
-            "order": "interleaved: in every benchmark, before then after, each round",
-            "submit_trials": args.submit_trials,
-            "status_trials": args.status_trials,
-            "adaptive": "36 trials, time scale 0.5 (--quick)" if args.quick else "100 trials, time scale 1",
-            "load_average": {"min": min(load), "max": max(load), "median": statistics.median(load)},
-            "minutes": round(elapsed / 60, 1),
-            "figures": rows,
+            "benchmarks": {**kept["benchmarks"], **runs},
+            "figures": {**kept["figures"], **rows},
         },
     )
 
