@@ -98,15 +98,7 @@ def submit_study(
         from stratctl.backends.kubernetes.storage import StorageMirror
 
         mirror = StorageMirror.open(options.storage, study)
-    source = study.text
-    qps = study.throttle.qps if qps is None else qps
-    burst = study.throttle.burst if burst is None else burst
-    # a storm of 429s is waited out for as long as an outage is (or --timeout, if sooner)
-    bound = options.outage_timeout if options.timeout is None else min(options.outage_timeout, options.timeout)
-    throttle = tell_throttling(
-        Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers, patience=bound),
-        (reporter or Silent()).event,
-    )
+    throttle = _throttle(study, options, qps, burst, reporter)
     if options.dry_run == "client":
         return Submitter(
             study, trials, renderer, None, throttle, options, reporter=reporter, manifests=prepared.manifests
@@ -120,31 +112,7 @@ def submit_study(
         first_patience=START_PATIENCE,
     )
     try:
-        # before the study's record or any trial is written: a study that cannot run here is refused whole
-        try:
-            blind = preflight(
-                preflight_gated(cluster, throttle),
-                study,
-                prepared.shapes,
-                namespace_flag=bool(connection.namespace),
-                watch_cluster=not options.detach,
-            )
-        except StillThrottled as exc:
-            raise StillThrottled(f"{exc}; nothing was created", status=exc.status, reason=exc.reason) from None
-        if blind and reporter is not None:
-            reporter.event(blind)
-        if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
-            revise(
-                cluster,
-                study,
-                trials,
-                renderer,
-                prepared.manifests,
-                job_kind(study),
-                rerun_changed,
-                reporter or Silent(),
-                file=str(path),
-            )
+        blind = _admit(cluster, throttle, prepared, connection, options, path, rerun_changed, reporter)
         submitter = Submitter(
             study,
             trials,
@@ -154,57 +122,131 @@ def submit_study(
             options,
             policy=policy,
             reporter=reporter,
-            source=source,
+            source=study.text,
             manifests=prepared.manifests,
         )
         submitter.storage = mirror
-        jobs = Mirror(
-            cluster,
-            job_kind(study),
-            all_namespaces=False,
-            namespace=study.namespace,
-            label_selector=study_selector(study),
-            transform=trimmed_job,
-        )
-        submitter.jobs = jobs.start(follow=not options.detach)  # --detach watches from a second cycle on
-        if len(study.queues) > 1:  # queue fallback: each new trial goes to the first queue with room
-            submitter.queues = Mirror(cluster, QUEUE).start()
-        # a static cap needs the cluster's signals only to see who it yields to
-        yields = study.throttle.yield_to_higher_priority
-        if options.detach and reporter is not None:
-            reporter.event(
-                "--detach: not watching nodes and pods, so no GPU signal and no yielding to "
-                "higher-priority gangs; trials preempted after it returns are resumed by the next "
-                "`stratctl submit` without --detach"
-            )
-        if (options.parallelism == "adaptive" or yields) and not options.detach and not blind:
-            from stratctl.backends.kubernetes.capacity import (
-                ClusterSignals,
-            )  # its watches of nodes and pods: not for --detach
-
-            submitter.signals = ClusterSignals(
-                cluster,
-                submitter.reference_shape(),
-                study.namespace,
-                study.priority_class,
-                yields,
-                study.queues,
-                study.trial.network_topology,
-            )
-            if study.varying_shape:
-                submitter.signals.own_study = study.name
-            submitter.signals.start()
-        if submitter.prometheus is not None:
-            submitter.prometheus.start()
-        try:
-            return submitter.run()
-        finally:
-            if submitter.prometheus is not None:
-                submitter.prometheus.stop()
-            submitter.jobs.stop()
-            if submitter.queues is not None:
-                submitter.queues.stop()
-            if submitter.signals:
-                submitter.signals.stop()
+        _watch(submitter, cluster, study, options, blind, reporter)
+        return _run(submitter)
     finally:
         cluster.close()
+
+
+def _throttle(
+    study: Study, options: SubmitOptions, qps: float | None, burst: int | None, reporter: Reporter | None
+) -> Throttle:
+    """The client-side rate limit of the study's requests (flags over the study file's)."""
+    qps = study.throttle.qps if qps is None else qps
+    burst = study.throttle.burst if burst is None else burst
+    # a storm of 429s is waited out for as long as an outage is (or --timeout, if sooner)
+    bound = options.outage_timeout if options.timeout is None else min(options.outage_timeout, options.timeout)
+    return tell_throttling(
+        Throttle(qps=qps, burst=max(1, burst), concurrency=options.workers, patience=bound),
+        (reporter or Silent()).event,
+    )
+
+
+def _admit(
+    cluster,
+    throttle: Throttle,
+    prepared: Prepared,
+    connection: Connection,
+    options: SubmitOptions,
+    path,
+    rerun_changed: bool,
+    reporter: Reporter | None,
+) -> str | None:
+    """Before the study's record or any trial is written: refuse a study that cannot run
+    here whole (`preflight`), and an edited study, or rerun its changed trials (`revise`).
+    Returns what the loop goes without when it may not read nodes and pods."""
+    study = prepared.study
+    try:
+        blind = preflight(
+            preflight_gated(cluster, throttle),
+            study,
+            prepared.shapes,
+            namespace_flag=bool(connection.namespace),
+            watch_cluster=not options.detach,
+        )
+    except StillThrottled as exc:
+        raise StillThrottled(f"{exc}; nothing was created", status=exc.status, reason=exc.reason) from None
+    if blind and reporter is not None:
+        reporter.event(blind)
+    if not options.dry_run:  # an edited study: refused, or its changed trials rerun, before the record is rewritten
+        revise(
+            cluster,
+            study,
+            prepared.trials,
+            prepared.renderer,
+            prepared.manifests,
+            job_kind(study),
+            rerun_changed,
+            reporter or Silent(),
+            file=str(path),
+        )
+    return blind
+
+
+def _watch(
+    submitter: Submitter,
+    cluster,
+    study: Study,
+    options: SubmitOptions,
+    blind: str | None,
+    reporter: Reporter | None,
+) -> None:
+    """Give the loop what it watches: the study's jobs, the queues when it falls back among
+    several, and the cluster's nodes and pods when it adapts or yields (not with --detach)."""
+    jobs = Mirror(
+        cluster,
+        job_kind(study),
+        all_namespaces=False,
+        namespace=study.namespace,
+        label_selector=study_selector(study),
+        transform=trimmed_job,
+    )
+    submitter.jobs = jobs.start(follow=not options.detach)  # --detach watches from a second cycle on
+    if len(study.queues) > 1:  # queue fallback: each new trial goes to the first queue with room
+        submitter.queues = Mirror(cluster, QUEUE).start()
+    # a static cap needs the cluster's signals only to see who it yields to
+    yields = study.throttle.yield_to_higher_priority
+    if options.detach and reporter is not None:
+        reporter.event(
+            "--detach: not watching nodes and pods, so no GPU signal and no yielding to "
+            "higher-priority gangs; trials preempted after it returns are resumed by the next "
+            "`stratctl submit` without --detach"
+        )
+    if (options.parallelism == "adaptive" or yields) and not options.detach and not blind:
+        from stratctl.backends.kubernetes.capacity import (
+            ClusterSignals,
+        )  # its watches of nodes and pods: not for --detach
+
+        submitter.signals = ClusterSignals(
+            cluster,
+            submitter.reference_shape(),
+            study.namespace,
+            study.priority_class,
+            yields,
+            study.queues,
+            study.trial.network_topology,
+        )
+        if study.varying_shape:
+            submitter.signals.own_study = study.name
+        submitter.signals.start()
+
+
+def _run(submitter: Submitter) -> Progress:
+    """Run the loop, and stop everything it watched however it ends."""
+    if submitter.prometheus is not None:
+        submitter.prometheus.start()
+    try:
+        return submitter.run()
+    finally:
+        if submitter.prometheus is not None:
+            submitter.prometheus.stop()
+        if submitter.jobs is not None:
+            submitter.jobs.stop()
+        if submitter.queues is not None:
+            submitter.queues.stop()
+        if submitter.signals:
+            submitter.signals.stop()
