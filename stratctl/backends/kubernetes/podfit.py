@@ -116,7 +116,15 @@ def _allocatable(node: dict) -> dict[str, Decimal]:
 
 
 def _fits(requests: dict[str, str], room: dict[str, Decimal]) -> bool:
-    return all(room.get(k, Decimal(0)) >= parse(v) for k, v in requests.items())
+    return all(room.get(k, Decimal(0)) >= _amount(v) for k, v in requests.items())
+
+
+def _amount(value: str) -> Decimal:
+    """A request's quantity, as written (the study's validation refused any other)."""
+    amount = parse(value)
+    if amount is None:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return amount
 
 
 def _task_path(study: Study, task: str) -> tuple:
@@ -177,7 +185,7 @@ def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
     for resource, amount in sorted(pod.requests.items(), key=lambda kv: (kv[0] != GPU, kv[0])):
         rooms = [(_allocatable(n).get(resource, Decimal(0)), (n.get("metadata") or {}).get("name", "")) for n in chosen]
         largest, name = max(rooms, key=lambda room: room[0])  # the first node of the most
-        if largest < parse(amount):
+        if largest < _amount(amount):
             field = ".".join(str(p) for p in base) + f".requests.{resource}"
             most = f"the most any has is {shown(largest, resource)}, on {name}" if largest > 0 else "none has any"
             return study.problem(
@@ -195,7 +203,7 @@ def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem |
     the node with the least room for it (best fit), as a bin-packing scheduler would."""
     members = [p for p in pods for _ in range(p.gang)]
     rooms = [(_allocatable(n), (n.get("metadata") or {}).get("labels") or {}) for n in ready]
-    order = sorted(members, key=lambda p: tuple(-parse(p.requests.get(k, "0")) for k in (GPU, "cpu", "memory")))
+    order = sorted(members, key=lambda p: tuple(-_amount(p.requests.get(k, "0")) for k in (GPU, "cpu", "memory")))
     for pod in order:
         fitting = [
             r
@@ -203,8 +211,8 @@ def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem |
             if _fits(pod.requests, r) and all(labels.get(k) == v for k, v in pod.node_selector.items())
         ]
         if not fitting:
-            total = sum(parse(p.requests.get(GPU, "0")) for p in members)
-            gpus = sum(_allocatable(n).get(GPU, Decimal(0)) for n in ready)
+            total = sum((_amount(p.requests.get(GPU, "0")) for p in members), Decimal(0))
+            gpus = sum((_allocatable(n).get(GPU, Decimal(0)) for n in ready), Decimal(0))
             need = f", {shown(total)} {GPU} in all" if total else ""
             where = ("trial", "min_available") if study.trial.min_available else ("trial", "tasks")
             return study.problem(
@@ -215,5 +223,5 @@ def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem |
             )
         room = min(fitting, key=lambda r: r.get(GPU, Decimal(0)))
         for k, v in pod.requests.items():
-            room[k] = room.get(k, Decimal(0)) - parse(v)
+            room[k] = room.get(k, Decimal(0)) - _amount(v)
     return None

@@ -223,7 +223,7 @@ def _exceeds(study: Study, facts: Facts, shapes: list[list[Pod]], index: int, na
     where = _queue_at(study, index)
     for pods in shapes:
         for resource, cap in sorted(capability.items()):
-            need = sum((parse(p.requests.get(resource, "0")) or Decimal(0)) * p.gang for p in pods)
+            need = sum(((parse(p.requests.get(resource, "0")) or Decimal(0)) * p.gang for p in pods), Decimal(0))
             limit = parse(cap)
             if limit is not None and need > limit:
                 return Finding(
