@@ -231,7 +231,8 @@ class Submitter:
         """The shape the cluster's signals count whole gangs of: the study's, or its largest
         trial's when trials differ (packing then decides per trial)."""
         if self._shapes:
-            return list(max(self._shapes.values(), key=lambda s: (sum(s), max(s, default=0), len(s))))
+            largest: tuple[int, ...] = max(self._shapes.values(), key=lambda s: (sum(s), max(s, default=0), len(s)))
+            return list(largest)
         return gang_shape(self.study)
 
     # -- the study record (keeper.py) ------------------------------------------------
@@ -256,7 +257,7 @@ class Submitter:
             self.keeper.change(PLACEMENTS_KEY, placements=self.placer.counts())
         tight = self.progress.api is not None and self.progress.api.tight
 
-        def starts() -> dict:  # batch/v1 Jobs' first pods
+        def starts() -> dict | None:  # batch/v1 Jobs' first pods
             return pod_starts(self.cluster, self.namespace, self.study.name, self._kind, self.signals)
 
         self.keeper.save_summary(force, self.progress.done, tight, self._jobs, starts)
@@ -347,7 +348,7 @@ class Submitter:
         reports every failure per trial instead)."""
         placed = self._placed(names, dry_run)
         submitted: list[str] = []
-        paused: dict[str, ClusterError] = {}
+        paused: dict[str, ClusterError | SpecConflict] = {}
         for name, future in self._sent(names, pool, dry_run, placed):
             try:
                 outcome = future.result()
@@ -368,11 +369,11 @@ class Submitter:
                 self.progress.existing += 1
         gave_up = [e for e in paused.values() if isinstance(e, Unreachable)]
         if gave_up or (paused and not submitted):
-            raise (gave_up or list(paused.values()))[0]
-        for name, exc in paused.items():  # the others went through: say it, once per trial
+            raise gave_up[0] if gave_up else next(iter(paused.values()))
+        for name, error in paused.items():  # the others went through: say it, once per trial
             if name not in self._paused:
                 self._paused.add(name)
-                self.reporter.event(f"trial {name}: not created this cycle ({exc}); trying again")
+                self.reporter.event(f"trial {name}: not created this cycle ({error}); trying again")
         return submitted
 
     def _sent(
@@ -592,6 +593,7 @@ class Submitter:
         unasked = self.search.remaining if self.search is not None and decision.backfill is None else 0
         admit = decision.admit(replace(observed, waiting=len(waiting) + unasked))
         if admit > len(waiting) and unasked:  # a closed-loop search: ask as many as are admitted
+            assert self.searching is not None  # a search has trials to ask for
             waiting = waiting + self.searching.ask(admit - len(waiting))
             admit = min(admit, len(waiting))
         if admit:
@@ -625,6 +627,7 @@ class Submitter:
             and n in self._jobs
             and self._jobs[n]["metadata"].get("uid") not in self._moved
         ]
+        assert self.placer is not None  # queue moves are made only with several queues
         for move in self.placer.to_move(self._jobs, waited):
             job = self._jobs[move.trial]
             name = job["metadata"]["name"]

@@ -113,7 +113,7 @@ class RecordKeeper:
         self.record = replace(self.record, drained=parse_record(cm).drained)
 
     def save_summary(
-        self, force: bool, done: bool, tight: bool, jobs: dict[str, dict], starts: Callable[[], dict]
+        self, force: bool, done: bool, tight: bool, jobs: dict[str, dict], starts: Callable[[], dict | None]
     ) -> None:
         """Keep the study's row (trials by state, attempts, GPU-hours) in its record, so
         `status` shows this study without listing its jobs: when it changed, at most every
@@ -179,13 +179,14 @@ class RecordKeeper:
         self._unsaved.difference_update(patch)
 
     def _summary_due(
-        self, now: float, force: bool, jobs: dict[str, dict], starts: Callable[[], dict]
+        self, now: float, force: bool, jobs: dict[str, dict], starts: Callable[[], dict | None]
     ) -> tuple[tuple[float, dict, float], dict] | None:
         """The summary to write now, if one is due: (what to remember of it, its record keys)."""
         last_time, last_data, cost = self._summary or (float("-inf"), {}, 0.0)
         if not force and now - last_time < max(SUMMARY_EVERY, 20 * cost):
             return None
         at, started = self.wall(), time.perf_counter()
+        assert self.cm is not None  # a summary is saved only into a record that was read
         cm = {**self.cm, "data": {**(self.cm.get("data") or {}), **record_data(self.record)}}
         (row,), _ = build(at, [cm], latest_slim(jobs.values()), starts=starts())
         cost = time.perf_counter() - started

@@ -241,7 +241,7 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
         gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
         api=api_quota_of(record, now),
         started=min((r.created for r in rows if r.created is not None), default=None),
-        finished=max(ended) if all_ended else None,
+        finished=max(e for e in ended if e is not None) if all_ended else None,
         breaker=record.breaker,
         gpu_hours_saved=saved_by_pruning(rows) / 3600,
     )
