@@ -101,7 +101,14 @@ def submit_study(
     throttle = _throttle(study, options, qps, burst, reporter)
     if options.dry_run == "client":
         return Submitter(
-            study, trials, renderer, None, throttle, options, reporter=reporter, manifests=prepared.manifests
+            study,
+            trials,
+            renderer,
+            None,  # type: ignore[arg-type]  # a client dry run never reaches a cluster
+            throttle,
+            options,
+            reporter=reporter,
+            manifests=prepared.manifests,
         ).dry_run()
     cluster = connect(
         connection,

@@ -63,6 +63,7 @@ from stratctl.run.throttle import Throttle
 
 if TYPE_CHECKING:
     from stratctl.backends.kubernetes.capacity import ClusterSignals
+    from stratctl.backends.kubernetes.storage import StorageMirror
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -133,7 +134,7 @@ class Submitter:
         self.options = options
         self.policy = policy or default_policy(study, options)
         self.signals: ClusterSignals | None = None
-        self.storage = None  # a StorageMirror (backends/kubernetes/storage.py) with --storage
+        self.storage: StorageMirror | None = None  # with --storage
         # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
         self.jobs: Mirror | None = None
         # The cluster's Volcano queues, kept by a watch (launch starts it) when the study lists

@@ -308,6 +308,7 @@ class Requeue:
 
     def _give_up(self, action: Action, job: dict | None) -> None:
         """Mark the trial's latest job given up, with why."""
+        assert job is not None  # a trial is given up for what its latest job went through
         self.cluster.patch(
             self.kind,
             job["metadata"]["name"],
@@ -342,7 +343,7 @@ class Requeue:
             return False
         self.reporter.event(f"trial {name}: attempt {action.attempt} resumes from its checkpoint, {action.reason}")
         uid = (job or {}).get("metadata", {}).get("uid")
-        if uid in self._stuck:
+        if uid in self._stuck and job is not None:
             self._ending[uid] = (job["metadata"]["name"], self._stuck.pop(uid))
             self._end_stuck()
         return True
