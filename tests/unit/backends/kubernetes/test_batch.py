@@ -11,8 +11,8 @@ from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD, PODGROUP
 from stratctl.backends.kubernetes.disruptions import Disruptions
 from stratctl.backends.kubernetes.drain import drain
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_of
 from stratctl.backends.kubernetes.jobview import Carried, usage
+from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_of
 from stratctl.backends.kubernetes.requeue import Requeue
 from stratctl.backends.kubernetes.state import TrialState, classify, podgroup_name, preemptions, run_starts, timestamp
 from stratctl.backends.kubernetes.status import _first_trials, collect
