@@ -16,12 +16,12 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/python -m compileall -q stratctl >/dev/null
 	touch $@
 
-## The test command (README, .ci/run): the Debian packages the tests use (promtool, the
-## testbed's Prometheus), the import contract, unit tests, then end-to-end tests on the
-## local testbed (built and started by the session fixture if needed).
-test: venv
+## The test command (README, .ci/run): lint first (seconds: a style or type slip fails
+## before any test runs), the Debian packages the tests use (promtool, the testbed's
+## Prometheus), unit tests, then end-to-end tests on the local testbed (built and started
+## by the session fixture if needed).
+test: lint
 	bash testbed/packages.sh
-	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q tests
 
 unit: venv
@@ -30,7 +30,13 @@ unit: venv
 e2e: venv
 	$(BIN)/python -m pytest -q -m e2e tests/e2e
 
+## Lint: ruff's rules and its formatting (pyproject.toml [tool.ruff]), the types
+## ([tool.mypy]: the package, core/ and run/ strict) and the import contract (.importlinter).
+LINTED := stratctl tests bench dashboards examples testbed templates setup.py
 lint: venv
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 ## The documentation site (mkdocs.yml, docs/): built strictly into site/, so a broken link,
@@ -87,7 +93,7 @@ testbed-apf-off:
 	bash testbed/apf.sh off
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache
 
 ## The local Slurm testbed (testbed/slurm/): munged, slurmctld and four slurmd with four
 ## fake GPUs each, as local processes; the Slurm tests (tests/slurm) bring it up themselves.
