@@ -4,7 +4,10 @@ found on disk, plus the packages pyproject.toml maps from other directories
 
 Everything else is in pyproject.toml. The packages are found here rather than by
 `[tool.setuptools.packages.find]`, which finds packages by directory name only: it would
-drop the two mapped ones, and pyproject.toml's packages override any given here.
+drop the two mapped ones, and pyproject.toml's packages override any given here. (Checked
+against setuptools 84: `packages.find` returns what it finds under `where`, and a
+`package-dir` entry only says where a listed package lives; it adds none. A hand-made
+`packages` list is what once lost stratctl.backends.slurm and .yarn.)
 """
 
 import tomllib
