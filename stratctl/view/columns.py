@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -123,85 +124,129 @@ def why(row: TrialRow) -> str:
     return "; ".join(parts)
 
 
+def _column(
+    key: str,
+    header: str | None = None,
+    numeric: bool = False,
+    cells: Iterable[str] = (),
+    raw: list | None = None,
+    sentence: bool = False,
+    priority: int = 1,
+    csv_key: str = "",
+) -> Column:
+    """A column of `cells`, with their `raw` values for JSON and CSV (none: the cells)."""
+    c = Column(key, header or key.replace("_", " "), numeric, sentence=sentence, priority=priority, csv_key=csv_key)
+    for i, cell in enumerate(cells):
+        c.add(cell, None if raw is None else raw[i])
+    return c
+
+
+def _number(key: str, header: str, values: list) -> Column:
+    return _column(key, header, True, [str(v) for v in values], list(values))
+
+
 def trial_columns(rows: list[TrialRow], now: float, wide: bool = False, study: bool = False) -> list[Column]:
     """The trial table: `wide` adds the index, job, times, preemptions, failed attempts and
     GPU-hours; `study` a column naming each row's study (rows of several studies)."""
-    cols: list[Column] = []
-
-    def column(key, header=None, numeric=False, cells=(), raw=None, sentence=False, priority=1, csv_key=""):
-        c = Column(key, header or key.replace("_", " "), numeric, sentence=sentence, priority=priority, csv_key=csv_key)
-        for i, cell in enumerate(cells):
-            c.add(cell, None if raw is None else raw[i])
-        cols.append(c)
-
+    cols = _trial_names(rows, wide, study)
+    cols += _values(rows, {c.key for c in cols} | {"age", "duration", "exit", "why"})
     if wide:
-        column("index", "#", True, [value(r.index) for r in rows], [r.index for r in rows], priority=0)
+        cols += _trial_accounts(rows)
+    cols += _trial_times(rows, now)
+    if wide:  # a failed row's `why` starts with its exit code
+        cells = [value(r.exit_code) for r in rows]
+        cols.append(_column("exit_code", "exit", True, cells, [r.exit_code for r in rows], priority=6))
+    texts = [why(r) for r in rows]
+    if wide or any(texts):
+        cells = [t or "-" for t in texts]
+        cols.append(_column("why", cells=cells, raw=[t or None for t in texts], sentence=True, priority=2))
+    return cols
+
+
+def _trial_names(rows: list[TrialRow], wide: bool, study: bool) -> list[Column]:
+    """What names each trial: its index (wide), study, name, state, attempt and queue."""
+    cols = []
+    if wide:
+        cols.append(_column("index", "#", True, [value(r.index) for r in rows], [r.index for r in rows], priority=0))
     if study:
-        column("study", cells=[r.study for r in rows], priority=0)
-    column("trial", cells=[r.trial for r in rows], priority=0)
-    column("state", cells=[r.state for r in rows], priority=0)
-    column(
-        "attempt",
-        numeric=True,
-        cells=["-" if r.attempt < 0 else str(r.attempt) for r in rows],
-        raw=[None if r.attempt < 0 else r.attempt for r in rows],
-        priority=5,
+        cols.append(_column("study", cells=[r.study for r in rows], priority=0))
+    cols.append(_column("trial", cells=[r.trial for r in rows], priority=0))
+    cols.append(_column("state", cells=[r.state for r in rows], priority=0))
+    cols.append(
+        _column(
+            "attempt",
+            numeric=True,
+            cells=["-" if r.attempt < 0 else str(r.attempt) for r in rows],
+            raw=[None if r.attempt < 0 else r.attempt for r in rows],
+            priority=5,
+        )
     )
     if len({r.queue for r in rows if r.queue}) > 1:  # trials spread over several queues (queue fallback)
-        column("queue", cells=[r.queue or "-" for r in rows], raw=[r.queue or None for r in rows], priority=5)
-    taken = {c.key for c in cols} | {"age", "duration", "exit", "why"}
+        cells = [r.queue or "-" for r in rows]
+        cols.append(_column("queue", cells=cells, raw=[r.queue or None for r in rows], priority=5))
+    return cols
+
+
+def _values(rows: list[TrialRow], taken: set[str]) -> list[Column]:
+    """A column per parameter, then per result, named apart from the keys `taken`."""
+    cols = []
     for prefix, name_of in (("param", lambda r: r.params), ("result", lambda r: r.result)):
         for name in _names([name_of(r) for r in rows]):
             values = [(name_of(r) or {}).get(name) for r in rows]
             key = _free(name, taken, prefix)
             taken.add(key)
-            column(key, key, all(_is_number(v) for v in values if v is not None), [value(v) for v in values], values)
-    if wide:
-        column("job", cells=[r.job or "-" for r in rows])
-        column("preemptions", numeric=True, cells=[str(r.preemptions) for r in rows], raw=[r.preemptions for r in rows])
-        column("failed_attempts", "failed attempts", True, [str(r.failures) for r in rows], [r.failures for r in rows])
-        column(
+            numeric = all(_is_number(v) for v in values if v is not None)
+            cols.append(_column(key, key, numeric, [value(v) for v in values], values))
+    return cols
+
+
+def _trial_accounts(rows: list[TrialRow]) -> list[Column]:
+    """The wide table's job, preemptions, failed attempts, GPU-hours and times."""
+    cols = [
+        _column("job", cells=[r.job or "-" for r in rows]),
+        _column(
+            "preemptions", numeric=True, cells=[str(r.preemptions) for r in rows], raw=[r.preemptions for r in rows]
+        ),
+        _column(
+            "failed_attempts", "failed attempts", True, [str(r.failures) for r in rows], [r.failures for r in rows]
+        ),
+        _column(
             "gpu_hours",
             "GPU-h",
             True,
             [f"{r.gpu_seconds / 3600:.2f}" for r in rows],
             [r.gpu_seconds / 3600 for r in rows],
-        )
-        for key, at in (
-            ("created", lambda r: r.created),
-            ("start", lambda r: r.started),
-            ("finish", lambda r: r.finished),
-        ):
-            column(key, cells=[rfc3339(at(r)) or "-" for r in rows], raw=[rfc3339(at(r)) for r in rows])
-    column(
-        "age",
-        numeric=True,
-        cells=[duration(now - r.created) if r.created else "-" for r in rows],
-        raw=[None if not r.created else round(now - r.created, 3) for r in rows],
-        priority=4,
-        csv_key="age_seconds",
-    )
-    column(
-        "duration",
-        numeric=True,
-        cells=[duration(run_time(r, now)) for r in rows],
-        raw=[None if (t := run_time(r, now)) is None else round(t, 3) for r in rows],
-        priority=3,
-        csv_key="duration_seconds",
-    )
-    if wide:  # a failed row's `why` starts with its exit code
-        column(
-            "exit_code",
-            "exit",
-            numeric=True,
-            cells=[value(r.exit_code) for r in rows],
-            raw=[r.exit_code for r in rows],
-            priority=6,
-        )
-    texts = [why(r) for r in rows]
-    if wide or any(texts):
-        column("why", cells=[t or "-" for t in texts], raw=[t or None for t in texts], sentence=True, priority=2)
+        ),
+    ]
+    for key, at in (
+        ("created", lambda r: r.created),
+        ("start", lambda r: r.started),
+        ("finish", lambda r: r.finished),
+    ):
+        cols.append(_column(key, cells=[rfc3339(at(r)) or "-" for r in rows], raw=[rfc3339(at(r)) for r in rows]))
     return cols
+
+
+def _trial_times(rows: list[TrialRow], now: float) -> list[Column]:
+    """How long ago each trial was created, and how long it has run."""
+    return [
+        _column(
+            "age",
+            numeric=True,
+            cells=[duration(now - r.created) if r.created else "-" for r in rows],
+            raw=[None if not r.created else round(now - r.created, 3) for r in rows],
+            priority=4,
+            csv_key="age_seconds",
+        ),
+        _column(
+            "duration",
+            numeric=True,
+            cells=[duration(run_time(r, now)) for r in rows],
+            raw=[None if (t := run_time(r, now)) is None else round(t, 3) for r in rows],
+            priority=3,
+            csv_key="duration_seconds",
+        ),
+    ]
 
 
 # ------------------------------------------------------------------ studies
@@ -239,20 +284,10 @@ def study_columns(
     target, GPU-hours; `wide` adds attempts, failed attempts, preemptions, GPU-hours lost
     and age. `namespaces` (one per row) adds that column."""
     cols: list[Column] = []
-
-    def column(key, header, numeric, cells, raw=None, priority=1):
-        c = Column(key, header, numeric, priority=priority)
-        for i, cell in enumerate(cells):
-            c.add(cell, None if raw is None else raw[i])
-        cols.append(c)
-
-    def number(key, header, values):
-        column(key, header, True, [str(v) for v in values], list(values))
-
     if namespaces is not None:
-        column("namespace", "namespace", False, namespaces, priority=0)
-    column("study", "study", False, [r.study for r in rows], priority=0)
-    number("trials", "trials", [r.trials for r in rows])
+        cols.append(_column("namespace", "namespace", False, namespaces, priority=0))
+    cols.append(_column("study", "study", False, [r.study for r in rows], priority=0))
+    cols.append(_number("trials", "trials", [r.trials for r in rows]))
     if states_in_words:
         words = Column("states", "by state", sentence=True, priority=1)
         for r in rows:
@@ -260,44 +295,36 @@ def study_columns(
         cols.append(words)
     for state in ORDER if not states_in_words else ():
         if wide or any(r.states.get(state) for r in rows):
-            number(state, state, [r.states.get(state, 0) for r in rows])
-    number("in_flight", "in flight", [r.in_flight for r in rows])
-    column(
-        "target",
-        "target",
-        True,
-        ["-" if r.done or r.target is None else str(r.target) for r in rows],
-        [None if r.done else r.target for r in rows],
-    )
+            cols.append(_number(state, state, [r.states.get(state, 0) for r in rows]))
+    cols.append(_number("in_flight", "in flight", [r.in_flight for r in rows]))
+    cells = ["-" if r.done or r.target is None else str(r.target) for r in rows]
+    cols.append(_column("target", "target", True, cells, [None if r.done else r.target for r in rows]))
     if wide:
-        number("attempts", "attempts", [r.attempts for r in rows])
-        number("failed_attempts", "failed attempts", [r.failures for r in rows])
-        number("preemptions", "preemptions", [r.preemptions for r in rows])
-    column("gpu_hours", "GPU-h", True, [f"{r.gpu_hours:.2f}" for r in rows], [r.gpu_hours for r in rows])
+        cols.append(_number("attempts", "attempts", [r.attempts for r in rows]))
+        cols.append(_number("failed_attempts", "failed attempts", [r.failures for r in rows]))
+        cols.append(_number("preemptions", "preemptions", [r.preemptions for r in rows]))
+    cols.append(_column("gpu_hours", "GPU-h", True, [f"{r.gpu_hours:.2f}" for r in rows], [r.gpu_hours for r in rows]))
     if wide or any(r.states.get("pruned") for r in rows):
-        column(
-            "gpu_hours_saved",
-            "GPU-h saved",
-            True,
-            [f"{r.gpu_hours_saved:.2f}" for r in rows],
-            [r.gpu_hours_saved for r in rows],
-        )
+        saved = [r.gpu_hours_saved for r in rows]
+        cols.append(_column("gpu_hours_saved", "GPU-h saved", True, [f"{h:.2f}" for h in saved], saved))
     if wide:
-        column(
-            "gpu_hours_lost",
-            "GPU-h lost",
-            True,
-            [f"{r.gpu_hours_lost:.2f}" for r in rows],
-            [r.gpu_hours_lost for r in rows],
-        )
-        column(
+        cols += _study_wide(rows, now)
+    return cols
+
+
+def _study_wide(rows: list[StudyRow], now: float) -> list[Column]:
+    """The wide table's GPU-hours lost, age and flags of each study."""
+    lost = [r.gpu_hours_lost for r in rows]
+    return [
+        _column("gpu_hours_lost", "GPU-h lost", True, [f"{h:.2f}" for h in lost], lost),
+        _column(
             "age",
             "age",
             True,
             [duration(now - r.started) if r.started else "-" for r in rows],
             [None if not r.started else round(now - r.started, 3) for r in rows],
-        )
-        column(
+        ),
+        _column(
             "flags",
             "flags",
             False,
@@ -314,8 +341,8 @@ def study_columns(
                 or "-"
                 for r in rows
             ],
-        )
-    return cols
+        ),
+    ]
 
 
 def note_column(rows: list[StudyRow], now: float) -> Column:
