@@ -161,25 +161,41 @@ def _least(*bounds: int | None) -> int | None:
 
 
 def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
+    """The first that applies: a reason to hold (drained, etcd, the API quota, a gang of
+    higher priority), a persistent congestion, else whether the target may grow."""
+    return (
+        _holding(observed, config, state, now)
+        or _congestion(observed, config, state, now)
+        or _growth(observed, config, replace(state, congested_since=None), now)
+    )
+
+
+def _decrease(
+    why: str, hold: bool, observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float
+) -> tuple[Decision, PolicyState]:
+    """Back off multiplicatively, once per cooldown."""
+    target = state.target
+    if now - state.last_decrease < config.cooldown:  # one decrease per cooldown: a burst of bad news halves once
+        return Decision(target, hold, f"{why}; already backed off {now - state.last_decrease:.0f}s ago"), state
+    # halve what is really in flight, not a target the study never reached
+    base = min(target, max(observed.in_flight, 1))
+    new = _bounded(math.floor(base * config.decrease), config)
+    return Decision(new, hold, f"{why}: target {target} → {new}"), replace(
+        state, target=new, last_decrease=now, congested_since=None
+    )
+
+
+def _holding(
+    observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float
+) -> tuple[Decision, PolicyState] | None:
+    """Hold new trials: the study is drained, etcd is slow (and back off), the API quota
+    accepts nothing, or a gang of higher priority waits (backfilling before it can start)."""
     target = state.target
     if observed.drained:
         return Decision(target, True, observed.drained_by or "study drained"), state
-    cooling = now - state.last_decrease < config.cooldown
-
-    def decrease(why: str) -> tuple[Decision, PolicyState]:
-        if cooling:  # one decrease per cooldown: a burst of bad news halves once
-            return Decision(target, hold, f"{why}; already backed off {now - state.last_decrease:.0f}s ago"), state
-        # halve what is really in flight, not a target the study never reached
-        base = min(target, max(observed.in_flight, 1))
-        new = _bounded(math.floor(base * config.decrease), config)
-        return Decision(new, hold, f"{why}: target {target} → {new}"), replace(
-            state, target=new, last_decrease=now, congested_since=None
-        )
-
-    hold = False
     if observed.etcd_p99 is not None and observed.etcd_p99 > config.etcd_high:
-        hold = True
-        return decrease(f"etcd p99 {observed.etcd_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms")
+        why = f"etcd p99 {observed.etcd_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms"
+        return _decrease(why, True, observed, config, state, now)
     if observed.api_stalled >= config.api_stall:
         return Decision(
             target,
@@ -197,27 +213,39 @@ def _rule(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: f
                 backfill=window,
             ), state
         return Decision(target, True, why), state
+    return None
+
+
+def _congestion(
+    observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float
+) -> tuple[Decision, PolicyState] | None:
+    """A slow scheduler or stuck gangs: watched, and backed off from once they persist."""
     scheduler = observed.scheduling_latency_p90
     behind = scheduler is not None and scheduler > config.scheduling_high
     stuck = observed.stuck > config.pending_high
-    if behind or stuck:
-        # a slow scheduler and stuck gangs count only when they persist: one slow cycle or
-        # one gang the scheduler has not reached yet is noise, not congestion
-        since = now if state.congested_since is None else state.congested_since
-        state = replace(state, congested_since=since)
-        if now - since >= config.persist:
-            if behind and scheduler is not None:
-                return decrease(
-                    f"Volcano scheduling latency p90 {scheduler * 1000:.0f}ms above "
-                    f"{config.scheduling_high * 1000:.0f}ms"
-                )
-            return decrease(f"{observed.stuck} gangs pending (more than {config.pending_high})")
-        signal = "scheduling latency" if behind else "pending gangs"
-        return Decision(target, False, f"congestion signal ({signal}), watching"), state
-    state = replace(state, congested_since=None)
+    if not (behind or stuck):
+        return None
+    # a slow scheduler and stuck gangs count only when they persist: one slow cycle or
+    # one gang the scheduler has not reached yet is noise, not congestion
+    since = now if state.congested_since is None else state.congested_since
+    state = replace(state, congested_since=since)
+    if now - since >= config.persist:
+        if behind and scheduler is not None:
+            why = f"Volcano scheduling latency p90 {scheduler * 1000:.0f}ms above {config.scheduling_high * 1000:.0f}ms"
+            return _decrease(why, False, observed, config, state, now)
+        why = f"{observed.stuck} gangs pending (more than {config.pending_high})"
+        return _decrease(why, False, observed, config, state, now)
+    signal = "scheduling latency" if behind else "pending gangs"
+    return Decision(state.target, False, f"congestion signal ({signal}), watching"), state
+
+
+def _growth(observed: Observed, config: AdaptiveConfig, state: PolicyState, now: float) -> tuple[Decision, PolicyState]:
+    """Grow the target by the gangs that fit in free GPUs (at most doubling per step), or
+    say why it is kept."""
+    target = state.target
     if observed.pending > config.queue_ahead:
         return Decision(target, False, f"{observed.pending} gang(s) pending: keeping target {target}"), state
-    if cooling:
+    if now - state.last_decrease < config.cooldown:
         return Decision(target, False, f"cooling down after a decrease: keeping target {target}"), state
     fits = observed.gangs_fit
     if fits is None:
