@@ -312,49 +312,55 @@ class Throttle:
         Permanent errors (4xx other than 429) propagate at once; after `max_attempts`
         the last transient error propagates as it was.
         """
-
-        def admitted() -> T:
-            seat = self.writes if mutating and self.throttled() else None
-            if seat is not None:
-                seat.acquire()
-            try:
-                self.window.acquire()
-                try:
-                    # the token last, once the slot is ours: only requests about to go hold
-                    # one, so tokens reserved while the rate was cut do not pile up into a
-                    # debt that outlives the cut (16 waiting creates at 0.5/s: 32 s); its
-                    # wait includes any pause begun meanwhile
-                    self.bucket.acquire()
-                    started = self._clock()
-                    try:
-                        result = fn()
-                    except Throttled as exc:
-                        self._refused(exc)
-                        raise
-                    except Unavailable:
-                        raise
-                    except ClusterError:
-                        self._answered(self._clock() - started, mutating)  # the server answered: a 4xx
-                        raise
-                    self._answered(self._clock() - started, mutating)
-                    return result
-                finally:
-                    self.window.release()
-            finally:
-                if seat is not None:
-                    seat.release()
-
         try:  # most requests go through at once: no retry machinery for them
-            return admitted()
+            return self._admitted(fn, mutating)
         except (Throttled, Unavailable) as exc:
-            failed: BaseException | None = exc
+            failed: BaseException = exc
+        return self._retried(fn, mutating, failed)
+
+    def _admitted(self, fn: Callable[[], T], mutating: bool) -> T:
+        """One attempt of `fn`: the write seat (a write while throttled), a slot, a token,
+        then the request, its answer or refusal told to the pace."""
+        seat = self.writes if mutating and self.throttled() else None
+        if seat is not None:
+            seat.acquire()
+        try:
+            self.window.acquire()
+            try:
+                # the token last, once the slot is ours: only requests about to go hold
+                # one, so tokens reserved while the rate was cut do not pile up into a
+                # debt that outlives the cut (16 waiting creates at 0.5/s: 32 s); its
+                # wait includes any pause begun meanwhile
+                self.bucket.acquire()
+                started = self._clock()
+                try:
+                    result = fn()
+                except Throttled as exc:
+                    self._refused(exc)
+                    raise
+                except Unavailable:
+                    raise
+                except ClusterError:
+                    self._answered(self._clock() - started, mutating)  # the server answered: a 4xx
+                    raise
+                self._answered(self._clock() - started, mutating)
+                return result
+            finally:
+                self.window.release()
+        finally:
+            if seat is not None:
+                seat.release()
+
+    def _retried(self, fn: Callable[[], T], mutating: bool, failed: BaseException | None) -> T:
+        """The attempts after the first one `failed`: backed off, until the bound (refused)
+        or `max_attempts` (transient failures)."""
 
         def again() -> T:  # the first attempt's failure, then the attempts that follow it
             nonlocal failed
             if failed is not None:
                 error, failed = failed, None
                 raise error
-            return admitted()
+            return self._admitted(fn, mutating)
 
         import tenacity  # loaded by the first request that fails, not by every command's start-up
 
