@@ -17,10 +17,10 @@ $(VENV)/.installed: pyproject.toml setup.py
 	touch $@
 
 ## The test command (README, .ci/run): lint first (seconds: a style or type slip fails
-## before any test runs), the Debian packages the tests use (promtool, the testbed's
-## Prometheus), unit tests, then end-to-end tests on the local testbed (built and started
-## by the session fixture if needed).
-test: lint
+## before any test runs), the documentation site built strictly, the Debian packages the
+## tests use (promtool, the testbed's Prometheus), unit tests, then end-to-end tests on the
+## local testbed (built and started by the session fixture if needed).
+test: lint docs
 	bash testbed/packages.sh
 	$(BIN)/python -m pytest -q tests
 
