@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 
+from stratctl.attempt import Attempt
 from stratctl.backends.base import Scheduler
-from stratctl.core.space import attempt_name, expand
+from stratctl.core.space import Trial, attempt_name, expand
 from stratctl.core.spec import Study
 from stratctl.run.attemptloop import gangs, given_up_of, limits_of, trial_state
 from stratctl.run.recovery import limit_of
@@ -16,6 +17,7 @@ from stratctl.trialstate import TrialState
 
 
 def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Snapshot:
+    """The study's rows as the scheduler's latest attempts of its trials tell them."""
     now = time.time() if now is None else now
     seen = scheduler.attempts()
     given_up = given_up_of(scheduler)
@@ -24,49 +26,63 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
     gpus_of = {name: sum(gang) for name, gang in gangs(study, trials).items()}  # each trial's, all its tasks
     rows = []
     for trial in trials:
-        gpus = gpus_of[trial.name]
         attempt = seen.get(trial.name)
         state = trial_state(attempt, limits, trial.name in given_up) if attempt else TrialState.WAITING
-        failed_why = attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else ""
-        # the attempt a give-up for preemptions ended (Slurm's cancel): not a failure, nor its reason
-        ended_by_give_up = limit_of(given_up.get(trial.name, "")) == "preemptions"
-        if ended_by_give_up:
-            failed_why = ""
-        number = attempt.attempt if attempt else 0
-        ran = attempt.run_seconds(now) + attempt.earlier_seconds if attempt else 0.0
-        rows.append(
-            TrialRow(
-                study=study.name,
-                trial=trial.name,
-                state=state.value,
-                attempt=number,
-                params=dict(trial.params),
-                job=attempt_name(trial, number),
-                phase=attempt.native_state if attempt else "",
-                pending=attempt.reason if attempt and state is TrialState.PENDING else "",
-                result=scheduler.result(trial.name),
-                preemptions=attempt.preemptions if attempt else 0,
-                failures=attempt.failures + (attempt.state is TrialState.FAILED and not ended_by_give_up)
-                if attempt
-                else 0,
-                index=trial.index,
-                exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
-                # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)
-                # and why it was given up, as on Kubernetes
-                reason="; ".join(filter(None, [failed_why, given_up.get(trial.name, "")]))
-                if state is TrialState.FAILED
-                else "",
-                queue=scheduler.queue,
-                gpu_seconds=ran * gpus,
-                gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,
-                started=attempt.started if attempt else None,
-                finished=attempt.ended if attempt else None,
-            )
-        )
+        why = given_up.get(trial.name, "")
+        rows.append(_trial_row(study, trial, attempt, state, why, gpus_of[trial.name], scheduler, now))
+    return Snapshot(scheduler.where, now, [_study_row(study, rows)], rows)
+
+
+def _trial_row(
+    study: Study,
+    trial: Trial,
+    attempt: Attempt | None,
+    state: TrialState,
+    given_up: str,
+    gpus: int,
+    scheduler: Scheduler,
+    now: float,
+) -> TrialRow:
+    """A trial's row from its latest attempt (None: not submitted yet); `given_up`: why the
+    trial was given up, if it was."""
+    failed_why = attempt.reason if attempt and state is TrialState.FAILED and not attempt.exit_code else ""
+    # the attempt a give-up for preemptions ended (Slurm's cancel): not a failure, nor its reason
+    ended_by_give_up = limit_of(given_up) == "preemptions"
+    if ended_by_give_up:
+        failed_why = ""
+    number = attempt.attempt if attempt else 0
+    ran = attempt.run_seconds(now) + attempt.earlier_seconds if attempt else 0.0
+    return TrialRow(
+        study=study.name,
+        trial=trial.name,
+        state=state.value,
+        attempt=number,
+        params=dict(trial.params),
+        job=attempt_name(trial, number),
+        phase=attempt.native_state if attempt else "",
+        pending=attempt.reason if attempt and state is TrialState.PENDING else "",
+        result=scheduler.result(trial.name),
+        preemptions=attempt.preemptions if attempt else 0,
+        failures=attempt.failures + (attempt.state is TrialState.FAILED and not ended_by_give_up) if attempt else 0,
+        index=trial.index,
+        exit_code=attempt.exit_code if attempt and attempt.exit_code else None,
+        # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)
+        # and why it was given up, as on Kubernetes
+        reason="; ".join(filter(None, [failed_why, given_up])) if state is TrialState.FAILED else "",
+        queue=scheduler.queue,
+        gpu_seconds=ran * gpus,
+        gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,
+        started=attempt.started if attempt else None,
+        finished=attempt.ended if attempt else None,
+    )
+
+
+def _study_row(study: Study, rows: list[TrialRow]) -> StudyRow:
+    """The study's figures, counted from its trial rows."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
-    studied = StudyRow(
+    return StudyRow(
         study=study.name,
         critical=study.critical,
         drained=counts.get(TrialState.SUSPENDED.value, 0) > 0,
@@ -81,4 +97,3 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
         gpu_hours_lost=sum(r.gpu_seconds_lost for r in rows) / 3600,
         failures=sum(r.failures for r in rows),
     )
-    return Snapshot(scheduler.where, now, [studied], rows)
