@@ -27,8 +27,8 @@ from jinja2 import FileSystemLoader
 
 from stratctl import rendezvous
 from stratctl.core import sandbox
-from stratctl.core.spec import Study
-from stratctl.core.task import tasks_of
+from stratctl.core.spec import Slurm, Study
+from stratctl.core.task import Task, tasks_of
 
 TEMPLATE = "slurm-job.sh.j2"
 COMMENT_PREFIX = "stratctl:"  # the comment of every job stratctl submits: stratctl:<study>/<trial>/<attempt>/<hash>
@@ -77,34 +77,14 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
     first = tasks[0]
     name, trial, attempt = first.name, first.trial, first.attempt
     comment = comment_of(study.name, trial, attempt, first.spec_hash)
-    slurm = study.slurm
-    output = str(Path(slurm.output_dir) / study.name / trial)
+    output = str(Path(study.slurm.output_dir) / study.name / trial)
     options: list[str] = []
     for i, task in enumerate(tasks):
         if i:
             options.append("hetjob")  # the next component: Slurm starts them all together or none
-        options += [f"--job-name={name}", f"--comment={comment}"] if i == 0 else []
-        options += [f"--ntasks={task.replicas}", f"--time={slurm.minutes}"]
-        options += [f"--output={output}/{name}-%j.log", "--requeue"] if i == 0 else ["--requeue"]
-        options += [
-            f"--{key}={value}"
-            for key, value in (
-                ("partition", slurm.partition),
-                ("account", slurm.account),
-                ("qos", slurm.qos),
-                ("constraint", slurm.constraint),
-            )
-            if value
-        ]
-        if task.gpus:
-            options.append(
-                f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}{task.gpus}"
-            )
-        if task.cpus:
-            options.append(f"--cpus-per-task={task.cpus}")
-        if task.memory:
-            options.append(f"--mem-per-cpu={math.ceil(task.memory / (task.cpus or 1) / 2**20)}M")
-        options += slurm.extra
+            options += _component(study.slurm, task, [])
+        else:
+            options += _component(study.slurm, task, [f"--job-name={name}", f"--comment={comment}"], output)
     shared = [pair for pair in first.env if all(pair in task.env for task in tasks[1:])]
     env = [(key, shlex.quote(value)) for key, value in shared]
     steps = [
@@ -138,3 +118,29 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
         tasks=sum(t.replicas for t in tasks),
         gpus=sum(t.gpus * t.replicas for t in tasks),
     )
+
+
+def _component(slurm: Slurm, task: Task, first: list[str], output: str | None = None) -> list[str]:
+    """The #SBATCH options of one component (task) of the job: `first` and the log file
+    `output` directory for the first component only."""
+    options = list(first)
+    options += [f"--ntasks={task.replicas}", f"--time={slurm.minutes}"]
+    options += [f"--output={output}/{task.name}-%j.log", "--requeue"] if output is not None else ["--requeue"]
+    options += [
+        f"--{key}={value}"
+        for key, value in (
+            ("partition", slurm.partition),
+            ("account", slurm.account),
+            ("qos", slurm.qos),
+            ("constraint", slurm.constraint),
+        )
+        if value
+    ]
+    if task.gpus:
+        options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}{task.gpus}")
+    if task.cpus:
+        options.append(f"--cpus-per-task={task.cpus}")
+    if task.memory:
+        options.append(f"--mem-per-cpu={math.ceil(task.memory / (task.cpus or 1) / 2**20)}M")
+    options += slurm.extra
+    return options
