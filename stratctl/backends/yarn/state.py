@@ -96,6 +96,21 @@ def of_app(app: dict, study: str, marks: dict[int, str] | None = None) -> Attemp
         )
     if state == "RUNNING":
         return Attempt(trial, number, TrialState.RUNNING, started=started, **common)
+    return _ended(app, trial, number, state, diagnostics, mark, started, common)
+
+
+def _ended(
+    app: dict,
+    trial: str,
+    number: int,
+    state: str,
+    diagnostics: str,
+    mark: str | None,
+    started: float | None,
+    common: dict[str, Any],
+) -> Attempt:
+    """The attempt an ended application stands for: succeeded, preempted, refused (told as
+    preempted), failed, or drained by stratctl (`mark`)."""
     # drained (or drained and resumed: its next attempt sent) when the drain's kill ended it;
     # one that ended otherwise before the kill came keeps its own ending
     how = outcome(app, drained=mark is not None and state == "KILLED")
