@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,16 +75,9 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
         raise ValueError(f"step must be a whole number of 0 or more (got {step!r})")
     if not values:
         raise ValueError("report() needs at least one value, e.g. report(3, loss=0.41)")
-    numbers = {name: _number(name, value) for name, value in values.items()}
-    if not all(math.isfinite(v) for v in numbers.values()):  # a diverging run: not a reason to stop it here
-        _once(
-            "not finite",
-            f"stratctl.trial.report: step {step}: values that are not finite numbers are left "
-            f"out ({', '.join(k for k, v in numbers.items() if not math.isfinite(v))})",
-        )
-        numbers = {k: v for k, v in numbers.items() if math.isfinite(v)}
-        if not numbers:
-            return False
+    numbers = _finite(step, {name: _number(name, value) for name, value in values.items()})
+    if not numbers:
+        return False
     env = os.environ
     where = backend(env)
     if where == "kubernetes":
@@ -103,29 +97,48 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
             f"stratctl.trial.report: the pruner does not run on {_NAMES[where]}; "
             f"values kept in {REPORT_FILE} in the trial's output directory",
         )
-        line = (
-            json.dumps(
-                {
-                    "attempt": _whole(env.get(labels.ENV_ATTEMPT)),
-                    "rank": _whole(env.get(rendezvous.NODE_RANK)),
-                    "step": step,
-                    "values": numbers,
-                },
-                separators=(",", ":"),
-            )
-            + "\n"
-        )
-        directory = Path(checkpoint.START, env[OUTPUT_DIR])
-        directory.mkdir(parents=True, exist_ok=True)
-        # one write of one line to a file opened for appending: the ranks' lines do not interleave
-        fd = os.open(directory / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+        _append(env, step, numbers)
         return False
     _once("local", "stratctl.trial.report: not in a trial; values not sent")
     return False
+
+
+def _finite(step: int, numbers: dict[str, float]) -> dict[str, float]:
+    """The finite values of `numbers`; the others are left out, and stderr says so once (a
+    diverging run: not a reason to stop it here)."""
+    if all(math.isfinite(v) for v in numbers.values()):
+        return numbers
+    _once(
+        "not finite",
+        f"stratctl.trial.report: step {step}: values that are not finite numbers are left "
+        f"out ({', '.join(k for k, v in numbers.items() if not math.isfinite(v))})",
+    )
+    return {k: v for k, v in numbers.items() if math.isfinite(v)}
+
+
+def _append(env: Mapping[str, str], step: int, numbers: dict[str, float]) -> None:
+    """Append the values of `step` as one line of `report.jsonl` in the trial's output
+    directory (Slurm, YARN)."""
+    line = (
+        json.dumps(
+            {
+                "attempt": _whole(env.get(labels.ENV_ATTEMPT)),
+                "rank": _whole(env.get(rendezvous.NODE_RANK)),
+                "step": step,
+                "values": numbers,
+            },
+            separators=(",", ":"),
+        )
+        + "\n"
+    )
+    directory = Path(checkpoint.START, env[OUTPUT_DIR])
+    directory.mkdir(parents=True, exist_ok=True)
+    # one write of one line to a file opened for appending: the ranks' lines do not interleave
+    fd = os.open(directory / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def _plain(value: Any) -> Any:
