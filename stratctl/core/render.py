@@ -18,8 +18,7 @@ import json
 import marshal
 import re
 import secrets
-from collections.abc import Iterable, Iterator
-from decimal import Decimal
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,13 @@ from jinja2 import FileSystemLoader, Template, TemplateNotFound, TemplateSyntaxE
 from jinja2.exceptions import TemplateError
 
 from stratctl import labels
-from stratctl.core import kube_rendezvous, sandbox, shape
+from stratctl.core import kube_rendezvous, sandbox, shape, tree
 from stratctl.core.digest import canonical, digest, hash_text
 from stratctl.core.model import parse_duration
-from stratctl.core.quantity import format_quantity, parse
 from stratctl.core.space import Trial, attempt_name, bulk, expand
 from stratctl.core.spec import Study, load_study
+from stratctl.core.variables import min_resources as min_resources
+from stratctl.core.variables import study_context
 from stratctl.errors import Problem, StudyError
 
 _YamlLoader: type[Any]
@@ -71,7 +71,7 @@ def validate(path: str | Path) -> tuple[Study, list[Trial]]:
 def spec_hash(manifests: list[dict[str, Any]]) -> str:
     """Stable short hash of manifests, ignoring the spec-hash labels themselves (and the shard
     labels, which are set after it)."""
-    return digest(_without_hash(manifests))
+    return digest(tree.without_hash(manifests))
 
 
 class Renderer:
@@ -94,7 +94,7 @@ class Renderer:
         # trial shapes that vary (templated replicas or GPUs): one renderer per distinct shape
         self._shape_fields = shape.fields(study)
         self._by_shape: dict[tuple[str, ...], Renderer] = {}
-        self._study_context = {} if self._shape_fields else _study_context(study)
+        self._study_context = {} if self._shape_fields else study_context(study)
         # only a duration the study states is an estimate worth planning with, not the default
         self._stamps_expected = "expected_duration" in study.cost.model_fields_set
         self._nonce = secrets.token_hex(4)
@@ -118,17 +118,17 @@ class Renderer:
         if self._compiled is not None:
             return self._fill(ctx)
         docs = self._parse(self._run(self.template, {**self._study_context, **ctx}))
-        for path, template in _find_holes(docs, self._string):
-            _set(docs, path, self._run(template, ctx))
+        for path, template in tree.find_holes(docs, self._string):
+            tree.set_leaf(docs, path, self._run(template, ctx))
         layout = self._contract(docs)
         values = self._stamp_values(ctx)
         if layout is not None:
             values.update(layout.values(layout.job))
         self._stamp(docs, values, layout)
         spec_digest = digest(docs)
-        for labels_map in _label_maps(docs):
+        for labels_map in tree.label_maps(docs):
             labels_map[labels.SPEC_HASH] = spec_digest
-        return _sharded(docs, ctx["trial"])
+        return tree.sharded(docs, ctx["trial"])
 
     def shape(self, trial: Trial) -> tuple[int, ...]:
         """GPUs of each pod of the trial's gang (what free GPUs must hold for it to start)."""
@@ -193,7 +193,7 @@ class Renderer:
             values.update(self._layout.values(ctx["job"]))
         assert self._compiled is not None  # the fast path runs only with a skeleton
         fragments, skeleton, slots = self._compiled
-        encoded = {k: _encode(v) for k, v in values.items()}
+        encoded = {k: tree.encode(v) for k, v in values.items()}
         parts = fragments.copy()
         parts[1::2] = [encoded[k] for k in self._keys_without]
         values["spec_hash"] = hash_text("".join(parts))
@@ -204,7 +204,7 @@ class Renderer:
                 node = node[step]
             for key, name in assignments:
                 node[key] = values[name]
-        return _sharded(docs, ctx["trial"])
+        return tree.sharded(docs, ctx["trial"])
 
     # ------------------------------------------------------------ templates
 
@@ -310,7 +310,7 @@ class Renderer:
         self._natives: list[str] = []
         self._param_natives: list[str] = []
         self._holes: list[tuple[str, Template | _Interpolation]] = []
-        for path, value in list(_leaves(docs, ())):
+        for path, value in list(tree.leaves(docs, ())):
             if not isinstance(value, str):
                 continue
             if value.startswith(token) and value.endswith("@@") and value.count(token) == 1:
@@ -321,8 +321,8 @@ class Renderer:
             elif sandbox.is_template(value):
                 key = f"hole{len(self._holes)}"
                 self._holes.append((key, self._string(value)))
-                _set(docs, path, mark(key))
-        if any(isinstance(k, str) and token in k for d in docs for k in _keys(d)):
+                tree.set_leaf(docs, path, mark(key))
+        if any(isinstance(k, str) and token in k for d in docs for k in tree.all_keys(d)):
             return
         self._natives = sorted(set(self._natives))
         self._param_natives = sorted(set(self._param_natives))
@@ -334,7 +334,7 @@ class Renderer:
             return
         self._layout = layout
         self._stamp(docs, {k: mark(k) for k in (*_STAMPED, *(layout.keys() if layout else ()))}, layout)
-        for labels_map in _label_maps(docs):
+        for labels_map in tree.label_maps(docs):
             labels_map[labels.SPEC_HASH] = mark("spec_hash")
         pattern = re.compile(r'"(' + re.escape(token) + r'[A-Za-z0-9_.]+@@)"')
 
@@ -342,10 +342,10 @@ class Renderer:
             parts = pattern.split(text)
             return parts, [p[len(token) : -2] for p in parts[1::2]]
 
-        fragments, self._keys_without = split(canonical(_without_hash(docs)))
+        fragments, self._keys_without = split(canonical(tree.without_hash(docs)))
         # Where each placeholder sits, grouped by the dict or list that holds it.
         slots: dict[tuple[Any, ...], list[tuple[Any, str]]] = {}
-        for path, value in _leaves(docs, ()):
+        for path, value in tree.leaves(docs, ()):
             if isinstance(value, str) and value.startswith(token):
                 slots.setdefault(path[:-1], []).append((path[-1], value[len(token) : -2]))
         self._compiled = (fragments, marshal.dumps(docs), list(slots.items()))
@@ -442,7 +442,7 @@ class Renderer:
         if self.study.pruner is not None:  # where `stratctl report` writes the trial's intermediate values
             env.append({"name": labels.ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         ours = {e["name"] for e in env}
-        pods = _pods(docs)
+        pods = tree.pods(docs)
         for meta_ in [d.setdefault("metadata", {}) for d in docs] + [p.setdefault("metadata", {}) for p in pods]:
             meta_["labels"] = {**(meta_.get("labels") or {}), **stamp_labels}
             meta_["annotations"] = {**(meta_.get("annotations") or {}), **stamp_annotations}
@@ -506,174 +506,12 @@ class _Interpolation:
         return "".join(out)
 
 
-def _study_context(study: Study) -> dict[str, Any]:
-    t = study.trial
-    tasks = []
-    for task in t.tasks:
-        res = study.task_resources(task)
-        env = {**t.env, **task.env}
-        tasks.append(
-            {
-                "name": task.name,
-                "replicas": task.replicas,
-                "min_available": task.gang,
-                "image": task.image or t.image,
-                "command": task.command if task.command is not None else t.command,
-                "args": task.args if task.args is not None else t.args,
-                "env": [{"name": k, "value": v} for k, v in env.items()],
-                "resources": {k: v for k, v in (("requests", res.requests), ("limits", res.limits)) if v},
-                "volume_mounts": [m.manifest() for m in (*t.volume_mounts, *task.volume_mounts)],
-                "env_from": [e.manifest() for e in t.env_from],
-                # where its pods run: the task's own values over the trial's (spec.Task)
-                "node_selector": {**t.node_selector, **task.node_selector},
-                "tolerations": [
-                    tol.model_dump(exclude_none=True)
-                    for tol in (t.tolerations if task.tolerations is None else task.tolerations)
-                ],
-                "policies": [_policy(p) for p in task.policies],
-                "pod": _pod_fields(t, study.checkpoint.grace_seconds, task.affinity),
-            }
-        )
-    policies = [_policy(p) for p in t.effective_policies]
-    spec = study.model_dump(mode="json")
-    spec["queue"] = study.home_queue  # a trial renders for the first queue; the loop places it (run/queues.py)
-    return {
-        "spec": spec,
-        "study": study.name,
-        "namespace": study.namespace,
-        "tasks": tasks,
-        "gang_size": study.gang_size,
-        "policies": policies,
-        "tolerations": [tol.model_dump(exclude_none=True) for tol in t.tolerations],
-        "pod": _pod_fields(t, study.checkpoint.grace_seconds),
-        "network_topology": t.network_topology.manifest() if t.network_topology else {},
-        "min_resources": min_resources(study),
-    }
-
-
-def _policy(p: Any) -> dict[str, Any]:
-    """A Volcano lifecycle policy in Kubernetes' words."""
-    return {"event": p.event, "action": p.action} if p.event else {"exitCode": p.exit_code, "action": p.action}
-
-
-def _pod_fields(t: Any, grace_seconds: int | None = None, affinity: Any = None) -> dict[str, Any]:
-    """The trial's pod-level fields in Kubernetes' words, only those it sets (the
-    templates render each one present); `affinity`: a task's, instead of the trial's."""
-    affinity = affinity or t.affinity
-    fields = {
-        "volumes": [v.manifest() for v in t.volumes],
-        "affinity": affinity.manifest() if affinity else {},
-        "imagePullSecrets": [{"name": name} for name in t.image_pull_secrets],
-        "securityContext": t.security_context.manifest() if t.security_context else {},
-    }
-    out = {k: v for k, v in fields.items() if v}
-    if grace_seconds is not None:  # 0 is a value (kill at once), not an absence
-        out["terminationGracePeriodSeconds"] = grace_seconds
-    return out
-
-
-def min_resources(study: Study) -> dict[str, str]:
-    """What the gang needs at least: the requests (or limits) of its minAvailable pods."""
-    total: dict[str, Decimal] = {}
-    for task in study.trial.tasks:
-        res = study.task_resources(task)
-        for name, value in {**res.limits, **res.requests}.items():
-            amount = parse(value)
-            if amount is not None:
-                total[name] = total.get(name, Decimal(0)) + amount * task.gang
-    return {k: format_quantity(v, binary="memory" in k or "storage" in k) for k, v in total.items()}
-
-
 def _is_name(node: nodes.Node, name: str) -> bool:
     return isinstance(node, nodes.Name) and node.name == name
 
 
-def _leaves(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _leaves(v, path + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _leaves(v, path + (i,))
-    else:
-        yield path, node
-
-
-def _find_holes(docs: list[dict[str, Any]], compile_: Any) -> list[tuple[tuple[Any, ...], Template]]:
-    return [(p, compile_(v)) for p, v in _leaves(docs, ()) if isinstance(v, str) and sandbox.is_template(v)]
-
-
-def _set(root: Any, path: tuple[Any, ...], value: Any) -> None:
-    node = root
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-
-
-def _pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pod templates inside workload manifests."""
-    pods = []
-    for d in docs:
-        spec = d.get("spec") or {}
-        if d.get("kind") == "Job" and str(d.get("apiVersion", "")).startswith("batch.volcano.sh/"):
-            pods += [t["template"] for t in spec.get("tasks") or [] if isinstance(t.get("template"), dict)]
-        elif isinstance(spec.get("template"), dict):
-            pods.append(spec["template"])
-    return pods
-
-
-def _sharded(docs: list[dict[str, Any]], trial: str) -> list[dict[str, Any]]:
-    """The shard label on each object (not its pods), after the spec hash: the hash of an
-    attempt is the same whichever stratctl version rendered it."""
-    shard = labels.shard_of(trial)
-    for doc in docs:
-        doc["metadata"]["labels"][labels.SHARD] = shard
-    return docs
-
-
-def _label_maps(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [d["metadata"]["labels"] for d in docs] + [p["metadata"]["labels"] for p in _pods(docs)]
-
-
-def _encode(value: Any) -> str:
-    """One JSON scalar exactly as `digest.canonical` writes it (ASCII escapes)."""
-    if isinstance(value, str):
-        return _encode_str(value)
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if value is None:
-        return "null"
-    if isinstance(value, int):
-        return int.__repr__(value)
-    return _json_float(value)
-
-
-_encode_str = json.encoder.encode_basestring_ascii  # the C version when available
-_json_float = json.JSONEncoder(ensure_ascii=False).encode
-
-
 # the parameters as the trial reads them (STRATCTL_PARAMS): readable, not hashed
 _params_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-
-
-def _keys(node: Any) -> Iterator[Any]:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield k
-            yield from _keys(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _keys(v)
-
-
-def _without_hash(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _without_hash(v) for k, v in node.items() if k not in (labels.SPEC_HASH, labels.SHARD)}
-    if isinstance(node, list):
-        return [_without_hash(v) for v in node]
-    return node
 
 
 def _template_line(exc: BaseException, filename: str) -> int | None:
