@@ -725,6 +725,13 @@ class Study(_Model):
 
     @model_validator(mode="after")
     def _whole(self) -> Self:
+        self._check_search()
+        self._check_workload()
+        return self
+
+    def _check_search(self) -> None:
+        """The strategy, objective, pruner and space agree: a closed-loop search has its
+        objective and chooses every value itself; a grid has points for every parameter."""
         kind = self.strategy.kind
         if self.strategy.closed_loop:
             if self.objective is None:
@@ -779,6 +786,10 @@ class Study(_Model):
                         field=f"space.{name}",
                         name=name,
                     )
+
+    def _check_workload(self) -> None:
+        """The trial can run as the backend and workload run it: a command on Slurm and YARN,
+        one task and restart_policy Never for a batch/v1 Job."""
         if self.backend in ("slurm", "yarn"):
             # several tasks: YARN's gang AM asks for containers of each task's own size, Slurm runs a
             # heterogeneous job of one component a task
@@ -813,7 +824,6 @@ class Study(_Model):
                 field="trial.restart_policy",
                 policy=self.trial.restart_policy,
             )
-        return self
 
     @property
     def source(self) -> Path | None:
