@@ -16,7 +16,8 @@ from typing import Any
 
 from stratctl.core import sandbox
 from stratctl.core.quantity import GPU
-from stratctl.core.spec import MAX_REPLICAS, Resources, Study
+from stratctl.core.spec import Study
+from stratctl.core.trialspec import MAX_REPLICAS, Resources
 from stratctl.errors import StudyError
 
 Path = tuple[str | int, ...]
