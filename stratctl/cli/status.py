@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -69,10 +70,7 @@ def status(
     from rich.console import Console
     from rich.live import Live
 
-    from stratctl.backends.kubernetes import status as core
     from stratctl.backends.kubernetes.connect import Connection, one_shot
-    from stratctl.view import statusout
-    from stratctl.view.yamlout import dump_all
 
     if study and (all_namespaces or selector):
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
@@ -81,83 +79,134 @@ def status(
     on_scheduler = file_study(study)  # the FILE of a study on a batch scheduler: its commands, no Kubernetes
     cluster = None if on_scheduler else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
-        if on_scheduler:
-            sort = _ranking(on_scheduler.study)
-        elif cluster is not None and study is not None:  # --best names one study (checked above)
-            sort = core.declared_ranking(cluster, cluster.namespace, study)
-        if not sort:
-            raise UsageError(
-                "--best N ranks trials by a metric: give it with --sort METRIC (the study declares no objective)"
-            )
-    table = output in (Output.table, Output.wide)
+        sort = _declared_ranking(study, on_scheduler, cluster)
+    asked = _Asked(study, selector, sort, best, limit, output, all_namespaces, on_scheduler, cluster)
     console = Console()
-    terminal = console.is_terminal
+    try:
+        if watch and asked.table and console.is_terminal:
+            with Live(asked.picture(*asked.read(), console.width), console=console, auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(asked.picture(*asked.read(), console.width), refresh=True)
+        asked.show(*asked.read(), console)
+    finally:
+        if cluster is not None:
+            cluster.close()
 
-    def snapshot(ns: str):
-        if on_scheduler:
+
+def _declared_ranking(study: str | None, on_scheduler, cluster) -> str:
+    """The metric the study's objective ranks its trials by, for --best without --sort."""
+    from stratctl.backends.kubernetes import status as core
+
+    sort = None
+    if on_scheduler:
+        sort = _ranking(on_scheduler.study)
+    elif cluster is not None and study is not None:  # --best names one study (checked by the caller)
+        sort = core.declared_ranking(cluster, cluster.namespace, study)
+    if not sort:
+        raise UsageError(
+            "--best N ranks trials by a metric: give it with --sort METRIC (the study declares no objective)"
+        )
+    return sort
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What `status` was asked to show, and where from: the study file's scheduler
+    (`on_scheduler`) or the cluster."""
+
+    study: str | None
+    selector: str | None
+    sort: str | None
+    best: int | None
+    limit: int
+    output: Output
+    all_namespaces: bool
+    on_scheduler: Any
+    cluster: Any
+
+    @property
+    def table(self) -> bool:
+        return self.output in (Output.table, Output.wide)
+
+    def snapshot(self, ns: str) -> Any:
+        """The studies of namespace `ns`, or the one study's trials, as much as the output needs."""
+        from stratctl.backends.kubernetes import status as core
+
+        study, sort, best, limit = self.study, self.sort, self.best, self.limit
+        if self.on_scheduler:
             from stratctl.run.attemptstatus import snapshot as scheduler_snapshot
 
-            snap = scheduler_snapshot(*on_scheduler)
+            snap = scheduler_snapshot(*self.on_scheduler)
             snap.trials = sort_trials(snap.trials, sort)[: best or None]
             return snap
         if not study:  # the studies only; machine outputs exact (every trial counted)
             return core.collect(
-                cluster,
+                self.cluster,
                 ns,
                 None,
                 reasons_for_all=False,
-                shown=0 if table or output is Output.name else None,
-                selector=selector,
+                shown=0 if self.table or self.output is Output.name else None,
+                selector=self.selector,
             )
         # A table of `limit` trials needs the study's summary and those trials only;
         # other outputs, --sort and --limit 0 need every trial.
-        everything = not table or not limit or bool(sort)
-        snap = core.collect(cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit)
+        everything = not self.table or not limit or bool(sort)
+        snap = core.collect(self.cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit)
         snap.trials = sort_trials(snap.trials, sort)
         if best:
             snap.trials = snap.trials[:best]
         if not everything:
-            core.explain_pending(cluster, ns, snap.trials[: limit or None])
+            core.explain_pending(self.cluster, ns, snap.trials[: limit or None])
         return snap
 
-    def read():
-        if not all_namespaces:
-            return snapshot(cluster.namespace if cluster else ""), None
-        snaps = [snapshot(ns) for ns in core.namespaces_with_studies(cluster, selector)]
+    def read(self) -> tuple[Any, list[str] | None]:
+        """The snapshot (of every namespace with studies, with -A) and each study row's namespace."""
+        from stratctl.backends.kubernetes import status as core
+
+        if not self.all_namespaces:
+            return self.snapshot(self.cluster.namespace if self.cluster else ""), None
+        snaps = [self.snapshot(ns) for ns in core.namespaces_with_studies(self.cluster, self.selector)]
         merged = core.Snapshot("", time.time(), [s for snap in snaps for s in snap.studies], [])
         return merged, [snap.namespace for snap in snaps for _ in snap.studies]
 
-    def picture(snap, namespaces):
-        if not snap.studies:
-            return statusout.empty_line(None if all_namespaces or not cluster else cluster.namespace)
-        return statusout.picture(snap, bool(study), console.width, output is Output.wide, limit or None, namespaces)
+    def empty(self) -> str:
+        from stratctl.view import statusout
 
-    try:
-        if watch and table and terminal:
-            with Live(picture(*read()), console=console, auto_refresh=False) as live:
-                while True:
-                    time.sleep(interval)
-                    live.update(picture(*read()), refresh=True)
-        snap, namespaces = read()
-        if output is Output.json:
-            typer.echo(statusout.json_text(statusout.document(snap, bool(study), namespaces)))
-        elif output is Output.yaml:
-            typer.echo(dump_all([statusout.document(snap, bool(study), namespaces)]), nl=False)
+        return statusout.empty_line(None if self.all_namespaces or not self.cluster else self.cluster.namespace)
+
+    def picture(self, snap, namespaces, width: int):
+        """The table a terminal shows."""
+        from stratctl.view import statusout
+
+        if not snap.studies:
+            return self.empty()
+        wide = self.output is Output.wide
+        return statusout.picture(snap, bool(self.study), width, wide, self.limit or None, namespaces)
+
+    def show(self, snap, namespaces, console) -> None:
+        """Print the snapshot in the output asked for."""
+        from stratctl.view import statusout
+        from stratctl.view.yamlout import dump_all
+
+        one = bool(self.study)
+        if self.output is Output.json:
+            typer.echo(statusout.json_text(statusout.document(snap, one, namespaces)))
+        elif self.output is Output.yaml:
+            typer.echo(dump_all([statusout.document(snap, one, namespaces)]), nl=False)
         elif not snap.studies:
-            print(statusout.empty_line(None if all_namespaces or not cluster else cluster.namespace), file=sys.stderr)
-        elif output is Output.name:
-            typer.echo(statusout.names(snap, bool(study)), nl=False)
-        elif output is Output.csv:
-            typer.echo(statusout.csv(snap, bool(study), namespaces), nl=False)
-        elif terminal:
-            console.print(picture(snap, namespaces))
+            print(self.empty(), file=sys.stderr)
+        elif self.output is Output.name:
+            typer.echo(statusout.names(snap, one), nl=False)
+        elif self.output is Output.csv:
+            typer.echo(statusout.csv(snap, one, namespaces), nl=False)
+        elif console.is_terminal:
+            console.print(self.picture(snap, namespaces, console.width))
         else:
-            typer.echo(statusout.text(snap, bool(study), output is Output.wide, limit or None, namespaces), nl=False)
-            if study and statusout.hidden(snap, limit or None):  # on stderr: the columns stay parseable
-                print(statusout.hidden(snap, limit or None), file=sys.stderr)
-    finally:
-        if cluster is not None:
-            cluster.close()
+            limit = self.limit or None
+            typer.echo(statusout.text(snap, one, self.output is Output.wide, limit, namespaces), nl=False)
+            if self.study and statusout.hidden(snap, limit):  # on stderr: the columns stay parseable
+                print(statusout.hidden(snap, limit), file=sys.stderr)
 
 
 def _ranking(study) -> str | None:
