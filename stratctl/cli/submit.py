@@ -192,6 +192,12 @@ def submit(
         typer.echo(summary(progress, width=_terminal_width()))
         if progress.succeeded and not options.dry_run and not detach:
             typer.echo(_best(file, Connection(kubeconfig, context, namespace), progress.study), nl=False)
+    _exit_for(progress, bool(options.dry_run), timeout, err)
+
+
+def _exit_for(progress, dry_run: bool, timeout: str | None, err) -> None:
+    """Exit with the code of how the submit ended (interrupted, timed out, refused
+    manifests, conflicting trials, failures), saying so on stderr; return when it succeeded."""
     if progress.interrupted:
         (err or _stderr()).print(
             "[yellow]interrupted[/]: no more trials submitted. Run the same command again to resume; "
@@ -204,7 +210,7 @@ def submit(
             "again to follow the study to its end (nothing is submitted twice)."
         )
         raise typer.Exit(ExitCode.TIMEOUT)
-    if progress.errors and options.dry_run:
+    if progress.errors and dry_run:
         raise typer.Exit(ExitCode.INVALID_INPUT)  # the server refused manifests: the study needs fixing
     if progress.conflicts:  # objects of the study's trials exist with another spec: the user must choose
         (err or _stderr()).print(
