@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jinja2 import FileSystemLoader, Template, TemplateNotFound, TemplateSyntaxError, meta, nodes
-from jinja2.exceptions import TemplateError
+from jinja2 import Template, meta, nodes
 
 from stratctl import labels
 from stratctl.core import kube_rendezvous, sandbox, shape, tree
@@ -33,6 +32,7 @@ from stratctl.core.digest import canonical, digest, hash_text
 from stratctl.core.model import parse_duration
 from stratctl.core.space import Trial, attempt_name, bulk, expand
 from stratctl.core.spec import Study, load_study
+from stratctl.core.templates import Interpolation, Templates
 from stratctl.core.variables import min_resources as min_resources
 from stratctl.core.variables import study_context
 from stratctl.errors import Problem, StudyError
@@ -80,12 +80,12 @@ class Renderer:
     def __init__(self, study: Study, templates_dir: Path | None = None):
         self.study = study
         self.dir = Path(templates_dir or study.templates_path or bundled_templates()).resolve()
-        self.env = sandbox.environment(FileSystemLoader(str(self.dir)))
-        self.env.policies["json.dumps_kwargs"] = {"sort_keys": False, "ensure_ascii": False}
+        self.templates = Templates(study, self.dir)
+        self.env = self.templates.env
         name = study.trial.template or DEFAULT_TEMPLATES[study.workload]
-        self.template = self._load(name)
-        self._strings: dict[str, Template | _Interpolation] = {}
-        self._checkpoint = self._string(study.checkpoint.location) if study.checkpoint.location else None
+        self.template = self.templates.load(name)
+        self._ast = self.templates.ast
+        self._checkpoint = self.templates.string(study.checkpoint.location) if study.checkpoint.location else None
         self._stamp_labels = {
             labels.STUDY: study.name,
             labels.CRITICAL: "true" if study.critical else "false",
@@ -117,9 +117,9 @@ class Renderer:
         ctx = self._trial_context(trial, attempt, resume)
         if self._compiled is not None:
             return self._fill(ctx)
-        docs = self._parse(self._run(self.template, {**self._study_context, **ctx}))
-        for path, template in tree.find_holes(docs, self._string):
-            tree.set_leaf(docs, path, self._run(template, ctx))
+        docs = self._parse(self.templates.run(self.template, {**self._study_context, **ctx}))
+        for path, template in tree.find_holes(docs, self.templates.string):
+            tree.set_leaf(docs, path, self.templates.run(template, ctx))
         layout = self._contract(docs)
         values = self._stamp_values(ctx)
         if layout is not None:
@@ -145,7 +145,7 @@ class Renderer:
     def _shaped(self, trial: Trial) -> Renderer:
         """The renderer of the study resolved to this trial's shape (core/shape.py)."""
         ctx = self._trial_context(trial, 0, False)
-        rendered = {path: self._run(self._string(text), ctx) for path, text in self._shape_fields}
+        rendered = {path: self.templates.run(self.templates.string(text), ctx) for path, text in self._shape_fields}
         key = tuple(rendered.values())
         renderer = self._by_shape.get(key)
         if renderer is None:
@@ -167,7 +167,7 @@ class Renderer:
         cost = self.study.cost
         if not cost.per_trial:
             return cost.expected_seconds
-        text = self._run(self._string(str(cost.expected_duration)), ctx).strip()
+        text = self.templates.run(self.templates.string(str(cost.expected_duration)), ctx).strip()
         try:
             return parse_duration(text)
         except ValueError as e:
@@ -187,7 +187,7 @@ class Renderer:
         for name in self._param_natives:
             values[f"params.{name}"] = params[name]
         for key, template in self._holes:
-            values[key] = self._run(template, ctx)
+            values[key] = self.templates.run(template, ctx)
         values.update(self._stamp_values(ctx))
         if self._layout is not None:
             values.update(self._layout.values(ctx["job"]))
@@ -207,73 +207,6 @@ class Renderer:
         return tree.sharded(docs, ctx["trial"])
 
     # ------------------------------------------------------------ templates
-
-    def _load(self, name: str) -> Template:
-        file = (self.dir / name).resolve()
-        if not file.is_relative_to(self.dir):
-            raise StudyError(
-                [
-                    self.study.problem(
-                        ("trial", "template"), f"template {name!r} escapes the templates directory {self.dir}"
-                    )
-                ]
-            )
-        try:
-            assert self.env.loader is not None  # the environment is made with the templates' loader
-            source, path, _ = self.env.loader.get_source(self.env, name)
-        except TemplateNotFound:
-            raise StudyError(
-                [self.study.problem(("trial", "template"), f"template {name!r} not found in {self.dir}")]
-            ) from None
-        filename = path or name
-        self._ast: nodes.Template | str
-        try:  # parsed once: for the checks, for _per_study and to compile
-            self._ast = self.env.parse(source, name, filename)
-        except TemplateSyntaxError:
-            self._ast = source  # check() reports it
-        allowed = set(sandbox.MANIFEST_VARIABLES)
-        problems = [
-            Problem(filename, line, None, msg)
-            for line, msg in sandbox.check(self.env, self._ast, allowed, self.study.space, name=name)
-        ]
-        if problems:
-            raise StudyError(problems)
-        try:
-            code = self.env.compile(self._ast, name, filename)
-            return self.env.template_class.from_code(self.env, code, self.env.make_globals(None))
-        except TemplateSyntaxError as e:  # already reported by check(); kept for includes
-            raise StudyError(
-                [Problem(e.filename or filename, e.lineno, None, f"template syntax error: {e.message}")]
-            ) from e
-
-    def _string(self, text: str) -> Template | _Interpolation:
-        template = self._strings.get(text)
-        if template is None:
-            problems = sandbox.check(self.env, text, sandbox.VARIABLES, self.study.space)
-            if problems:
-                raise StudyError([self._string_problem(text, msg) for _, msg in problems])
-            parts = sandbox.simple(self.env, text)
-            template = _Interpolation(parts) if parts is not None else self.env.from_string(text)
-            self._strings[text] = template
-        return template
-
-    def _string_problem(self, text: str, message: str) -> Problem:
-        """A problem of a template string, at the place the study file writes it."""
-        path = self.study.path_of(text)
-        if path is None:  # not written in the study file as such (e.g. made by a template file)
-            return Problem(self.study.file, None, None, f"in template {text!r}: {message}")
-        return self.study.problem(path, f"{'.'.join(map(str, path))}: {message}")
-
-    def _run(self, template: Template | _Interpolation, ctx: dict[str, Any]) -> str:
-        try:
-            return template.render(ctx)
-        except (TemplateError, ArithmeticError, TypeError, ValueError, LookupError, OverflowError) as e:
-            kind = "not allowed" if isinstance(e, sandbox.SecurityError) else "failed"
-            message = f"rendering {kind}{_for_trial(ctx)}: {e}"
-            if template.name is not None:  # a template file (a string of the study has no name)
-                filename = template.filename or template.name
-                raise StudyError([Problem(filename, _template_line(e, filename), None, message)]) from e
-            raise StudyError([self._string_problem(_source_of(template, self._strings), message)]) from e
 
     def _per_study(self, ast: nodes.Template) -> bool:
         """Whether the template uses trial-level values only as `{{ x | tojson }}` (and
@@ -306,10 +239,10 @@ class Renderer:
             **{v: mark(v) for v in scalars},
             "params": {p: mark(f"params.{p}") for p in self.study.space},
         }
-        docs = self._parse(self._run(self.template, ctx))
+        docs = self._parse(self.templates.run(self.template, ctx))
         self._natives: list[str] = []
         self._param_natives: list[str] = []
-        self._holes: list[tuple[str, Template | _Interpolation]] = []
+        self._holes: list[tuple[str, Template | Interpolation]] = []
         for path, value in list(tree.leaves(docs, ())):
             if not isinstance(value, str):
                 continue
@@ -320,7 +253,7 @@ class Renderer:
                 return
             elif sandbox.is_template(value):
                 key = f"hole{len(self._holes)}"
-                self._holes.append((key, self._string(value)))
+                self._holes.append((key, self.templates.string(value)))
                 tree.set_leaf(docs, path, mark(key))
         if any(isinstance(k, str) and token in k for d in docs for k in tree.all_keys(d)):
             return
@@ -392,7 +325,7 @@ class Renderer:
             "params": dict(trial.params),
             "resume": resume,
         }
-        ctx["checkpoint"] = self._run(self._checkpoint, ctx) if self._checkpoint else ""
+        ctx["checkpoint"] = self.templates.run(self._checkpoint, ctx) if self._checkpoint else ""
         return ctx
 
     def _stamp_values(self, ctx: dict[str, Any]) -> dict[str, str]:
@@ -473,37 +406,8 @@ _STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint"
 # ---------------------------------------------------------------- helpers
 
 
-def _for_trial(ctx: dict[str, Any]) -> str:
-    index = ctx.get("index")
-    return f" for trial {index} ({ctx.get('trial')})" if isinstance(index, int) else ""
-
-
 def _seconds_text(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
-
-
-_display = sandbox.display
-
-
-class _Interpolation:
-    """A template string that only interpolates variables, rendered without Jinja
-    (see sandbox.simple); renders exactly what Jinja would."""
-
-    name = filename = None
-
-    def __init__(self, parts: list[str | tuple[str, ...]]):
-        self.parts = parts
-
-    def render(self, ctx: dict[str, Any]) -> str:
-        out = []
-        for part in self.parts:
-            if isinstance(part, str):
-                out.append(part)
-            elif len(part) == 1:
-                out.append(str(_display(ctx[part[0]])))
-            else:
-                out.append(str(_display(ctx["params"][part[1]])))
-        return "".join(out)
 
 
 def _is_name(node: nodes.Node, name: str) -> bool:
@@ -512,17 +416,3 @@ def _is_name(node: nodes.Node, name: str) -> bool:
 
 # the parameters as the trial reads them (STRATCTL_PARAMS): readable, not hashed
 _params_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-
-
-def _template_line(exc: BaseException, filename: str) -> int | None:
-    line = getattr(exc, "lineno", None)
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == filename:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
-def _source_of(template: Template | _Interpolation, cache: dict[str, Template | _Interpolation]) -> str:
-    return next((text for text, t in cache.items() if t is template), "<template>")
