@@ -27,7 +27,8 @@ from jinja2 import FileSystemLoader
 
 from stratctl import rendezvous
 from stratctl.core import sandbox
-from stratctl.core.spec import Slurm, Study
+from stratctl.core.operations import Slurm
+from stratctl.core.spec import Study
 from stratctl.core.task import Task, tasks_of
 
 TEMPLATE = "slurm-job.sh.j2"
