@@ -93,11 +93,7 @@ def submit_study(
         from stratctl.run.attemptloop import submit_attempts
 
         return submit_attempts(prepared, scheduler_for(study, renderer), options, qps, burst, reporter, policy)
-    mirror = None
-    if options.storage and not options.dry_run:  # opened before the cluster is touched: a bad URL changes nothing
-        from stratctl.backends.kubernetes.storage import StorageMirror
-
-        mirror = StorageMirror.open(options.storage, study)
+    mirror = _storage(study, options)  # opened before the cluster is touched: a bad URL changes nothing
     throttle = _throttle(study, options, qps, burst, reporter)
     if options.dry_run == "client":
         return Submitter(
@@ -137,6 +133,15 @@ def submit_study(
         return _run(submitter)
     finally:
         cluster.close()
+
+
+def _storage(study: Study, options: SubmitOptions):
+    """The Optuna storage a closed-loop search is mirrored to (--storage), else None."""
+    if not options.storage or options.dry_run:
+        return None
+    from stratctl.backends.kubernetes.storage import StorageMirror
+
+    return StorageMirror.open(options.storage, study)
 
 
 def _throttle(
