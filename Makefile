@@ -96,7 +96,7 @@ clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache
 
 ## The local Slurm testbed (testbed/slurm/): munged, slurmctld and four slurmd with four
-## fake GPUs each, as local processes; the Slurm tests (tests/slurm) bring it up themselves.
+## fake GPUs each, as local processes; the Slurm and YARN tests (tests/backends) bring it up themselves.
 slurm-up:
 	bash testbed/slurm/packages.sh
 	bash testbed/slurm/up.sh
@@ -106,7 +106,7 @@ slurm-down:
 
 ## The local YARN testbed (testbed/yarn/): a ResourceManager (Capacity Scheduler, queues
 ## prod and research, preemption on) and two NodeManagers of 4 GPUs each, Hadoop's
-## MiniYARNCluster in one JVM; the YARN tests (tests/yarn) bring it up themselves.
+## MiniYARNCluster in one JVM; the Slurm and YARN tests (tests/backends) bring it up themselves.
 ## yarn-am builds stratctl's gang application master (yarn-am/) for a cluster of your own.
 yarn-up:
 	bash testbed/yarn/up.sh
