@@ -15,9 +15,7 @@ def rbac(
     namespace: Annotated[
         str, typer.Option("-n", "--namespace", metavar="NAMESPACE", help="The namespace studies run in.")
     ] = "default",
-    user: Annotated[
-        list[str] | None, typer.Option("--user", metavar="NAME", help="Bind a user (repeatable).")
-    ] = None,
+    user: Annotated[list[str] | None, typer.Option("--user", metavar="NAME", help="Bind a user (repeatable).")] = None,
     group: Annotated[
         list[str] | None, typer.Option("--group", metavar="NAME", help="Bind a group (repeatable).")
     ] = None,

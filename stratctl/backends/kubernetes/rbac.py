@@ -182,7 +182,7 @@ def text(
     head = f"# {command}\n" if command else ""
     return (
         head
-        + '# What each rule is for: stratctl/backends/kubernetes/rbac.py; docs/admins/index.md (For cluster admins).\n'
+        + "# What each rule is for: stratctl/backends/kubernetes/rbac.py; docs/admins/index.md (For cluster admins).\n"
         + yaml.safe_dump_all(
             manifests(namespace, subjects, cluster_wide_reads, report_service_account),
             sort_keys=False,
