@@ -85,13 +85,22 @@ def delete_study(admin: Cluster, name: str) -> None:
         items, _ = admin.list(PODGROUP)
         return [g["metadata"]["name"] for g in items if g["metadata"]["name"].startswith(f"{name}-")]
 
-    for group in groups():
-        try:
-            admin.delete(PODGROUP, group)
-        except NotFound:
-            pass
+    def delete_groups(names):
+        for group in names:
+            try:
+                admin.delete(PODGROUP, group)
+            except NotFound:
+                pass
+
+    delete_groups(groups())
     deadline = time.time() + 180
-    while (count(admin, name) or groups()) and time.time() < deadline:
+    while time.time() < deadline:
+        left = groups()
+        if not (count(admin, name) or left):
+            break
+        # Volcano's controller may make a job's PodGroup after the pass above, and the
+        # garbage collector then takes minutes for it: deleted again
+        delete_groups(left)
         time.sleep(0.5)
 
 
