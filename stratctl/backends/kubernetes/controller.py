@@ -103,9 +103,31 @@ class Submitter:
         manifests: dict[str, list[dict]] | None = None,
         wall: Callable[[], float] = time.time,
     ):
-        self.study = study
-        # a closed-loop search asks its trials as it goes (backends/kubernetes/closedloop.py), none up front:
-        # `trials` are then the first it would ask, rendered already (and what a dry run sends)
+        self.study, self.renderer, self.cluster, self.throttle, self.options = (
+            study,
+            renderer,
+            cluster,
+            throttle,
+            options,
+        )
+        self.policy = policy or default_policy(study, options)
+        self.reporter = reporter or Silent()
+        self.clock, self.sleep, self.wall = clock, sleep, wall
+        self.source, self.namespace = source, study.namespace
+        self._kind = job_kind(study)
+        self._take_trials(trials, manifests)
+        self._attach(trials)
+        self._keep_record(source)
+        self._start_state()
+
+    def _say(self, message: str) -> None:
+        self.reporter.event(message)
+
+    def _take_trials(self, trials: list[Trial], manifests: dict[str, list[dict]] | None) -> None:
+        """The study's trials, or a closed-loop search that asks them as it goes
+        (closedloop.py): `trials` are then the first it would ask, rendered already (and what
+        a dry run sends)."""
+        study, renderer = self.study, self.renderer
         self.search = None
         if study.strategy.closed_loop:  # its modules (samplers, results, pruning) load for such a study alone
             from stratctl.backends.kubernetes.closedloop import ClosedLoop
@@ -114,7 +136,6 @@ class Submitter:
         self._first = list(trials)
         self.trials = {t.name: t for t in trials} if self.search is None else {}
         self.order = [t.name for t in trials] if self.search is None else []
-        self.renderer = renderer
         self._manifests = manifests or {}  # first attempts rendered up front (launch.prepare)
         # each trial's expected seconds, when the study states them (backfill picks by them)
         self._expected = (
@@ -127,42 +148,43 @@ class Submitter:
         self._shapes = (
             {t.name: renderer.shape(t) for t in trials} if renderer is not None and study.varying_shape else {}
         )
-        self._packer = Packer(self._shapes, study.throttle.aging_seconds, lambda message: self.reporter.event(message))
+        self._packer = Packer(self._shapes, study.throttle.aging_seconds, self._say)
         self._packing: Packing | None = None
-        self.cluster = cluster
-        self.throttle = throttle
-        self.options = options
-        self.policy = policy or default_policy(study, options)
+
+    def _attach(self, trials: list[Trial]) -> None:
+        """What the loop watches and reads besides its jobs; launch starts the watches."""
+        study, cluster, options = self.study, self.cluster, self.options
         self.signals: ClusterSignals | None = None
         self.storage: StorageMirror | None = None  # with --storage
-        # The study's jobs, kept by a watch (launch starts it); without it each cycle lists them.
+        # The study's jobs, kept by a watch; without it each cycle lists them.
         self.jobs: Mirror | None = None
-        # The cluster's Volcano queues, kept by a watch (launch starts it) when the study lists
-        # several: each new attempt goes to the first with room (placement.py)
+        # The cluster's Volcano queues, kept by a watch when the study lists several: each new
+        # attempt goes to the first with room (placement.py)
         self.queues: Mirror | None = None
         self.placer = (
-            Placer(
-                study.queues,
-                self._queue_objects,
-                amounts(min_resources(self._largest(study, trials))),
-                lambda message: self.reporter.event(message),
-            )
+            Placer(study.queues, self._queue_objects, amounts(min_resources(self._largest(study, trials))), self._say)
             if len(study.queues) > 1
             else None
         )
-        # read in the background (launch starts it): a slow Prometheus never delays a cycle
+        # read in the background: a slow Prometheus never delays a cycle
         self.prometheus = None
         if options.prometheus_url:
             from stratctl.backends.kubernetes.prometheus import ControlPlaneWatch, Prometheus
 
             self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url))
-        self._pending_since: dict[str, float] = {}
-        self.reporter = reporter or Silent()
-        self.clock = clock
-        self.sleep = sleep
-        self.source = source
-        self.namespace = study.namespace
-        budget = self.search.remaining if self.search is not None else len(trials)
+        self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
+        # Whether the API server answers: the cluster's own account (every request tells it),
+        # else the loop's, told by whole cycles.
+        self._told = getattr(cluster, "outage", None) is None
+        self.outage: Outage = Outage(options.outage_timeout, clock=self.clock) if self._told else cluster.outage
+        # the etcd breaker's drain (throttle.on_breaker: drain); with `hold` it does nothing
+        self.shedding = Shedding(cluster, study, self._say, self.clock, self.wall)
+
+    def _keep_record(self, source: str) -> None:
+        """The study record (keeper.py), the progress, the search's side of the loop
+        (searching.py) and the shared decision (run/loop.py)."""
+        study = self.study
+        budget = self.search.remaining if self.search is not None else len(self.order)
         self.progress = Progress(study=study.name, total=budget)
         record = StudyRecord(
             study=study.name,
@@ -173,36 +195,29 @@ class Submitter:
             max_failures=study.retries.max_failures,
             spec=spec_text(study),
         )
-        # the study record, as this loop keeps it (keeper.py)
         self.keeper = RecordKeeper(
-            cluster,
-            record,
-            self.namespace,
-            lambda message: self.reporter.event(message),
-            clock=lambda: self.clock(),
-            wall=lambda: self.wall(),
+            self.cluster, record, self.namespace, self._say, clock=lambda: self.clock(), wall=lambda: self.wall()
         )
-        self._kind = job_kind(study)
-        # a closed-loop search's side of the loop (searching.py): its trials join the loop's as it asks them
-        self.searching = (
-            Searching(
+        self.searching = None
+        if self.search is not None:  # its trials join the loop's as it asks them
+            self.searching = Searching(
                 self.search,
                 study,
-                cluster,
+                self.cluster,
                 self._kind,
                 self.keeper,
                 self.progress,
                 self.trials,
                 self.order,
                 self._register,
-                lambda message: self.reporter.event(message),
+                self._say,
                 lambda: self.wall(),
             )
-            if self.search is not None
-            else None
-        )
-        self.deciding = Deciding(lambda message: self.reporter.event(message), lambda: self.clock())
-        self.wall = wall
+        self.deciding = Deciding(self._say, lambda: self.clock())
+
+    def _start_state(self) -> None:
+        """What the loop knows of the cluster before its first cycle: nothing yet."""
+        self._pending_since: dict[str, float] = {}
         self._deletions_seen = 0  # jobs seen deleted, by the last observe
         self._all_jobs: list[dict] = []  # every attempt of the study's trials, as last observed
         self._jobs: dict[str, dict] = {}  # each trial's latest attempt's job, as last observed
@@ -213,13 +228,6 @@ class Submitter:
         self._observed = False  # observe ran once (the mirror's first list is fresh for it)
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
         self._moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue
-        self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
-        # Whether the API server answers: the cluster's own account (every request tells it),
-        # else the loop's, told by whole cycles.
-        self._told = getattr(cluster, "outage", None) is None
-        self.outage: Outage = Outage(options.outage_timeout, clock=clock) if self._told else cluster.outage
-        # the etcd breaker's drain (throttle.on_breaker: drain); with `hold` it does nothing
-        self.shedding = Shedding(cluster, study, lambda message: self.reporter.event(message), clock, wall)
 
     def _largest(self, study: Study, trials: list[Trial]) -> Study:
         """The study as its largest trial runs it (its own shape when trials share one)."""
