@@ -35,10 +35,11 @@ from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
+from stratctl.run.cycle import Cycle
 from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Change, Outage
-from stratctl.run.policy import AdaptivePolicy, Decision, Observed, StaticPolicy
+from stratctl.run.policy import AdaptivePolicy, Observed, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.recovery import Kind, Limits, TrialView, effective_state, next_action
 from stratctl.run.throttle import Throttle
@@ -109,7 +110,9 @@ def trial_state(attempt: Attempt, limits: Limits, given_up: bool = False) -> Tri
     return effective_state(view, limits)
 
 
-class AttemptLoop:
+class AttemptLoop(Cycle):
+    """The shared cycle (run/cycle.py) over a `Scheduler`: no capability beyond it."""
+
     def __init__(
         self,
         study: Study,
@@ -125,7 +128,7 @@ class AttemptLoop:
         self.study, self.scheduler, self.throttle = study, scheduler, throttle
         self.trials = {t.name: t for t in trials}
         self.order = [t.name for t in trials]
-        self.options = options
+        self.options, self.detach = options, options.detach
         self.reporter = reporter or Silent()
         self.policy = policy or default_policy(study, options)
         self.limits = limits_of(study)
@@ -147,6 +150,8 @@ class AttemptLoop:
         self.preemptions: dict[str, int] = {}
         self._first = True
         self._silent = False  # the controller has not answered since the last whole cycle
+        self._seen: dict[str, Attempt] = {}  # each trial's latest attempt, as last observed
+        self._draining = False  # the study is drained, as last observed
         self.deciding = Deciding(lambda message: self.reporter.event(message), lambda: self.clock())
         throttle.on_retry = self._retrying
 
@@ -159,14 +164,20 @@ class AttemptLoop:
                 "(nothing is submitted twice: each send whose answer was lost is looked up first)"
             )
 
-    # -- one cycle ------------------------------------------------------------------------
+    # -- the cycle's steps (run/cycle.py) -------------------------------------------------
 
-    def observe(self) -> dict[str, Attempt]:
-        return self.throttle.call(self.scheduler.attempts)
+    def observe(self) -> dict[str, TrialState]:
+        """Every attempt of the study (one call) and whether it is drained; each trial's
+        latest attempt's state (WAITING: none yet)."""
+        self._seen = seen = self.throttle.call(self.scheduler.attempts)
+        self._draining = self.scheduler.drained()
+        return {n: seen[n].state if n in seen else TrialState.WAITING for n in self.order}
 
-    def states(self, seen: dict[str, Attempt], draining: bool) -> dict[str, TrialState]:
-        """Each trial's state; a failed attempt with failures left is RETRYING (its next is
-        due); a trial past retries.max_failures or max_preemptions is given up."""
+    def recover(self, states: dict[str, TrialState]) -> dict[str, TrialState]:
+        """Each trial's state by the recovery rules; a failed attempt with failures left is
+        RETRYING (its next is due); a trial past retries.max_failures or max_preemptions is
+        given up."""
+        seen, draining = self._seen, self._draining
         given_up = given_up_of(self.scheduler)
         out = {}
         for name in self.order:
@@ -191,6 +202,8 @@ class AttemptLoop:
                     )
                 self.preemptions[name] = attempt.restarts
             out[name] = self._recover(attempt, draining)
+        if self._first:  # trials submitted before this run (a rerun, another launcher): recognised, not resent
+            self.progress.existing, self._first = len(seen), False
         return out
 
     def _recover(self, attempt: Attempt, draining: bool) -> TrialState:
@@ -225,7 +238,8 @@ class AttemptLoop:
 
         self.throttle.call(once, mutating=True)
 
-    def observed(self, seen: dict[str, Attempt], states: dict[str, TrialState], draining: bool) -> Observed:
+    def pressure(self, states: dict[str, TrialState]) -> Observed:
+        seen, draining = self._seen, self._draining
         now = self.clock()
         pending = [n for n, s in states.items() if s is TrialState.PENDING]
         for name in list(self._pending_since):
@@ -256,19 +270,19 @@ class AttemptLoop:
             gangs_fit=fit,
         )
 
-    def cycle(self, pool: ThreadPoolExecutor) -> dict[str, TrialState]:
-        seen = self.observe()
-        draining = self.scheduler.drained()
-        states = self.states(seen, draining)
-        if self._first:  # trials submitted before this run (a rerun, another launcher): recognised, not resent
-            self.progress.existing, self._first = len(seen), False
-        observed = self.observed(seen, states, draining)
-        decision, _ = self.deciding.decide(self.policy, observed, self.progress)
-        admit = decision.admit(observed)
-        due = [n for n in self.order if states[n] in (TrialState.WAITING, TrialState.RETRYING)][:admit]
+    def waiting(self, states: dict[str, TrialState]) -> list[str]:
+        """Trials whose next attempt is due, in the study's order (refused ones aside)."""
+        due = (TrialState.WAITING, TrialState.RETRYING)
+        return [n for n in self.order if states[n] in due and n not in self.progress.errors]
+
+    def admit(self, names: list[str]) -> list[str]:
+        """Submit the trials' next attempts, in parallel; the names submitted."""
+        seen = self._seen
         futures = {
-            n: pool.submit(self.submit_attempt, self.trials[n], seen[n].attempt + 1 if n in seen else 0) for n in due
+            n: self._pool.submit(self.submit_attempt, self.trials[n], seen[n].attempt + 1 if n in seen else 0)
+            for n in names
         }
+        submitted = []
         for name, future in futures.items():
             try:
                 future.result()
@@ -284,15 +298,11 @@ class AttemptLoop:
                     f"trial {name}: attempt {seen[name].attempt + 1} submitted "
                     f"(attempt {seen[name].attempt} {seen[name].state.value})"
                 )
-            states[name] = TrialState.PENDING
+            submitted.append(name)
             self.progress.created += 1
-        if self._silent:
-            self._silent = False
-            self.reporter.event(f"{self.scheduler.controller}: answering again")
-        self._count(states, decision)
-        return states
+        return submitted
 
-    def _count(self, states: dict[str, TrialState], decision: Decision) -> None:
+    def tally(self, states: dict[str, TrialState]) -> None:
         p, s = self.progress, self.scheduler
         counts = {state: 0 for state in TrialState}
         for name, state in states.items():
@@ -300,25 +310,23 @@ class AttemptLoop:
         p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
         p.succeeded, p.failed = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED]
         p.waiting = counts[TrialState.WAITING] + counts[TrialState.RETRYING]
-        p.target, p.hold, p.reason = decision.target, decision.hold, decision.reason
         p.api_requests = s.calls
         p.api_sent, p.api_refused = dict(s.sent), dict(s.refused)
         p.api_writes, p.throttled_429 = s.sent.get(s.create_command, 0), sum(s.refused.values())
         p.throttle_waits, p.throttle_wait_seconds = self.throttle.bucket.waits, self.throttle.bucket.waited_seconds
-        self.reporter.update(p)
+
+    def finished(self, states: dict[str, TrialState]) -> bool:
+        return all(s.finished or n in self.progress.errors for n, s in states.items())
 
     # -- the loop -------------------------------------------------------------------------
 
     def step(self) -> bool:
         """One cycle of the shared loop (run/loop.py); True when the run is over."""
-        states = self.cycle(self._pool)
-        p = self.progress
-        if all(s.finished or n in p.errors for n, s in states.items()):
-            return True
-        if self.options.detach and p.waiting == 0:
-            p.detached = True
-            return True
-        return False
+        over = super().step()
+        if self._silent:
+            self._silent = False
+            self.reporter.event(f"{self.scheduler.controller}: answering again")
+        return over
 
     def pause(self) -> None:
         self.sleep(self.options.poll_interval)

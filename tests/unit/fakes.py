@@ -53,3 +53,11 @@ class Events:
 
     def about(self, words: str) -> list[str]:
         return [line for line in self.lines if words in line]
+
+
+def one_cycle(loop, pool):
+    """One cycle of an attempt backend's loop (run/cycle.py) on the test's worker pool: each
+    trial's state as it left it."""
+    loop._pool = pool
+    loop.step()
+    return loop.states

@@ -40,7 +40,7 @@ from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 from stratctl.view.display import summary
 from tests.unit.backends.fakes import FakeRM, FakeSlurm, MemoryScheduler, slurm_nodes, yarn_nodes
-from tests.unit.fakes import FakeClock, MaxRng
+from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.studies import load
 
 BODY = """\
@@ -247,7 +247,7 @@ def make_loop(backend, events=None):
 def cycle(loop, times=1):
     with ThreadPoolExecutor(1) as pool:
         for _ in range(times):
-            states = loop.cycle(pool)
+            states = one_cycle(loop, pool)
     return states
 
 

@@ -17,7 +17,7 @@ from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 from tests.unit.backends.fakes import MemoryScheduler
-from tests.unit.fakes import FakeClock, MaxRng
+from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.studies import load
 
 STUDY = """\
@@ -56,7 +56,7 @@ def test_status_counts_gpu_time_of_any_scheduler(tmp_path):
     mem = MemoryScheduler()
     study, loop = make(tmp_path, mem)
     with ThreadPoolExecutor(1) as pool:
-        loop.cycle(pool)
+        one_cycle(loop, pool)
     a, b, c = loop.order
     mem.set(a, state=TrialState.RUNNING, native_state="RUNNING")
     mem.set(
@@ -93,7 +93,7 @@ def test_detach_reads_no_capacity_and_submits_up_to_the_cap(tmp_path):
         options = SubmitOptions(poll_interval=1, workers=1, detach=detach, parallelism="static", max_inflight=3)
         loop = AttemptLoop(study, expand(study), mem, throttle, options, clock=clock, sleep=clock.sleep)
         with ThreadPoolExecutor(1) as pool:
-            loop.cycle(pool)
+            one_cycle(loop, pool)
         assert len(mem.creates) == created
         assert ("capacity" in mem.sent) is not detach
 
@@ -112,7 +112,7 @@ def test_a_silent_controller_is_said_once_and_its_return_too(tmp_path):
 
     mem.attempts = attempts
     with ThreadPoolExecutor(1) as pool:
-        loop.cycle(pool)  # two retries inside the throttle, then an answer
+        one_cycle(loop, pool)  # two retries inside the throttle, then an answer
     assert events[0] == (
         "Memory controller: list: no answer; backing off and trying again (nothing is submitted "
         "twice: each send whose answer was lost is looked up first)"
@@ -129,12 +129,12 @@ def test_why_attempts_wait_past_the_grace_is_shown_in_the_schedulers_words(tmp_p
     mem = MemoryScheduler()
     study, loop = make(tmp_path, mem)
     with ThreadPoolExecutor(1) as pool:
-        loop.cycle(pool)
+        one_cycle(loop, pool)
         a, b, c = loop.order
         mem.set(a, reason="QOSMaxGRESPerUser", waits_for_capacity=False, waits_for_limits=True)
         mem.set(b, reason="QOSMaxGRESPerUser", waits_for_capacity=False, waits_for_limits=True)
-        loop.cycle(pool)
+        one_cycle(loop, pool)
         assert loop.progress.blocked == ""  # within the grace period: not said yet
         loop.clock.now += loop.options.pending_grace + 1
-        loop.cycle(pool)
+        one_cycle(loop, pool)
     assert loop.progress.blocked == "QOSMaxGRESPerUser (2), Resources (1)" and loop.progress.stuck == 3

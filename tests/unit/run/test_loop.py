@@ -18,7 +18,7 @@ from stratctl.run.policy import StaticPolicy
 from stratctl.run.progress import Progress, Silent
 from stratctl.run.throttle import Throttle
 from tests.unit.backends.fakes import MemoryScheduler
-from tests.unit.fakes import FakeClock, MaxRng
+from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.run.test_attempt_seam import STUDY
 from tests.unit.studies import load
 
@@ -163,10 +163,10 @@ def test_every_backends_loop_says_a_new_target_once_as_it_changes(tmp_path):
     )
     loop.reporter.event = events.append
     with ThreadPoolExecutor(1) as pool:
-        loop.cycle(pool)
-        loop.cycle(pool)
+        one_cycle(loop, pool)
+        one_cycle(loop, pool)
         policy.cap = 3
-        loop.cycle(pool)
+        one_cycle(loop, pool)
     targets = [e for e in events if e.startswith("target in flight")]
     assert targets == [
         "target in flight 2: static cap 2, 4 gang(s) fit in free GPUs",

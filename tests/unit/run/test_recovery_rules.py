@@ -40,7 +40,7 @@ from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 from tests.unit.backends.fakes import FakeRM, FakeSlurm, slurm_nodes, yarn_nodes
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.fakes import FakeClock, MaxRng
+from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.loop import make
 from tests.unit.studies import load
 
@@ -374,18 +374,18 @@ def test_drains_requeues_on_slurm_are_not_preemptions(tmp_path):
 
     b = SlurmBackend(tmp_path, "{max_preemptions: 0}")
     with ThreadPoolExecutor(1) as pool:
-        b.loop.cycle(pool)
+        one_cycle(b.loop, pool)
         b.run()
         assert attemptdrain.drain(b.study, b.sched).suspended == [b.trial]
         assert b._latest()["restart_cnt"] == 1
-        b.loop.cycle(pool)
+        one_cycle(b.loop, pool)
         assert b.sched.attempts()[b.trial].preemptions == 0 and b.row().state == "suspended"
         attemptdrain.resume(b.study, b.sched)
-        b.loop.cycle(pool)
+        one_cycle(b.loop, pool)
         b.run()
-        b.loop.cycle(pool)
+        one_cycle(b.loop, pool)
         assert b.row().state == "running" and not any("given up" in e for e in b.events)
         b.preempt()  # a real preemption after it: the first, more than 0
-        b.loop.cycle(pool)
+        one_cycle(b.loop, pool)
     assert f"trial {b.trial}: given up, preempted once, more than retries.max_preemptions=0" in b.events
     assert b.row().preemptions == 1 and b._latest()["job_state"] == "CANCELLED"

@@ -309,7 +309,7 @@ class PodsWatch:
 
 
 def with_pods(submitter, cluster):
-    submitter._mirrored = lambda: (PodsWatch(cluster).items(), [])
+    submitter.mirrored = lambda: (PodsWatch(cluster).items(), [])
     return submitter
 
 

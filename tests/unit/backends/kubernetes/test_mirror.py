@@ -201,7 +201,7 @@ def test_a_broken_watch_shows_in_the_loops_progress_panel_log_lines_and_metrics(
     submitter, _ = make(study_file(), FakeCluster(), clock)
     submitter.jobs = Mirror(None, VOLCANO_JOB)  # healthy
     submitter.signals = SimpleNamespace(nodes=None, pods=mirror, groups=None)  # the pods' watch is down
-    submitter._tally({})
+    submitter.tally({})
     p = submitter.progress
     problem = f"Pod watch broken since {since(1000.0)}: ConnectionResetError: [Errno 104] Connection reset by peer"
     assert (p.watch_errors, p.watch_problem) == (1, problem)
@@ -217,7 +217,7 @@ def test_a_broken_watch_shows_in_the_loops_progress_panel_log_lines_and_metrics(
     assert 'stratctl_watch_failures_total{study="loop"} 1.0' in exported
 
     mirror._recovered()  # as the next event would
-    submitter._tally({})
+    submitter.tally({})
     assert (p.watch_errors, p.watch_problem) == (1, None)
     assert "watches healthy again (1 failures so far)" in shown(p)
     log.update(p)

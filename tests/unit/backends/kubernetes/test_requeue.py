@@ -198,7 +198,7 @@ def test_a_retrying_trial_is_not_finished_while_its_next_attempt_cannot_be_creat
     [job] = cluster.jobs()
     abort(job)
     requeue = Requeue(
-        cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter, clock=clock
+        cluster, submitter.renderer, submitter.study, submitter.trials, submitter.kind, submitter.reporter, clock=clock
     )
     # drained: held, neither failed nor finished
     cluster.record("loop")["data"]["drained"] = "true"
@@ -222,7 +222,7 @@ def test_a_suspended_trial_waits_while_the_record_says_drained_even_if_the_loop_
     record["data"]["drained"] = "true"
     record["data"].update(suspended_patch({name: {"attempt": 0}})["data"])
     requeue = Requeue(
-        cluster, submitter.renderer, submitter.study, submitter.trials, submitter._kind, submitter.reporter, clock=clock
+        cluster, submitter.renderer, submitter.study, submitter.trials, submitter.kind, submitter.reporter, clock=clock
     )
     # the loop's own copy of the flag is older: not drained
     assert requeue.step({name: TrialState.WAITING}, {}, drained=False) == {name: TrialState.SUSPENDED}

@@ -18,7 +18,7 @@ from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
 from stratctl.view.display import summary
 from tests.unit.backends.fakes import FakeSlurm
-from tests.unit.fakes import FakeClock, MaxRng
+from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.studies import load
 
 STUDY = """\
@@ -55,7 +55,7 @@ def test_the_summary_counts_slurms_commands_past_a_lost_answer_and_a_timeout(tmp
     fake = FakeSlurm(["lost", "timeout"])  # the first submit went through, its answer lost; then a refusal
     run, clock = loop(tmp_path, fake)
     with ThreadPoolExecutor(1) as pool:
-        run.cycle(pool)
+        one_cycle(run, pool)
     names = sorted({j["name"] for j in fake.jobs})
     assert len(fake.jobs) == 2 and len(names) == 2  # one job per trial
     assert len(fake.sent) == 3  # the lost one sent once, looked up on the retry; the refused one sent again
@@ -92,7 +92,7 @@ def test_trials_of_different_sizes_each_get_their_own_job_and_gpu_count(tmp_path
     )
     assert run.gang == [1, 1, 1]
     with ThreadPoolExecutor(1) as pool:
-        run.cycle(pool)
+        one_cycle(run, pool)
     assert sorted(line for text in fake.scripts for line in text.splitlines() if "--ntasks=" in line) == [
         "#SBATCH --ntasks=2",
         "#SBATCH --ntasks=3",
