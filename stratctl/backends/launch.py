@@ -235,7 +235,7 @@ def _watch(
 
         submitter.signals = ClusterSignals(
             cluster,
-            submitter.reference_shape(),
+            submitter.given.reference_shape(),
             study.namespace,
             study.priority_class,
             yields,

@@ -83,6 +83,14 @@ class Outage:
         for listener in list(self._listeners):
             listener(change)
 
+    def said(self, change: Change) -> str:
+        """A change of the server's state, as the submit loop says it once, as it happens."""
+        server = self.server.removeprefix("the ")
+        if change.down:
+            patience = duration(self.patience)
+            return f"{server} unreachable ({change.error}); retrying, giving up after {patience} without an answer"
+        return f"{server} answering again after {duration(change.lasted)} out; carrying on"
+
     @property
     def since(self) -> float | None:
         """When the current outage began, on `clock`; None while the server answers."""

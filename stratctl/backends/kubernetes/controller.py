@@ -24,29 +24,27 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blocked import Blocked
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, VOLCANO_JOB, Cluster
 from stratctl.backends.kubernetes.creating import Creating
 from stratctl.backends.kubernetes.features import BreakerDrain, Cleanup, Packed, QueueMoves, Salvaging, Search
 from stratctl.backends.kubernetes.keeper import RecordKeeper
-from stratctl.backends.kubernetes.mirror import Mirror, watch_health
+from stratctl.backends.kubernetes.looptrials import LoopTrials
+from stratctl.backends.kubernetes.mirror import Mirror
 from stratctl.backends.kubernetes.placement import Placer, Placing
+from stratctl.backends.kubernetes.pressure import Pressure, tally
 from stratctl.backends.kubernetes.record import API_QUOTA_KEY, PLACEMENTS_KEY, StudyRecord
 from stratctl.backends.kubernetes.requeue import Requeue, pod_starts
 from stratctl.backends.kubernetes.salvage import Salvage
 from stratctl.backends.kubernetes.searching import Searching
 from stratctl.backends.kubernetes.shedding import Shedding
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts, trial_of
-from stratctl.core import shape
-from stratctl.core.changes import spec_text
+from stratctl.backends.kubernetes.state import TrialState, latest_attempts, trial_of, trial_states
 from stratctl.core.render import Renderer, min_resources
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.run.cycle import Backfill, Capability, Cycle
 from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
-from stratctl.run.outage import Change, Outage, duration
-from stratctl.run.pace import api_room
+from stratctl.run.outage import Outage
 from stratctl.run.packing import Packer
 from stratctl.run.policy import Decision, Observed
 from stratctl.run.progress import Progress, Reporter, Silent
@@ -54,17 +52,11 @@ from stratctl.run.queues import amounts
 from stratctl.run.throttle import Throttle
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.capacity import Capacity, ClusterSignals
+    from stratctl.backends.kubernetes.capacity import ClusterSignals
     from stratctl.backends.kubernetes.storage import StorageMirror
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
-
-
-def gang_shape(study: Study) -> list[int]:
-    """GPUs of each pod of one trial (of a study whose trials share one shape): the shape
-    free GPUs must hold for it to start."""
-    return list(shape.gang(study))
 
 
 def study_selector(study: Study) -> str:
@@ -110,36 +102,14 @@ class Submitter(Cycle):
         self.reporter.event(message)
 
     def _take_trials(self, trials: list[Trial], manifests: dict[str, list[dict]] | None) -> None:
-        """The study's trials, or a closed-loop search that asks them as it goes
-        (closedloop.py): `trials` are then the first it would ask, rendered already (and what
-        a dry run sends)."""
-        study, renderer = self.study, self.renderer
-        self.search = None
-        if study.strategy.closed_loop:  # its modules (samplers, results, pruning) load for such a study alone
-            from stratctl.backends.kubernetes.closedloop import ClosedLoop
-
-            self.search = ClosedLoop(study)
-        self._first = list(trials)
-        self.trials = {t.name: t for t in trials} if self.search is None else {}
-        self.order = [t.name for t in trials] if self.search is None else []
-        self._manifests = manifests or {}  # first attempts rendered up front (launch.prepare)
-        # each trial's expected seconds, when the study states them (backfill picks by them)
-        self._expected = (
-            {t.name: renderer.expected_seconds(t) for t in trials}
-            if renderer is not None and renderer.states_duration
-            else {}
-        )
-        # each trial's shape, when the study's trials differ in shape: admitted by packing them
-        # into the free GPUs (run/packing.py), with the passed-over times its aging rule needs
-        self._shapes = (
-            {t.name: renderer.shape(t) for t in trials} if renderer is not None and study.varying_shape else {}
-        )
+        """The study's trials, or a closed-loop search that asks them as it goes (looptrials.py)."""
+        self.given = LoopTrials(self.study, trials, self.renderer, manifests)
+        self.search, self.trials, self.order = self.given.search, self.given.by_name, self.given.order
 
     def _attach(self, trials: list[Trial]) -> None:
         """What the loop watches and reads besides its jobs; launch starts the watches."""
         study, cluster, options = self.study, self.cluster, self.options
         self.signals: ClusterSignals | None = None
-        self.capacity: Capacity | None = None  # the cluster's free GPUs and who waits, as last read from signals
         self.storage: StorageMirror | None = None  # with --storage
         # The study's jobs, kept by a watch; without it each cycle lists them.
         self.jobs: Mirror | None = None
@@ -150,7 +120,7 @@ class Submitter(Cycle):
             Placer(
                 study.queues,
                 lambda: self.creating.queue_objects(),
-                amounts(min_resources(self._largest(study, trials))),
+                amounts(min_resources(self.given.largest())),
                 self._say,
             )
             if len(study.queues) > 1
@@ -162,7 +132,9 @@ class Submitter(Cycle):
             from stratctl.backends.kubernetes.prometheus import ControlPlaneWatch, Prometheus
 
             self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url))
-        self.blocked = Blocked(cluster, study.namespace, self.reporter.event) if cluster is not None else None
+        self.reading = Pressure(
+            cluster, study.namespace, options.pending_grace, options.poll_interval, self._say, self.clock, self.wall
+        )
         # Whether the API server answers: the cluster's own account (every request tells it),
         # else the loop's, told by whole cycles.
         self._told = getattr(cluster, "outage", None) is None
@@ -174,41 +146,27 @@ class Submitter(Cycle):
         """The study record (keeper.py), the progress, the search's side of the loop
         (searching.py), the creates (creating.py) and the shared decision (run/loop.py)."""
         study = self.study
-        budget = self.search.remaining if self.search is not None else len(self.order)
+        budget = self.given.budget
         self.progress = Progress(study=study.name, total=budget)
-        record = StudyRecord(
-            study=study.name,
-            spec_hash=study.spec_hash,
-            trials=budget,
-            critical=study.critical,
-            source=source,
-            max_failures=study.retries.max_failures,
-            spec=spec_text(study),
-        )
         self.keeper = RecordKeeper(
-            self.cluster, record, self.namespace, self._say, clock=lambda: self.clock(), wall=lambda: self.wall()
+            self.cluster,
+            StudyRecord.of(study, budget, source),
+            self.namespace,
+            self._say,
+            clock=lambda: self.clock(),
+            wall=lambda: self.wall(),
         )
         self.searching = None
         if self.search is not None:  # its trials join the loop's as it asks them
             self.searching = Searching(
-                self.search,
-                study,
-                self.cluster,
-                self.kind,
-                self.keeper,
-                self.progress,
-                self.trials,
-                self.order,
-                self._register,
-                self._say,
-                lambda: self.wall(),
+                self.given, self.cluster, self.kind, self.keeper, self.progress, self._say, lambda: self.wall()
             )
         self.creating = Creating(
             self.cluster,
             self.renderer,
             self.namespace,
             self.trials,
-            self._manifests,
+            self.given.manifests,
             self.placer,
             self.progress,
             self._say,
@@ -220,7 +178,6 @@ class Submitter(Cycle):
 
     def _start_state(self) -> None:
         """What the loop knows of the cluster before its first cycle: nothing yet."""
-        self.pending_since: dict[str, float] = {}  # trials pending, since when
         self._deletions_seen = 0  # jobs seen deleted, by the last observe
         self.every_job: list[dict] = []  # every attempt of the study's trials, as last observed
         self.latest: dict[str, dict] = {}  # each trial's latest attempt's job, as last observed
@@ -229,21 +186,6 @@ class Submitter(Cycle):
         # single-cycle --detach of 100,000 trials keeps no job of them
         self._unseen: set[str] = set()
         self._observed = False  # observe ran once (the mirror's first list is fresh for it)
-
-    def _largest(self, study: Study, trials: list[Trial]) -> Study:
-        """The study as its largest trial runs it (its own shape when trials share one)."""
-        if not self._shapes:
-            return study
-        largest = max(trials, key=lambda t: sum(self._shapes[t.name]))
-        return self.renderer.study_for(largest)
-
-    def reference_shape(self) -> list[int]:
-        """The shape the cluster's signals count whole gangs of: the study's, or its largest
-        trial's when trials differ (packing then decides per trial)."""
-        if self._shapes:
-            largest: tuple[int, ...] = max(self._shapes.values(), key=lambda s: (sum(s), max(s, default=0), len(s)))
-            return list(largest)
-        return gang_shape(self.study)
 
     # -- the study record (keeper.py) ------------------------------------------------
 
@@ -291,16 +233,7 @@ class Submitter(Cycle):
             jobs = self.listed()
         latest = latest_attempts(jobs)
         self.every_job = jobs
-        states: dict[str, TrialState] = {}
-        for name in self.order:
-            if name in latest:
-                states[name] = classify(latest[name])
-            elif name in self.record.finished:
-                states[name] = TrialState(self.record.finished[name])
-            elif name in self._unseen:
-                states[name] = TrialState.PENDING
-            else:
-                states[name] = TrialState.WAITING
+        states = trial_states(self.order, latest, self.record.finished, self._unseen)
         self.latest = latest
         self._observed = True
         if self.placer is not None:
@@ -322,72 +255,18 @@ class Submitter(Cycle):
         return self._requeue.step(states, self.latest, self.record.held, record=self.keeper.cm)
 
     def tally(self, states: dict[str, TrialState]) -> None:
-        p = self.progress
-        counts = {s: 0 for s in TrialState}
-        for name, state in states.items():
-            if name not in p.errors:
-                counts[state] += 1
-        p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
-        p.succeeded, p.failed, p.waiting = (
-            counts[TrialState.SUCCEEDED],
-            counts[TrialState.FAILED],
-            counts[TrialState.WAITING],
-        )
-        p.pruned = counts[TrialState.PRUNED]
-        if self.search is not None:  # the budget not asked yet waits too
-            p.waiting += self.search.remaining
-        stats, bucket = self.throttle.stats, self.throttle.bucket
-        p.throttle_waits, p.throttle_wait_seconds = bucket.waits, bucket.waited_seconds
-        p.throttled_429 = stats.throttled
-        p.api = self.throttle.pressure()  # the request pace: shown when the API quota pushes back
-        if self.cluster is not None:
-            p.api_writes, p.api_requests = self.cluster.metrics.writes, self.cluster.metrics.requests
-            p.api_checks = self.cluster.metrics.checks
-            p.api_sent, p.api_refused = dict(self.cluster.metrics.sent), dict(self.cluster.metrics.refused)
+        unasked = self.search.remaining if self.search is not None else 0  # the budget not asked yet waits too
         watches = (self.jobs, *(getattr(self.signals, name, None) for name in ("nodes", "pods", "groups")))
-        p.watch_errors, p.watch_problem = watch_health(watches)  # a broken watch means a stale picture: say so
+        tally(self.progress, states, self.throttle, self.cluster, unasked, watches)
 
     def pressure(self, states: dict[str, TrialState]) -> Observed:
-        """What the policy decides on: the study's pending and stuck gangs (and why they
-        wait), the cluster's capacity from its signals, the control plane from Prometheus,
-        the request pace. The record is saved first: the cluster as just observed."""
+        """What the policy decides on (pressure.py); the record is saved first: the cluster
+        as just observed."""
         self.save_summary(force=self.progress.done)
-        p, now = self.progress, self.clock()
-        for name, state in states.items():
-            if state is TrialState.PENDING:
-                self.pending_since.setdefault(name, now)
-            else:
-                self.pending_since.pop(name, None)
-        late = [n for n, since in self.pending_since.items() if now - since > self.options.pending_grace]
-        p.stuck = len(late)
-        if self.blocked is not None:  # why they wait, when they wait past the grace: a gang that never starts
-            p.blocked = self.blocked.why([self.latest[n] for n in late if n in self.latest], self.mirrored()[1], now)
-        precedence, shadow, backfill_fit, spread = None, None, None, None
-        if self.signals is not None:
-            self.capacity = capacity = self.signals.capacity(self.wall())
-            shadow, backfill_fit, spread = capacity.shadow, capacity.backfill_fit, capacity.spread
-            p.free_gpus, p.gangs_fit, p.fragmentation = capacity.free_gpus, capacity.gangs_fit, capacity.fragmentation
-            precedence = str(capacity.precedence) if capacity.precedence else None
-            p.latency_p90 = self.signals.latency_p90()  # shown; the request pace acts on it, not the target
-        control = self.prometheus.latest() if self.prometheus is not None else None
-        p.etcd_p99 = control.etcd_p99 if control else None
-        p.scheduling_latency_p90 = control.volcano_latency_p90 if control else None
-        return Observed(
-            etcd_p99=p.etcd_p99,
-            scheduling_latency_p90=p.scheduling_latency_p90,
-            in_flight=p.in_flight,
-            pending=p.pending,
-            waiting=p.waiting,
-            stuck=p.stuck,
-            drained=self.record.drained,
-            api_stalled=p.api.stalled if p.api is not None else 0.0,
-            api_room=api_room(p.api, self.options.poll_interval),
-            gangs_fit=p.gangs_fit,
-            free_gpus=p.free_gpus,
-            precedence=precedence,
-            shadow=shadow if self._expected else None,  # backfill needs the study's own durations
-            backfill_fit=backfill_fit,
-            spread=spread,
+        groups, durations = self.mirrored()[1], bool(self.given.expected)
+        drained = self.record.drained
+        return self.reading.observe(
+            states, self.progress, self.latest, drained, self.signals, groups, self.prometheus, durations
         )
 
     def decided(self, decision: Decision, changed: bool) -> None:
@@ -412,12 +291,12 @@ class Submitter(Cycle):
         features: list[Capability] = [Salvaging(self, salvage)]
         if self.searching is not None:
             features.append(Search(self, self.searching))
-        if self._shapes:  # trials of different shapes: those that fit first
-            features.append(Packed(self, Packer(self._shapes, self.study.throttle.aging_seconds, self._say)))
+        if self.given.shapes:  # trials of different shapes: those that fit first
+            features.append(Packed(self, Packer(self.given.shapes, self.study.throttle.aging_seconds, self._say)))
         features.append(BreakerDrain(self, self.shedding))
         if self.placer is not None and self.options.move_waiting:
             features.append(QueueMoves(self))
-        features.append(Backfill(self._expected))  # only trials that end before the waiting gang can start
+        features.append(Backfill(self.given.expected))  # only trials that end before the waiting gang can start
         if self.study.cleanup == "delete":
             features.append(Cleanup(self))
         return features
@@ -445,16 +324,6 @@ class Submitter(Cycle):
             return None, None
         return pods.items(), groups.items()
 
-    def _register(self, trial: Trial) -> None:
-        """A trial of a closed-loop search joins the loop's trials (requeue and salvage share
-        the dict, so its next attempts are theirs as for any trial)."""
-        self.trials[trial.name] = trial
-        self.order.append(trial.name)
-        if self.renderer is not None and self.renderer.states_duration:
-            self._expected[trial.name] = self.renderer.expected_seconds(trial)
-        if self.renderer is not None and self.study.varying_shape:
-            self._shapes[trial.name] = self.renderer.shape(trial)
-
     # -- the loop -----------------------------------------------------------------------
 
     def pause(self) -> None:
@@ -471,27 +340,11 @@ class Submitter(Cycle):
     def dry_run(self) -> Progress:
         """Send every manifest with dryRun=All (server) or only render them (client)."""
         if self.search is not None:  # a closed-loop search: the trials it would ask first
-            self.trials.update({t.name: t for t in self._first})
-        names = [t.name for t in self._first] if self.search is not None else list(self.order)
-        self.progress.dry_run = self.options.dry_run
-        if self.options.dry_run == "server":
-            with ThreadPoolExecutor(self.options.workers) as pool:
-                self.creating.batch(names, pool, dry_run=True)
-        else:  # every trial was rendered, and so checked, by launch.prepare
-            self.progress.created = len(names)
-        self.tally({n: TrialState.WAITING for n in names})
+            self.trials.update({t.name: t for t in self.given.first})
+        names = [t.name for t in self.given.first] if self.search is not None else list(self.order)
+        self.creating.dry_run(names, self.options.dry_run or "client")
+        self.tally(dict.fromkeys(names, TrialState.WAITING))
         return self.progress
-
-    def _heard(self, change: Change) -> None:
-        """The API server stopped answering, or answers again: say it once, as it happens
-        (from whichever request noticed)."""
-        if change.down:
-            self.reporter.event(
-                f"API server unreachable ({change.error}); retrying, giving up after "
-                f"{duration(self.outage.patience)} without an answer"
-            )
-        else:
-            self.reporter.event(f"API server answering again after {duration(change.lasted)} out; carrying on")
 
     def left_behind(self) -> str:
         """What a run that gives up leaves in the cluster, said to the user: a record this run
@@ -509,7 +362,7 @@ class Submitter(Cycle):
     def run(self) -> Progress:
         if self.options.dry_run:
             return self.dry_run()
-        self.outage.listen(self._heard)
+        self.outage.listen(lambda change: self._say(self.outage.said(change)))
         self._pool = ThreadPoolExecutor(self.options.workers)
         # Preempted and drained trials come back as their next attempt (requeue.py).
         renderer = self.renderer if self.placer is None else Placing(self.renderer, self.placer)  # next attempts too

@@ -120,6 +120,16 @@ class Creating:
                 self.say(f"trial {name}: not created this cycle ({error}); trying again")
         return submitted
 
+    def dry_run(self, names: list[str], mode: str) -> None:
+        """`--dry-run=server`: every first attempt sent with dryRun=All; `client`: rendered,
+        and so checked, by launch.prepare already."""
+        self.progress.dry_run = mode
+        if mode == "server":
+            with ThreadPoolExecutor(self.workers) as pool:
+                self.batch(names, pool, dry_run=True)
+        else:
+            self.progress.created = len(names)
+
     def _sent(
         self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool, placed: dict[str, list[dict] | None]
     ) -> Iterator[tuple[str, Future]]:

@@ -102,7 +102,7 @@ class Packed(Capability):
 
     def pressure(self, observed: Observed, states: States) -> Observed:
         loop = self.loop
-        capacity = loop.capacity
+        capacity = loop.reading.capacity
         if capacity is None or capacity.free_after is None:
             return observed
         config = getattr(loop.policy, "config", loop.policy)
@@ -138,7 +138,7 @@ class QueueMoves(Capability):
     def decided(self, decision: Decision) -> None:
         loop = self.loop
         now, grace = loop.clock(), loop.options.pending_grace
-        latest, since = loop.latest, loop.pending_since
+        latest, since = loop.latest, loop.reading.pending_since
         waited = [
             n
             for n in loop.order

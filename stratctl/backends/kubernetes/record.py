@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
 from stratctl.core import document
 from stratctl.errors import NotFound, StratctlError, UsageError
+
+if TYPE_CHECKING:  # the study model stays off the start-up of commands that only read records
+    from stratctl.core.spec import Study
 
 PREFIX = labels.RECORD_PREFIX
 API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes back: {"at": wall time, "note": text}
@@ -60,6 +64,21 @@ class StudyRecord:
     placements: dict[str, int] = field(default_factory=dict)  # queue -> trials there (queue fallback)
     moved: int = 0  # trials moved to another queue before they started
     told: dict[str, dict] = field(default_factory=dict)  # closed-loop search: ended trials as told
+
+    @classmethod
+    def of(cls, study: Study, trials: int, source: str) -> StudyRecord:
+        """The record a submit of `study` (its file's text: `source`) writes for `trials` trials."""
+        from stratctl.core.changes import spec_text
+
+        return cls(
+            study=study.name,
+            spec_hash=study.spec_hash,
+            trials=trials,
+            critical=study.critical,
+            source=source,
+            max_failures=study.retries.max_failures,
+            spec=spec_text(study),
+        )
 
     @property
     def held(self) -> bool:

@@ -8,39 +8,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stratctl.backends.kubernetes.closedloop import ClosedLoop
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
 from stratctl.backends.kubernetes.keeper import RecordKeeper
+from stratctl.backends.kubernetes.looptrials import LoopTrials
 from stratctl.backends.kubernetes.record import TOLD_KEY, parse_record, record_name, suspended_of
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
-from stratctl.core.space import Trial
-from stratctl.core.spec import Study
 from stratctl.errors import NotFound
 from stratctl.run.progress import Progress
 
 
 class Searching:
-    """One study's closed-loop search, as its submit loop runs it. `register` adds a trial the
-    search asked to the loop's trials; `order` is the loop's list of them."""
+    """One study's closed-loop search, as its submit loop runs it: a trial it asks joins the
+    loop's trials (looptrials.py)."""
 
     def __init__(
         self,
-        search: ClosedLoop,
-        study: Study,
+        given: LoopTrials,
         cluster: Cluster,
         kind: tuple[str, str],
         keeper: RecordKeeper,
         progress: Progress,
-        trials: dict[str, Trial],
-        order: list[str],
-        register: Callable[[Trial], None],
         say: Callable[[str], None],
         wall: Callable[[], float],
     ):
-        self.search, self.study, self.cluster, self.kind = search, study, cluster, kind
-        self.namespace = study.namespace
+        assert given.search is not None  # a study with a closed-loop strategy
+        self.search, self.study, self.cluster, self.kind = given.search, given.study, cluster, kind
+        self.namespace = given.study.namespace
         self.keeper, self.progress = keeper, progress
-        self.trials, self.order, self.register = trials, order, register
+        self.trials, self.order, self.register = given.by_name, given.order, given.register
         self.say, self.wall = say, wall
         self.steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
         self.said_no_pruning = False

@@ -270,3 +270,20 @@ def preemptions(job: dict, state: TrialState | None = None) -> int:
     if state is TrialState.PREEMPTED and not restarted_out(job):
         count += 1
     return count
+
+
+def trial_states(
+    order: list[str], latest: dict[str, dict], finished: dict[str, str], unseen: set[str]
+) -> dict[str, TrialState]:
+    """Each trial's state: its latest job's; else the record's, for a finished trial whose
+    job was deleted (`cleanup: delete`); else pending, when created while the loop did not
+    watch its jobs yet (`unseen`); else waiting."""
+    states: dict[str, TrialState] = {}
+    for name in order:
+        if name in latest:
+            states[name] = classify(latest[name])
+        elif name in finished:
+            states[name] = TrialState(finished[name])
+        else:
+            states[name] = TrialState.PENDING if name in unseen else TrialState.WAITING
+    return states
