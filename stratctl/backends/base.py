@@ -9,13 +9,14 @@ displays (`status` rows, the submit summary).
 
 Two shapes of backend sit below it:
 
-- **Kubernetes** (stratctl/backends/kubernetes/, its submit loop of backends/kubernetes/controller.py): attempts
-  are Volcano Jobs or batch/v1 Jobs with their PodGroups, the study record is a ConfigMap,
-  the cluster is watched. It has what only a Kubernetes cluster offers (queues and their
-  fallback, topology placement, PodGroup salvage, the closed-loop search's pruning).
+- **Kubernetes** (stratctl/backends/kubernetes/; the shared cycle's steps in controller.py):
+  attempts are Volcano Jobs or batch/v1 Jobs with their PodGroups, the study record is a
+  ConfigMap, the cluster is watched. What only a Kubernetes cluster offers (queue
+  fallback, PodGroup salvage, the closed-loop search, the breaker's drain, packing) joins
+  the shared cycle as its capabilities (run/cycle.py, backends/kubernetes/features.py).
 - **Batch schedulers that run an attempt as one job** (Slurm, YARN): they implement the
-  `Scheduler` protocol below, and one loop, one `status`, one `drain`/`resume` run them
-  all (run/attemptloop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
+  `Scheduler` protocol below, and the same cycle, one `status`, one `drain`/`resume` run
+  them all (run/attemptloop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
   is a new `Scheduler` and a line in `scheduler_for`, nothing else.
 
 `is_attempt_backend` is how the CLI tells them apart: an attempt backend's study is named
