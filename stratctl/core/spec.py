@@ -1,7 +1,8 @@
 """The study: what a user writes in a study file, validated as a whole.
 
 `load_study(path)` reads the YAML with positions (document.py), validates it with the
-pydantic models below (the search space's are in distributions.py), checks every template
+pydantic models below (the search space's are in distributions.py, and whether the fields
+agree with each other in consistency.py), checks every template
 string statically (sandbox.py), and raises one StudyError listing every problem as
 `FILE:LINE:COL: message`.
 """
@@ -24,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from stratctl.core import capabilities, document, sandbox, wording
+from stratctl.core import capabilities, consistency, document, sandbox, wording
 from stratctl.core.digest import digest
 from stratctl.core.distributions import (  # noqa: F401 - part of the study's public surface
     SINGLE_OBJECTIVE,
@@ -196,105 +197,9 @@ class Study(_Model):
 
     @model_validator(mode="after")
     def _whole(self) -> Self:
-        self._check_search()
-        self._check_workload()
+        consistency.check_search(self)
+        consistency.check_workload(self)
         return self
-
-    def _check_search(self) -> None:
-        """The strategy, objective, pruner and space agree: a closed-loop search has its
-        objective and chooses every value itself; a grid has points for every parameter."""
-        kind = self.strategy.kind
-        if self.strategy.closed_loop:
-            if self.objective is None:
-                raise _bad(
-                    "objective",
-                    "strategy {kind!r} chooses trials from results: it needs 'objective' "
-                    "(e.g. objective: {{metric: loss, direction: minimize}})",
-                    field="strategy.kind",
-                    kind=kind,
-                )
-            needs = missing(kind)
-            if needs:
-                raise _bad("strategy_needs", needs, field="strategy.kind")
-            if kind in SINGLE_OBJECTIVE and len(self.objectives) > 1:
-                raise _bad(
-                    "objective",
-                    "strategy {kind!r} optimises one objective; {n} are given (use tpe or nsga2 for several)",
-                    field="objective",
-                    kind=kind,
-                    n=len(self.objectives),
-                )
-            if self.pruner is not None and len(self.objectives) > 1:
-                raise _bad(
-                    "pruner",
-                    "a pruner judges one objective's intermediate values; {n} objectives are given",
-                    field="pruner",
-                    n=len(self.objectives),
-                )
-            for name, p in self.space.items():
-                if p.grid:
-                    raise _bad(
-                        "grid",
-                        "strategy {kind!r} chooses every value of {name!r} itself: remove 'grid'",
-                        field=f"space.{name}.grid",
-                        kind=kind,
-                        name=name,
-                    )
-        if self.pruner is not None and not self.strategy.closed_loop:
-            raise _bad(
-                "pruner",
-                "a pruner stops trials of a closed-loop search: use strategy kind tpe, gp, cmaes or "
-                "nsga2 (got {kind!r})",
-                field="pruner",
-                kind=kind,
-            )
-        if self.strategy.kind == "grid":
-            for name, p in self.space.items():
-                if not isinstance(p, Choice | IntRange) and not p.grid:
-                    raise _bad(
-                        "grid",
-                        "the grid strategy needs 'grid: N' points for continuous parameter {name!r}",
-                        field=f"space.{name}",
-                        name=name,
-                    )
-
-    def _check_workload(self) -> None:
-        """The trial can run as the backend and workload run it: a command on Slurm and YARN,
-        one task and restart_policy Never for a batch/v1 Job."""
-        if self.backend in ("slurm", "yarn"):
-            # several tasks: YARN's gang AM asks for containers of each task's own size, Slurm runs a
-            # heterogeneous job of one component a task
-            for i, t in enumerate(self.trial.tasks):
-                if not (t.command or self.trial.command):
-                    one = len(self.trial.tasks) == 1
-                    raise _bad(
-                        "batch_command",
-                        "backend {backend} runs trial.command on the nodes (there is no image "
-                        "entrypoint): set trial.command{task}",
-                        field="trial" if one else f"trial.tasks.{i}",
-                        backend=self.backend,
-                        task="" if one else f" or the command of task {t.name!r}",
-                    )
-        if self.workload == "batch" and len(self.trial.tasks) != 1:
-            raise _bad(
-                "batch_tasks", "workload 'batch' runs one pod template: exactly one task allowed", field="trial.tasks"
-            )
-        if (
-            self.workload == "batch"
-            and self.trial.restart_policy != "Never"
-            and self.trial.template is None
-            and self.templates_dir is None
-        ):
-            # the bundled batch template ends an attempt whose pod was preempted with a pod
-            # failure policy, which the API server accepts only with restartPolicy Never
-            raise _bad(
-                "batch_restart_policy",
-                "workload 'batch' needs restart_policy Never (its Job fails when a pod "
-                "is preempted, so the trial resumes as its next attempt: a podFailurePolicy, which Kubernetes "
-                "allows only with restartPolicy Never); got {policy!r}",
-                field="trial.restart_policy",
-                policy=self.trial.restart_policy,
-            )
 
     @property
     def source(self) -> Path | None:
