@@ -9,12 +9,11 @@ trial-level values only as `{{ x | tojson }}` (the bundled ones do), it is rende
 parsed once per study with placeholders, and each trial only fills in the holes. Other
 templates are rendered per trial. Either way the study's own template strings (args,
 env, annotations, ...) are then rendered per trial, and stratctl stamps its labels,
-annotations and STRATCTL_* env vars in Python, so user templates cannot forget them.
+annotations and STRATCTL_* env vars in Python (stamp.py), so user templates cannot forget them.
 """
 
 from __future__ import annotations
 
-import json
 import marshal
 import re
 import secrets
@@ -27,7 +26,7 @@ import yaml
 from jinja2 import Template, meta, nodes
 
 from stratctl import labels
-from stratctl.core import kube_rendezvous, sandbox, shape, tree
+from stratctl.core import kube_rendezvous, sandbox, shape, stamp, tree
 from stratctl.core.digest import canonical, digest, hash_text
 from stratctl.core.model import parse_duration
 from stratctl.core.space import Trial, attempt_name, bulk, expand
@@ -266,7 +265,7 @@ class Renderer:
         if layout is not None and layout.job != mark("job"):  # the workload named otherwise: render per trial
             return
         self._layout = layout
-        self._stamp(docs, {k: mark(k) for k in (*_STAMPED, *(layout.keys() if layout else ()))}, layout)
+        self._stamp(docs, {k: mark(k) for k in (*stamp.STAMPED, *(layout.keys() if layout else ()))}, layout)
         for labels_map in tree.label_maps(docs):
             labels_map[labels.SPEC_HASH] = mark("spec_hash")
         pattern = re.compile(r'"(' + re.escape(token) + r'[A-Za-z0-9_.]+@@)"')
@@ -330,14 +329,20 @@ class Renderer:
 
     def _stamp_values(self, ctx: dict[str, Any]) -> dict[str, str]:
         return {
-            "expected_text": _seconds_text(self._expected(ctx)) if self._stamps_expected else "",
+            "expected_text": stamp.seconds_text(self._expected(ctx)) if self._stamps_expected else "",
             "trial": ctx["trial"],
             "attempt_text": str(ctx["attempt"]),
             "index_text": str(ctx["index"]),
             "checkpoint": ctx["checkpoint"],
             "resume_text": "1" if ctx["resume"] else "0",
-            "params_json": _params_json(ctx["params"]),
+            "params_json": stamp.params_json(ctx["params"]),
         }
+
+    def _stamp(
+        self, docs: list[dict[str, Any]], v: dict[str, str], layout: kube_rendezvous.Layout | None = None
+    ) -> None:
+        """Stamp stratctl's labels, annotations and env vars on the manifests (core/stamp.py)."""
+        stamp.stamp(docs, v, self.study, self._stamp_labels, self._stamps_expected, layout)
 
     def _contract(self, docs: list[dict[str, Any]]) -> kube_rendezvous.Layout | None:
         """How the trial's pods find each other on Kubernetes (kube_rendezvous), None on a
@@ -346,73 +351,9 @@ class Renderer:
             return None
         return kube_rendezvous.layout_of(docs, [t.name for t in self.study.trial.tasks])
 
-    def _stamp(
-        self, docs: list[dict[str, Any]], v: dict[str, str], layout: kube_rendezvous.Layout | None = None
-    ) -> None:
-        """Add stratctl's labels, annotations and env vars (values from `_stamp_values`), and
-        the rendezvous contract of `layout` (its values in `v`)."""
-        if layout is not None:
-            try:
-                kube_rendezvous.stamp(docs, layout, v)
-            except kube_rendezvous.NoCommand as e:
-                raise StudyError([self._no_command(role) for role in e.roles]) from None
-        stamp_labels = {**self._stamp_labels, labels.TRIAL: v["trial"], labels.ATTEMPT: v["attempt_text"]}
-        stamp_annotations = {
-            labels.PARAMS: v["params_json"],
-            labels.TRIAL_INDEX: v["index_text"],
-            labels.CHECKPOINT: v["checkpoint"],
-        }
-        if self._stamps_expected:  # read by launchers sharing the cluster to plan backfill
-            stamp_annotations[labels.EXPECTED_SECONDS] = v["expected_text"]
-        env: list[dict[str, Any]] = [
-            {"name": labels.ENV_STUDY, "value": self.study.name},
-            {"name": labels.ENV_TRIAL, "value": v["trial"]},
-            {"name": labels.ENV_ATTEMPT, "value": v["attempt_text"]},
-            {"name": labels.ENV_CHECKPOINT, "value": v["checkpoint"]},
-            {"name": labels.ENV_RESUME, "value": v["resume_text"]},
-            {"name": labels.ENV_PARAMS, "value": v["params_json"]},
-        ]
-        if self.study.pruner is not None:  # where `stratctl report` writes the trial's intermediate values
-            env.append({"name": labels.ENV_POD, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-        ours = {e["name"] for e in env}
-        pods = tree.pods(docs)
-        for meta_ in [d.setdefault("metadata", {}) for d in docs] + [p.setdefault("metadata", {}) for p in pods]:
-            meta_["labels"] = {**(meta_.get("labels") or {}), **stamp_labels}
-            meta_["annotations"] = {**(meta_.get("annotations") or {}), **stamp_annotations}
-        for pod in pods:
-            spec = pod.get("spec") or {}
-            for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-                user = [e for e in (container.get("env") or []) if e.get("name") not in ours]
-                container["env"] = [dict(e) for e in env] + user
-
-    def _no_command(self, role: kube_rendezvous.Role) -> Problem:
-        where = next(
-            (("trial", "tasks", i) for i, t in enumerate(self.study.trial.tasks) if t.name == role.name), ("trial",)
-        )
-        return self.study.problem(
-            where,
-            f"{'.'.join(map(str, where))}: the {role.replicas} pods of task {role.name!r} "
-            f"start at rank {role.first}, and a pod learns its rank on Kubernetes as that "
-            f"plus its "
-            f"index, which /bin/sh adds before it execs the task's command; the task has "
-            f"no command to start that way (the image's entrypoint cannot be): set "
-            f"command (the task's or trial.command)",
-        )
-
-
-_STAMPED = ("expected_text", "trial", "attempt_text", "index_text", "checkpoint", "resume_text", "params_json")
-
 
 # ---------------------------------------------------------------- helpers
 
 
-def _seconds_text(seconds: float) -> str:
-    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
-
-
 def _is_name(node: nodes.Node, name: str) -> bool:
     return isinstance(node, nodes.Name) and node.name == name
-
-
-# the parameters as the trial reads them (STRATCTL_PARAMS): readable, not hashed
-_params_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
