@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -29,19 +29,11 @@ from typing import Any
 import yaml
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, PODGROUP, VOLCANO_JOB, resource_path
+from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, PODGROUP, resource_path
 from stratctl.backends.kubernetes.record import job_kinds, parse_record, record_name, records
 from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, run_starts
 from stratctl.backends.kubernetes.summary import build, latest_slim, study_row, summary_of
-from stratctl.backends.kubernetes.waiting import (
-    Queues,
-    condition,
-    gang_events,
-    gang_kind,
-    queue_of,
-    queue_problem,
-    reason,
-)
+from stratctl.backends.kubernetes.waiting import Queues, explain_pending, pending_reason
 from stratctl.errors import NotFound
 from stratctl.run.ranking import best_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
@@ -81,16 +73,6 @@ def _pages(
             if upcoming is None:
                 return
             body = upcoming.result()
-
-
-def _pending_reason(
-    podgroup: dict | None, queues: Queues | None = None, queue: str | None = None, events: Sequence[dict] = ()
-) -> str:
-    """Why a gang waits (`waiting.reason`): a queue that is missing or not Open first, read
-    through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup), then
-    the PodGroup's condition, then its `events`."""
-    name = queue or queue_of(podgroup)
-    return reason(podgroup, name, queues.get(name) if queues is not None else None, events)
 
 
 def _result(pod: dict) -> dict | None:
@@ -269,7 +251,7 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
     def read_podgroups(part):
         for items in _pages(cluster, PODGROUP, namespace, part):
             for pg in items:
-                owner, why = _owner_job(pg), _pending_reason(pg, queues)
+                owner, why = _owner_job(pg), pending_reason(pg, queues)
                 if owner and why:
                     reasons[owner] = why
 
@@ -331,55 +313,6 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
     _, rows = build(now, [cm], jobs, {}, results, starts, exits)
     rows = sorted((r for r in rows if last is None or r.trial < last), key=lambda r: r.trial)
     return (rows, True) if complete else (rows[:n], False)
-
-
-def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
-    """Fill in why the given pending trials wait: one PodGroup read each (concurrently),
-    and the events of one PodGroup per kind of gang.
-
-    Listing a PodGroup's events is a field-selector scan of every event in the namespace
-    (the API server has no index for it): about 1.5 s each beside 10,000 waiting gangs.
-    Gangs in the same queue, in the same phase, asking for the same resources and members
-    wait for the same reason, so the events of the first of them explain the rest.
-    """
-    from stratctl.errors import ClusterError
-
-    todo = [r for r in rows if r.state == TrialState.PENDING.value and not r.pending and r.podgroup]
-    queues = Queues(cluster)
-    groups: dict[str, dict | None] = {}
-
-    def read(row: TrialRow) -> None:
-        try:
-            groups[row.podgroup] = cluster.get(PODGROUP, row.podgroup, namespace)
-        except ClusterError:  # no PodGroup: the job's queue may be why (Volcano makes none for a missing queue)
-            groups[row.podgroup] = None
-            try:
-                row.pending = _pending_reason(None, queues, queue_of(cluster.get(VOLCANO_JOB, row.job, namespace)))
-            except ClusterError:
-                row.pending = _pending_reason(None)
-
-    if not todo:
-        return
-    with ThreadPoolExecutor(min(8, len(todo))) as pool:
-        list(pool.map(read, todo))
-    kinds: dict[str, list[TrialRow]] = {}  # kind of gang → its rows that need events
-    for row in todo:
-        group = groups[row.podgroup]
-        if group is None:
-            continue
-        if condition(group) or queue_problem(queue_of(group), queues.get(queue_of(group))):
-            row.pending = _pending_reason(group, queues)
-        else:
-            kinds.setdefault(gang_kind(group), []).append(row)
-
-    def explain(same: list[TrialRow]) -> None:
-        events = gang_events(cluster, namespace, same[0].podgroup)
-        for row in same:
-            row.pending = _pending_reason(groups[row.podgroup], queues, events=events)
-
-    if kinds:
-        with ThreadPoolExecutor(min(8, len(kinds))) as pool:
-            list(pool.map(explain, kinds.values()))
 
 
 def declared_ranking(cluster, namespace: str, study: str) -> str | None:

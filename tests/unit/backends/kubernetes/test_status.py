@@ -8,8 +8,9 @@ from stratctl import labels
 from stratctl.backends.kubernetes.jobview import Carried
 from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_patch
 from stratctl.backends.kubernetes.state import timestamp
-from stratctl.backends.kubernetes.status import _pending_reason, _result
+from stratctl.backends.kubernetes.status import _result
 from stratctl.backends.kubernetes.summary import build, slim_job
+from stratctl.backends.kubernetes.waiting import pending_reason
 from stratctl.run.ranking import sort_trials
 from stratctl.run.rows import Snapshot, TrialRow
 from stratctl.view.tables import studies_table, table
@@ -74,9 +75,9 @@ def test_study_and_trial_rows_from_recorded_jobs():
 
 def test_pending_reasons_and_results_from_recorded_objects():
     job = recorded.pending_job()
-    assert _pending_reason(recorded.unschedulable_podgroup(job)).startswith("2/2 tasks in gang unschedulable")
-    assert _pending_reason({"status": {"phase": "Inqueue"}}) == "admitted to the queue, gang not yet placed"
-    assert _pending_reason({"status": {"phase": "Running"}}) == ""
+    assert pending_reason(recorded.unschedulable_podgroup(job)).startswith("2/2 tasks in gang unschedulable")
+    assert pending_reason({"status": {"phase": "Inqueue"}}) == "admitted to the queue, gang not yet placed"
+    assert pending_reason({"status": {"phase": "Running"}}) == ""
     assert _result(recorded.succeeded_pod(recorded.completed_job())) == {"loss": 0.231, "accuracy": 0.912}
     assert _result(recorded.succeeded_pod(recorded.completed_job(), message="not json")) is None
     assert _result(recorded.succeeded_pod(recorded.completed_job(), message="[1, 2]")) is None
