@@ -157,7 +157,9 @@ class _Asked:
         if best:
             snap.trials = snap.trials[:best]
         if not everything:
-            core.explain_pending(self.cluster, ns, snap.trials[: limit or None])
+            from stratctl.backends.kubernetes.waiting import explain_pending
+
+            explain_pending(self.cluster, ns, snap.trials[: limit or None])
         return snap
 
     def read(self) -> tuple[Any, list[str] | None]:
