@@ -40,7 +40,8 @@ def plan(
         Console(soft_wrap=False).print(table(result, max_rows or None))
     else:  # into a pipe: plain, whole columns (as `status` prints them), for grep, awk and sort
         from stratctl.core.plan import grid, notes
-        from stratctl.view.columns import Column, plain
+        from stratctl.view.columns import Column
+        from stratctl.view.plaintext import plain
 
         title, headers, rows = grid(result, max_rows or None)
         columns = [

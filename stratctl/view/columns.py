@@ -1,16 +1,14 @@
-"""Status rows as columns, and the plain outputs made of them (pure).
+"""Status rows as columns, and which of them fit a width (pure).
 
 A trial table has one column per parameter and one per result metric, as `plan` has;
 `trial_columns` and `study_columns` build them from rows, formatted for people (`cells`:
 `4h11m`, `0.2313`) and for programs (`raw`: full precision, RFC 3339 times). The rich
-table (`tables`), the plain text a pipe gets (`plain`) and `-o csv` (`csv_text`) all draw
-the same columns, so they never disagree.
+table (`tables`), the plain text a pipe gets and `-o csv` (`plaintext`) all draw the same
+columns, so they never disagree.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -352,39 +350,7 @@ def note_column(rows: list[StudyRow], now: float) -> Column:
     return c
 
 
-# ------------------------------------------------------------------ plain outputs
-
-
-def plain(columns: list[Column]) -> str:
-    """Columns padded with spaces: no box, no truncation, no wrapping (for grep, awk, sort).
-    Only the last column may hold spaces."""
-    if not columns:
-        return ""
-    widths = [c.width if c is not columns[-1] else 0 for c in columns]
-    widths = [max(w, len(c.key)) for w, c in zip(widths, columns)]
-    lines = []
-    for i in range(-1, len(columns[0].cells)):
-        cells = [c.key if i < 0 else c.cells[i] for c in columns]
-        parts = [
-            cell.rjust(w) if c.numeric and i >= 0 and c is not columns[-1] else cell.ljust(w)
-            for cell, w, c in zip(cells, widths, columns)
-        ]
-        lines.append("   ".join(parts).rstrip())
-    return "\n".join(lines) + "\n"
-
-
-def csv_text(columns: list[Column]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([c.csv_key or c.key for c in columns])
-    for i in range(len(columns[0].cells) if columns else 0):
-        writer.writerow(
-            [
-                "" if c.raw[i] is None else (json.dumps(c.raw[i]) if isinstance(c.raw[i], dict | list) else c.raw[i])
-                for c in columns
-            ]
-        )
-    return out.getvalue()
+# ------------------------------------------------------------------ fitting a width
 
 
 SENTENCE = 20  # the narrowest a sentence column is drawn (wrapped at words)

@@ -15,7 +15,8 @@ from rich.text import Text
 
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.view import tables
-from stratctl.view.columns import csv_text, note_column, plain, rfc3339, run_time, study_columns, trial_columns
+from stratctl.view.columns import note_column, rfc3339, run_time, study_columns, trial_columns
+from stratctl.view.plaintext import csv_text, plain
 
 
 def _study_dict(row: StudyRow, now: float) -> dict:
