@@ -1,9 +1,9 @@
 """The study: what a user writes in a study file, validated as a whole.
 
 `load_study(path)` reads the YAML with positions (document.py), validates it with the
-pydantic models below (the search space's are in distributions.py, and whether the fields
-agree with each other in consistency.py), checks every template
-string statically (sandbox.py), and raises one StudyError listing every problem as
+pydantic models below (the search space's are in distributions.py; whether the fields
+agree with each other is checked in consistency.py), checks every template string
+statically (sandbox.py), and raises one StudyError listing every problem as
 `FILE:LINE:COL: message`.
 """
 
