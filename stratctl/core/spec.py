@@ -99,6 +99,8 @@ class Study(_Model):
     throttle: Throttle = Throttle()
     cost: Cost = Cost()
     cleanup: Literal["keep", "delete"] = "keep"
+    # first attempts sent as blocks, one scheduler object for many trials (core/merging.py)
+    merge: Literal["off", "auto"] = "off"
     templates_dir: str | None = None
 
     _source: Path | None = PrivateAttr(default=None)

@@ -64,6 +64,11 @@ class Capability:
         """Up to `n` new trials' names, asked for as they are admitted."""
         return []
 
+    def admits(self, admit: int, waiting: list[str]) -> int:
+        """How many of the trials due (`waiting`, in order) go now, when the decision admits
+        `admit` (merged submissions: a whole block, its own throttle keeping the target)."""
+        return admit
+
     def admitted(self, listed: Sequence[str], submitted: set[str]) -> None:
         """After a cycle that admitted trials: those due (`listed`) and those sent."""
 
@@ -164,6 +169,8 @@ class Cycle:
         for c in self.capabilities:
             if admit > len(waiting) and unasked:  # trials that exist once asked for: as many as are admitted
                 waiting = waiting + c.ask(admit - len(waiting))
+        for c in self.capabilities:
+            admit = c.admits(admit, waiting)
         admit = min(admit, len(waiting))
         if not admit:
             return
