@@ -330,7 +330,8 @@ class AttemptLoop(Cycle):
         counts = {state: 0 for state in TrialState}
         for name, state in states.items():
             counts[state if name not in p.errors else TrialState.FAILED] += 1
-        p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
+        p.queued = sum(1 for n, a in self._seen.items() if a.queued and states.get(n) is TrialState.PENDING)
+        p.pending, p.running = counts[TrialState.PENDING] - p.queued, counts[TrialState.RUNNING]
         p.succeeded, p.failed = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED]
         p.waiting = counts[TrialState.WAITING] + counts[TrialState.RETRYING]
         p.api_requests = s.calls

@@ -132,10 +132,11 @@ class SlurmScheduler(StudyFiles, Counted):
         taken = [int(p.name.split("-")[1]) for p in blocks.glob("block-*") if p.name.split("-")[1].isdigit()]
         block = f"block-{max(taken, default=0) + 1}"
         scripts = [self.prepare(trial, 0) for trial in trials]
+        prepared = block_script(self.study, block, scripts, throttle, [self.renderer.dir, bundled_templates()])
         for script in scripts:
             (self.output / script.trial / "attempt-0.sh").write_text(script.text)
         (blocks / block).write_text("".join(f"{s.trial}\n" for s in scripts))
-        return block_script(self.study, block, scripts, throttle, [self.renderer.dir, bundled_templates()])
+        return prepared
 
     def throttle(self, block: Attempt, tasks: int) -> None:
         """At most `tasks` of the block's tasks at once (its array's ArrayTaskThrottle)."""

@@ -147,7 +147,8 @@ def block_script(study: Study, block: str, scripts: list[Script], throttle: int,
         f"--job-name={study.name}-{block}",
         f"--comment={comment}",
         f"--array=0-{len(scripts) - 1}%{max(1, throttle)}",
-        f"--output={directory}/.blocks/{block}-%a.log",
+        f"--output={directory}/.blocks/{block}.log",  # what a task says before its trial's script runs
+        "--open-mode=append",
         *(o for o in first.options if not o.startswith(NAMED)),
     ]
     text = _array_template(tuple(str(d) for d in templates)).render(

@@ -57,6 +57,8 @@ CAPACITY = (
     "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
 )
 UNSAID = ("NonZeroExitCode", "JobLaunchFailure")  # what squeue's reason of a job killed by a signal says
+ARRAY_LIMIT = "JobArrayTaskLimit"  # a task its array's throttle holds back
+QUEUED = "queued in its block (the job array's throttle)"
 BLOCK_MARK = "@"  # a block's comment names `@<block>` where an attempt's names its trial
 BLOCKS = ".blocks"  # the study's blocks: their trials, in its output directory
 LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
@@ -198,7 +200,13 @@ def of_job(job: dict, study: str, blocks: dict[str, list[str]] | None = None) ->
         started=_time(job.get("start_time")) if ran else None,  # a pending job's is a forecast
         ended=_time(job.get("end_time")) if ended else None,
     )  # a running job's is its time limit
-    return replace(found, block=block) if block else found
+    if not block:
+        return found
+    if (
+        found.state is TrialState.PENDING and found.reason == ARRAY_LIMIT
+    ):  # split from the remainder, e.g. held and released
+        return replace(found, block=block, queued=True, waits_for_limits=False, reason=QUEUED)
+    return replace(found, block=block)
 
 
 def task_ids(text: str) -> list[int]:
@@ -230,7 +238,7 @@ def remainder(job: dict, study: str, blocks: dict[str, list[str]], running: int)
     out = []
     for n, index in enumerate(i for i in task_ids(str(job.get("array_task_string") or "")) if i < len(trials)):
         queued = n >= room and not held
-        why = f"queued in its block (the array's throttle, {throttle} at once)" if queued else reason
+        why = QUEUED if queued else reason
         state = TrialState.SUSPENDED if held else TrialState.PENDING
         found = _attempt(trials[index], 0, state, f"{base}_{index}", "PENDING", why, spec_hash=named[3])
         out.append(
