@@ -106,6 +106,12 @@ class Study(_Model):
     _source: Path | None = PrivateAttr(default=None)
     _doc: document.Document | None = PrivateAttr(default=None)
 
+    @field_validator("merge", mode="before")
+    @classmethod
+    def _merge(cls, v: Any) -> Any:
+        """`merge: off` is YAML's false: the word the user wrote."""
+        return "off" if v is False else v
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:

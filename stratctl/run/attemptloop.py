@@ -289,8 +289,9 @@ class AttemptLoop(Cycle):
         seen = self._seen
         submitted = []
         if self.blocks is not None and (first := [n for n in names if n not in seen]):
+            names = [n for n in names if n in seen]  # next attempts: single jobs
             try:
-                block = self.blocks.send([self.trials[n] for n in first])
+                block, first = self.blocks.send([self.trials[n] for n in first])
             except ClusterError as exc:
                 if transient(exc):
                     self.reporter.event(f"{len(first)} trials: not submitted this cycle ({exc}); trying again")
@@ -301,7 +302,10 @@ class AttemptLoop(Cycle):
                 self.reporter.event(f"{block.job}: {len(first)} trials submitted as one job array")
                 submitted += first
                 self.progress.created += len(first)
-            names = [n for n in names if n in seen]
+                for i, name in enumerate(first):  # until the next listing: the block's throttle lets `room` in
+                    self._seen[name] = Attempt(
+                        name, 0, TrialState.PENDING, block=block.trial[1:], queued=i >= self.blocks.room
+                    )
         futures = {
             n: self._pool.submit(self.submit_attempt, self.trials[n], seen[n].attempt + 1 if n in seen else 0)
             for n in names

@@ -48,6 +48,8 @@ class Blocks(Capability):
         self.scheduler, self.requests, self.seen, self.size, self.say = scheduler, throttle, seen, size, say
         self.room = 1  # trials the decision lets into flight now: a new block's throttle
         self.set: dict[str, int] = {}  # block -> the throttle last set
+        self.unsent: tuple[Any, list[str]] | None = None  # a block whose send failed, and its trials
+        self.retried = False  # it was sent before: looked up first
 
     def _open(self) -> dict[str, Attempt]:
         """Blocks still holding trials back -> one of their attempts (it names the block)."""
@@ -86,11 +88,15 @@ class Blocks(Capability):
             self.set[block] = tasks
             self.say(f"{block}: at most {tasks} of its trials at once")
 
-    def send(self, trials: list[Trial]) -> Any:
+    def send(self, trials: list[Trial]) -> tuple[Any, list[str]]:
         """One block of these trials' first attempts, sent exactly once (a send whose answer
-        was lost is looked up before it is sent again); its throttle the room decided."""
-        prepared = self.scheduler.prepare_block(trials, self.room)
-        sent: list[bool] = []
+        was lost is looked up before it is sent again), its throttle the room decided; the
+        block and the trials it carries. A block whose send failed (the controller did not
+        answer) is the one sent next, under its own name: it may have gone through."""
+        if self.unsent is None:
+            self.unsent = self.scheduler.prepare_block(trials, self.room), [t.name for t in trials]
+        prepared, names = self.unsent
+        sent: list[bool] = [True] if self.retried else []
 
         def once() -> None:
             if sent and self.scheduler.find(prepared):
@@ -98,6 +104,8 @@ class Blocks(Capability):
             sent.append(True)
             self.scheduler.create(prepared)
 
+        self.retried = True
         self.requests.call(once, mutating=True)
+        self.unsent, self.retried = None, False
         self.set[prepared.trial.removeprefix("@")] = self.room
-        return prepared
+        return prepared, names
