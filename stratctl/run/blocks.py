@@ -28,6 +28,7 @@ from stratctl.run.throttle import Throttle
 class Blocking(Protocol):
     """What a scheduler with blocks does besides the attempt seam (backends/base.py)."""
 
+    def block_size(self, largest: int) -> int: ...
     def prepare_block(self, trials: list[Trial], throttle: int) -> Any: ...
     def create(self, prepared: Any) -> None: ...
     def find(self, prepared: Any) -> bool: ...
@@ -61,7 +62,10 @@ class Blocks(Capability):
         seen = self.seen()
         first = [n for n in waiting if n not in seen]
         again = [n for n in waiting if n in seen]
-        return again if self._open() else first[: self.size] + again
+        if self._open() or not first:
+            return again
+        size = self.requests.call(lambda: self.scheduler.block_size(self.size))
+        return first[:size] + again
 
     def admits(self, admit: int, waiting: list[str]) -> int:
         if admit <= 0:  # no room, or holding: no block either

@@ -157,6 +157,15 @@ class Slurm:
     def requeue(self, job: int | str, hold: bool = False) -> None:
         self._run(["scontrol", "requeuehold" if hold else "requeue", str(job)])
 
+    def max_array_size(self) -> int | None:
+        """The controller's MaxArraySize (task ids of a job array are below it), None when
+        `scontrol show config` does not say."""
+        for line in self._run(["scontrol", "show", "config"]).splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "MaxArraySize" and value.strip().isdigit():
+                return int(value.strip())
+        return None
+
     def throttle(self, array: int | str, tasks: int) -> None:
         """At most `tasks` of a job array's tasks running at once (ArrayTaskThrottle), from
         now on: running tasks are not stopped when it is lowered. scontrol exits 1 when some

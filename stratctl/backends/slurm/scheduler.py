@@ -76,6 +76,7 @@ class SlurmScheduler(StudyFiles, Counted):
         self.client = self.slurm
         self.renderer = renderer or Renderer(study)
         self.output = output_of(study, workdir)
+        self._max_array: int | None = None  # the controller's MaxArraySize, once read
 
     @property
     def where(self) -> str:
@@ -122,6 +123,13 @@ class SlurmScheduler(StudyFiles, Counted):
         return self.slurm.find(script.job) is not None
 
     # -- merged submissions (core/merging.py): a block of first attempts as one job array --
+
+    def block_size(self, largest: int) -> int:
+        """Trials one block may carry: `largest` (core/merging.py), or fewer where the
+        site's MaxArraySize is smaller (read once)."""
+        if self._max_array is None:
+            self._max_array = self.slurm.max_array_size() or largest
+        return max(1, min(largest, self._max_array))  # task ids 0 to MaxArraySize - 1
 
     def prepare_block(self, trials: list[Trial], throttle: int) -> Script:
         """The next block of these trials' first attempts, ready to send: each attempt's

@@ -32,13 +32,14 @@ class FakeSlurm:
     "ok", "lost" (the job is created, sbatch times out), "timeout" (not created, sbatch
     times out), "limit" (refused for a submit limit)."""
 
-    def __init__(self, sbatch_answers=(), nodes=()):
+    def __init__(self, sbatch_answers=(), nodes=(), max_array=1001):
         self.jobs: list[dict] = []
         self.sbatch_answers = list(sbatch_answers)
         self.sent: list[str] = []
         self.scripts: list[str] = []  # what each sbatch was given
         self.nodes: list[dict] = list(nodes)
         self.commands: list[list[str]] = []  # every command run, as its argv
+        self.max_array = max_array  # MaxArraySize, as `scontrol show config` says it
 
     def job(self, job_id) -> dict:
         return next(j for j in self.jobs if j["job_id"] == int(job_id))
@@ -98,6 +99,8 @@ class FakeSlurm:
         if argv[0] == "scancel":
             self.job(argv[1]).update(job_state="CANCELLED", state_reason="None")
             return subprocess.CompletedProcess(argv, 0, "", "")
+        if argv[0] == "scontrol" and argv[1] == "show":
+            return subprocess.CompletedProcess(argv, 0, f"MaxArraySize            = {self.max_array}\n", "")
         if argv[0] == "scontrol" and argv[1] == "update":  # scontrol update JobId=N ArrayTaskThrottle=K
             job = self.job(argv[2].split("=")[1])
             throttle = int(argv[3].split("=")[1])

@@ -178,3 +178,22 @@ def test_a_block_whose_send_failed_is_sent_again_under_its_own_name_never_as_a_s
     assert set(fake.sent) == {"s-block-1"} and len(fake.jobs) == 1  # the same block, once in the end
     assert [p.name for p in (scheduler.output / ".blocks").iterdir()] == ["block-1"]
     assert run.progress.created == 6
+
+
+def test_a_sites_smaller_max_array_size_makes_smaller_blocks_the_next_one_once_the_first_holds_none_back(tmp_path):
+    fake = FakeSlurm(max_array=4)  # task ids 0-3: four trials a block
+    run, scheduler = loop(tmp_path, fake, StaticPolicy(2))
+    with ThreadPoolExecutor(1) as pool:
+        one_cycle(run, pool)
+        assert fake.sent == ["s-block-1"] and "#SBATCH --array=0-3%2" in fake.scripts[0]
+        start_task(fake, 1, 0)
+        start_task(fake, 1, 1)
+        one_cycle(run, pool)  # block-1 still holds two trials back: no second block yet
+        assert fake.sent == ["s-block-1"]
+        start_task(fake, 1, 2)
+        start_task(fake, 1, 3)
+        for task in fake.jobs[1:]:
+            task.update(job_state="COMPLETED")
+        one_cycle(run, pool)
+    assert fake.sent == ["s-block-1", "s-block-2"] and "#SBATCH --array=0-1%2" in fake.scripts[1]
+    assert [c[:3] for c in fake.commands].count(["scontrol", "show", "config"]) == 1  # read once
