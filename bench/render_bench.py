@@ -78,14 +78,14 @@ def run_per_trial(study):
 
 def run_naive(study, n):
     """What a straightforward implementation does for each trial."""
-    from stratctl.core.render import _study_context  # the same inputs, to compare like with like
+    from stratctl.core.variables import study_context  # the same inputs, to compare like with like
 
     out = []
     for trial in expand(study)[:n]:
         env = sandbox.environment(FileSystemLoader(str(bundled_templates())))
         template = env.get_template(DEFAULT_TEMPLATES[study.workload])
         ctx = {
-            **_study_context(study),
+            **study_context(study),
             "job": trial.name,
             "trial": trial.name,
             "attempt": 0,

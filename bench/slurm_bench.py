@@ -5,13 +5,17 @@ Submission throughput, N trials of one GPU that sleep long (16 start, the rest p
   loop      a shell loop of N `sbatch` calls, one job each (what a sweep script does);
   array     one `sbatch --array=0-(N-1)`: one request for all N, the controller's ceiling;
   stratctl  `stratctl submit FILE --detach --qps 0 --parallelism static --max-inflight N`,
-            timed from exec to exit (start-up, render and the study's listing included).
-Each runs `--repeat` times, interleaved (loop, array, stratctl, loop, ...); medians compared.
+            one job per trial (`merge: off`), timed from exec to exit (start-up, render and
+            the study's listing included);
+  merged    the same with `merge: auto`: the trials as one job array (core/merging.py);
+  start-up  `stratctl --version`, the command's own start-up, for scale.
+Each runs `--repeat` times, interleaved (loop, array, stratctl, merged, ...); medians compared.
 
 Makespan, M trials of one GPU that each sleep S seconds (the cluster holds 16 at once):
   array%K   `sbatch --array=0-(M-1)%K`, the static cap Slurm users set, for K = 4 (a
             cautious user) and 16 (a user who knows exactly how many GPUs are free);
-  stratctl  `stratctl submit FILE` with the adaptive policy and no cap given.
+  stratctl  `stratctl submit FILE` with the adaptive policy and no cap given, a job per trial;
+  merged    the same with `merge: auto`: one array, its throttle following the adaptive target.
 From the first submit to the last job's end (squeue's end times), and the GPU
 utilisation over that span (busy GPU-seconds / (16 × makespan)).
 
@@ -76,11 +80,12 @@ def cancel(prefix: str) -> None:
         run("scancel", *ids)
 
 
-def study(path: Path, name: str, trials: int, seconds: float, parallelism: str = "") -> Path:
+def study(path: Path, name: str, trials: int, seconds: float, parallelism: str = "", merge: bool = False) -> Path:
     path.write_text(
         textwrap.dedent(f"""\
         name: {name}
         backend: slurm
+        merge: {"auto" if merge else "off"}
         slurm: {{partition: research, time_limit: 10m}}
         space:
           seed: {{type: int, low: 0, high: {trials - 1}, grid: true}}
@@ -136,8 +141,14 @@ def submit_array(n: int, tag: str) -> float:
     return time.perf_counter() - started
 
 
-def submit_stratctl(n: int, tag: str, workdir: Path) -> float:
-    path = study(workdir / f"{tag}.yaml", tag, n, 600)
+def startup() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "stratctl", "--version"], env=ENV, capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def submit_stratctl(n: int, tag: str, workdir: Path, merge: bool = False) -> float:
+    path = study(workdir / f"{tag}.yaml", tag, n, 600, merge=merge)
     started = time.perf_counter()
     done = subprocess.run(
         [
@@ -196,8 +207,8 @@ def sweep_array(m: int, seconds: float, cap: int, tag: str) -> dict:
     return span(wait_ended(tag, m), int(started), seconds)
 
 
-def sweep_stratctl(m: int, seconds: float, tag: str, workdir: Path) -> dict:
-    path = study(workdir / f"{tag}.yaml", tag, m, seconds)
+def sweep_stratctl(m: int, seconds: float, tag: str, workdir: Path, merge: bool = False) -> dict:
+    path = study(workdir / f"{tag}.yaml", tag, m, seconds, merge=merge)
     started = time.time()
     done = subprocess.run(
         [sys.executable, "-m", "stratctl", "submit", str(path), "--poll-interval", "0.5", "-o", "json"],
@@ -229,7 +240,7 @@ def main() -> None:
             f"submission of {args.trials} one-GPU jobs (16 run, the rest pend), wall seconds, median of "
             f"{args.repeat} interleaved runs:"
         )
-        runs: dict[str, list[float]] = {"loop": [], "array": [], "stratctl": []}
+        runs: dict[str, list[float]] = {"loop": [], "array": [], "stratctl": [], "merged": [], "start-up": []}
         for round_ in range(args.repeat):
             for method in runs:
                 tag = f"bs{method}{stamp}r{round_}"
@@ -238,8 +249,10 @@ def main() -> None:
                         runs[method].append(submit_loop(args.trials, tag))
                     elif method == "array":
                         runs[method].append(submit_array(args.trials, tag))
+                    elif method == "start-up":
+                        runs[method].append(startup())
                     else:
-                        runs[method].append(submit_stratctl(args.trials, tag, workdir))
+                        runs[method].append(submit_stratctl(args.trials, tag, workdir, merge=method == "merged"))
                 finally:
                     cancel(tag)
         for method, times in runs.items():
@@ -252,17 +265,22 @@ def main() -> None:
             )
         ratio = figures["submit_loop_s"] / figures["submit_stratctl_s"]
         figures["stratctl_vs_loop"] = round(ratio, 2)
+        merged = figures["submit_stratctl_s"] / figures["submit_merged_s"]
+        figures["merged_vs_stratctl"] = round(merged, 2)
+        over = figures["submit_merged_s"] - figures["submit_start-up_s"]
+        figures["merged_less_startup_vs_array"] = round(over / figures["submit_array_s"], 2)
         print(
-            f"  stratctl {ratio:.2f}x the sbatch loop's throughput; the one-request array "
-            f"{figures['submit_array_s']:.2f} s is the ceiling"
+            f"  stratctl {ratio:.2f}x the sbatch loop's throughput; merged {merged:.2f}x stratctl's; the one-request "
+            f"array {figures['submit_array_s']:.2f} s is the ceiling (merged less its start-up: "
+            f"{figures['merged_less_startup_vs_array']:.1f}x it)"
         )
         time.sleep(3)
         print(f"\nmakespan of {args.sweep} trials of {args.seconds:g}s on {GPUS} GPUs:")
-        for method, cap in (("array%4", 4), ("array%16", 16), ("stratctl", None)):
+        for method, cap in (("array%4", 4), ("array%16", 16), ("stratctl", None), ("merged", None)):
             tag = f"bm{method.replace('%', 'c')}{stamp}"
             try:
                 result = (
-                    sweep_stratctl(args.sweep, args.seconds, tag, workdir)
+                    sweep_stratctl(args.sweep, args.seconds, tag, workdir, merge=method == "merged")
                     if cap is None
                     else sweep_array(args.sweep, args.seconds, cap, tag)
                 )

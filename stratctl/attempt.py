@@ -33,6 +33,11 @@ class Attempt:
     # were preempted (where a preemption ends the attempt and the next one resumes: YARN)
     failures_before: int | None = None
     preempted_before: int = 0
+    # merged submissions (core/merging.py): the block (a Slurm job array) that carries the
+    # trial's first attempt, and whether the block's own throttle still holds it back
+    # (queued: not in flight, not due either)
+    block: str = ""
+    queued: bool = False
 
     @property
     def failures(self) -> int:

@@ -177,6 +177,7 @@ EVERYWHERE = (
     "objective",
     "critical",
     "templates_dir",
+    "merge",
     "checkpoint.location",
     "retries.max_failures",
     "retries.max_preemptions",

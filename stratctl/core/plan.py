@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stratctl.core.cost import Estimate, estimate
+from stratctl.core.merging import merging
 from stratctl.core.render import Renderer, validate
 from stratctl.core.space import Trial, size
 from stratctl.core.spec import Study
@@ -173,6 +174,8 @@ def notes(plan: Plan, shown: int) -> list[str]:
             f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {per_trial} × "
             f"{e.trials} trials × retry factor {e.retry_factor:g}"
         )
+    if s.merge != "off" or s.backend == "slurm":
+        lines.append(merging(s).why)
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
     lines.append(cost)

@@ -100,10 +100,18 @@ class Study(_Model):
     throttle: Throttle = Throttle()
     cost: Cost = Cost()
     cleanup: Literal["keep", "delete"] = "keep"
+    # first attempts sent as blocks, one scheduler object for many trials (core/merging.py)
+    merge: Literal["off", "auto"] = "off"
     templates_dir: str | None = None
 
     _source: Path | None = PrivateAttr(default=None)
     _doc: document.Document | None = PrivateAttr(default=None)
+
+    @field_validator("merge", mode="before")
+    @classmethod
+    def _merge(cls, v: Any) -> Any:
+        """`merge: off` is YAML's false: the word the user wrote."""
+        return "off" if v is False else v
 
     @field_validator("name")
     @classmethod

@@ -31,10 +31,12 @@ from typing import Any
 from stratctl.attempt import Attempt
 from stratctl.backends.base import Scheduler
 from stratctl.core import shape
+from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
+from stratctl.run.blocks import Blocks
 from stratctl.run.cycle import Cycle
 from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
@@ -154,6 +156,11 @@ class AttemptLoop(Cycle):
         self._draining = False  # the study is drained, as last observed
         self.deciding = Deciding(lambda message: self.reporter.event(message), lambda: self.clock())
         throttle.on_retry = self._retrying
+        self.merging = merging(study)
+        self.blocks: Blocks | None = None
+        if self.merging.merged and hasattr(scheduler, "prepare_block"):
+            self.blocks = Blocks(scheduler, throttle, lambda: self._seen, self.merging.block, self.reporter.event)  # type: ignore[arg-type]
+            self.capabilities = [self.blocks]
 
     def _retrying(self, error: BaseException | None, wait: float) -> None:
         """Said once per stretch the controller does not answer: the loop backs off, it is not stuck."""
@@ -241,7 +248,8 @@ class AttemptLoop(Cycle):
     def pressure(self, states: dict[str, TrialState]) -> Observed:
         seen, draining = self._seen, self._draining
         now = self.clock()
-        pending = [n for n, s in states.items() if s is TrialState.PENDING]
+        queued = {n for n, a in seen.items() if a.queued}  # held back by their block's throttle: not in flight
+        pending = [n for n, s in states.items() if s is TrialState.PENDING and n not in queued]
         for name in list(self._pending_since):
             if name not in pending:
                 del self._pending_since[name]
@@ -261,10 +269,10 @@ class AttemptLoop(Cycle):
         except ClusterError:
             pass  # no capacity signal this cycle: the policy goes on without it
         return Observed(
-            in_flight=sum(1 for s in states.values() if s.in_flight),
+            in_flight=sum(1 for n, s in states.items() if s.in_flight and n not in queued),
             pending=len(pending),
             drained=draining,
-            waiting=sum(1 for s in states.values() if s in (TrialState.WAITING, TrialState.RETRYING)),
+            waiting=sum(1 for s in states.values() if s in (TrialState.WAITING, TrialState.RETRYING)) + len(queued),
             stuck=stuck,
             free_gpus=free,
             gangs_fit=fit,
@@ -276,13 +284,32 @@ class AttemptLoop(Cycle):
         return [n for n in self.order if states[n] in due and n not in self.progress.errors]
 
     def admit(self, names: list[str]) -> list[str]:
-        """Submit the trials' next attempts, in parallel; the names submitted."""
+        """Submit the trials' next attempts, in parallel (first attempts as one block when
+        merged); the names submitted."""
         seen = self._seen
+        submitted = []
+        if self.blocks is not None and (first := [n for n in names if n not in seen]):
+            names = [n for n in names if n in seen]  # next attempts: single jobs
+            try:
+                block, first = self.blocks.send([self.trials[n] for n in first])
+            except ClusterError as exc:
+                if transient(exc):
+                    self.reporter.event(f"{len(first)} trials: not submitted this cycle ({exc}); trying again")
+                else:  # a block refused is each of its trials refused
+                    self.progress.errors.update(dict.fromkeys(first, str(exc)))
+                    self.reporter.event(f"a block of {len(first)} trials: {exc}")
+            else:
+                self.reporter.event(f"{block.job}: {len(first)} trials submitted as one job array")
+                submitted += first
+                self.progress.created += len(first)
+                for i, name in enumerate(first):  # until the next listing: the block's throttle lets `room` in
+                    self._seen[name] = Attempt(
+                        name, 0, TrialState.PENDING, block=block.trial[1:], queued=i >= self.blocks.room
+                    )
         futures = {
             n: self._pool.submit(self.submit_attempt, self.trials[n], seen[n].attempt + 1 if n in seen else 0)
             for n in names
         }
-        submitted = []
         for name, future in futures.items():
             try:
                 future.result()
@@ -307,7 +334,8 @@ class AttemptLoop(Cycle):
         counts = {state: 0 for state in TrialState}
         for name, state in states.items():
             counts[state if name not in p.errors else TrialState.FAILED] += 1
-        p.pending, p.running = counts[TrialState.PENDING], counts[TrialState.RUNNING]
+        p.queued = sum(1 for n, a in self._seen.items() if a.queued and states.get(n) is TrialState.PENDING)
+        p.pending, p.running = counts[TrialState.PENDING] - p.queued, counts[TrialState.RUNNING]
         p.succeeded, p.failed = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED]
         p.waiting = counts[TrialState.WAITING] + counts[TrialState.RETRYING]
         p.api_requests = s.calls

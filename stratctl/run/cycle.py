@@ -21,6 +21,7 @@ needs nothing but the trials' expected durations.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -64,6 +65,11 @@ class Capability:
         """Up to `n` new trials' names, asked for as they are admitted."""
         return []
 
+    def admits(self, admit: int, waiting: list[str]) -> int:
+        """How many of the trials due (`waiting`, in order) go now, when the decision admits
+        `admit` (merged submissions: a whole block, its own throttle keeping the target)."""
+        return admit
+
     def admitted(self, listed: Sequence[str], submitted: set[str]) -> None:
         """After a cycle that admitted trials: those due (`listed`) and those sent."""
 
@@ -86,7 +92,7 @@ class Backfill(Capability):
         return [n for n in waiting if self.expected.get(n, decision.backfill + 1) <= decision.backfill]
 
 
-class Cycle:
+class Cycle(ABC):
     """The shared cycle (`step`), over the steps a backend fills in (see the module's text)."""
 
     progress: Progress
@@ -101,32 +107,39 @@ class Cycle:
 
     def begin(self) -> None:
         """Before anything of the cycle (Kubernetes: the study's record created or adopted)."""
+        return None
 
+    @abstractmethod
     def observe(self) -> States:
-        raise NotImplementedError
+        """Each trial's state as the scheduler shows it."""
 
+    @abstractmethod
     def recover(self, states: States) -> States:
-        raise NotImplementedError
+        """The recovery rules, as this backend reads and acts on them."""
 
+    @abstractmethod
     def tally(self, states: States) -> None:
-        raise NotImplementedError
+        """The progress from the trials' states and the request counters."""
 
+    @abstractmethod
     def pressure(self, states: States) -> Observed:
-        raise NotImplementedError
+        """What the policy decides on."""
 
     def decided(self, decision: Decision, changed: bool) -> None:
         """What the backend keeps of the decision (nothing, unless it records it)."""
+        return None
 
+    @abstractmethod
     def waiting(self, states: States) -> list[str]:
-        raise NotImplementedError
+        """The trials whose next attempt is due, in order."""
 
+    @abstractmethod
     def admit(self, names: list[str]) -> list[str]:
         """Send the trials' next attempts; the names sent."""
-        raise NotImplementedError
 
+    @abstractmethod
     def finished(self, states: States) -> bool:
         """Every trial has ended (or was refused)."""
-        raise NotImplementedError
 
     # -- the cycle --------------------------------------------------------------------
 
@@ -164,6 +177,8 @@ class Cycle:
         for c in self.capabilities:
             if admit > len(waiting) and unasked:  # trials that exist once asked for: as many as are admitted
                 waiting = waiting + c.ask(admit - len(waiting))
+        for c in self.capabilities:
+            admit = c.admits(admit, waiting)
         admit = min(admit, len(waiting))
         if not admit:
             return

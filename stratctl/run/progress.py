@@ -22,6 +22,7 @@ class Progress:
     created: int = 0  # created by this run
     existing: int = 0  # found already submitted (rerun, or another launcher)
     pending: int = 0
+    queued: int = 0  # sent in a block (merged submissions) and held back by its throttle: not in flight
     running: int = 0
     succeeded: int = 0
     failed: int = 0

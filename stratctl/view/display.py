@@ -138,6 +138,7 @@ class LogDisplay:
             p.created,
             p.existing,
             p.pending,
+            p.queued,
             p.running,
             p.succeeded,
             p.failed,
@@ -153,7 +154,9 @@ class LogDisplay:
         self._line(
             f"{p.study}: {p.succeeded + p.failed + p.pruned}/{p.total} finished ({p.failed} failed"
             + (f", {p.pruned} pruned), " if p.pruned else "), ")
-            + f"{p.in_flight}/{p.target} in flight ({p.pending} pending), {p.waiting} waiting, "
+            + f"{p.in_flight}/{p.target} in flight ({p.pending} pending), "
+            + (f"{p.queued} queued in blocks, " if p.queued else "")
+            + f"{p.waiting} waiting, "
             f"{p.created} created, "
             + (f"{p.throttled_429} refused for {p.limit_words}" if p.create_command else f"{p.throttled_429} x 429")
             + (f"; {p.watch_problem}" if p.watch_problem else "")

@@ -137,20 +137,42 @@ class Slurm:
         return listed
 
     def find(self, name: str) -> int | None:
-        """The id of a job of this name the controller knows, if any: looked up before a
-        submit whose answer was lost is sent again."""
-        out = self._run(["squeue", "--all", "--noheader", "--format=%i", f"--name={name}"])
+        """The id of a job of this name the controller knows, if any (a job array's: its
+        base id, `%F`): looked up before a submit whose answer was lost is sent again."""
+        out = self._run(["squeue", "--all", "--noheader", "--format=%F", f"--name={name}"])
         ids = [int(x) for x in out.split() if x.isdigit()]
         return min(ids) if ids else None
 
-    def cancel(self, job_id: int) -> None:
-        self._run(["scancel", str(job_id)])
+    # a job is its id, a task of a job array `<array id>_<task>`
 
-    def hold(self, job_id: int) -> None:
-        self._run(["scontrol", "hold", str(job_id)])
+    def cancel(self, job: int | str) -> None:
+        self._run(["scancel", str(job)])
 
-    def release(self, job_id: int) -> None:
-        self._run(["scontrol", "release", str(job_id)])
+    def hold(self, job: int | str) -> None:
+        self._run(["scontrol", "hold", str(job)])
 
-    def requeue(self, job_id: int, hold: bool = False) -> None:
-        self._run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])
+    def release(self, job: int | str) -> None:
+        self._run(["scontrol", "release", str(job)])
+
+    def requeue(self, job: int | str, hold: bool = False) -> None:
+        self._run(["scontrol", "requeuehold" if hold else "requeue", str(job)])
+
+    def max_array_size(self) -> int | None:
+        """The controller's MaxArraySize (task ids of a job array are below it), None when
+        `scontrol show config` does not say."""
+        for line in self._run(["scontrol", "show", "config"]).splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "MaxArraySize" and value.strip().isdigit():
+                return int(value.strip())
+        return None
+
+    def throttle(self, array: int | str, tasks: int) -> None:
+        """At most `tasks` of a job array's tasks running at once (ArrayTaskThrottle), from
+        now on: running tasks are not stopped when it is lowered. scontrol exits 1 when some
+        of the array's tasks have ended already ("Job has already finished"), while the
+        update went through for the others ("No error"): that is success."""
+        try:
+            self._run(["scontrol", "update", f"JobId={array}", f"ArrayTaskThrottle={tasks}"])
+        except Invalid as exc:
+            if "No error" not in str(exc) and "already finished" not in str(exc):
+                raise

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.slurm.commands import Slurm
-from stratctl.backends.slurm.script import Script, build
-from stratctl.backends.slurm.state import latest, read_marks
+from stratctl.backends.slurm.script import Script, block_script, build
+from stratctl.backends.slurm.state import BLOCKS, latest, read_blocks, read_marks
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
@@ -76,6 +76,7 @@ class SlurmScheduler(StudyFiles, Counted):
         self.client = self.slurm
         self.renderer = renderer or Renderer(study)
         self.output = output_of(study, workdir)
+        self._max_array: int | None = None  # the controller's MaxArraySize, once read
 
     @property
     def where(self) -> str:
@@ -90,7 +91,9 @@ class SlurmScheduler(StudyFiles, Counted):
     def attempts(self, marks: bool = True) -> dict[str, Attempt]:
         """Each trial's latest attempt (`marks`: also those the controller has forgotten), with
         its trial's preemptions (drain's requeues left out: `stop`)."""
-        return latest(self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {})
+        return latest(
+            self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {}, read_blocks(self.output)
+        )
 
     def free_gpus(self) -> list[int]:
         return free_gpus(self.slurm.nodes(), self.study.slurm.partition)
@@ -116,14 +119,42 @@ class SlurmScheduler(StudyFiles, Counted):
         self.slurm.submit(script.text, self.workdir)
 
     def find(self, script: Script) -> bool:
-        """Whether the controller knows this attempt already (a send whose answer was lost)."""
+        """Whether the controller knows this attempt (or block) already (a send whose answer was lost)."""
         return self.slurm.find(script.job) is not None
+
+    # -- merged submissions (core/merging.py): a block of first attempts as one job array --
+
+    def block_size(self, largest: int) -> int:
+        """Trials one block may carry: `largest` (core/merging.py), or fewer where the
+        site's MaxArraySize is smaller (read once)."""
+        if self._max_array is None:
+            self._max_array = self.slurm.max_array_size() or largest
+        return max(1, min(largest, self._max_array))  # task ids 0 to MaxArraySize - 1
+
+    def prepare_block(self, trials: list[Trial], throttle: int) -> Script:
+        """The next block of these trials' first attempts, ready to send: each attempt's
+        script written beside its log, the block's trials listed in `.blocks/<block>` (before
+        it is sent: the block's tasks are known by their index, by every later run too)."""
+        blocks = self.output / BLOCKS
+        blocks.mkdir(parents=True, exist_ok=True)
+        taken = [int(p.name.split("-")[1]) for p in blocks.glob("block-*") if p.name.split("-")[1].isdigit()]
+        block = f"block-{max(taken, default=0) + 1}"
+        scripts = [self.prepare(trial, 0) for trial in trials]
+        prepared = block_script(self.study, block, scripts, throttle, [self.renderer.dir, bundled_templates()])
+        for script in scripts:
+            (self.output / script.trial / "attempt-0.sh").write_text(script.text)
+        (blocks / block).write_text("".join(f"{s.trial}\n" for s in scripts))
+        return prepared
+
+    def throttle(self, block: Attempt, tasks: int) -> None:
+        """At most `tasks` of the block's tasks at once (its array's ArrayTaskThrottle)."""
+        self.slurm.throttle(block.job.split("_")[0], tasks)
 
     # -- suspend and bring back ------------------------------------------------------------
 
     def hold(self, attempt: Attempt) -> None:
         """Keep a pending attempt from starting."""
-        self.slurm.hold(int(attempt.job))
+        self.slurm.hold(attempt.job)
 
     def stop(self, attempt: Attempt) -> None:
         """Stop a running attempt and keep it, held, to resume from its checkpoint later.
@@ -134,7 +165,7 @@ class SlurmScheduler(StudyFiles, Counted):
         held.parent.mkdir(parents=True, exist_ok=True)
         held.write_text(f"{before + 1}\n")  # before the requeue: a loop never sees the restart uncounted
         try:
-            self.slurm.requeue(int(attempt.job), hold=True)
+            self.slurm.requeue(attempt.job, hold=True)
         except BaseException:
             held.write_text(f"{before}\n")
             raise
@@ -145,9 +176,9 @@ class SlurmScheduler(StudyFiles, Counted):
         self.mark_given_up(attempt.trial, reason)
         if attempt.job and not attempt.state.finished:
             try:
-                self.slurm.cancel(int(attempt.job))
+                self.slurm.cancel(attempt.job)
             except Invalid:
                 pass  # it ended meanwhile
 
     def release(self, attempt: Attempt) -> None:
-        self.slurm.release(int(attempt.job))
+        self.slurm.release(attempt.job)

@@ -46,6 +46,8 @@ class Script:
     text: str  # the sbatch script
     tasks: int
     gpus: int  # GPUs of the whole gang
+    options: tuple[str, ...] = ()  # its #SBATCH options
+    log: str = ""  # its log file, less the job id and `.log` (`<output>/<attempt>`)
 
 
 def comment_of(study: str, trial: str, attempt: int, spec_hash: str) -> str:
@@ -118,7 +120,58 @@ def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
         text=text,
         tasks=sum(t.replicas for t in tasks),
         gpus=sum(t.gpus * t.replicas for t in tasks),
+        options=tuple(options),
+        log=f"{output}/{first.name}",
     )
+
+
+ARRAY_TEMPLATE = "slurm-array.sh.j2"
+NAMED = ("--job-name=", "--comment=", "--output=")  # each attempt's own options: a block has its own
+
+
+def block_comment(study: str, block: str, spec_hash: str) -> str:
+    """A block's comment: its name where an attempt's names its trial (state.BLOCK_MARK)."""
+    return comment_of(study, f"@{block}", 0, spec_hash)
+
+
+def block_script(study: Study, block: str, scripts: list[Script], throttle: int, templates: list[Path]) -> Script:
+    """One block of first attempts (merged submissions, core/merging.py) as one job array:
+    task i runs the script of `scripts[i]`, written beside the trial's log beforehand
+    (`<output>/<trial>/attempt-0.sh`); at most `throttle` tasks at once (ArrayTaskThrottle,
+    changed live by the loop). The options are the first attempt's (the trials share one
+    shape), its job name, comment and log file the block's own."""
+    first = scripts[0]
+    directory = Path(study.slurm.output_dir) / study.name
+    comment = block_comment(study.name, block, study.spec_hash)
+    options = [
+        f"--job-name={study.name}-{block}",
+        f"--comment={comment}",
+        f"--array=0-{len(scripts) - 1}%{max(1, throttle)}",
+        f"--output={directory}/.blocks/{block}.log",  # what a task says before its trial's script runs
+        "--open-mode=append",
+        *(o for o in first.options if not o.startswith(NAMED)),
+    ]
+    text = _array_template(tuple(str(d) for d in templates)).render(
+        options=options,
+        trials=[shlex.quote(s.trial) for s in scripts],
+        logs=[shlex.quote(s.log) for s in scripts],
+        output=shlex.quote(str(directory)),
+    )
+    return Script(
+        job=f"{study.name}-{block}",
+        trial=f"@{block}",
+        attempt=0,
+        comment=comment,
+        text=text,
+        tasks=len(scripts),
+        gpus=sum(s.gpus for s in scripts),
+        options=tuple(options),
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _array_template(directories: tuple[str, ...]):
+    return sandbox.environment(FileSystemLoader(list(directories))).get_template(ARRAY_TEMPLATE)
 
 
 def _component(slurm: Slurm, task: Task, first: list[str], output: str | None = None) -> list[str]:

@@ -57,6 +57,10 @@ CAPACITY = (
     "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
 )
 UNSAID = ("NonZeroExitCode", "JobLaunchFailure")  # what squeue's reason of a job killed by a signal says
+ARRAY_LIMIT = "JobArrayTaskLimit"  # a task its array's throttle holds back
+QUEUED = "queued in its block (the job array's throttle)"
+BLOCK_MARK = "@"  # a block's comment names `@<block>` where an attempt's names its trial
+BLOCKS = ".blocks"  # the study's blocks: their trials, in its output directory
 LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
 
 
@@ -81,7 +85,7 @@ def _attempt(
     trial: str,
     attempt: int,
     state: TrialState,
-    job_id: int | None,
+    job_id: int | str | None,
     slurm_state: str = "",
     reason: str = "",
     restarts: int = 0,
@@ -157,12 +161,21 @@ def ending(job: dict) -> tuple[int | None, str]:
     return code, "" if sig is None else signal_text(sig)
 
 
-def of_job(job: dict, study: str) -> Attempt | None:
-    """The attempt a squeue job stands for; None for a job of another study or not stratctl's."""
+def of_job(job: dict, study: str, blocks: dict[str, list[str]] | None = None) -> Attempt | None:
+    """The attempt a squeue job stands for; None for a job of another study or not
+    stratctl's (a task of a block: the trial at its index, `blocks`: read_blocks)."""
     named = parse_comment(job.get("comment"))
     if named is None or named[0] != study:
         return None
     _, trial, attempt, spec_hash = named
+    job_id: str | int | None = job.get("job_id")
+    block = ""
+    if trial.startswith(BLOCK_MARK):  # one task of a block (a job array): the trial of its index
+        block, index = trial[len(BLOCK_MARK) :], _number(job.get("array_task_id"))
+        trials = (blocks or {}).get(block) or []
+        if index is None or not 0 <= index < len(trials):
+            return None
+        trial, job_id = trials[index], f"{_number(job.get('array_job_id')) or job_id}_{index}"
     slurm_state = str(job.get("job_state") or "")
     reason = str(job.get("state_reason") or "")
     state = STATES.get(slurm_state, TrialState.PENDING)
@@ -174,11 +187,11 @@ def of_job(job: dict, study: str) -> Attempt | None:
     code, killed = ending(job) if ended else (None, "")
     if killed:  # the signal says why, better than squeue's JobLaunchFailure or NonZeroExitCode
         reason = killed if reason in ("None", "", *UNSAID) else f"{killed}; {reason}"
-    return _attempt(
+    found = _attempt(
         trial,
         attempt,
         state,
-        job.get("job_id"),
+        job_id,
         slurm_state,
         "" if reason == "None" else reason,
         int(job.get("restart_cnt") or 0),
@@ -187,6 +200,63 @@ def of_job(job: dict, study: str) -> Attempt | None:
         started=_time(job.get("start_time")) if ran else None,  # a pending job's is a forecast
         ended=_time(job.get("end_time")) if ended else None,
     )  # a running job's is its time limit
+    if not block:
+        return found
+    if (
+        found.state is TrialState.PENDING and found.reason == ARRAY_LIMIT
+    ):  # split from the remainder, e.g. held and released
+        return replace(found, block=block, queued=True, waits_for_limits=False, reason=QUEUED)
+    return replace(found, block=block)
+
+
+def task_ids(text: str) -> list[int]:
+    """The task ids of a job array's pending remainder as squeue says them: `4-19%4`,
+    `3,17-999%16`, `5` (the `%` part is its throttle)."""
+    out: list[int] = []
+    for part in text.split("%", 1)[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+def remainder(job: dict, study: str, blocks: dict[str, list[str]], running: int) -> list[Attempt]:
+    """The trials of a block whose tasks have not started, from the array's one pending
+    record (`array_task_string`): as many as its throttle lets run besides the block's
+    tasks `running`, pending for the reason squeue gives; the others queued in the block:
+    not in flight, their turn kept by the array."""
+    named = parse_comment(job.get("comment"))
+    if named is None or named[0] != study or not named[1].startswith(BLOCK_MARK):
+        return []
+    block = named[1][len(BLOCK_MARK) :]
+    trials = blocks.get(block) or []
+    base = _number(job.get("array_job_id")) or _number(job.get("job_id"))
+    throttle = _number(job.get("array_max_tasks")) or 0
+    room = max(0, throttle - running) if throttle else len(trials)
+    held = str(job.get("state_reason") or "") in HELD or job.get("priority") == 0
+    reason = str(job.get("state_reason") or "")
+    out = []
+    for n, index in enumerate(i for i in task_ids(str(job.get("array_task_string") or "")) if i < len(trials)):
+        queued = n >= room and not held
+        why = QUEUED if queued else reason
+        state = TrialState.SUSPENDED if held else TrialState.PENDING
+        found = _attempt(trials[index], 0, state, f"{base}_{index}", "PENDING", why, spec_hash=named[3])
+        out.append(
+            replace(found, block=block, queued=queued, waits_for_capacity=found.waits_for_capacity and not queued)
+        )
+    return out
+
+
+def read_blocks(directory: Path) -> dict[str, list[str]]:
+    """The blocks of a study (merged submissions): block name -> its trials in task order,
+    from the files written before each block was sent (`.blocks/<name>`, a trial a line)."""
+    out = {}
+    for path in sorted((directory / BLOCKS).glob("block-*")):
+        try:
+            out[path.name] = path.read_text().split()
+        except OSError:
+            continue
+    return out
 
 
 def of_marks(trial: str, attempt: int, mark: Mark) -> Attempt:
@@ -207,18 +277,39 @@ def of_marks(trial: str, attempt: int, mark: Mark) -> Attempt:
     )
 
 
-def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]]) -> dict[str, Attempt]:
+def _order(attempt: Attempt) -> tuple[int, int]:
+    """Later attempts first, then the first job sent (a block's task: its array's)."""
+    return attempt.attempt, -int(attempt.job.split("_")[0] or 0)
+
+
+def latest(
+    jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]], blocks: dict[str, list[str]] | None = None
+) -> dict[str, Attempt]:
     """Each trial's latest attempt: from squeue where the controller lists it, else from
     the marks its attempts left (`read_marks`). Of two jobs of one attempt (a submit sent
-    again after its answer was lost, where the lookup missed it) the first one counts."""
+    again after its answer was lost, where the lookup missed it) the first one counts.
+    `blocks` (read_blocks): the trials of each block, whose tasks squeue lists by index."""
     seen: dict[str, Attempt] = {}
+    blocks = blocks or {}
+    rest = []  # the pending remainders of blocks: once their started tasks are counted
     for job in jobs:
-        found = of_job(job, study)
+        if job.get("array_task_string") and _number(job.get("array_task_id")) is None:
+            rest.append(job)
+            continue
+        found = of_job(job, study, blocks)
         if found is None:
             continue
         have = seen.get(found.trial)
-        if have is None or (found.attempt, -int(found.job or 0)) > (have.attempt, -int(have.job or 0)):
+        if have is None or _order(found) > _order(have):
             seen[found.trial] = found
+    for job in rest:
+        named = parse_comment(job.get("comment")) or ("", "", 0, "")
+        block = named[1][len(BLOCK_MARK) :]
+        running = sum(1 for a in seen.values() if a.block == block and a.state is TrialState.RUNNING)
+        for found in remainder(job, study, blocks, running):
+            have = seen.get(found.trial)
+            if have is None or _order(found) > _order(have):
+                seen[found.trial] = found
     for trial, attempts in marks.items():
         if not attempts:
             continue
@@ -231,20 +322,24 @@ def latest(jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]]) -> d
             earlier = sum(m.seconds for n, m in attempts.items() if n < seen[trial].attempt)
             if earlier:
                 seen[trial] = replace(seen[trial], earlier_seconds=earlier)
-    return preempted(seen, jobs, study, marks)
+    return preempted(seen, jobs, study, marks, blocks)
 
 
 def preempted(
-    seen: dict[str, Attempt], jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]]
+    seen: dict[str, Attempt],
+    jobs: list[dict],
+    study: str,
+    marks: dict[str, dict[int, Mark]],
+    blocks: dict[str, list[str]] | None = None,
 ) -> dict[str, Attempt]:
     """Each latest attempt with its trial's preemptions: its own restarts and those of the
     trial's earlier attempts (squeue's count while it lists their jobs, else their marks'),
     drain's requeues (`held`) left out: Slurm counts them as restarts, they are no preemption."""
     listed: dict[tuple[str, int], int] = {}
     for job in jobs:
-        named = parse_comment(job.get("comment"))
-        if named is not None and named[0] == study:
-            key = (named[1], named[2])
+        found = of_job(job, study, blocks)  # a block's pending remainder: not started, no restarts
+        if found is not None:
+            key = (found.trial, found.attempt)
             listed[key] = max(listed.get(key, 0), int(job.get("restart_cnt") or 0))
 
     def restarts(trial: str, number: int) -> int:
@@ -266,7 +361,7 @@ def read_marks(directory: Path) -> dict[str, dict[int, Mark]]:
     if not directory.is_dir():
         return out
     for trial_dir in directory.iterdir():
-        if not trial_dir.is_dir():
+        if not trial_dir.is_dir() or trial_dir.name.startswith("."):
             continue
         attempts: dict[int, Mark] = {}
         for mark in trial_dir.glob("attempt-*.job"):

@@ -32,17 +32,20 @@ class FakeSlurm:
     "ok", "lost" (the job is created, sbatch times out), "timeout" (not created, sbatch
     times out), "limit" (refused for a submit limit)."""
 
-    def __init__(self, sbatch_answers=(), nodes=()):
+    def __init__(self, sbatch_answers=(), nodes=(), max_array=1001):
         self.jobs: list[dict] = []
         self.sbatch_answers = list(sbatch_answers)
         self.sent: list[str] = []
         self.scripts: list[str] = []  # what each sbatch was given
         self.nodes: list[dict] = list(nodes)
+        self.commands: list[list[str]] = []  # every command run, as its argv
+        self.max_array = max_array  # MaxArraySize, as `scontrol show config` says it
 
     def job(self, job_id) -> dict:
         return next(j for j in self.jobs if j["job_id"] == int(job_id))
 
     def __call__(self, argv, input=None, **_):
+        self.commands.append(list(argv))
         if argv[0] == "sbatch":
             comment = next(
                 line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --comment=")
@@ -60,17 +63,25 @@ class FakeSlurm:
                     "Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)",
                 )
             if answer in ("ok", "lost"):
-                self.jobs.append(
-                    {
-                        "job_id": len(self.jobs) + 1,
-                        "name": name,
-                        "comment": comment,
-                        "job_state": "PENDING",
-                        "state_reason": "Priority",
-                        "priority": 1,
-                        "restart_cnt": 0,
-                    }
-                )
+                job = {
+                    "job_id": len(self.jobs) + 1,
+                    "name": name,
+                    "comment": comment,
+                    "job_state": "PENDING",
+                    "state_reason": "Priority",
+                    "priority": 1,
+                    "restart_cnt": 0,
+                }
+                array = [line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --array=")]
+                if array:  # a job array: its one pending record, tasks split off as they start (`start`)
+                    tasks, throttle = array[0].split("%")
+                    job.update(
+                        array_job_id=job["job_id"],
+                        array_task_string=array[0],
+                        array_max_tasks=int(throttle),
+                        state_reason="JobArrayTaskLimit",
+                    )
+                self.jobs.append(job)
             if answer == "ok":
                 return subprocess.CompletedProcess(argv, 0, f"{len(self.jobs)}\n", "")
             return subprocess.CompletedProcess(
@@ -88,6 +99,15 @@ class FakeSlurm:
         if argv[0] == "scancel":
             self.job(argv[1]).update(job_state="CANCELLED", state_reason="None")
             return subprocess.CompletedProcess(argv, 0, "", "")
+        if argv[0] == "scontrol" and argv[1] == "show":
+            return subprocess.CompletedProcess(argv, 0, f"MaxArraySize            = {self.max_array}\n", "")
+        if argv[0] == "scontrol" and argv[1] == "update":  # scontrol update JobId=N ArrayTaskThrottle=K
+            job = self.job(argv[2].split("=")[1])
+            throttle = int(argv[3].split("=")[1])
+            job.update(
+                array_max_tasks=throttle, array_task_string=f"{job['array_task_string'].split('%')[0]}%{throttle}"
+            )
+            return subprocess.CompletedProcess(argv, 0, "", "")
         if argv[0] == "scontrol":
             job = self.job(argv[2])
             if argv[1] == "hold":
@@ -102,6 +122,24 @@ class FakeSlurm:
                 raise AssertionError(argv)
             return subprocess.CompletedProcess(argv, 0, "", "")
         raise AssertionError(argv)
+
+
+def start_task(fake: FakeSlurm, array: int, index: int) -> dict:
+    """Slurm starts task `index` of job array `array`: its own record (its own job id),
+    split off the array's pending remainder."""
+    meta = fake.job(array)
+    ids = [int(x) for part in meta["array_task_string"].split("%")[0].split(",") for x in _span(part)]
+    rest = [i for i in ids if i != index]
+    task = {**meta, "job_id": 1000 + len(fake.jobs), "array_task_id": index, "array_task_string": ""}
+    task.update(job_state="RUNNING", state_reason="None")
+    meta["array_task_string"] = ",".join(map(str, rest)) + f"%{meta['array_max_tasks']}"
+    fake.jobs.append(task)
+    return task
+
+
+def _span(text: str) -> list[str]:
+    first, _, last = text.partition("-")
+    return [str(i) for i in range(int(first), int(last or first) + 1)]
 
 
 def slurm_nodes(free: list[int]) -> list[dict]:

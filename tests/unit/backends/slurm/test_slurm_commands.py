@@ -92,7 +92,7 @@ def test_jobs_and_nodes_read_the_json_and_find_looks_a_name_up():
     slurm = Slurm(run=run)
     assert slurm.jobs() == jobs["jobs"] and slurm.nodes() == nodes["nodes"]
     assert slurm.find("trial-a1") == 9 and slurm.find("nothing") is None
-    assert run.calls[2][0] == ["squeue", "--all", "--noheader", "--format=%i", "--name=trial-a1"]
+    assert run.calls[2][0] == ["squeue", "--all", "--noheader", "--format=%F", "--name=trial-a1"]
     with pytest.raises(Unavailable, match="not JSON"):
         slurm.jobs()
 

@@ -1,0 +1,57 @@
+"""Merged submissions (the study's `merge: off | auto`): whether a study's first attempts
+go to the scheduler as blocks, one scheduler object for many trials, and why not (pure).
+
+A block is one Slurm job array (`sbatch --array=0-N%K`): one array task per trial, its
+throttle `K` kept to the adaptive target as the loop runs (`scontrol update ...
+ArrayTaskThrottle`). A trial's next attempts (after a failure) are single jobs as without
+merging; a preempted task is requeued by Slurm inside its array.
+
+`auto` merges when the trials allow it: they share one shape of one task of one process
+(the common hyperparameter sweep), the backend has arrays, and the search knows every trial
+before it starts (a closed-loop search asks its trials one by one as results come in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratctl.core.spec import Study
+
+# how many trials one Slurm array carries at most: Slurm's default MaxArraySize is 1001
+# (task ids 0-1000); a site's smaller limit is read from `scontrol show config`
+SLURM_BLOCK = 1000
+
+
+@dataclass(frozen=True)
+class Merging:
+    """How a study's first attempts are sent."""
+
+    merged: bool
+    why: str  # said by `plan` and `submit`: how, or why not
+    block: int = 0  # trials one block carries at most
+
+
+def merging(study: Study) -> Merging:
+    if study.merge == "off":
+        return Merging(False, "merge: off: one scheduler object per trial")
+    if study.backend == "yarn":
+        return Merging(
+            False,
+            "merge: auto keeps one application per trial on YARN: YARN has no job arrays (an application "
+            "is one ApplicationMaster and its containers, started and ended as one)",
+        )
+    if study.backend == "kubernetes":
+        return Merging(False, "merge: auto: not on Kubernetes yet, one Job per trial")
+    tasks = study.trial.tasks
+    if study.varying_shape:
+        return Merging(False, "merge: auto: trials differ in shape, one job per trial")
+    if len(tasks) != 1 or tasks[0].replicas != 1:
+        return Merging(False, "merge: auto: a trial of several processes is a gang of its own, one job per trial")
+    if study.strategy.closed_loop:
+        return Merging(False, "merge: auto: a closed-loop search asks its trials one by one, one job per trial")
+    return Merging(
+        True,
+        f"merged: job arrays of up to {SLURM_BLOCK} trials, one array task per trial, the arrays' "
+        "ArrayTaskThrottle kept to the adaptive target",
+        SLURM_BLOCK,
+    )
