@@ -128,23 +128,7 @@ def notes(plan: Plan, shown: int) -> list[str]:
         lines.append(
             f"{plan.drawn} combinations drawn, {plan.duplicates} duplicates merged: {len(plan.trials)} distinct trials"
         )
-    if s.backend == "slurm":  # where it runs, in Slurm's words: a job of N tasks in a partition
-        lines.append(
-            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend slurm; partition "
-            f"{s.slurm.partition or '(the default)'}; time limit {_duration(s.slurm.minutes * 60)}; "
-            f"critical {str(s.critical).lower()}"
-        )
-    elif s.backend == "yarn":  # in YARN's words: an application of N containers in a queue
-        lines.append(
-            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend yarn; queue {s.yarn.queue}"
-            f"{'; node label ' + s.yarn.node_label if s.yarn.node_label else ''}; critical {str(s.critical).lower()}"
-        )
-    else:
-        lines.append(
-            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; "
-            f"queue {' → '.join(s.queues)}; "
-            f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
-        )
+    lines.append(_where(s))
     if plan.shapes is not None:
         pods = [len(shape) for shape in plan.shapes]
         one = members(s, _span(pods), _span(plan.gangs or pods))
@@ -180,6 +164,26 @@ def notes(plan: Plan, shown: int) -> list[str]:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
     lines.append(cost)
     return lines
+
+
+def _where(s: Study) -> str:
+    """Where and how the trials run, in the backend's own words."""
+    if s.backend == "slurm":  # where it runs, in Slurm's words: a job of N tasks in a partition
+        return (
+            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend slurm; partition "
+            f"{s.slurm.partition or '(the default)'}; time limit {_duration(s.slurm.minutes * 60)}; "
+            f"critical {str(s.critical).lower()}"
+        )
+    if s.backend == "yarn":  # in YARN's words: an application of N containers in a queue
+        return (
+            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend yarn; queue {s.yarn.queue}"
+            f"{'; node label ' + s.yarn.node_label if s.yarn.node_label else ''}; critical {str(s.critical).lower()}"
+        )
+    return (
+        f"strategy {s.strategy.kind} (seed {s.strategy.seed}); workload {s.workload}; "
+        f"queue {' → '.join(s.queues)}; "
+        f"priority class {s.priority_class or '-'}; critical {str(s.critical).lower()}"
+    )
 
 
 def as_json(plan: Plan) -> dict[str, Any]:

@@ -30,12 +30,11 @@ from typing import Any
 
 from stratctl.attempt import Attempt
 from stratctl.backends.base import Scheduler
-from stratctl.core import shape
 from stratctl.core.merging import merging
-from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
+from stratctl.run.attempttrials import attempt_view, gang_size, gangs, gangs_fit, given_up_of, limits_of, trial_state
 from stratctl.run.blocks import Blocks
 from stratctl.run.cycle import Cycle
 from stratctl.run.loop import Deciding, Loop
@@ -43,73 +42,9 @@ from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Change, Outage
 from stratctl.run.policy import AdaptivePolicy, Observed, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
-from stratctl.run.recovery import Kind, Limits, TrialView, effective_state, next_action
+from stratctl.run.recovery import Kind, next_action
 from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
-
-
-def gangs(study: Study, trials: list[Trial]) -> dict[str, tuple[int, ...]]:
-    """GPUs of each task of each trial: the study's for all, unless its replicas or GPUs are
-    templates over the trial's values (core/shape.py), then each trial's own."""
-    if not shape.fields(study):
-        return dict.fromkeys((t.name for t in trials), shape.gang(study))
-    renderer = Renderer(study)
-    return {t.name: shape.gang(renderer.study_for(t)) for t in trials}
-
-
-def _gang_size(gang: tuple[int, ...]) -> tuple[int, int, int]:
-    """Larger gangs first: by GPUs in all, then in the largest task, then tasks."""
-    return sum(gang), max(gang, default=0), len(gang)
-
-
-def gangs_fit(free: list[int], gang: list[int]) -> int:
-    """Whole gangs (GPUs per task) the free GPUs hold, tasks packed node by node (first fit
-    decreasing): fragmented GPUs that hold no task do not count."""
-    per_task = max(gang) if gang else 0
-    if per_task == 0:
-        return sum(1 for _ in free) * 1000  # no GPUs asked: not the limit
-    slots = sum(n // per_task for n in free)
-    return slots // max(1, len(gang))
-
-
-def limits_of(study: Study) -> Limits:
-    return Limits(max_preemptions=study.retries.max_preemptions, max_failures=study.retries.max_failures)
-
-
-def attempt_view(attempt: Attempt, given_up: bool = False) -> TrialView:
-    """What the recovery rules decide on, from a trial's latest attempt: its preemptions
-    over every attempt (restarts in the same job included), its failures the latest's included."""
-    return TrialView(
-        attempt.trial,
-        attempt.attempt,
-        attempt.state,
-        attempt.preemptions,
-        given_up=given_up,
-        failures=attempt.failures + (attempt.state is TrialState.FAILED),
-        requeued=attempt.restarts > 0,
-    )
-
-
-def given_up_of(scheduler: Scheduler) -> dict[str, str]:
-    """The trials recovery gave up -> why, as the scheduler keeps them (Slurm's and YARN's:
-    files in the study's output directory, attempt.StudyFiles); none from one that keeps none."""
-    read = getattr(scheduler, "given_up", None)
-    return read() if read is not None else {}
-
-
-def trial_state(attempt: Attempt, limits: Limits, given_up: bool = False) -> TrialState:
-    """The trial's state from its latest attempt, by the recovery rules: failed when given
-    up or past a limit; a failed attempt with failures left, or a preempted one that was
-    not requeued with preemptions left, makes it RETRYING, its next attempt due. An
-    attempt in flight keeps its state until the loop gives it up."""
-    view = attempt_view(attempt, given_up)
-    if not attempt.state.in_flight:
-        action = next_action(view, limits, drained=False)
-        if action is not None and action.kind is Kind.GIVE_UP:
-            return TrialState.FAILED
-    if view.state is TrialState.PREEMPTED and not view.given_up:
-        return TrialState.RETRYING
-    return effective_state(view, limits)
 
 
 class AttemptLoop(Cycle):
@@ -146,7 +81,7 @@ class AttemptLoop(Cycle):
         )
         # whole gangs of free GPUs are counted in the largest trial's shape (all trials' when they share one)
         shapes = list(gangs(study, trials).values())
-        largest: tuple[int, ...] = max(shapes, key=_gang_size) if shapes else ()
+        largest: tuple[int, ...] = max(shapes, key=gang_size) if shapes else ()
         self.gang = list(largest)
         self._pending_since: dict[str, float] = {}
         self.preemptions: dict[str, int] = {}

@@ -10,7 +10,7 @@ from stratctl.attempt import Attempt
 from stratctl.backends.base import Scheduler
 from stratctl.core.space import Trial, attempt_name, expand
 from stratctl.core.spec import Study
-from stratctl.run.attemptloop import gangs, given_up_of, limits_of, trial_state
+from stratctl.run.attempttrials import gangs, given_up_of, limits_of, trial_state
 from stratctl.run.recovery import limit_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.trialstate import TrialState

@@ -17,9 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
+from stratctl.backends.slurm.blocks import BLOCKS, read_blocks
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.script import Script, block_script, build
-from stratctl.backends.slurm.state import BLOCKS, latest, read_blocks, read_marks
+from stratctl.backends.slurm.state import latest, read_marks
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from stratctl.attempt import Attempt
+from stratctl.backends.slurm.blocks import ARRAY_LIMIT, BLOCK_MARK, QUEUED, task_ids
 from stratctl.backends.slurm.script import parse_comment
 from stratctl.trialstate import TrialState
 
@@ -57,10 +58,6 @@ CAPACITY = (
     "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
 )
 UNSAID = ("NonZeroExitCode", "JobLaunchFailure")  # what squeue's reason of a job killed by a signal says
-ARRAY_LIMIT = "JobArrayTaskLimit"  # a task its array's throttle holds back
-QUEUED = "queued in its block (the job array's throttle)"
-BLOCK_MARK = "@"  # a block's comment names `@<block>` where an attempt's names its trial
-BLOCKS = ".blocks"  # the study's blocks: their trials, in its output directory
 LIMITS = ("QOS", "Assoc", "MaxSubmit", "PartitionNodeLimit", "PartitionTimeLimit", "JobArrayTaskLimit")
 
 
@@ -209,17 +206,6 @@ def of_job(job: dict, study: str, blocks: dict[str, list[str]] | None = None) ->
     return replace(found, block=block)
 
 
-def task_ids(text: str) -> list[int]:
-    """The task ids of a job array's pending remainder as squeue says them: `4-19%4`,
-    `3,17-999%16`, `5` (the `%` part is its throttle)."""
-    out: list[int] = []
-    for part in text.split("%", 1)[0].split(","):
-        first, _, last = part.partition("-")
-        if first.isdigit() and (not last or last.isdigit()):
-            out.extend(range(int(first), int(last or first) + 1))
-    return out
-
-
 def remainder(job: dict, study: str, blocks: dict[str, list[str]], running: int) -> list[Attempt]:
     """The trials of a block whose tasks have not started, from the array's one pending
     record (`array_task_string`): as many as its throttle lets run besides the block's
@@ -244,18 +230,6 @@ def remainder(job: dict, study: str, blocks: dict[str, list[str]], running: int)
         out.append(
             replace(found, block=block, queued=queued, waits_for_capacity=found.waits_for_capacity and not queued)
         )
-    return out
-
-
-def read_blocks(directory: Path) -> dict[str, list[str]]:
-    """The blocks of a study (merged submissions): block name -> its trials in task order,
-    from the files written before each block was sent (`.blocks/<name>`, a trial a line)."""
-    out = {}
-    for path in sorted((directory / BLOCKS).glob("block-*")):
-        try:
-            out[path.name] = path.read_text().split()
-        except OSError:
-            continue
     return out
 
 

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from stratctl.backends.slurm.blocks import QUEUED, task_ids
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
-from stratctl.backends.slurm.state import QUEUED, latest, task_ids
+from stratctl.backends.slurm.state import latest
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand

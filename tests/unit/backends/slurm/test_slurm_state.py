@@ -10,8 +10,8 @@ from pathlib import Path
 from stratctl.backends.slurm.scheduler import free_gpus
 from stratctl.backends.slurm.state import Mark, ending, exit_of, latest, read_marks
 from stratctl.core.space import expand
-from stratctl.run.attemptloop import gangs_fit
 from stratctl.run.attemptstatus import snapshot
+from stratctl.run.attempttrials import gangs_fit
 from stratctl.trialstate import TrialState
 from stratctl.view.columns import why
 from tests.unit.studies import load

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stratctl.backends.yarn.scheduler import free_gpus
 from stratctl.backends.yarn.state import latest, of_app, read_records, write_record
-from stratctl.run.attemptloop import trial_state
+from stratctl.run.attempttrials import trial_state
 from stratctl.run.recovery import Limits
 from stratctl.trialstate import TrialState
 
