@@ -222,6 +222,23 @@ def of(study: Any) -> Capabilities:
     return CAPABILITIES[backend_of(study)]
 
 
+def honours(backend: str, needs: str) -> bool:
+    """Whether `backend` honours what a capability of the submit loop's cycle needs
+    (run/cycle.py's `Capability.needs`): a study field of `FIELDS` or `EVERYWHERE`, a submit
+    option, or `closed_loop`. What `validate` refuses on a backend is what its cycle lacks."""
+    caps = CAPABILITIES[backend]
+    if needs == "closed_loop":
+        return caps.closed_loop
+    if needs in OPTIONS:
+        return needs in caps.options
+    if needs in EVERYWHERE:
+        return True
+    entry = next((f for f in FIELDS if f.path == needs), None)
+    if entry is None:
+        raise KeyError(f"{needs!r}: neither a field, an option nor a capability of core/capabilities.py")
+    return backend in entry.honoured_by
+
+
 def problems(study: Any) -> list[Problem]:
     """Every field of `study` its backend would drop or refuse, located in its file
     (`study.problem`: the document's positions, as every other check after loading)."""

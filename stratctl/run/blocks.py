@@ -37,6 +37,7 @@ class Blocking(Protocol):
 
 class Blocks(Capability):
     name = "merged submissions"
+    needs = "merge"
 
     def __init__(
         self,

@@ -37,7 +37,11 @@ class Capability:
     """Something a backend adds to the shared cycle. Every hook does nothing by default; a
     capability overrides the ones at the places it acts."""
 
-    name = ""  # as a capability is named to the user and in core/capabilities.py
+    name = ""  # as a capability is named to the user
+    # what of the study it serves, as core/capabilities.py names it (a field, a submit
+    # option, `closed_loop`): the backends whose cycle may have it are those `validate`
+    # lets ask for it (core.capabilities.honours)
+    needs = ""
 
     def begin(self) -> None:
         """Before the cycle observes (the closed-loop search rebuilds itself from the cluster)."""
@@ -82,6 +86,7 @@ class Backfill(Capability):
     trials expected to end before it are admitted (run/policy.py's backfill)."""
 
     name = "backfill"
+    needs = "cost"  # the trials' expected durations
 
     def __init__(self, expected: Mapping[str, float]):
         self.expected = expected  # trial -> its expected seconds, as the study states them

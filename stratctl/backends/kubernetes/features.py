@@ -32,6 +32,7 @@ class Salvaging(Capability):
     (salvage.py)."""
 
     name = "salvage"
+    needs = "workload"
 
     def __init__(self, loop: Submitter, salvage: Salvage):
         self.loop, self.salvage = loop, salvage
@@ -47,6 +48,7 @@ class Search(Capability):
     for as the policy admits them."""
 
     name = "closed-loop search"
+    needs = "closed_loop"
 
     def __init__(self, loop: Submitter, searching: Searching):
         self.loop, self.searching = loop, searching
@@ -78,6 +80,7 @@ class BreakerDrain(Capability):
     them resume; the policy sees the study drained while the breaker holds it."""
 
     name = "breaker drain"
+    needs = "throttle.on_breaker"
 
     def __init__(self, loop: Submitter, shedding: Shedding):
         self.loop, self.shedding = loop, shedding
@@ -95,6 +98,7 @@ class Packed(Capability):
     (run/packing.py): those that fit first, a passed-over trial's turn kept by aging."""
 
     name = "packing"
+    needs = "throttle.aging"
 
     def __init__(self, loop: Submitter, packer: Packer):
         self.loop, self.packer = loop, packer
@@ -130,6 +134,7 @@ class QueueMoves(Capability):
     hash: still exactly once)."""
 
     name = "--move-waiting"
+    needs = "--move-waiting"
 
     def __init__(self, loop: Submitter):
         self.loop = loop
@@ -168,6 +173,7 @@ class Cleanup(Capability):
     """`cleanup: delete`: finished jobs are deleted, their outcomes kept in the record first."""
 
     name = "cleanup"
+    needs = "cleanup"
 
     def __init__(self, loop: Submitter):
         self.loop = loop

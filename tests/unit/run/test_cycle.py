@@ -4,6 +4,8 @@ of the run; Backfill; the Kubernetes state of a trial without a job (backends/ku
 
 from __future__ import annotations
 
+import pytest
+
 from stratctl.backends.kubernetes.state import trial_states
 from stratctl.run.cycle import Backfill, Capability, Cycle
 from stratctl.run.loop import Deciding
@@ -170,3 +172,27 @@ def test_a_trial_without_a_job_is_the_records_when_finished_pending_when_created
     job = {"kind": "Job", "apiVersion": "batch/v1", "metadata": {"name": "a-0"}, "status": {"active": 1}}
     states = trial_states(["a", "b", "c", "d"], {"a": job}, {"b": "succeeded"}, {"c"})
     assert states == {"a": R, "b": S, "c": P, "d": W}
+
+
+def test_each_capability_the_cycle_asks_is_one_validate_knows_and_only_backends_that_honour_it_have_it():
+    from stratctl.backends.kubernetes import features
+    from stratctl.core.capabilities import BACKENDS, KUBERNETES, honours
+    from stratctl.run.blocks import Blocks
+
+    kubernetes = [
+        c for c in vars(features).values() if isinstance(c, type) and issubclass(c, Capability) and c is not Capability
+    ]
+    assert {c.__name__ for c in kubernetes} == {
+        "Salvaging",
+        "Search",
+        "BreakerDrain",
+        "Packed",
+        "QueueMoves",
+        "Cleanup",
+    }
+    for capability in kubernetes:  # what validate refuses elsewhere, at the field
+        assert {b for b in BACKENDS if honours(b, capability.needs)} == KUBERNETES, capability
+    for shared in (Blocks, Backfill):
+        assert all(honours(b, shared.needs) for b in BACKENDS), shared
+    with pytest.raises(KeyError):
+        honours("slurm", "no such field")
