@@ -12,6 +12,7 @@ from stratctl.core import shape
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
+from stratctl.run.packing import gangs_fit as packing_fit
 from stratctl.run.recovery import Kind, Limits, TrialView, effective_state, next_action
 from stratctl.trialstate import TrialState
 
@@ -31,13 +32,9 @@ def gang_size(gang: tuple[int, ...]) -> tuple[int, int, int]:
 
 
 def gangs_fit(free: list[int], gang: list[int]) -> int:
-    """Whole gangs (GPUs per task) the free GPUs hold, tasks packed node by node (first fit
-    decreasing): fragmented GPUs that hold no task do not count."""
-    per_task = max(gang) if gang else 0
-    if per_task == 0:
-        return sum(1 for _ in free) * 1000  # no GPUs asked: not the limit
-    slots = sum(n // per_task for n in free)
-    return slots // max(1, len(gang))
+    """Whole gangs (GPUs per task) the free GPUs of the nodes hold (run/packing.py's count,
+    the same on every backend): fragmented GPUs that hold no task do not count."""
+    return packing_fit({str(i): n for i, n in enumerate(free)}, gang)
 
 
 def limits_of(study: Study) -> Limits:

@@ -54,6 +54,32 @@ class Packing:
     fragmented: bool = False  # the largest waiting shape fits nowhere although GPUs are free
 
 
+def gangs_fit(free: Mapping[str, int], shape: Sequence[int], limit: int = 10_000) -> int:
+    """How many whole gangs of `shape` (GPUs per pod) the free GPUs could place.
+
+    Places pods largest first, each on the node with the least room that still takes it
+    (best fit), which is what a bin-packing scheduler does; stops at the first gang that
+    does not fit whole. Every backend counts whole gangs this way: Kubernetes over its
+    nodes' free GPUs (capacity.py, topology.py), Slurm and YARN over theirs (run/attempttrials.py).
+    """
+    pods = sorted((g for g in shape if g > 0), reverse=True)
+    if not pods:
+        return limit  # a gang that needs no GPU is never blocked by GPUs
+    room = sorted(v for v in free.values() if v > 0)
+    gangs = 0
+    while gangs < limit:
+        trial = list(room)
+        for need in pods:
+            fits = [i for i, r in enumerate(trial) if r >= need]
+            if not fits:
+                return gangs
+            best = min(fits, key=lambda i: trial[i])
+            trial[best] -= need
+        room = sorted(r for r in trial if r > 0)
+        gangs += 1
+    return gangs
+
+
 def place(
     room: dict[str, int], shape: Sequence[int], domains: Sequence[frozenset[str]] | None = None
 ) -> dict[str, int] | None:

@@ -29,7 +29,6 @@ from stratctl.backends.kubernetes.gpus import (
     demand_besides,
     fragmentation,
     free_gpus,
-    gangs_fit,
     group_key,
     place_fitting,
 )
@@ -47,6 +46,7 @@ from stratctl.backends.kubernetes.topology import domains, gangs_fit_within, spr
 from stratctl.core.topology import NetworkTopology
 from stratctl.errors import ClusterError
 from stratctl.labels import STUDY
+from stratctl.run.packing import gangs_fit
 
 log = logging.getLogger(__name__)
 

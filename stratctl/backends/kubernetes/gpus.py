@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from stratctl.core.quantity import GPU, gpus_of, whole_units
+from stratctl.run.packing import gangs_fit
 
 
 def pod_gpus(pod: dict) -> int:
@@ -52,31 +53,6 @@ def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
         if node in free and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             free[node] -= pod_gpus(pod)
     return {name: max(0, gpus) for name, gpus in free.items()}
-
-
-def gangs_fit(free: dict[str, int], shape: list[int], limit: int = 10_000) -> int:
-    """How many whole gangs of `shape` (GPUs per pod) the free GPUs could place.
-
-    Places pods largest first, each on the node with the least room that still takes it
-    (best fit), which is what a bin-packing scheduler does; stops at the first gang that
-    does not fit whole.
-    """
-    pods = sorted((g for g in shape if g > 0), reverse=True)
-    if not pods:
-        return limit  # a gang that needs no GPU is never blocked by GPUs
-    room = sorted(v for v in free.values() if v > 0)
-    gangs = 0
-    while gangs < limit:
-        trial = list(room)
-        for need in pods:
-            fits = [i for i, r in enumerate(trial) if r >= need]
-            if not fits:
-                return gangs
-            best = min(fits, key=lambda i: trial[i])
-            trial[best] -= need
-        room = sorted(r for r in trial if r > 0)
-        gangs += 1
-    return gangs
 
 
 def pending_demand(pods: Iterable[dict]) -> list[int]:

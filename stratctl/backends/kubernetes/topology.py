@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from stratctl.backends.kubernetes.gpus import gangs_fit
+from stratctl.run.packing import gangs_fit
 
 TOP = "<cluster>"  # Volcano's implicit HyperNode above all others
 

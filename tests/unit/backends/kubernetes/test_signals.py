@@ -1,4 +1,5 @@
-from stratctl.backends.kubernetes.gpus import fragmentation, free_gpus, gangs_fit, pod_gpus
+from stratctl.backends.kubernetes.gpus import fragmentation, free_gpus, pod_gpus
+from stratctl.run.packing import gangs_fit
 
 
 def node(name, gpus, ready=True, unschedulable=False):
