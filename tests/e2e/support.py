@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -60,6 +61,7 @@ class Cli:
         self.timeout = timeout
         self.env = {k: v for k, v in os.environ.items() if k != "STRATCTL_TRACEBACK"}
         self.env["KUBECONFIG"] = testbed.kubeconfig
+        self.env["PYTHONFAULTHANDLER"] = "1"  # a command stuck past its test's wait says where (`interrupt`)
         if traceback:
             self.env["STRATCTL_TRACEBACK"] = "1"
         if columns:
@@ -72,6 +74,18 @@ class Cli:
         return subprocess.Popen(
             self.args(*args), env=self.env, stdin=self.stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+
+    @staticmethod
+    def interrupt(process: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
+        """Ctrl-C a command and wait for it to end: its output. One that does not end in
+        `timeout` fails the test with every thread's stack (SIGABRT: faulthandler's dump)."""
+        process.send_signal(signal.SIGINT)
+        try:
+            return process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            out, err = process.communicate(timeout=30)
+            raise AssertionError(f"still running {timeout:g}s after Ctrl-C; its threads:\n{err[-6000:]}") from None
 
     def call(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run to the end; the exit code is the caller's to check."""

@@ -9,7 +9,6 @@ container of the namespace): one pod plain, a gang's pods prefixed, `--task`, `-
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import time
 
@@ -89,8 +88,7 @@ def test_delete_refuses_while_a_submit_loop_follows_the_study(testbed, api, cli,
         assert "submit loop" in err and "--force" in err and len(err.strip().splitlines()) == 1
         assert left_of(api, name).get("ConfigMap") == 1
     finally:
-        submit.send_signal(signal.SIGINT)
-        submit.communicate(timeout=60)
+        cli.interrupt(submit)
     # the loop said it stopped: no --force needed now
     assert loop_following(api.get(CONFIGMAP, record_name(name)), time.time()) is None
     json.loads(cli.run("delete", name, "--yes", "-o", "json", timeout=90))
