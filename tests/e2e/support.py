@@ -34,6 +34,13 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:5]}"
 
 
+def ctrl_c_as_in_a_terminal() -> None:
+    """In a command the tests start: SIGINT does what Ctrl-C does in a terminal, even when
+    the suite itself runs where SIGINT is ignored (a shell's background job: the command
+    would inherit that, and a test's Ctrl-C would do nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Cli:
     """The CLI as separate processes, as a user runs it, pointed at the testbed: the
     kubeconfig in the environment (not on the command line), a chosen context (default: the
@@ -72,7 +79,13 @@ class Cli:
 
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(
-            self.args(*args), env=self.env, stdin=self.stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            self.args(*args),
+            env=self.env,
+            stdin=self.stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=ctrl_c_as_in_a_terminal,
         )
 
     @staticmethod
