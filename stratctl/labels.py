@@ -22,6 +22,11 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "stratctl"
 RECORD_PREFIX = "stratctl-study-"  # the name of a study's record ConfigMap, before the study's
 
+# Merged submissions (backends/kubernetes/blocks.py): a block's Job, ConfigMap and pods carry
+# BLOCK (the block's name); a trial's view read from a block carries IN_BLOCK instead
+BLOCK = f"{PREFIX}/block"
+IN_BLOCK = f"{PREFIX}/in-block"
+
 # Annotations (free text).
 PARAMS = f"{PREFIX}/params"  # JSON object of the trial's parameters
 TRIAL_INDEX = f"{PREFIX}/trial-index"
@@ -50,6 +55,10 @@ REPORT = f"{PREFIX}/report"
 # Annotations on a re-submitted attempt carrying the totals of the trial's earlier
 # attempts, so `status` reads a trial's history from its latest job alone (older attempts
 # may have been cleaned up).
+# on a block's Job: its trials, a JSON list of [name, index, params, checkpoint] by index
+BLOCK_TRIALS = f"{PREFIX}/block-trials"
+# on a trial's view read from a block, while it waits for its turn there: why (for `status`)
+WAITS = f"{PREFIX}/waits"
 PREEMPTIONS = f"{PREFIX}/preemptions"  # preemptions before this attempt
 FAILURES = f"{PREFIX}/failures"  # failed attempts before this attempt
 GPU_SECONDS = f"{PREFIX}/gpu-seconds"  # GPU-seconds used by earlier attempts

@@ -3,8 +3,10 @@ go to the scheduler as blocks, one scheduler object for many trials, and why not
 
 A block is one Slurm job array (`sbatch --array=0-N%K`): one array task per trial, its
 throttle `K` kept to the adaptive target as the loop runs (`scontrol update ...
-ArrayTaskThrottle`). A trial's next attempts (after a failure) are single jobs as without
-merging; a preempted task is requeued by Slurm inside its array.
+ArrayTaskThrottle`); on Kubernetes one batch/v1 Indexed Job, one index per trial, its
+`parallelism` kept to the target (backends/kubernetes/blocks.py). A trial's next attempts
+(after a failure) are single jobs as without merging; a preempted task or index runs again
+inside its block.
 
 `auto` merges when the trials allow it: they share one shape of one task of one process
 (the common hyperparameter sweep), the backend has arrays, and the search knows every trial
@@ -20,6 +22,9 @@ from stratctl.core.spec import Study
 # how many trials one Slurm array carries at most: Slurm's default MaxArraySize is 1001
 # (task ids 0-1000); a site's smaller limit is read from `scontrol show config`
 SLURM_BLOCK = 1000
+# how many trials one Indexed Job carries at most (fewer when their list or scripts would
+# outgrow one object: backends/kubernetes/blocks.py)
+KUBERNETES_BLOCK = 1000
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,6 @@ def merging(study: Study) -> Merging:
             "merge: auto keeps one application per trial on YARN: YARN has no job arrays (an application "
             "is one ApplicationMaster and its containers, started and ended as one)",
         )
-    if study.backend == "kubernetes":
-        return Merging(False, "merge: auto: not on Kubernetes yet, one Job per trial")
     tasks = study.trial.tasks
     if study.varying_shape:
         return Merging(False, "merge: auto: trials differ in shape, one job per trial")
@@ -49,9 +52,33 @@ def merging(study: Study) -> Merging:
         return Merging(False, "merge: auto: a trial of several processes is a gang of its own, one job per trial")
     if study.strategy.closed_loop:
         return Merging(False, "merge: auto: a closed-loop search asks its trials one by one, one job per trial")
+    if study.backend == "kubernetes":
+        return _kubernetes(study)
     return Merging(
         True,
         f"merged: job arrays of up to {SLURM_BLOCK} trials, one array task per trial, the arrays' "
         "ArrayTaskThrottle kept to the adaptive target",
         SLURM_BLOCK,
+    )
+
+
+def _kubernetes(study: Study) -> Merging:
+    if study.workload != "batch":
+        return Merging(
+            False,
+            "merge: auto: a block is a batch/v1 Indexed Job: set workload: batch to merge (Volcano Jobs have no "
+            "per-index completion), one Volcano Job per trial",
+        )
+    task = study.trial.tasks[0]
+    if not (task.command or study.trial.command):
+        return Merging(
+            False,
+            "merge: auto: the trial states no command: a block's pod runs each trial's own command line, so the "
+            "image's entrypoint cannot be kept; one Job per trial",
+        )
+    return Merging(
+        True,
+        f"merged: Indexed Jobs of up to {KUBERNETES_BLOCK} trials, one index per trial, each Job's parallelism "
+        "kept to the adaptive target",
+        KUBERNETES_BLOCK,
     )

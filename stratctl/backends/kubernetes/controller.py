@@ -29,6 +29,7 @@ from stratctl.backends.kubernetes.creating import Creating
 from stratctl.backends.kubernetes.features import BreakerDrain, Cleanup, Packed, QueueMoves, Salvaging, Search
 from stratctl.backends.kubernetes.keeper import RecordKeeper
 from stratctl.backends.kubernetes.looptrials import LoopTrials
+from stratctl.backends.kubernetes.merged import Merged
 from stratctl.backends.kubernetes.mirror import Mirror
 from stratctl.backends.kubernetes.placement import Placer, Placing
 from stratctl.backends.kubernetes.pressure import Pressure, tally
@@ -38,6 +39,7 @@ from stratctl.backends.kubernetes.salvage import Salvage
 from stratctl.backends.kubernetes.searching import Searching
 from stratctl.backends.kubernetes.shedding import Shedding
 from stratctl.backends.kubernetes.state import TrialState, latest_attempts, trial_of, trial_states
+from stratctl.core.merging import merging
 from stratctl.core.render import Renderer, min_resources
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
@@ -175,6 +177,8 @@ class Submitter(Cycle):
             lambda: self.queues,
         )
         self.deciding = Deciding(self._say, lambda: self.clock())
+        how = merging(study)  # first attempts as blocks (merged.py)
+        self.merged = Merged(self, how.block, self._say) if how.merged and self.search is None else None
 
     def _start_state(self) -> None:
         """What the loop knows of the cluster before its first cycle: nothing yet."""
@@ -231,6 +235,8 @@ class Submitter(Cycle):
             jobs, self._deletions_seen = self.jobs.snapshot()
         else:
             jobs = self.listed()
+        if self.merged is not None:  # each block read as its trials
+            jobs = self.merged.expand(jobs)
         latest = latest_attempts(jobs)
         self.every_job = jobs
         states = trial_states(self.order, latest, self.record.finished, self._unseen)
@@ -258,6 +264,9 @@ class Submitter(Cycle):
         unasked = self.search.remaining if self.search is not None else 0  # the budget not asked yet waits too
         watches = (self.jobs, *(getattr(self.signals, name, None) for name in ("nodes", "pods", "groups")))
         tally(self.progress, states, self.throttle, self.cluster, unasked, watches)
+        if self.merged is not None:  # held back in their blocks: not pending
+            self.progress.queued = sum(1 for n in self.merged.queued if states.get(n) is TrialState.PENDING)
+            self.progress.pending -= self.progress.queued
 
     def pressure(self, states: dict[str, TrialState]) -> Observed:
         """What the policy decides on (pressure.py); the record is saved first: the cluster
@@ -265,6 +274,8 @@ class Submitter(Cycle):
         self.save_summary(force=self.progress.done)
         groups, durations = self.mirrored()[1], bool(self.given.expected)
         drained = self.record.drained
+        if self.merged is not None:  # held back in their blocks: never pending for long
+            states = {n: TrialState.WAITING if n in self.merged.queued else s for n, s in states.items()}
         return self.reading.observe(
             states, self.progress, self.latest, drained, self.signals, groups, self.prometheus, durations
         )
@@ -280,7 +291,10 @@ class Submitter(Cycle):
         return [n for n in self.order if states[n] is TrialState.WAITING and n not in self.progress.errors]
 
     def admit(self, names: list[str]) -> list[str]:
-        return self.creating.batch(names, self._pool)
+        """The trials' next attempts; first attempts as one block when merged (merged.py)."""
+        first = [n for n in names if n not in self.latest] if self.merged is not None else []
+        sent = self.merged.admit(first) if self.merged is not None and first else []
+        return sent + self.creating.batch([n for n in names if n not in first], self._pool)
 
     def finished(self, states: dict[str, TrialState]) -> bool:
         return self.progress.done
@@ -288,7 +302,7 @@ class Submitter(Cycle):
     def features(self, salvage: Salvage) -> list[Capability]:
         """What this study's cycle adds to the shared one (features.py), in the order the
         cycle asks them."""
-        features: list[Capability] = [Salvaging(self, salvage)]
+        features: list[Capability] = [Salvaging(self, salvage), *([self.merged] if self.merged else [])]
         if self.searching is not None:
             features.append(Search(self, self.searching))
         if self.given.shapes:  # trials of different shapes: those that fit first

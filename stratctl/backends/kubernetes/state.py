@@ -191,17 +191,30 @@ def disrupted_at(pod: dict) -> float | None:
 
 
 def owner_uid(pod: dict) -> str | None:
-    """The uid of the job that controls the pod (Volcano Job or batch/v1 Job)."""
+    """The uid of the job that controls the pod (Volcano Job or batch/v1 Job); of a block's
+    pod, its trial's view's (`<block uid>/<index>`, blocks.py)."""
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
-            return ref.get("uid")
+            index = _block_index(pod)
+            return ref.get("uid") if index is None else f"{ref.get('uid')}/{index}"
     return None
 
 
 def job_of_pod(pod: dict) -> str | None:
-    """The name of the job that made the pod, from the label its job controller sets."""
+    """The name of the job that made the pod, from the label its job controller sets; of a
+    block's pod, its trial's view's (`<block>-<index>`, blocks.py)."""
     found = (pod.get("metadata") or {}).get("labels") or {}
-    return found.get("volcano.sh/job-name") or found.get("batch.kubernetes.io/job-name") or found.get("job-name")
+    job = found.get("volcano.sh/job-name") or found.get("batch.kubernetes.io/job-name") or found.get("job-name")
+    index = _block_index(pod)
+    return job if index is None or job is None else f"{job}-{index}"
+
+
+def _block_index(pod: dict) -> str | None:
+    """A block's pod's completion index (its trial's place in the block); None for others."""
+    meta = pod.get("metadata") or {}
+    if labels.BLOCK not in (meta.get("labels") or {}):
+        return None
+    return (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
 
 
 def run_starts(pods) -> dict[str, float]:

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from stratctl import labels
+from stratctl.backends.kubernetes.blocks import expand, is_block
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, PODGROUP, resource_path
 from stratctl.backends.kubernetes.record import job_kinds, parse_record, record_name, records
 from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, run_starts
@@ -243,6 +244,7 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
 
     def read_jobs(kind, part):
         for items in _pages(cluster, kind, namespace, part):
+            items = _trials_of_blocks(cluster, namespace, items)
             with lock:
                 _keep_latest(jobs, items)
 
@@ -263,6 +265,16 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
         for future in [pool.submit(reader) for reader in readers]:
             future.result()
     return build(now, cms, jobs, reasons, results, starts, exits)
+
+
+def _trials_of_blocks(cluster, namespace: str, items: list[dict]) -> list[dict]:
+    """The jobs with each block (merged submissions) read as its trials' views, from the
+    block and its pods (blocks.expand); the same list when it holds no block."""
+    named = [j["metadata"]["name"] for j in items if is_block(j)]
+    if not named:
+        return items
+    pods = [pod for name in named for pod in cluster.list(POD, namespace, label_selector=f"{labels.BLOCK}={name}")[0]]
+    return expand(items, pods)[0]
 
 
 def shards(selector: str) -> list[str]:
@@ -290,10 +302,12 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
     record = parse_record(cm)
     selector = f"{labels.STUDY}={record.study}"
     jobs: dict[tuple[str, str], tuple[int, dict]] = {}
-    complete = True
+    complete, blocks = True, False
     for kind in job_kinds(record.source):
         for items in _pages(cluster, kind, namespace, selector, page=n + 10):
-            _keep_latest(jobs, items)
+            merged = _trials_of_blocks(cluster, namespace, items)
+            blocks = blocks or merged is not items
+            _keep_latest(jobs, merged)
             if len(jobs) > n:
                 complete = False
                 break
@@ -310,6 +324,8 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
     )
     if shown:
         _read_pods(cluster, namespace, f"{selector},{labels.TRIAL} in ({','.join(shown)})", results, starts, exits)
+    if blocks:  # a block's pods carry its name, not their trials'
+        _read_pods(cluster, namespace, f"{selector},{labels.BLOCK}", results, starts, exits)
     _, rows = build(now, [cm], jobs, {}, results, starts, exits)
     rows = sorted((r for r in rows if last is None or r.trial < last), key=lambda r: r.trial)
     return (rows, True) if complete else (rows[:n], False)

@@ -164,7 +164,7 @@ def _job_row(
         created=timestamp(job["metadata"].get("creationTimestamp")),
         job=name,
         phase=phase_of(job),
-        pending=told.reasons.get(name, "") if state is TrialState.PENDING else "",
+        pending=(told.reasons.get(name) or notes.get(labels.WAITS, "")) if state is TrialState.PENDING else "",
         result=told.results.get(name),
         preemptions=view.preemptions,
         failures=view.failures,

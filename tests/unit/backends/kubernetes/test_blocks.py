@@ -1,0 +1,327 @@
+"""Merged submissions on Kubernetes: a block of trials is one Indexed Job (blocks.py), sent
+and kept to the adaptive target by the submit loop (merged.py), read back per trial."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stratctl import labels
+from stratctl.backends.kubernetes.blockmanifests import NotMergeable, block_manifests, mergeable, shell_word
+from stratctl.backends.kubernetes.blocks import expand, indexes, parallelism_for
+from stratctl.backends.kubernetes.cluster import BATCH_JOB
+from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.status import collect
+from stratctl.core.merging import merging
+from stratctl.core.render import Renderer
+from stratctl.core.space import expand as trials_of
+from stratctl.core.spec import load_study
+from tests.unit.fake_cluster import FakeCluster
+from tests.unit.fakes import FakeClock
+from tests.unit.loop import STUDY, make
+
+MERGED = STUDY.replace("  tasks: [{name: worker, replicas: 2}]\n", "").replace(
+    "queue: default\n", "queue: default\nworkload: batch\nmerge: auto\n"
+)
+NS = "stratctl-e2e"
+
+
+def merged_study(tmp_path: Path, text: str = MERGED) -> str:
+    path = tmp_path / "merged.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _ranges(done: set[int]) -> str:
+    return ",".join(str(i) for i in sorted(done))
+
+
+class IndexedJobs(FakeCluster):
+    """A cluster whose job controller runs Indexed Jobs as Kubernetes does: pods for the
+    lowest indexes without one, up to `parallelism` live at once; each step running pods end
+    (`fail`: indexes whose pod fails, retried up to backoffLimitPerIndex) and pending pods
+    start. Single batch Jobs (next attempts) complete in two steps."""
+
+    def __init__(self, fail: dict[str, set[int]] | None = None):
+        super().__init__(NS)
+        self.fail_indexes = fail or {}
+        self.peak_live = 0
+
+    def pods_of(self, block: dict) -> list[dict]:
+        uid = block["metadata"]["uid"]
+        return [o for (av, k, _, _), o in self.objects.items() if k == "Pod" and o["_owner"] == uid]
+
+    def advance(self, finish: str = "Completed") -> None:
+        for (av, kind, _, _), job in list(self.objects.items()):
+            if (av, kind) != BATCH_JOB:
+                continue
+            if labels.BLOCK in job["metadata"]["labels"]:
+                self._step_block(job)
+            elif classify(job) is TrialState.PENDING:
+                job["status"] = {"active": 1, "ready": 1}
+            elif classify(job) is TrialState.RUNNING:
+                job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+
+    def _step_block(self, job: dict) -> None:
+        status, spec = job.setdefault("status", {}), job["spec"]
+        done, failed = indexes(status.get("completedIndexes")), indexes(status.get("failedIndexes"))
+        failures = status.setdefault("_failures", {})
+        for pod in self.pods_of(job):
+            i, phase = int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]), pod["status"]
+            if phase["phase"] == "Running":
+                if i in self.fail_indexes.get(job["metadata"]["name"], set()):
+                    phase["phase"] = "Failed"
+                    failures[i] = failures.get(i, 0) + 1
+                    if failures[i] > spec["backoffLimitPerIndex"]:
+                        failed.add(i)
+                else:
+                    phase["phase"] = "Succeeded"
+                    done.add(i)
+            elif phase["phase"] == "Pending":
+                phase.update(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+        live = {
+            int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+            for p in self.pods_of(job)
+            if p["status"]["phase"] in ("Pending", "Running")
+        }
+        for i in range(spec["completions"]):
+            if len(live) >= spec["parallelism"] or spec.get("suspend"):
+                break
+            if i in done or i in failed or i in live:
+                continue
+            live.add(i)
+            self.uids += 1
+            name = f"{job['metadata']['name']}-{i}-{self.uids}"
+            self.objects[("v1", "Pod", NS, name)] = {
+                "_owner": job["metadata"]["uid"],
+                "metadata": {
+                    "name": name,
+                    "namespace": NS,
+                    "creationTimestamp": f"2026-01-01T00:00:{self.uids % 60:02d}Z",
+                    "labels": dict(spec["template"]["metadata"]["labels"]),
+                    "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
+                    "ownerReferences": [{"uid": job["metadata"]["uid"], "controller": True}],
+                },
+                "status": {"phase": "Pending"},
+            }
+        self.peak_live = max(self.peak_live, len(live))
+        status.update(completedIndexes=_ranges(done), failedIndexes=_ranges(failed), active=len(live), ready=len(live))
+
+
+def created(cluster: FakeCluster) -> list[tuple[str, str]]:
+    return [(k, n) for (_, k, _, n) in cluster.objects if k in ("Job", "ConfigMap") and not n.startswith("stratctl-")]
+
+
+# -- merging ------------------------------------------------------------------------------
+
+
+def test_kubernetes_merges_one_process_batch_trials_with_a_command_and_says_why_not_otherwise(tmp_path):
+    assert merging(load_study(merged_study(tmp_path))).merged
+    volcano = load_study(merged_study(tmp_path, MERGED.replace("workload: batch\n", "")))
+    assert not merging(volcano).merged and "set workload: batch" in merging(volcano).why
+    no_command = load_study(merged_study(tmp_path, MERGED.replace("  command:", "  args:")))
+    assert not merging(no_command).merged and "states no command" in merging(no_command).why
+    gang_text = MERGED.replace("  resources:", "  tasks: [{name: worker, replicas: 2}]\n  resources:")
+    gang = load_study(merged_study(tmp_path, gang_text))
+    assert not merging(gang).merged and "gang of its own" in merging(gang).why
+
+
+# -- the block's objects --------------------------------------------------------------------
+
+
+def rendered(path: str, n: int | None = None):
+    study = load_study(path)
+    renderer = Renderer(study)
+    return study, [(t, renderer.render(t, 0)) for t in trials_of(study)[:n]]
+
+
+def test_a_block_is_a_configmap_of_scripts_and_an_indexed_job_whose_hash_leaves_out_parallelism(tmp_path):
+    study, trials = rendered(merged_study(tmp_path), 6)
+    (cm, job), listed = block_manifests(study, 0, trials, parallelism=2)
+    assert (cm["kind"], cm["metadata"]["name"], job["metadata"]["name"]) == (
+        "ConfigMap",
+        "loop-block-0",
+        "loop-block-0",
+    )
+    assert sorted(cm["data"]) == [str(i) for i in range(6)]
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 6, 2)
+    assert spec["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
+    assert spec["backoffLimitPerIndex"] == study.retries.max_retry
+    pod = spec["template"]
+    assert pod["metadata"]["labels"][labels.BLOCK] == "loop-block-0" and labels.TRIAL not in pod["metadata"]["labels"]
+    assert pod["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "default"
+    assert pod["spec"]["containers"][0]["command"] == ["/bin/sh", "/etc/stratctl/block/$(JOB_COMPLETION_INDEX)"]
+    assert [t.name for t in listed] == [t.name for t, _ in trials]
+    (cm5, job5), _ = block_manifests(study, 0, trials, parallelism=5)
+    assert job5["metadata"]["labels"][labels.SPEC_HASH] == job["metadata"]["labels"][labels.SPEC_HASH]
+    (_, other), _ = block_manifests(study, 0, trials[:5], parallelism=2)
+    assert other["metadata"]["labels"][labels.SPEC_HASH] != job["metadata"]["labels"][labels.SPEC_HASH]
+
+
+def test_each_trials_script_runs_its_own_command_line_with_its_own_environment(tmp_path):
+    study, trials = rendered(merged_study(tmp_path), 4)
+    (cm, _), listed = block_manifests(study, 0, trials, parallelism=2)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    train = bin_dir / "train"
+    train.write_text('#!/bin/sh\necho "argv=$*"\necho "trial=$STRATCTL_TRIAL rank=$RANK resume=$STRATCTL_RESUME"\n')
+    train.chmod(0o755)
+    script = tmp_path / "2"
+    script.write_text(cm["data"]["2"])
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "JOB_COMPLETION_INDEX": "2", "RANK": "2"}
+    out = subprocess.run(["/bin/sh", str(script)], env=env, capture_output=True, text=True, check=True).stdout
+    params = listed[2].params
+    assert out.splitlines() == [
+        f"argv=--lr={params['lr']} --layers={params['layers']}",
+        f"trial={listed[2].name} rank=0 resume=",
+    ]
+    env["STRATCTL_INDEX_DISRUPTIONS"] = "1"  # its pod was preempted once: it resumes
+    out = subprocess.run(["/bin/sh", str(script)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[1].endswith("resume=1")
+
+
+@pytest.mark.parametrize(
+    "word, said",
+    [
+        ("--shard=$(JOB_COMPLETION_INDEX)", '--shard="${JOB_COMPLETION_INDEX}"'),
+        ("$$(X)", "'$''(X)'"),
+        ("$HOME", "'$'HOME"),
+        ("a b", "'a b'"),
+        ("", "''"),
+    ],
+)
+def test_a_command_word_keeps_kubernetes_references_and_nothing_else_of_the_shell(word, said):
+    assert shell_word(word) == said
+
+
+def test_trials_whose_pods_differ_in_more_than_command_and_env_cannot_share_a_block(tmp_path):
+    text = MERGED.replace("  image: busybox\n", '  image: busybox\n  annotations: {team: "{{ params.layers }}"}\n')
+    _, trials = rendered(merged_study(tmp_path, text), 2)
+    with pytest.raises(NotMergeable, match=r"trial 1: its pod's metadata.annotations differs"):
+        mergeable(trials[0][1], trials[1][1], "trial 1")
+    _, same = rendered(merged_study(tmp_path), 2)
+    mergeable(same[0][1], same[1][1], "trial 1")
+
+
+# -- reading a block back -------------------------------------------------------------------
+
+
+def block_in_cluster(tmp_path, completed="", failed="", pods=()):
+    study, trials = rendered(merged_study(tmp_path), 6)
+    (_, job), _ = block_manifests(study, 0, trials, parallelism=3)
+    job["metadata"]["uid"] = "u1"
+    job["status"] = {"completedIndexes": completed, "failedIndexes": failed}
+    made = []
+    for i, phase, ready in pods:
+        made.append(
+            {
+                "metadata": {
+                    "labels": {labels.BLOCK: "loop-block-0"},
+                    "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
+                    "ownerReferences": [{"uid": "u1", "controller": True}],
+                },
+                "status": {
+                    "phase": phase,
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                },
+            }
+        )
+    return trials, job, made
+
+
+def test_a_blocks_indexes_read_back_as_its_trials_states(tmp_path):
+    trials, job, pods = block_in_cluster(
+        tmp_path, completed="0,2", failed="1", pods=[(3, "Running", True), (4, "Pending", False)]
+    )
+    jobs, [block] = expand([job], pods)
+    states = {t: classify(j) for t, j in latest_attempts(jobs).items()}
+    names = [t.name for t, _ in trials]
+    assert [states[n] for n in names] == [
+        TrialState.SUCCEEDED,
+        TrialState.FAILED,
+        TrialState.SUCCEEDED,
+        TrialState.RUNNING,
+        TrialState.PENDING,
+        TrialState.PENDING,
+    ]
+    assert block.queued() == [names[5]]
+    view = latest_attempts(jobs)[names[5]]
+    assert "queued in its block loop-block-0: at most 3" in view["metadata"]["annotations"][labels.WAITS]
+    assert view["metadata"]["labels"][labels.ATTEMPT] == "0"
+
+
+def test_parallelism_follows_the_target_but_never_below_the_running_pods(tmp_path):
+    _, job, pods = block_in_cluster(tmp_path, pods=[(0, "Running", True), (1, "Running", True), (2, "Pending", False)])
+    [block] = expand([job], pods)[1]
+    assert parallelism_for(block, target=8, flying_outside=3) == 5
+    assert parallelism_for(block, target=1, flying_outside=0) == 2  # two run: lowering further would kill one
+    assert parallelism_for(block, target=0, flying_outside=9) == 2
+
+
+# -- the loop -------------------------------------------------------------------------------
+
+
+def test_a_merged_study_is_one_configmap_and_one_indexed_job_kept_to_the_target(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    loop, trials = make(merged_study(tmp_path), cluster, clock)
+    progress = loop.run()
+    assert progress.succeeded == 10 and progress.failed == 0 and progress.created == 10
+    assert sorted(created(cluster)) == [("ConfigMap", "loop-block-0"), ("Job", "loop-block-0")]
+    assert cluster.peak_live == 3  # the study's cap, never a wall of pending pods
+    job = cluster.objects[("batch/v1", "Job", NS, "loop-block-0")]
+    assert job["status"]["completedIndexes"] == ",".join(str(i) for i in range(10))
+
+
+class Killed(BaseException):
+    """The launcher dying mid-run (SIGKILL)."""
+
+
+def test_a_rerun_after_a_kill_finds_the_block_and_sends_no_second_one(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    first, _ = make(merged_study(tmp_path), cluster, clock)
+    steps = []
+
+    def die(seconds):
+        steps.append(seconds)
+        cluster.advance()
+        if len(steps) == 2:
+            raise Killed()
+
+    first.sleep = die
+    with pytest.raises(Killed):
+        first.run()
+    assert sorted(created(cluster)) == [("ConfigMap", "loop-block-0"), ("Job", "loop-block-0")]
+    again, _ = make(merged_study(tmp_path), cluster, clock)
+    progress = again.run()
+    assert progress.succeeded == 10 and progress.created == 0
+    assert sorted(created(cluster)) == [("ConfigMap", "loop-block-0"), ("Job", "loop-block-0")]
+
+
+def test_a_trial_whose_index_failed_runs_its_next_attempt_as_a_job_of_its_own(tmp_path):
+    cluster, clock = IndexedJobs(fail={"loop-block-0": {4}}), FakeClock()
+    loop, trials = make(merged_study(tmp_path), cluster, clock)
+    progress = loop.run()
+    fourth = trials[4].name
+    assert progress.succeeded == 10 and progress.failed == 0
+    assert sorted(created(cluster)) == [("ConfigMap", "loop-block-0"), ("Job", "loop-block-0"), ("Job", f"{fourth}-a1")]
+
+
+def test_status_shows_each_trial_of_a_block(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    loop, trials = make(merged_study(tmp_path), cluster, clock, detach=True)
+    loop.source = Path(merged_study(tmp_path)).read_text()
+    loop.run()
+    cluster.record("loop")["data"]["study.yaml"] = loop.source
+    cluster.advance()  # three pods made (pending)
+    cluster.advance()  # they run
+    snap = collect(cluster, NS, "loop", now=clock())
+    states = {row.trial: row.state for row in snap.trials}
+    assert sorted(states.values()) == ["pending"] * 7 + ["running"] * 3
+    waits = [row.pending for row in snap.trials if row.state == "pending"]
+    assert all(w.startswith("queued in its block loop-block-0") for w in waits)
