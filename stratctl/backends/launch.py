@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratctl.backends.base import is_attempt_backend
+from stratctl.backends.kubernetes.blockmanifests import NotMergeable, mergeable
 from stratctl.backends.kubernetes.cluster import QUEUE
 from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
 from stratctl.backends.kubernetes.controller import Submitter, job_kind, study_selector
@@ -18,10 +19,11 @@ from stratctl.backends.kubernetes.podfit import pods_of, shape_key
 from stratctl.backends.kubernetes.preflight import preflight
 from stratctl.backends.kubernetes.revision import revise
 from stratctl.core import capabilities
+from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study, load_study
-from stratctl.errors import StillThrottled
+from stratctl.errors import StillThrottled, StudyError
 from stratctl.run.options import SubmitOptions
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.throttle import Throttle
@@ -66,13 +68,23 @@ def prepare(path, namespace: str | None = None, options: SubmitOptions | None = 
         trials = sorted(trials, key=lambda t: -seconds[t.name])
     manifests: dict[str, list[dict]] = {}
     shapes: dict[tuple, list[dict]] = {}
+    merged = merging(study).merged and study.backend == "kubernetes"
     for start in range(0, len(trials), CHUNK):
         chunk = trials[start : start + CHUNK]
         for trial, docs in zip(chunk, renderer.render_all(chunk, attempt=0)):
             if len(manifests) < KEPT:
                 manifests[trial.name] = docs
-            shapes.setdefault(shape_key(pods_of(docs)), docs)
+            first = shapes.setdefault(shape_key(pods_of(docs)), docs)
+            if merged:  # trials share a block only when their pods differ in command and env alone
+                _mergeable(study, first, docs, trial)
     return Prepared(study, trials, renderer, manifests, list(shapes.values()))
+
+
+def _mergeable(study: Study, first: list[dict], docs: list[dict], trial: Trial) -> None:
+    try:
+        mergeable(first, docs, f"trial {trial.index} ({trial.name})")
+    except NotMergeable as exc:
+        raise StudyError([study.problem(("merge",), str(exc))]) from None
 
 
 def submit_study(

@@ -149,6 +149,10 @@ def delete(
                 cluster.delete(kind, name, namespace)
             except NotFound:
                 pass
+    # a block's ConfigMap of scripts (merged submissions): the study's ConfigMaps but its record
+    for block in cluster.list(CONFIGMAP, namespace, label_selector=f"{_selector(study)},{labels.BLOCK}")[0]:
+        cluster.delete(CONFIGMAP, block["metadata"]["name"], namespace)
+        outcome.deleted["scripts"] = outcome.deleted.get("scripts", 0) + 1
     _wait(lambda: sum(count() for count in counts.values()), deadline, clock, sleep)
     outcome.left = {key: n for key, count in counts.items() if (n := count())}
     if not keep_record and not outcome.left:  # the record goes last: a deletion cut short can be run again

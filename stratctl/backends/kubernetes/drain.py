@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
+from stratctl.backends.kubernetes.blocks import blocks_of, index_of
 from stratctl.backends.kubernetes.closedloop import marked_trials, trial_of_job
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
 from stratctl.backends.kubernetes.record import (
     BREAKER_KEY,
     job_kinds,
@@ -36,6 +37,8 @@ from stratctl.backends.kubernetes.state import classify, latest_attempts
 from stratctl.core import document
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.run.rows import Outcome
+
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 BREAKER = "breaker"  # who suspended a trial, in its mark, when the etcd breaker did
 
@@ -70,8 +73,9 @@ def suspend(cluster, namespace: str, name: str, kinds, now: float, by: str = "")
             **({"by": by} if by else {}),
             **identity(job),
         }
+    held = [] if by else suspend_blocks(cluster, namespace, jobs)
     if not victims:
-        return []
+        return held
     # The marks go in before the jobs go: a loop that sees a job gone must see its mark.
     cluster.patch(CONFIGMAP, record_name(name), suspended_patch(marks), namespace)
     for job in victims.values():
@@ -79,7 +83,35 @@ def suspend(cluster, namespace: str, name: str, kinds, now: float, by: str = "")
         cluster.delete(kind, job["metadata"]["name"], namespace)
         if kind == BATCH_JOB:
             cluster.delete(PODGROUP, job["metadata"]["name"], namespace)
-    return sorted(victims)
+    return sorted(set(victims) | set(held))
+
+
+def suspend_blocks(cluster, namespace: str, jobs: list[dict]) -> list[str]:
+    """Suspend the study's unfinished blocks (merged submissions: `spec.suspend`, so the job
+    controller ends their pods, with their grace period, and starts none until resumed); the
+    trials that were running or pending in them. A block's trials carry no marks: the block
+    keeps them, and `resume` lifts its suspension (each index runs again from its checkpoint)."""
+    trials: list[str] = []
+    for block in blocks_of(jobs, []):
+        if block.suspended or not block.unfinished():
+            continue
+        pods, _ = cluster.list(POD, namespace, label_selector=f"{labels.BLOCK}={block.name}", field_selector=LIVE_PODS)
+        block.pods = {i: p for p in pods if (i := index_of(p)) is not None}
+        cluster.patch(BATCH_JOB, block.name, {"spec": {"suspend": True}}, namespace)
+        trials += [block.listed[i].name for i in block.live()]
+    return trials
+
+
+def resume_blocks(cluster, namespace: str, study: str) -> list[str]:
+    """Lift the suspension of the study's suspended blocks; the trials they still hold."""
+    jobs, _ = cluster.list(BATCH_JOB, namespace, label_selector=f"{labels.STUDY}={study},{labels.BLOCK}")
+    trials: list[str] = []
+    for block in blocks_of(jobs, []):
+        if block.suspended:
+            cluster.patch(BATCH_JOB, block.name, {"spec": {"suspend": False}}, namespace)
+            done = block.completed | block.failed
+            trials += [t.name for i, t in enumerate(block.listed) if i not in done]
+    return trials
 
 
 def drain(
@@ -186,6 +218,8 @@ def resume(cluster, namespace: str, study: str, clock: Callable[[], float] = tim
                     continue
                 outcome.resumed.append(trial)
                 del remaining[trial]
+    if not breaker:  # blocks suspended by `drain` (never by the breaker) run again
+        outcome.resumed += resume_blocks(cluster, namespace, record.study)
     # New attempts first, then the flag: a loop that sees the study undrained sees them.
     patch = suspended_patch({**remaining, **kept})
     patch["data"]["drained"] = "false"

@@ -29,6 +29,7 @@ from stratctl import labels
 from stratctl.backends.kubernetes.blockmanifests import block_manifests, fits
 from stratctl.backends.kubernetes.blocks import Block, block_name, block_number, expand, is_block, parallelism_for
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD
+from stratctl.backends.kubernetes.drain import LIVE_PODS
 from stratctl.backends.kubernetes.requeue import create_attempt
 from stratctl.errors import ClusterError, transient
 from stratctl.run.cycle import Capability
@@ -37,8 +38,6 @@ from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
     from stratctl.backends.kubernetes.controller import Submitter
-
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
 class Merged(Capability):

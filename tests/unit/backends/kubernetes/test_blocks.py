@@ -13,6 +13,7 @@ from stratctl import labels
 from stratctl.backends.kubernetes.blockmanifests import NotMergeable, block_manifests, mergeable, shell_word
 from stratctl.backends.kubernetes.blocks import expand, indexes, parallelism_for
 from stratctl.backends.kubernetes.cluster import BATCH_JOB
+from stratctl.backends.kubernetes.drain import drain, resume
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from stratctl.backends.kubernetes.status import collect
 from stratctl.core.merging import merging
@@ -325,3 +326,21 @@ def test_status_shows_each_trial_of_a_block(tmp_path):
     assert sorted(states.values()) == ["pending"] * 7 + ["running"] * 3
     waits = [row.pending for row in snap.trials if row.state == "pending"]
     assert all(w.startswith("queued in its block loop-block-0") for w in waits)
+
+
+def test_drain_suspends_a_block_with_its_running_trials_and_resume_lets_it_run_again(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    loop, trials = make(merged_study(tmp_path), cluster, clock, detach=True)
+    loop.run()
+    cluster.advance()
+    cluster.advance()  # three run, seven are queued
+    [outcome] = drain(cluster, NS, "loop", settle=0)
+    job = cluster.objects[("batch/v1", "Job", NS, "loop-block-0")]
+    assert job["spec"]["suspend"] is True
+    assert sorted(outcome.suspended) == sorted(t.name for t in trials[:3])
+    cluster.advance()  # the job controller makes no pod while suspended
+    live = [o for (_, k, _, _), o in cluster.objects.items() if k == "Pod" and o["status"]["phase"] == "Pending"]
+    assert not live
+    back = resume(cluster, NS, "loop")
+    assert job["spec"]["suspend"] is False and len(back.resumed) == 10 - len(indexes(job["status"]["completedIndexes"]))
+    assert cluster.record("loop")["data"]["drained"] == "false"
