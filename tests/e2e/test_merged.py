@@ -1,0 +1,175 @@
+"""Merged submissions (`merge: auto`) against the real testbed: a block of trials is one
+batch/v1 Indexed Job whose pods Volcano schedules (one PodGroup per block), and every trial
+keeps what a Job of its own gave it: exactly once across a kill -9 and a rerun, status per
+trial, preemption of one index resumed (not failed), drain and resume inside one block.
+
+KWOK runs no container: these tests check the objects the job controller and Volcano make
+(the scripts a block's pods would run are run for real by the unit tests). The stratctl
+commands run as separate processes; every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stratctl import labels
+from stratctl.backends.kubernetes.blocks import IGNORED, indexes
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
+from tests.e2e.support import Cli, busybox_study, finish, unique, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def cli(testbed):
+    return Cli(testbed, columns=200)
+
+
+def merged_study(name, namespace, trials, duration, cap):
+    return busybox_study(name, namespace, trials, duration, cap=cap).replace(
+        "queue: default\n", "queue: default\nworkload: batch\nmerge: auto\n"
+    ) + 'checkpoint: {location: "/ckpt/{{ study }}/{{ trial }}"}\n'
+
+
+def blocks(api, study):
+    return api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={study},{labels.BLOCK}")[0]
+
+
+def live_pods(api, study):
+    pods, _ = api.list(POD, label_selector=f"{labels.STUDY}={study}")
+    return [p for p in pods if p["status"].get("phase") in ("Pending", "Running")]
+
+
+def running(api, study):
+    return [
+        p for p in live_pods(api, study) if p["status"]["phase"] == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def test_a_merged_study_is_one_indexed_job_run_exactly_once_across_a_kill_and_a_rerun(testbed, api, cli, studies):
+    name, trials, cap = unique("mrg"), 12, 4
+    path = studies(name, merged_study(name, testbed.namespace, trials, "4s", cap))
+    plan = subprocess.run([sys.executable, "-m", "stratctl", "plan", path], capture_output=True, text=True, check=True)
+    assert "merged: Indexed Jobs of up to 1000 trials" in plan.stdout
+    submit = cli.start("submit", path, "--poll-interval", "1")
+    peak = 0
+    try:
+        wait_until(lambda: running(api, name), 60, message="the block's first trials running")
+        submit.send_signal(signal.SIGKILL)
+        submit.wait(10)
+        [job] = blocks(api, name)
+        spec = job["spec"]
+        assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", trials, cap)
+        [scripts] = api.list(CONFIGMAP, label_selector=f"{labels.STUDY}={name},{labels.BLOCK}")[0]
+        assert sorted(scripts["data"], key=int) == [str(i) for i in range(trials)]
+        assert "exec train --seed=5" in scripts["data"]["5"]
+        # no object per trial: no other job, one PodGroup (Volcano's, owned by the block's Job)
+        assert [j["metadata"]["name"] for j in api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]] == [
+            job["metadata"]["name"]
+        ]
+        groups = [
+            g
+            for g in api.list(PODGROUP)[0]
+            if any(r.get("uid") == job["metadata"]["uid"] for r in g["metadata"].get("ownerReferences") or [])
+        ]
+        assert len(groups) == 1 and groups[0]["spec"]["queue"] == "default"
+        rerun = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
+        deadline = time.monotonic() + 180
+        while rerun.poll() is None and time.monotonic() < deadline:
+            peak = max(peak, len(live_pods(api, name)))
+            time.sleep(0.5)
+        progress = finish(rerun, timeout=10)
+    finally:
+        for process in (submit,):
+            if process.poll() is None:
+                process.kill()
+    assert (progress["succeeded"], progress["failed"], progress["created"], progress["existing"]) == (trials, 0, 0, 0)
+    assert peak <= cap, f"{peak} pods of the block at once, cap {cap}"
+    [job] = blocks(api, name)
+    assert indexes(job["status"]["completedIndexes"]) == set(range(trials))
+    snap = cli.status(name)
+    rows = {row["trial"]: row for row in snap["trials"]}
+    assert len(rows) == trials and {r["state"] for r in rows.values()} == {"succeeded"}
+    assert {r["attempt"] for r in rows.values()} == {0}
+    assert sorted(r["params"]["seed"] for r in rows.values()) == list(range(trials))
+    assert all(r["gpu_seconds"] >= 4 for r in rows.values()), [r["gpu_seconds"] for r in rows.values()]
+
+
+def evict(api, pod):
+    meta = pod["metadata"]
+    api.request(
+        "POST",
+        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction",
+        body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"]}},
+        what=f"create eviction {meta['name']}",
+    )
+
+
+def test_a_preempted_index_runs_again_in_its_block_and_is_not_a_failure(testbed, api, cli, studies):
+    name, trials = unique("mpre"), 4
+    path = studies(name, merged_study(name, testbed.namespace, trials, "15s", trials))
+    submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
+    try:
+        wait_until(lambda: len(running(api, name)) == trials, 60, message="every trial of the block running")
+        victim = sorted(running(api, name), key=lambda p: p["metadata"]["name"])[0]
+        index = victim["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        evict(api, victim)  # as Volcano's preemption does: DisruptionTarget, then the pod is killed
+
+        def replaced():
+            return [
+                p
+                for p in running(api, name)
+                if p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") == index
+                and p["metadata"]["name"] != victim["metadata"]["name"]
+            ]
+
+        wait_until(replaced, 60, message=f"index {index} running again")
+        [again] = replaced()
+        assert again["metadata"]["annotations"].get(IGNORED) == "1"
+        progress = finish(submit, timeout=120)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+    assert (progress["succeeded"], progress["failed"]) == (trials, 0)
+    [job] = blocks(api, name)
+    assert not job["status"].get("failedIndexes")
+    snap = cli.status(name)
+    [study] = snap["studies"]
+    assert study["states"]["succeeded"] == trials and study["failed_attempts"] == 0
+    assert study["preemptions"] >= 1
+
+
+def test_drain_and_resume_two_trials_inside_one_block(testbed, api, cli, studies):
+    name, trials = unique("mdr"), 6
+    path = studies(name, merged_study(name, testbed.namespace, trials, "12s", 2))
+    submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
+    try:
+        wait_until(lambda: len(running(api, name)) == 2, 60, message="two trials of the block running")
+        [outcome] = json.loads(cli.run("drain", name, "--settle", "2", "--json"))
+        assert len(outcome["suspended"]) == 2, outcome
+        [job] = blocks(api, name)
+        assert job["spec"]["suspend"] is True
+        wait_until(lambda: not live_pods(api, name), 30, message="the block's pods gone")
+        time.sleep(4)  # the loop holds: no pod, no job, no new block for several cycles
+        assert not live_pods(api, name)
+        assert len(api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]) == 1
+        snap = cli.status(name)
+        assert snap["studies"][0]["drained"]
+        waits = [t["pending"] for t in snap["trials"] if t["state"] == "pending"]
+        assert waits and all("suspended (drain)" in w for w in waits), waits
+        resumed = json.loads(cli.run("resume", name, "--json"))
+        assert set(outcome["suspended"]) <= set(resumed["resumed"])
+        progress = finish(submit, timeout=150)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+    assert (progress["succeeded"], progress["failed"]) == (trials, 0)
+    [job] = blocks(api, name)
+    assert indexes(job["status"]["completedIndexes"]) == set(range(trials))
+    assert len(api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]) == 1
