@@ -20,6 +20,8 @@ import pytest
 
 from stratctl import labels
 from stratctl.backends.kubernetes.blocks import IGNORED, indexes
+
+FAILURES = "batch.kubernetes.io/job-index-failure-count"
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
 from tests.e2e.support import Cli, busybox_study, finish, unique, wait_until
 
@@ -165,6 +167,9 @@ def test_drain_and_resume_two_trials_inside_one_block(testbed, api, cli, studies
         assert waits and all("suspended (drain)" in w for w in waits), waits
         resumed = json.loads(cli.run("resume", name, "--json"))
         assert set(outcome["suspended"]) <= set(resumed["resumed"])
+        wait_until(lambda: len(running(api, name)) == 2, 60, message="two trials of the block running again")
+        counts = [p["metadata"]["annotations"].get(FAILURES, "0") for p in running(api, name)]
+        print(f"\nafter drain and resume: job-index-failure-count {counts}")
         progress = finish(submit, timeout=150)
     finally:
         if submit.poll() is None:

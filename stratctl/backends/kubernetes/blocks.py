@@ -3,8 +3,8 @@ batch/v1 Indexed Job, each index one trial (pure functions over manifests and AP
 
 - The Job's pods run on the Volcano scheduler (one PodGroup per Job, made by Volcano), at
   most `parallelism` of them at once: the loop keeps it to the adaptive target, raised as
-  room comes, lowered only as far as the pods running (lowering it below them would delete
-  running pods; below it only pending ones go).
+  room comes, lowered only as far as its live pods (lowering it below them would delete
+  pods, and a pod deleted before it ended counts against its index's retries).
 - Each trial keeps its own parameters without an object of its own: its command line and
   environment are a script in the block's ConfigMap, key = its index, which the pod runs
   (`/bin/sh <mount>/$JOB_COMPLETION_INDEX`). The block's trials (name, index, parameters,
@@ -234,7 +234,8 @@ def expand(jobs: list[dict], pods: list[dict]) -> tuple[list[dict], list[Block]]
 
 def parallelism_for(block: Block, target: int, flying_outside: int) -> int:
     """The block's parallelism for the adaptive target: the room the target leaves beside
-    the study's trials in flight outside it, never below the block's running pods (lowering
-    `parallelism` below them would delete running trials; below the live pods, the job
-    controller deletes pending ones first)."""
-    return max(1, target - flying_outside, block.running())
+    the study's trials in flight outside it, never below the block's live pods. Lowering
+    `parallelism` below them makes the job controller delete pods, and a deleted pod that
+    had not ended counts against its index's `backoffLimitPerIndex` (pending ones too: the
+    pod garbage collector marks them Failed): the target comes down as pods end."""
+    return max(1, target - flying_outside, len(block.live()))

@@ -10,7 +10,8 @@ adaptive target.
   pods: the job controller makes at most `parallelism` of them).
 - Each cycle every unfinished block's parallelism follows the target (less the study's
   trials in flight outside it), written only when it changes: one write per change, not
-  per trial; never below its running pods.
+  per trial; never below its live pods (a pod deleted before it ended would count against
+  its index's retries).
 - Exactly once: block N is named `<study>-block-N` and its objects carry a spec hash that
   leaves out `parallelism`: a rerun, or a send whose answer was lost, finds them (409,
   same hash) instead of writing a second block; a send that failed is sent again, the
