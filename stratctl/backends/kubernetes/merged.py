@@ -128,6 +128,8 @@ class Merged(Capability):
         latest = self.loop.latest
         first = [n for n in waiting if n not in latest]
         again = [n for n in waiting if n in latest]
+        if self.loop.detach:  # nothing follows the blocks after it: every first attempt goes now
+            return first + again
         if self.queued or not first:
             return again
         return first[: self.size] + again
@@ -144,23 +146,33 @@ class Merged(Capability):
         """Send these first attempts as a block; the trials sent (none when it failed: a
         refusal is each of its trials' verdict, anything else is tried again next cycle)."""
         try:
-            return self.send(first)
+            if not self.loop.detach:
+                return self.send(first)
+            # `--detach`: every block now, the room shared among them (nothing changes their
+            # parallelism afterwards but a submit that follows the study again)
+            blocks = -(-len(first) // self.size)
+            share, sent = max(1, self.room // blocks), []
+            while len(sent) < len(first):
+                sent += self.send(first[len(sent) :], share)
+            return sent
         except ClusterError as exc:
             if not transient(exc):
                 self.loop.progress.errors.update(dict.fromkeys(first, str(exc)))
             self.say(f"a block of {len(first)} trials: not submitted this cycle ({exc})")
             return []
 
-    def send(self, names: list[str]) -> list[str]:
+    def send(self, names: list[str], parallelism: int | None = None) -> list[str]:
         """One block of these trials' first attempts (as many as one object holds), sent
         exactly once; the trials it carries. ClusterError when it could not be sent: a
         block whose send failed on the way is the one sent next, under its own name."""
         loop = self.loop
         if self.unsent is None:
             trials = [loop.trials[n] for n in names]
-            rendered = [(t, loop.given.manifests.get(t.name) or loop.renderer.render(t, attempt=0)) for t in trials]
+            rendered = [
+                (t, loop.given.manifests.get(t.name) or loop.renderer.render(t, attempt=0)) for t in trials[: self.size]
+            ]
             rendered = rendered[: fits(rendered)]
-            docs, listed = block_manifests(loop.study, self.next, rendered, self.room)
+            docs, listed = block_manifests(loop.study, self.next, rendered, parallelism or self.room)
             self.unsent = docs, [t.name for t in listed]
         docs, carried = self.unsent
         outcome = loop.throttle.call(
@@ -168,11 +180,12 @@ class Merged(Capability):
         )
         name = block_name(loop.study.name, self.next)
         self.unsent, self.next = None, self.next + 1
-        self.set[name] = self.room
-        self.queued |= set(carried[self.room :])
+        given = int(docs[1]["spec"]["parallelism"])
+        self.set[name] = given
+        self.queued |= set(carried[given:])
         if outcome == "existing":
             loop.progress.existing += len(carried)
         else:
             loop.progress.created += len(carried)
-        self.say(f"{name}: {len(carried)} trials submitted as one Indexed Job, at most {self.room} at once")
+        self.say(f"{name}: {len(carried)} trials submitted as one Indexed Job, at most {given} at once")
         return carried

@@ -309,12 +309,11 @@ class Requeue:
     def _give_up(self, action: Action, job: dict | None) -> None:
         """Mark the trial's latest job given up, with why."""
         assert job is not None  # a trial is given up for what its latest job went through
-        self.cluster.patch(
-            self.kind,
-            job["metadata"]["name"],
-            {"metadata": {"annotations": {labels.GIVEN_UP: action.reason}}},
-            self.study.namespace,
-        )
+        name, key = job["metadata"]["name"], labels.GIVEN_UP
+        block = (job["metadata"].get("labels") or {}).get(labels.IN_BLOCK)
+        if block:  # a trial's view read from its block (blocks.py): said on the block, by index
+            name, key = block, f"{labels.GIVEN_UP}.{name.rsplit('-', 1)[-1]}"
+        self.cluster.patch(self.kind, name, {"metadata": {"annotations": {key: action.reason}}}, self.study.namespace)
         self.reporter.event(f"trial {action.trial}: given up, {action.reason}")
 
     def _resubmit(

@@ -344,3 +344,28 @@ def test_drain_suspends_a_block_with_its_running_trials_and_resume_lets_it_run_a
     back = resume(cluster, NS, "loop")
     assert job["spec"]["suspend"] is False and len(back.resumed) == 10 - len(indexes(job["status"]["completedIndexes"]))
     assert cluster.record("loop")["data"]["drained"] == "false"
+
+
+def test_a_trial_of_a_block_out_of_failures_is_given_up_on_its_block_once(tmp_path):
+    text = MERGED.replace("throttle:", "retries: {max_failures: 0}\nthrottle:")
+    cluster, clock = IndexedJobs(fail={"loop-block-0": {2}}), FakeClock()
+    loop, trials = make(merged_study(tmp_path, text), cluster, clock)
+    progress = loop.run()
+    assert (progress.succeeded, progress.failed) == (9, 1)
+    job = cluster.objects[("batch/v1", "Job", NS, "loop-block-0")]
+    assert job["metadata"]["annotations"][f"{labels.GIVEN_UP}.2"]
+    assert sorted(created(cluster)) == [("ConfigMap", "loop-block-0"), ("Job", "loop-block-0")]
+    snap = collect(cluster, NS, "loop", now=clock())
+    [failed] = [row for row in snap.trials if row.state == "failed"]
+    assert failed.trial == trials[2].name and failed.reason
+
+
+def test_detach_sends_every_block_at_once_sharing_the_room(tmp_path, monkeypatch):
+    monkeypatch.setattr("stratctl.core.merging.KUBERNETES_BLOCK", 4)
+    cluster, clock = IndexedJobs(), FakeClock()
+    loop, trials = make(merged_study(tmp_path), cluster, clock, detach=True)
+    progress = loop.run()
+    assert progress.created == 10 and progress.detached
+    blocks = [o for (_, k, _, n), o in cluster.objects.items() if k == "Job"]
+    assert [b["spec"]["completions"] for b in blocks] == [4, 4, 2]
+    assert [b["spec"]["parallelism"] for b in blocks] == [1, 1, 1]  # a target of 3 shared by 3 blocks
