@@ -16,10 +16,12 @@ from stratctl.backends.kubernetes.cluster import BATCH_JOB
 from stratctl.backends.kubernetes.drain import drain, resume
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from stratctl.backends.kubernetes.status import collect
+from stratctl.backends.launch import prepare
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand as trials_of
 from stratctl.core.spec import load_study
+from stratctl.errors import StudyError
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import STUDY, make
@@ -369,3 +371,15 @@ def test_detach_sends_every_block_at_once_sharing_the_room(tmp_path, monkeypatch
     blocks = [o for (_, k, _, n), o in cluster.objects.items() if k == "Job"]
     assert [b["spec"]["completions"] for b in blocks] == [4, 4, 2]
     assert [b["spec"]["parallelism"] for b in blocks] == [1, 1, 1]  # a target of 3 shared by 3 blocks
+
+
+def test_submit_refuses_at_the_merge_field_trials_that_cannot_share_a_block(tmp_path):
+    text = MERGED.replace("  image: busybox\n", '  image: busybox\n  annotations: {team: "{{ params.layers }}"}\n')
+    path = merged_study(tmp_path, text)
+    with pytest.raises(StudyError) as refused:
+        prepare(path)
+    [problem] = refused.value.problems
+    line = text.splitlines().index("merge: auto") + 1
+    assert (problem.file, problem.line) == (path, line)
+    assert "trial 1 (" in problem.message and "metadata.annotations differs" in problem.message
+    prepare(merged_study(tmp_path))  # trials that differ in command and env alone: accepted
