@@ -43,6 +43,7 @@ from bench.results import save
 from bench.testbed import testbed_target
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, Cluster
+from stratctl.errors import NotFound
 
 KINDS = {"jobs": BATCH_JOB, "podgroups": PODGROUP, "configmaps": CONFIGMAP, "services": SERVICE}
 
@@ -92,9 +93,20 @@ def objects(admin: Cluster, name: str) -> dict[str, int]:
 
 
 def delete_study(admin: Cluster, name: str) -> None:
+    """Delete the run's objects and wait until they are gone. Pods the job controller made
+    from a stale cache just after it was let go again (their Job already deleted) keep
+    their job-tracking finalizer: taken off here."""
     for kind in (BATCH_JOB, PODGROUP, SERVICE, CONFIGMAP, POD):
         for item in admin.list(kind, label_selector=f"{labels.STUDY}={name}")[0]:
             admin.delete(kind, item["metadata"]["name"])
+    for pod in admin.list(POD, label_selector=f"{labels.STUDY}={name}")[0]:
+        if pod["metadata"].get("finalizers"):
+            path = f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}"
+            unhook = [{"op": "remove", "path": "/metadata/finalizers"}]
+            try:
+                admin.request("PATCH", path, {}, unhook, "patch pod", "application/json-patch+json")
+            except NotFound:
+                pass
     deadline = time.time() + 300
     while time.time() < deadline and any(
         admin.list(kind, label_selector=f"{labels.STUDY}={name}", page_size=1)[0] for kind in (BATCH_JOB, POD)

@@ -7,10 +7,10 @@ construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stratctl.backends.base import is_attempt_backend
-from stratctl.backends.kubernetes.blockmanifests import NotMergeable, mergeable
+from stratctl.backends.kubernetes.blockmanifests import NotMergeable, Part, mergeable, part_of
 from stratctl.backends.kubernetes.cluster import QUEUE
 from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
 from stratctl.backends.kubernetes.controller import Submitter, job_kind, study_selector
@@ -38,6 +38,7 @@ class Prepared:
     renderer: Renderer
     manifests: dict[str, list[dict]]  # trial name -> manifests of its first attempt, for the first KEPT trials
     shapes: list[list[dict]]  # the manifests of one trial of each distinct pod shape (what preflight fits)
+    parts: dict[str, Part] = field(default_factory=dict)  # merged: what each trial's block keeps of it
 
 
 KEPT = 2_000  # first attempts kept rendered; later trials render again when their turn comes
@@ -69,6 +70,7 @@ def prepare(path, namespace: str | None = None, options: SubmitOptions | None = 
     manifests: dict[str, list[dict]] = {}
     shapes: dict[tuple, list[dict]] = {}
     merged = merging(study).merged and study.backend == "kubernetes"
+    parts: dict[str, Part] = {}
     for start in range(0, len(trials), CHUNK):
         chunk = trials[start : start + CHUNK]
         for trial, docs in zip(chunk, renderer.render_all(chunk, attempt=0)):
@@ -77,7 +79,8 @@ def prepare(path, namespace: str | None = None, options: SubmitOptions | None = 
             first = shapes.setdefault(shape_key(pods_of(docs)), docs)
             if merged:  # trials share a block only when their pods differ in command and env alone
                 _mergeable(study, first, docs, trial)
-    return Prepared(study, trials, renderer, manifests, list(shapes.values()))
+                parts[trial.name] = part_of(trial, docs)
+    return Prepared(study, trials, renderer, manifests, list(shapes.values()), parts)
 
 
 def _mergeable(study: Study, first: list[dict], docs: list[dict], trial: Trial) -> None:
@@ -139,6 +142,7 @@ def submit_study(
             reporter=reporter,
             source=study.text,
             manifests=prepared.manifests,
+            parts=prepared.parts,
         )
         submitter.storage = mirror
         _watch(submitter, cluster, study, options, blind, reporter)

@@ -85,6 +85,22 @@ class TokenBucket:
             debt = -self._tokens / self.qps if self._tokens < 0 else 0.0
             return max(debt, hold)
 
+    def take(self, n: int) -> int:
+        """Up to `n` whole tokens banked now, taken without waiting (none while a hold is
+        open); how many. For writes someone else makes on the caller's behalf (a block's
+        pods, made by the job controller)."""
+        with self._lock:
+            now = self._clock()
+            if n <= 0 or now < self._held_until:
+                return 0
+            if self.qps <= 0:
+                return n
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            got = max(0, min(n, int(self._tokens)))
+            self._tokens -= got
+            return got
+
     def acquire(self) -> float:
         """Block until a token is available and no hold is open; returns the seconds waited.
 

@@ -9,6 +9,7 @@ import copy
 import json
 import re
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
@@ -54,6 +55,8 @@ def job_of(docs: list[dict]) -> dict:
 def shell_word(word: str) -> str:
     """A command-line word for /bin/sh, Kubernetes' `$(VAR)` references kept as references
     (a container's command expands them; `$$` is a literal `$`)."""
+    if "$" not in word:
+        return shlex.quote(word)
     parts: list[str] = []
     for literal, escaped, name in re.findall(r"([^$]+|\$(?!\$|\()|)(\$\$)?(?:\$\(([A-Za-z_][A-Za-z0-9_]*)\))?", word):
         if literal:
@@ -69,54 +72,84 @@ def _container(job: dict) -> dict:
     return job["spec"]["template"]["spec"]["containers"][0]
 
 
-def trial_script(container: dict, shared: list[dict], own_address: str) -> str:
+def trial_script(part: Part, shared: list[dict]) -> str:
     """The trial's command line and the environment it does not share with its block, as a
     script its pod runs. A one-process trial's rendezvous address is its own pod."""
+    own = f"{part.job}-0.{part.job}"
     lines = ["#!/bin/sh", "# one trial of a stratctl block: its own environment, then its command"]
-    for entry in container.get("env") or []:
+    for entry in part.env:
         if entry in shared:
             continue
-        value = "0" if _rank(entry) else str(entry.get("value", ""))
-        if own_address:
-            value = value.replace(own_address, "localhost")
+        value = "0" if _rank(entry) else str(entry.get("value", "")).replace(own, "localhost")
         lines.append(f"export {entry['name']}={shlex.quote(value)}")
     lines.append(RESUME)
-    words = list(container.get("command") or []) + list(container.get("args") or [])
-    lines.append("exec " + " ".join(shell_word(str(w)) for w in words))
+    lines.append("exec " + " ".join(shell_word(str(w)) for w in part.command))
     return "\n".join(lines) + "\n"
 
 
-def template_key(job: dict) -> dict:
+@dataclass(frozen=True)
+class Part:
+    """What a block keeps of one trial's rendered first attempt: who it is, its job's name
+    (its rendezvous address names it), its checkpoint, its container's command line and
+    environment (its script). Small: a study keeps every trial's part, not its manifests."""
+
+    name: str
+    index: int
+    params: dict
+    job: str
+    checkpoint: str
+    command: list
+    env: list
+
+
+def part_of(trial: Trial, docs: list[dict]) -> Part:
+    job = job_of(docs)
+    container = _container(job)
+    notes = job["metadata"].get("annotations") or {}
+    words = list(container.get("command") or []) + list(container.get("args") or [])
+    return Part(
+        trial.name,
+        trial.index,
+        dict(trial.params),
+        job["metadata"]["name"],
+        notes.get(labels.CHECKPOINT, ""),
+        words,
+        list(container.get("env") or []),
+    )
+
+
+def pod_key(job: dict) -> dict:
     """A trial's pod template without what is the trial's own (stratctl's per-trial keys,
-    its command line and environment values): the trials of one block share it."""
-    template = copy.deepcopy(job["spec"]["template"])
-    meta = template.setdefault("metadata", {})
-    for key in PER_TRIAL_LABELS:
-        (meta.get("labels") or {}).pop(key, None)
-    for key in PER_TRIAL_NOTES:
-        (meta.get("annotations") or {}).pop(key, None)
-    spec = template["spec"]
-    spec.pop("subdomain", None)
-    for container in spec.get("containers") or []:
-        container.pop("command", None)
-        container.pop("args", None)
-        names = [
-            {"name": e["name"], **({"valueFrom": e["valueFrom"]} if "valueFrom" in e else {})}
-            for e in container.get("env") or []
-        ]
-        container["env"] = sorted(names, key=lambda e: e["name"])
-    return template
+    its command line, its environment's values): the trials of one block share it. Shallow:
+    made for every trial of a study, to compare."""
+    template = job["spec"]["template"]
+    meta = template.get("metadata") or {}
+    spec = {k: v for k, v in template["spec"].items() if k not in ("subdomain", "containers")}
+    spec["containers"] = [
+        {
+            **{k: v for k, v in c.items() if k not in ("command", "args", "env")},
+            "env": [(e["name"], e.get("valueFrom")) for e in c.get("env") or []],
+        }
+        for c in template["spec"].get("containers") or []
+    ]
+    return {
+        "metadata": {
+            "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k not in PER_TRIAL_LABELS},
+            "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k not in PER_TRIAL_NOTES},
+        },
+        "spec": spec,
+    }
 
 
 def mergeable(first: list[dict], other: list[dict], where: str) -> None:
     """Raise NotMergeable, naming what differs, when `other`'s trial cannot share a block
     with `first`'s (their pods differ in more than command line and environment values)."""
-    a, b = template_key(job_of(first)), template_key(job_of(other))
+    a, b = pod_key(job_of(first)), pod_key(job_of(other))
     if a == b:
         return
     for part in ("metadata", "spec"):
-        for key in sorted(set(a.get(part) or {}) | set(b.get(part) or {})):
-            if (a.get(part) or {}).get(key) != (b.get(part) or {}).get(key):
+        for key in sorted(set(a[part]) | set(b[part])):
+            if a[part].get(key) != b[part].get(key):
                 raise NotMergeable(
                     f"{where}: its pod's {part}.{key} differs from the first trial's: trials merged into "
                     "one Indexed Job may differ only in their command line and environment "
@@ -125,52 +158,68 @@ def mergeable(first: list[dict], other: list[dict], where: str) -> None:
     raise NotMergeable(f"{where}: its pod differs from the first trial's")
 
 
-def _shared(rendered: list[tuple[Trial, list[dict]]]) -> list[dict]:
+def _shared(parts: list[Part]) -> list[dict]:
     """The environment entries every trial of the block has the same (they stay in the pod),
     but a rank read from the pod's completion index: in a block that is the trial's place
     in it, while a one-process trial is rank 0 of its own gang (its script says so)."""
-    envs = [_container(job_of(docs)).get("env") or [] for _, docs in rendered]
-    return [e for e in envs[0] if all(e in other for other in envs[1:]) and not _rank(e)]
+    return [e for e in parts[0].env if all(e in other.env for other in parts[1:]) and not _rank(e)]
 
 
 def _rank(entry: dict) -> bool:
     return INDEX in str(((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", ""))
 
 
-def block_manifests(
-    study, n: int, rendered: list[tuple[Trial, list[dict]]], parallelism: int
-) -> tuple[list[dict], list[Listed]]:
-    """The ConfigMap of the trials' scripts and the Indexed Job of block `n` of these
-    trials' first attempts (as rendered one per trial), and the trials it carries; its
-    spec hash leaves out `parallelism` (the loop changes it)."""
-    name = block_name(study.name, n)
-    first = job_of(rendered[0][1])
-    shared = _shared(rendered)
-    scripts, listed = {}, []
-    for i, (trial, docs) in enumerate(rendered):
-        job: dict[str, Any] = job_of(docs)
-        own = f"{job['metadata']['name']}-0.{job['metadata']['name']}"
-        scripts[str(i)] = trial_script(_container(job), shared, own)
-        notes = job["metadata"].get("annotations") or {}
-        listed.append(Listed(trial.name, trial.index, dict(trial.params), notes.get(labels.CHECKPOINT, "")))
-    meta_labels = {k: v for k, v in (first["metadata"].get("labels") or {}).items() if k not in PER_TRIAL_LABELS} | {
-        labels.BLOCK: name,
-        labels.ATTEMPT: "0",
-    }
-    notes = {k: v for k, v in (first["metadata"].get("annotations") or {}).items() if k not in PER_TRIAL_NOTES}
-    template = template_key(first)
-    template["metadata"]["labels"] = {**template["metadata"].get("labels", {}), labels.BLOCK: name}
-    queue = _queue(rendered[0][1])
-    template["metadata"].setdefault("annotations", {})
+def _template(first: dict, name: str, queue: str, shared: list[dict]) -> dict:
+    """The block's pod template: the first trial's, without what is each trial's own, its
+    container running the script of its index."""
+    template = copy.deepcopy(first["spec"]["template"])
+    meta = template.setdefault("metadata", {})
+    meta["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k not in PER_TRIAL_LABELS}
+    meta["labels"][labels.BLOCK] = name
+    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in PER_TRIAL_NOTES}
     if queue:
-        template["metadata"]["annotations"][QUEUE_NAME] = queue
+        meta["annotations"][QUEUE_NAME] = queue
     pod = template["spec"]
+    pod.pop("subdomain", None)
     container = pod["containers"][0]
+    container.pop("args", None)
     container["command"] = ["/bin/sh", f"{MOUNT}/$(JOB_COMPLETION_INDEX)"]
     container["env"] = [*shared, _downward("STRATCTL_INDEX_DISRUPTIONS", IGNORED)]
     mount = {"name": VOLUME, "mountPath": MOUNT, "readOnly": True}
     container["volumeMounts"] = [*(container.get("volumeMounts") or []), mount]
     pod["volumes"] = [*(pod.get("volumes") or []), {"name": VOLUME, "configMap": {"name": name}}]
+    return template
+
+
+def block_manifests(
+    study, n: int, first: list[dict], parts: list[Part], parallelism: int
+) -> tuple[list[dict], list[Listed]]:
+    """The ConfigMap of the trials' scripts and the Indexed Job of block `n`, for as many of
+    these trials as one block carries (MAX_TRIALS, fewer when their list or their scripts
+    would outgrow one object), and the trials it carries. `first`: the first trial's
+    manifests as rendered (the block's pods are its pods). The spec hash leaves out
+    `parallelism` (the loop changes it)."""
+    name = block_name(study.name, n)
+    job_doc = job_of(first)
+    parts = parts[:MAX_TRIALS]
+    shared = _shared(parts)
+    scripts: dict[str, str] = {}
+    listed: list[Listed] = []
+    listed_bytes = scripts_bytes = 0
+    for i, part in enumerate(parts):
+        script = trial_script(part, shared)
+        entry = Listed(part.name, part.index, part.params, part.checkpoint)
+        listed_bytes += len(json.dumps([entry.name, entry.index, entry.params, entry.checkpoint])) + 1
+        scripts_bytes += len(script) + 8
+        if i and (listed_bytes > MAX_LISTED or scripts_bytes > MAX_SCRIPTS):
+            break
+        scripts[str(i)] = script
+        listed.append(entry)
+    meta_labels = {k: v for k, v in (job_doc["metadata"].get("labels") or {}).items() if k not in PER_TRIAL_LABELS} | {
+        labels.BLOCK: name,
+        labels.ATTEMPT: "0",
+    }
+    notes = {k: v for k, v in (job_doc["metadata"].get("annotations") or {}).items() if k not in PER_TRIAL_NOTES}
     trials_note = json.dumps([[t.name, t.index, t.params, t.checkpoint] for t in listed], separators=(",", ":"))
     configmap: dict[str, Any] = {
         "apiVersion": "v1",
@@ -178,7 +227,7 @@ def block_manifests(
         "metadata": {"name": name, "namespace": study.namespace, "labels": dict(meta_labels)},
         "data": scripts,
     }
-    job = {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -189,13 +238,13 @@ def block_manifests(
         },
         "spec": {
             "completionMode": "Indexed",
-            "completions": len(rendered),
+            "completions": len(listed),
             "parallelism": parallelism,
-            "backoffLimitPerIndex": first["spec"].get("backoffLimit", 0),
+            "backoffLimitPerIndex": job_doc["spec"].get("backoffLimit", 0),
             "podFailurePolicy": {
                 "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
             },
-            "template": template,
+            "template": _template(job_doc, name, _queue(first), shared),
         },
     }
     hashed = digest([configmap, {**job, "spec": {**job["spec"], "parallelism": 0}}])
@@ -211,15 +260,3 @@ def _queue(docs: list[dict]) -> str:
 
 def _downward(name: str, annotation: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
-
-
-def fits(rendered: list[tuple[Trial, list[dict]]]) -> int:
-    """How many of these trials (in order) one block carries: MAX_TRIALS, fewer when their
-    list or their scripts would outgrow what one object may hold."""
-    listed = scripts = 0
-    for i, (trial, docs) in enumerate(rendered[:MAX_TRIALS]):
-        listed += len(json.dumps([trial.name, trial.index, dict(trial.params), ""])) + 40
-        scripts += len(json.dumps(_container(job_of(docs)))) + 200
-        if listed > MAX_LISTED or scripts > MAX_SCRIPTS:
-            return max(1, i)
-    return min(len(rendered), MAX_TRIALS)

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from stratctl import labels
+from stratctl.backends.kubernetes.blockmanifests import Part
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, VOLCANO_JOB, Cluster
 from stratctl.backends.kubernetes.creating import Creating
 from stratctl.backends.kubernetes.features import BreakerDrain, Cleanup, Packed, QueueMoves, Salvaging, Search
@@ -87,6 +88,7 @@ class Submitter(Cycle):
         source: str = "",
         manifests: dict[str, list[dict]] | None = None,
         wall: Callable[[], float] = time.time,
+        parts: dict[str, Part] | None = None,
     ):
         self.study, self.renderer, self.cluster, self.throttle = study, renderer, cluster, throttle
         self.options, self.detach = options, options.detach
@@ -95,6 +97,7 @@ class Submitter(Cycle):
         self.clock, self.sleep, self.wall = clock, sleep, wall
         self.source, self.namespace = source, study.namespace
         self.kind = job_kind(study)
+        self.parts = parts or {}  # merged: what each trial's block keeps of it (blockmanifests.py)
         self._take_trials(trials, manifests)
         self._attach(trials)
         self._keep_record(source)
@@ -294,7 +297,8 @@ class Submitter(Cycle):
         """The trials' next attempts; first attempts as one block when merged (merged.py)."""
         first = [n for n in names if n not in self.latest] if self.merged is not None else []
         sent = self.merged.admit(first) if self.merged is not None and first else []
-        return sent + self.creating.batch([n for n in names if n not in first], self._pool)
+        new = set(first)
+        return sent + self.creating.batch([n for n in names if n not in new], self._pool)
 
     def finished(self, states: dict[str, TrialState]) -> bool:
         return self.progress.done

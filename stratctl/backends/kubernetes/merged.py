@@ -27,7 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import block_manifests, fits
+from stratctl.backends.kubernetes.blockmanifests import block_manifests, part_of
 from stratctl.backends.kubernetes.blocks import Block, block_name, block_number, expand, is_block, parallelism_for
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD
 from stratctl.backends.kubernetes.drain import LIVE_PODS
@@ -54,6 +54,7 @@ class Merged(Capability):
         self.set: dict[str, int] = {}  # block -> the parallelism last written
         self.unsent: tuple[list[dict], list[str]] | None = None  # a block whose send failed, and its trials
         self.flying: dict[str, int] = {}  # block ('' outside any) -> its trials in flight
+        self.observed: Observed | None = None  # what the decision was made on, as this capability counts
 
     # -- what the loop reads ------------------------------------------------------------
 
@@ -98,18 +99,27 @@ class Merged(Capability):
                 job = self.loop.latest.get(name) or {}
                 block = ((job.get("metadata") or {}).get("labels") or {}).get(labels.IN_BLOCK, "")
                 self.flying[block] = self.flying.get(block, 0) + 1
-        return replace(observed, waiting=observed.waiting + len(self.queued))
+        self.observed = replace(observed, waiting=observed.waiting + len(self.queued))
+        return self.observed
 
     def decided(self, decision: Decision) -> None:
-        """Every unfinished block's parallelism follows the target."""
+        """Every unfinished block's parallelism follows the target. A block lets in no more
+        new trials a cycle than the decision admits (as many as trials of their own would be
+        created), and each new pod is a write the job controller makes for the study: it
+        takes a token of the study's bucket, as a create would."""
         total = sum(self.flying.values())
-        self.room = max(1, decision.target - total)
+        admit = decision.admit(self.observed) if self.observed is not None else 0
         study = self.loop.study
         for block in self.blocks:
             if not block.unfinished() or block.suspended:
                 continue
+            current = block.parallelism
             want = parallelism_for(block, decision.target, total - self.flying.get(block.name, 0))
-            if want == block.parallelism or self.set.get(block.name) == want:
+            if want > current:
+                grow = self.loop.throttle.bucket.take(min(want - current, admit))
+                admit -= grow
+                want = current + grow
+            if want == current or self.set.get(block.name) == want:
                 continue
             patch = {"spec": {"parallelism": want}}
             try:
@@ -121,6 +131,7 @@ class Merged(Capability):
                 continue
             self.set[block.name] = want
             self.say(f"{block.name}: at most {want} of its trials at once")
+        self.room = max(1, admit)  # a new block's parallelism
 
     def order(self, waiting: list[str], decision: Decision) -> list[str]:
         """First attempts first, as one block (none while a block still holds trials back),
@@ -167,12 +178,14 @@ class Merged(Capability):
         block whose send failed on the way is the one sent next, under its own name."""
         loop = self.loop
         if self.unsent is None:
-            trials = [loop.trials[n] for n in names]
-            rendered = [
-                (t, loop.given.manifests.get(t.name) or loop.renderer.render(t, attempt=0)) for t in trials[: self.size]
-            ]
-            rendered = rendered[: fits(rendered)]
-            docs, listed = block_manifests(loop.study, self.next, rendered, parallelism or self.room)
+            trials = [loop.trials[n] for n in names[: self.size]]
+
+            def rendered(t):
+                return loop.given.manifests.get(t.name) or loop.renderer.render(t, attempt=0)
+
+            parts = [loop.parts.get(t.name) or part_of(t, rendered(t)) for t in trials]
+            given = max(1, loop.throttle.bucket.take(parallelism or self.room))  # its pods are writes too
+            docs, listed = block_manifests(loop.study, self.next, rendered(trials[0]), parts, given)
             self.unsent = docs, [t.name for t in listed]
         docs, carried = self.unsent
         outcome = loop.throttle.call(

@@ -265,3 +265,17 @@ def test_requests_waiting_while_the_rate_is_cut_go_at_the_rate_of_when_they_go()
 def test_an_unanswering_server_is_tried_again_at_least_every_five_seconds():
     backoff = Backoff()  # base 0.5, cap 30, transient cap 5; a refused request waits for the pace instead
     assert [retry_wait(backoff, n, MaxRng()) for n in range(1, 8)] == [0.5, 1, 2, 4, 5, 5, 5]
+
+
+def test_take_hands_out_the_whole_tokens_banked_now_and_nothing_during_a_hold():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=5, clock=clock, sleep=clock.sleep)
+    assert bucket.take(8) == 5  # the burst, no waiting
+    assert bucket.take(3) == 0
+    clock.sleep(0.35)
+    assert bucket.take(3) == 3  # 3.5 tokens banked: whole ones only
+    assert bucket.take(1) == 0
+    clock.sleep(1)
+    bucket.hold_until(clock() + 2)
+    assert bucket.take(1) == 0
+    assert TokenBucket(qps=0, burst=1, clock=clock).take(1000) == 1000  # unlimited

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import NotMergeable, block_manifests, mergeable, shell_word
+from stratctl.backends.kubernetes.blockmanifests import NotMergeable, block_manifests, mergeable, part_of, shell_word
 from stratctl.backends.kubernetes.blocks import expand, indexes, parallelism_for
 from stratctl.backends.kubernetes.cluster import BATCH_JOB
 from stratctl.backends.kubernetes.drain import drain, resume
@@ -22,8 +22,9 @@ from stratctl.core.render import Renderer
 from stratctl.core.space import expand as trials_of
 from stratctl.core.spec import load_study
 from stratctl.errors import StudyError
+from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.fakes import FakeClock
+from tests.unit.fakes import FakeClock, MaxRng
 from tests.unit.loop import STUDY, make
 
 MERGED = STUDY.replace("  tasks: [{name: worker, replicas: 2}]\n", "").replace(
@@ -141,9 +142,13 @@ def rendered(path: str, n: int | None = None):
     return study, [(t, renderer.render(t, 0)) for t in trials_of(study)[:n]]
 
 
+def block_of(study, trials, parallelism: int, n: int = 0):
+    return block_manifests(study, n, trials[0][1], [part_of(t, docs) for t, docs in trials], parallelism)
+
+
 def test_a_block_is_a_configmap_of_scripts_and_an_indexed_job_whose_hash_leaves_out_parallelism(tmp_path):
     study, trials = rendered(merged_study(tmp_path), 6)
-    (cm, job), listed = block_manifests(study, 0, trials, parallelism=2)
+    (cm, job), listed = block_of(study, trials, parallelism=2)
     assert (cm["kind"], cm["metadata"]["name"], job["metadata"]["name"]) == (
         "ConfigMap",
         "loop-block-0",
@@ -161,15 +166,15 @@ def test_a_block_is_a_configmap_of_scripts_and_an_indexed_job_whose_hash_leaves_
     assert pod["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] == "default"
     assert pod["spec"]["containers"][0]["command"] == ["/bin/sh", "/etc/stratctl/block/$(JOB_COMPLETION_INDEX)"]
     assert [t.name for t in listed] == [t.name for t, _ in trials]
-    (cm5, job5), _ = block_manifests(study, 0, trials, parallelism=5)
+    (cm5, job5), _ = block_of(study, trials, parallelism=5)
     assert job5["metadata"]["labels"][labels.SPEC_HASH] == job["metadata"]["labels"][labels.SPEC_HASH]
-    (_, other), _ = block_manifests(study, 0, trials[:5], parallelism=2)
+    (_, other), _ = block_of(study, trials[:5], parallelism=2)
     assert other["metadata"]["labels"][labels.SPEC_HASH] != job["metadata"]["labels"][labels.SPEC_HASH]
 
 
 def test_each_trials_script_runs_its_own_command_line_with_its_own_environment(tmp_path):
     study, trials = rendered(merged_study(tmp_path), 4)
-    (cm, _), listed = block_manifests(study, 0, trials, parallelism=2)
+    (cm, _), listed = block_of(study, trials, parallelism=2)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     train = bin_dir / "train"
@@ -217,7 +222,7 @@ def test_trials_whose_pods_differ_in_more_than_command_and_env_cannot_share_a_bl
 
 def block_in_cluster(tmp_path, completed="", failed="", pods=()):
     study, trials = rendered(merged_study(tmp_path), 6)
-    (_, job), _ = block_manifests(study, 0, trials, parallelism=3)
+    (_, job), _ = block_of(study, trials, parallelism=3)
     job["metadata"]["uid"] = "u1"
     job["status"] = {"completedIndexes": completed, "failedIndexes": failed}
     made = []
@@ -383,3 +388,23 @@ def test_submit_refuses_at_the_merge_field_trials_that_cannot_share_a_block(tmp_
     assert (problem.file, problem.line) == (path, line)
     assert "trial 1 (" in problem.message and "metadata.annotations differs" in problem.message
     prepare(merged_study(tmp_path))  # trials that differ in command and env alone: accepted
+
+
+def test_a_blocks_new_pods_are_paced_as_the_studys_writes(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    loop, _ = make(merged_study(tmp_path, MERGED.replace("initial: 3, max: 3", "initial: 8, max: 8")), cluster, clock)
+    loop.throttle = Throttle(qps=2, burst=4, clock=clock, sleep=clock.sleep, rng=MaxRng())
+    seen: list[int] = []
+    sleep = loop.sleep
+
+    def watch(seconds):
+        job = cluster.objects.get(("batch/v1", "Job", NS, "loop-block-0"))
+        if job is not None:
+            seen.append(job["spec"]["parallelism"])
+        sleep(seconds)
+
+    loop.sleep = watch
+    progress = loop.run()
+    assert progress.succeeded == 10
+    assert seen[0] <= 4 < max(seen)  # started within the burst (not at the target, 8), raised as tokens came
+    assert all(b - a <= 2 for a, b in zip(seen, seen[1:]))  # at most qps x the 1 s cycle at a time
