@@ -162,7 +162,7 @@ class Merged(Capability):
             # `--detach`: every block now, the room shared among them (nothing changes their
             # parallelism afterwards but a submit that follows the study again)
             blocks = -(-len(first) // self.size)
-            share, sent = max(1, self.room // blocks), []
+            share, sent = max(1, self.room // blocks), list[str]()
             while len(sent) < len(first):
                 sent += self.send(first[len(sent) :], share)
             return sent
