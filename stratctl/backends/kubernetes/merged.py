@@ -184,7 +184,8 @@ class Merged(Capability):
                 return loop.given.manifests.get(t.name) or loop.renderer.render(t, attempt=0)
 
             parts = [loop.parts.get(t.name) or part_of(t, rendered(t)) for t in trials]
-            given = max(1, loop.throttle.bucket.take(parallelism or self.room))  # its pods are writes too
+            # its pods are writes too (but `--detach`'s share: nothing would raise it later)
+            given = parallelism or max(1, loop.throttle.bucket.take(self.room))
             docs, listed = block_manifests(loop.study, self.next, rendered(trials[0]), parts, given)
             self.unsent = docs, [t.name for t in listed]
         docs, carried = self.unsent
