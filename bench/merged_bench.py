@@ -114,10 +114,28 @@ def delete_study(admin: Cluster, name: str) -> None:
         time.sleep(1)
 
 
+def settle(admin: Cluster, quiet: float = 20.0) -> None:
+    """Until no pod of an earlier run is left, then `quiet` seconds more: the garbage
+    collector and Volcano done with the last run before the next is timed."""
+    deadline = time.time() + 300
+    while time.time() < deadline and admin.list(POD, label_selector=labels.STUDY, page_size=1)[0]:
+        time.sleep(2)
+    time.sleep(quiet)
+
+
 def stratctl(command: list[str], target, *args: str) -> tuple[float, dict]:
     started = time.monotonic()
     done = subprocess.run(
-        [*command, *args, "-o", "json", "--kubeconfig", target.kubeconfig, "--context", target.admin_context or "admin"],
+        [
+            *command,
+            *args,
+            "-o",
+            "json",
+            "--kubeconfig",
+            target.kubeconfig,
+            "--context",
+            target.admin_context or "admin",
+        ],
         capture_output=True,
         text=True,
     )
@@ -150,7 +168,8 @@ def submit_part(command, target, admin: Cluster, tmp: Path, trials: int) -> dict
 
 def run_part(command, target, admin: Cluster, tmp: Path, trials: int, seconds: float, cap: int) -> dict:
     figures: dict = {}
-    for merge in ("auto", "off"):
+    for merge in ("off", "auto"):
+        settle(admin)
         name = f"mr{merge[:2]}{int(time.time()) % 100000}"
         path = tmp / f"{name}.yaml"
         path.write_text(study_text(name, target.namespace, trials, merge, seconds, cap))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stratctl.backends.base import is_attempt_backend
-from stratctl.backends.kubernetes.blockmanifests import NotMergeable, Part, mergeable, part_of
+from stratctl.backends.kubernetes.blockmanifests import NotMergeable, Part, job_of, mergeable, part_of, pod_key
 from stratctl.backends.kubernetes.cluster import QUEUE
 from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
 from stratctl.backends.kubernetes.controller import Submitter, job_kind, study_selector
@@ -71,19 +71,23 @@ def prepare(path, namespace: str | None = None, options: SubmitOptions | None = 
     shapes: dict[tuple, list[dict]] = {}
     merged = merging(study).merged and study.backend == "kubernetes"
     parts: dict[str, Part] = {}
+    keys: dict[tuple, dict] = {}  # a shape's first trial's pod key (blockmanifests.pod_key)
     for start in range(0, len(trials), CHUNK):
         chunk = trials[start : start + CHUNK]
         for trial, docs in zip(chunk, renderer.render_all(chunk, attempt=0)):
             if len(manifests) < KEPT:
                 manifests[trial.name] = docs
-            first = shapes.setdefault(shape_key(pods_of(docs)), docs)
+            shape = shape_key(pods_of(docs))
+            first = shapes.setdefault(shape, docs)
             if merged:  # trials share a block only when their pods differ in command and env alone
-                _mergeable(study, first, docs, trial)
+                if shape not in keys:
+                    keys[shape] = pod_key(job_of(first))
+                _mergeable(study, keys[shape], docs, trial)
                 parts[trial.name] = part_of(trial, docs)
     return Prepared(study, trials, renderer, manifests, list(shapes.values()), parts)
 
 
-def _mergeable(study: Study, first: list[dict], docs: list[dict], trial: Trial) -> None:
+def _mergeable(study: Study, first: dict, docs: list[dict], trial: Trial) -> None:
     try:
         mergeable(first, docs, f"trial {trial.index} ({trial.name})")
     except NotMergeable as exc:

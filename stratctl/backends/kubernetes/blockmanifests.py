@@ -72,15 +72,16 @@ def _container(job: dict) -> dict:
     return job["spec"]["template"]["spec"]["containers"][0]
 
 
-def trial_script(part: Part, shared: list[dict]) -> str:
-    """The trial's command line and the environment it does not share with its block, as a
-    script its pod runs. A one-process trial's rendezvous address is its own pod."""
+def trial_script(part: Part, shared: set[int]) -> str:
+    """The trial's command line and the environment it does not share with its block (the
+    entries at the positions `shared`), as a script its pod runs. A one-process trial's
+    rendezvous address is its own pod."""
     own = f"{part.job}-0.{part.job}"
     lines = ["#!/bin/sh", "# one trial of a stratctl block: its own environment, then its command"]
-    for entry in part.env:
-        if entry in shared:
+    for position, entry in enumerate(part.env):
+        if position in shared:
             continue
-        value = "0" if _rank(entry) else str(entry.get("value", "")).replace(own, "localhost")
+        value = "0" if "valueFrom" in entry and _rank(entry) else str(entry.get("value", "")).replace(own, "localhost")
         lines.append(f"export {entry['name']}={shlex.quote(value)}")
     lines.append(RESUME)
     lines.append("exec " + " ".join(shell_word(str(w)) for w in part.command))
@@ -141,10 +142,12 @@ def pod_key(job: dict) -> dict:
     }
 
 
-def mergeable(first: list[dict], other: list[dict], where: str) -> None:
+def mergeable(first: list[dict] | dict, other: list[dict], where: str) -> None:
     """Raise NotMergeable, naming what differs, when `other`'s trial cannot share a block
-    with `first`'s (their pods differ in more than command line and environment values)."""
-    a, b = pod_key(job_of(first)), pod_key(job_of(other))
+    with `first`'s (their pods differ in more than command line and environment values).
+    `first`: its manifests, or its `pod_key` (made once for many trials)."""
+    a = first if isinstance(first, dict) else pod_key(job_of(first))
+    b = pod_key(job_of(other))
     if a == b:
         return
     for part in ("metadata", "spec"):
@@ -158,11 +161,16 @@ def mergeable(first: list[dict], other: list[dict], where: str) -> None:
     raise NotMergeable(f"{where}: its pod differs from the first trial's")
 
 
-def _shared(parts: list[Part]) -> list[dict]:
-    """The environment entries every trial of the block has the same (they stay in the pod),
-    but a rank read from the pod's completion index: in a block that is the trial's place
-    in it, while a one-process trial is rank 0 of its own gang (its script says so)."""
-    return [e for e in parts[0].env if all(e in other.env for other in parts[1:]) and not _rank(e)]
+def _shared(parts: list[Part]) -> set[int]:
+    """The positions of the environment entries every trial of the block has the same (they
+    stay in the pod; trials that share a block list the same names in the same order, as
+    `pod_key` holds), but a rank read from the pod's completion index: in a block that is
+    the trial's place in it, while a one-process trial is rank 0 of its own gang (its
+    script says so)."""
+    first = parts[0].env
+    if any(len(part.env) != len(first) for part in parts):
+        raise NotMergeable("trials of one block list different environment variables")
+    return {j for j, e in enumerate(first) if not _rank(e) and all(part.env[j] == e for part in parts[1:])}
 
 
 def _rank(entry: dict) -> bool:
@@ -244,7 +252,7 @@ def block_manifests(
             "podFailurePolicy": {
                 "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
             },
-            "template": _template(job_doc, name, _queue(first), shared),
+            "template": _template(job_doc, name, _queue(first), [parts[0].env[j] for j in sorted(shared)]),
         },
     }
     hashed = digest([configmap, {**job, "spec": {**job["spec"], "parallelism": 0}}])
