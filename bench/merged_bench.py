@@ -148,6 +148,7 @@ def stratctl(command: list[str], target, *args: str) -> tuple[float, dict]:
 def submit_part(command, target, admin: Cluster, tmp: Path, trials: int) -> dict:
     figures: dict = {}
     for merge in ("auto", "off"):
+        settle(admin, 10)
         name = f"mb{merge[:2]}{int(time.time()) % 100000}"
         path = tmp / f"{name}.yaml"
         path.write_text(study_text(name, target.namespace, trials, merge, 3, trials))
