@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 
 from stratctl.backends.kubernetes.gpus import schedulable
 from stratctl.core.quantity import GPU, format_quantity, parse
@@ -31,19 +32,36 @@ def _requests(spec: dict) -> dict[str, str]:
     """What one pod requests: the sum of its containers (a resource's limit where it has no
     request, as Kubernetes defaults it), or its largest init container where larger."""
 
-    def of(container: dict) -> dict[str, Decimal]:
-        resources = container.get("resources") or {}
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        return {k: q for k, v in merged.items() if (q := parse(v)) is not None}
+    def raw(kind: str) -> tuple:
+        return tuple(
+            tuple(
+                {
+                    **((c.get("resources") or {}).get("limits") or {}),
+                    **((c.get("resources") or {}).get("requests") or {}),
+                }.items()
+            )
+            for c in spec.get(kind) or []
+        )
+
+    return dict(_summed(raw("containers"), raw("initContainers")))
+
+
+@lru_cache(maxsize=512)
+def _summed(containers: tuple, inits: tuple) -> tuple[tuple[str, str], ...]:
+    """`_requests` of the containers' merged limits and requests, as (resource, quantity)
+    pairs: the same few resource lists recur across a study's trials, parsed once each."""
+
+    def of(merged: tuple) -> dict[str, Decimal]:
+        return {k: q for k, v in merged if (q := parse(v)) is not None}
 
     total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or []:
-        for k, q in of(container).items():
+    for merged in containers:
+        for k, q in of(merged).items():
             total[k] = total.get(k, Decimal(0)) + q
-    for container in spec.get("initContainers") or []:
-        for k, q in of(container).items():
+    for merged in inits:
+        for k, q in of(merged).items():
             total[k] = max(total.get(k, Decimal(0)), q)
-    return {k: shown(q, k) for k, q in total.items() if q > 0}
+    return tuple((k, shown(q, k)) for k, q in total.items() if q > 0)
 
 
 def shown(q: Decimal, resource: str = "") -> str:
