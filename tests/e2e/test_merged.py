@@ -20,10 +20,10 @@ import pytest
 
 from stratctl import labels
 from stratctl.backends.kubernetes.blocks import IGNORED, indexes
-
-FAILURES = "batch.kubernetes.io/job-index-failure-count"
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
 from tests.e2e.support import Cli, busybox_study, finish, unique, wait_until
+
+FAILURES = "batch.kubernetes.io/job-index-failure-count"
 
 pytestmark = pytest.mark.e2e
 
@@ -34,9 +34,12 @@ def cli(testbed):
 
 
 def merged_study(name, namespace, trials, duration, cap):
-    return busybox_study(name, namespace, trials, duration, cap=cap).replace(
-        "queue: default\n", "queue: default\nworkload: batch\nmerge: auto\n"
-    ) + 'checkpoint: {location: "/ckpt/{{ study }}/{{ trial }}"}\n'
+    return (
+        busybox_study(name, namespace, trials, duration, cap=cap).replace(
+            "queue: default\n", "queue: default\nworkload: batch\nmerge: auto\n"
+        )
+        + 'checkpoint: {location: "/ckpt/{{ study }}/{{ trial }}"}\n'
+    )
 
 
 def blocks(api, study):
@@ -49,9 +52,8 @@ def live_pods(api, study):
 
 
 def running(api, study):
-    return [
-        p for p in live_pods(api, study) if p["status"]["phase"] == "Running" and not p["metadata"].get("deletionTimestamp")
-    ]
+    pods = live_pods(api, study)
+    return [p for p in pods if p["status"]["phase"] == "Running" and not p["metadata"].get("deletionTimestamp")]
 
 
 def test_a_merged_study_is_one_indexed_job_run_exactly_once_across_a_kill_and_a_rerun(testbed, api, cli, studies):
