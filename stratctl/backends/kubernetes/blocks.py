@@ -27,6 +27,7 @@ from stratctl import labels
 
 INDEX = "batch.kubernetes.io/job-completion-index"  # annotation (and label) on an Indexed Job's pods
 IGNORED = "batch.kubernetes.io/job-index-ignored-failure-count"  # disruptions the index went through
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"  # field selector: pods not ended
 
 
 def block_name(study: str, n: int) -> str:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blocks import blocks_of, index_of
+from stratctl.backends.kubernetes.blocks import LIVE_PODS, blocks_of, index_of
 from stratctl.backends.kubernetes.closedloop import marked_trials, trial_of_job
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
 from stratctl.backends.kubernetes.record import (
@@ -37,8 +37,6 @@ from stratctl.backends.kubernetes.state import classify, latest_attempts
 from stratctl.core import document
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.run.rows import Outcome
-
-LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 BREAKER = "breaker"  # who suspended a trial, in its mark, when the etcd breaker did
 

@@ -28,9 +28,16 @@ from typing import TYPE_CHECKING
 
 from stratctl import labels
 from stratctl.backends.kubernetes.blockmanifests import block_manifests, part_of
-from stratctl.backends.kubernetes.blocks import Block, block_name, block_number, expand, is_block, parallelism_for
+from stratctl.backends.kubernetes.blocks import (
+    LIVE_PODS,
+    Block,
+    block_name,
+    block_number,
+    blocks_of,
+    expand,
+    parallelism_for,
+)
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD
-from stratctl.backends.kubernetes.drain import LIVE_PODS
 from stratctl.backends.kubernetes.requeue import create_attempt
 from stratctl.errors import ClusterError, transient
 from stratctl.run.cycle import Capability
@@ -61,16 +68,17 @@ class Merged(Capability):
     def expand(self, jobs: list[dict]) -> list[dict]:
         """The study's jobs with each block read as its trials' views (blocks.expand), its
         live pods listed once a cycle while any block has trials left."""
-        if not any(is_block(j) for j in jobs):
+        blocks = blocks_of(jobs, [])
+        if not blocks:
             self.blocks, self.queued = [], set()
             return jobs
-        pods = self._live_pods(jobs)
+        pods = self._live_pods() if any(b.unfinished() for b in blocks) else []
         jobs, self.blocks = expand(jobs, pods)
         self.queued = {name for block in self.blocks for name in block.queued()}
         self.next = max(self.next, 1 + max(block_number(b.name) for b in self.blocks))
         return jobs
 
-    def _live_pods(self, jobs: list[dict]) -> list[dict]:
+    def _live_pods(self) -> list[dict]:
         mirrored = self.loop.mirrored()[0]
         if mirrored is not None:
             return mirrored
