@@ -21,7 +21,7 @@ from stratctl.backends.kubernetes.revision import revise
 from stratctl.core import capabilities
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
-from stratctl.core.space import Trial, expand
+from stratctl.core.space import Trial, corners, expand
 from stratctl.core.spec import Study, load_study
 from stratctl.errors import StillThrottled, StudyError
 from stratctl.run.options import SubmitOptions
@@ -82,14 +82,20 @@ def prepare(path, namespace: str | None = None, options: SubmitOptions | None = 
             if merged:  # trials share a block only when their pods differ in command and env alone
                 if shape not in keys:
                     keys[shape] = pod_key(job_of(first))
-                _mergeable(study, keys[shape], docs, trial)
+                _mergeable(study, keys[shape], docs, f"trial {trial.index} ({trial.name})")
                 parts[trial.name] = part_of(trial, docs)
+    if merged and study.strategy.closed_loop:  # the trials a search asks later must share its blocks too
+        probes = corners(study)
+        for where, docs in zip(("low", "high"), renderer.render_all(probes, attempt=0)):
+            shape = shape_key(pods_of(docs))
+            key = keys.get(shape) or pod_key(job_of(shapes.get(shape, docs)))
+            _mergeable(study, key, docs, f"a trial at the space's {where} end (every parameter at its {where}est)")
     return Prepared(study, trials, renderer, manifests, list(shapes.values()), parts)
 
 
-def _mergeable(study: Study, first: dict, docs: list[dict], trial: Trial) -> None:
+def _mergeable(study: Study, first: dict, docs: list[dict], where: str) -> None:
     try:
-        mergeable(first, docs, f"trial {trial.index} ({trial.name})")
+        mergeable(first, docs, where)
     except NotMergeable as exc:
         raise StudyError([study.problem(("merge",), str(exc))]) from None
 

@@ -9,8 +9,10 @@ ArrayTaskThrottle`); on Kubernetes one batch/v1 Indexed Job, one index per trial
 inside its block.
 
 `auto` merges when the trials allow it: they share one shape of one task of one process
-(the common hyperparameter sweep), the backend has arrays, and the search knows every trial
-before it starts (a closed-loop search asks its trials one by one as results come in).
+(the common hyperparameter sweep) and the backend has arrays. A closed-loop search asks its
+trials as results come in: on Kubernetes the trials it asks in one cycle (as many as the
+policy admits) go as one block, so it learns exactly what it would without merging; on
+Slurm it keeps one job per trial (an array there is sent whole, its tasks fixed up front).
 """
 
 from __future__ import annotations
@@ -50,10 +52,14 @@ def merging(study: Study) -> Merging:
         return Merging(False, "merge: auto: trials differ in shape, one job per trial")
     if len(tasks) != 1 or tasks[0].replicas != 1:
         return Merging(False, "merge: auto: a trial of several processes is a gang of its own, one job per trial")
-    if study.strategy.closed_loop:
-        return Merging(False, "merge: auto: a closed-loop search asks its trials one by one, one job per trial")
     if study.backend == "kubernetes":
         return _kubernetes(study)
+    if study.strategy.closed_loop:
+        return Merging(
+            False,
+            "merge: auto: a closed-loop search asks its trials as results come in, and a Slurm array is sent "
+            "with every task it will run: one job per trial",
+        )
     return Merging(
         True,
         f"merged: job arrays of up to {SLURM_BLOCK} trials, one array task per trial, the arrays' "
@@ -75,6 +81,13 @@ def _kubernetes(study: Study) -> Merging:
             False,
             "merge: auto: the trial states no command: a block's pod runs each trial's own command line, so the "
             "image's entrypoint cannot be kept; one Job per trial",
+        )
+    if study.strategy.closed_loop:
+        return Merging(
+            True,
+            "merged: the trials the search asks in one cycle (as many as the policy admits) go as one Indexed Job, "
+            "one index per trial; the pruner stops one index",
+            KUBERNETES_BLOCK,
         )
     return Merging(
         True,

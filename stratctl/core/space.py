@@ -119,6 +119,18 @@ def _expand(study: Study, limit: int) -> list[Trial]:
     return trials
 
 
+def corners(study: Study) -> list[Trial]:
+    """Two trials at the space's far corners (every parameter at its low end, then at its
+    high end): what a template renders of any point lies between them, so a check that
+    holds for both (and for the first trials) holds for the trials a search asks later."""
+    out = []
+    for i, u in enumerate((0.0, 1.0 - 1e-9)):
+        params = {k: _plain(_sampler(p)(u)) for k, p in study.space.items()}
+        h = param_hash(params)
+        out.append(Trial(-1 - i, f"{study.name}-{h}", MappingProxyType(params), h))
+    return out
+
+
 def _problem(study: Study, path: tuple[Any, ...], message: str) -> Problem:
     locate = getattr(study, "problem", None)
     if locate is not None:

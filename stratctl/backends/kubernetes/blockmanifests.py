@@ -40,6 +40,13 @@ RESUME = (
 )
 
 
+# the exit status of a trial the pruner stopped, in a block: its index fails at once (the
+# pod failure policy's FailIndex), without the retries a failing trial has. 199 is no
+# signal's status (128 + n, n <= 64) and no common program's.
+PRUNED_EXIT = 199
+PRUNED_SCRIPT = f"#!/bin/sh\n# this trial was stopped by the study's pruner\nexit {PRUNED_EXIT}\n"
+
+
 class NotMergeable(StratctlError):
     """Trials whose pods differ in more than their command line and environment."""
 
@@ -250,7 +257,17 @@ def block_manifests(
             "parallelism": parallelism,
             "backoffLimitPerIndex": job_doc["spec"].get("backoffLimit", 0),
             "podFailurePolicy": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    {
+                        "action": "FailIndex",
+                        "onExitCodes": {
+                            "containerName": _container(job_doc)["name"],
+                            "operator": "In",
+                            "values": [PRUNED_EXIT],
+                        },
+                    },
+                ]
             },
             "template": _template(job_doc, name, _queue(first), [parts[0].env[j] for j in sorted(shared)]),
         },

@@ -134,6 +134,10 @@ class Block:
     def running(self) -> int:
         return sum(1 for p in self.live().values() if _ready(p))
 
+    def left(self) -> int:
+        """Its trials that have not ended (running or queued)."""
+        return len(self.listed) - len(self.completed | self.failed)
+
     def unfinished(self) -> bool:
         return len(self.completed | self.failed) < len(self.listed)
 

@@ -181,7 +181,7 @@ class Submitter(Cycle):
         )
         self.deciding = Deciding(self._say, lambda: self.clock())
         how = merging(study)  # first attempts as blocks (merged.py)
-        self.merged = Merged(self, how.block, self._say) if how.merged and self.search is None else None
+        self.merged = Merged(self, how.block, self._say) if how.merged else None
 
     def _start_state(self) -> None:
         """What the loop knows of the cluster before its first cycle: nothing yet."""

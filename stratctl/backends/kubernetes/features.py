@@ -55,7 +55,8 @@ class Search(Capability):
 
     def begin(self) -> None:
         if not self.searching.search.started:
-            self.searching.rebuild(self.loop.listed())
+            jobs = self.loop.listed()
+            self.searching.rebuild(self.loop.merged.expand(jobs) if self.loop.merged is not None else jobs)
 
     def recover(self, states: States) -> States:
         loop, searching = self.loop, self.searching

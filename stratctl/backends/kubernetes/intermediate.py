@@ -71,12 +71,15 @@ def due(history: Mapping[str, Any], now: float, interval: float, flush: bool) ->
 
 
 def steps_of(pods: Iterable[dict], metric: str) -> dict[str, dict[int, float]]:
-    """Job name → its steps' values of `metric`, from the report annotations of its pods."""
+    """Job name → its steps' values of `metric`, from the report annotations of its pods (a
+    block's pod: its trial's view's name, `<block>-<index>`)."""
+    from stratctl.backends.kubernetes.state import job_of_pod
+
     out: dict[str, dict[int, float]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         text = (meta.get("annotations") or {}).get(labels.REPORT)
-        job = (meta.get("labels") or {}).get("volcano.sh/job-name") or (meta.get("labels") or {}).get("job-name")
+        job = job_of_pod(pod)
         if not text or not job:
             continue
         try:

@@ -122,7 +122,10 @@ class Merged(Capability):
             if not block.unfinished() or block.suspended:
                 continue
             current = block.parallelism
-            want = parallelism_for(block, decision.target, total - self.flying.get(block.name, 0))
+            want = min(
+                parallelism_for(block, decision.target, total - self.flying.get(block.name, 0)),
+                max(current, block.left()),  # no room kept for trials it does not hold
+            )
             if want > current:
                 grow = self.loop.throttle.bucket.take(min(want - current, admit))
                 admit -= grow

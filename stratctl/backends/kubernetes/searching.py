@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
+from stratctl import labels
+from stratctl.backends.kubernetes.blockmanifests import PRUNED_SCRIPT
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, Cluster
 from stratctl.backends.kubernetes.keeper import RecordKeeper
 from stratctl.backends.kubernetes.looptrials import LoopTrials
 from stratctl.backends.kubernetes.record import TOLD_KEY, parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, latest_attempts
 from stratctl.errors import NotFound
 from stratctl.run.progress import Progress
 
@@ -39,6 +41,7 @@ class Searching:
         self.say, self.wall = say, wall
         self.steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
         self.said_no_pruning = False
+        self.stopped: set[str] = set()  # trials this loop stopped
 
     def rebuild(self, jobs: list[dict]) -> None:
         """The search so far, from the cluster alone: the study's jobs, their pods' results,
@@ -127,6 +130,11 @@ class Searching:
                     "yielding): trials are not pruned"
                 )
             return
+        for name, state in states.items():  # stopped, its block's index still running: a loop killed mid-stop
+            job = jobs.get(name) or {}
+            in_block = labels.IN_BLOCK in (job.get("metadata", {}).get("labels") or {})
+            if state is TrialState.PRUNED and in_block and name not in self.stopped and job["status"].get("active"):
+                self._stop(job, pods)
         running = {n: jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in jobs}
         if not running:
             return
@@ -149,15 +157,37 @@ class Searching:
                 finished={**self.keeper.record.finished, name: TrialState.PRUNED.value},
             )
             self.keeper.save(TOLD_KEY, "finished")  # before the job goes: a loop that sees it gone knows why
-            try:
-                self.cluster.delete(self.kind, job["metadata"]["name"], self.namespace)
-                if self.kind == BATCH_JOB:
-                    self.cluster.delete(PODGROUP, job["metadata"]["name"], self.namespace)
-            except NotFound:
-                pass
+            self._stop(job, pods)
             states[name] = TrialState.PRUNED
             self.steps.pop(name, None)
             self.say(
                 f"trial {name} pruned at step {entry['step']}: {metric} {entry['value']:.4g} "
                 f"({self.study.pruner.kind if self.study.pruner else 'no'} pruner)"
             )
+
+    def _stop(self, job: dict, pods: list[dict]) -> None:
+        """End a pruned trial's run now: its job deleted, or in a block (merged submissions)
+        its index stopped: the index's script replaced by one that exits PRUNED_EXIT (the
+        block's pod failure policy fails the index at once, no retry), then its live pod
+        deleted. A pod deleted counts as one failure of its index: if retries are left, the
+        index's next pod runs the replaced script and ends at once."""
+        meta = job["metadata"]
+        block = (meta.get("labels") or {}).get(labels.IN_BLOCK)
+        self.stopped.add((meta.get("labels") or {}).get(labels.TRIAL, ""))
+        try:
+            if block is None:
+                self.cluster.delete(self.kind, meta["name"], self.namespace)
+                if self.kind == BATCH_JOB:
+                    self.cluster.delete(PODGROUP, meta["name"], self.namespace)
+                return
+            index = meta["name"][len(block) + 1 :]
+            self.cluster.patch(CONFIGMAP, block, {"data": {index: PRUNED_SCRIPT}}, self.namespace)
+            for pod in pods:
+                live = (pod.get("status") or {}).get("phase") in ("Pending", "Running")
+                if job_of_pod(pod) == meta["name"] and live and not pod["metadata"].get("deletionTimestamp"):
+                    try:
+                        self.cluster.delete(POD, pod["metadata"]["name"], self.namespace)
+                    except NotFound:
+                        pass
+        except NotFound:
+            pass

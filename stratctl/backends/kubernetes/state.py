@@ -288,12 +288,15 @@ def preemptions(job: dict, state: TrialState | None = None) -> int:
 def trial_states(
     order: list[str], latest: dict[str, dict], finished: dict[str, str], unseen: set[str]
 ) -> dict[str, TrialState]:
-    """Each trial's state: its latest job's; else the record's, for a finished trial whose
-    job was deleted (`cleanup: delete`); else pending, when created while the loop did not
+    """Each trial's state: pruned when the record says the pruner stopped it; else its
+    latest job's; else the record's, for a finished trial whose job was deleted (`cleanup:
+    delete`); else pending, when created while the loop did not
     watch its jobs yet (`unseen`); else waiting."""
     states: dict[str, TrialState] = {}
     for name in order:
-        if name in latest:
+        if finished.get(name) == TrialState.PRUNED.value:  # stopped: what its job does after is the stop
+            states[name] = TrialState.PRUNED
+        elif name in latest:
             states[name] = classify(latest[name])
         elif name in finished:
             states[name] = TrialState(finished[name])

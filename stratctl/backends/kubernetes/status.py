@@ -147,12 +147,17 @@ def results_in(pods, jobs: dict[str, dict]) -> dict[str, dict]:
 
 def trial_results(cluster, namespace: str, study: str, jobs: dict[str, dict], chunk: int = 100) -> dict[str, dict]:
     """The results of these trials (trial name → the result of its given job, the latest
-    attempt), from their pods that reached a node: a few lists, `chunk` trials each."""
+    attempt), from their pods that reached a node: a few lists, `chunk` trials (or blocks,
+    for trials read from a block) each."""
     by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
-    names = sorted(jobs)
+    blocks = sorted({b for job in jobs.values() if (b := (job["metadata"].get("labels") or {}).get(labels.IN_BLOCK))})
+    names = sorted(t for t, job in jobs.items() if labels.IN_BLOCK not in (job["metadata"].get("labels") or {}))
     results: dict[str, dict] = {}
     for i in range(0, len(names), chunk):
         selector = f"{labels.STUDY}={study},{labels.TRIAL} in ({','.join(names[i : i + chunk])})"
+        _read_pods(cluster, namespace, selector, results, {})
+    for i in range(0, len(blocks), chunk):  # a block's pods carry its name, not their trials'
+        selector = f"{labels.STUDY}={study},{labels.BLOCK} in ({','.join(blocks[i : i + chunk])})"
         _read_pods(cluster, namespace, selector, results, {})
     return {by_job[job]: value for job, value in results.items() if job in by_job}
 

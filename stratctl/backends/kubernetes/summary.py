@@ -99,13 +99,16 @@ def build(
 
 def _trial_rows(record, marks: dict[str, dict], jobs: list[tuple[str, int, dict]], told: _Told) -> list[TrialRow]:
     """A study's trial rows: one per trial with a job, then the suspended trials without
-    one, the pruned trials of a search (their jobs are gone), and the trials the record
-    lists as finished."""
+    one, the pruned trials of a search (from what the record was told: their jobs are
+    gone, or a block's index ends as it was stopped), and the trials the record lists as
+    finished."""
     limits = None if record.max_failures is None else Limits(max_failures=record.max_failures)
     order = space_order(record.source)
+    pruned = {trial for trial, entry in record.told.items() if entry.get("state") == TrialState.PRUNED.value}
     rows = [
         _job_row(record.study, trial, attempt, job, marks.get(trial), limits, order, told)
         for trial, attempt, job in sorted(jobs, key=lambda x: x[0])
+        if trial not in pruned  # a pruned trial's job may outlive the stop (its block's index, say)
     ]
     seen = {row.trial for row in rows}
     rows += [_suspended_row(record.study, trial, mark) for trial, mark in sorted(marks.items()) if trial not in seen]

@@ -158,7 +158,8 @@ def test_a_block_is_a_configmap_of_scripts_and_an_indexed_job_whose_hash_leaves_
     spec = job["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 6, 2)
     assert spec["podFailurePolicy"]["rules"] == [
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailIndex", "onExitCodes": {"containerName": "worker", "operator": "In", "values": [199]}},
     ]
     assert spec["backoffLimitPerIndex"] == study.retries.max_retry
     pod = spec["template"]
