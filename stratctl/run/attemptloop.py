@@ -67,7 +67,11 @@ class AttemptLoop(Cycle):
         self.order = [t.name for t in trials]
         self.options, self.detach = options, options.detach
         self.reporter = reporter or Silent()
-        self.policy = policy or default_policy(study, options)
+        self.merging = merging(study)
+        merged = self.merging.merged and hasattr(scheduler, "prepare_block")
+        # a block's throttle starts its tasks only at the scheduler's next pass after each
+        # change: on an idle cluster it starts at the free GPUs, not at `initial` and doubling
+        self.policy = policy or default_policy(study, options, start_free=merged)
         self.limits = limits_of(study)
         self.clock, self.sleep = clock, sleep
         self.progress = Progress(
@@ -91,9 +95,8 @@ class AttemptLoop(Cycle):
         self._draining = False  # the study is drained, as last observed
         self.deciding = Deciding(lambda message: self.reporter.event(message), lambda: self.clock())
         throttle.on_retry = self._retrying
-        self.merging = merging(study)
         self.blocks: Blocks | None = None
-        if self.merging.merged and hasattr(scheduler, "prepare_block"):
+        if merged:
             self.blocks = Blocks(scheduler, throttle, lambda: self._seen, self.merging.block, self.reporter.event)  # type: ignore[arg-type]
             self.capabilities = [self.blocks]
 

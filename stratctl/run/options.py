@@ -40,10 +40,13 @@ class SubmitOptions:
         ]
 
 
-def default_policy(study: Study, options: SubmitOptions) -> StaticPolicy | AdaptivePolicy:
-    """Adaptive within the study's parallelism bounds; `--max-inflight` caps it."""
+def default_policy(study: Study, options: SubmitOptions, start_free: bool = False) -> StaticPolicy | AdaptivePolicy:
+    """Adaptive within the study's parallelism bounds; `--max-inflight` caps it. `start_free`:
+    the first target from the free GPUs when the study starts on an idle cluster (run/policy.py)."""
     bounds = study.throttle.parallelism
     cap = options.max_inflight or bounds.max
     if options.parallelism == "static":
         return StaticPolicy(cap)
-    return AdaptivePolicy(AdaptiveConfig(min=min(bounds.min, cap), initial=min(bounds.initial, cap), max=cap))
+    return AdaptivePolicy(
+        AdaptiveConfig(min=min(bounds.min, cap), initial=min(bounds.initial, cap), max=cap, start_free=start_free)
+    )

@@ -31,6 +31,12 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
   raise the target by the number of whole gangs that fit, at most doubling it and at most
   once per `step` seconds, so the study fills freed GPUs in a few steps and gangs other
   launchers just admitted become visible in between;
+- **start from the free GPUs** (`start_free`, off unless a loop asks for it): the first
+  target is the whole gangs the free GPUs hold, not `initial`, when nothing of the study is
+  in flight or pending yet and the target has never moved: the cluster is seen idle now, so
+  the doubling steps would only leave GPUs idle for as long as they take (a Slurm job
+  array's throttle starts its tasks only at the scheduler's next pass after each step).
+  `initial` stays the floor, `max` the ceiling, and every rule above still applies;
 - **room**: whatever the target, a cycle admits at most the whole gangs the free GPUs
   hold plus `queue_ahead` queued ones, less the study's gangs already pending. The few
   queued gangs take a trial's GPUs the moment it ends (the scheduler places them without
@@ -115,6 +121,7 @@ class AdaptiveConfig:
     persist: float = 2.0  # seconds stuck gangs or high latency must last before they count
     step: float = 1.0  # seconds between two increases, at least
     backfill_margin: float = 3.0  # seconds a backfilled trial must end before the shadow time (its start-up)
+    start_free: bool = False  # the first target from the gangs the free GPUs hold (not `initial`) when idle
 
 
 @dataclass(frozen=True)
@@ -250,6 +257,10 @@ def _growth(observed: Observed, config: AdaptiveConfig, state: PolicyState, now:
     fits = observed.gangs_fit
     if fits is None:
         return Decision(target, False, f"target {target} (no GPU signal)"), state
+    if _starting(observed, config, state) and fits > target:
+        new = _bounded(fits, config)
+        why = f"nothing in flight yet and {fits} gang(s) fit in free GPUs: starting at {new}, not {target}"
+        return Decision(new, False, why), replace(state, target=new, last_increase=now)
     if fits >= 1 and observed.in_flight >= target and target < config.max:
         if now - state.last_increase < config.step:
             return Decision(
@@ -265,6 +276,13 @@ def _growth(observed: Observed, config: AdaptiveConfig, state: PolicyState, now:
         why = observed.spread or "no free GPUs for another gang"
         return Decision(target, False, f"{why}: keeping target {target}"), state
     return Decision(target, False, f"target {target}"), state
+
+
+def _starting(observed: Observed, config: AdaptiveConfig, state: PolicyState) -> bool:
+    """The study's start as `start_free` takes it: nothing of it in flight or pending, and
+    the target never moved (a rerun that finds trials in flight ramps up as usual)."""
+    fresh = state.last_increase == -math.inf and state.last_decrease == -math.inf
+    return config.start_free and fresh and observed.in_flight == 0 and observed.pending == 0
 
 
 class Policy(Protocol):

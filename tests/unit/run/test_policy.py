@@ -186,3 +186,38 @@ def test_while_the_request_pace_holds_back_a_cycle_admits_what_it_can_create():
     assert d.target == 20 and d.room == 2 and d.admit(o) == 2  # the target stays where the GPUs put it
     assert StaticPolicy(20).decide(obs(in_flight=4, gangs_fit=10, api_room=1), 0).admit(o) == 1
     assert StaticPolicy(20).decide(obs(in_flight=4, gangs_fit=None, api_room=1), 0).admit(o) == 1
+
+
+START_FREE = AdaptiveConfig(min=1, initial=4, max=32, cooldown=10, start_free=True)
+
+
+def test_start_free_starts_at_the_gangs_the_free_gpus_hold_when_nothing_is_in_flight_yet():
+    idle = obs(in_flight=0, gangs_fit=16, free_gpus=16)
+    targets, holds, reasons = run(
+        [idle, lambda t: obs(in_flight=t, gangs_fit=0), lambda t: obs(in_flight=t, gangs_fit=4)],
+        config=START_FREE,
+        step=0.5,
+    )
+    assert targets == [16, 16, 20]  # then the usual growth, one step (1 s) after the start
+    assert holds == [False] * 3
+    assert reasons[0] == "nothing in flight yet and 16 gang(s) fit in free GPUs: starting at 16, not 4"
+    d, _ = decide(idle, START_FREE, PolicyState(4), 0)
+    assert d.admit(idle) == 16  # a block's first throttle: every free GPU at once
+    # the ceiling still bounds it, `initial` is the floor, and off by default: 4, then doubling
+    assert decide(obs(in_flight=0, gangs_fit=50), START_FREE, PolicyState(4), 0)[0].target == 32
+    assert decide(obs(in_flight=0, gangs_fit=2), START_FREE, PolicyState(4), 0)[0].target == 4
+    assert run([idle, lambda t: obs(in_flight=t, gangs_fit=12)], step=1.0)[0] == [4, 8]
+
+
+def test_start_free_is_only_the_start_of_a_study_on_a_cluster_seen_idle():
+    # a rerun that finds trials of the study in flight, or pending: the usual ramp
+    assert decide(obs(in_flight=3, gangs_fit=13), START_FREE, PolicyState(4), 0)[0].target == 4
+    assert decide(obs(in_flight=0, pending=1, gangs_fit=16), START_FREE, PolicyState(4), 0)[0].target == 4
+    # once the target has moved (a decrease after congestion), the study is no longer starting
+    moved = PolicyState(4, last_decrease=0.0)
+    assert decide(obs(in_flight=0, gangs_fit=16), START_FREE, moved, 20.0)[0].target == 4
+    # no GPU signal, a drain, or a higher-priority gang waiting: no start from free GPUs
+    assert decide(obs(in_flight=0, gangs_fit=None), START_FREE, PolicyState(4), 0)[0].target == 4
+    assert decide(obs(in_flight=0, gangs_fit=16, drained=True), START_FREE, PolicyState(4), 0)[0].target == 4
+    yielding = obs(in_flight=0, gangs_fit=16, precedence="prod-1")
+    assert decide(yielding, START_FREE, PolicyState(4), 0)[0].target == 4

@@ -22,7 +22,7 @@ from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
-from tests.unit.backends.fakes import FakeSlurm, start_task
+from tests.unit.backends.fakes import FakeSlurm, slurm_nodes, start_task
 from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.studies import load
 
@@ -105,8 +105,8 @@ def test_a_block_without_its_file_is_no_trial_of_the_study():
     assert latest(jobs, "s", {}, {}) == {}
 
 
-def loop(tmp_path, fake, policy):
-    study = load(tmp_path, STUDY)
+def loop(tmp_path, fake, policy, text=STUDY, detach=True):
+    study = load(tmp_path, text)
     clock = FakeClock()
     throttle = Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep, rng=MaxRng())
     scheduler = SlurmScheduler(study, Renderer(study), Slurm(run=fake), workdir=str(tmp_path))
@@ -115,7 +115,7 @@ def loop(tmp_path, fake, policy):
         expand(study),
         scheduler,
         throttle,
-        SubmitOptions(poll_interval=1, workers=1, detach=True),
+        SubmitOptions(poll_interval=1, workers=1, detach=detach),
         policy=policy,
         clock=clock,
         sleep=clock.sleep,
@@ -198,3 +198,22 @@ def test_a_sites_smaller_max_array_size_makes_smaller_blocks_the_next_one_once_t
         one_cycle(run, pool)
     assert fake.sent == ["s-block-1", "s-block-2"] and "#SBATCH --array=0-1%2" in fake.scripts[1]
     assert [c[:3] for c in fake.commands].count(["scontrol", "show", "config"]) == 1  # read once
+
+
+@pytest.mark.parametrize(("free", "throttle"), [([4, 4, 4, 4], 16), ([1, 1, 0, 0], 4)])
+def test_a_block_sent_to_an_idle_cluster_runs_as_many_trials_as_its_free_gpus_hold_at_once(tmp_path, free, throttle):
+    # the adaptive policy's first target from sinfo's free GPUs (run/policy.py start_free):
+    # all 16 tasks start at Slurm's first pass, not 4 and then 8 and 16 a pass or more apart;
+    # `initial` (4) is the floor when fewer are free
+    fake = FakeSlurm(nodes=slurm_nodes(free))
+    run, _ = loop(tmp_path, fake, None, STUDY.replace("high: 5", "high: 47"), detach=False)
+    with ThreadPoolExecutor(1) as pool:
+        one_cycle(run, pool)
+        assert fake.sent == ["s-block-1"] and f"#SBATCH --array=0-47%{throttle}" in fake.scripts[0]
+        assert run.progress.target == throttle and run.progress.queued == 48 - throttle
+        for index in range(throttle):  # Slurm's pass starts them: the GPUs they took are no longer free
+            start_task(fake, 1, index)
+        fake.nodes = slurm_nodes([0, 0, 0, 0])
+        one_cycle(run, pool)
+    assert not [a for a in fake.commands if a[:2] == ["scontrol", "update"]]  # the throttle stays as sent
+    assert run.progress.running == throttle and run.progress.target == throttle
