@@ -11,16 +11,20 @@ commands run as separate processes; every wait has a deadline.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blocks import IGNORED, indexes
+from stratctl.backends.kubernetes.blockmanifests import PRUNED_SCRIPT
+from stratctl.backends.kubernetes.blocks import IGNORED, indexes, listed_of
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
+from stratctl.backends.kubernetes.record import parse_record, record_name
 from tests.e2e.support import Cli, busybox_study, finish, unique, wait_until
 
 FAILURES = "batch.kubernetes.io/job-index-failure-count"
@@ -180,3 +184,123 @@ def test_drain_and_resume_two_trials_inside_one_block(testbed, api, cli, studies
     [job] = blocks(api, name)
     assert indexes(job["status"]["completedIndexes"]) == set(range(trials))
     assert len(api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]) == 1
+
+
+BUDGET, REPORTED = 9, 5  # the search's trials; the steps each reports (the testbed's pods end 4 s after the last)
+
+
+def search_in_blocks(name, namespace):
+    return f"""\
+name: {name}
+namespace: {namespace}
+queue: default
+priority_class: stratctl-low
+workload: batch
+merge: auto
+space:
+  x: {{type: uniform, low: -5, high: 10}}
+  y: {{type: uniform, low: 0, high: 15}}
+strategy: {{kind: tpe, trials: {BUDGET}, seed: 7}}
+objective: {{metric: loss, direction: minimize}}
+pruner: {{kind: median, startup_trials: 3, warmup_steps: 1}}
+trial:
+  image: busybox
+  command: ["train", "--x={{{{ params.x }}}}", "--y={{{{ params.y }}}}"]
+  annotations:
+    testbed.stratctl.io/run-duration: 4s
+  resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
+retries: {{max_retry: 0}}
+throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: 3, max: 3}}}}
+"""
+
+
+def curve(params, step=None):
+    final = (params["x"] - 2) ** 2 + (params["y"] - 3) ** 2 / 10
+    return final if step is None else final + 1 / (step + 1)
+
+
+class BlockTrials:
+    """Plays the part of a block's trials (KWOK pods run no code): every running pod of the
+    study's blocks reports the next step of its trial's learning curve through `stratctl
+    report` as a process, about every 1.5 s, REPORTED steps in all, and writes its final
+    loss where the testbed takes a pod's termination message from. A pod learns its trial
+    from its block's list and its completion index, as its script would."""
+
+    def __init__(self, testbed, api, study, tmp_path):
+        self.testbed, self.api, self.study, self.tmp = testbed, api, study, tmp_path
+        self.steps: dict[str, int] = {}
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _params(self, pod) -> dict:
+        block = pod["metadata"]["labels"][labels.BLOCK]
+        listed = listed_of(self.api.get(BATCH_JOB, block))
+        return listed[int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])].params
+
+    def _run(self):
+        while not self.stop.is_set():
+            for pod in running(self.api, self.study):
+                name, step = pod["metadata"]["name"], self.steps.get(pod["metadata"]["name"], 0)
+                if step >= REPORTED:
+                    continue
+                params = self._params(pod)
+                if step == 0:
+                    message = json.dumps({"loss": round(curve(params), 6)})
+                    patch = {"metadata": {"annotations": {"testbed.stratctl.io/termination-message": message}}}
+                    self.api.patch(POD, name, patch)
+                done = subprocess.run(
+                    [sys.executable, "-m", "stratctl", "report", "--step", str(step), f"loss={curve(params, step):.6f}"]
+                    + ["--flush", "--pod", name, "-n", self.testbed.namespace]
+                    + ["--kubeconfig", self.testbed.kubeconfig, "--context", self.testbed.admin_context],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "STRATCTL_REPORT_FILE": str(self.tmp / name)},
+                )
+                if done.returncode != 0 and "not found" not in done.stderr:  # a pod stopped meanwhile is gone
+                    self.errors.append(done.stderr)
+                self.steps[name] = step + 1
+            self.stop.wait(1.5)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(30)
+
+
+def test_a_search_asks_in_blocks_and_its_pruner_stops_one_index(testbed, api, cli, studies, tmp_path):
+    name = unique("msrch")
+    path = studies(name, search_in_blocks(name, testbed.namespace))
+    plan = subprocess.run([sys.executable, "-m", "stratctl", "plan", path], capture_output=True, text=True, check=True)
+    assert "the trials the search asks in one cycle" in plan.stdout
+    with BlockTrials(testbed, api, name, tmp_path) as trials:
+        progress = finish(cli.start("submit", path, "-o", "json", "--poll-interval", "1"), timeout=400)
+    assert not trials.errors, trials.errors[:3]
+    told = parse_record(api.get(CONFIGMAP, record_name(name))).told
+    assert len(told) == BUDGET
+    pruned = {t for t, e in told.items() if e["state"] == "pruned"}
+    assert pruned, "no trial was pruned"
+    assert (progress["pruned"], progress["succeeded"], progress["failed"]) == (len(pruned), BUDGET - len(pruned), 0)
+    made = blocks(api, name)
+    jobs = api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]
+    assert len(jobs) == len(made) < BUDGET  # blocks alone: no trial has a Job of its own, no next attempt
+    carried = {t.name: (job, i) for job in made for i, t in enumerate(listed_of(job))}
+    print(f"\nsearch in blocks: {len(made)} blocks ({[len(listed_of(j)) for j in made]}), {len(pruned)} pruned")
+    assert set(carried) == set(told)
+    for trial, entry in told.items():
+        job, i = carried[trial]
+        if trial in pruned:  # stopped: its index failed at once (retries 0), its script the stop's
+            assert i in indexes(job["status"].get("failedIndexes")), (trial, job["status"])
+            scripts = api.get(CONFIGMAP, job["metadata"]["name"])["data"]
+            assert scripts[str(i)] == PRUNED_SCRIPT
+            assert entry["value"] == pytest.approx(curve(entry["params"], entry["step"]), abs=1e-5)
+        else:
+            assert i in indexes(job["status"].get("completedIndexes"))
+            assert entry["values"][0] == pytest.approx(curve(entry["params"]), abs=1e-5)
+    snap = cli.status(name)
+    states = {t["trial"]: t["state"] for t in snap["trials"]}
+    assert {t for t, s in states.items() if s == "pruned"} == pruned
+    assert {t for t, s in states.items() if s == "succeeded"} == set(told) - pruned
