@@ -99,7 +99,7 @@ def trial_script(part: Part, shared: set[int]) -> str:
 class Part:
     """What a block keeps of one trial's rendered first attempt: who it is, its job's name
     (its rendezvous address names it), its checkpoint, its container's command line and
-    environment (its script). Small: a study keeps every trial's part, not its manifests."""
+    environment (its script), its spec hash. Small: a study keeps every trial's part, not its manifests."""
 
     name: str
     index: int
@@ -108,6 +108,7 @@ class Part:
     checkpoint: str
     command: list
     env: list
+    spec_hash: str = ""  # its first attempt's, as a Job of its own (what a changed study is judged by)
 
 
 def part_of(trial: Trial, docs: list[dict]) -> Part:
@@ -123,6 +124,7 @@ def part_of(trial: Trial, docs: list[dict]) -> Part:
         notes.get(labels.CHECKPOINT, ""),
         words,
         list(container.get("env") or []),
+        job["metadata"]["labels"].get(labels.SPEC_HASH, ""),
     )
 
 
@@ -223,8 +225,8 @@ def block_manifests(
     listed_bytes = scripts_bytes = 0
     for i, part in enumerate(parts):
         script = trial_script(part, shared)
-        entry = Listed(part.name, part.index, part.params, part.checkpoint)
-        listed_bytes += len(json.dumps([entry.name, entry.index, entry.params, entry.checkpoint])) + 1
+        entry = Listed(part.name, part.index, part.params, part.checkpoint, part.spec_hash)
+        listed_bytes += len(json.dumps(entry.note())) + 1
         scripts_bytes += len(script) + 8
         if i and (listed_bytes > MAX_LISTED or scripts_bytes > MAX_SCRIPTS):
             break
@@ -235,7 +237,7 @@ def block_manifests(
         labels.ATTEMPT: "0",
     }
     notes = {k: v for k, v in (job_doc["metadata"].get("annotations") or {}).items() if k not in PER_TRIAL_NOTES}
-    trials_note = json.dumps([[t.name, t.index, t.params, t.checkpoint] for t in listed], separators=(",", ":"))
+    trials_note = json.dumps([t.note() for t in listed], separators=(",", ":"))
     configmap: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

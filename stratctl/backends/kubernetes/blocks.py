@@ -47,6 +47,11 @@ class Listed:
     index: int  # the trial's index in the study
     params: dict
     checkpoint: str
+    spec_hash: str = ""  # the trial's first attempt's, as a Job of its own would carry it
+
+    def note(self) -> list:
+        """Its entry in the block's list (the Job's annotation)."""
+        return [self.name, self.index, self.params, self.checkpoint, self.spec_hash]
 
 
 # ------------------------------------------------------------------ reading blocks back
@@ -72,7 +77,7 @@ def is_block(job: dict) -> bool:
 def listed_of(job: dict) -> list[Listed]:
     note = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.BLOCK_TRIALS) or "[]"
     try:
-        return [Listed(str(n), int(i), dict(p), str(c)) for n, i, p, c in json.loads(note)]
+        return [Listed(str(n), int(i), dict(p), str(c), str(h[0]) if h else "") for n, i, p, c, *h in json.loads(note)]
     except (ValueError, TypeError):
         return []
 
@@ -158,7 +163,9 @@ class Block:
         meta, spec = self.job.get("metadata") or {}, self.job.get("spec") or {}
         done, failed, live = self.completed, self.failed, self.live()
         given_up = meta.get("annotations") or {}
-        shared_labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != labels.BLOCK}
+        shared_labels = {
+            k: v for k, v in (meta.get("labels") or {}).items() if k not in (labels.BLOCK, labels.SPEC_HASH)
+        }
         views = []
         for i, trial in enumerate(self.listed):
             pod = self.pods.get(i)
@@ -190,7 +197,12 @@ class Block:
                         "namespace": meta.get("namespace"),
                         "uid": f"{meta.get('uid')}/{i}",
                         "creationTimestamp": meta.get("creationTimestamp"),
-                        "labels": {**shared_labels, labels.TRIAL: trial.name, labels.IN_BLOCK: self.name},
+                        "labels": {
+                            **shared_labels,
+                            labels.TRIAL: trial.name,
+                            labels.IN_BLOCK: self.name,
+                            **({labels.SPEC_HASH: trial.spec_hash} if trial.spec_hash else {}),
+                        },
                         "annotations": notes,
                     },
                     "spec": {"completions": 1, "parallelism": 1, "template": spec.get("template") or {}},

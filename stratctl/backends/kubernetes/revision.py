@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
+from stratctl.backends.kubernetes.blocks import expand as block_views
+from stratctl.backends.kubernetes.blockstop import block_of_view, stop_index
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
 from stratctl.backends.kubernetes.record import parse_record, record_name
 from stratctl.backends.kubernetes.requeue import carry_forward, create_attempt
@@ -51,6 +53,7 @@ def revise(
     except NotFound:
         return None
     jobs, _ = cluster.list(kind, ns, label_selector=f"{labels.STUDY}={study.name}")
+    jobs = block_views(jobs, [])[0]  # a block (merged submissions) read as its trials, each with its own spec hash
     latest = latest_attempts(jobs)
     _finish_replacements(cluster, jobs, latest, kind, ns, reporter)
     by_name = {t.name: t for t in trials}
@@ -145,7 +148,13 @@ def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dic
         return
 
 
-def _delete(cluster, kind, name: str, ns: str) -> None:
+def _delete(cluster, kind, job: dict, ns: str) -> None:
+    """End an attempt that runs the old spec: its job deleted; a trial of a block, its index
+    stopped (blockstop.py)."""
+    if block_of_view(job) is not None:
+        stop_index(cluster, ns, job)
+        return
+    name = job["metadata"]["name"]
     cluster.delete(kind, name, ns)
     if kind == BATCH_JOB:
         cluster.delete(PODGROUP, name, ns)
@@ -180,14 +189,14 @@ def _rerun(
         create_attempt(cluster, docs, ns)
         old = job["metadata"]["name"]
         if classify(job).in_flight:
-            _delete(cluster, kind, old, ns)
+            _delete(cluster, kind, job, ns)
             reporter.event(f"trial {name}: attempt {attempt} runs the new spec; {old} deleted")
         else:
             reporter.event(f"trial {name}: attempt {attempt} runs the new spec")
     for name in c.removed:
         job = latest.get(name)
         if job is not None and classify(job).in_flight:
-            _delete(cluster, kind, job["metadata"]["name"], ns)
+            _delete(cluster, kind, job, ns)
             reporter.event(f"trial {name}: no longer in the study; {job['metadata']['name']} deleted")
     if unfinished:
         kept = {k: v for k, v in finished.items() if k not in unfinished}
@@ -205,7 +214,7 @@ def _finish_replacements(cluster, jobs: list[dict], latest: dict[str, dict], kin
             continue
         why = ((newest.get("metadata") or {}).get("annotations") or {}).get(labels.REQUEUED_BECAUSE, "")
         if why.startswith(BECAUSE) and classify(job).in_flight:
-            _delete(cluster, kind, job["metadata"]["name"], ns)
+            _delete(cluster, kind, job, ns)
             reporter.event(
                 f"trial {trial}: {job['metadata']['name']} deleted, replaced by {newest['metadata']['name']} ({why})"
             )

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import PRUNED_SCRIPT
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, Cluster
+from stratctl.backends.kubernetes.blockstop import block_of_view, stop_index
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
 from stratctl.backends.kubernetes.keeper import RecordKeeper
 from stratctl.backends.kubernetes.looptrials import LoopTrials
 from stratctl.backends.kubernetes.record import TOLD_KEY, parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, latest_attempts
+from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from stratctl.errors import NotFound
 from stratctl.run.progress import Progress
 
@@ -132,7 +132,7 @@ class Searching:
             return
         for name, state in states.items():  # stopped, its block's index still running: a loop killed mid-stop
             job = jobs.get(name) or {}
-            in_block = labels.IN_BLOCK in (job.get("metadata", {}).get("labels") or {})
+            in_block = block_of_view(job) is not None
             if state is TrialState.PRUNED and in_block and name not in self.stopped and job["status"].get("active"):
                 self._stop(job, pods)
         running = {n: jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in jobs}
@@ -167,27 +167,15 @@ class Searching:
 
     def _stop(self, job: dict, pods: list[dict]) -> None:
         """End a pruned trial's run now: its job deleted, or in a block (merged submissions)
-        its index stopped: the index's script replaced by one that exits PRUNED_EXIT (the
-        block's pod failure policy fails the index at once, no retry), then its live pod
-        deleted. A pod deleted counts as one failure of its index: if retries are left, the
-        index's next pod runs the replaced script and ends at once."""
+        its index stopped (blockstop.py)."""
         meta = job["metadata"]
-        block = (meta.get("labels") or {}).get(labels.IN_BLOCK)
         self.stopped.add((meta.get("labels") or {}).get(labels.TRIAL, ""))
+        if block_of_view(job) is not None:
+            stop_index(self.cluster, self.namespace, job, pods)
+            return
         try:
-            if block is None:
-                self.cluster.delete(self.kind, meta["name"], self.namespace)
-                if self.kind == BATCH_JOB:
-                    self.cluster.delete(PODGROUP, meta["name"], self.namespace)
-                return
-            index = meta["name"][len(block) + 1 :]
-            self.cluster.patch(CONFIGMAP, block, {"data": {index: PRUNED_SCRIPT}}, self.namespace)
-            for pod in pods:
-                live = (pod.get("status") or {}).get("phase") in ("Pending", "Running")
-                if job_of_pod(pod) == meta["name"] and live and not pod["metadata"].get("deletionTimestamp"):
-                    try:
-                        self.cluster.delete(POD, pod["metadata"]["name"], self.namespace)
-                    except NotFound:
-                        pass
+            self.cluster.delete(self.kind, meta["name"], self.namespace)
+            if self.kind == BATCH_JOB:
+                self.cluster.delete(PODGROUP, meta["name"], self.namespace)
         except NotFound:
             pass

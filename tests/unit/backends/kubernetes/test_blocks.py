@@ -10,10 +10,18 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import NotMergeable, block_manifests, mergeable, part_of, shell_word
+from stratctl.backends.kubernetes.blockmanifests import (
+    PRUNED_SCRIPT,
+    NotMergeable,
+    block_manifests,
+    mergeable,
+    part_of,
+    shell_word,
+)
 from stratctl.backends.kubernetes.blocks import expand, indexes, parallelism_for
 from stratctl.backends.kubernetes.cluster import BATCH_JOB
 from stratctl.backends.kubernetes.drain import drain, resume
+from stratctl.backends.kubernetes.revision import revise
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from stratctl.backends.kubernetes.status import collect
 from stratctl.backends.launch import prepare
@@ -21,10 +29,10 @@ from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand as trials_of
 from stratctl.core.spec import load_study
-from stratctl.errors import StudyError
+from stratctl.errors import StudyChanged, StudyError
 from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
-from tests.unit.fakes import FakeClock, MaxRng
+from tests.unit.fakes import Events, FakeClock, MaxRng
 from tests.unit.loop import STUDY, make
 
 MERGED = STUDY.replace("  tasks: [{name: worker, replicas: 2}]\n", "").replace(
@@ -105,7 +113,7 @@ class IndexedJobs(FakeCluster):
                     "name": name,
                     "namespace": NS,
                     "creationTimestamp": f"2026-01-01T00:00:{self.uids % 60:02d}Z",
-                    "labels": dict(spec["template"]["metadata"]["labels"]),
+                    "labels": {**spec["template"]["metadata"]["labels"], "job-name": job["metadata"]["name"]},
                     "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
                     "ownerReferences": [{"uid": job["metadata"]["uid"], "controller": True}],
                 },
@@ -409,3 +417,59 @@ def test_a_blocks_new_pods_are_paced_as_the_studys_writes(tmp_path):
     assert progress.succeeded == 10
     assert seen[0] <= 4 < max(seen)  # started within the burst (not at the target, 8), raised as tokens came
     assert all(b - a <= 2 for a, b in zip(seen, seen[1:]))  # at most qps x the 1 s cycle at a time
+
+
+# -- a changed study ------------------------------------------------------------------------
+
+
+def revised(cluster, path, rerun=False):
+    """What `submit` does before its loop starts, for the study file as it is now."""
+    study = load_study(path)
+    trials = trials_of(study)
+    events = Events()
+    found = revise(cluster, study, trials, Renderer(study), {}, BATCH_JOB, rerun, events, file=path)
+    return found, events
+
+
+def test_a_merged_study_changed_since_it_was_submitted_is_refused_with_exit_4_and_nothing_sent(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    path = merged_study(tmp_path)
+    make(path, cluster, clock)[0].run()
+    same, _ = revised(cluster, path)
+    assert not same.refused and same.unchanged == 10  # each trial judged by its own spec hash, kept in its block
+    objects = dict(cluster.objects)
+    Path(path).write_text(MERGED.replace("image: busybox", "image: busybox:1.36"))
+    with pytest.raises(StudyChanged) as refused:
+        revised(cluster, path)
+    assert refused.value.exit_code == 4
+    assert "(trial.image): 10 of 10 trial(s) in the cluster would run with a different spec" in str(refused.value)
+    assert cluster.objects == objects
+
+
+def test_rerun_changed_stops_a_running_trials_index_before_its_new_attempt_runs(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    path = merged_study(tmp_path)
+    loop, trials = make(path, cluster, clock, detach=True)
+    loop.run()
+    cluster.advance()  # three pods made: the block's parallelism
+    live = {
+        p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        for p in cluster.pods_of(block0(cluster))
+    }
+    assert len(live) == 3
+    Path(path).write_text(MERGED.replace("image: busybox", "image: busybox:1.36"))
+    found, events = revised(cluster, path, rerun=True)
+    assert len(found.changed) == 10
+    scripts = cluster.objects[("v1", "ConfigMap", NS, "loop-block-0")]["data"]
+    # every trial not ended is stopped in its block (its script exits 199, FailIndex), the
+    # running ones' pods deleted: their new attempts never run beside them
+    assert {i for i, s in scripts.items() if s == PRUNED_SCRIPT} == {str(i) for i in range(10)}
+    assert not cluster.pods_of(block0(cluster))
+    assert sorted(n for (_, k, _, n) in cluster.objects if k == "Job" and n.endswith("-a1")) == sorted(
+        f"{t.name}-a1" for t in trials
+    )
+    assert any("runs the new spec; loop-block-0-" in e for e in events.lines)
+
+
+def block0(cluster):
+    return cluster.objects[("batch/v1", "Job", NS, "loop-block-0")]
