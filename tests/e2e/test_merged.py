@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -304,3 +305,22 @@ def test_a_search_asks_in_blocks_and_its_pruner_stops_one_index(testbed, api, cl
     states = {t["trial"]: t["state"] for t in snap["trials"]}
     assert {t for t, s in states.items() if s == "pruned"} == pruned
     assert {t for t, s in states.items() if s == "succeeded"} == set(told) - pruned
+
+
+def test_a_merged_study_changed_since_it_was_submitted_is_refused_with_exit_4(testbed, api, cli, studies):
+    name, trials = unique("mchg"), 4
+    text = merged_study(name, testbed.namespace, trials, "30s", 2)
+    path = studies(name, text)
+    finish(cli.start("submit", path, "--detach", "-o", "json"), timeout=60)
+    [job] = blocks(api, name)
+    before = sorted(j["metadata"]["name"] for j in api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0])
+    Path(path).write_text(text.replace('"train"', '"train2"'))
+    refused = Cli(testbed, traceback=False).start("submit", path)  # as users run it: no traceback
+    _, err = refused.communicate(timeout=60)
+    assert refused.returncode == 4, err[-2000:]
+    assert f"(trial.command.0): {trials} of {trials} trial(s) in the cluster would run with a different spec" in err
+    assert "Traceback" not in err
+    after = sorted(j["metadata"]["name"] for j in api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0])
+    assert after == before == [job["metadata"]["name"]]  # nothing sent
+    scripts = api.get(CONFIGMAP, job["metadata"]["name"])["data"]
+    assert PRUNED_SCRIPT not in scripts.values()
