@@ -15,7 +15,10 @@ Two parts:
            exist, counted in as `+ blocks`.
   run      `stratctl submit FILE` (following the study to its end, adaptive target) of
            `--run-trials` trials of `--seconds` each on the testbed's GPUs, everything
-           running: makespan, and the study's pending pods sampled every 0.5 s (the peak).
+           running: makespan, and the study's pods sampled every 0.5 s: the peak of those
+           pending, of those the scheduler has not placed on a node yet, and of those beyond
+           what the GPUs free at that moment hold (the wall a sweep builds in front of the
+           scheduler: pods that cannot start however fast it binds).
 
     python bench/merged_bench.py [--trials 10000] [--run-trials 192] [--seconds 3]
 
@@ -39,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.results import save
+from bench.results import RESULTS, save
 from bench.testbed import testbed_target
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, Cluster
@@ -174,16 +177,23 @@ def run_part(command, target, admin: Cluster, tmp: Path, trials: int, seconds: f
         name = f"mr{merge[:2]}{int(time.time()) % 100000}"
         path = tmp / f"{name}.yaml"
         path.write_text(study_text(name, target.namespace, trials, merge, seconds, cap))
-        peak = {"pending": 0, "pods": 0}
+        peak = {"pending": 0, "pods": 0, "unplaced": 0, "beyond_free": 0}
         stop = threading.Event()
 
         def sample(name=name, peak=peak, stop=stop):
             while not stop.is_set():
-                pods = admin.list(POD, label_selector=f"{labels.STUDY}={name}")[0]
-                live = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
-                pending = [p for p in live if p["status"]["phase"] == "Pending"]
+                every = admin.list(POD)[0]  # the namespace's: what holds its GPUs (one each)
+                live = [p for p in every if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+                mine = [p for p in live if (p["metadata"].get("labels") or {}).get(labels.STUDY) == name]
+                pending = [p for p in mine if p["status"]["phase"] == "Pending"]
+                # pods the scheduler has not placed, and of those the ones the free GPUs cannot
+                # hold: the wall of pending pods a sweep can build in front of the scheduler
+                unplaced = [p for p in pending if not (p.get("spec") or {}).get("nodeName")]
+                free = cap - sum(1 for p in live if (p.get("spec") or {}).get("nodeName"))
                 peak["pending"] = max(peak["pending"], len(pending))
-                peak["pods"] = max(peak["pods"], len(live))
+                peak["pods"] = max(peak["pods"], len(mine))
+                peak["unplaced"] = max(peak["unplaced"], len(unplaced))
+                peak["beyond_free"] = max(peak["beyond_free"], len(unplaced) - max(0, free))
                 stop.wait(0.5)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -200,12 +210,15 @@ def run_part(command, target, admin: Cluster, tmp: Path, trials: int, seconds: f
             "succeeded": out.get("succeeded"),
             "api_writes": out.get("api_writes"),
             "peak_pending_pods": peak["pending"],
+            "peak_unplaced_pods": peak["unplaced"],
+            "peak_pods_beyond_free_gpus": peak["beyond_free"],
             "peak_live_pods": peak["pods"],
             "objects": found,
         }
         print(
             f"run {trials} x {seconds:g}s, merge: {merge}: makespan {wall:.1f} s, {out.get('succeeded')} succeeded, "
-            f"{out.get('api_writes')} API writes, peak pending pods {peak['pending']}, peak live pods {peak['pods']}"
+            f"{out.get('api_writes')} API writes, peak pending pods {peak['pending']} ({peak['unplaced']} not placed, "
+            f"{peak['beyond_free']} beyond the free GPUs), peak live pods {peak['pods']}"
         )
     return figures
 
@@ -229,6 +242,11 @@ def main() -> None:
             merged, single = figures["submit"]["auto"], figures["submit"]["off"]
             figures["submit_speedup"] = round(single["seconds"] / merged["seconds"], 1)
             print(f"submit --detach: merged is {figures['submit_speedup']}x faster")
+        elif (RESULTS / "merged.json").exists():  # the submit part's last figures kept, with their commit
+            last = json.loads((RESULTS / "merged.json").read_text())
+            if "submit" in last:
+                figures["submit"] = {**last["submit"], "commit": last["submit"].get("commit") or last.get("commit")}
+                figures["submit_speedup"] = last.get("submit_speedup")
         figures["run"] = run_part(command, target, admin, Path(tmp), args.run_trials, args.seconds, args.cap)
         merged, single = figures["run"]["auto"], figures["run"]["off"]
         figures["makespan_ratio"] = round(merged["makespan_s"] / single["makespan_s"], 2)
