@@ -93,6 +93,7 @@ class AttemptLoop(Cycle):
         self._silent = False  # the controller has not answered since the last whole cycle
         self._seen: dict[str, Attempt] = {}  # each trial's latest attempt, as last observed
         self._draining = False  # the study is drained, as last observed
+        self._gpus: list[int] | None = None  # each node's free GPUs, read just before the attempts
         self.deciding = Deciding(lambda message: self.reporter.event(message), lambda: self.clock())
         throttle.on_retry = self._retrying
         self.blocks: Blocks | None = None
@@ -112,11 +113,27 @@ class AttemptLoop(Cycle):
     # -- the cycle's steps (run/cycle.py) -------------------------------------------------
 
     def observe(self) -> dict[str, TrialState]:
-        """Every attempt of the study (one call) and whether it is drained; each trial's
-        latest attempt's state (WAITING: none yet)."""
+        """The free GPUs, then every attempt of the study (one call) and whether it is
+        drained; each trial's latest attempt's state (WAITING: none yet). The GPUs are read
+        first: a trial that ends between the two reads is then seen ended with its GPUs
+        still busy (they count next cycle), never running with its GPUs free, which
+        would count them twice: as the trial's and as room for more (the target grew by
+        a whole wave of ends that a scheduler pass had not refilled yet)."""
+        self._gpus = self._free_gpus()
         self._seen = seen = self.throttle.call(self.scheduler.attempts)
         self._draining = self.scheduler.drained()
         return {n: seen[n].state if n in seen else TrialState.WAITING for n in self.order}
+
+    def _free_gpus(self) -> list[int] | None:
+        """Each node's free GPUs; None without a capacity signal this cycle (the policy goes
+        on without it). --detach reads none, as on Kubernetes: every trial goes in up to the
+        cap, and it returns."""
+        if self.options.detach:
+            return None
+        try:
+            return self.throttle.call(self.scheduler.free_gpus)
+        except ClusterError:
+            return None
 
     def recover(self, states: dict[str, TrialState]) -> dict[str, TrialState]:
         """Each trial's state by the recovery rules; a failed attempt with failures left is
@@ -199,13 +216,8 @@ class AttemptLoop(Cycle):
         reasons = Counter(seen[n].reason for n in late if seen[n].reason)
         self.progress.stuck = len(late) if reasons else 0
         self.progress.blocked = ", ".join(f"{why} ({count})" for why, count in reasons.most_common(3))
-        free = fit = None
-        try:  # --detach reads no capacity, as on Kubernetes: every trial goes in up to the cap, and it returns
-            if not self.options.detach:
-                gpus = self.throttle.call(self.scheduler.free_gpus)
-                free, fit = sum(gpus), gangs_fit(gpus, self.gang)
-        except ClusterError:
-            pass  # no capacity signal this cycle: the policy goes on without it
+        gpus = self._gpus
+        free, fit = (None, None) if gpus is None else (sum(gpus), gangs_fit(gpus, self.gang))
         return Observed(
             in_flight=sum(1 for n, s in states.items() if s.in_flight and n not in queued),
             pending=len(pending),

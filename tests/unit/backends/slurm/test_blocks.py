@@ -217,3 +217,35 @@ def test_a_block_sent_to_an_idle_cluster_runs_as_many_trials_as_its_free_gpus_ho
         one_cycle(run, pool)
     assert not [a for a in fake.commands if a[:2] == ["scontrol", "update"]]  # the throttle stays as sent
     assert run.progress.running == throttle and run.progress.target == throttle
+
+
+def test_trials_that_end_between_a_cycles_two_reads_are_not_taken_for_room_to_grow(tmp_path):
+    # a wave of 16 tasks ends between the cycle's two reads, before Slurm's next pass starts
+    # the 16 the throttle now lets in: their GPUs must not also count as room to grow (read
+    # after the listing, they did: on the testbed the target went 16 -> 30, the tasks it let
+    # in waited for GPUs, and the congestion rule then halved it for a 10 s cooldown)
+    fake = FakeSlurm(nodes=slurm_nodes([4, 4, 4, 4]))
+    between: list[bool] = []
+
+    def slurm(argv, **kw):
+        done = fake(argv, **kw)
+        if between and argv[:2] in (["sinfo", "--json"], ["squeue", "--json"]):
+            between.clear()
+            for task in fake.jobs[1:]:
+                task.update(job_state="COMPLETED", state_reason="None", exit_code=0)
+            fake.nodes = slurm_nodes([4, 4, 4, 4])
+        return done
+
+    run, _ = loop(tmp_path, slurm, None, STUDY.replace("high: 5", "high: 47"), detach=False)
+    with ThreadPoolExecutor(1) as pool:
+        one_cycle(run, pool)
+        for index in range(16):
+            start_task(fake, 1, index)
+        fake.nodes = slurm_nodes([0, 0, 0, 0])
+        run.pause()  # the poll interval (1 s, virtual): the target may take its next step
+        one_cycle(run, pool)
+        run.pause()
+        between.append(True)
+        one_cycle(run, pool)
+    assert run.progress.target == 16 and not [a for a in fake.commands if a[:2] == ["scontrol", "update"]]
+    assert run.progress.succeeded == 16 and run.progress.pending == 16  # the next 16, let in by the throttle
