@@ -30,7 +30,7 @@ import yaml
 
 from stratctl import labels
 from stratctl.backends.kubernetes.blocks import expand, is_block
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, PODGROUP, resource_path
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, resource_path
 from stratctl.backends.kubernetes.record import job_kinds, parse_record, record_name, records
 from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, run_starts
 from stratctl.backends.kubernetes.summary import build, latest_slim, study_row, summary_of
@@ -115,20 +115,29 @@ def _read_pods(
     results: dict[str, dict],
     starts: dict[str, float],
     exits: dict[str, tuple[int, str]] | None = None,
+    kept: list[dict] | None = None,
 ) -> None:
     """Results (job name → the first JSON object a finished container wrote), run starts
     (job uid → the earliest start of its pods) and exits (job name → the exit code and
-    reason of a container that failed) from the pods that reached a node."""
+    reason of a container that failed) from the pods that reached a node. With `kept`,
+    every pod of the selector is read (pending ones too) and kept there."""
     exits = {} if exits is None else exits
-    for items in _pages(cluster, POD, namespace, selector, STARTED_PODS):
-        for pod in items:
-            job, value, ended = job_of_pod(pod), _result(pod), _exit(pod)
-            if job and value is not None and job not in results:
-                results[job] = value
-            if job and ended is not None and job not in exits:
-                exits[job] = ended
-        for uid, started in run_starts(items).items():
-            starts[uid] = min(started, starts.get(uid, started))
+    for items in _pages(cluster, POD, namespace, selector, None if kept is not None else STARTED_PODS):
+        if kept is not None:
+            kept.extend(items)
+        _take_pods(items, results, starts, exits)
+
+
+def _take_pods(items: list[dict], results: dict, starts: dict, exits: dict) -> None:
+    """What `_read_pods` reads of these pods."""
+    for pod in items:
+        job, value, ended = job_of_pod(pod), _result(pod), _exit(pod)
+        if job and value is not None and job not in results:
+            results[job] = value
+        if job and ended is not None and job not in exits:
+            exits[job] = ended
+    for uid, started in run_starts(items).items():
+        starts[uid] = min(started, starts.get(uid, started))
 
 
 def results_in(pods, jobs: dict[str, dict]) -> dict[str, dict]:
@@ -247,11 +256,14 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
 
     lock = threading.Lock()
 
+    blocks: list[dict] = []  # merged submissions: read as their trials once their pods are read
+    block_pods: list[dict] = []
+
     def read_jobs(kind, part):
         for items in _pages(cluster, kind, namespace, part):
-            items = _trials_of_blocks(cluster, namespace, items)
             with lock:
-                _keep_latest(jobs, items)
+                blocks.extend(j for j in items if is_block(j))
+                _keep_latest(jobs, [j for j in items if not is_block(j)])
 
     queues = Queues(cluster)
 
@@ -264,21 +276,29 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
 
     kinds = sorted({kind for cm in cms for kind in job_kinds(parse_record(cm).source)})
     readers: list[Callable[[], Any]] = [partial(read_jobs, kind, part) for kind in kinds for part in shards(selector)]
-    readers += [lambda: _read_pods(cluster, namespace, selector, results, starts, exits)]
+    merged = any(BATCH_JOB in job_kinds(parse_record(cm).source) for cm in cms)
+    # a block's pods, each read once: for its trials' states (pending ones too) and results
+    pod_sets = [(f"{selector},!{labels.BLOCK}", None), (f"{selector},{labels.BLOCK}", block_pods)] if merged else []
+    readers += [partial(_read_pods, cluster, namespace, part, results, starts, exits, keep) for part, keep in pod_sets]
+    readers += [] if merged else [lambda: _read_pods(cluster, namespace, selector, results, starts, exits)]
     readers += [partial(read_podgroups, part) for part in shards(selector)] if reasons_for_all else []
     with ThreadPoolExecutor(len(readers)) as pool:
         for future in [pool.submit(reader) for reader in readers]:
             future.result()
+    if blocks:
+        _keep_latest(jobs, expand(blocks, block_pods)[0])
     return build(now, cms, jobs, reasons, results, starts, exits)
 
 
-def _trials_of_blocks(cluster, namespace: str, items: list[dict]) -> list[dict]:
+def _trials_of_blocks(cluster, namespace: str, items: list[dict], kept: list[dict]) -> list[dict]:
     """The jobs with each block (merged submissions) read as its trials' views, from the
-    block and its pods (blocks.expand); the same list when it holds no block."""
+    block and its pods (blocks.expand, the pods read kept in `kept`); the same list when it
+    holds no block."""
     named = [j["metadata"]["name"] for j in items if is_block(j)]
     if not named:
         return items
     pods = [pod for name in named for pod in cluster.list(POD, namespace, label_selector=f"{labels.BLOCK}={name}")[0]]
+    kept.extend(pods)
     return expand(items, pods)[0]
 
 
@@ -307,12 +327,10 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
     record = parse_record(cm)
     selector = f"{labels.STUDY}={record.study}"
     jobs: dict[tuple[str, str], tuple[int, dict]] = {}
-    complete, blocks = True, False
+    complete, block_pods = True, list[dict]()
     for kind in job_kinds(record.source):
         for items in _pages(cluster, kind, namespace, selector, page=n + 10):
-            merged = _trials_of_blocks(cluster, namespace, items)
-            blocks = blocks or merged is not items
-            _keep_latest(jobs, merged)
+            _keep_latest(jobs, _trials_of_blocks(cluster, namespace, items, block_pods))
             if len(jobs) > n:
                 complete = False
                 break
@@ -329,8 +347,7 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
     )
     if shown:
         _read_pods(cluster, namespace, f"{selector},{labels.TRIAL} in ({','.join(shown)})", results, starts, exits)
-    if blocks:  # a block's pods carry its name, not their trials'
-        _read_pods(cluster, namespace, f"{selector},{labels.BLOCK}", results, starts, exits)
+    _take_pods(block_pods, results, starts, exits)  # a block's pods carry its name, not their trials': read above
     _, rows = build(now, [cm], jobs, {}, results, starts, exits)
     rows = sorted((r for r in rows if last is None or r.trial < last), key=lambda r: r.trial)
     return (rows, True) if complete else (rows[:n], False)

@@ -337,11 +337,17 @@ def test_status_shows_each_trial_of_a_block(tmp_path):
     cluster.record("loop")["data"]["study.yaml"] = loop.source
     cluster.advance()  # three pods made (pending)
     cluster.advance()  # they run
+    cluster.requests_seen = []
     snap = collect(cluster, NS, "loop", now=clock())
     states = {row.trial: row.state for row in snap.trials}
     assert sorted(states.values()) == ["pending"] * 7 + ["running"] * 3
+    pod_lists = sorted(q["labelSelector"] for path, q in cluster.requests_seen if path.endswith("/pods"))  # each once
+    assert pod_lists == ["stratctl.io/study=loop,!stratctl.io/block", "stratctl.io/study=loop,stratctl.io/block"]
     waits = [row.pending for row in snap.trials if row.state == "pending"]
     assert all(w.startswith("queued in its block loop-block-0") for w in waits)
+    loop.save_summary(force=True)  # a fresh summary: a table of the first trials reads those alone
+    first = collect(cluster, NS, "loop", now=clock(), shown=4)
+    assert [(r.trial, r.state) for r in first.trials] == sorted(states.items())[:4]
 
 
 def test_drain_suspends_a_block_with_its_running_trials_and_resume_lets_it_run_again(tmp_path):
