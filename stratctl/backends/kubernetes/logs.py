@@ -1,10 +1,11 @@
 """Logs: what a trial's containers printed, read through the API server (pods/log).
 
 `pods_of` finds the pods of a trial's latest attempt (labelled study, trial, attempt),
-optionally one Volcano task of its gang; `best_trial` names the trial `status` would
-show first for a metric. `lines` yields every container's lines, each with the name of
-its source when there are several (a gang's pods, a pod's containers), so a gang's
-logs read like `kubectl logs --prefix`. Following (`follow=True`) reads every source at
+optionally one Volcano task of its gang; of a trial in a block (merged submissions), its
+index's latest pod. `best_trial` names the trial `status` would show first for a metric.
+`lines` yields every container's lines, each with the name of its source when there are
+several (a gang's pods, a pod's containers), so a gang's logs read like `kubectl logs
+--prefix`. Following (`follow=True`) reads every source at
 once and carries on across the API server's quiet-stream timeouts, resuming each source
 from the timestamp of its last line.
 """
@@ -17,7 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import POD
+from stratctl.backends.kubernetes.blocks import INDEX, listed_of
+from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD
 from stratctl.errors import ClusterError, NotFound, Unavailable, Unreachable, UsageError
 
 TASK_KEY = "volcano.sh/task-spec"  # the Volcano task a pod belongs to (label and annotation)
@@ -40,7 +42,7 @@ def task_of(pod: dict) -> str:
 def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = None) -> list[dict]:
     """The pods of the trial's latest attempt that has pods, in name order."""
     selector = f"{labels.STUDY}={study},{labels.TRIAL}={trial}"
-    pods = cluster.list(POD, namespace, label_selector=selector)[0]
+    pods = cluster.list(POD, namespace, label_selector=selector)[0] or _in_block(cluster, namespace, study, trial)
     if not pods:
         raise UsageError(
             f"trial {trial} of study {study} has no pods in namespace {namespace} (not started yet, or cleaned up)"
@@ -53,6 +55,20 @@ def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = 
         if not pods:
             raise UsageError(f"trial {trial} has no task {task!r}" + (f" (tasks: {', '.join(tasks)})" if tasks else ""))
     return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def _in_block(cluster, namespace: str, study: str, trial: str) -> list[dict]:
+    """The latest pod of the trial's index in its block (merged submissions: a block's pods
+    carry the block's name and their completion index, not their trial's); [] when the
+    trial is in no block or its index has no pod yet."""
+    blocks = cluster.list(BATCH_JOB, namespace, label_selector=f"{labels.STUDY}={study},{labels.BLOCK}")[0]
+    for block in blocks:
+        for index, listed in enumerate(listed_of(block)):
+            if listed.name == trial:
+                selector = f"{labels.BLOCK}={block['metadata']['name']},{INDEX}={index}"
+                pods = cluster.list(POD, namespace, label_selector=selector)[0]
+                return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")[-1:]
+    return []
 
 
 def sources(pods: list[dict]) -> list[Source]:

@@ -21,6 +21,7 @@ from stratctl.backends.kubernetes.blockmanifests import (
 from stratctl.backends.kubernetes.blocks import expand, indexes, parallelism_for
 from stratctl.backends.kubernetes.cluster import BATCH_JOB
 from stratctl.backends.kubernetes.drain import drain, resume
+from stratctl.backends.kubernetes.logs import pods_of
 from stratctl.backends.kubernetes.revision import revise
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from stratctl.backends.kubernetes.status import collect
@@ -29,7 +30,7 @@ from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand as trials_of
 from stratctl.core.spec import load_study
-from stratctl.errors import StudyChanged, StudyError
+from stratctl.errors import StudyChanged, StudyError, UsageError
 from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock, MaxRng
@@ -113,7 +114,11 @@ class IndexedJobs(FakeCluster):
                     "name": name,
                     "namespace": NS,
                     "creationTimestamp": f"2026-01-01T00:00:{self.uids % 60:02d}Z",
-                    "labels": {**spec["template"]["metadata"]["labels"], "job-name": job["metadata"]["name"]},
+                    "labels": {
+                        **spec["template"]["metadata"]["labels"],
+                        "job-name": job["metadata"]["name"],
+                        "batch.kubernetes.io/job-completion-index": str(i),
+                    },
                     "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
                     "ownerReferences": [{"uid": job["metadata"]["uid"], "controller": True}],
                 },
@@ -479,3 +484,13 @@ def test_rerun_changed_stops_a_running_trials_index_before_its_new_attempt_runs(
 
 def block0(cluster):
     return cluster.objects[("batch/v1", "Job", NS, "loop-block-0")]
+
+
+def test_logs_find_a_trials_pod_in_its_block(tmp_path):
+    cluster, clock = IndexedJobs(), FakeClock()
+    loop, trials = make(merged_study(tmp_path), cluster, clock)
+    loop.run()
+    [pod] = pods_of(cluster, NS, "loop", trials[2].name)
+    assert pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
+    with pytest.raises(UsageError, match="has no pods"):
+        pods_of(cluster, NS, "loop", "loop-nosuchtrial")
