@@ -36,11 +36,18 @@ class Merging:
     merged: bool
     why: str  # said by `plan` and `submit`: how, or why not
     block: int = 0  # trials one block carries at most
+    could: bool = False  # `merge: off`, but `auto` would merge these trials (what `plan` says)
 
 
 def merging(study: Study) -> Merging:
     if study.merge == "off":
-        return Merging(False, "merge: off: one scheduler object per trial")
+        auto = _auto(study)
+        hint = f" (merge: auto would merge them: {auto.why.removeprefix('merged: ')})" if auto.merged else ""
+        return Merging(False, f"merge: off: one scheduler object per trial{hint}", could=auto.merged)
+    return _auto(study)
+
+
+def _auto(study: Study) -> Merging:
     if study.backend == "yarn":
         return Merging(
             False,

@@ -158,8 +158,9 @@ def notes(plan: Plan, shown: int) -> list[str]:
             f"cost: {e.gpu_hours:,.2f} GPU-hours = {e.gpus_per_trial} GPUs × {per_trial} × "
             f"{e.trials} trials × retry factor {e.retry_factor:g}"
         )
-    if s.merge != "off" or s.backend == "slurm":
-        lines.append(merging(s).why)
+    how = merging(s)
+    if s.merge != "off" or s.backend == "slurm" or how.could:
+        lines.append(how.why)
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
     lines.append(cost)

@@ -144,6 +144,10 @@ def test_kubernetes_merges_one_process_batch_trials_with_a_command_and_says_why_
     gang_text = MERGED.replace("  resources:", "  tasks: [{name: worker, replicas: 2}]\n  resources:")
     gang = load_study(merged_study(tmp_path, gang_text))
     assert not merging(gang).merged and "gang of its own" in merging(gang).why
+    off = merging(load_study(merged_study(tmp_path, MERGED.replace("merge: auto", "merge: off"))))
+    assert not off.merged and off.could  # `plan` says what auto would do
+    assert off.why.startswith("merge: off: one scheduler object per trial (merge: auto would merge them: Indexed Jobs")
+    assert not merging(volcano.model_copy(update={"merge": "off"})).could
 
 
 # -- the block's objects --------------------------------------------------------------------
