@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -329,3 +330,54 @@ def testbed_up(script) -> dict[str, str]:
                 key, value = line[len("export ") :].split("=", 1)
                 env[key] = value
     return env
+
+
+class ReportingTrials:
+    """Plays the trials' part of a study with a pruner (KWOK pods run no code): every running
+    pod of the study reports the next step of its learning curve (`value`) through `stratctl
+    report` as a process, about every 1.5 s, its history in a file of its own (a container's
+    /tmp), `steps` steps in all; `first` is called at a pod's first step. (KWOK counts a
+    pod's run-duration from its last change: a pod ends once its reports stop.)"""
+
+    def __init__(self, testbed, api, study: str, tmp, steps: int):
+        self.testbed, self.api, self.study, self.tmp, self.reported = testbed, api, study, tmp, steps
+        self.steps: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def value(self, pod: dict, step: int) -> float:
+        raise NotImplementedError
+
+    def first(self, pod: dict) -> None:
+        """A pod's first step is due."""
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for pod in running_pods(self.api, f"{labels.STUDY}={self.study}"):
+                name = pod["metadata"]["name"]
+                step = self.steps.get(name, 0)
+                if step >= self.reported:
+                    continue
+                if step == 0:
+                    self.first(pod)
+                done = subprocess.run(
+                    [sys.executable, "-m", "stratctl", "report", "--step", str(step)]
+                    + [f"loss={self.value(pod, step):.6f}", "--flush", "--pod", name, "-n", self.testbed.namespace]
+                    + ["--kubeconfig", self.testbed.kubeconfig, "--context", self.testbed.admin_context],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "STRATCTL_REPORT_FILE": str(self.tmp / name)},
+                )
+                if done.returncode != 0 and "not found" not in done.stderr:  # a pod pruned meanwhile is gone
+                    self.errors.append(done.stderr)
+                self.steps[name] = step + 1
+            self.stop.wait(1.5)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)

@@ -11,11 +11,9 @@ commands run as separate processes; every wait has a deadline.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from stratctl.backends.kubernetes.blockmanifests import PRUNED_SCRIPT
 from stratctl.backends.kubernetes.blocks import IGNORED, indexes, listed_of
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
 from stratctl.backends.kubernetes.record import parse_record, record_name
-from tests.e2e.support import Cli, busybox_study, finish, unique, wait_until
+from tests.e2e.support import Cli, ReportingTrials, busybox_study, finish, unique, wait_until
 
 FAILURES = "batch.kubernetes.io/job-index-failure-count"
 
@@ -220,56 +218,26 @@ def curve(params, step=None):
     return final if step is None else final + 1 / (step + 1)
 
 
-class BlockTrials:
-    """Plays the part of a block's trials (KWOK pods run no code): every running pod of the
-    study's blocks reports the next step of its trial's learning curve through `stratctl
-    report` as a process, about every 1.5 s, REPORTED steps in all, and writes its final
-    loss where the testbed takes a pod's termination message from. A pod learns its trial
-    from its block's list and its completion index, as its script would."""
+class BlockTrials(ReportingTrials):
+    """The trials of the study's blocks, each reporting its learning curve, REPORTED steps,
+    and writing its final loss where the testbed takes a pod's termination message from. A
+    pod learns its trial from its block's list and its completion index, as its script
+    would."""
 
     def __init__(self, testbed, api, study, tmp_path):
-        self.testbed, self.api, self.study, self.tmp = testbed, api, study, tmp_path
-        self.steps: dict[str, int] = {}
-        self.errors: list[str] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(testbed, api, study, tmp_path, REPORTED)
 
     def _params(self, pod) -> dict:
-        block = pod["metadata"]["labels"][labels.BLOCK]
-        listed = listed_of(self.api.get(BATCH_JOB, block))
+        listed = listed_of(self.api.get(BATCH_JOB, pod["metadata"]["labels"][labels.BLOCK]))
         return listed[int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])].params
 
-    def _run(self):
-        while not self.stop.is_set():
-            for pod in running(self.api, self.study):
-                name, step = pod["metadata"]["name"], self.steps.get(pod["metadata"]["name"], 0)
-                if step >= REPORTED:
-                    continue
-                params = self._params(pod)
-                if step == 0:
-                    message = json.dumps({"loss": round(curve(params), 6)})
-                    patch = {"metadata": {"annotations": {"testbed.stratctl.io/termination-message": message}}}
-                    self.api.patch(POD, name, patch)
-                done = subprocess.run(
-                    [sys.executable, "-m", "stratctl", "report", "--step", str(step), f"loss={curve(params, step):.6f}"]
-                    + ["--flush", "--pod", name, "-n", self.testbed.namespace]
-                    + ["--kubeconfig", self.testbed.kubeconfig, "--context", self.testbed.admin_context],
-                    capture_output=True,
-                    text=True,
-                    env={**os.environ, "STRATCTL_REPORT_FILE": str(self.tmp / name)},
-                )
-                if done.returncode != 0 and "not found" not in done.stderr:  # a pod stopped meanwhile is gone
-                    self.errors.append(done.stderr)
-                self.steps[name] = step + 1
-            self.stop.wait(1.5)
+    def value(self, pod, step):
+        return curve(self._params(pod), step)
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(30)
+    def first(self, pod):
+        message = json.dumps({"loss": round(curve(self._params(pod)), 6)})
+        patch = {"metadata": {"annotations": {"testbed.stratctl.io/termination-message": message}}}
+        self.api.patch(POD, pod["metadata"]["name"], patch)
 
 
 def test_a_search_asks_in_blocks_and_its_pruner_stops_one_index(testbed, api, cli, studies, tmp_path):

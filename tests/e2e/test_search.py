@@ -7,11 +7,9 @@ the budget, and `status --best` ranks by the study's objective without --sort.""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -19,7 +17,7 @@ from stratctl import labels
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
 from stratctl.backends.kubernetes.record import parse_record, record_name
 from stratctl.errors import NotFound
-from tests.e2e.support import finish, running_pods, unique, wait_until
+from tests.e2e.support import ReportingTrials, finish, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -124,64 +122,16 @@ def pruned_yaml(name: str, namespace: str) -> str:
 REPORTED = 5  # steps each trial reports (the testbed's pods end 4 s after their last report)
 
 
-class Trials:
-    """Plays the trials' part (KWOK pods run no code): every running pod of the study reports
-    the next step of a learning curve set by its parameters, `loss + 1 / (step + 1)`, through
-    `stratctl report` as a process, about every 1.5 s, its history in a file of its own (a
-    container's /tmp), REPORTED steps in all. (KWOK counts a pod's run-duration from its
-    last change: a pod ends once its reports stop.)"""
+class Trials(ReportingTrials):
+    """The study's trials, each reporting `loss + 1 / (step + 1)` of a loss set by its
+    parameters (its pod's annotation), REPORTED steps."""
 
     def __init__(self, testbed, api, study, tmp_path):
-        self.testbed, self.api, self.study, self.tmp = testbed, api, study, tmp_path
-        self.steps: dict[str, int] = {}
-        self.stop = threading.Event()
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(testbed, api, study, tmp_path, REPORTED)
 
-    def _run(self):
-        while not self.stop.is_set():
-            for pod in running_pods(self.api, f"{labels.STUDY}={self.study}"):
-                name = pod["metadata"]["name"]
-                params = json.loads(pod["metadata"]["annotations"][labels.PARAMS])
-                step = self.steps.get(name, 0)
-                if step >= REPORTED:
-                    continue
-                value = (params["x"] - 2) ** 2 + (params["y"] - 3) ** 2 / 10 + 1 / (step + 1)
-                done = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "stratctl",
-                        "report",
-                        "--step",
-                        str(step),
-                        f"loss={value:.6f}",
-                        "--flush",
-                        "--pod",
-                        name,
-                        "-n",
-                        self.testbed.namespace,
-                        "--kubeconfig",
-                        self.testbed.kubeconfig,
-                        "--context",
-                        self.testbed.admin_context,
-                    ],
-                    capture_output=True,
-                    text=True,
-                    env={**os.environ, "STRATCTL_REPORT_FILE": str(self.tmp / name)},
-                )
-                if done.returncode != 0 and "not found" not in done.stderr:  # a pod pruned meanwhile is gone
-                    self.errors.append(done.stderr)
-                self.steps[name] = step + 1
-            self.stop.wait(1.5)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(30)
+    def value(self, pod, step):
+        params = json.loads(pod["metadata"]["annotations"][labels.PARAMS])
+        return (params["x"] - 2) ** 2 + (params["y"] - 3) ** 2 / 10 + 1 / (step + 1)
 
 
 def test_the_median_pruner_stops_losing_trials_on_the_testbed(testbed, api, cli, studies, tmp_path):

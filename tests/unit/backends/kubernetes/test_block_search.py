@@ -116,22 +116,8 @@ class LearningBlocks(IndexedJobs):
             if i in done or i in failed or i in live:
                 continue
             live.add(i)
-            self.uids += 1
             self.pods_made[(job["metadata"]["name"], i)] = self.pods_made.get((job["metadata"]["name"], i), 0) + 1
-            name = f"{job['metadata']['name']}-{i}-{self.uids}"
-            self.objects[("v1", "Pod", NS, name)] = {
-                "_owner": job["metadata"]["uid"],
-                "metadata": {
-                    "name": name,
-                    "namespace": NS,
-                    "creationTimestamp": f"2026-01-01T{self.uids // 3600:02d}:{self.uids // 60 % 60:02d}:"
-                    f"{self.uids % 60:02d}Z",
-                    "labels": {**spec["template"]["metadata"]["labels"], "job-name": job["metadata"]["name"]},
-                    "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
-                    "ownerReferences": [{"uid": job["metadata"]["uid"], "controller": True}],
-                },
-                "status": {"phase": "Pending"},
-            }
+            self.new_pod(job, i)
         self.peak_live = max(self.peak_live, len(live))
         status.update(completedIndexes=_ranges(done), failedIndexes=_ranges(failed), active=len(live), ready=len(live))
 

@@ -78,6 +78,28 @@ class IndexedJobs(FakeCluster):
             elif classify(job) is TrialState.RUNNING:
                 job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
 
+    def new_pod(self, job: dict, i: int) -> None:
+        """The pod the job controller makes for index `i`, labelled as Kubernetes labels it."""
+        self.uids += 1
+        name = f"{job['metadata']['name']}-{i}-{self.uids}"
+        self.objects[("v1", "Pod", NS, name)] = {
+            "_owner": job["metadata"]["uid"],
+            "metadata": {
+                "name": name,
+                "namespace": NS,
+                "creationTimestamp": f"2026-01-01T{self.uids // 3600:02d}:{self.uids // 60 % 60:02d}:"
+                f"{self.uids % 60:02d}Z",
+                "labels": {
+                    **job["spec"]["template"]["metadata"]["labels"],
+                    "job-name": job["metadata"]["name"],
+                    "batch.kubernetes.io/job-completion-index": str(i),
+                },
+                "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
+                "ownerReferences": [{"uid": job["metadata"]["uid"], "controller": True}],
+            },
+            "status": {"phase": "Pending"},
+        }
+
     def _step_block(self, job: dict) -> None:
         status, spec = job.setdefault("status", {}), job["spec"]
         done, failed = indexes(status.get("completedIndexes")), indexes(status.get("failedIndexes"))
@@ -106,24 +128,7 @@ class IndexedJobs(FakeCluster):
             if i in done or i in failed or i in live:
                 continue
             live.add(i)
-            self.uids += 1
-            name = f"{job['metadata']['name']}-{i}-{self.uids}"
-            self.objects[("v1", "Pod", NS, name)] = {
-                "_owner": job["metadata"]["uid"],
-                "metadata": {
-                    "name": name,
-                    "namespace": NS,
-                    "creationTimestamp": f"2026-01-01T00:00:{self.uids % 60:02d}Z",
-                    "labels": {
-                        **spec["template"]["metadata"]["labels"],
-                        "job-name": job["metadata"]["name"],
-                        "batch.kubernetes.io/job-completion-index": str(i),
-                    },
-                    "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
-                    "ownerReferences": [{"uid": job["metadata"]["uid"], "controller": True}],
-                },
-                "status": {"phase": "Pending"},
-            }
+            self.new_pod(job, i)
         self.peak_live = max(self.peak_live, len(live))
         status.update(completedIndexes=_ranges(done), failedIndexes=_ranges(failed), active=len(live), ready=len(live))
 
