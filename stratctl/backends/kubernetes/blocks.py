@@ -146,10 +146,17 @@ class Block:
     def unfinished(self) -> bool:
         return len(self.completed | self.failed) < len(self.listed)
 
+    def uncounted(self) -> dict[int, str]:
+        """Index -> the phase of its pod that ended but the Job's status does not count yet
+        (the job controller lags its pods by a moment): a Succeeded pod is its index's
+        success; a Failed one is an index between two runs, or about to fail."""
+        done = self.completed | self.failed
+        return {i: p["status"]["phase"] for i, p in self.pods.items() if _terminal(p) and i not in done}
+
     def queued(self) -> list[str]:
         """Its trials that have neither ended nor a pod: they wait for their turn in it."""
-        done, live = self.completed | self.failed, self.live()
-        return [t.name for i, t in enumerate(self.listed) if i not in done and i not in live]
+        done, live, ending = self.completed | self.failed, self.live(), self.uncounted()
+        return [t.name for i, t in enumerate(self.listed) if i not in done and i not in live and i not in ending]
 
     def why_queued(self) -> str:
         if self.suspended:
@@ -161,7 +168,9 @@ class Block:
         of a trial's job (states, status, recovery) reads, as if the trial had a Job of its
         own (`<block>-<index>`; uid `<block uid>/<index>`, as its pods' `owner_uid`)."""
         meta, spec = self.job.get("metadata") or {}, self.job.get("spec") or {}
-        done, failed, live = self.completed, self.failed, self.live()
+        ending = self.uncounted()
+        done = self.completed | {i for i, phase in ending.items() if phase == "Succeeded"}
+        failed, live = self.failed, self.live()
         given_up = meta.get("annotations") or {}
         shared_labels = {
             k: v for k, v in (meta.get("labels") or {}).items() if k not in (labels.BLOCK, labels.SPEC_HASH)
@@ -172,8 +181,8 @@ class Block:
             pod_status = (pod or {}).get("status") or {}
             if i in done or i in failed:
                 status: dict = {"conditions": [_ended("Complete" if i in done else "Failed", pod, self.status)]}
-            elif i in live:
-                status = {"active": 1, "ready": 1 if _ready(live[i]) else 0}
+            elif i in live or i in ending:  # a Failed pod not counted yet: in flight, between runs
+                status = {"active": 1, "ready": 1 if i in live and _ready(live[i]) else 0}
             else:  # queued: pending, no pod yet
                 status = {"active": 0, "ready": 0}
             if pod_status.get("startTime"):

@@ -503,3 +503,13 @@ def test_logs_find_a_trials_pod_in_its_block(tmp_path):
     assert pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
     with pytest.raises(UsageError, match="has no pods"):
         pods_of(cluster, NS, "loop", "loop-nosuchtrial")
+
+
+def test_a_pod_that_ended_before_its_job_counts_it_is_not_read_as_queued_again(tmp_path):
+    # the job controller lags its pods: index 0's pod Succeeded, index 1's Failed, neither counted yet
+    _, job, pods = block_in_cluster(tmp_path, pods=[(0, "Succeeded", False), (1, "Failed", False)])
+    jobs, [block] = expand([job], pods)
+    states = {j["metadata"]["name"]: classify(j) for j in jobs}
+    assert states["loop-block-0-0"] is TrialState.SUCCEEDED
+    assert states["loop-block-0-1"] is TrialState.PENDING  # between two runs of its index, in flight
+    assert block.queued() == [t.name for t in block.listed[2:]]  # neither is queued again
