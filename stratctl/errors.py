@@ -127,3 +127,7 @@ class StudyChanged(StratctlError):
     cluster: refused unless the user asks for `--rerun-changed` (or renames the study)."""
 
     exit_code = ExitCode.CONFLICT
+
+
+class StudyDeleted(StratctlError):
+    """`stratctl delete` took the study out while this submit followed it (`--force`)."""

@@ -44,6 +44,7 @@ from stratctl.core.merging import merging
 from stratctl.core.render import Renderer, min_resources
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
+from stratctl.errors import StudyDeleted
 from stratctl.run.cycle import Backfill, Capability, Cycle
 from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
@@ -249,6 +250,11 @@ class Submitter(Cycle):
             self.placer.observe(latest, states)
         if self.keeper.due(self.jobs is not None, self.options.poll_interval, self._deletions_seen):
             self.keeper.refresh(self._deletions_seen)
+            if self.record.deleting:
+                raise StudyDeleted(
+                    f"study {self.study.name} is being deleted (stratctl delete): this submit stops and creates "
+                    f"nothing more; once `stratctl delete {self.study.name}` has finished, submit it again"
+                )
         return states
 
     def listed(self) -> list[dict]:

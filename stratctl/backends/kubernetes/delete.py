@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB
-from stratctl.backends.kubernetes.record import loop_following, record_name
+from stratctl.backends.kubernetes.record import DELETING_KEY, loop_following, record_name
 from stratctl.errors import NotFound, StratctlError, UsageError
 
 JOB_KINDS = (VOLCANO_JOB, BATCH_JOB)
@@ -139,6 +139,10 @@ def delete(
         "pods": counts["pods"](),
         "services": counts["services"](),
     }
+    try:  # first: a submit loop still following the study (`--force`) stops, creating nothing again
+        cluster.patch(CONFIGMAP, record_name(study), {"data": {DELETING_KEY: "true"}}, namespace)
+    except NotFound:
+        pass
     for kind, names in jobs.items():
         for name in names:
             cluster.delete(kind, name, namespace)
@@ -155,6 +159,8 @@ def delete(
         outcome.deleted["scripts"] = outcome.deleted.get("scripts", 0) + 1
     _wait(lambda: sum(count() for count in counts.values()), deadline, clock, sleep)
     outcome.left = {key: n for key, count in counts.items() if (n := count())}
+    if keep_record:
+        cluster.patch(CONFIGMAP, record_name(study), {"data": {DELETING_KEY: None}}, namespace)
     if not keep_record and not outcome.left:  # the record goes last: a deletion cut short can be run again
         try:
             cluster.get(CONFIGMAP, record_name(study), namespace)

@@ -107,10 +107,12 @@ class RecordKeeper:
         self._flags_read, self._deletions_read = self.clock(), deletions_seen
         try:
             cm = self.cluster.get(CONFIGMAP, self.name, self.namespace)
-        except NotFound:
+        except NotFound:  # taken out under the loop: the study was deleted (`stratctl delete --force`)
+            self.record = replace(self.record, deleting=True)
             return
         self.cm = cm
-        self.record = replace(self.record, drained=parse_record(cm).drained)
+        now = parse_record(cm)
+        self.record = replace(self.record, drained=now.drained, deleting=now.deleting)
 
     def save_summary(
         self, force: bool, done: bool, tight: bool, jobs: dict[str, dict], starts: Callable[[], dict | None]

@@ -31,6 +31,10 @@ TOLD_KEY = "told"
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 
 
+# Set by `stratctl delete` before it deletes anything: a submit loop still following the
+# study (`delete --force`) stops instead of creating its deleted trials again.
+DELETING_KEY = "deleting"
+
 # The submit loop's breaker drain, apart from a user's `drained` flag (which it never
 # touches): {"at": wall time it tripped, "reason": text}, "" while the breaker is closed.
 BREAKER_KEY = "breaker"
@@ -64,6 +68,7 @@ class StudyRecord:
     placements: dict[str, int] = field(default_factory=dict)  # queue -> trials there (queue fallback)
     moved: int = 0  # trials moved to another queue before they started
     told: dict[str, dict] = field(default_factory=dict)  # closed-loop search: ended trials as told
+    deleting: bool = False  # `stratctl delete` is taking the study out: a loop following it stops
 
     @classmethod
     def of(cls, study: Study, trials: int, source: str) -> StudyRecord:
@@ -172,6 +177,7 @@ def parse_record(configmap: dict) -> StudyRecord:
         placements=_counts(data.get(PLACEMENTS_KEY)),
         moved=int(data[MOVED_KEY]) if (data.get(MOVED_KEY) or "").isdigit() else 0,
         told={k: v for k, v in _json_object(data.get(TOLD_KEY)).items() if isinstance(v, dict)},
+        deleting=data.get(DELETING_KEY) == "true",
     )
 
 

@@ -22,6 +22,7 @@ from stratctl.backends.kubernetes.blocks import expand, indexes, parallelism_for
 from stratctl.backends.kubernetes.cluster import BATCH_JOB
 from stratctl.backends.kubernetes.drain import drain, resume
 from stratctl.backends.kubernetes.logs import pods_of
+from stratctl.backends.kubernetes.record import parse_record
 from stratctl.backends.kubernetes.revision import revise
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from stratctl.backends.kubernetes.status import collect
@@ -30,7 +31,7 @@ from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand as trials_of
 from stratctl.core.spec import load_study
-from stratctl.errors import StudyChanged, StudyError, UsageError
+from stratctl.errors import StudyChanged, StudyDeleted, StudyError, UsageError
 from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock, MaxRng
@@ -513,3 +514,25 @@ def test_a_pod_that_ended_before_its_job_counts_it_is_not_read_as_queued_again(t
     assert states["loop-block-0-0"] is TrialState.SUCCEEDED
     assert states["loop-block-0-1"] is TrialState.PENDING  # between two runs of its index, in flight
     assert block.queued() == [t.name for t in block.listed[2:]]  # neither is queued again
+
+
+def test_a_loop_following_a_study_that_delete_force_takes_out_stops_and_sends_nothing_again(tmp_path):
+    from stratctl.backends.kubernetes import delete as deleting
+
+    cluster, clock = IndexedJobs(), FakeClock()
+    loop, _ = make(merged_study(tmp_path), cluster, clock)
+    cycles = []
+
+    def step(seconds):
+        cycles.append(seconds)
+        cluster.advance()
+        if len(cycles) == 2:  # `stratctl delete --force` while the loop follows
+            other = FakeClock()
+            outcome = deleting.delete(cluster, NS, "loop", timeout=5, clock=other, sleep=other.sleep)
+            assert outcome.deleted["jobs"] == 1 and outcome.left == {"pods": 3}  # no garbage collector here
+
+    loop.sleep = step
+    with pytest.raises(StudyDeleted, match="study loop is being deleted"):
+        loop.run()
+    assert created(cluster) == []  # no second block: the trials the delete took out are not sent again
+    assert parse_record(cluster.record("loop")).deleting  # kept (pods left), marked: a later loop stops too
