@@ -25,9 +25,14 @@ def plan(
     ] = 50,
 ) -> None:
     """Show the trials with their parameters and the cost estimate."""
+    from stratctl.core.merging import checked_by_render
     from stratctl.core.plan import as_json, make_plan, table
 
     result = make_plan(file)
+    if checked_by_render(result.study):  # trials that cannot share a block: refused here as by submit
+        from stratctl.backends.launch import prepare
+
+        prepare(result.study)
     if output is Format.json:
         typer.echo(json.dumps(as_json(result), indent=2))
     elif output is Format.yaml:

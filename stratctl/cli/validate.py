@@ -17,12 +17,17 @@ def validate(
 
     Exits 0 when every file is valid, else 2 with every problem on stderr as FILE:LINE:COL: message.
     """
+    from stratctl.core.merging import checked_by_render
     from stratctl.core.render import validate as check
 
     problems = []
     for file in files:
         try:
             study, trials = check(file)
+            if checked_by_render(study):  # trials that cannot share a block: refused here as by submit
+                from stratctl.backends.launch import prepare
+
+                prepare(study)
         except StudyError as e:
             problems += e.problems
         else:

@@ -102,3 +102,10 @@ def _kubernetes(study: Study) -> Merging:
         "kept to the adaptive target",
         KUBERNETES_BLOCK,
     )
+
+
+def checked_by_render(study: Study) -> bool:
+    """Whether `validate` and `plan` must render the study's trials as `submit` does to tell
+    that they can share blocks (merged on Kubernetes: their pods may differ in command line
+    and environment alone)."""
+    return study.backend == "kubernetes" and merging(study).merged

@@ -159,15 +159,25 @@ def mergeable(first: list[dict] | dict, other: list[dict], where: str) -> None:
     b = pod_key(job_of(other))
     if a == b:
         return
-    for part in ("metadata", "spec"):
-        for key in sorted(set(a[part]) | set(b[part])):
-            if a[part].get(key) != b[part].get(key):
-                raise NotMergeable(
-                    f"{where}: its pod's {part}.{key} differs from the first trial's: trials merged into "
-                    "one Indexed Job may differ only in their command line and environment "
-                    "(set merge: off, or move the value into the command or env)"
-                )
-    raise NotMergeable(f"{where}: its pod differs from the first trial's")
+    raise NotMergeable(
+        f"{where}: its pod's {_difference(a, b)} differs from the first trial's: trials merged into one Indexed "
+        "Job may differ only in their command line and environment (set merge: off, or move the value into the "
+        "command or env)"
+    )
+
+
+def _difference(a: Any, b: Any, path: str = "") -> str:
+    """Where two pod keys first differ, as a field path (`metadata.annotations["x"]`)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if a.get(key) != b.get(key):
+                plain = re.fullmatch(r"[A-Za-z_]\w*", str(key))
+                return _difference(a.get(key), b.get(key), f"{path}.{key}".lstrip(".") if plain else f'{path}["{key}"]')
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _difference(x, y, f"{path}[{i}]")
+    return path or "template"
 
 
 def _shared(parts: list[Part]) -> set[int]:

@@ -202,4 +202,4 @@ def test_a_search_whose_template_puts_a_parameter_outside_command_and_env_is_ref
         prepare(study_file(text))
     said = str(caught.value)
     assert said.startswith(f"{study_file(text)}:4:") and "a trial at the space's low end" in said
-    assert "its pod's metadata.annotations differs from the first trial's" in said
+    assert "its pod's metadata.annotations.x differs from the first trial's" in said

@@ -235,7 +235,11 @@ def test_a_command_word_keeps_kubernetes_references_and_nothing_else_of_the_shel
 def test_trials_whose_pods_differ_in_more_than_command_and_env_cannot_share_a_block(tmp_path):
     text = MERGED.replace("  image: busybox\n", '  image: busybox\n  annotations: {team: "{{ params.layers }}"}\n')
     _, trials = rendered(merged_study(tmp_path, text), 2)
-    with pytest.raises(NotMergeable, match=r"trial 1: its pod's metadata.annotations differs"):
+    with pytest.raises(NotMergeable, match=r"trial 1: its pod's metadata.annotations\.team differs"):
+        mergeable(trials[0][1], trials[1][1], "trial 1")
+    image = MERGED.replace("  image: busybox\n", '  image: "busybox:{{ params.layers }}"\n')
+    _, trials = rendered(merged_study(tmp_path, image), 2)
+    with pytest.raises(NotMergeable, match=r"its pod's spec\.containers\[0\]\.image differs"):
         mergeable(trials[0][1], trials[1][1], "trial 1")
     _, same = rendered(merged_study(tmp_path), 2)
     mergeable(same[0][1], same[1][1], "trial 1")
@@ -416,7 +420,16 @@ def test_submit_refuses_at_the_merge_field_trials_that_cannot_share_a_block(tmp_
     [problem] = refused.value.problems
     line = text.splitlines().index("merge: auto") + 1
     assert (problem.file, problem.line) == (path, line)
-    assert "trial 1 (" in problem.message and "metadata.annotations differs" in problem.message
+    assert "trial 1 (" in problem.message and "metadata.annotations.team differs" in problem.message
+    # validate and plan refuse it as submit does, at the same place, exit 2, no traceback
+    from typer.testing import CliRunner
+
+    from stratctl.cli.main import app
+
+    for command in ("validate", "plan"):
+        said = CliRunner().invoke(app, [command, path])
+        assert said.exit_code == 2 and f"{path}:{line}:" in said.output and "annotations.team" in said.output
+        assert "Traceback" not in said.output
     prepare(merged_study(tmp_path))  # trials that differ in command and env alone: accepted
 
 
