@@ -156,6 +156,7 @@ def _job_row(
         params = _in_order(params, order)
     state = effective_state(view, limits)
     name = job["metadata"]["name"]
+    block = (job["metadata"].get("labels") or {}).get(labels.IN_BLOCK)  # a trial of a block: its Job's name shown
     code, why = told.exits.get(name, (None, ""))
     failed = state is TrialState.FAILED
     return TrialRow(
@@ -165,7 +166,7 @@ def _job_row(
         attempt=attempt,
         params=params,
         created=timestamp(job["metadata"].get("creationTimestamp")),
-        job=name,
+        job=block or name,
         phase=phase_of(job),
         pending=(told.reasons.get(name) or notes.get(labels.WAITS, "")) if state is TrialState.PENDING else "",
         result=told.results.get(name),
@@ -174,7 +175,8 @@ def _job_row(
         gpu_seconds=before.gpu_seconds + spent.gpu_seconds,
         gpu_seconds_lost=before.gpu_seconds_lost + spent.gpu_seconds_lost,
         checkpoint=notes.get(labels.CHECKPOINT, ""),
-        podgroup=podgroup_name(job),
+        # a block's PodGroup is the one Volcano makes for its Job: `podgroup-<the Job's uid>`
+        podgroup=f"podgroup-{job['metadata'].get('uid', '').split('/')[0]}" if block else podgroup_name(job),
         requeued=notes.get(labels.REQUEUED_BECAUSE, ""),
         index=int(notes[labels.TRIAL_INDEX]) if (notes.get(labels.TRIAL_INDEX) or "").isdigit() else None,
         started=run_start(job, start),

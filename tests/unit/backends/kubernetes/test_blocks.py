@@ -364,6 +364,8 @@ def test_status_shows_each_trial_of_a_block(tmp_path):
     assert pod_lists == ["stratctl.io/study=loop,!stratctl.io/block", "stratctl.io/study=loop,stratctl.io/block"]
     waits = [row.pending for row in snap.trials if row.state == "pending"]
     assert all(w.startswith("queued in its block loop-block-0") for w in waits)
+    uid = cluster.objects[("batch/v1", "Job", NS, "loop-block-0")]["metadata"]["uid"]
+    assert {(r.job, r.podgroup) for r in snap.trials} == {("loop-block-0", f"podgroup-{uid}")}  # names kubectl finds
     loop.save_summary(force=True)  # a fresh summary: a table of the first trials reads those alone
     first = collect(cluster, NS, "loop", now=clock(), shown=4)
     assert [(r.trial, r.state) for r in first.trials] == sorted(states.items())[:4]
