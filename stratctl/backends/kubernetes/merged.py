@@ -72,16 +72,16 @@ class Merged(Capability):
         if not blocks:
             self.blocks, self.queued = [], set()
             return jobs
-        pods = self._live_pods() if any(b.unfinished() for b in blocks) else []
+        # the loop's watch of pods, when it has one, holds ended pods too: a trial's GPU time
+        # ends with its pod, not with its block
+        mirrored = self.loop.mirrored()[0]
+        pods = mirrored if mirrored is not None else self._live_pods() if any(b.unfinished() for b in blocks) else []
         jobs, self.blocks = expand(jobs, pods)
         self.queued = {name for block in self.blocks for name in block.queued()}
         self.next = max(self.next, 1 + max(block_number(b.name) for b in self.blocks))
         return jobs
 
     def _live_pods(self) -> list[dict]:
-        mirrored = self.loop.mirrored()[0]
-        if mirrored is not None:
-            return mirrored
         study = self.loop.study
         try:
             pods, _ = self.loop.throttle.call(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from stratctl.backends.kubernetes.record import parse_record
 from stratctl.backends.kubernetes.revision import revise
 from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
 from stratctl.backends.kubernetes.status import collect
+from stratctl.backends.kubernetes.summary import summary_of
 from stratctl.backends.launch import prepare
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
@@ -551,3 +553,37 @@ def test_a_loop_following_a_study_that_delete_force_takes_out_stops_and_sends_no
         loop.run()
     assert created(cluster) == []  # no second block: the trials the delete took out are not sent again
     assert parse_record(cluster.record("loop")).deleting  # kept (pods left), marked: a later loop stops too
+
+
+class TimedJobs(IndexedJobs):
+    """Each step is 10 s of the cluster's clock: a pod that starts running gets its start
+    time, one that ends its finish time, as the kubelet writes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.now = 1_800_000_000.0
+
+    def advance(self, finish: str = "Completed") -> None:
+        self.now += 10
+        super().advance(finish)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.now))
+        for (_, kind, _, _), pod in self.objects.items():
+            if kind != "Pod":
+                continue
+            status = pod["status"]
+            if status["phase"] == "Running" and "startTime" not in status:
+                status["startTime"] = stamp
+            if status["phase"] == "Succeeded" and "containerStatuses" not in status:
+                status["containerStatuses"] = [{"state": {"terminated": {"exitCode": 0, "finishedAt": stamp}}}]
+
+
+def test_the_studys_summary_counts_each_trial_of_a_block_until_its_pod_ended(tmp_path):
+    cluster, clock = TimedJobs(), FakeClock()
+    loop, _ = make(merged_study(tmp_path), cluster, clock)
+    loop.wall = lambda: cluster.now
+    loop.mirrored = lambda: ([o for (_, k, _, _), o in cluster.objects.items() if k == "Pod"], [])
+    progress = loop.run()
+    assert progress.succeeded == 10
+    row = summary_of(cluster.record("loop"), cluster.now, 30)
+    # each trial's pod ran one step (10 s) on one GPU; not until its block, or the loop, ended
+    assert row is not None and row.gpu_hours == pytest.approx(10 * 10 / 3600, abs=1e-4)
