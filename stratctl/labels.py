@@ -55,10 +55,11 @@ REPORT = f"{PREFIX}/report"
 # Annotations on a re-submitted attempt carrying the totals of the trial's earlier
 # attempts, so `status` reads a trial's history from its latest job alone (older attempts
 # may have been cleaned up).
-# on a block's Job: its trials, a JSON list of [name, index, params, checkpoint] by index
+# on a block's Job: its trials, a JSON list of [name, index, params, checkpoint, spec hash] by index
 BLOCK_TRIALS = f"{PREFIX}/block-trials"
 # on a trial's view read from a block, while it waits for its turn there: why (for `status`)
 WAITS = f"{PREFIX}/waits"
+BLOCK_SUSPENDED = f"{PREFIX}/block-suspended"  # ... and its block is suspended (drain): the trial is held
 PREEMPTIONS = f"{PREFIX}/preemptions"  # preemptions before this attempt
 FAILURES = f"{PREFIX}/failures"  # failed attempts before this attempt
 GPU_SECONDS = f"{PREFIX}/gpu-seconds"  # GPU-seconds used by earlier attempts

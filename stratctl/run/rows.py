@@ -51,6 +51,7 @@ class TrialRow:
     queue: str = (
         ""  # the queue of the latest attempt ("" when its job does not say: a batch/v1 Job of a one-queue study)
     )
+    queued: bool = False  # pending in its block (merged submissions) for its turn: not in flight
 
 
 @dataclass

@@ -197,6 +197,8 @@ class Block:
                 notes[labels.GIVEN_UP] = why
             if not status.get("active") and "conditions" not in status:
                 notes[labels.WAITS] = self.why_queued()
+                if self.suspended:
+                    notes[labels.BLOCK_SUSPENDED] = "true"
             views.append(
                 {
                     "apiVersion": "batch/v1",

@@ -155,6 +155,8 @@ def _job_row(
     if isinstance(params, dict):
         params = _in_order(params, order)
     state = effective_state(view, limits)
+    if state is TrialState.PENDING and notes.get(labels.BLOCK_SUSPENDED):  # held in its drained block
+        state = TrialState.SUSPENDED
     name = job["metadata"]["name"]
     block = (job["metadata"].get("labels") or {}).get(labels.IN_BLOCK)  # a trial of a block: its Job's name shown
     code, why = told.exits.get(name, (None, ""))
@@ -168,7 +170,10 @@ def _job_row(
         created=timestamp(job["metadata"].get("creationTimestamp")),
         job=block or name,
         phase=phase_of(job),
-        pending=(told.reasons.get(name) or notes.get(labels.WAITS, "")) if state is TrialState.PENDING else "",
+        pending=(told.reasons.get(name) or notes.get(labels.WAITS, ""))
+        if state in (TrialState.PENDING, TrialState.SUSPENDED)
+        else "",
+        queued=state is TrialState.PENDING and labels.WAITS in notes,
         result=told.results.get(name),
         preemptions=view.preemptions,
         failures=view.failures,
@@ -236,7 +241,7 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
         drained=record.drained,
         trials=record.trials,
         states=counts,
-        in_flight=counts["pending"] + counts["running"],
+        in_flight=counts["pending"] + counts["running"] - sum(1 for r in rows if r.queued),
         target=record.target,
         decision=record.reason,
         attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),

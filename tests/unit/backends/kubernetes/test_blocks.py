@@ -366,6 +366,7 @@ def test_status_shows_each_trial_of_a_block(tmp_path):
     assert pod_lists == ["stratctl.io/study=loop,!stratctl.io/block", "stratctl.io/study=loop,stratctl.io/block"]
     waits = [row.pending for row in snap.trials if row.state == "pending"]
     assert all(w.startswith("queued in its block loop-block-0") for w in waits)
+    assert snap.studies[0].in_flight == 3  # the seven queued in the block wait: not in flight
     uid = cluster.objects[("batch/v1", "Job", NS, "loop-block-0")]["metadata"]["uid"]
     assert {(r.job, r.podgroup) for r in snap.trials} == {("loop-block-0", f"podgroup-{uid}")}  # names kubectl finds
     loop.save_summary(force=True)  # a fresh summary: a table of the first trials reads those alone
@@ -386,6 +387,12 @@ def test_drain_suspends_a_block_with_its_running_trials_and_resume_lets_it_run_a
     cluster.advance()  # the job controller makes no pod while suspended
     live = [o for (_, k, _, _), o in cluster.objects.items() if k == "Pod" and o["status"]["phase"] == "Pending"]
     assert not live
+    cluster.record("loop")["data"]["study.yaml"] = Path(merged_study(tmp_path)).read_text()
+    snap = collect(cluster, NS, "loop", now=clock())
+    held = [r for r in snap.trials if r.state == "suspended"]
+    assert len(held) == 7 and all(r.pending == "its block loop-block-0 is suspended (drain)" for r in held)
+    [study] = snap.studies
+    assert study.states["suspended"] == 7 and study.in_flight == study.states["running"] + study.states["pending"]
     back = resume(cluster, NS, "loop")
     assert job["spec"]["suspend"] is False and len(back.resumed) == 10 - len(indexes(job["status"]["completedIndexes"]))
     assert cluster.record("loop")["data"]["drained"] == "false"
