@@ -156,6 +156,8 @@ def submit_study(
             parts=prepared.parts,
         )
         submitter.storage = mirror
+        if study.merge == "auto" and reporter is not None:  # merged, or why not (as `plan` says)
+            reporter.event(merging(study).why)
         _watch(submitter, cluster, study, options, blind, reporter)
         return _run(submitter)
     finally:

@@ -110,7 +110,10 @@ class Study(_Model):
     @field_validator("merge", mode="before")
     @classmethod
     def _merge(cls, v: Any) -> Any:
-        """`merge: off` is YAML's false: the word the user wrote."""
+        """`merge: off` is YAML's false: the word the user wrote. `yes`, `true` and `on` are
+        YAML's true, which is no value of `merge`."""
+        if v is True:
+            raise _bad("merge_bool", "must be 'off' or 'auto' (YAML reads yes, true and on as a boolean)")
         return "off" if v is False else v
 
     @field_validator("name")

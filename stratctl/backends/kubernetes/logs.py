@@ -67,6 +67,11 @@ def _in_block(cluster, namespace: str, study: str, trial: str) -> list[dict]:
             if listed.name == trial:
                 selector = f"{labels.BLOCK}={block['metadata']['name']},{INDEX}={index}"
                 pods = cluster.list(POD, namespace, label_selector=selector)[0]
+                if not pods:
+                    raise UsageError(
+                        f"trial {trial} of study {study} has no pod yet: it waits for its turn in its block "
+                        f"{block['metadata']['name']} (index {index})"
+                    )
                 return sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")[-1:]
     return []
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from stratctl import labels
 from stratctl.backends.kubernetes.blockmanifests import (
@@ -29,6 +30,7 @@ from stratctl.backends.kubernetes.state import TrialState, classify, latest_atte
 from stratctl.backends.kubernetes.status import collect
 from stratctl.backends.kubernetes.summary import summary_of
 from stratctl.backends.launch import prepare
+from stratctl.cli.main import app
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand as trials_of
@@ -147,6 +149,11 @@ def test_kubernetes_merges_one_process_batch_trials_with_a_command_and_says_why_
     assert merging(load_study(merged_study(tmp_path))).merged
     volcano = load_study(merged_study(tmp_path, MERGED.replace("workload: batch\n", "")))
     assert not merging(volcano).merged and "set workload: batch" in merging(volcano).why
+    said = CliRunner().invoke(app, ["validate", merged_study(tmp_path, MERGED.replace("merge: auto", "merge: yes"))])
+    assert (
+        said.exit_code == 2
+        and "merge: must be 'off' or 'auto' (YAML reads yes, true and on as a boolean)" in said.output
+    )
     no_command = load_study(merged_study(tmp_path, MERGED.replace("  command:", "  args:")))
     assert not merging(no_command).merged and "states no command" in merging(no_command).why
     gang_text = MERGED.replace("  resources:", "  tasks: [{name: worker, replicas: 2}]\n  resources:")
@@ -433,10 +440,6 @@ def test_submit_refuses_at_the_merge_field_trials_that_cannot_share_a_block(tmp_
     assert (problem.file, problem.line) == (path, line)
     assert "trial 1 (" in problem.message and "metadata.annotations.team differs" in problem.message
     # validate and plan refuse it as submit does, at the same place, exit 2, no traceback
-    from typer.testing import CliRunner
-
-    from stratctl.cli.main import app
-
     for command in ("validate", "plan"):
         said = CliRunner().invoke(app, [command, path])
         assert said.exit_code == 2 and f"{path}:{line}:" in said.output and "annotations.team" in said.output
@@ -528,6 +531,11 @@ def test_logs_find_a_trials_pod_in_its_block(tmp_path):
     assert pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
     with pytest.raises(UsageError, match="has no pods"):
         pods_of(cluster, NS, "loop", "loop-nosuchtrial")
+    queued, _ = make(merged_study(tmp_path, MERGED.replace("name: loop", "name: later")), cluster, clock, detach=True)
+    queued.run()  # sent, no pod made yet
+    first = queued.trials[queued.order[0]].name
+    with pytest.raises(UsageError, match=f"trial {first} of study later has no pod yet: it waits for its turn in its "):
+        pods_of(cluster, NS, "later", first)
 
 
 def test_a_pod_that_ended_before_its_job_counts_it_is_not_read_as_queued_again(tmp_path):
