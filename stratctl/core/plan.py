@@ -160,7 +160,8 @@ def notes(plan: Plan, shown: int) -> list[str]:
         )
     how = merging(s)
     if s.merge != "off" or s.backend == "slurm" or how.could:
-        lines.append(how.why)
+        blocks = _merge(plan)["blocks"]
+        lines.append(how.why + (f" ({blocks} block{'s' if blocks > 1 else ''} for these trials)" if blocks else ""))
     if e.money is not None:
         cost += f" ≈ {e.money:,.2f} {e.currency} at {s.cost.gpu_hour_price:g} {e.currency}/GPU-hour"
     lines.append(cost)
@@ -208,7 +209,17 @@ def as_json(plan: Plan) -> dict[str, Any]:
             for i, t in enumerate(plan.trials)
         ],
         "estimate": plan.estimate.as_dict(),
+        "merge": _merge(plan),
     }
+
+
+def _merge(plan: Plan) -> dict[str, Any]:
+    """How the study's first attempts are sent (core/merging.py); `blocks`: how many at
+    least (a block of fewer trials when their scripts would outgrow one object), None for a
+    search that asks its trials as it goes."""
+    how = merging(plan.study)
+    known = how.merged and not plan.study.strategy.closed_loop
+    return {"merged": how.merged, "why": how.why, "blocks": -(-len(plan.trials) // how.block) if known else None}
 
 
 def _duration(seconds: float) -> str:

@@ -602,3 +602,15 @@ def test_the_studys_summary_counts_each_trial_of_a_block_until_its_pod_ended(tmp
     row = summary_of(cluster.record("loop"), cluster.now, 30)
     # each trial's pod ran one step (10 s) on one GPU; not until its block, or the loop, ended
     assert row is not None and row.gpu_hours == pytest.approx(10 * 10 / 3600, abs=1e-4)
+
+
+def test_plan_says_how_many_blocks_a_merged_study_is(tmp_path):
+    from stratctl.core.plan import as_json, make_plan, notes
+
+    plan = make_plan(merged_study(tmp_path, MERGED.replace("values: [2, 4]", f"values: {list(range(250))}")))
+    assert len(plan.trials) == 1250
+    said = as_json(plan)["merge"]
+    assert (said["merged"], said["blocks"]) == (True, 2) and said["why"].startswith("merged: Indexed Jobs")
+    assert any(line.endswith("(2 blocks for these trials)") for line in notes(plan, 5))
+    off = as_json(make_plan(merged_study(tmp_path, MERGED.replace("merge: auto", "merge: off"))))["merge"]
+    assert (off["merged"], off["blocks"]) == (False, None)
