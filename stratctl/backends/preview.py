@@ -72,6 +72,24 @@ def kubernetes(study: Study, renderer: Renderer) -> Preview:
     )
 
 
+def blocks(study: Study, renderer: Renderer, trials: list[Trial]) -> list[Submission]:
+    """A merged study's first attempts as `submit` sends them on Kubernetes: blocks, each
+    the ConfigMap of its trials' scripts and its Indexed Job (backends/kubernetes/blocks.py),
+    with the `parallelism` the adaptive target starts at (the loop keeps it to the target)."""
+    from stratctl.backends.kubernetes.blockmanifests import block_manifests, part_of
+
+    out: list[Submission] = []
+    rendered = renderer.render_all(trials, attempt=0)
+    parts = [part_of(t, docs) for t, docs in zip(trials, rendered)]
+    start = 0
+    while start < len(trials):
+        size = min(len(trials) - start, study.throttle.parallelism.initial)
+        docs, listed = block_manifests(study, len(out), rendered[start], parts[start:], max(1, size))
+        out.append(Submission(docs[1]["metadata"]["name"], docs))
+        start += len(listed)
+    return out
+
+
 def slurm(study: Study, renderer: Renderer) -> Preview:
     """The sbatch script of the attempt (sent on sbatch's standard input)."""
     from stratctl.backends.slurm.script import build

@@ -43,6 +43,7 @@ def render(
     """Render what every trial would be submitted as: Kubernetes manifests, Slurm sbatch scripts,
     YARN application requests."""
     from stratctl.backends.preview import preview, suffix
+    from stratctl.core.merging import checked_by_render
     from stratctl.core.space import expand
     from stratctl.core.spec import load_study
     from stratctl.errors import UsageError
@@ -60,6 +61,24 @@ def render(
         typer.echo(f"note: {note}", err=True)
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
+    if attempt == 0 and not trial and not resume and checked_by_render(study):  # sent as blocks
+        from stratctl.backends.preview import blocks
+
+        sent = blocks(study, shown.renderer, trials)
+        typer.echo(
+            f"note: merge: auto: {len(trials)} trials as {len(sent)} block(s), each a ConfigMap of the trials' "
+            "scripts and an Indexed Job (parallelism: where the adaptive target starts); --trial shows a trial "
+            "as a Job of its own, as its next attempts are sent",
+            err=True,
+        )
+        for s in sent:
+            if output_dir is None:
+                sys.stdout.write(_text([s], chosen))
+            else:
+                (output_dir / f"{s.name}{suffix(chosen)}").write_text(_text([s], chosen))
+        if output_dir is not None:
+            typer.echo(f"wrote {len(sent)} files to {output_dir}", err=True)
+        return
     # in chunks, each written before the next is rendered: memory stays flat however many trials
     for start in range(0, len(trials), CHUNK):
         submissions = shown.render(trials[start : start + CHUNK], attempt=attempt, resume=resume)

@@ -3,6 +3,7 @@ and kept to the adaptive target by the submit loop (merged.py), read back per tr
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -614,3 +615,23 @@ def test_plan_says_how_many_blocks_a_merged_study_is(tmp_path):
     assert any(line.endswith("(2 blocks for these trials)") for line in notes(plan, 5))
     off = as_json(make_plan(merged_study(tmp_path, MERGED.replace("merge: auto", "merge: off"))))["merge"]
     assert (off["merged"], off["blocks"]) == (False, None)
+
+
+def test_render_shows_a_merged_studys_blocks_as_submit_sends_them(tmp_path):
+    path = merged_study(tmp_path)
+    cluster, clock = IndexedJobs(), FakeClock()
+    make(path, cluster, clock)[0].run()
+    sent = {k[1]: o for k, o in cluster.objects.items() if k[3] == "loop-block-0"}
+    said = CliRunner().invoke(app, ["render", path, "--format", "json"])
+    assert said.exit_code == 0 and "note: merge: auto: 10 trials as 1 block(s)" in said.stderr
+    shown, text, at = [], said.stdout, 0
+    while text[at:].strip():  # one JSON object a document
+        doc, at = json.JSONDecoder().raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+        shown.append(doc)
+    assert [(d["kind"], d["metadata"]["name"]) for d in shown] == [
+        ("ConfigMap", "loop-block-0"),
+        ("Job", "loop-block-0"),
+    ]
+    for doc in shown:  # the same objects: the spec hash leaves out only the parallelism the loop changes
+        assert doc["metadata"]["labels"][labels.SPEC_HASH] == sent[doc["kind"]]["metadata"]["labels"][labels.SPEC_HASH]
+    assert shown[0]["data"] == sent["ConfigMap"]["data"]
