@@ -49,6 +49,22 @@ def blocks(api, study):
     return api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={study},{labels.BLOCK}")[0]
 
 
+def counted(api, study) -> list[dict]:
+    """The study's blocks once the job controller has counted every index ended (a loop ends
+    as soon as the pods have; the Job's status follows a moment later)."""
+
+    def settled():
+        found = blocks(api, study)
+        for job in found:
+            status = job.get("status") or {}
+            ended = indexes(status.get("completedIndexes")) | indexes(status.get("failedIndexes"))
+            if len(ended) < len(listed_of(job)):
+                return None
+        return found
+
+    return wait_until(settled, 30, message="every block's indexes counted")
+
+
 def live_pods(api, study):
     pods, _ = api.list(POD, label_selector=f"{labels.STUDY}={study}")
     return [p for p in pods if p["status"].get("phase") in ("Pending", "Running")]
@@ -98,7 +114,7 @@ def test_a_merged_study_is_one_indexed_job_run_exactly_once_across_a_kill_and_a_
                 process.kill()
     assert (progress["succeeded"], progress["failed"], progress["created"], progress["existing"]) == (trials, 0, 0, 0)
     assert peak <= cap, f"{peak} pods of the block at once, cap {cap}"
-    [job] = blocks(api, name)
+    [job] = counted(api, name)  # the loop ends once the pods succeeded; the Job counts them a moment later
     assert indexes(job["status"]["completedIndexes"]) == set(range(trials))
     snap = cli.status(name)
     rows = {row["trial"]: row for row in snap["trials"]}
@@ -168,7 +184,7 @@ def test_drain_and_resume_two_trials_inside_one_block(testbed, api, cli, studies
         assert len(api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]) == 1
         snap = cli.status(name)
         assert snap["studies"][0]["drained"]
-        waits = [t["pending"] for t in snap["trials"] if t["state"] == "pending"]
+        waits = [t["pending"] for t in snap["trials"] if t["state"] == "suspended"]  # held in the drained block
         assert waits and all("suspended (drain)" in w for w in waits), waits
         resumed = json.loads(cli.run("resume", name, "--json"))
         assert set(outcome["suspended"]) <= set(resumed["resumed"])
@@ -180,7 +196,7 @@ def test_drain_and_resume_two_trials_inside_one_block(testbed, api, cli, studies
         if submit.poll() is None:
             submit.kill()
     assert (progress["succeeded"], progress["failed"]) == (trials, 0)
-    [job] = blocks(api, name)
+    [job] = counted(api, name)
     assert indexes(job["status"]["completedIndexes"]) == set(range(trials))
     assert len(api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]) == 1
 
@@ -253,7 +269,7 @@ def test_a_search_asks_in_blocks_and_its_pruner_stops_one_index(testbed, api, cl
     pruned = {t for t, e in told.items() if e["state"] == "pruned"}
     assert pruned, "no trial was pruned"
     assert (progress["pruned"], progress["succeeded"], progress["failed"]) == (len(pruned), BUDGET - len(pruned), 0)
-    made = blocks(api, name)
+    made = counted(api, name)
     jobs = api.list(BATCH_JOB, label_selector=f"{labels.STUDY}={name}")[0]
     assert len(jobs) == len(made) < BUDGET  # blocks alone: no trial has a Job of its own, no next attempt
     carried = {t.name: (job, i) for job in made for i, t in enumerate(listed_of(job))}
