@@ -62,7 +62,10 @@ def render(
     if output_dir is not None:
         output_dir.mkdir(parents=True, exist_ok=True)
     if attempt == 0 and not trial and not resume and checked_by_render(study):  # sent as blocks
+        from stratctl.backends.launch import prepare
         from stratctl.backends.preview import blocks
+
+        prepare(study)  # trials that cannot share a block: refused here as by submit
 
         sent = blocks(study, shown.renderer, trials)
         typer.echo(

@@ -440,8 +440,8 @@ def test_submit_refuses_at_the_merge_field_trials_that_cannot_share_a_block(tmp_
     line = text.splitlines().index("merge: auto") + 1
     assert (problem.file, problem.line) == (path, line)
     assert "trial 1 (" in problem.message and "metadata.annotations.team differs" in problem.message
-    # validate and plan refuse it as submit does, at the same place, exit 2, no traceback
-    for command in ("validate", "plan"):
+    # validate, plan and render refuse it as submit does, at the same place, exit 2, no traceback
+    for command in ("validate", "plan", "render"):
         said = CliRunner().invoke(app, [command, path])
         assert said.exit_code == 2 and f"{path}:{line}:" in said.output and "annotations.team" in said.output
         assert "Traceback" not in said.output
