@@ -152,7 +152,9 @@ class _Asked:
         # A table of `limit` trials needs the study's summary and those trials only;
         # other outputs, --sort and --limit 0 need every trial.
         everything = not self.table or not limit or bool(sort)
-        snap = core.collect(self.cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit)
+        snap = core.collect(
+            self.cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit, every_trial=True
+        )
         snap.trials = sort_trials(snap.trials, sort)
         if best:
             snap.trials = snap.trials[:best]

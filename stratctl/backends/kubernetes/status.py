@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from stratctl import labels
+from stratctl.backends.kubernetes import roster
 from stratctl.backends.kubernetes.blocks import expand, is_block
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, resource_path
 from stratctl.backends.kubernetes.record import job_kinds, parse_record, record_name, records
@@ -179,6 +180,7 @@ def collect(
     reasons_for_all: bool = True,
     shown: int | None = None,
     selector: str | None = None,
+    every_trial: bool = False,
 ) -> Snapshot:
     """One consistent-enough picture of the namespace's studies (or one study).
 
@@ -187,6 +189,8 @@ def collect(
     `shown=0` only the studies' rows. With `reasons_for_all` false the PodGroups are not
     listed (the list costs as much as the jobs'); `explain_pending` then fetches the
     reasons of the few rows shown. `selector` picks studies by their records' labels.
+    With `every_trial`, the trials not created yet are listed too, and every trial has its
+    parameters (roster.py: from the study its record keeps).
     """
     now = time.time() if now is None else now
     cms = records(cluster, namespace, study, selector)
@@ -207,6 +211,8 @@ def collect(
         rows_of_studies, rows = _read_all(cluster, namespace, full, selector, now, reasons_for_all)
         if early is not None:
             _carry_reasons(early.result(), rows)
+        if every_trial:
+            rows = roster.every_trial(full, rows)
         studies.update((r.study, r) for r in rows_of_studies)
         trials.extend(rows)
         total += len(rows)
@@ -216,8 +222,11 @@ def collect(
         first, complete = _first_trials(cluster, namespace, cm, now, shown) if shown else ([], False)
         if complete:  # every trial was read: count them, not the summary of a moment ago
             summary = study_row(parse_record(cm), first, now)
+        listed = False  # whether the trials not created yet have rows
+        if every_trial and shown and (summary.states.get(TrialState.WAITING.value) or any(not r.params for r in first)):
+            first, listed = roster.first_trials(parse_record(cm), first, complete, shown)
         studies[summary.study] = summary
-        total += summary.trials - summary.states.get(TrialState.WAITING.value, 0)
+        total += summary.trials - (0 if listed else summary.states.get(TrialState.WAITING.value, 0))
         trials.extend(first[:shown])
     ordered = [studies[name] for name in (parse_record(cm).study for cm in cms) if name in studies]
     trials.sort(key=lambda r: (r.study, r.trial))

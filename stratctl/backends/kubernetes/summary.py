@@ -111,7 +111,9 @@ def _trial_rows(record, marks: dict[str, dict], jobs: list[tuple[str, int, dict]
         if trial not in pruned  # a pruned trial's job may outlive the stop (its block's index, say)
     ]
     seen = {row.trial for row in rows}
-    rows += [_suspended_row(record.study, trial, mark) for trial, mark in sorted(marks.items()) if trial not in seen]
+    rows += [
+        _suspended_row(record.study, trial, mark, order) for trial, mark in sorted(marks.items()) if trial not in seen
+    ]
     seen |= set(marks)
     rows += [
         _pruned_row(record.study, trial, entry, order)
@@ -127,7 +129,7 @@ def _trial_rows(record, marks: dict[str, dict], jobs: list[tuple[str, int, dict]
     return rows
 
 
-def _in_order(params: dict, order: list[str]) -> dict:
+def in_order(params: dict, order: list[str]) -> dict:
     """Parameters as the study file lists them, like `plan`."""
     return {**{k: params[k] for k in order if k in params}, **params} if order else params
 
@@ -153,7 +155,7 @@ def _job_row(
     except ValueError:
         params = {}
     if isinstance(params, dict):
-        params = _in_order(params, order)
+        params = in_order(params, order)
     state = effective_state(view, limits)
     if state is TrialState.PENDING and notes.get(labels.BLOCK_SUSPENDED):  # held in its drained block
         state = TrialState.SUSPENDED
@@ -192,13 +194,18 @@ def _job_row(
     )
 
 
-def _suspended_row(study: str, trial: str, mark: dict) -> TrialRow:
-    """The row of a suspended trial whose job is gone, from its mark in the study record."""
+def _suspended_row(study: str, trial: str, mark: dict, order: list[str]) -> TrialRow:
+    """The row of a suspended trial whose job is gone, from its mark in the study record
+    (its parameters and index too, which `drain` keeps there)."""
+    params = mark.get("params")
+    index = mark.get("index")
     return TrialRow(
         study=study,
         trial=trial,
         state=TrialState.SUSPENDED.value,
         attempt=mark["attempt"],
+        params=in_order(params, order) if isinstance(params, dict) else {},
+        index=index if isinstance(index, int) and not isinstance(index, bool) else None,
         preemptions=int(mark.get("preemptions") or 0),
         failures=int(mark.get("failures") or 0),
         gpu_seconds=float(mark.get("gpu_seconds") or 0),
@@ -215,7 +222,7 @@ def _pruned_row(study: str, trial: str, entry: dict, order: list[str]) -> TrialR
         trial=trial,
         state=TrialState.PRUNED.value,
         attempt=0,
-        params=_in_order(params, order),
+        params=in_order(params, order),
         result=entry.get("result") if isinstance(entry.get("result"), dict) else None,
         gpu_seconds=float(entry.get("gpu_seconds") or 0),
         index=entry.get("index") if isinstance(entry.get("index"), int) else None,
@@ -228,7 +235,8 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
     counts = {s: 0 for s in ORDER}
     for row in rows:
         counts[row.state] = counts.get(row.state, 0) + 1
-    counts[TrialState.WAITING.value] = max(0, record.trials - len(rows))
+    # trials with no row are waiting too (status lists them only for one study: roster.py)
+    counts[TrialState.WAITING.value] += max(0, record.trials - len(rows))
     ended = [
         r.finished
         for r in rows
@@ -244,7 +252,7 @@ def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
         in_flight=counts["pending"] + counts["running"] - sum(1 for r in rows if r.queued),
         target=record.target,
         decision=record.reason,
-        attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0),
+        attempts=sum(r.attempt + 1 for r in rows if r.attempt >= 0 and r.state != TrialState.WAITING.value),
         preemptions=sum(r.preemptions for r in rows),
         failures=sum(r.failures for r in rows),
         gpu_hours=sum(r.gpu_seconds for r in rows) / 3600,
