@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from stratctl.backends.kubernetes.kubeconfig import read_kubeconfig
+from stratctl.backends.kubernetes.kubeconfig import UnknownContext, context_problem, read_kubeconfig
 
 
 class Unsupported(Exception):
@@ -77,9 +77,17 @@ def _tls(cluster: dict, user: dict, base: str) -> ssl.SSLContext:
 def static_credentials(path: str, context: str | None) -> Credentials:
     """The credentials of `context` (else the current one) in the kubeconfig at `path`;
     `Unsupported` when they need the Kubernetes client (or the file cannot be followed
-    here: the client then says what is wrong, as it always did)."""
+    here: the client then says what is wrong, as it always did). A context that is not in
+    the file is `UnknownContext`, whichever way its credentials go: the contexts there are
+    and the nearest name, not the client's "Invalid kube-config file"."""
     try:
         config = read_kubeconfig(path) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise Unsupported(str(exc)) from None
+    problem = context_problem(config, path, context)
+    if problem:
+        raise UnknownContext(problem)
+    try:
         ctx = _named(config.get("contexts"), context or config.get("current-context"))["context"]
         cluster = _named(config.get("clusters"), ctx["cluster"])["cluster"]
         user = _named(config.get("users"), ctx.get("user"))["user"] if ctx.get("user") else {}

@@ -17,7 +17,7 @@ import urllib.parse
 
 from stratctl import labels
 from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
-from stratctl.backends.kubernetes.kubeconfig import kubeconfig_path
+from stratctl.backends.kubernetes.kubeconfig import UnknownContext, kubeconfig_path
 
 
 def study_names(kubeconfig: str | None, context: str | None, namespace: str | None, timeout: float) -> list[str] | None:
@@ -26,6 +26,8 @@ def study_names(kubeconfig: str | None, context: str | None, namespace: str | No
         credentials = static_credentials(kubeconfig_path(kubeconfig), context)
     except Unsupported:
         return None
+    except UnknownContext:  # no studies to offer; the command itself says why
+        return []
     url = urllib.parse.urlsplit(credentials.server)
     if url.hostname is None:  # no server to ask
         return None

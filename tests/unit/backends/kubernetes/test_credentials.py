@@ -16,6 +16,8 @@ import pytest
 
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, Cluster
 from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
+from stratctl.backends.kubernetes.kubeconfig import UnknownContext
+from stratctl.backends.kubernetes.quickread import study_names
 from stratctl.errors import Unavailable
 
 
@@ -167,12 +169,47 @@ def test_what_needs_more_than_a_token_or_a_certificate_is_left_to_the_client(tmp
         static_credentials(kubeconfig(tmp_path, "https://127.0.0.1:6443", user, extra), None)
 
 
-def test_an_unknown_context_or_file_is_left_to_the_client_which_says_what_is_wrong(tmp_path):
-    path = kubeconfig(tmp_path, "https://127.0.0.1:6443")
-    with pytest.raises(Unsupported):
-        static_credentials(path, "nowhere")
+def test_an_unreadable_file_is_left_to_the_client_which_says_what_is_wrong(tmp_path):
     with pytest.raises(Unsupported):
         static_credentials(str(tmp_path / "missing"), None)
+
+
+def test_a_misspelt_context_names_the_contexts_there_are_and_the_nearest(tmp_path):
+    path = kubeconfig(tmp_path, "https://127.0.0.1:6443")
+    with pytest.raises(UnknownContext) as caught:
+        static_credentials(path, "otehr")
+    assert str(caught.value) == (
+        f"no context 'otehr' in the kubeconfig {path} (--context) (did you mean 'other'?); its contexts: lab, other"
+    )
+    assert caught.value.exit_code == 2  # a usage error, as validate's
+    with pytest.raises(UnknownContext) as far:
+        static_credentials(path, "production")
+    assert str(far.value).endswith("(--context); its contexts: lab, other")  # nothing near: no guess
+
+
+@pytest.mark.parametrize("user", ["{token: t}", "{exec: {command: get-token}}"])
+def test_connecting_with_an_unknown_context_says_so_whichever_way_the_credentials_go(tmp_path, user):
+    """Not the client's "Invalid kube-config file. Expected object with name ...", which
+    calls a valid file invalid: the same line for a token and for an exec plugin."""
+    path = kubeconfig(tmp_path, "https://127.0.0.1:6443", user)
+    with pytest.raises(UnknownContext, match=r"no context 'lba' .*did you mean 'lab'\?\); its contexts: lab, other"):
+        Cluster.connect(path, context="lba")
+
+
+def test_a_current_context_missing_or_gone_is_said_with_the_contexts(tmp_path):
+    path = kubeconfig(tmp_path, "https://127.0.0.1:6443")
+    text = open(path).read()
+    open(path, "w").write(text.replace("current-context: lab", "current-context: labb"))
+    with pytest.raises(UnknownContext) as gone:
+        static_credentials(path, None)
+    assert "current context 'labb'" in str(gone.value) and "did you mean 'lab'?" in str(gone.value)
+    open(path, "w").write(text.replace("current-context: lab", ""))
+    with pytest.raises(UnknownContext) as unset:
+        static_credentials(path, None)
+    assert str(unset.value) == (
+        f"the kubeconfig {path} sets no current context: choose one with --context; its contexts: lab, other"
+    )
+    assert study_names(path, "nowhere", None, 1.0) == []  # a Tab offers nothing, and fails not
 
 
 def test_tls_follows_the_kubeconfig(tmp_path):
