@@ -131,3 +131,15 @@ class StudyChanged(StratctlError):
 
 class StudyDeleted(StratctlError):
     """`stratctl delete` took the study out while this submit followed it (`--force`)."""
+
+
+class Unsupported(UsageError):
+    """A command or option the study's backend cannot do: refused in one line naming the backend."""
+
+
+class StudyMoved(StratctlError):
+    """A study on a batch scheduler whose trials' marks are where an older stratctl put them
+    (its output_dir resolved against the working directory), not in its study directory:
+    submitting it would send again the trials the scheduler has forgotten."""
+
+    exit_code = ExitCode.CONFLICT

@@ -19,13 +19,19 @@ Two shapes of backend sit below it:
   them all (run/attemptloop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
   is a new `Scheduler` and a line in `scheduler_for`, nothing else.
 
-`is_attempt_backend` is how the CLI tells them apart: an attempt backend's study is named
-by its file (its state lives with the scheduler and the study's output directory), a
-Kubernetes study by its name (its record is in the cluster).
+`is_attempt_backend` is how the CLI tells them apart. A study on a batch scheduler keeps
+what the scheduler forgets (ended jobs, after MinJobAge or max-completed-applications) in
+its study directory, `study_directory`: `<output_dir>/<study>`, a relative `output_dir`
+resolved against the study file's directory as `templates_dir` is, never against the
+working directory, so a submit from anywhere finds the same trials (exactly once). The
+study is known by its name through the catalog (run/catalog.py); a Kubernetes study by its
+record in the cluster.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Protocol
 
 from stratctl.attempt import Attempt
@@ -88,3 +94,22 @@ class Scheduler(Protocol):
 
 def is_attempt_backend(study: Study) -> bool:
     return study.backend != KUBERNETES
+
+
+def study_directory(study: Study, base: Path | str | None = None) -> Path:
+    """Where a study on a batch scheduler keeps its trials' logs, marks and results, and the
+    study as submitted: `<output_dir>/<study>`, absolute. A relative `output_dir` is
+    resolved against the study file's directory (`base`, when given, instead: tests)."""
+    stated = study.slurm.output_dir if study.backend == "slurm" else study.yarn.output_dir
+    root = Path(base).expanduser() / stated if base is not None else study.file_relative(stated)
+    return Path(os.path.abspath(root.expanduser())) / study.name
+
+
+def cwd_directory(study: Study) -> Path | None:
+    """Where stratctl before the study-directory rule put the study (its `output_dir`
+    resolved against the working directory), when that differs from `study_directory`."""
+    stated = study.slurm.output_dir if study.backend == "slurm" else study.yarn.output_dir
+    if Path(stated).expanduser().is_absolute():
+        return None
+    old = Path(os.path.abspath(stated)) / study.name
+    return None if old == study_directory(study) else old

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stratctl.backends.base import is_attempt_backend
+from stratctl.backends.base import cwd_directory, is_attempt_backend
 from stratctl.backends.kubernetes.blockmanifests import NotMergeable, Part, job_of, mergeable, part_of, pod_key
 from stratctl.backends.kubernetes.cluster import QUEUE
 from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
@@ -24,7 +24,7 @@ from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial, corners, expand
 from stratctl.core.spec import Study, load_study
-from stratctl.errors import StillThrottled, StudyError
+from stratctl.errors import StillThrottled, StudyError, StudyMoved
 from stratctl.run.options import SubmitOptions
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.throttle import Throttle
@@ -115,10 +115,7 @@ def submit_study(
     prepared = prepare(path, connection.namespace, options)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
     if is_attempt_backend(study):  # a batch scheduler that runs an attempt as one job (backends/base.py)
-        from stratctl.backends import scheduler_for
-        from stratctl.run.attemptloop import submit_attempts
-
-        return submit_attempts(prepared, scheduler_for(study, renderer), options, qps, burst, reporter, policy)
+        return _submit_attempts(prepared, path, options, qps, burst, reporter, policy)
     mirror = _storage(study, options)  # opened before the cluster is touched: a bad URL changes nothing
     throttle = _throttle(study, options, qps, burst, reporter)
     if options.dry_run == "client":
@@ -162,6 +159,45 @@ def submit_study(
         return _run(submitter)
     finally:
         cluster.close()
+
+
+def _submit_attempts(
+    prepared: Prepared, path, options: SubmitOptions, qps: float | None, burst: int | None, reporter, policy
+) -> Progress:
+    """`submit` on a batch scheduler: the study kept in its study directory and known by
+    name (run/catalog.py), its loop's heartbeat there while it follows it (run/following.py)."""
+    from stratctl.backends import scheduler_for
+    from stratctl.run import catalog
+    from stratctl.run.attemptloop import submit_attempts
+    from stratctl.run.following import Heartbeat
+
+    study = prepared.study
+    scheduler = scheduler_for(study, prepared.renderer)
+    if options.dry_run:
+        return submit_attempts(prepared, scheduler, options, qps, burst, reporter, policy)
+    directory = Path(scheduler.output)  # type: ignore[attr-defined]  # every attempt scheduler's study directory
+    _not_moved(study, directory, scheduler.controller)
+    file = None if isinstance(path, Study) or str(path) == "-" else str(Path(path).resolve())
+    catalog.keep(catalog.Entry(study.name, study.backend, str(directory), file, scheduler.where), study.text)
+    heartbeat = Heartbeat(directory, reporter)
+    heartbeat.beat()
+    try:
+        return submit_attempts(prepared, scheduler, options, qps, burst, heartbeat, policy)
+    finally:
+        heartbeat.stop()
+
+
+def _not_moved(study: Study, directory: Path, controller: str) -> None:
+    """Refuse a study whose trials' marks are where stratctl once put them, against the
+    working directory: submitted from here, the trials the scheduler forgot would go again."""
+    old = cwd_directory(study)
+    if old is None or directory.exists() or not old.is_dir() or not any(old.iterdir()):
+        return
+    raise StudyMoved(
+        f"{study.name}: its trials' marks are in {old} (output_dir was once resolved against the working "
+        f"directory; it now is against the study file's), not in {directory}: move that directory there "
+        f"(`mv {old} {directory}`), or this submit would send again every trial the {controller} has forgotten"
+    )
 
 
 def _storage(study: Study, options: SubmitOptions):

@@ -7,12 +7,14 @@ from typing import Annotated
 import typer
 
 from stratctl.cli.options import (
+    BackendOpt,
     ContextOpt,
     KubeconfigOpt,
     NamespaceOpt,
     OptionalStudyArg,
     Output,
     OutputOpt,
+    RmOpt,
     StudyArg,
     emit,
     file_study,
@@ -38,6 +40,8 @@ def drain(
     ] = 3.0,
     output: OutputOpt = Output.table,
     output_json: JsonOpt = False,
+    backend: BackendOpt = None,
+    rm: RmOpt = None,
 ) -> None:
     """Stop admitting trials of non-critical studies and suspend their running trials.
 
@@ -47,7 +51,7 @@ def drain(
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    on_scheduler = file_study(study)
+    on_scheduler = file_study(study, backend, rm)
     if on_scheduler:
         from stratctl.run import attemptdrain
 
@@ -80,13 +84,15 @@ def resume(
     namespace: NamespaceOpt = None,
     output: OutputOpt = Output.table,
     output_json: JsonOpt = False,
+    backend: BackendOpt = None,
+    rm: RmOpt = None,
 ) -> None:
     """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again.
 
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    on_scheduler = file_study(study)
+    on_scheduler = file_study(study, backend, rm)
     if on_scheduler:
         from stratctl.run import attemptdrain
 

@@ -47,12 +47,32 @@ class Output(StrEnum):
 
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.")]
+STUDY_HELP = (
+    "The study: its name (from any directory, on any backend), or its study file (which names its backend)."
+)
 StudyArg = Annotated[
-    str, typer.Argument(metavar="STUDY", help="The study's name.", autocompletion=_studies, show_default=False)
+    str, typer.Argument(metavar="STUDY", help=STUDY_HELP, autocompletion=_studies, show_default=False)
 ]
 OptionalStudyArg = Annotated[
     str | None,
-    typer.Argument(metavar="STUDY", autocompletion=_studies, help="The study's name.", show_default=False),
+    typer.Argument(metavar="STUDY", autocompletion=_studies, help=STUDY_HELP, show_default=False),
+]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        metavar="BACKEND",
+        help="Where the study NAME runs: kubernetes, slurm or yarn (default: the one that knows the name, "
+        "else kubernetes; a study file names its own).",
+    ),
+]
+RmOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rm",
+        metavar="URL",
+        help="YARN: the ResourceManager to ask (default: the study's yarn.resource_managers); implies --backend yarn.",
+    ),
 ]
 
 
@@ -83,24 +103,28 @@ def duration_option(text: str | None, flag: str) -> float | None:
         raise UsageError(f"{flag} {text!r}: {e}") from None
 
 
-def file_study(argument: str | None):
-    """Where a command's STUDY argument runs, decided here once for every command: for the
-    file of a study on a batch scheduler (backends/base.py: its state lives with the
-    scheduler and its output directory), that study and its scheduler (`.study`,
-    `.scheduler`); None for a Kubernetes study, named by its name (its record is in the
-    cluster)."""
-    import os
+def file_study(argument: str | None, backend: str | None = None, rm: str | None = None) -> OnScheduler | None:
+    """Where a command's STUDY argument runs, decided once for every command
+    (backends.named_study): a study FILE names its backend, a NAME is looked up among the
+    studies submitted to Slurm and YARN (`--backend` names one where several could be
+    meant; `--rm` the YARN ResourceManager to ask). Returns that study and its scheduler
+    (`.study`, `.scheduler`), or None for a Kubernetes study, named by its record in the cluster."""
+    from stratctl.backends import named_study
 
-    if not argument or not os.path.isfile(argument):
-        return None
-    from stratctl.core.spec import load_study
+    found = named_study(argument, backend, rm)
+    return OnScheduler(*found) if found else None
+
+
+def refuse_kubernetes_options(on: OnScheduler | None, **given) -> None:
+    """A Kubernetes option given for a study on a batch scheduler: refused in one line."""
     from stratctl.errors import UsageError
 
-    study = load_study(argument)
-    found = on_scheduler(study)
-    if found is None:
-        raise UsageError(f"{argument} is a Kubernetes study: give its name ({study.name}) instead of its file")
-    return found
+    if on is None:
+        return
+    named = [flag for flag, value in given.items() if value]
+    if named:
+        flags = ", ".join("--" + flag.replace("_", "-") for flag in named)
+        raise UsageError(f"{flags}: Kubernetes options, and study {on.study.name} runs on {on.scheduler.title}")
 
 
 def on_scheduler(study) -> OnScheduler | None:

@@ -11,7 +11,16 @@ from typing import Annotated, Any
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, _studies, file_study
+from stratctl.cli.options import (
+    STUDY_HELP,
+    BackendOpt,
+    ContextOpt,
+    KubeconfigOpt,
+    NamespaceOpt,
+    RmOpt,
+    _studies,
+    file_study,
+)
 from stratctl.errors import UsageError
 from stratctl.run.ranking import sort_trials
 
@@ -31,7 +40,7 @@ def status(
         typer.Argument(
             metavar="STUDY",
             autocompletion=_studies,
-            help="One study and its trials (default: the namespace's studies).",
+            help=f"{STUDY_HELP} Default: the namespace's Kubernetes studies.",
         ),
     ] = None,
     kubeconfig: KubeconfigOpt = None,
@@ -60,6 +69,8 @@ def status(
     limit: Annotated[int, typer.Option("--limit", min=0, help="Trials shown in the table (0: all).")] = 50,
     watch: Annotated[bool, typer.Option("-w", "--watch", help="Keep the table updated.")] = False,
     interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between updates with --watch.")] = 2.0,
+    backend: BackendOpt = None,
+    rm: RmOpt = None,
 ) -> None:
     """Show the studies (trials by state, in flight against target, GPU-hours, outcome or latest
     decision) or one study's trials (parameters, result metrics, state, duration, why pending or failed).
@@ -76,7 +87,9 @@ def status(
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
     if best and not study:
         raise UsageError("--best N ranks the trials of one study: name the STUDY")
-    on_scheduler = file_study(study)  # the FILE of a study on a batch scheduler: its commands, no Kubernetes
+    if not study and (backend or rm) and backend != "kubernetes":
+        raise UsageError("status without a STUDY lists a namespace's Kubernetes studies: name the STUDY")
+    on_scheduler = file_study(study, backend, rm)  # a study on a batch scheduler: its commands, no Kubernetes
     cluster = None if on_scheduler else one_shot(Connection(kubeconfig, context, namespace), pool_size=24)
     if best and not sort:  # the study's objective ranks them, when it declares one
         sort = _declared_ranking(study, on_scheduler, cluster)

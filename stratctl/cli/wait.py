@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, StudyArg, duration_option
+from stratctl.cli.options import (
+    BackendOpt,
+    ContextOpt,
+    KubeconfigOpt,
+    NamespaceOpt,
+    RmOpt,
+    StudyArg,
+    duration_option,
+    file_study,
+    refuse_kubernetes_options,
+)
 
 
 def wait(
@@ -21,18 +32,41 @@ def wait(
     interval: Annotated[
         float, typer.Option("--interval", min=0.2, metavar="SECONDS", help="Seconds between two reads.")
     ] = 2.0,
+    backend: BackendOpt = None,
+    rm: RmOpt = None,
 ) -> None:
     """Wait until every trial of STUDY succeeded or failed: exit 0 if all succeeded, 1 if some
-    failed, 124 on --timeout. Prints a line when the trials' states change.
+    failed, 124 on --timeout. Prints a line when the trials' states change, and at once when
+    no submit loop follows the study while trials wait to be admitted (with the command that
+    would follow it); it then goes on waiting until --timeout.
 
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    from stratctl.backends.kubernetes import status as core
-    from stratctl.backends.kubernetes.connect import Connection, one_shot
     from stratctl.run.finish import wait as wait_for
 
     seconds = duration_option(timeout, "--timeout")
+    on_scheduler = file_study(study, backend, rm)
+    if on_scheduler:
+        refuse_kubernetes_options(on_scheduler, kubeconfig=kubeconfig, context=context, namespace=namespace)
+        from stratctl.run.attemptstatus import snapshot
+        from stratctl.run.following import follower
+
+        source = on_scheduler.study.source
+        code = wait_for(
+            lambda: snapshot(*on_scheduler).studies[0],
+            typer.echo,
+            timeout=seconds,
+            interval=interval,
+            followed=lambda: follower(on_scheduler.scheduler.output, time.time()) is not None,
+            follow_with=f"stratctl submit {source}" if source else "stratctl submit STUDY_FILE",
+        )
+        raise typer.Exit(int(code))
+
+    from stratctl.backends.kubernetes import status as core
+    from stratctl.backends.kubernetes.connect import Connection, one_shot
+    from stratctl.backends.kubernetes.record import followed
+
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=4)
 
     def read():
@@ -41,7 +75,14 @@ def wait(
         return core.collect(cluster, cluster.namespace, study, reasons_for_all=False).studies[0]
 
     try:
-        code = wait_for(read, typer.echo, timeout=seconds, interval=interval)
+        code = wait_for(
+            read,
+            typer.echo,
+            timeout=seconds,
+            interval=interval,
+            followed=lambda: followed(cluster, cluster.namespace, study, time.time()),
+            follow_with=f"stratctl submit STUDY_FILE (the file of study {study})",
+        )
     finally:
         cluster.close()
     raise typer.Exit(int(code))

@@ -261,6 +261,14 @@ class Study(_Model):
         base = self._source.parent if self._source else Path.cwd()
         return (base / self.templates_dir).resolve()
 
+    def file_relative(self, path: str) -> Path:
+        """A path the study file states, resolved as `templates_dir` is: against the study
+        file's directory (the working directory for a study read from standard input),
+        never against wherever the command happens to run; `~` is the user's home."""
+        stated = Path(path).expanduser()
+        base = self._source.parent if self._source else Path.cwd()
+        return (base / stated).resolve()
+
     @property
     def queues(self) -> tuple[str, ...]:
         """The queues trials may go to, in order of preference (one, for `queue: NAME`)."""

@@ -269,6 +269,15 @@ def loop_following(configmap: dict, now: float, stale: float = LOOP_STALE) -> di
     return marker
 
 
+def followed(cluster, namespace: str, study: str, now: float) -> bool:
+    """Whether a submit loop follows the study now (its heartbeat in the record); a study
+    with no record is followed by nothing."""
+    try:
+        return loop_following(cluster.get(CONFIGMAP, record_name(study), namespace), now) is not None
+    except NotFound:
+        return False
+
+
 MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
 
 

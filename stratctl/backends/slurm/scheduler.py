@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
+from stratctl.backends.base import study_directory
 from stratctl.backends.slurm.blocks import BLOCKS, read_blocks
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.script import Script, block_script, build
@@ -28,9 +29,10 @@ from stratctl.errors import Invalid
 
 
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
-    """Where a study's attempts write their logs, marks and results (relative to the
-    directory sbatch runs them from)."""
-    return Path(workdir or ".") / study.slurm.output_dir / study.name
+    """Where a study's attempts write their logs, marks and results: its study directory
+    (backends/base.py), absolute, the same from every working directory (`workdir`: the
+    directory a relative `output_dir` is resolved against instead of the study file's)."""
+    return study_directory(study, workdir)
 
 
 def held_count(path: Path) -> int:
@@ -107,6 +109,7 @@ class SlurmScheduler(StudyFiles, Counted):
             self.study,
             self.renderer.render(trial, attempt=number, resume=number > 0),
             [self.renderer.dir, bundled_templates()],
+            self.output,
         )
         # Slurm opens the job's --output file there before the script runs: it must exist
         (self.output / trial.name).mkdir(parents=True, exist_ok=True)
@@ -114,7 +117,7 @@ class SlurmScheduler(StudyFiles, Counted):
 
     def check(self, trial: Trial) -> None:
         """Build the first attempt without sending it (a client dry run)."""
-        build(self.study, self.renderer.render(trial, attempt=0), [self.renderer.dir, bundled_templates()])
+        build(self.study, self.renderer.render(trial, attempt=0), [self.renderer.dir, bundled_templates()], self.output)
 
     def create(self, script: Script) -> None:
         self.slurm.submit(script.text, self.workdir)
@@ -141,7 +144,9 @@ class SlurmScheduler(StudyFiles, Counted):
         taken = [int(p.name.split("-")[1]) for p in blocks.glob("block-*") if p.name.split("-")[1].isdigit()]
         block = f"block-{max(taken, default=0) + 1}"
         scripts = [self.prepare(trial, 0) for trial in trials]
-        prepared = block_script(self.study, block, scripts, throttle, [self.renderer.dir, bundled_templates()])
+        prepared = block_script(
+            self.study, block, scripts, throttle, [self.renderer.dir, bundled_templates()], self.output
+        )
         for script in scripts:
             (self.output / script.trial / "attempt-0.sh").write_text(script.text)
         (blocks / block).write_text("".join(f"{s.trial}\n" for s in scripts))

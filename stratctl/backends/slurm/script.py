@@ -26,6 +26,7 @@ from pathlib import Path
 from jinja2 import FileSystemLoader
 
 from stratctl import rendezvous
+from stratctl.backends.base import study_directory
 from stratctl.core import sandbox
 from stratctl.core.operations import Slurm
 from stratctl.core.spec import Study
@@ -71,16 +72,18 @@ def _template(directories: tuple[str, ...]):
     return sandbox.environment(FileSystemLoader(list(directories))).get_template(TEMPLATE)
 
 
-def build(study: Study, docs: list[dict], templates: list[Path]) -> Script:
+def build(study: Study, docs: list[dict], templates: list[Path], directory: Path | None = None) -> Script:
     """The sbatch script of one rendered attempt (`docs`: the study's manifests of it),
     from the first of `templates` (directories) holding templates/slurm-job.sh.j2. A trial
     of several tasks (roles) is a heterogeneous job: one component per task, in task order,
-    each with its own tasks, resources and command."""
+    each with its own tasks, resources and command. `directory`: the study directory
+    (default: backends/base.py's `study_directory`), written absolute into the script, so
+    the job writes where every later run reads, wherever sbatch ran."""
     tasks = tasks_of(docs)
     first = tasks[0]
     name, trial, attempt = first.name, first.trial, first.attempt
     comment = comment_of(study.name, trial, attempt, first.spec_hash)
-    output = str(Path(study.slurm.output_dir) / study.name / trial)
+    output = str((directory or study_directory(study)) / trial)
     options: list[str] = []
     for i, task in enumerate(tasks):
         if i:
@@ -134,14 +137,16 @@ def block_comment(study: str, block: str, spec_hash: str) -> str:
     return comment_of(study, f"@{block}", 0, spec_hash)
 
 
-def block_script(study: Study, block: str, scripts: list[Script], throttle: int, templates: list[Path]) -> Script:
+def block_script(
+    study: Study, block: str, scripts: list[Script], throttle: int, templates: list[Path], directory: Path | None = None
+) -> Script:
     """One block of first attempts (merged submissions, core/merging.py) as one job array:
     task i runs the script of `scripts[i]`, written beside the trial's log beforehand
     (`<output>/<trial>/attempt-0.sh`); at most `throttle` tasks at once (ArrayTaskThrottle,
     changed live by the loop). The options are the first attempt's (the trials share one
     shape), its job name, comment and log file the block's own."""
     first = scripts[0]
-    directory = Path(study.slurm.output_dir) / study.name
+    directory = directory or study_directory(study)
     comment = block_comment(study.name, block, study.spec_hash)
     options = [
         f"--job-name={study.name}-{block}",

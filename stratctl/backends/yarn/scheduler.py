@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
+from stratctl.backends.base import study_directory
 from stratctl.backends.yarn.app import AM_JAR, Application, Jar, build, study_tag
 from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.state import ENDED, latest, outcome, read_records, write_record
@@ -42,8 +43,11 @@ GPU = "yarn.io/gpu"
 
 
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
-    """Where a study's attempts write their results (absolute: the containers run elsewhere)."""
-    return (Path(workdir or ".") / study.yarn.output_dir / study.name).absolute()
+    """Where a study's attempts write their results and records: its study directory
+    (backends/base.py), absolute (the containers run elsewhere) and the same from every
+    working directory (`workdir`: the directory a relative `output_dir` is resolved against
+    instead of the study file's)."""
+    return study_directory(study, workdir)
 
 
 def built_jar() -> Path:

@@ -11,8 +11,10 @@ import pytest
 import yaml
 
 from stratctl.backends.slurm.scheduler import SlurmScheduler
+from stratctl.backends.slurm.script import build
 from stratctl.backends.yarn.app import Jar
 from stratctl.backends.yarn.scheduler import YarnScheduler
+from stratctl.core.render import bundled_templates
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.errors import ExitCode
@@ -40,18 +42,24 @@ def json_stream(text: str) -> list:
     return docs
 
 
-def scripts(path: Path, attempt: int = 0, workdir: Path | None = None) -> list[str]:
-    """The sbatch scripts the Slurm scheduler sends for every trial's attempt (sbatch run
-    in `workdir`, where it makes the trials' output directories)."""
+def scripts(path: Path, attempt: int = 0) -> list[str]:
+    """The sbatch scripts the Slurm scheduler sends for every trial's attempt, into its
+    study directory (as `prepare` builds them, without making the trials' directories)."""
     study = load_study(path)
-    scheduler = SlurmScheduler(study, workdir=str(workdir) if workdir else None)
-    return [scheduler.prepare(t, attempt).text for t in expand(study)]
+    scheduler = SlurmScheduler(study)
+    templates = [scheduler.renderer.dir, bundled_templates()]
+    return [
+        build(
+            study, scheduler.renderer.render(t, attempt=attempt, resume=attempt > 0), templates, scheduler.output
+        ).text
+        for t in expand(study)
+    ]
 
 
 def test_render_of_a_slurm_study_is_the_sbatch_script_of_each_trial(tmp_path, offline):
     result = run("render", SLURM)
     assert result.exit_code == 0, result.stderr
-    expected = scripts(SLURM, workdir=tmp_path / "sbatch")
+    expected = scripts(SLURM)
     assert len(expected) == 8 and result.stdout == "".join(expected)
     assert result.stdout.count("#!/bin/bash\n") == 8 and "#SBATCH --ntasks=2\n" in result.stdout
     assert "#SBATCH --partition=research\n" in result.stdout and "apiVersion" not in result.stdout
@@ -61,9 +69,7 @@ def test_render_of_a_slurm_study_is_the_sbatch_script_of_each_trial(tmp_path, of
 def test_render_of_one_slurm_trial_attempt_as_yaml_json_or_files(tmp_path, offline):
     study = load_study(SLURM)
     trial = expand(study)[2]
-    [script] = [
-        s for s in scripts(SLURM, attempt=1, workdir=tmp_path / "sbatch") if f"--job-name={trial.name}-a1\n" in s
-    ]
+    [script] = [s for s in scripts(SLURM, attempt=1) if f"--job-name={trial.name}-a1\n" in s]
     as_yaml = run("render", SLURM, "--trial", "2", "--attempt", "1", "--resume", "--format", "yaml")
     assert as_yaml.exit_code == 0, as_yaml.stderr
     [doc] = yaml.safe_load_all(as_yaml.stdout)
@@ -85,8 +91,8 @@ def test_render_of_one_slurm_trial_attempt_as_yaml_json_or_files(tmp_path, offli
     assert written.exit_code == 0 and written.stderr == f"wrote 2 files to {out}\n"
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(f"{t.name}.sh" for t in expand(study)[2:4])
-    assert (out / f"{trial.name}.sh").read_text() in scripts(SLURM, workdir=tmp_path / "sbatch")
-    assert offline == [] and not (tmp_path / "stratctl-out").exists()  # render makes no trial directory
+    assert (out / f"{trial.name}.sh").read_text() in scripts(SLURM)
+    assert offline == [] and not (EXAMPLES / "stratctl-out").exists()  # render makes no trial directory
 
 
 def test_render_of_a_yarn_study_is_the_application_request_with_the_id_a_placeholder(tmp_path, offline, monkeypatch):
@@ -114,7 +120,8 @@ def test_render_of_a_yarn_study_is_the_application_request_with_the_id_a_placeho
     env = {e["key"]: e["value"] for e in body["am-container-spec"]["environment"]["entry"]}
     assert env["CLASSPATH"] == "./*:<the ResourceManager's yarn.application.classpath>"
     [script] = [base64.b64decode(v).decode() for k, v in env.items() if "SCRIPT" in k]
-    assert f"STRATCTL_OUTPUT_DIR={tmp_path}/stratctl-out/yarn-sweep/" in script and "LEARNING_RATE=" in script
+    # the study directory: beside the study file, wherever the command runs
+    assert f"STRATCTL_OUTPUT_DIR={EXAMPLES}/stratctl-out/yarn-sweep/" in script and "LEARNING_RATE=" in script
     assert result.stderr.splitlines() == [
         "note: <application-id>: the ResourceManager gives each application its id when it is submitted; what "
         "derives from it is <derived from the application id>",

@@ -45,7 +45,8 @@ def test_the_options_name_the_attempt_and_ask_for_the_gang(tmp_path):
         f"--comment={first.comment}",
         "--ntasks=2",
         "--time=90",
-        f"--output=stratctl-out/sweep/{first.trial}/{first.job}-%j.log",
+        # absolute: the study directory beside the study file, wherever sbatch runs
+        f"--output={tmp_path.resolve()}/stratctl-out/sweep/{first.trial}/{first.job}-%j.log",
         "--requeue",
     ]
     assert set(options[6:]) == {
@@ -309,7 +310,7 @@ trial:
 def test_a_trial_of_several_roles_is_a_heterogeneous_job_one_component_a_role(tmp_path):
     _, (script,) = scripts(tmp_path, ROLES)
     options = [line.split(" ", 1)[1] for line in script.text.splitlines() if line.startswith("#SBATCH ")]
-    out = f"stratctl-out/sweep/{script.trial}"
+    out = f"{tmp_path.resolve()}/stratctl-out/sweep/{script.trial}"
     assert options == [
         f"--job-name={script.job}",
         f"--comment={script.comment}",
