@@ -11,7 +11,8 @@ located at the field: nothing is dropped silently, nothing is first refused at s
 
 Two tables say it. `CAPABILITIES`, one `Capabilities` per backend, holds what is not one
 field (the strategies, the resource names, a gang smaller than the trial, `submit`'s
-options). `FIELDS`, one line per study field, says which backends honour it; `EVERYWHERE`
+options). A resource name a typo away from an accelerator's (core/accelerators.py) is said
+here too, on every backend. `FIELDS`, one line per study field, says which backends honour it; `EVERYWHERE`
 lists the fields every backend honours. A field added to the study models is judged by
 adding it to one of them (tests/unit/test_capabilities.py fails until it is).
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from stratctl.core.accelerators import misspelt, misspelt_message
 from stratctl.core.quantity import GPU
 from stratctl.errors import Problem, UsageError
 
@@ -266,9 +268,15 @@ def problems(study: Any) -> list[Problem]:
                 + (hint or "remove it")
                 + _where(entry.honoured_by),
             )
+    slips = {}  # resource names a typo away from an accelerator's: said as such, on every backend
+    for path, name in _resources(study):
+        meant = misspelt(name)
+        if meant:
+            slips[name] = meant
+            say(path, misspelt_message(name, meant))
     if caps.resources is not None:
         for path, name in _resources(study):
-            if name not in caps.resources:
+            if name not in caps.resources and name not in slips:
                 say(
                     path,
                     f"backend {caps.name} cannot give a trial {name} ({caps.runs}, asking the nodes for "

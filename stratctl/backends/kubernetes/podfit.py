@@ -12,6 +12,7 @@ from decimal import Decimal
 from functools import lru_cache
 
 from stratctl.backends.kubernetes.gpus import schedulable
+from stratctl.core import accelerators
 from stratctl.core.quantity import GPU, format_quantity, parse
 from stratctl.core.spec import Study
 from stratctl.errors import Problem
@@ -206,14 +207,24 @@ def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
         if largest < _amount(amount):
             field = ".".join(str(p) for p in base) + f".requests.{resource}"
             most = f"the most any has is {shown(largest, resource)}, on {name}" if largest > 0 else "none has any"
+            # a name the nodes offer spelt otherwise (example.com/fpgas for example.com/fpga)
+            near = _offered_near(resource, chosen) if largest == 0 else ""
             return study.problem(
                 base + ("requests", resource),
                 f"{field}: {who} asks for {amount} {resource}, and no node can hold it: "
-                f"{most} ({len(chosen)} Ready nodes)",
+                f"{most} ({len(chosen)} Ready nodes){near}",
             )
     asks = ", ".join(f"{v} {k}" for k, v in sorted(pod.requests.items()))
     field = ".".join(str(p) for p in base)
     return study.problem(base, f"{field}: no single node can hold {who} asking for {asks} ({len(chosen)} Ready nodes)")
+
+
+def _offered_near(resource: str, nodes: list[dict]) -> str:
+    """`; did you mean X?` when the nodes offer a resource `resource` looks like a slip for."""
+    offered = {k for n in nodes for k, v in _allocatable(n).items() if v > 0}
+    near = accelerators.misspelt(resource) if accelerators.misspelt(resource) in offered else None
+    near = near or accelerators.nearest(resource, offered)
+    return f"; did you mean {near}, which they offer?" if near else ""
 
 
 def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem | None:

@@ -143,6 +143,17 @@ def test_a_resource_no_node_offers_at_all(tmp_path):
     ]
 
 
+def test_a_resource_no_node_offers_spelt_near_one_they_offer_is_suggested(tmp_path):
+    fpga = node("fpga-0", gpus=0)
+    fpga["status"]["allocatable"]["example.com/fpga"] = "2"
+    text = STUDY.replace("nvidia.com/gpu: 8", "example.com/fpgas: 1")
+    assert run(tmp_path, text, nodes=[fpga])[0] == [
+        "study.yaml:14:63: trial.tasks.0.resources.requests.example.com/fpgas: a worker pod asks for 1 "
+        "example.com/fpgas, and no node can hold it: none has any (1 Ready nodes); did you mean example.com/fpga, "
+        "which they offer?"
+    ]
+
+
 def test_memory_is_compared_as_a_quantity(tmp_path):
     nodes = [node(f"gpu-{i}", memory="8Gi") for i in range(4)]
     assert run(tmp_path, nodes=nodes)[0] == [
