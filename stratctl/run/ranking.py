@@ -19,7 +19,7 @@ def sort_trials(rows: list[TrialRow], metric: str | None) -> list[TrialRow]:
     descending = metric.startswith("-")
     name = metric.lstrip("-+")
     known = metrics_of(rows)
-    if name not in known:
+    if name not in known and not any(name in (row.result or {}) for row in rows):  # `--sort step` still sorts
         reported = ", ".join(known) if known else "none yet (no trial has reported a result)"
         raise UsageError(f"--sort {metric}: no trial reports a metric {name!r}; metrics reported: {reported}")
 
@@ -32,12 +32,18 @@ def sort_trials(rows: list[TrialRow], metric: str | None) -> list[TrialRow]:
     return sorted(rows, key=key)
 
 
+# Result keys that say where a value was taken, not how good a trial is: a pruned trial's
+# result is its last intermediate value and the step it was reported at (closedloop.py).
+NOT_METRICS = frozenset({"step"})
+
+
 def metrics_of(rows: list[TrialRow]) -> list[str]:
-    """The result metrics the trials report, in the order they first appear."""
+    """The result metrics the trials report, in the order they first appear (not `step`)."""
     seen: dict[str, None] = {}
     for row in rows:
         for key in row.result or {}:
-            seen.setdefault(key, None)
+            if key not in NOT_METRICS:
+                seen.setdefault(key, None)
     return list(seen)
 
 

@@ -202,8 +202,9 @@ def _summary(p: Progress) -> str:
         + (f"{p.pruned} pruned, " if p.pruned else "")
         + f"{p.failed} failed, {p.in_flight} in flight, "
         f"{p.waiting} not yet submitted, of {plural(p.total, 'trial')}",
-        f"created {p.created}, already there {p.existing}; {p.api_writes} API writes "
-        f"({p.api_writes / max(p.created, 1):.2f} per created trial)"
+        f"created {p.created}, already there {p.existing}; {p.api_writes} API writes"
+        # a ratio of writes to trials created only when some were (0 created: "4.00 per" said nothing)
+        + (f" ({p.api_writes / p.created:.2f} per created trial)" if p.created else "")
         + (f", {p.api_checks} access checks" if p.api_checks else "")
         + f", {p.throttled_429} HTTP 429 received, "
         f"{p.throttle_waits} throttle waits ({p.throttle_wait_seconds:.1f}s)",
@@ -221,7 +222,9 @@ def _summary(p: Progress) -> str:
             )
     elif p.api_sent:
         lines.append(
-            f"requests by kind ({p.api_requests / max(p.created + p.existing, 1):.2f} per trial): "
+            "requests by kind"
+            + (f" ({p.api_requests / (p.created + p.existing):.2f} per trial)" if p.created + p.existing else "")
+            + ": "
             + by_kind(p.api_sent, p.api_refused)
         )
     for trial, message in sorted(p.errors.items()):

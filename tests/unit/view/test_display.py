@@ -122,3 +122,15 @@ def test_access_reviews_are_checks_not_writes():
     p.api_checks = 17
     out = summary(p)
     assert "16 API writes (1.33 per created trial), 17 access checks, 4 HTTP 429 received" in out
+
+
+def test_a_rerun_that_created_nothing_gives_no_ratio_per_created_trial():
+    """`4 API writes (4.00 per created trial)` with 0 created said nothing true."""
+    p = sample()
+    p.created, p.existing, p.api_writes = 0, 40, 4
+    p.api_sent = {"patch ConfigMap": 4}
+    lines = summary(p).splitlines()
+    assert "created 0, already there 40; 4 API writes, 4 HTTP 429 received" in lines[1]
+    assert "per created trial" not in summary(p)
+    p.existing = 0  # nothing there either: no ratio per trial for the requests by kind
+    assert "requests by kind: " in summary(p) and "per trial" not in summary(p)
