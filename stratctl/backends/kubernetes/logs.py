@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stratctl import labels
+from stratctl.backends.kubernetes.absent import no_pods
 from stratctl.backends.kubernetes.blocks import INDEX, listed_of
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD
 from stratctl.errors import ClusterError, NotFound, Unavailable, Unreachable, UsageError
@@ -43,10 +44,8 @@ def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = 
     """The pods of the trial's latest attempt that has pods, in name order."""
     selector = f"{labels.STUDY}={study},{labels.TRIAL}={trial}"
     pods = cluster.list(POD, namespace, label_selector=selector)[0] or _in_block(cluster, namespace, study, trial)
-    if not pods:
-        raise UsageError(
-            f"trial {trial} of study {study} has no pods in namespace {namespace} (not started yet, or cleaned up)"
-        )
+    if not pods:  # why: no such trial, not created yet, suspended, cleaned up, not started
+        raise no_pods(cluster, namespace, study, trial)
     latest = max(int((p["metadata"].get("labels") or {}).get(labels.ATTEMPT, "0") or 0) for p in pods)
     pods = [p for p in pods if int((p["metadata"].get("labels") or {}).get(labels.ATTEMPT, "0") or 0) == latest]
     if task:
