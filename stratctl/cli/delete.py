@@ -8,7 +8,19 @@ from typing import Annotated
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, Output, OutputOpt, StudyArg, emit
+from stratctl.cli.options import (
+    BackendOpt,
+    ContextOpt,
+    KubeconfigOpt,
+    NamespaceOpt,
+    Output,
+    OutputOpt,
+    RmOpt,
+    StudyArg,
+    emit,
+    file_study,
+    refuse_kubernetes_options,
+)
 
 
 def interactive() -> bool:
@@ -33,8 +45,12 @@ def delete(
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
     output: OutputOpt = Output.table,
+    backend: BackendOpt = None,
+    rm: RmOpt = None,
 ) -> None:
-    """Delete a study: its jobs (their pods go with them), PodGroups and record.
+    """Delete a study: its jobs (their pods go with them), PodGroups and record. On Slurm
+    and YARN: its pending and running jobs or applications ended, its study directory
+    (logs, marks, results) removed.
 
     Asks for a confirmation on a terminal; `--yes` for scripts. Refuses while a submit loop
     is following the study, unless `--force`.
@@ -46,6 +62,11 @@ def delete(
     from stratctl.backends.kubernetes.connect import Connection, one_shot
     from stratctl.errors import StillThrottled, Unreachable
 
+    on_scheduler = file_study(study, backend, rm)
+    if on_scheduler:
+        refuse_kubernetes_options(on_scheduler, kubeconfig=kubeconfig, context=context, namespace=namespace)
+        _scheduler_delete(on_scheduler, yes, keep_record, force, output)
+        return
     cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
         ns = cluster.namespace
@@ -78,3 +99,22 @@ def delete(
             out.print(f"still there after {timeout:g} s: {left}; the record was kept, run the same command again")
     if outcome.left:
         raise typer.Exit(1)
+
+
+def _scheduler_delete(on_scheduler, yes: bool, keep_record: bool, force: bool, output: Output) -> None:
+    from stratctl.run import attemptdelete
+
+    study, scheduler = on_scheduler
+    loop = attemptdelete.following(scheduler, time.time())
+    if attemptdelete.check(study, loop, time.time(), force, yes, interactive()):
+        where = f"{scheduler.title} study {study.name} (its study directory {scheduler.output})"
+        if not typer.confirm(f"Delete {where}?", default=False):
+            typer.echo("not deleted", err=True)
+            raise typer.Exit(1)
+    removal = attemptdelete.delete(study, scheduler, keep_record=keep_record)
+    if not emit(removal.as_dict(), output):
+        kept = "kept its study directory" if keep_record else "removed its study directory"
+        typer.echo(
+            f"{study.name}: ended {len(removal.ended)} {scheduler.title} attempt(s) still in flight, "
+            f"{kept} {removal.directory}"
+        )

@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, StudyArg
+from stratctl.cli.options import (
+    BackendOpt,
+    ContextOpt,
+    KubeconfigOpt,
+    NamespaceOpt,
+    RmOpt,
+    StudyArg,
+    file_study,
+    refuse_kubernetes_options,
+)
 
 
 def logs(
@@ -31,9 +40,12 @@ def logs(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     namespace: NamespaceOpt = None,
+    backend: BackendOpt = None,
+    rm: RmOpt = None,
 ) -> None:
     """Print a trial's logs: every pod of its latest attempt, each line prefixed with its
-    pod when the gang has several.
+    pod when the gang has several (on Slurm the job's log, on YARN each container's, from
+    the study directory).
 
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
@@ -48,6 +60,11 @@ def logs(
             if not best
             else "name a trial or pass --best, not both"
         )
+    on_scheduler = file_study(study, backend, rm)
+    if on_scheduler:
+        refuse_kubernetes_options(on_scheduler, kubeconfig=kubeconfig, context=context, namespace=namespace)
+        _scheduler_logs(on_scheduler, trial, best, sort, task, follow, tail)
+        return
     cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
         ns = cluster.namespace
@@ -61,3 +78,20 @@ def logs(
             typer.echo(f"{prefix} {line}" if prefix else line)
     finally:
         cluster.close()
+
+
+def _scheduler_logs(on_scheduler, trial, best, sort, task, follow, tail) -> None:
+    from stratctl.run import attemptlogs
+
+    study, scheduler = on_scheduler
+    found = attemptlogs.best_trial(study, scheduler, sort) if best else attemptlogs.trial_of(study, trial)
+    if best:
+        typer.echo(f"trial {found.name}", err=True)
+
+    def running() -> bool:
+        attempt = scheduler.attempts().get(found.name)
+        return attempt is not None and attempt.state.in_flight
+
+    files = attemptlogs.sources(study, scheduler, found, task)
+    for prefix, line in attemptlogs.lines(files, tail=tail, follow=follow, running=running):
+        typer.echo(f"{prefix} {line}" if prefix else line)

@@ -81,7 +81,7 @@ def wait(
             timeout=seconds,
             interval=interval,
             followed=lambda: followed(cluster, cluster.namespace, study, time.time()),
-            follow_with=f"stratctl submit STUDY_FILE (the file of study {study})",
+            follow_with="stratctl submit STUDY_FILE",
         )
     finally:
         cluster.close()

@@ -35,7 +35,21 @@ def follower(directory: Path, now: float, stale: float = STALE) -> dict[str, Any
     at = marker.get("at")
     if isinstance(at, bool) or not isinstance(at, int | float) or now - at > stale:
         return None
+    if marker.get("host") == socket.gethostname() and not _alive(marker.get("pid")):
+        return None  # killed on this machine without saying so: no need to wait for it to go stale
     return marker
+
+
+def _alive(pid: Any) -> bool:
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return True  # not known: taken at its word
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: it exists
+    return True
 
 
 class Heartbeat:

@@ -188,3 +188,16 @@ class SlurmScheduler(StudyFiles, Counted):
 
     def release(self, attempt: Attempt) -> None:
         self.slurm.release(attempt.job)
+
+    # -- logs and deletion -----------------------------------------------------------------
+
+    def log_files(self, trial: str, name: str) -> list[tuple[str, Path]]:
+        """The log of attempt `name` of a trial: its job's `--output` (the latest job's,
+        when a lost answer made two), one file for the whole gang."""
+        logs = (self.output / trial).glob(f"{name}-*.log")
+        found = sorted((p for p in logs if p.name[len(name) + 1 : -4].isdigit()), key=lambda p: p.stat().st_mtime)
+        return [("", found[-1])] if found else []
+
+    def cancel(self, attempt: Attempt) -> None:
+        """End a pending, running or held attempt (`stratctl delete`)."""
+        self.slurm.cancel(attempt.job)

@@ -216,6 +216,7 @@ def build(study: Study, docs: list[dict], templates: list[Path], output: Path) -
                 env=[(key, shlex.quote(value)) for key, value in task.env if key not in contract],
                 command=" ".join(shlex.quote(word) for word in task.command),
                 output=trial_output,
+                log=shlex.quote(str(output / first.trial / f"{first.name}.{task.role}")),
             ),
         )
         for task in tasks

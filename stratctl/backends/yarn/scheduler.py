@@ -298,6 +298,19 @@ class YarnScheduler(StudyFiles, Counted):
             except NotFound:
                 pass  # the RM forgot it: it ended
 
+    def log_files(self, trial: str, name: str) -> list[tuple[str, Path]]:
+        """The logs of attempt `name` of a trial: each container's copy of what it printed,
+        `<name>.<task>-<index>.log` (templates/yarn-task.sh.j2), as `<task>-<index>`."""
+        found = sorted((self.output / trial).glob(f"{name}.*-*.log"))
+        return [(path.name[len(name) + 1 : -len(".log")], path) for path in found]
+
+    def cancel(self, attempt: Attempt) -> None:
+        """End a pending or running attempt (`stratctl delete`): its application killed."""
+        try:
+            self.rm.kill(attempt.job)
+        except NotFound:
+            pass  # the RM forgot it: it ended
+
     def release(self, attempt: Attempt) -> None:
         """Submit the drained trial's next attempt (it resumes from its checkpoint)."""
         trial = next((t for t in expand(self.study) if t.name == attempt.trial), None)
