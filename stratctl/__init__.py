@@ -1,4 +1,4 @@
-"""stratctl: launch strategy-parallel searches onto Volcano-scheduled Kubernetes clusters."""
+"""stratctl: launch strategy-parallel searches onto Kubernetes (Volcano), Slurm and YARN clusters."""
 
 __version__ = "0.1.0"
 

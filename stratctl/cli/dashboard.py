@@ -10,8 +10,11 @@ import typer
 def dashboard(
     rules: Annotated[bool, typer.Option("--rules", help="Print the Prometheus alerting rules instead.")] = False,
 ) -> None:
-    """Print the Grafana dashboard JSON (import it in Grafana, choose the Prometheus that scrapes
-    the cluster and `submit --metrics-port`), or with --rules the alerting rules for Prometheus."""
+    """Print the Grafana dashboard JSON, or with --rules the alerting rules for Prometheus.
+
+    Import the dashboard in Grafana and choose the Prometheus that scrapes the cluster and
+    `submit --metrics-port`.
+    """
     from importlib.resources import files
 
     name = "stratctl-rules.yaml" if rules else "stratctl.json"

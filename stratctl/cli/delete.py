@@ -48,9 +48,11 @@ def delete(
     backend: BackendOpt = None,
     rm: RmOpt = None,
 ) -> None:
-    """Delete a study: its jobs (their pods go with them), PodGroups and record. On Slurm
-    and YARN: its pending and running jobs or applications ended, its study directory
-    (logs, marks, results) removed.
+    """Delete a study and what it left on its cluster.
+
+    On Kubernetes its jobs (their pods go with them), PodGroups and record. On Slurm and
+    YARN: its pending and running jobs or applications ended, its study directory (logs,
+    marks, results) removed.
 
     Asks for a confirmation on a terminal; `--yes` for scripts. Refuses while a submit loop
     is following the study, unless `--force`.

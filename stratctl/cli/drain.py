@@ -87,7 +87,7 @@ def resume(
     backend: BackendOpt = None,
     rm: RmOpt = None,
 ) -> None:
-    """Undo `drain`: suspended trials come back from their checkpoints; new trials are admitted again.
+    """Undo `drain`: suspended trials resume from their checkpoints, new ones are admitted.
 
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.

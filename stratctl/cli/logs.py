@@ -43,9 +43,10 @@ def logs(
     backend: BackendOpt = None,
     rm: RmOpt = None,
 ) -> None:
-    """Print a trial's logs: every pod of its latest attempt, each line prefixed with its
-    pod when the gang has several (on Slurm the job's log, on YARN each container's, from
-    the study directory).
+    """Print what a trial's processes wrote.
+
+    Every pod of its latest attempt, each line prefixed with its pod when the gang has
+    several (on Slurm the job's log, on YARN each container's, from the study directory).
 
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.

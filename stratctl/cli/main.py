@@ -119,7 +119,10 @@ def _application() -> typer.Typer:
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
-        help="Launch strategy-parallel searches (hyperparameter sweeps) onto Volcano-scheduled Kubernetes clusters.",
+        help=(
+            "Launch strategy-parallel searches (hyperparameter sweeps) onto Kubernetes with Volcano, "
+            "Slurm or YARN: throttled, exactly once, resumed from checkpoints."
+        ),
     )
 
 

@@ -40,8 +40,11 @@ def render(
         ),
     ] = None,
 ) -> None:
-    """Render what every trial would be submitted as: Kubernetes manifests, Slurm sbatch scripts,
-    YARN application requests."""
+    """Render what each trial would be sent as, without sending it.
+
+    Kubernetes manifests, Slurm sbatch scripts or YARN application requests, as the study's
+    backend sends them.
+    """
     from stratctl.backends.preview import preview, suffix
     from stratctl.core.merging import checked_by_render
     from stratctl.core.space import expand

@@ -35,10 +35,12 @@ def report(
         bool, typer.Option("--flush", help="Write now, even if the last write was under 5 s ago.")
     ] = False,
 ) -> None:
-    """Report a running trial's intermediate values, for the study's pruner: written to the
-    trial's own pod (annotation stratctl.io/report) at most every 5 s, reports in between
-    riding on the next write. Inside a trial's container it needs nothing else; the pod's
-    service account needs `patch` on pods (see `stratctl rbac`)."""
+    """Report a running trial's intermediate values, for the study's pruner.
+
+    Written to the trial's own pod (annotation stratctl.io/report) at most every 5 s,
+    reports in between riding on the next write. Inside a trial's container it needs
+    nothing else; the pod's service account needs `patch` on pods (see `stratctl rbac`).
+    """
     from stratctl.backends.kubernetes.intermediate import parse_values
     from stratctl.backends.kubernetes.intermediate import report as write
 

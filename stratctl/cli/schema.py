@@ -8,7 +8,7 @@ import typer
 
 
 def schema() -> None:
-    """Print the JSON Schema of the study file (e.g. for the YAML language server)."""
+    """Print the JSON Schema of the study file, for editors (the YAML language server)."""
     from stratctl.core.spec import json_schema
 
     typer.echo(json.dumps(json_schema(), indent=2))

@@ -72,8 +72,11 @@ def status(
     backend: BackendOpt = None,
     rm: RmOpt = None,
 ) -> None:
-    """Show the studies (trials by state, in flight against target, GPU-hours, outcome or latest
-    decision) or one study's trials (parameters, result metrics, state, duration, why pending or failed).
+    """Show the studies of a namespace, or one study and every one of its trials.
+
+    The studies: trials by state, in flight against target, GPU-hours, outcome or latest
+    decision. One study's trials, created or not: parameters, result metrics, state,
+    duration, why pending or failed.
 
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.

@@ -147,7 +147,7 @@ def submit(
         ),
     ] = None,
 ) -> None:
-    """Submit a study's trials to the cluster, throttled, exactly once, and follow them to the end.
+    """Submit a study's trials, throttled and exactly once, and follow them to the end.
 
     Safe to rerun at any time: trials already in the cluster are recognised, never duplicated.
     """

@@ -13,7 +13,10 @@ from stratctl.errors import StudyError
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Study files to check (-: standard input).", show_default=False)],
 ) -> None:
-    """Check study files: schema, values, templates, expansion and a trial render.
+    """Check study files without touching a cluster.
+
+    Schema, values, templates, expansion, a render of every trial, and what the study's
+    backend cannot honour.
 
     Exits 0 when every file is valid, else 2 with every problem on stderr as FILE:LINE:COL: message.
     """

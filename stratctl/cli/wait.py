@@ -35,8 +35,10 @@ def wait(
     backend: BackendOpt = None,
     rm: RmOpt = None,
 ) -> None:
-    """Wait until every trial of STUDY succeeded or failed: exit 0 if all succeeded, 1 if some
-    failed, 124 on --timeout. Prints a line when the trials' states change, and at once when
+    """Wait until every trial of a study has ended; the exit code says how.
+
+    Exit 0 if all succeeded, 1 if some failed, 124 on --timeout. Prints a line when the
+    trials' states change, and at once when
     no submit loop follows the study while trials wait to be admitted (with the command that
     would follow it); it then goes on waiting until --timeout.
 
