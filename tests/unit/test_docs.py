@@ -66,7 +66,7 @@ def test_the_readme_is_short_and_starts_with_the_two_commands():
     assert re.search(r"^demo:", makefile, flags=re.M) and re.search(r"^test:", makefile, flags=re.M)
 
 
-def test_every_relative_link_of_the_readme_and_the_docs_resolves():
+def test_every_relative_link_of_the_readme_and_the_docs_resolves_on_github_too():
     generated = {DOCS / page for page in _hooks().GENERATED}
     broken = []
     checked = 0
@@ -77,9 +77,9 @@ def test_every_relative_link_of_the_readme_and_the_docs_resolves():
             path_part, _, fragment = target.partition("#")
             path = (page.parent / path_part).resolve() if path_part else page
             checked += 1
-            if path in generated:
-                continue
-            if not path.exists():
+            if path in generated:  # built on the site only: the link is broken on GitHub
+                broken.append(f"{page.relative_to(ROOT)}: {target} (generated at build time, not in the repository)")
+            elif not path.exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
             elif fragment and path.suffix == ".md" and fragment not in _anchors(path):
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
