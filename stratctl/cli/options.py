@@ -47,12 +47,8 @@ class Output(StrEnum):
 
 
 OutputOpt = Annotated[Output, typer.Option("-o", "--output", help="table, json or yaml.")]
-STUDY_HELP = (
-    "The study: its name (from any directory, on any backend), or its study file (which names its backend)."
-)
-StudyArg = Annotated[
-    str, typer.Argument(metavar="STUDY", help=STUDY_HELP, autocompletion=_studies, show_default=False)
-]
+STUDY_HELP = "The study: its name (from any directory, on any backend), or its study file (which names its backend)."
+StudyArg = Annotated[str, typer.Argument(metavar="STUDY", help=STUDY_HELP, autocompletion=_studies, show_default=False)]
 OptionalStudyArg = Annotated[
     str | None,
     typer.Argument(metavar="STUDY", autocompletion=_studies, help=STUDY_HELP, show_default=False),
