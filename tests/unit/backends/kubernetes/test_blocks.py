@@ -530,7 +530,7 @@ def test_logs_find_a_trials_pod_in_its_block(tmp_path):
     loop.run()
     [pod] = pods_of(cluster, NS, "loop", trials[2].name)
     assert pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
-    with pytest.raises(UsageError, match="has no pods"):
+    with pytest.raises(UsageError, match="study loop has no trial 'loop-nosuchtrial'"):
         pods_of(cluster, NS, "loop", "loop-nosuchtrial")
     queued, _ = make(merged_study(tmp_path, MERGED.replace("name: loop", "name: later")), cluster, clock, detach=True)
     queued.run()  # sent, no pod made yet
