@@ -84,6 +84,11 @@ class Unavailable(ClusterError):
     401/403 on a request that worked moments before (a restarting API server)."""
 
 
+class Reconnect(Unavailable):
+    """A request cut because its connection died while the server answers again on new
+    ones (a network change): sent again at once, with no backoff, and no sign of an outage."""
+
+
 class Unreachable(ClusterError):
     """The API server has not answered for longer than the command waits: giving up.
 

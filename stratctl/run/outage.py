@@ -16,10 +16,17 @@ read timeout before it fails. So requests in flight are tracked too (`sending`,
 `received`), and one that has had no answer for `STALL` seconds, sent after the server
 last answered anything, starts the outage as a miss would (`stalled`, polled by a
 watchdog thread): the display says so while the request still waits.
+
+While the server is out, the watchdog also asks the backend's `probe` (if it has one),
+once a `probe_every` seconds: whether the server answers a new connection now. A request
+waiting on a connection that died with the network would only fail at its deadline; the
+probe's answer ends the outage at once, and its listeners (the request path) send those
+requests again.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -28,8 +35,10 @@ from dataclasses import dataclass
 from stratctl.errors import ClusterError, Unreachable
 
 Clock = Callable[[], float]
+log = logging.getLogger(__name__)
 
 STALL = 10.0  # seconds without an answer to a request that count as an outage before it fails
+PROBE_EVERY = 1.0  # seconds between two probes of a server that does not answer
 
 
 def duration(seconds: float) -> str:
@@ -75,6 +84,10 @@ class Outage:
         self._tokens = 0
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        # whether the server answers now, asked by the watchdog while it is out (None: never)
+        self.probe: Callable[[], bool] | None = None
+        self.probe_every = PROBE_EVERY
+        self._probed = float("-inf")
 
     def listen(self, listener: Callable[[Change], None]) -> None:
         self._listeners.append(listener)
@@ -161,12 +174,30 @@ class Outage:
         self._tell(change)
         return change
 
+    def probing(self) -> bool:
+        """While the server is out, ask the probe (at most once a `probe_every`); its answer
+        ends the outage. Whether it answered."""
+        if self.probe is None or self._since is None or self.clock() - self._probed < self.probe_every:
+            return False
+        self._probed = self.clock()
+        try:
+            answered = self.probe()
+        except Exception:  # the watchdog must not die of its probe: no answer
+            answered = False
+        if answered:
+            self.answered()
+        return answered
+
     def watch(self, interval: float = 1.0) -> Outage:
-        """Poll `stalled` every `interval` seconds in a daemon thread, until `stop`."""
+        """Poll `stalled` and `probing` every `interval` seconds in a daemon thread, until `stop`."""
 
         def run() -> None:
             while not self._stop.wait(interval):
-                self.stalled()
+                try:
+                    self.stalled()
+                    self.probing()
+                except Exception as exc:  # a listener's failure must not end the watchdog, nor pass unseen
+                    log.warning("watching %s for an outage: %s", self.server, exc, exc_info=True)
 
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=run, name="outage-watchdog", daemon=True)

@@ -21,6 +21,10 @@ The adaptive rule (AIMD with a dead band, like TCP congestion control):
 
 - **hold** while the etcd-latency breaker is tripped (and decrease), or while the API has
   accepted nothing for `api_stall` seconds (target kept);
+- **stale**: while what was observed may be out of date (a watch broken or silent past its
+  bound, the API server not answering), hold: the target is kept and nothing new admitted.
+  Counts read from a dead watch (gangs "pending" that are running by now) must not cut the
+  target, and what is in flight is not known;
 - **multiplicative decrease** (×`decrease`) on Volcano's end-to-end scheduling latency
   (p90, from Prometheus) above `scheduling_high`, or when more than `pending_high` of the
   study's gangs are stuck pending: the cluster is telling us it cannot absorb what we
@@ -86,6 +90,7 @@ class Observed:
     shadow: float | None = None  # seconds until that gang can start, by the expected ends of the pods below it
     backfill_fit: int | None = None  # whole gangs the free GPUs hold until then (that gang's demand aside)
     spread: str | None = None  # free GPUs no allowed HyperNode can use for a whole gang (hard topology): why
+    stale: str | None = None  # why what was observed may be out of date (a watch broken or silent, no answer)
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,8 @@ def _holding(
     target = state.target
     if observed.drained:
         return Decision(target, True, observed.drained_by or "study drained"), state
+    if observed.stale:
+        return Decision(target, True, stale_hold(observed.stale, target)), state
     if observed.etcd_p99 is not None and observed.etcd_p99 > config.etcd_high:
         why = f"etcd p99 {observed.etcd_p99 * 1000:.0f}ms above {config.etcd_high * 1000:.0f}ms"
         return _decrease(why, True, observed, config, state, now)
@@ -285,6 +292,13 @@ def _starting(observed: Observed, config: AdaptiveConfig, state: PolicyState) ->
     return config.start_free and fresh and observed.in_flight == 0 and observed.pending == 0
 
 
+def stale_hold(why: str, target: int) -> str:
+    """The one line said while the picture is out of date: what is stale, and that the
+    target is kept (counts read from it, a pending gang that is running by now, would cut
+    it for nothing) and nothing new admitted (what is in flight is not known)."""
+    return f"{why}: the picture may be stale, holding target {target} until it is current"
+
+
 class Policy(Protocol):
     """What a submit loop asks each cycle: how many trials may be in flight now."""
 
@@ -323,6 +337,8 @@ class StaticPolicy:
     def decide(self, observed: Observed, now: float) -> Decision:
         if observed.drained:
             return Decision(self.cap, True, observed.drained_by or "study drained")
+        if observed.stale:
+            return Decision(self.cap, True, stale_hold(observed.stale, self.cap))
         if observed.api_stalled >= self.api_stall:
             return Decision(
                 self.cap, True, f"API quota: nothing accepted for {observed.api_stalled:.0f}s, holding new trials"

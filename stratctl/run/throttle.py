@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from stratctl.errors import ClusterError, StillThrottled, Throttled, Unavailable
+from stratctl.errors import ClusterError, Reconnect, StillThrottled, Throttled, Unavailable
 from stratctl.run import pace as rule
 
 if TYPE_CHECKING:
@@ -291,6 +291,8 @@ class Throttle:
                 wait = max(0.0, self.state.paused_until - now)
                 episode = self.state.refused_since
                 tell, self._told = episode != self._told, episode
+            elif isinstance(error, Reconnect):  # its connection died, the server answers: at once
+                wait = 0.0
             else:
                 wait = retry_wait(self.backoff, state.attempt_number, self._rng)
         self.stats.record(error, wait)

@@ -7,6 +7,12 @@ after `patience` seconds without an answer, requests give up (`Unreachable`) ins
 being retried for ever. An answer outside 2xx raises what `apierrors.error_for` maps it
 to; a 401/403 on a request of a kind that worked moments before is `Unavailable`, as a
 restarting API server refuses until its authorization has loaded (`grants`).
+
+Every read has a deadline (`connections.SILENT`): a connection silent that long is dead,
+and every idle one to the server is closed with it. While the server does not answer, the
+outage's watchdog probes it on a new connection (`probe`); once it answers again, the
+requests still waiting on connections lent before are cut and sent again at once
+(`Reconnect`), so a network change costs seconds, not each request's deadline.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ import urllib3
 from stratctl.backends.kubernetes.answers import parse
 from stratctl.backends.kubernetes.apierrors import error_for, unreached
 from stratctl.backends.kubernetes.apimetrics import ApiMetrics
+from stratctl.backends.kubernetes.connections import PROBE_TIMEOUT, SILENT, Connections
 from stratctl.backends.kubernetes.grants import Grants, access
-from stratctl.errors import Throttled, Unavailable
-from stratctl.run.outage import Outage
+from stratctl.errors import Reconnect, Throttled, Unavailable
+from stratctl.run.outage import Change, Outage
 
 T = TypeVar("T")
 Gate = Callable[..., T]  # gate(fn, mutating=bool) -> fn's result: admits (and retries) one request
@@ -72,7 +79,7 @@ class Channel:
         namespace: str,
         gate: Gate = no_gate,
         outage: Outage | None = None,
-        timeout: tuple[float, float] = (10, 60),
+        timeout: tuple[float, float] = (10, SILENT),
         client_errors: tuple[type[BaseException], ...] = (),
     ):
         self.api = api
@@ -83,6 +90,39 @@ class Channel:
         self.grants = Grants()
         self.outage = outage or Outage()
         self.timeout = timeout  # (connect, read) of one request, cut to the outage's patience left
+        self.connections = Connections.of(api)  # shared by `with_gate`'s copies, as the outage is
+        self.outage.listen(self._changed)
+        self.outage.probe = self.probe
+
+    # -- dead connections ---------------------------------------------------------------
+
+    def _changed(self, change: Change) -> None:
+        """The server answers again: cut the requests still waiting on connections lent
+        before (they went dead with the network), so they go again at once."""
+        if not change.down:
+            self.sever()
+
+    def sever(self) -> int:
+        """Cut every request waiting on a connection lent until now; how many."""
+        self.connections.drop_idle()
+        return self.connections.sever(time.monotonic())
+
+    def probe(self) -> bool:
+        """Whether the server answers a new connection now (its readiness, etcd included):
+        asked by the outage's watchdog while requests get no answer."""
+        self.connections.drop_idle()
+        url, headers = self._prepare("GET", "/readyz", None, None)
+        try:
+            response = self.api.call_api(
+                "GET", url, header_params=headers, _request_timeout=(PROBE_TIMEOUT, PROBE_TIMEOUT)
+            ).response
+            response.read()
+            status = response.status
+        except Exception:  # no answer, whatever the reason: the outage goes on
+            return False
+        # not ready (a 5xx: etcd paused, shutting down) is no answer; a readiness this user
+        # may not read (401/403/404) still says the server is reachable again
+        return 200 <= status < 300 or status in (401, 403, 404)
 
     # -- the one request path ---------------------------------------------------------
 
@@ -167,7 +207,10 @@ class Channel:
             status = response.status
             data = b"" if stream and status == 200 else response.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self.connections.drop_idle()  # the connections went down together
             host = self.api.configuration.host
+            if started <= self.connections.severed:  # cut once the server answered again: no outage, go again now
+                raise Reconnect(f"{what}: its connection to {host} died; sending it again") from None
             down = Unavailable(f"{what}: cannot reach the API server at {host}: {unreached(exc)}")
             raise self.outage.failed(down, sent) from None
         except self.client_errors as exc:  # the Kubernetes client's TLS errors surface this way

@@ -14,12 +14,14 @@ whether the server answered. `Cluster.connect` loads credentials the way kubectl
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from stratctl.backends.kubernetes.apierrors import error_for
 from stratctl.backends.kubernetes.apimetrics import ApiMetrics
 from stratctl.backends.kubernetes.channel import Channel, Gate, no_gate
+from stratctl.backends.kubernetes.connections import SILENT, WATCH_SPAN
 from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
 from stratctl.backends.kubernetes.resources import (
     ACCESS_REVIEW,
@@ -39,7 +41,7 @@ from stratctl.backends.kubernetes.resources import (
     resource_path,
 )
 from stratctl.backends.kubernetes.streams import log_lines, watch_events
-from stratctl.errors import NotFound, UsageError
+from stratctl.errors import NotFound, Reconnect, Unavailable, UsageError
 from stratctl.run.outage import Outage
 
 if TYPE_CHECKING:
@@ -213,7 +215,7 @@ class Cluster(Channel):
         resource_version: str,
         namespace: str | None = None,
         label_selector: str | None = None,
-        timeout_seconds: int = 30,
+        timeout_seconds: int = WATCH_SPAN,
         all_namespaces: bool = False,
     ) -> Iterator[tuple[str, dict]]:
         """Stream (type, object) events after `resource_version`, through the same request
@@ -237,16 +239,25 @@ class Cluster(Channel):
             "timeoutSeconds": timeout_seconds,
         }
         what = f"watch {kind[1]}"
-        # the read timeout outlasts the server's own end of the watch, so only a stalled stream trips it
+        # the read deadline outlasts the server's own end of the watch by SILENT - WATCH_SPAN:
+        # a watch silent past it died (`connections`)
+        deadline = timeout_seconds + SILENT - WATCH_SPAN
+        opened = time.monotonic()
         response = self.gate(
             self._counted(
                 what,
                 lambda: self._send(
-                    "GET", path, query, None, what, "application/json", stream=True, timeout=(10, timeout_seconds + 10)
+                    "GET", path, query, None, what, "application/json", stream=True, timeout=(10, deadline)
                 ),
             )
         )
-        yield from watch_events(response, what)
+        try:
+            yield from watch_events(response, what)
+        except Unavailable as exc:
+            self.connections.drop_idle()  # they went down together
+            if opened <= self.connections.severed:  # cut as the server answers again: watch again now
+                raise Reconnect(f"{what}: its connection died; watching again") from None
+            raise exc
 
     def pod_log(
         self,
@@ -279,7 +290,9 @@ class Cluster(Channel):
         response = self.gate(
             self._counted(
                 what,
-                lambda: self._send("GET", path, query, None, what, "application/json", stream=True, timeout=(10, 3600)),
+                lambda: self._send(
+                    "GET", path, query, None, what, "application/json", stream=True, timeout=(10, SILENT)
+                ),
             )
         )
         yield from log_lines(response, what)

@@ -31,7 +31,7 @@ from stratctl.backends.kubernetes.features import BreakerDrain, Cleanup, Packed,
 from stratctl.backends.kubernetes.keeper import RecordKeeper
 from stratctl.backends.kubernetes.looptrials import LoopTrials
 from stratctl.backends.kubernetes.merged import Merged
-from stratctl.backends.kubernetes.mirror import Mirror
+from stratctl.backends.kubernetes.mirror import Mirror, staleness
 from stratctl.backends.kubernetes.placement import Placer, Placing
 from stratctl.backends.kubernetes.pressure import Pressure, tally
 from stratctl.backends.kubernetes.record import API_QUOTA_KEY, PLACEMENTS_KEY, StudyRecord
@@ -271,11 +271,15 @@ class Submitter(Cycle):
 
     def tally(self, states: dict[str, TrialState]) -> None:
         unasked = self.search.remaining if self.search is not None else 0  # the budget not asked yet waits too
-        watches = (self.jobs, *(getattr(self.signals, name, None) for name in ("nodes", "pods", "groups")))
-        tally(self.progress, states, self.throttle, self.cluster, unasked, watches)
+        tally(self.progress, states, self.throttle, self.cluster, unasked, self.watches())
         if self.merged is not None:  # held back in their blocks: not pending
             self.progress.queued = sum(1 for n in self.merged.queued if states.get(n) is TrialState.PENDING)
             self.progress.pending -= self.progress.queued
+
+    def watches(self) -> tuple[object, ...]:
+        """The mirrors the loop's picture is read from (None where it watches nothing)."""
+        signals = (getattr(self.signals, name, None) for name in ("nodes", "pods", "groups", "hypernodes"))
+        return (self.jobs, self.queues, *signals)
 
     def pressure(self, states: dict[str, TrialState]) -> Observed:
         """What the policy decides on (pressure.py); the record is saved first: the cluster
@@ -285,8 +289,9 @@ class Submitter(Cycle):
         drained = self.record.drained
         if self.merged is not None:  # held back in their blocks: never pending for long
             states = {n: TrialState.WAITING if n in self.merged.queued else s for n, s in states.items()}
+        stale = staleness(self.watches(), getattr(self.cluster, "outage", None))
         return self.reading.observe(
-            states, self.progress, self.latest, drained, self.signals, groups, self.prometheus, durations
+            states, self.progress, self.latest, drained, self.signals, groups, self.prometheus, durations, stale
         )
 
     def decided(self, decision: Decision, changed: bool) -> None:

@@ -153,8 +153,10 @@ def instant(stamp: str) -> str:
 
 def follow_one(cluster, namespace: str, source: Source, tail: int | None = None) -> Iterator[str]:
     """One container's lines as they come, until it ends or its pod is gone. A stream the
-    API server or the client times out while the container is quiet is opened again from
-    the last line's timestamp (lines of that same instant already shown are skipped)."""
+    API server or the client times out while the container is quiet (the client's read
+    deadline, `connections.SILENT`, is also how a connection that died is found) is opened
+    again from the last line's timestamp (lines of that same instant already shown are
+    skipped)."""
     since: str | None = None
     shown: set[str] = set()  # lines already yielded at timestamp `since`
     while True:

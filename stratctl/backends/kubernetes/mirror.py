@@ -5,6 +5,12 @@ The thread never dies of a failure: whatever breaks a watch (a reset connection,
 that is not JSON, a bug in a transform), it relists and watches again, waiting longer after
 each failure in a row. A broken watch is visible: one warning when it breaks and one when it
 recovers, and counters the submit loop shows (`watch_health`).
+
+A watch is asked to end every `connections.WATCH_SPAN` seconds and read with a deadline, so
+one that died with the network is found within `connections.SILENT`. Until the mirror has
+heard from the server again (an event, a watch's end, a list), its objects may be out of
+date: `stale` says so, and the submit loop decides nothing on them (`staleness`). When the
+server answers again after an outage, a mirror waiting to retry relists at once.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from collections.abc import Callable, Iterable
 
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import Cluster
-from stratctl.errors import ClusterError
+from stratctl.backends.kubernetes.connections import SILENT, WATCH_SPAN
+from stratctl.errors import ClusterError, Reconnect
+from stratctl.run.outage import Change, duration
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +163,7 @@ class Mirror:
         kind: tuple[str, str],
         all_namespaces: bool = True,
         label_selector: str | None = None,
-        watch_timeout: int = 60,
+        watch_timeout: int = WATCH_SPAN,
         namespace: str | None = None,
         transform=without_managed_fields,
         clock: Callable[[], float] = time.time,
@@ -173,6 +181,7 @@ class Mirror:
         self._objects: dict[str, dict] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by a stop, or by the server answering again: retry now
         self._thread: threading.Thread | None = None
         self._version = ""
         self.events = 0
@@ -185,13 +194,27 @@ class Mirror:
         self.listed_at: float | None = None
         # health: read by the submit loop (`watch_health`), written by the thread
         self.clock = clock  # the wall clock: when a watch broke is shown to people
-        self.sleep = sleep or self._stop.wait  # a stop ends a wait at once
+        self.sleep = sleep or self._nap  # a stop, or the server back, ends a wait at once
         self.rng = rng or random.Random()
         self.failures = 0  # failures of the watch (or of the relist after one), ever
         self.last_error: str | None = None
         self.broken_since: float | None = None  # clock time of the first failure of the current outage
         self._streak = 0  # failures since the last healthy watch: the backoff's exponent
         self._fresh = False  # relisted, and no event since: a 410 now is no routine expiry
+        self.heard: float | None = None  # clock time the server last said anything of these objects
+        self.failed_at = float("-inf")  # clock time of the watch's (or its relist's) last failure
+        outage = getattr(cluster, "outage", None)
+        if outage is not None:
+            outage.listen(self._outage_changed)
+
+    def _outage_changed(self, change: Change) -> None:
+        if not change.down:  # the server answers again: a watch waiting to retry goes now
+            self._wake.set()
+
+    def _nap(self, seconds: float) -> None:
+        """Wait before retrying: `seconds`, unless stopped or woken first."""
+        self._wake.wait(seconds)
+        self._wake.clear()
 
     def _key(self, obj: dict) -> str:
         meta = obj.get("metadata") or {}
@@ -212,7 +235,7 @@ class Mirror:
             self.deletions += len(gone)
             self._objects = fresh
             self._version = version
-            self.listed_at = self.clock()
+            self.listed_at = self.heard = self.clock()
         if self.on_delete is not None:
             for obj in gone:
                 self.on_delete(obj)
@@ -247,6 +270,19 @@ class Mirror:
     def healthy(self) -> bool:
         return self.broken_since is None
 
+    def stale(self, now: float) -> str | None:
+        """Why this mirror's objects may be out of date now (None: they are current): its
+        watch is broken, or has been silent past its bound (it ends every WATCH_SPAN
+        seconds, so a live one is heard from more often)."""
+        if not self.following:
+            return None
+        if self.broken_since is not None and (self.heard is None or self.failed_at >= self.heard):
+            # broken, and not relisted since its last failure (a relist makes it whole as of then)
+            return f"{self.kind[1]} watch broken for {duration(now - self.broken_since)}"
+        if self.heard is not None and now - self.heard > SILENT + WATCH_SPAN:
+            return f"{self.kind[1]} watch silent for {duration(now - self.heard)}"
+        return None
+
     def problem(self) -> str | None:
         """What is wrong with this watch, in one line; None while it is healthy."""
         with self._lock:
@@ -268,6 +304,9 @@ class Mirror:
                 if self._stop.is_set():
                     return
                 stale = True
+                if isinstance(exc, Reconnect):  # its connection died, the server answers: relist now
+                    self._failed(exc)
+                    continue
                 if getattr(exc, "status", None) == 410 and not self._fresh:
                     # the version expired (etcd compacted it): routine, relist at once
                     log.debug("watch %s: %s; relisting", self.kind[1], exc)
@@ -290,6 +329,7 @@ class Mirror:
             if self._streak:
                 self._recovered()  # events flow again
         self._fresh = False
+        self.heard = self.clock()  # the server ended the watch: it was live until now
         if self._streak:
             self._recovered()
 
@@ -299,6 +339,7 @@ class Mirror:
             self.failures += 1
             self._streak += 1
             self.last_error = describe(exc)
+            self.failed_at = self.clock()
             first = self.broken_since is None
             if first:
                 self.broken_since = self.clock()
@@ -328,6 +369,7 @@ class Mirror:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         with self._lock:
             self._fresh = False
+            self.heard = self.clock()
             if version:
                 self._version = version
             if kind == "BOOKMARK":
@@ -365,6 +407,7 @@ class Mirror:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
 
 def watch_health(mirrors: Iterable[object]) -> tuple[int, str | None]:
@@ -373,3 +416,15 @@ def watch_health(mirrors: Iterable[object]) -> tuple[int, str | None]:
     watched = [m for m in mirrors if isinstance(m, Mirror)]
     problems = [p for p in (m.problem() for m in watched) if p]
     return sum(m.failures for m in watched), "; ".join(problems) or None
+
+
+def staleness(mirrors: Iterable[object], outage) -> str | None:
+    """Why the picture the loop decides on may be out of date now, in one phrase (None: it
+    is current): the API server not answering (whatever a cache holds, and any count read
+    through it, is from before), or a watch broken or silent past its bound (each mirror
+    on its own clock)."""
+    since = getattr(outage, "since", None)
+    if since is not None:
+        return f"no answer from the API server for {duration(outage.clock() - since)}"
+    reasons = [r for r in (m.stale(m.clock()) for m in mirrors if isinstance(m, Mirror)) if r]
+    return "; ".join(reasons) or None

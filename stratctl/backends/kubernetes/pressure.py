@@ -8,7 +8,8 @@ the Prometheus watch's latest reading, the API request counters).
   and fragmented GPUs, whole gangs that fit, a higher-priority gang waiting, its shadow
   time for backfill, a topology that holds no gang;
 - the control plane's health from Prometheus (etcd's p99, Volcano's scheduling latency);
-- the request pace (run/pace.py): stalled, and the room for creates one cycle has.
+- the request pace (run/pace.py): stalled, and the room for creates one cycle has;
+- whether any of it may be out of date (a watch broken or silent, the API server out).
 """
 
 from __future__ import annotations
@@ -88,10 +89,12 @@ class Pressure:
         groups: list[dict] | None,
         prometheus,
         durations: bool,
+        stale: str | None = None,
     ) -> Observed:
         """This cycle's `Observed`, and the progress's view of it. `latest`: each trial's
         latest job; `groups`: the mirrored PodGroups (None: not mirrored); `durations`:
-        whether the study states its trials' durations (backfill needs them)."""
+        whether the study states its trials' durations (backfill needs them); `stale`: why
+        the picture may be out of date (`mirror.staleness`), which holds the target."""
         p, now = progress, self.clock()
         for name, state in states.items():
             if state is TrialState.PENDING:
@@ -128,4 +131,5 @@ class Pressure:
             shadow=shadow if durations else None,
             backfill_fit=backfill_fit,
             spread=spread,
+            stale=stale,
         )

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import orjson
 import urllib3
 
+from stratctl.backends.kubernetes.connections import lending
 from stratctl.backends.kubernetes.credentials import Credentials
 
 
@@ -38,7 +39,10 @@ class PlainApi:
         self.configuration = SimpleNamespace(host=credentials.server)
         self.user_agent = "stratctl"
         self._token = credentials.token
-        self.pool = urllib3.PoolManager(num_pools=1, maxsize=pool_size, retries=False, ssl_context=credentials.tls)
+        # its pools know what they lent, so a dead connection can be cut (`connections`)
+        self.pool = lending(
+            urllib3.PoolManager(num_pools=1, maxsize=pool_size, retries=False, ssl_context=credentials.tls)
+        )
         self._server = self.pool.connection_from_url(credentials.server)  # the one host stratctl talks to
 
     def update_params_for_auth(self, headers, queries, auth_settings, resource_path, method, body) -> None:

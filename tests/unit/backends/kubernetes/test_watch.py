@@ -92,7 +92,7 @@ def test_a_watch_streams_events_across_chunks_and_returns_when_the_server_ends_i
     added, bookmark, modified = line("ADDED", "a", "11"), line("BOOKMARK", "", "12"), line("MODIFIED", "a", "13")
     response = FakeResponse(chunks=[added[:9], added[9:] + b"\n" + bookmark[:-1], bookmark[-1:] + modified[:-1]])
     cluster, api = watching(response)
-    events = list(cluster.watch(POD, "10", timeout_seconds=60))
+    events = list(cluster.watch(POD, "10"))
     assert [(kind, obj["metadata"]["resourceVersion"]) for kind, obj in events] == [
         ("ADDED", "11"),
         ("BOOKMARK", "12"),
@@ -100,9 +100,10 @@ def test_a_watch_streams_events_across_chunks_and_returns_when_the_server_ends_i
     ]  # the last event came without its newline
     [request] = api.requests
     assert request["url"] == (
-        f"{HOST}/api/v1/namespaces/ns/pods?watch=1&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=60"
+        f"{HOST}/api/v1/namespaces/ns/pods?watch=1&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=8"
     )
-    assert request["timeout"] == (10, 70)  # reads outlast the server's own end of the watch
+    # the server ends the watch after 8 s; a read waits 2 s more: a watch silent for 10 s is dead
+    assert request["timeout"] == (10, 10)
     assert response.released and not response.closed  # a clean end: the connection goes back to the pool
     assert cluster.metrics.requests == 1 and cluster.metrics.errors == 0
 
