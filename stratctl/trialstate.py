@@ -32,3 +32,10 @@ class TrialState(StrEnum):
     @property
     def in_flight(self) -> bool:
         return self in (TrialState.PENDING, TrialState.RUNNING)
+
+    @property
+    def owed(self) -> bool:
+        """Ended with its next attempt due (failed with failures left, preempted): the trial
+        comes back whatever the cap, so it holds its place under the cap until it does (else
+        a new trial takes its place and the retry goes over the cap)."""
+        return self in (TrialState.RETRYING, TrialState.PREEMPTED)

@@ -267,7 +267,17 @@ class Submitter(Cycle):
     def recover(self, states: dict[str, TrialState]) -> dict[str, TrialState]:
         """The recovery rules (requeue.py): preempted and drained trials come back as their
         next attempt, failed ones while failures are left, the rest given up."""
-        return self._requeue.step(states, self.latest, self.record.held, record=self.keeper.cm)
+        return self._requeue.step(states, self.latest, self.record.held, record=self.keeper.cm, room=self._room(states))
+
+    def _room(self, states: dict[str, TrialState]) -> int | None:
+        """How many next attempts may go now: the last target less the trials in flight
+        (those a block still holds back aside). None before the first decision: a rerun
+        resumes what it finds, as the run before it would have."""
+        last = self.deciding.last
+        if last is None:
+            return None
+        queued = self.merged.queued if self.merged is not None else set()
+        return last.target - sum(1 for n, s in states.items() if s.in_flight and n not in queued)
 
     def tally(self, states: dict[str, TrialState]) -> None:
         unasked = self.search.remaining if self.search is not None else 0  # the budget not asked yet waits too

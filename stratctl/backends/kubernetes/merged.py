@@ -103,7 +103,9 @@ class Merged(Capability):
         """The trials a block holds back wait; the others in flight are counted per block."""
         self.flying = {}
         for name, state in states.items():
-            if state.in_flight and name not in self.queued:
+            if state.owed:  # its next attempt is a Job of its own, outside any block: its place is held there
+                self.flying[""] = self.flying.get("", 0) + 1
+            elif state.in_flight and name not in self.queued:
                 job = self.loop.latest.get(name) or {}
                 block = ((job.get("metadata") or {}).get("labels") or {}).get(labels.IN_BLOCK, "")
                 self.flying[block] = self.flying.get(block, 0) + 1

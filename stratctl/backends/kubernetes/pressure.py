@@ -118,7 +118,8 @@ class Pressure:
         return Observed(
             etcd_p99=p.etcd_p99,
             scheduling_latency_p90=p.scheduling_latency_p90,
-            in_flight=p.in_flight,
+            # a trial whose next attempt is due holds its place (TrialState.owed)
+            in_flight=p.in_flight + sum(1 for s in states.values() if s.owed),
             pending=p.pending,
             waiting=p.waiting,
             stuck=p.stuck,

@@ -249,7 +249,12 @@ class Requeue:
         return bool(stuck)
 
     def step(
-        self, states: dict[str, TrialState], latest: dict[str, dict], drained: bool, record: dict | None = None
+        self,
+        states: dict[str, TrialState],
+        latest: dict[str, dict],
+        drained: bool,
+        record: dict | None = None,
+        room: int | None = None,
     ) -> dict[str, TrialState]:
         """Update the loop's trial states (preempted, suspended, retrying, given up) and act on them.
 
@@ -257,7 +262,9 @@ class Requeue:
         until its next attempt exists (a drained study holds it, a failed create is tried
         again next cycle). Whether the study is drained is read from its record with the
         marks (`record`: the loop's latest read of it, else read here); `drained` (the
-        loop's copy) counts only when there is no record.
+        loop's copy) counts only when there is no record. `room`: how many next attempts may
+        go now under the cap (None: any); the others stay due, holding their place, and go
+        in a later cycle, as trials end.
         """
         marks, drained = self._record(drained) if record is None else (suspended_of(record), parse_record(record).held)
         self._end_stuck()
@@ -277,8 +284,11 @@ class Requeue:
                 self._give_up(action, latest.get(name))
                 states[name] = TrialState.FAILED
             elif name in self.trials:  # else a trial of another version of the study
+                if room is not None and room <= 0:
+                    continue  # the cap is full: due next cycle, its place held (TrialState.owed)
                 if self._resubmit(action, latest.get(name), marks.get(name), views, starts):
                     states[name] = TrialState.PENDING
+                    room = None if room is None else room - 1
         return states
 
     def _views(
