@@ -202,7 +202,7 @@ def _summary(p: Progress) -> str:
         + (f"{p.pruned} pruned, " if p.pruned else "")
         + f"{p.failed} failed, {p.in_flight} in flight, "
         f"{p.waiting} not yet submitted, of {plural(p.total, 'trial')}",
-        f"created {p.created}, already there {p.existing}; {p.api_writes} API writes"
+        f"created {p.created}, already there {p.existing}; {plural(p.api_writes, 'API write')}"
         # a ratio of writes to trials created only when some were (0 created: "4.00 per" said nothing)
         + (f" ({p.api_writes / p.created:.2f} per created trial)" if p.created else "")
         + (f", {p.api_checks} access checks" if p.api_checks else "")

@@ -134,3 +134,5 @@ def test_a_rerun_that_created_nothing_gives_no_ratio_per_created_trial():
     assert "per created trial" not in summary(p)
     p.existing = 0  # nothing there either: no ratio per trial for the requests by kind
     assert "requests by kind: " in summary(p) and "per trial" not in summary(p)
+    p.api_writes = 1
+    assert "already there 0; 1 API write, " in summary(p)
