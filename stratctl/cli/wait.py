@@ -38,9 +38,8 @@ def wait(
     """Wait until every trial of a study has ended; the exit code says how.
 
     Exit 0 if all succeeded, 1 if some failed, 124 on --timeout. Prints a line when the
-    trials' states change, and at once when
-    no submit loop follows the study while trials wait to be admitted (with the command that
-    would follow it); it then goes on waiting until --timeout.
+    trials' states change, and at once when no submit loop follows the study while trials
+    wait to be admitted (with the command that would follow it); then waits until --timeout.
 
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.

@@ -5,7 +5,7 @@ than its file.
 Slurm and YARN forget a study's ended jobs (MinJobAge, max-completed-applications), so a
 study on them lives in its study directory (backends/base.py `study_directory`), where its
 attempts leave their marks, logs and results. At submit stratctl keeps there the study as
-submitted (`study.yaml`, and `study.json`: its file, backend and cluster), as the
+submitted (`.study/study.yaml`, and `.study/study.json`: its file, backend and cluster), as the
 Kubernetes record keeps the spec in the cluster, and adds an entry to the user's catalog,
 `<state>/studies/<backend>/<name>.json` (`<state>`: STRATCTL_STATE_DIR, else
 $XDG_STATE_HOME/stratctl, else ~/.local/state/stratctl), which points at that directory. A
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 ATTEMPT_BACKENDS = ("slurm", "yarn")
 BACKENDS = ("kubernetes", *ATTEMPT_BACKENDS)
-SPEC = "study.yaml"  # the study as submitted, in its study directory
-ABOUT = "study.json"  # where it came from: its file, backend and cluster
+SPEC = ".study/study.yaml"  # the study as submitted, in its study directory (beside its trials' directories)
+ABOUT = ".study/study.json"  # where it came from: its file, backend and cluster
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _path(root: Path, backend: str, name: str) -> Path:
 def keep(entry: Entry, text: str, root: Path | None = None) -> None:
     """At submit: the study as submitted into its study directory, and its catalog entry."""
     directory = Path(entry.directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SPEC).parent.mkdir(parents=True, exist_ok=True)
     _write(directory / SPEC, text)
     _write(directory / ABOUT, json.dumps(asdict(entry), indent=2) + "\n")
     path = _path(root or state_dir(), entry.backend, entry.name)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-LOOP = "loop.json"
+LOOP = ".study/loop.json"  # beside the study as submitted (run/catalog.py)
 REFRESH = 10.0
 STALE = 90.0  # as the Kubernetes record's LOOP_STALE
 
@@ -64,10 +64,11 @@ class Heartbeat:
         now = self.wall()
         marker = {"at": now, "running": running, "host": socket.gethostname(), "pid": os.getpid()}
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = self.directory / f".{LOOP}.{os.getpid()}.tmp"
+            path = self.directory / LOOP
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(marker, sort_keys=True))
-            tmp.replace(self.directory / LOOP)
+            tmp.replace(path)
         except OSError:
             return  # a heartbeat not written is a loop `wait` does not see: never a reason to stop submitting
         self._last = now

@@ -58,7 +58,7 @@ def test_every_task_of_trials_of_2_and_3_meets_in_jax_distributed(backend, tmp_p
     attempts = {trial: a[-1] for trial, a in backend.records(name).items()}
     addr_of = backend.addresses()
     sizes = set()
-    for trial in (tmp_path / "stratctl-out" / name).iterdir():
+    for trial in (tmp_path / "stratctl-out" / name).glob("[!.]*"):  # the trials' directories, not the study's own
         result = json.loads((trial / "result.json").read_text())
         n = result["world_size"]
         sizes.add(n)

@@ -61,7 +61,7 @@ def study(backend, tmp_path, name, sizes=(2, 3), copies=1, hold=0, gpus=0, extra
 def outcome(tmp_path, name):
     """trial -> (its result.json, the rendezvous records its rank 0 appended, oldest first)."""
     out = {}
-    for trial in (tmp_path / "stratctl-out" / name).iterdir():
+    for trial in (tmp_path / "stratctl-out" / name).glob("[!.]*"):  # the trials' directories, not the study's own
         log = trial / "rendezvous.jsonl"
         records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         result = trial / "result.json"

@@ -49,9 +49,11 @@ def study(backend, tmp_path, name, trials, command, gpus=1, tasks=1, inflight=4)
 
 
 def files(tmp_path, name):
-    """trial -> the attempt files and logs its directory holds."""
+    """trial -> the attempt files and logs its directory holds (the study's own, `.study/`
+    and a merged study's `.blocks/`, are no trial's)."""
     root = tmp_path / "stratctl-out" / name
-    return {d.name: sorted(p.name for p in d.iterdir()) for d in root.iterdir()} if root.is_dir() else {}
+    trials = [d for d in root.iterdir() if not d.name.startswith(".")] if root.is_dir() else []
+    return {d.name: sorted(p.name for p in d.iterdir()) for d in trials}
 
 
 def free_port() -> int:
@@ -73,10 +75,10 @@ def scrape(port: int, series: str) -> str | None:
 # each backend's trials (and tasks a trial) for the exactly-once test, as the testbed holds them
 ONCE = {"slurm": (10, 1), "yarn": (8, 2)}
 # what each attempt leaves in its trial's directory: Slurm's job script its marks and its log,
-# YARN's scheduler the record of each ended application
+# YARN's scheduler the record of each ended application, and each container its log
 MARKS = {
     "slurm": (["attempt-0.job", "attempt-0.exit"], "attempt-1.job", 1),
-    "yarn": (["attempt-0.yarn.json"], "attempt-1.yarn.json", 0),
+    "yarn": (["attempt-0.yarn.json"], "attempt-1.yarn.json", None),  # None: a log per container of the gang
 }
 
 
@@ -105,6 +107,7 @@ def test_every_trial_runs_exactly_once_across_a_kill_and_a_rerun(backend, tmp_pa
     for trial in records:  # every task of the gang ran, once each
         assert sorted((out / trial / "ran").read_text().split()) == [str(i) for i in range(tasks)], trial
     marks, never, logs = MARKS[backend.name]
+    logs = tasks if logs is None else logs
     seen = files(tmp_path, name)
     assert set(seen) == set(records)
     for trial, names in seen.items():

@@ -37,6 +37,14 @@ class Installed:
         )
 
 
+@pytest.fixture(autouse=True, scope="session")
+def catalog(tmp_path_factory):
+    """The names the tests' studies are known by (run/catalog.py) kept out of the user's home."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STRATCTL_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory) -> Installed:
     work = tmp_path_factory.mktemp("install")

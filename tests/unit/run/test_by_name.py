@@ -16,7 +16,7 @@ from stratctl.backends.base import cwd_directory, study_directory
 from stratctl.errors import ExitCode, UsageError
 from stratctl.run import attemptdelete, catalog
 from stratctl.run.finish import unadmitted, unfollowed_text, wait
-from stratctl.run.following import Heartbeat, follower
+from stratctl.run.following import LOOP, Heartbeat, follower
 from stratctl.trialstate import TrialState
 from tests.unit.fakes import FakeClock
 from tests.unit.run.test_wait import row
@@ -140,7 +140,7 @@ def test_the_heartbeat_says_a_loop_follows_until_it_stops_or_dies_or_goes_stale(
     beat.stop()
     assert follower(tmp_path, now[0]) is None
     marker = {"at": time.time(), "running": True, "host": socket.gethostname(), "pid": 999999999}
-    (tmp_path / "loop.json").write_text(json.dumps(marker))
+    (tmp_path / LOOP).write_text(json.dumps(marker))
     assert follower(tmp_path, time.time()) is None  # killed on this machine
 
 
@@ -180,3 +180,25 @@ def test_logs_names_a_trial_that_does_not_exist_and_one_that_has_not_started(tmp
     assert str(silent.value) == (
         f"trial {trial.name} of study sw has logged nothing yet: it is {TrialState.WAITING.value} (not submitted yet)"
     )
+
+
+def test_a_study_whose_marks_are_where_the_working_directory_put_them_is_refused_saying_where_to_move_them(
+    tmp_path, monkeypatch
+):
+    from stratctl.backends.launch import _not_moved
+    from stratctl.errors import StudyMoved
+
+    (tmp_path / "proj").mkdir()
+    study = load(tmp_path / "proj", SLURM)
+    monkeypatch.chdir(tmp_path)
+    old = tmp_path.resolve() / "stratctl-out" / "sw"
+    new = study_directory(study)
+    _not_moved(study, new, "Slurm controller")  # nothing there: nothing to say
+    (old / "sw-0").mkdir(parents=True)
+    with pytest.raises(StudyMoved) as refused:
+        _not_moved(study, new, "Slurm controller")
+    assert refused.value.exit_code == ExitCode.CONFLICT
+    assert f"`mv {old} {new}`" in str(refused.value)
+    assert str(refused.value).endswith("would send again every trial the Slurm controller has forgotten")
+    new.mkdir(parents=True)
+    _not_moved(study, new, "Slurm controller")  # moved (or already used): goes ahead
