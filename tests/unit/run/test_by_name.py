@@ -202,3 +202,26 @@ def test_a_study_whose_marks_are_where_the_working_directory_put_them_is_refused
     assert str(refused.value).endswith("would send again every trial the Slurm controller has forgotten")
     new.mkdir(parents=True)
     _not_moved(study, new, "Slurm controller")  # moved (or already used): goes ahead
+
+
+def test_wait_on_a_kubernetes_study_its_loop_stopped_says_nothing_admits_the_trials_left(study_file, monkeypatch):
+    from typer.testing import CliRunner
+
+    from stratctl.cli.main import app
+    from tests.unit.fake_cluster import FakeCluster
+    from tests.unit.loop import make
+
+    cluster, clock = FakeCluster(), FakeClock()
+    submitter, _ = make(study_file(), cluster, clock, timeout=5.0, max_inflight=2, parallelism="static")
+    submitter.sleep = clock.sleep  # the cluster stands still: the loop stops at its timeout, 8 trials not admitted
+    assert submitter.run().timed_out
+    monkeypatch.setattr(cluster, "close", lambda: None, raising=False)
+    monkeypatch.setattr("stratctl.backends.kubernetes.connect.one_shot", lambda *a, **k: cluster)
+    monkeypatch.setenv("STRATCTL_STATE_DIR", str(study_file().rsplit("/", 1)[0] + "/state"))
+    result = CliRunner().invoke(app, ["wait", "loop", "--timeout", "0.5s", "--interval", "0.2"])
+    assert result.exit_code == ExitCode.TIMEOUT, result.stderr
+    said = [line for line in result.stdout.splitlines() if "no submit loop" in line]
+    assert said == [
+        "loop: no submit loop follows this study, and 8 trials wait to be admitted: nothing will admit them "
+        "until `stratctl submit STUDY_FILE` runs (it follows the study to its end)"
+    ], result.stdout
