@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -29,17 +30,24 @@ class ApiServer:
         self.cluster = cluster
         self.seen: list[tuple[str, str, int]] = []  # (method, path, status) of every request
         self._refusals = 0
+        self.watch_open = False  # True: a watch stays open, quiet, until its timeoutSeconds (else it ends at once)
         self._retry_after = 1
         self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # connections kept open between requests, as the API server does
+
             def log_message(self, *args):  # quiet
                 pass
 
             def _serve(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
+                query = parse_qs(urlparse(self.path).query)
+                if method == "GET" and query.get("watch") and server.watch_open:
+                    self._quiet_watch(float(query.get("timeoutSeconds", ["1"])[0]))
+                    return
                 status, answer, headers = server.answer(method, self.path, body)
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
@@ -48,6 +56,18 @@ class ApiServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _quiet_watch(self, seconds: float) -> None:
+                """A watch as the API server keeps one open: headers at once, then no event
+                until it ends after `timeoutSeconds` (the end of the body: the connection closes)."""
+                server.seen.append(("GET", urlparse(self.path).path + "?watch", 200))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.flush()
+                time.sleep(seconds)
+                self.close_connection = True
 
             def do_GET(self):
                 self._serve("GET")
@@ -110,6 +130,8 @@ class ApiServer:
         return status, answer, {}
 
     def _resource(self, method: str, path: str, query: dict, body) -> tuple[int, object]:
+        if path == "/readyz":
+            return 200, b"ok"
         if path == "/version":
             return 200, {"major": "1", "minor": "35", "gitVersion": "v1.35.4"}
         parts = path.strip("/").split("/")

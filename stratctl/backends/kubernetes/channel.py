@@ -25,10 +25,11 @@ from urllib.parse import urlencode
 
 import urllib3
 
+from stratctl.backends.kubernetes import connections
 from stratctl.backends.kubernetes.answers import parse
 from stratctl.backends.kubernetes.apierrors import error_for, unreached
 from stratctl.backends.kubernetes.apimetrics import ApiMetrics
-from stratctl.backends.kubernetes.connections import PROBE_TIMEOUT, SILENT, Connections
+from stratctl.backends.kubernetes.connections import PROBE_TIMEOUT, Connections
 from stratctl.backends.kubernetes.grants import Grants, access
 from stratctl.errors import Reconnect, Throttled, Unavailable
 from stratctl.run.outage import Change, Outage
@@ -79,7 +80,7 @@ class Channel:
         namespace: str,
         gate: Gate = no_gate,
         outage: Outage | None = None,
-        timeout: tuple[float, float] = (10, SILENT),
+        timeout: tuple[float, float] | None = None,
         client_errors: tuple[type[BaseException], ...] = (),
     ):
         self.api = api
@@ -89,7 +90,8 @@ class Channel:
         self.metrics = ApiMetrics()
         self.grants = Grants()
         self.outage = outage or Outage()
-        self.timeout = timeout  # (connect, read) of one request, cut to the outage's patience left
+        # (connect, read) of one request, cut to the outage's patience left
+        self.timeout = timeout or (10.0, connections.SILENT)
         self.connections = Connections.of(api)  # shared by `with_gate`'s copies, as the outage is
         self.outage.listen(self._changed)
         self.outage.probe = self.probe

@@ -18,10 +18,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from stratctl.backends.kubernetes import connections
 from stratctl.backends.kubernetes.apierrors import error_for
 from stratctl.backends.kubernetes.apimetrics import ApiMetrics
 from stratctl.backends.kubernetes.channel import Channel, Gate, no_gate
-from stratctl.backends.kubernetes.connections import SILENT, WATCH_SPAN
+from stratctl.backends.kubernetes.connections import WATCH_SPAN
 from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
 from stratctl.backends.kubernetes.resources import (
     ACCESS_REVIEW,
@@ -239,9 +240,9 @@ class Cluster(Channel):
             "timeoutSeconds": timeout_seconds,
         }
         what = f"watch {kind[1]}"
-        # the read deadline outlasts the server's own end of the watch by SILENT - WATCH_SPAN:
-        # a watch silent past it died (`connections`)
-        deadline = timeout_seconds + SILENT - WATCH_SPAN
+        # the read deadline outlasts the server's own end of the watch by WATCH_GRACE: a watch
+        # silent past it died (`connections`)
+        deadline = timeout_seconds + connections.WATCH_GRACE
         opened = time.monotonic()
         response = self.gate(
             self._counted(
@@ -291,7 +292,7 @@ class Cluster(Channel):
             self._counted(
                 what,
                 lambda: self._send(
-                    "GET", path, query, None, what, "application/json", stream=True, timeout=(10, SILENT)
+                    "GET", path, query, None, what, "application/json", stream=True, timeout=(10, connections.SILENT)
                 ),
             )
         )

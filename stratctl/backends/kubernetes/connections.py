@@ -37,6 +37,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 SILENT = 10.0  # seconds a connection may stay silent while stratctl waits for it: then it is dead
 WATCH_SPAN = 8  # seconds the server is asked to keep a watch open (timeoutSeconds), under SILENT
+WATCH_GRACE = SILENT - WATCH_SPAN  # seconds a watch's read waits past the server's end of it
 PROBE_TIMEOUT = 3.0  # seconds a probe of a server that stopped answering waits for its answer
 
 

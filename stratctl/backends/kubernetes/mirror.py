@@ -24,8 +24,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from stratctl import labels
+from stratctl.backends.kubernetes import connections
 from stratctl.backends.kubernetes.cluster import Cluster
-from stratctl.backends.kubernetes.connections import SILENT, WATCH_SPAN
+from stratctl.backends.kubernetes.connections import WATCH_SPAN
 from stratctl.errors import ClusterError, Reconnect
 from stratctl.run.outage import Change, duration
 
@@ -279,7 +280,7 @@ class Mirror:
         if self.broken_since is not None and (self.heard is None or self.failed_at >= self.heard):
             # broken, and not relisted since its last failure (a relist makes it whole as of then)
             return f"{self.kind[1]} watch broken for {duration(now - self.broken_since)}"
-        if self.heard is not None and now - self.heard > SILENT + WATCH_SPAN:
+        if self.heard is not None and now - self.heard > connections.SILENT + self.watch_timeout:
             return f"{self.kind[1]} watch silent for {duration(now - self.heard)}"
         return None
 
