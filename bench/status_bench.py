@@ -6,7 +6,12 @@ no pods; then times `stratctl status STUDY -o json` and `-o table`, and kubectl 
 the same objects (jobs; jobs + podgroups + pods), each as a separate process, reporting
 wall time (median of --repeat runs) and peak RSS. Cleans up at the end.
 
-    python bench/status_bench.py [--trials 10000] [--repeat 3] [--keep]
+    python bench/status_bench.py [--trials 10000] [--waiting 0] [--repeat 3] [--keep]
+
+The study record holds the study as submit writes it (its file and spec): a grid whose
+trials are the jobs, named and labelled as submit names them, plus `--waiting` trials not
+created (status lists those too, with their parameters, from the study the record keeps:
+backends/kubernetes/roster.py). With --waiting 0 every trial has its job.
 
 The table is timed twice: for a study no submit loop is following (status lists every
 job, as JSON does) and for one whose loop keeps a summary in the study record (status
@@ -50,8 +55,31 @@ from stratctl.errors import AlreadyExists
 STUDY = "bench-status"
 
 
-def job(i: int, namespace: str) -> dict:
-    name = f"{STUDY}-{i:010x}"
+STUDY_TEXT = """\
+name: bench-status
+namespace: {namespace}
+space:
+  seed: {{type: int, low: 0, high: {last}}}
+strategy: {{kind: grid}}
+trial:
+  image: stratctl.invalid/never:0
+  resources: {{requests: {{nvidia.com/gpu: 1000}}}}
+"""
+
+
+def study(trials: int, namespace: str):
+    """The bench's study: a grid of `trials` seeds (its text, the Study, its trials)."""
+    from stratctl.core import document
+    from stratctl.core.space import expand
+    from stratctl.core.spec import study_from_document
+
+    text = STUDY_TEXT.format(namespace=namespace, last=trials - 1)
+    spec = study_from_document(document.parse(text, "<bench>"))
+    return text, spec, expand(spec)
+
+
+def job(i: int, namespace: str, trial=None) -> dict:
+    name = trial.name if trial is not None else f"{STUDY}-{i:010x}"
     meta_labels = {
         labels.STUDY: STUDY,
         labels.TRIAL: name,
@@ -60,7 +88,8 @@ def job(i: int, namespace: str) -> dict:
         labels.CRITICAL: "false",
         labels.MANAGED_BY: labels.MANAGED_BY_VALUE,
     }
-    notes = {labels.PARAMS: json.dumps({"lr": 10 ** -(i % 5), "seed": i}), labels.CHECKPOINT: f"/ckpt/{name}"}
+    params = dict(trial.params) if trial is not None else {"lr": 10 ** -(i % 5), "seed": i}
+    notes = {labels.PARAMS: json.dumps(params), labels.CHECKPOINT: f"/ckpt/{name}", labels.TRIAL_INDEX: str(i)}
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
@@ -104,19 +133,24 @@ def job(i: int, namespace: str) -> dict:
     }
 
 
-def create_all(cluster: Cluster, n: int, namespace: str) -> float:
+def create_all(cluster: Cluster, n: int, namespace: str, waiting: int = 0) -> float:
+    """The first `n` trials' jobs of the study of n + `waiting` trials, and its record."""
+    from stratctl.core.changes import spec_text
+
     started = time.monotonic()
+    text, spec, trials = study(n + waiting, namespace)
 
     def one(i):
         try:
-            cluster.create(job(i, namespace))
+            cluster.create(job(i, namespace, trials[i]))
         except AlreadyExists:
             pass
 
     with ThreadPoolExecutor(48) as pool:
         list(pool.map(one, range(n)))
+    record = StudyRecord(study=STUDY, spec_hash="bench", trials=n + waiting, source=text, spec=spec_text(spec))
     try:
-        cluster.create(record_manifest(StudyRecord(study=STUDY, spec_hash="bench", trials=n), namespace))
+        cluster.create(record_manifest(record, namespace))
     except AlreadyExists:
         pass
     return time.monotonic() - started
@@ -185,11 +219,11 @@ def run(argv: list[str], env: dict, repeat: int) -> dict:
     }
 
 
-def populate(cluster: Cluster, trials: int, namespace: str) -> tuple[float, int]:
+def populate(cluster: Cluster, trials: int, namespace: str, waiting: int = 0) -> tuple[float, int]:
     """The study's `trials` jobs and its record (those missing), then Volcano's PodGroups of them
     (status reads them too): (seconds creating, PodGroups seen)."""
     have = len(cluster.list(VOLCANO_JOB, namespace, label_selector=f"{labels.STUDY}={STUDY}")[0])
-    made = create_all(cluster, trials, namespace) if have < trials else 0.0
+    made = create_all(cluster, trials, namespace, waiting) if have < trials else 0.0
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         pgs = len(cluster.list(PODGROUP, namespace, label_selector=f"{labels.STUDY}={STUDY}")[0])
@@ -231,6 +265,7 @@ def delete_all(target, wait: bool = False) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=10_000)
+    parser.add_argument("--waiting", type=int, default=0, help="trials of the study not created (default 0)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the jobs in the cluster")
     args = parser.parse_args()
@@ -241,7 +276,7 @@ def main() -> None:
     env = {**os.environ, "KUBECONFIG": target.kubeconfig}
     cluster = Cluster.connect(target.kubeconfig, target.admin_context, ns, pool_size=64)
     try:
-        made, pgs = populate(cluster, args.trials, ns)
+        made, pgs = populate(cluster, args.trials, ns, args.waiting)
         ctx = ["--context", target.admin_context] if target.admin_context else []
         stratctl = status_argv([sys.executable, "-m", "stratctl"], target)
         kubectl = [target.kubectl or "kubectl", "-n", ns, *ctx, "get"]
@@ -265,6 +300,7 @@ def main() -> None:
             timed["stratctl status (table, 50 rows), summary kept by submit"] = run(stratctl, plain, args.repeat)
         results = {
             "trials": args.trials,
+            "waiting": args.waiting,
             "podgroups": pgs,
             "create_seconds": round(made, 1),
             "scheduler_paused": paused,
@@ -285,7 +321,8 @@ def main() -> None:
             results["stratctl status (table, 50 rows), summary kept by submit"]["seconds"] / base, 2
         )
         print(json.dumps(results, indent=2))
-        save("status" if args.trials == 10_000 else f"status-{args.trials}", results)
+        name = "status" if args.trials == 10_000 else f"status-{args.trials}"
+        save(name + (f"-waiting-{args.waiting}" if args.waiting else ""), results)
     finally:
         if not args.keep:
             delete_all(target)
