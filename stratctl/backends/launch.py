@@ -15,6 +15,7 @@ from stratctl.backends.kubernetes.blockmanifests import NotMergeable, Part, job_
 from stratctl.backends.kubernetes.cluster import QUEUE
 from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
 from stratctl.backends.kubernetes.controller import Submitter, job_kind, study_selector
+from stratctl.backends.kubernetes.gpus import placements
 from stratctl.backends.kubernetes.mirror import Mirror, trimmed_job
 from stratctl.backends.kubernetes.podfit import pods_of, shape_key
 from stratctl.backends.kubernetes.preflight import preflight
@@ -306,6 +307,7 @@ def _watch(
             yields,
             study.queues,
             study.trial.network_topology,
+            placements(study.trial),
         )
         if study.varying_shape:
             submitter.signals.own_study = study.name

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from stratctl.backends.kubernetes.cluster import HYPERNODE, NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
 from stratctl.backends.kubernetes.disruptions import Disruptions
 from stratctl.backends.kubernetes.gpus import (
+    Placement,
     _pg_key,
     after_demand,
     demand_besides,
@@ -31,6 +32,7 @@ from stratctl.backends.kubernetes.gpus import (
     free_gpus,
     group_key,
     place_fitting,
+    placeable,
 )
 from stratctl.backends.kubernetes.mirror import Mirror
 from stratctl.backends.kubernetes.precedence import (
@@ -77,8 +79,11 @@ class ClusterSignals:
         yield_to_higher: bool = True,
         queue: str | tuple[str, ...] | None = None,
         topology: NetworkTopology | None = None,
+        placements: list[Placement] | None = None,
     ):
         self.cluster = cluster
+        # where the study's pods may go: other nodes' GPUs are not the study's (None: anywhere)
+        self.placements = placements
         self.shape = shape
         self.priority_class = priority_class
         self.yield_to_higher = yield_to_higher
@@ -143,7 +148,7 @@ class ClusterSignals:
 
     def capacity(self, now: float | None = None) -> Capacity:
         """`now`: the wall clock (seconds since the epoch), for the shadow time."""
-        nodes, pods = self.nodes.items(), self.pods.items()
+        nodes, pods = placeable(self.nodes.items(), self.placements), self.pods.items()
         groups = self.groups.items() if self.groups is not None else []
         free = free_gpus(nodes, pods)
         precedence = shadow = backfill_fit = None

@@ -7,9 +7,11 @@ place where GPUs are counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from stratctl.core.quantity import GPU, gpus_of, whole_units
+from stratctl.core.trialspec import TrialSpec
 from stratctl.run.packing import gangs_fit
 
 
@@ -39,6 +41,67 @@ def schedulable(node: dict) -> bool:
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return True
+
+
+KEEPS_OUT = ("NoSchedule", "NoExecute")  # taint effects that keep a pod without a toleration off a node
+
+
+def tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
+    """Whether one of the tolerations tolerates the taint (Kubernetes' rule: same effect or
+    none given; an empty key with `Exists` tolerates every taint; `Equal` compares values)."""
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        operator = t.get("operator") or "Equal"
+        if not t.get("key"):
+            if operator == "Exists":
+                return True
+            continue
+        if t.get("key") != taint.get("key"):
+            continue
+        if operator == "Exists" or (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the pods of one task of a study may go, as far as the node objects say: its
+    node selector and its tolerations (affinity is not read)."""
+
+    tolerations: tuple[Mapping, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    def admits(self, node: dict) -> bool:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if any(labels.get(key) != value for key, value in self.node_selector.items()):
+            return False
+        taints = (node.get("spec") or {}).get("taints") or []
+        return all(tolerates(self.tolerations, taint) for taint in taints if taint.get("effect") in KEEPS_OUT)
+
+
+def placements(trial: TrialSpec) -> list[Placement] | None:
+    """Where a study's pods may go, one Placement per task: the task's tolerations (else the
+    trial's) and the trial's node selector with the task's over it. None (anywhere) when one
+    of them is a template, whose value only a trial knows."""
+    found = []
+    for task in trial.tasks:
+        chosen = task.tolerations if task.tolerations is not None else trial.tolerations
+        tolerations = tuple(t.model_dump(exclude_none=True) for t in chosen)
+        selector = {**trial.node_selector, **task.node_selector}
+        if "{{" in repr((tolerations, selector)):
+            return None
+        found.append(Placement(tolerations, selector))
+    return found
+
+
+def placeable(nodes: Iterable[dict], placements: Iterable[Placement] | None) -> list[dict]:
+    """The nodes the pods of at least one of the placements may go to (all of them for None):
+    a node tainted for others, or of another pool, holds no GPU of the study's."""
+    if placements is None:
+        return list(nodes)
+    kinds = list(placements)
+    return [n for n in nodes if any(p.admits(n) for p in kinds)]
 
 
 def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
