@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.results import save, scalars
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster
-from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus
+from stratctl.backends.kubernetes.gpus import Placement, free_gpus, placeable, pod_gpus
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 
@@ -431,7 +431,7 @@ def measure(
     yields = cap is None if yields is None else yields
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
     nodes, _ = admin.list(NODE)
-    total_gpus = sum(free_gpus(nodes, []).values())
+    total_gpus = sum(free_gpus(placeable(nodes, [Placement()]), []).values())  # not a node tainted for others
     names = [f"exp-{strategy}-{tag}-g{g}"[:40] for g in gangs]
     per_study = [trials // len(gangs) + (1 if i < trials % len(gangs) else 0) for i in range(len(gangs))]
     progress: dict[str, object] = {}

@@ -43,7 +43,7 @@ from bench.adaptive_experiment import cleanup, median
 from bench.results import save, scalars
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import NODE, POD, PODGROUP, Cluster
-from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus
+from stratctl.backends.kubernetes.gpus import Placement, free_gpus, placeable, pod_gpus
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 
@@ -248,7 +248,8 @@ def measure(
     cap: int,
 ) -> Result:
     admin = Cluster.connect(target.kubeconfig, target.admin_context, target.namespace)
-    nodes = sorted(node for node, gpus in free_gpus(admin.list(NODE)[0], []).items() if gpus > 0)
+    open_nodes = placeable(admin.list(NODE)[0], [Placement()])  # not a node tainted for others (the real node)
+    nodes = sorted(node for node, gpus in free_gpus(open_nodes, []).items() if gpus > 0)
     name = f"mix-{strategy}-{tag}"[:40]
     total = sum(per_size.values())
     with tempfile.TemporaryDirectory() as tmp:

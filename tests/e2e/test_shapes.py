@@ -11,7 +11,7 @@ import pytest
 
 from stratctl import labels
 from stratctl.backends.kubernetes.cluster import NODE, POD
-from stratctl.backends.kubernetes.gpus import free_gpus, pod_gpus
+from stratctl.backends.kubernetes.gpus import Placement, free_gpus, placeable, pod_gpus
 from tests.e2e.support import finish, of_study, unique, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -21,12 +21,15 @@ HOLD = 35  # seconds the other team's pods hold 7 of the 8 GPUs of every node
 
 
 def other_team(api, namespace: str, prefix: str, hold: int) -> list[str]:
-    """A pod holding all but one GPU on every node (bound: no scheduler involved), running
-    for `hold` seconds: every node has one GPU free, none has two."""
-    nodes = sorted(n for n, gpus in free_gpus(api.list(NODE)[0], []).items() if gpus > 0)
+    """A pod holding all but one GPU on every node the study may use (bound: no scheduler
+    involved), running for `hold` seconds: every such node has one GPU free, none has two.
+    Nodes tainted for others (the testbed's real node) are not the study's."""
+    open_nodes = placeable(api.list(NODE)[0], [Placement()])
+    free = free_gpus(open_nodes, [])
+    nodes = sorted(n for n, gpus in free.items() if gpus > 0)
     names = []
     for i, node in enumerate(nodes):
-        gpus = free_gpus(api.list(NODE)[0], [])[node] - 1
+        gpus = free[node] - 1
         name = f"{prefix}-{i}"
         api.create(
             {

@@ -114,15 +114,26 @@ class Cluster:
         )
 
 
+def open_nodes(core):
+    """The nodes any pod may go to: no NoSchedule or NoExecute taint (the testbed's real node
+    has one: only pods that tolerate it run there)."""
+    return [
+        n
+        for n in core.list_node().items
+        if not any(t.effect in ("NoSchedule", "NoExecute") for t in n.spec.taints or [])
+    ]
+
+
 def total_gpus(core):
-    return sum(int(n.status.allocatable.get(GPU, "0")) for n in core.list_node().items)
+    return sum(int(n.status.allocatable.get(GPU, "0")) for n in open_nodes(core))
 
 
 def used_gpus(core):
-    """GPUs requested by pods bound to a node and not finished (other tests may share the cluster)."""
+    """GPUs requested by pods bound to an open node and not finished (other tests may share the cluster)."""
     used = 0
+    names = {n.metadata.name for n in open_nodes(core)}
     for p in core.list_pod_for_all_namespaces().items:
-        if not p.spec.node_name or p.status.phase in ("Succeeded", "Failed"):
+        if p.spec.node_name not in names or p.status.phase in ("Succeeded", "Failed"):
             continue
         for c in p.spec.containers:
             used += int(((c.resources and c.resources.requests) or {}).get(GPU, "0"))
