@@ -18,8 +18,10 @@ $(VENV)/.installed: pyproject.toml setup.py
 
 ## The test command (README, .ci/run): lint first (seconds: a style or type slip fails
 ## before any test runs), the documentation site built strictly, the Debian packages the
-## tests use (promtool, the testbed's Prometheus), unit tests, then end-to-end tests on the
-## local testbed (built and started by the session fixture if needed).
+## tests use (promtool, the testbed's Prometheus, the real node's containerd, runc, CNI
+## plugins and image tools), unit tests, then end-to-end tests on the local testbed (built
+## and started by the session fixture if needed; with its real node unless
+## STRATCTL_TESTBED_REAL_NODE=0).
 test: lint docs
 	bash testbed/packages.sh
 	$(BIN)/python -m pytest -q tests

@@ -2,7 +2,8 @@
 # Build the local testbed binaries from the pinned Go modules in testbed/modules/*.
 #
 #   etcd, kube-apiserver, kube-controller-manager, kubectl,
-#   vc-scheduler, vc-controller-manager, kwok
+#   vc-scheduler, vc-controller-manager, kwok,
+#   kubelet, coredns (the real node; not with STRATCTL_TESTBED_REAL_NODE=0)
 #
 # They go to a cache OUTSIDE the work tree, keyed by a hash of the pinned go.mod/go.sum
 # files and this script:
@@ -22,6 +23,7 @@ testbed_key() {
 KEY=$(testbed_key)
 OUT=$CACHE_ROOT/$KEY
 BINS=(etcd kube-apiserver kube-controller-manager kubectl vc-scheduler vc-controller-manager kwok)
+[[ ${STRATCTL_TESTBED_REAL_NODE:-1} == 0 ]] || BINS+=(kubelet coredns)
 
 complete() {
   local b
@@ -50,6 +52,8 @@ export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 PAR=${STRATCTL_TESTBED_BUILD_JOBS:-$(nproc)}
 TMP=$OUT/bin.partial
 mkdir -p "$TMP"
+# Binaries already built for this key (e.g. without the real node's) are kept.
+[[ -d $OUT/bin ]] && cp -al "$OUT/bin/." "$TMP/" 2>/dev/null
 start=$(date +%s)
 log() { echo "testbed: [$(( $(date +%s) - start ))s] $*" >&2; }
 
@@ -74,6 +78,10 @@ gobuild() { # dir ldflags out pkg
 [[ -x $TMP/vc-scheduler ]] || gobuild volcano "-s -w" vc-scheduler volcano.sh/volcano/cmd/scheduler
 [[ -x $TMP/vc-controller-manager ]] || gobuild volcano "-s -w" vc-controller-manager volcano.sh/volcano/cmd/controller-manager
 [[ -x $TMP/kwok ]] || gobuild kwok "-s -w" kwok sigs.k8s.io/kwok/cmd/kwok
+if [[ " ${BINS[*]} " == *" kubelet "* ]]; then
+  [[ -x $TMP/kubelet ]] || gobuild k8s "$k8s_ldflags" kubelet k8s.io/kubernetes/cmd/kubelet
+  [[ -x $TMP/coredns ]] || gobuild coredns "-s -w" coredns github.com/coredns/coredns
+fi
 
 # Volcano CRDs straight from the pinned module.
 vdir=$(cd "$HERE/modules/volcano" && go list -m -f '{{.Dir}}' volcano.sh/volcano)

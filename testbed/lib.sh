@@ -13,9 +13,25 @@ VC_SCHED_HEALTHZ_PORT=${STRATCTL_TESTBED_VC_SCHED_HEALTHZ_PORT:-26252}
 VC_SCHED_METRICS_PORT=${STRATCTL_TESTBED_VC_SCHED_METRICS_PORT:-26280}
 KWOK_PORT=${STRATCTL_TESTBED_KWOK_PORT:-26247}
 PROMETHEUS_PORT=${STRATCTL_TESTBED_PROMETHEUS_PORT:-26290}
+# The real node (realnode.sh): its kubelet listens on the bridge address, the rest on loopback.
+KUBELET_PORT=${STRATCTL_TESTBED_KUBELET_PORT:-26250}
+KUBELET_HEALTHZ_PORT=${STRATCTL_TESTBED_KUBELET_HEALTHZ_PORT:-26248}
+CONTAINERD_STREAM_PORT=${STRATCTL_TESTBED_CONTAINERD_STREAM_PORT:-26246}
+COREDNS_HEALTH_PORT=${STRATCTL_TESTBED_COREDNS_HEALTH_PORT:-26245}
 
 NODES=${STRATCTL_TESTBED_NODES:-8}
 GPUS_PER_NODE=${STRATCTL_TESTBED_GPUS_PER_NODE:-8}
+
+# One node whose kubelet runs real pods (containerd, runc), beside KWOK's: on unless
+# STRATCTL_TESTBED_REAL_NODE=0. One per machine (fixed paths, the bridge, DNS on port 53).
+REAL_NODE=${STRATCTL_TESTBED_REAL_NODE:-1}
+REAL_NODE_NAME=stratctl-real-0
+REAL_NODE_GPUS=4  # fake nvidia.com/gpu in its capacity and allocatable
+REAL_TAINT_KEY=testbed.stratctl.io/real  # label and NoSchedule taint (=true)
+REAL_BRIDGE=stratctl0
+REAL_SUBNET=10.211.0.0/24
+REAL_NODE_IP=10.211.0.1  # the bridge's address: node IP, kubelet, cluster DNS
+REAL_CGROUP_ROOT=/stratctl-testbed  # the kubelet's cgroupRoot, in every hierarchy
 
 NAMESPACE=stratctl-e2e
 RESTRICTED_USER=trial-runner
@@ -24,8 +40,19 @@ KUBECONFIG_PATH=$RUN_DIR/kubeconfig
 APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
 PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 
-# Start order; down stops them in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager vc-controller-manager vc-scheduler kwok prometheus)
+# Start order; down stops them in reverse. The real node's three run only when
+# $RUN_DIR/real-node says 1 (real_node_on).
+COMPONENTS=(etcd kube-apiserver kube-controller-manager vc-controller-manager vc-scheduler kwok containerd coredns kubelet prometheus)
+REAL_COMPONENTS=(containerd coredns kubelet)
+real_node_on() { [[ $(cat "$RUN_DIR/real-node" 2>/dev/null) == 1 ]]; }
+# The components this testbed runs.
+running_components() {
+  local c
+  for c in "${COMPONENTS[@]}"; do
+    if [[ " ${REAL_COMPONENTS[*]} " == *" $c "* ]] && ! real_node_on; then continue; fi
+    echo "$c"
+  done
+}
 
 tb_log() { echo "testbed: $*" >&2; }
 

@@ -4,13 +4,27 @@
 #   postgresql: a database server the tests start as a local process (submit --storage)
 #   a JDK and Maven: the YARN testbed (testbed/yarn/: Hadoop's MiniYARNCluster, its jars
 #   resolved by Maven) and stratctl's gang application master (yarn-am/)
+#   the real node (unless STRATCTL_TESTBED_REAL_NODE=0, see realnode.sh): containerd and
+#   runc run its pods, the CNI plugins give them a network, iptables is what the kubelet
+#   and the CNI plugins program, mmdebstrap and busybox-static make its images (images.sh)
 set -euo pipefail
 PACKAGES=(prometheus postgresql openjdk-17-jdk-headless maven)
-PROBES=(prometheus "/usr/lib/postgresql/*/bin/initdb" javac mvn)  # a command, or a path pattern
+PROBES=(prometheus "/usr/lib/postgresql/*/bin/initdb" javac mvn)  # a command, a path pattern, or dpkg:PACKAGE
+if [[ ${STRATCTL_TESTBED_REAL_NODE:-1} != 0 ]]; then
+  PACKAGES+=(containerd runc containernetworking-plugins iptables mmdebstrap busybox-static)
+  PROBES+=(containerd runc /usr/lib/cni/bridge iptables mmdebstrap dpkg:busybox-static)
+fi
 
+installed() { # probe
+  if [[ $1 == dpkg:* ]]; then
+    [[ $(dpkg-query -W -f '${Status}' "${1#dpkg:}" 2>/dev/null) == "install ok installed" ]]
+  else
+    command -v "$1" >/dev/null 2>&1 || compgen -G "$1" >/dev/null
+  fi
+}
 missing=()
 for i in "${!PACKAGES[@]}"; do
-  command -v "${PROBES[$i]}" >/dev/null 2>&1 || compgen -G "${PROBES[$i]}" >/dev/null || missing+=("${PACKAGES[$i]}")
+  installed "${PROBES[$i]}" || missing+=("${PACKAGES[$i]}")
 done
 (( ${#missing[@]} == 0 )) && exit 0
 

@@ -12,7 +12,8 @@ T0=${EPOCHREALTIME/./}
 elapsed() { local d=$(( (${EPOCHREALTIME/./} - T0) / 100000 )); printf '%d.%ds' $(( d / 10 )) $(( d % 10 )); }
 
 bash "$TESTBED_SRC/packages.sh" >&2
-resolve_bin_dir
+# shellcheck source=realnode.sh
+source "$TESTBED_SRC/realnode.sh"
 
 mkdir -p "$RUN_DIR"
 exec 8>"$RUN_DIR/.lock"
@@ -21,7 +22,7 @@ flock 8
 # ---------------------------------------------------------------- already up?
 healthy() {
   local c
-  for c in "${COMPONENTS[@]}"; do pid_alive "$(component_pid "$c")" || return 1; done
+  for c in $(running_components); do pid_alive "$(component_pid "$c")" || return 1; done
   [[ -s $KUBECONFIG_PATH ]] || return 1
   [[ $(cat "$RUN_DIR/bin-dir" 2>/dev/null) == "$BIN_DIR" ]] || return 1
   kc get --raw /readyz >/dev/null 2>&1 || return 1
@@ -35,29 +36,62 @@ healthy() {
   # The network topology (a testbed started before it existed has none).
   [[ $(kc get hypernodes -o name 2>/dev/null | wc -l) -eq $(grep -c '^kind: HyperNode' "$TESTBED_SRC/hypernodes.yaml") ]] || return 1
   # Everything we create last must be there.
-  [[ $(kc get nodes -l type=kwok -o name 2>/dev/null | wc -l) -eq $(cat "$RUN_DIR/node-count" 2>/dev/null || echo -1) ]]
+  [[ $(kc get nodes -l type=kwok -o name 2>/dev/null | wc -l) -eq $(cat "$RUN_DIR/node-count" 2>/dev/null || echo -1) ]] || return 1
+  ! real_node_on || realnode_healthy
 }
 # STRATCTL_TESTBED_FRESH=1: always start from scratch (CI), even when already up.
-if [[ ${STRATCTL_TESTBED_FRESH:-0} != 1 ]] && healthy; then
-  # the restricted users' RBAC as the tree has it now (it grows with what stratctl creates)
-  kc apply --server-side -f "$TESTBED_SRC/rbac.yaml" -f "$TESTBED_SRC/rbac-no-nodes.yaml" >/dev/null
-  tb_log "already up (state in $RUN_DIR); Prometheus: $PROMETHEUS_URL"
-  echo "$KUBECONFIG_PATH"
-  exit 0
+# A healthy testbed is reused as it runs, with the binaries it was started with (even when
+# the pins or build.sh changed since) and with or without its real node: only a fresh
+# start builds and picks up what changed, so that a change in the tree never restarts a
+# testbed that other sessions are using.
+if [[ ${STRATCTL_TESTBED_FRESH:-0} != 1 ]]; then
+  BIN_DIR=${STRATCTL_TESTBED_BIN_DIR:-$(cat "$RUN_DIR/bin-dir" 2>/dev/null || true)}
+  if [[ -n $BIN_DIR ]] && healthy; then
+    # the restricted users' RBAC as the tree has it now (it grows with what stratctl creates)
+    kc apply --server-side -f "$TESTBED_SRC/rbac.yaml" -f "$TESTBED_SRC/rbac-no-nodes.yaml" >/dev/null
+    real_node_on && real="with its real node $REAL_NODE_NAME" || real="without a real node"
+    tb_log "already up, $real (state in $RUN_DIR); Prometheus: $PROMETHEUS_URL"
+    echo "$KUBECONFIG_PATH"
+    exit 0
+  fi
 fi
-if compgen -G "$RUN_DIR/pids/*.pid" >/dev/null; then
+resolve_bin_dir
+if compgen -G "$RUN_DIR/pids/*.pid" >/dev/null || [[ -d $RUN_DIR/host ]]; then
   tb_log "stale testbed state in $RUN_DIR (or STRATCTL_TESTBED_FRESH=1): stopping it first"
   bash "$TESTBED_SRC/down.sh" >&2
 fi
+if [[ -n $(host_mounts_under "$RUN_DIR") ]]; then
+  tb_log "mounts left under $RUN_DIR (down.sh could not undo them): $(host_mounts_under "$RUN_DIR" | tr '\n' ' ')"
+  exit 1
+fi
 
 # ---------------------------------------------------------------- fresh state
-rm -rf "$RUN_DIR/etcd" "$RUN_DIR/prometheus" "$RUN_DIR/prometheus-url" "$RUN_DIR/pki" "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/kwok-home" "$RUN_DIR"/*.kubeconfig
+rm -rf "$RUN_DIR/etcd" "$RUN_DIR/prometheus" "$RUN_DIR/prometheus-url" "$RUN_DIR/pki" "$RUN_DIR/logs" "$RUN_DIR/pids" "$RUN_DIR/kwok-home" "$RUN_DIR"/*.kubeconfig \
+  "$RUN_DIR/real-node" "$RUN_DIR/containerd" "$RUN_DIR/kubelet" "$RUN_DIR/pod-logs" "$RUN_DIR/cni" "$RUN_DIR/coredns"
 mkdir -p "$RUN_DIR"/{pki,logs,pids,kwok-home,etc}
 echo "$BIN_DIR" > "$RUN_DIR/bin-dir"
 
+# ---------------------------------------------------------------- the real node?
+REAL=0
+if [[ $REAL_NODE != 0 ]]; then
+  why=$(realnode_unsupported)
+  if [[ -n $why ]]; then
+    tb_log "no real node: $why (STRATCTL_TESTBED_REAL_NODE=0 says so quietly)"
+  elif ! owner=$(host_claim); then
+    tb_log "no real node: the testbed in $owner runs this machine's one (only one per machine)"
+  else
+    REAL=1
+    mapfile -t REAL_IMAGES < <(bash "$TESTBED_SRC/images.sh") && (( ${#REAL_IMAGES[@]} == 3 )) ||
+      { tb_log "the real node's images could not be built (testbed/images.sh)"; rm -f "$HOST_CLAIM"; exit 1; }
+  fi
+fi
+echo "$REAL" > "$RUN_DIR/real-node"
+
 port_free() { ! (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$VC_CM_HEALTHZ_PORT" \
-         "$VC_CM_METRICS_PORT" "$VC_SCHED_HEALTHZ_PORT" "$VC_SCHED_METRICS_PORT" "$KWOK_PORT" "$PROMETHEUS_PORT"; do
+ports=("$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$VC_CM_HEALTHZ_PORT" \
+       "$VC_CM_METRICS_PORT" "$VC_SCHED_HEALTHZ_PORT" "$VC_SCHED_METRICS_PORT" "$KWOK_PORT" "$PROMETHEUS_PORT")
+(( REAL )) && ports+=("$KUBELET_HEALTHZ_PORT" "$CONTAINERD_STREAM_PORT" "$COREDNS_HEALTH_PORT")
+for p in "${ports[@]}"; do
   port_free "$p" || { tb_log "port 127.0.0.1:$p is in use (override with STRATCTL_TESTBED_*_PORT)"; exit 1; }
 done
 
@@ -80,11 +114,23 @@ EOF
   openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin" 2>/dev/null
   openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt -days 3650 \
     -extfile client.ext 2>/dev/null
+  # The API server's client certificate towards kubelets (`kubectl logs`, exec): the real
+  # node's kubelet trusts the testbed CA and asks the API server (Webhook) what it may do.
+  openssl req -newkey rsa:2048 -nodes -keyout apiserver-kubelet-client.key -out apiserver-kubelet-client.csr \
+    -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+  openssl x509 -req -in apiserver-kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+    -out apiserver-kubelet-client.crt -days 3650 -extfile client.ext 2>/dev/null
+  # The real node's kubelet serving certificate (its address is the bridge's).
+  printf 'subjectAltName=IP:%s,DNS:%s\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' \
+    "$REAL_NODE_IP" "$REAL_NODE_NAME" > kubelet.ext
+  openssl req -newkey rsa:2048 -nodes -keyout kubelet.key -out kubelet.csr -subj "/CN=$REAL_NODE_NAME" 2>/dev/null
+  openssl x509 -req -in kubelet.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out kubelet.crt -days 3650 \
+    -extfile kubelet.ext 2>/dev/null
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 )
 tok() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-ADMIN_TOKEN=$(tok); RESTRICTED_TOKEN=$(tok); NO_NODES_TOKEN=$(tok); KCM_TOKEN=$(tok); VC_CM_TOKEN=$(tok); VC_SCHED_TOKEN=$(tok); KWOK_TOKEN=$(tok)
+ADMIN_TOKEN=$(tok); RESTRICTED_TOKEN=$(tok); NO_NODES_TOKEN=$(tok); KCM_TOKEN=$(tok); VC_CM_TOKEN=$(tok); VC_SCHED_TOKEN=$(tok); KWOK_TOKEN=$(tok); KUBELET_TOKEN=$(tok); COREDNS_TOKEN=$(tok)
 # token,user,uid,"groups". Control-plane components are system:masters, hence exempt from APF.
 cat > "$PKI/tokens.csv" <<EOF
 $ADMIN_TOKEN,admin,uid-admin,"system:masters"
@@ -94,6 +140,8 @@ $KCM_TOKEN,system:kube-controller-manager,uid-kcm,"system:masters"
 $VC_CM_TOKEN,volcano-controllers,uid-vc-cm,"system:masters"
 $VC_SCHED_TOKEN,volcano-scheduler,uid-vc-sched,"system:masters"
 $KWOK_TOKEN,kwok-controller,uid-kwok,"system:masters"
+$KUBELET_TOKEN,system:node:$REAL_NODE_NAME,uid-kubelet,"system:masters,system:nodes"
+$COREDNS_TOKEN,coredns,uid-coredns,"system:masters"
 EOF
 chmod 600 "$PKI"/*.key "$PKI/tokens.csv"
 
@@ -124,6 +172,8 @@ write_kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" system:kube-contr
 write_kubeconfig "$RUN_DIR/vc-controller-manager.kubeconfig" volcano-controllers "$VC_CM_TOKEN"
 write_kubeconfig "$RUN_DIR/vc-scheduler.kubeconfig" volcano-scheduler "$VC_SCHED_TOKEN"
 write_kubeconfig "$RUN_DIR/kwok.kubeconfig" kwok-controller "$KWOK_TOKEN"
+write_kubeconfig "$RUN_DIR/kubelet.kubeconfig" "system:node:$REAL_NODE_NAME" "$KUBELET_TOKEN"
+write_kubeconfig "$RUN_DIR/coredns.kubeconfig" coredns "$COREDNS_TOKEN"
 cat > "$KUBECONFIG_PATH.tmp" <<EOF
 apiVersion: v1
 kind: Config
@@ -221,6 +271,7 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
   --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
   --kubelet-preferred-address-types InternalIP \
+  --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
   --allow-privileged=true \
   --max-requests-inflight 150 --max-mutating-requests-inflight 50 \
   --enable-priority-and-fairness=true \
@@ -252,12 +303,14 @@ tb_log "namespace, RBAC, priority classes, APF objects applied ($(elapsed))"
 kc apply --server-side -f "$TESTBED_SRC/hypernodes.yaml" >/dev/null
 
 # ---------------------------------------------------------------- kube-controller-manager
+controllers=garbage-collector-controller,namespace-controller,job-controller,ttl-after-finished-controller,pod-garbage-collector-controller
+(( REAL )) && controllers+=,endpointslice-controller  # CoreDNS reads EndpointSlices
 start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
   --kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --authorization-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
-  --controllers garbage-collector-controller,namespace-controller,job-controller,ttl-after-finished-controller,pod-garbage-collector-controller \
+  --controllers "$controllers" \
   --leader-elect=false --use-service-account-credentials=false \
   --concurrent-gc-syncs 5 --profiling=false --v=1
 wait_for kube-controller-manager 30 curl_ok -k "https://127.0.0.1:$KCM_PORT/healthz"
@@ -310,7 +363,7 @@ EOF
 start kwok env HOME="$RUN_DIR/kwok-home" "$BIN_DIR/kwok" \
   --kubeconfig "$RUN_DIR/kwok.kubeconfig" \
   --config "$TESTBED_SRC/kwok-stages.yaml" --config "$RUN_DIR/etc/kwok-logs.yaml" \
-  --manage-all-nodes=true \
+  --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
   --server-address "127.0.0.1:$KWOK_PORT" --node-port "$KWOK_PORT" \
   --cidr 10.244.0.1/16 --node-ip 127.0.0.1
 wait_for kwok 30 curl_ok "http://127.0.0.1:$KWOK_PORT/healthz"
@@ -351,6 +404,8 @@ until [[ $(kc get nodes -l type=kwok -o jsonpath='{range .items[*]}{.status.cond
   sleep 0.2
 done
 tb_log "$NODES fake nodes x $GPUS_PER_NODE nvidia.com/gpu Ready ($(elapsed))"
+
+(( REAL )) && realnode_up
 
 bash "$TESTBED_SRC/apf.sh" "${STRATCTL_TESTBED_APF:-off}" >&2
 
