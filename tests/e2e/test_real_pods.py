@@ -1,0 +1,114 @@
+"""Trials whose processes really run: on a node whose kubelet starts containers (the local
+testbed's real node, `stratctl-real-0`, or any such node of another cluster), never on
+KWOK's. A trial prints a line and calls `stratctl.trial.result(...)` in the image that has
+stratctl (testbed: `stratctl.local/python:3.11`, STRATCTL_TEST_PYTHON_IMAGE elsewhere);
+its result comes back through the container's termination message and its line through
+`stratctl logs`. Skipped, saying why, only when no node of the cluster runs processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+import pytest
+
+from tests.e2e.support import GPU, Cli, finish, unique
+
+pytestmark = pytest.mark.e2e
+
+REAL_KEY = "testbed.stratctl.io/real"  # the testbed's label and NoSchedule taint on its real node
+IMAGE = os.environ.get("STRATCTL_TEST_PYTHON_IMAGE", "stratctl.local/python:3.11")
+
+
+def runs_processes(node: dict) -> bool:
+    """A Ready node whose kubelet is a kubelet: not one KWOK plays (its annotation, its
+    "fake" kubelet version, its kwok runtime)."""
+    meta, status = node["metadata"], node.get("status") or {}
+    if "kwok.x-k8s.io/node" in (meta.get("annotations") or {}):
+        return False
+    info = status.get("nodeInfo") or {}
+    runtime = info.get("containerRuntimeVersion") or ""
+    if info.get("kubeletVersion") in ("", "fake", None) or not runtime or runtime.startswith("kwok"):
+        return False
+    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    return bool(ready) and ready[0].get("status") == "True"
+
+
+@pytest.fixture(scope="module")
+def real_node(testbed):
+    """The name and GPUs of a node that runs real processes (the testbed's real one first)."""
+    from stratctl.backends.kubernetes.cluster import Cluster
+
+    cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
+    try:
+        nodes, _ = cluster.list(("v1", "Node"))
+    finally:
+        cluster.close()
+    real = sorted(
+        (n for n in nodes if runs_processes(n)),
+        key=lambda n: ((n["metadata"].get("labels") or {}).get(REAL_KEY) != "true", n["metadata"]["name"]),
+    )
+    if not real:
+        pytest.skip(
+            f"no node of the cluster runs real processes (all {len(nodes)} are KWOK's or not Ready); "
+            "the local testbed starts one unless STRATCTL_TESTBED_REAL_NODE=0"
+        )
+    node = real[0]
+    gpus = int((node["status"].get("allocatable") or {}).get(GPU, "0") or 0)
+    return node["metadata"]["name"], gpus
+
+
+def real_study(name: str, namespace: str, node: str, gpus: int) -> str:
+    """Two one-pod trials on `node` (its taint tolerated), one GPU each when it has them:
+    each prints a line with its seed and the host it ran on, then its result."""
+    program = textwrap.dedent("""\
+        import socket
+        from stratctl import trial
+        seed = {{ params.seed }}
+        print(f"real trial seed={seed} ran on {socket.gethostname()}", flush=True)
+        trial.result(loss=seed / 10, seed=seed, host=socket.gethostname())
+        """)
+    gpu = f", {GPU}: 1" if gpus else ""
+    limits = f", limits: {{{GPU}: 1}}" if gpus else ""
+    return textwrap.dedent(f"""\
+        name: {name}
+        namespace: {namespace}
+        queue: default
+        priority_class: stratctl-low
+        space:
+          seed: {{type: int, low: 1, high: 2}}
+        strategy: {{kind: grid}}
+        trial:
+          image: {IMAGE}
+          command: ["python3", "-c"]
+          args: [{json.dumps(program)}]
+          node_selector: {{kubernetes.io/hostname: {node}}}
+          tolerations: [{{key: {REAL_KEY}, operator: Exists, effect: NoSchedule}}]
+          resources: {{requests: {{cpu: 100m, memory: 64Mi{gpu}}}{limits}}}
+          tasks: [{{name: worker, replicas: 1}}]
+        throttle: {{qps: 20, burst: 10, parallelism: {{min: 1, initial: 2, max: 2}}}}
+        """)
+
+
+def test_a_trial_runs_on_the_real_node_and_its_result_and_line_come_back(testbed, real_node, studies):
+    node, gpus = real_node
+    name = unique("real")
+    path = studies(name, real_study(name, testbed.namespace, node, gpus))
+    cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
+
+    progress = finish(cli.start("submit", path, "-o", "json", "--poll-interval", "1"), timeout=240)
+    assert (progress["succeeded"], progress["failed"]) == (2, 0), progress
+
+    snapshot = cli.status(name)
+    results = {t["params"]["seed"]: t["result"] for t in snapshot["trials"]}
+    # the hostname a pod sees is its own name; what matters: the process ran and wrote it
+    assert {seed: {k: v for k, v in r.items() if k != "host"} for seed, r in results.items()} == {
+        1: {"loss": 0.1, "seed": 1},
+        2: {"loss": 0.2, "seed": 2},
+    }, snapshot["trials"]
+    for trial in snapshot["trials"]:
+        seed, host = trial["params"]["seed"], trial["result"]["host"]
+        out = cli.run("logs", name, trial["trial"])
+        assert f"real trial seed={seed} ran on {host}" in out, out
