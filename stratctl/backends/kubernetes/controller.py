@@ -245,8 +245,6 @@ class Submitter(Cycle):
         self.every_job = jobs
         states = trial_states(self.order, latest, self.record.finished, self._unseen)
         self.latest = latest
-        if not self._observed:  # trials submitted before this run (a rerun, another launcher): recognised
-            self.progress.existing += sum(1 for state in states.values() if state is not TrialState.WAITING)
         self._observed = True
         if self.placer is not None:
             self.placer.observe(latest, states)
