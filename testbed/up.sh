@@ -82,7 +82,7 @@ if [[ $REAL_NODE != 0 ]]; then
   else
     REAL=1
     mapfile -t REAL_IMAGES < <(bash "$TESTBED_SRC/images.sh") && (( ${#REAL_IMAGES[@]} == 3 )) ||
-      { tb_log "the real node's images could not be built (testbed/images.sh)"; rm -f "$HOST_CLAIM"; exit 1; }
+      { tb_log "the real node's images could not be built (testbed/images.sh; STRATCTL_TESTBED_REAL_NODE=0 starts without it)"; rm -f "$HOST_CLAIM"; exit 1; }
   fi
 fi
 echo "$REAL" > "$RUN_DIR/real-node"
