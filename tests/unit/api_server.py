@@ -30,6 +30,8 @@ class ApiServer:
         self.cluster = cluster
         self.seen: list[tuple[str, str, int]] = []  # (method, path, status) of every request
         self._refusals = 0
+        self.log: list[str] = []  # a followed log's lines, "TIMESTAMP TEXT" (timestamps as the kubelet writes them)
+        self.log_hold = 0.0  # seconds a followed log stays open after its lines
         self.watch_open = False  # True: a watch stays open, quiet, until its timeoutSeconds (else it ends at once)
         self._retry_after = 1
         self._lock = threading.Lock()
@@ -47,6 +49,9 @@ class ApiServer:
                 query = parse_qs(urlparse(self.path).query)
                 if method == "GET" and query.get("watch") and server.watch_open:
                     self._quiet_watch(float(query.get("timeoutSeconds", ["1"])[0]))
+                    return
+                if method == "GET" and self.path.split("?")[0].endswith("/log") and query.get("follow"):
+                    self._followed_log(query.get("sinceTime", [""])[0])
                     return
                 status, answer, headers = server.answer(method, self.path, body)
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
@@ -67,6 +72,23 @@ class ApiServer:
                 self.end_headers()
                 self.wfile.flush()
                 time.sleep(seconds)
+                self.close_connection = True
+
+            def _followed_log(self, since: str) -> None:
+                """A followed container log as the kubelet streams one: the lines after
+                `sinceTime`, with their timestamps, then nothing more until `log_hold` passed."""
+                server.seen.append(("GET", urlparse(self.path).path + "?follow", 200))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Transfer-Encoding", "chunked")  # as the kubelet streams it: each write a chunk
+                self.send_header("Connection", "close")
+                self.end_headers()
+                data = b"".join(f"{line}\n".encode() for line in server.log if line > since)
+                if data:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                time.sleep(server.log_hold)
+                self.wfile.write(b"0\r\n\r\n")
                 self.close_connection = True
 
             def do_GET(self):

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from stratctl.backends.kubernetes import connect as connecting
 from stratctl.backends.kubernetes import connections
 from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, Cluster
+from stratctl.backends.kubernetes.logs import Source, follow_one
 from stratctl.cli.main import app
 from stratctl.errors import ExitCode, Unavailable
 from stratctl.run.outage import Outage
@@ -135,6 +136,28 @@ def test_once_the_server_answers_again_a_request_stuck_on_a_dead_connection_goes
         assert time.monotonic() - back < 4  # the next probe (every 1 s) answers, the request is cut and sent again
         assert time.monotonic() - started < 6
         assert len(said) == 2 and said[1].startswith("API server answering again")  # the cut is no new outage
+    finally:
+        cluster.close()
+
+
+def test_a_followed_log_whose_connection_died_goes_on_from_its_last_line(network):
+    server, proxy, kubeconfig = network
+    server.cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS}})
+    server.log, server.log_hold = ["2026-12-06T10:00:01Z one", "2026-12-06T10:00:02Z two"], 30.0
+    cluster = Cluster.connect(str(kubeconfig), namespace=NS, outage=Outage(patience=300))
+    try:
+        lines = follow_one(cluster, NS, Source("p", "trial"))
+        assert [next(lines), next(lines)] == ["one", "two"]  # then the container is quiet, the stream open
+
+        def back() -> None:
+            server.log.append("2026-12-06T10:00:09Z three")  # printed while the network was out
+            proxy.restore()
+
+        proxy.blackout()
+        threading.Timer(2.0, back).start()
+        started = time.monotonic()
+        assert next(lines) == "three"  # from the last line's timestamp on: none twice, none lost
+        assert time.monotonic() - started < 2.0 + 2 * connections.SILENT + 1
     finally:
         cluster.close()
 
