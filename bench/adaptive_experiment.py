@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.results import save, scalars
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster
-from stratctl.backends.kubernetes.gpus import Placement, free_gpus, placeable, pod_gpus
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, NODE, POD, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.objects.gpus import Placement, free_gpus, placeable, pod_gpus
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 

@@ -53,8 +53,8 @@ from bench import adaptive_experiment, status_bench, submit_bench
 from bench.results import save
 from bench.testbed import scheduler_paused, testbed_target
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
-from stratctl.backends.kubernetes.record import record_name
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.objects.record import record_name
 
 REPO = Path(__file__).resolve().parent.parent
 VENVS = Path.home() / ".cache" / "stratctl" / "bench-venvs"

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.results import RESULTS, save
 from bench.testbed import testbed_target
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, Cluster
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, Cluster
 from stratctl.errors import NotFound
 
 KINDS = {"jobs": BATCH_JOB, "podgroups": PODGROUP, "configmaps": CONFIGMAP, "services": SERVICE}

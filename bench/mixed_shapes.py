@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.adaptive_experiment import cleanup, median
 from bench.results import save, scalars
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import NODE, POD, PODGROUP, Cluster
-from stratctl.backends.kubernetes.gpus import Placement, free_gpus, placeable, pod_gpus
+from stratctl.backends.kubernetes.api.cluster import NODE, POD, PODGROUP, Cluster
+from stratctl.backends.kubernetes.objects.gpus import Placement, free_gpus, placeable, pod_gpus
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.results import save, scalars
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB, Cluster
-from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.objects.state import TrialState, classify
 from stratctl.errors import ClusterError
 
 REPO = Path(__file__).resolve().parent.parent

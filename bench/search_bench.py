@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.results import save
 from bench.testbed import testbed_target
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster
-from stratctl.backends.kubernetes.intermediate import report
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, POD, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.search.intermediate import report
 
 MINIMUM = -1.031628
 INF = float("inf")  # trials or GPU-seconds to a regret never reached within the budget

@@ -11,7 +11,7 @@ wall time (median of --repeat runs) and peak RSS. Cleans up at the end.
 The study record holds the study as submit writes it (its file and spec): a grid whose
 trials are the jobs, named and labelled as submit names them, plus `--waiting` trials not
 created (status lists those too, with their parameters, from the study the record keeps:
-backends/kubernetes/roster.py). With --waiting 0 every trial has its job.
+backends/kubernetes/objects/roster.py). With --waiting 0 every trial has its job.
 
 The table is timed twice: for a study no submit loop is following (status lists every
 job, as JSON does) and for one whose loop keeps a summary in the study record (status
@@ -42,14 +42,14 @@ from bench.bytecode import compiled
 from bench.results import save
 from bench.testbed import scheduler_paused, testbed_target
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import (
+from stratctl.backends.kubernetes.api.cluster import (
     CONFIGMAP,
     PODGROUP,
     VOLCANO_JOB,
     Cluster,
 )
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, record_name
-from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data
+from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest, record_name
+from stratctl.backends.kubernetes.objects.summary import build, latest_slim, summary_data
 from stratctl.errors import AlreadyExists
 
 STUDY = "bench-status"

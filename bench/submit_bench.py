@@ -46,7 +46,7 @@ from bench.bytecode import compiled
 from bench.results import save
 from bench.testbed import testbed_target
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, PODGROUP, VOLCANO_JOB, Cluster
 from stratctl.backends.launch import prepare
 from stratctl.errors import NotFound
 from stratctl.view.yamlout import dump_all

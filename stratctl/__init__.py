@@ -13,7 +13,7 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
     returned; the next report tries again."""
     import sys
 
-    from stratctl.backends.kubernetes.intermediate import report as write
+    from stratctl.backends.kubernetes.search.intermediate import report as write
     from stratctl.errors import StratctlError
 
     try:

@@ -1,6 +1,6 @@
 """One attempt of one trial as a batch scheduler shows it, the same on every backend that
 runs an attempt as one scheduler job (Slurm, YARN): each backend reads it from its own
-objects and the shared attempt loop (run/attemptloop.py) decides on it alone."""
+objects and the shared attempt loop (backends/batch/loop.py) decides on it alone."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "stratctl"
 RECORD_PREFIX = "stratctl-study-"  # the name of a study's record ConfigMap, before the study's
 
-# Merged submissions (backends/kubernetes/blocks.py): a block's Job, ConfigMap and pods carry
+# Merged submissions (backends/kubernetes/blocks/blocks.py): a block's Job, ConfigMap and pods carry
 # BLOCK (the block's name); a trial's view read from a block carries IN_BLOCK instead
 BLOCK = f"{PREFIX}/block"
 IN_BLOCK = f"{PREFIX}/in-block"

@@ -1,6 +1,6 @@
 """The states of a trial, the same on every backend (Kubernetes, Slurm): each backend reads
-them from its own objects (backends/kubernetes/state.py, backends/slurm/state.py) and everything above decides on
-them alone."""
+them from its own objects (backends/kubernetes/objects/state.py, backends/slurm/state.py) and
+everything above decides on them alone."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from stratctl.backends.base import Scheduler
+    from stratctl.backends.batch.scheduler import Scheduler
     from stratctl.core.spec import Study
 
 
@@ -40,15 +40,15 @@ def named_study(
 
     - a study FILE names its backend itself (`--backend`, if given, must agree);
     - a NAME is looked up in the catalog of studies submitted to Slurm and YARN
-      (run/catalog.py), on the backend `--backend` names, or the one that knows it; on
+      (backends/batch/catalog.py), on the backend `--backend` names, or the one that knows it; on
       Slurm, a study the catalog does not know is found by the study directory its jobs
       still show (squeue); a name no batch scheduler knows is a Kubernetes study's;
     - `rm`: the YARN ResourceManager to ask instead of the study's `yarn.resource_managers`.
     """
     import os
 
+    from stratctl.backends.batch import catalog
     from stratctl.errors import UsageError
-    from stratctl.run import catalog
 
     if backend is not None and backend not in catalog.BACKENDS:
         raise UsageError(f"--backend {backend}: expected one of {', '.join(catalog.BACKENDS)}")
@@ -102,9 +102,9 @@ def _with_rm(study: Study, rm: str | None) -> Study:
 def _slurm_directory(name: str):
     """A Slurm study's catalog entry from the study directory its jobs show (each job's log
     file is in it), while the controller lists one of them: None otherwise."""
+    from stratctl.backends.batch import catalog
     from stratctl.backends.slurm.commands import Slurm
     from stratctl.backends.slurm.script import parse_comment
-    from stratctl.run import catalog
 
     for job in Slurm().jobs():
         named = parse_comment(job.get("comment"))
@@ -119,7 +119,7 @@ def _slurm_directory(name: str):
 
 def _not_found(name: str, backend: str, rm: str | None):
     """Why a name is no study on a batch scheduler, in one line."""
-    from stratctl.run import catalog
+    from stratctl.backends.batch import catalog
 
     error = catalog.unknown(name, backend)
     if backend == "yarn" and rm is not None:

@@ -10,16 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stratctl.backends.base import cwd_directory, is_attempt_backend
-from stratctl.backends.kubernetes.blockmanifests import NotMergeable, Part, job_of, mergeable, part_of, pod_key
-from stratctl.backends.kubernetes.cluster import QUEUE
-from stratctl.backends.kubernetes.connect import START_PATIENCE, Connection, connect, preflight_gated, tell_throttling
-from stratctl.backends.kubernetes.controller import Submitter, job_kind, study_selector
-from stratctl.backends.kubernetes.gpus import placements
-from stratctl.backends.kubernetes.mirror import Mirror, trimmed_job
-from stratctl.backends.kubernetes.podfit import pods_of, shape_key
-from stratctl.backends.kubernetes.preflight import preflight
-from stratctl.backends.kubernetes.revision import revise
+from stratctl.backends.batch.scheduler import cwd_directory, is_attempt_backend
+from stratctl.backends.kubernetes.api.cluster import QUEUE
+from stratctl.backends.kubernetes.api.connect import (
+    START_PATIENCE,
+    Connection,
+    connect,
+    preflight_gated,
+    tell_throttling,
+)
+from stratctl.backends.kubernetes.blocks.blockmanifests import NotMergeable, Part, job_of, mergeable, part_of, pod_key
+from stratctl.backends.kubernetes.loop.controller import Submitter, job_kind, study_selector
+from stratctl.backends.kubernetes.objects.gpus import placements
+from stratctl.backends.kubernetes.objects.podfit import pods_of, shape_key
+from stratctl.backends.kubernetes.verbs.preflight import preflight
+from stratctl.backends.kubernetes.verbs.revision import revise
+from stratctl.backends.kubernetes.watch.mirror import Mirror, trimmed_job
 from stratctl.core import capabilities
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
@@ -115,7 +121,7 @@ def submit_study(
     """`stratctl submit`: validate and render everything, then run the submit loop."""
     prepared = prepare(path, connection.namespace, options)
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
-    if is_attempt_backend(study):  # a batch scheduler that runs an attempt as one job (backends/base.py)
+    if is_attempt_backend(study):  # a batch scheduler that runs an attempt as one job (backends/batch/scheduler.py)
         return _submit_attempts(prepared, path, options, qps, burst, reporter, policy)
     mirror = _storage(study, options)  # opened before the cluster is touched: a bad URL changes nothing
     throttle = _throttle(study, options, qps, burst, reporter)
@@ -166,11 +172,11 @@ def _submit_attempts(
     prepared: Prepared, path, options: SubmitOptions, qps: float | None, burst: int | None, reporter, policy
 ) -> Progress:
     """`submit` on a batch scheduler: the study kept in its study directory and known by
-    name (run/catalog.py), its loop's heartbeat there while it follows it (run/following.py)."""
+    name (backends/batch/catalog.py), its loop's heartbeat there while it follows it (backends/batch/following.py)."""
     from stratctl.backends import scheduler_for
-    from stratctl.run import catalog
-    from stratctl.run.attemptloop import submit_attempts
-    from stratctl.run.following import Heartbeat
+    from stratctl.backends.batch import catalog
+    from stratctl.backends.batch.following import Heartbeat
+    from stratctl.backends.batch.loop import submit_attempts
 
     study = prepared.study
     scheduler = scheduler_for(study, prepared.renderer)
@@ -205,7 +211,7 @@ def _storage(study: Study, options: SubmitOptions):
     """The Optuna storage a closed-loop search is mirrored to (--storage), else None."""
     if not options.storage or options.dry_run:
         return None
-    from stratctl.backends.kubernetes.storage import StorageMirror
+    from stratctl.backends.kubernetes.search.storage import StorageMirror
 
     return StorageMirror.open(options.storage, study)
 
@@ -295,7 +301,7 @@ def _watch(
             "`stratctl submit` without --detach"
         )
     if (options.parallelism == "adaptive" or yields) and not options.detach and not blind:
-        from stratctl.backends.kubernetes.capacity import (
+        from stratctl.backends.kubernetes.watch.capacity import (
             ClusterSignals,
         )  # its watches of nodes and pods: not for --detach
 

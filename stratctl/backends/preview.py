@@ -74,9 +74,9 @@ def kubernetes(study: Study, renderer: Renderer) -> Preview:
 
 def blocks(study: Study, renderer: Renderer, trials: list[Trial]) -> list[Submission]:
     """A merged study's first attempts as `submit` sends them on Kubernetes: blocks, each
-    the ConfigMap of its trials' scripts and its Indexed Job (backends/kubernetes/blocks.py),
+    the ConfigMap of its trials' scripts and its Indexed Job (backends/kubernetes/blocks/blocks.py),
     with the `parallelism` the adaptive target starts at (the loop keeps it to the target)."""
-    from stratctl.backends.kubernetes.blockmanifests import block_manifests, part_of
+    from stratctl.backends.kubernetes.blocks.blockmanifests import block_manifests, part_of
 
     out: list[Submission] = []
     rendered = renderer.render_all(trials, attempt=0)

@@ -21,7 +21,7 @@ def studies(ctx, incomplete: str) -> list[str]:
     import time
 
     started = time.monotonic()  # the budget counts the imports too
-    from stratctl.backends.kubernetes.shellnames import study_names
+    from stratctl.backends.kubernetes.verbs.shellnames import study_names
 
     params = ctx.params if ctx is not None else {}
     found = study_names(params.get("kubeconfig"), params.get("context"), params.get("namespace"), started=started)
@@ -30,7 +30,7 @@ def studies(ctx, incomplete: str) -> list[str]:
 
 def contexts(ctx, incomplete: str) -> list[str]:
     """Completion of --context: the contexts of the kubeconfig (no request to a cluster)."""
-    from stratctl.backends.kubernetes.kubeconfig import context_names
+    from stratctl.backends.kubernetes.api.kubeconfig import context_names
 
     kubeconfig = (ctx.params if ctx is not None else {}).get("kubeconfig")
     return [n for n in context_names(kubeconfig) if n.startswith(incomplete or "")]

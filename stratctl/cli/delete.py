@@ -60,8 +60,8 @@ def delete(
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    from stratctl.backends.kubernetes import delete as core
-    from stratctl.backends.kubernetes.connect import Connection, one_shot
+    from stratctl.backends.kubernetes.api.connect import Connection, one_shot
+    from stratctl.backends.kubernetes.verbs import delete as core
     from stratctl.errors import StillThrottled, Unreachable
 
     on_scheduler = file_study(study, backend, rm)
@@ -104,7 +104,7 @@ def delete(
 
 
 def _scheduler_delete(on_scheduler, yes: bool, keep_record: bool, force: bool, output: Output) -> None:
-    from stratctl.run import attemptdelete
+    from stratctl.backends.batch import delete as attemptdelete
 
     study, scheduler = on_scheduler
     loop = attemptdelete.following(scheduler, time.time())

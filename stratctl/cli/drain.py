@@ -53,12 +53,12 @@ def drain(
     """
     on_scheduler = file_study(study, backend, rm)
     if on_scheduler:
-        from stratctl.run import attemptdrain
+        from stratctl.backends.batch import drain as attemptdrain
 
         outcomes = [attemptdrain.drain(*on_scheduler)]
     else:
-        from stratctl.backends.kubernetes import drain as core
-        from stratctl.backends.kubernetes.connect import Connection, one_shot
+        from stratctl.backends.kubernetes.api.connect import Connection, one_shot
+        from stratctl.backends.kubernetes.verbs import drain as core
 
         cluster = one_shot(Connection(kubeconfig, context, namespace))
         try:
@@ -94,12 +94,12 @@ def resume(
     """
     on_scheduler = file_study(study, backend, rm)
     if on_scheduler:
-        from stratctl.run import attemptdrain
+        from stratctl.backends.batch import drain as attemptdrain
 
         outcome = attemptdrain.resume(*on_scheduler)
     else:
-        from stratctl.backends.kubernetes import drain as core
-        from stratctl.backends.kubernetes.connect import Connection, one_shot
+        from stratctl.backends.kubernetes.api.connect import Connection, one_shot
+        from stratctl.backends.kubernetes.verbs import drain as core
 
         cluster = one_shot(Connection(kubeconfig, context, namespace))
         try:

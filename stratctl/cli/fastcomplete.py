@@ -61,8 +61,8 @@ def _study_position(args: list[str]) -> tuple[str | None, str | None, str | None
 def _studies(kubeconfig: str | None, context: str | None, namespace: str | None) -> list[str] | None:
     """The namespace's studies read within the Tab's budget (none past it); None when the
     kubeconfig needs the Kubernetes client."""
-    from stratctl.backends.kubernetes import quickread
-    from stratctl.backends.kubernetes.shellnames import BUDGET
+    from stratctl.backends.kubernetes.api import quickread
+    from stratctl.backends.kubernetes.verbs.shellnames import BUDGET
 
     box: list = []
 
@@ -144,7 +144,7 @@ def answer(instruction: str) -> str | None:
         return None
     args, incomplete = words
     if args and args[-1] == "--context":
-        from stratctl.backends.kubernetes.kubeconfig import context_names
+        from stratctl.backends.kubernetes.api.kubeconfig import context_names
 
         names = context_names(_option_value(args, "--kubeconfig"))
         return _format(shell, [n for n in names if n.startswith(incomplete)])

@@ -51,8 +51,8 @@ def logs(
     An API server that does not answer, or that refuses every request of this user
     (HTTP 429: throttling), is waited for up to 25 s, with one line saying so; then exit 3.
     """
-    from stratctl.backends.kubernetes import logs as core
-    from stratctl.backends.kubernetes.connect import Connection, one_shot
+    from stratctl.backends.kubernetes.api.connect import Connection, one_shot
+    from stratctl.backends.kubernetes.verbs import logs as core
     from stratctl.errors import UsageError
 
     if bool(trial) == best:
@@ -82,7 +82,7 @@ def logs(
 
 
 def _scheduler_logs(on_scheduler, trial, best, sort, task, follow, tail) -> None:
-    from stratctl.run import attemptlogs
+    from stratctl.backends.batch import logs as attemptlogs
 
     study, scheduler = on_scheduler
     found = attemptlogs.best_trial(study, scheduler, sort) if best else attemptlogs.trial_of(study, trial)

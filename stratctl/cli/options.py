@@ -126,7 +126,7 @@ def refuse_kubernetes_options(on: OnScheduler | None, **given) -> None:
 def on_scheduler(study) -> OnScheduler | None:
     """The study and its scheduler when its backend is a batch scheduler; None on Kubernetes."""
     from stratctl.backends import scheduler_for
-    from stratctl.backends.base import is_attempt_backend
+    from stratctl.backends.batch.scheduler import is_attempt_backend
 
     return OnScheduler(study, scheduler_for(study)) if is_attempt_backend(study) else None
 

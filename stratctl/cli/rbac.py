@@ -46,7 +46,7 @@ def rbac(
     ] = None,
 ) -> None:
     """Print the Role, ClusterRoles and bindings stratctl needs, for `kubectl apply -f -`."""
-    from stratctl.backends.kubernetes.rbac import Subject, text
+    from stratctl.backends.kubernetes.verbs.rbac import Subject, text
 
     subjects = (
         [Subject("User", u) for u in user or []]

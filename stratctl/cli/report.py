@@ -41,7 +41,7 @@ def report(
     reports in between riding on the next write. Inside a trial's container it needs
     nothing else; the pod's service account needs `patch` on pods (see `stratctl rbac`).
     """
-    from stratctl.backends.kubernetes.intermediate import parse_values
-    from stratctl.backends.kubernetes.intermediate import report as write
+    from stratctl.backends.kubernetes.search.intermediate import parse_values
+    from stratctl.backends.kubernetes.search.intermediate import report as write
 
     write(step, parse_values(values), pod=pod, namespace=namespace, kubeconfig=kubeconfig, context=context, flush=flush)

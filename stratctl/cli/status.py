@@ -84,7 +84,7 @@ def status(
     from rich.console import Console
     from rich.live import Live
 
-    from stratctl.backends.kubernetes.connect import Connection, one_shot
+    from stratctl.backends.kubernetes.api.connect import Connection, one_shot
 
     if study and (all_namespaces or selector):
         raise UsageError("a STUDY is one study: -A/--all-namespaces and -l/--selector choose among studies")
@@ -112,7 +112,7 @@ def status(
 
 def _declared_ranking(study: str | None, on_scheduler, cluster) -> str:
     """The metric the study's objective ranks its trials by, for --best without --sort."""
-    from stratctl.backends.kubernetes import status as core
+    from stratctl.backends.kubernetes.verbs import status as core
 
     sort = None
     if on_scheduler:
@@ -147,11 +147,11 @@ class _Asked:
 
     def snapshot(self, ns: str) -> Any:
         """The studies of namespace `ns`, or the one study's trials, as much as the output needs."""
-        from stratctl.backends.kubernetes import status as core
+        from stratctl.backends.kubernetes.verbs import status as core
 
         study, sort, best, limit = self.study, self.sort, self.best, self.limit
         if self.on_scheduler:
-            from stratctl.run.attemptstatus import snapshot as scheduler_snapshot
+            from stratctl.backends.batch.status import snapshot as scheduler_snapshot
 
             snap = scheduler_snapshot(*self.on_scheduler)
             snap.trials = sort_trials(snap.trials, sort)[: best or None]
@@ -175,14 +175,14 @@ class _Asked:
         if best:
             snap.trials = snap.trials[:best]
         if not everything:
-            from stratctl.backends.kubernetes.waiting import explain_pending
+            from stratctl.backends.kubernetes.objects.waiting import explain_pending
 
             explain_pending(self.cluster, ns, snap.trials[: limit or None])
         return snap
 
     def read(self) -> tuple[Any, list[str] | None]:
         """The snapshot (of every namespace with studies, with -A) and each study row's namespace."""
-        from stratctl.backends.kubernetes import status as core
+        from stratctl.backends.kubernetes.verbs import status as core
 
         if not self.all_namespaces:
             return self.snapshot(self.cluster.namespace if self.cluster else ""), None

@@ -249,8 +249,8 @@ def _best(file: Path, connection, study: str) -> str:
     results ("" otherwise, or when the cluster cannot tell: the summary is said already)."""
     from dataclasses import replace
 
-    from stratctl.backends.kubernetes.connect import one_shot
-    from stratctl.backends.kubernetes.status import best_trial
+    from stratctl.backends.kubernetes.api.connect import one_shot
+    from stratctl.backends.kubernetes.verbs.status import best_trial
     from stratctl.core.spec import load_study
     from stratctl.errors import StratctlError
     from stratctl.view.statusout import best_line
@@ -259,7 +259,7 @@ def _best(file: Path, connection, study: str) -> str:
         batch = load_study(file)
         scheduled = on_scheduler(batch)
         if scheduled:  # a study on a batch scheduler: its trials as `status` shows them
-            from stratctl.run.attemptstatus import snapshot
+            from stratctl.backends.batch.status import snapshot
             from stratctl.run.ranking import best_of
 
             first = batch.objectives[0] if batch.objectives else None

@@ -50,8 +50,8 @@ def wait(
     on_scheduler = file_study(study, backend, rm)
     if on_scheduler:
         refuse_kubernetes_options(on_scheduler, kubeconfig=kubeconfig, context=context, namespace=namespace)
-        from stratctl.run.attemptstatus import snapshot
-        from stratctl.run.following import follower
+        from stratctl.backends.batch.following import follower
+        from stratctl.backends.batch.status import snapshot
 
         source = on_scheduler.study.source
         code = wait_for(
@@ -64,9 +64,9 @@ def wait(
         )
         raise typer.Exit(int(code))
 
-    from stratctl.backends.kubernetes import status as core
-    from stratctl.backends.kubernetes.connect import Connection, one_shot
-    from stratctl.backends.kubernetes.record import followed
+    from stratctl.backends.kubernetes.api.connect import Connection, one_shot
+    from stratctl.backends.kubernetes.objects.record import followed
+    from stratctl.backends.kubernetes.verbs import status as core
 
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=4)
 

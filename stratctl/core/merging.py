@@ -4,7 +4,7 @@ go to the scheduler as blocks, one scheduler object for many trials, and why not
 A block is one Slurm job array (`sbatch --array=0-N%K`): one array task per trial, its
 throttle `K` kept to the adaptive target as the loop runs (`scontrol update ...
 ArrayTaskThrottle`); on Kubernetes one batch/v1 Indexed Job, one index per trial, its
-`parallelism` kept to the target (backends/kubernetes/blocks.py). A trial's next attempts
+`parallelism` kept to the target (backends/kubernetes/blocks/blocks.py). A trial's next attempts
 (after a failure) are single jobs as without merging; a preempted task or index runs again
 inside its block.
 
@@ -25,7 +25,7 @@ from stratctl.core.spec import Study
 # (task ids 0-1000); a site's smaller limit is read from `scontrol show config`
 SLURM_BLOCK = 1000
 # how many trials one Indexed Job carries at most (fewer when their list or scripts would
-# outgrow one object: backends/kubernetes/blocks.py)
+# outgrow one object: backends/kubernetes/blocks/blocks.py)
 KUBERNETES_BLOCK = 1000
 
 

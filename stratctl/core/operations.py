@@ -84,7 +84,7 @@ class Throttle(_Model):
         return parse_duration(self.aging)
 
     # What the etcd-latency breaker does: hold new trials, or also drain the running ones
-    # until it clears (backends/kubernetes/shedding.py; critical studies only ever hold).
+    # until it clears (backends/kubernetes/loop/shedding.py; critical studies only ever hold).
     on_breaker: Literal["hold", "drain"] = "hold"
 
 

@@ -15,7 +15,7 @@ What only some backends have is a `Capability` the cycle asks at its place in th
 not a second loop: the Kubernetes backend adds the salvage of lost jobs, the closed-loop
 search (told results, pruning, the storage mirror, new trials asked as they are
 admitted), the etcd breaker's drain, queue fallback, packing trials of different shapes
-and `cleanup: delete` (backends/kubernetes/features.py); `Backfill` is here, since it
+and `cleanup: delete` (backends/kubernetes/loop/features.py); `Backfill` is here, since it
 needs nothing but the trials' expected durations.
 """
 

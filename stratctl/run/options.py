@@ -22,7 +22,7 @@ class SubmitOptions:
     timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
     move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
     storage: str | None = (
-        None  # an Optuna storage URL the closed-loop search is mirrored into (backends/kubernetes/storage.py)
+        None  # an Optuna storage URL the closed-loop search is mirrored into (backends/kubernetes/search/storage.py)
     )
 
     def given(self) -> list[str]:

@@ -60,7 +60,7 @@ def gangs_fit(free: Mapping[str, int], shape: Sequence[int], limit: int = 10_000
     Places pods largest first, each on the node with the least room that still takes it
     (best fit), which is what a bin-packing scheduler does; stops at the first gang that
     does not fit whole. Every backend counts whole gangs this way: Kubernetes over its
-    nodes' free GPUs (capacity.py, topology.py), Slurm and YARN over theirs (run/attempttrials.py).
+    nodes' free GPUs (capacity.py, topology.py), Slurm and YARN over theirs (backends/batch/trials.py).
     """
     pods = sorted((g for g in shape if g > 0), reverse=True)
     if not pods:

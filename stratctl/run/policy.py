@@ -79,7 +79,8 @@ class Observed:
     waiting: int  # trials not yet created
     stuck: int = 0  # pending gangs older than the scheduler's grace period
     drained: bool = False  # the study record says hold
-    drained_by: str = ""  # why, when not a user's drain (the etcd breaker's drain, backends/kubernetes/shedding.py)
+    # why, when not a user's drain (the etcd breaker's drain, backends/kubernetes/loop/shedding.py)
+    drained_by: str = ""
     api_stalled: float = 0.0  # seconds our requests have been refused with none accepted (the pace's)
     api_room: int | None = None  # trials the request pace can create in one cycle while it holds back; None: any
     gangs_fit: int | None = None  # whole gangs of the study's shape the free GPUs could hold; None: unknown

@@ -36,7 +36,8 @@ class Progress:
     throttle_wait_seconds: float = 0.0
     throttled_429: int = 0
     backend: str = "kubernetes"  # where the trials run: kubernetes | slurm
-    # on a batch scheduler (backends/base.py): the command that creates an attempt and what a refusal to is called
+    # on a batch scheduler (backends/batch/scheduler.py): the command that creates an attempt and what a
+    # refusal to is called
     create_command: str = ""
     scheduler: str = ""  # its name in messages (`Slurm`)
     limit_words: str = ""

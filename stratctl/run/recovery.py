@@ -14,8 +14,8 @@ the same job runs again, `TrialView.requeued`) no next attempt is made for it, b
 preemptions count the same: past the limit the trial is given up and its attempt ended.
 
 `next_actions(views, limits, drained) -> list[Action]` decides; each backend acts
-(backends/kubernetes/requeue.py, run/attemptloop.py) and reads its views from its own
-objects (backends/kubernetes/jobview.py, run/attemptloop.py's `attempt_view`).
+(backends/kubernetes/attempts/requeue.py, backends/batch/loop.py) and reads its views from its own
+objects (backends/kubernetes/objects/jobview.py, backends/batch/loop.py's `attempt_view`).
 """
 
 from __future__ import annotations

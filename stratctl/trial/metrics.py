@@ -5,7 +5,7 @@ Each backend reads them where it already looks:
 
 - Kubernetes: the result is the container's termination message (`/dev/termination-log`,
   at most 4 KiB), which `stratctl status` and the closed loop read from the finished pod;
-  reports go to the trial's pod as an annotation (stratctl/backends/kubernetes/intermediate.py, loaded
+  reports go to the trial's pod as an annotation (stratctl/backends/kubernetes/search/intermediate.py, loaded
   only then: it needs the Kubernetes client).
 - Slurm and YARN: the result is `result.json` in the trial's output directory
   (`STRATCTL_OUTPUT_DIR`), which the scheduler reads once the attempt ended. No pruner runs

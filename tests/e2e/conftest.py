@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from stratctl.backends.kubernetes.cluster import POD
+from stratctl.backends.kubernetes.api.cluster import POD
 from tests.e2e.support import Cli, delete_study, of_study, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -188,7 +188,7 @@ def testbed():
 @pytest.fixture
 def api(testbed):
     """stratctl's own cluster adapter as the admin, for tests to look at and clean up the cluster."""
-    from stratctl.backends.kubernetes.cluster import Cluster
+    from stratctl.backends.kubernetes.api.cluster import Cluster
 
     cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
     yield cluster

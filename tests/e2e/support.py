@@ -13,7 +13,7 @@ import time
 import uuid
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, VOLCANO_JOB
 
 GPU = "nvidia.com/gpu"
 

@@ -15,9 +15,9 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, EVENT, POD, PODGROUP, VOLCANO_JOB
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
-from stratctl.backends.kubernetes.status import collect
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, EVENT, POD, PODGROUP, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.verbs.status import collect
 from tests.e2e.support import Cli, fake_study, finish, high_priority_gang, recorded, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -37,10 +37,10 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
-from stratctl.backends.kubernetes.prometheus import ETCD_P99, Prometheus
-from stratctl.backends.kubernetes.record import parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.record import parse_record, record_name, suspended_of
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.watch.prometheus import ETCD_P99, Prometheus
 from tests.e2e.support import env_of, fake_study, finish, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -33,8 +33,8 @@ import pytest
 import yaml
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import POD, PODGROUP, VOLCANO_JOB
-from stratctl.backends.kubernetes.state import latest_attempts, volcano_phase
+from stratctl.backends.kubernetes.api.cluster import POD, PODGROUP, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.state import latest_attempts, volcano_phase
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from tests.e2e.support import Cli, fake_study, unique

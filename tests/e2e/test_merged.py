@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import PRUNED_SCRIPT
-from stratctl.backends.kubernetes.blocks import IGNORED, indexes, listed_of
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
-from stratctl.backends.kubernetes.record import parse_record, record_name
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
+from stratctl.backends.kubernetes.blocks.blockmanifests import PRUNED_SCRIPT
+from stratctl.backends.kubernetes.blocks.blocks import IGNORED, indexes, listed_of
+from stratctl.backends.kubernetes.objects.record import parse_record, record_name
 from tests.e2e.support import Cli, ReportingTrials, busybox_study, finish, unique, wait_until
 
 FAILURES = "batch.kubernetes.io/job-index-failure-count"

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
-from stratctl.backends.kubernetes.state import volcano_phase
+from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.state import volcano_phase
 from tests.e2e.support import Cli, fake_study, of_study, unique, wait_until
 from tests.netfault import SilentProxy
 

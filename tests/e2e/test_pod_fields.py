@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import NODE, POD
+from stratctl.backends.kubernetes.api.cluster import NODE, POD
 from tests.e2e.support import finish, unique, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, NODE, PODGROUP, PRIORITY_CLASS, QUEUE, VOLCANO_JOB
-from stratctl.backends.kubernetes.gpus import schedulable
-from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, NODE, PODGROUP, PRIORITY_CLASS, QUEUE, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.gpus import schedulable
+from stratctl.backends.kubernetes.objects.state import TrialState, classify
 from tests.e2e.support import wait_until
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,6 @@
 """stratctl and the testbed's real Prometheus.
 
-- Every PromQL query stratctl sends (`stratctl.backends.kubernetes.prometheus.QUERIES`) returns data
+- Every PromQL query stratctl sends (`stratctl.backends.kubernetes.watch.prometheus.QUERIES`) returns data
   from a Prometheus that scrapes the cluster's components, while a study runs.
 - A `submit --metrics-port` named in the Prometheus' file-based discovery directory is
   scraped: its own series (target, in flight, 429s, ...) are there, labelled by study.
@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.prometheus import QUERIES, Prometheus
+from stratctl.backends.kubernetes.watch.prometheus import QUERIES, Prometheus
 from tests.e2e.support import fake_study, finish, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, QUEUE, VOLCANO_JOB
-from stratctl.backends.kubernetes.record import record_name
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, QUEUE, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.record import record_name
 from tests.e2e.support import fake_study, unique
 
 pytestmark = pytest.mark.e2e

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB
-from stratctl.backends.kubernetes.gpus import free_gpus
-from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, NODE, POD, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.gpus import free_gpus
+from stratctl.backends.kubernetes.objects.state import TrialState, classify
 from stratctl.backends.launch import Connection, submit_study
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study

@@ -39,7 +39,7 @@ def runs_processes(node: dict) -> bool:
 @pytest.fixture(scope="module")
 def real_node(testbed):
     """The name and GPUs of a node that runs real processes (the testbed's real one first)."""
-    from stratctl.backends.kubernetes.cluster import Cluster
+    from stratctl.backends.kubernetes.api.cluster import Cluster
 
     cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
     try:

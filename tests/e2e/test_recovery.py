@@ -13,8 +13,8 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, latest_attempts
 from tests.e2e.support import env_of, fake_study, finish, high_priority_gang, running_pods, unique, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -258,7 +258,7 @@ def test_status_shows_the_result_each_trial_reported_and_sorts_by_it(testbed, ap
 def test_the_table_reads_the_loops_summary_and_the_first_page_of_jobs(testbed, api, cli, studies):
     """status for a table: the summary the finished loop left in the record, and the first
     trials by name from the API server's first page, agree with a full listing."""
-    from stratctl.backends.kubernetes.status import collect
+    from stratctl.backends.kubernetes.verbs.status import collect
 
     name = unique("tab")
     path = studies(name, study_yaml(name, testbed.namespace, 6, "2s", parallelism=6))

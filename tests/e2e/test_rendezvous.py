@@ -17,7 +17,7 @@ import time
 import pytest
 
 from stratctl import labels, rendezvous
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD, SERVICE, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD, SERVICE, VOLCANO_JOB
 from stratctl.errors import NotFound
 from tests.e2e.support import Cli, fake_study, finish, running_pods, unique, wait_until
 from tests.e2e.test_rbac import audit_log, forbidden, requests_since

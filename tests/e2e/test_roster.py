@@ -10,7 +10,7 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
 from tests.e2e.support import fake_study, of_study, recorded, unique, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
-from stratctl.backends.kubernetes.record import parse_record, record_name
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.record import parse_record, record_name
 from stratctl.errors import NotFound
 from tests.e2e.support import ReportingTrials, finish, unique, wait_until
 

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import NODE, POD
-from stratctl.backends.kubernetes.gpus import Placement, free_gpus, placeable, pod_gpus
+from stratctl.backends.kubernetes.api.cluster import NODE, POD
+from stratctl.backends.kubernetes.objects.gpus import Placement, free_gpus, placeable, pod_gpus
 from tests.e2e.support import finish, of_study, unique, wait_until
 
 pytestmark = pytest.mark.e2e

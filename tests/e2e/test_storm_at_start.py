@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, VOLCANO_JOB
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from tests.e2e.support import Cli, busybox_study, of_study, unique, wait_until

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB, Cluster
 from stratctl.backends.launch import Connection, submit_study
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study

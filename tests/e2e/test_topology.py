@@ -15,7 +15,7 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import HYPERNODE, NODE, POD, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import HYPERNODE, NODE, POD, VOLCANO_JOB
 from tests.e2e.support import GPU, Cli, finish, of_study, unique, wait_until
 
 pytestmark = pytest.mark.e2e

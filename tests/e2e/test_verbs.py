@@ -15,8 +15,8 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD
-from stratctl.backends.kubernetes.record import loop_following, record_name
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD
+from stratctl.backends.kubernetes.objects.record import loop_following, record_name
 from tests.e2e.support import STUDY_KINDS, Cli, fake_study, recorded, unique, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -39,7 +39,7 @@ class Installed:
 
 @pytest.fixture(autouse=True, scope="session")
 def catalog(tmp_path_factory):
-    """The names the tests' studies are known by (run/catalog.py) kept out of the user's home."""
+    """The names the tests' studies are known by (backends/batch/catalog.py) kept out of the user's home."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("STRATCTL_STATE_DIR", str(tmp_path_factory.mktemp("state")))
         yield

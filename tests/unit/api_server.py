@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from stratctl.backends.kubernetes.cluster import RESOURCES
+from stratctl.backends.kubernetes.api.cluster import RESOURCES
 from stratctl.errors import AlreadyExists, NotFound
 from tests.unit.fake_cluster import FakeCluster, merge_patch
 

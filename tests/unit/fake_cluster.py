@@ -1,4 +1,4 @@
-"""An in-memory stand-in for `stratctl.backends.kubernetes.cluster.Cluster`, for unit tests of the submit loop.
+"""An in-memory stand-in for `stratctl.backends.kubernetes.api.cluster.Cluster`, for unit tests of the submit loop.
 
 It keeps objects as dicts, answers 409/404 like the API server, can be told to fail
 particular creates or every request (`down`: an API server outage), and moves jobs
@@ -11,7 +11,7 @@ import copy
 import re
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import ApiMetrics
+from stratctl.backends.kubernetes.api.cluster import ApiMetrics
 from stratctl.errors import AlreadyExists, NotFound
 
 

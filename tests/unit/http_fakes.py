@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from stratctl.backends.kubernetes.cluster import Cluster
+from stratctl.backends.kubernetes.api.cluster import Cluster
 from stratctl.run.outage import Outage
 
 HOST = "https://k8s.test:6443"

@@ -3,7 +3,7 @@ loop's unit tests share (the `study_file` fixture is in conftest.py)."""
 
 from __future__ import annotations
 
-from stratctl.backends.kubernetes.controller import Submitter
+from stratctl.backends.kubernetes.loop.controller import Submitter
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study

@@ -26,7 +26,7 @@ from stratctl.run.throttle import Throttle
 
 
 class Blocking(Protocol):
-    """What a scheduler with blocks does besides the attempt seam (backends/base.py)."""
+    """What a scheduler with blocks does besides the attempt seam (backends/batch/scheduler.py)."""
 
     def block_size(self, largest: int) -> int: ...
     def prepare_block(self, trials: list[Trial], throttle: int) -> Any: ...

@@ -3,7 +3,7 @@
 than its file.
 
 Slurm and YARN forget a study's ended jobs (MinJobAge, max-completed-applications), so a
-study on them lives in its study directory (backends/base.py `study_directory`), where its
+study on them lives in its study directory (backends/batch/scheduler.py `study_directory`), where its
 attempts leave their marks, logs and results. At submit stratctl keeps there the study as
 submitted (`.study/study.yaml`, and `.study/study.json`: its file, backend and cluster), as the
 Kubernetes record keeps the spec in the cluster, and adds an entry to the user's catalog,

@@ -1,10 +1,10 @@
 """`stratctl delete` of a study on a batch scheduler (Slurm, YARN): its attempts still
 pending, running or held are ended (Slurm: `scancel`; YARN: the application killed), its
 study directory removed (its logs, attempt marks, results and the study as submitted;
-kept with `--keep-record`), and the name forgotten (run/catalog.py).
+kept with `--keep-record`), and the name forgotten (backends/batch/catalog.py).
 
 As on Kubernetes, it refuses while a submit loop follows the study (its heartbeat,
-run/following.py) unless `--force`, and asks for a confirmation on a terminal unless
+backends/batch/following.py) unless `--force`, and asks for a confirmation on a terminal unless
 `--yes`. Slurm and YARN list ended jobs for a while after (MinJobAge,
 max-completed-applications): a submit of the same study meanwhile sees the cancelled ones.
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stratctl.backends.base import Scheduler
+from stratctl.backends.batch import catalog
+from stratctl.backends.batch.following import follower
+from stratctl.backends.batch.scheduler import Scheduler
 from stratctl.core.spec import Study
 from stratctl.errors import Invalid, StratctlError, UsageError
-from stratctl.run import catalog
-from stratctl.run.following import follower
 
 
 class Followed(StratctlError):

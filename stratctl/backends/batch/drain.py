@@ -1,4 +1,4 @@
-"""`stratctl drain` and `resume` of a study on a batch scheduler (backends/base.py).
+"""`stratctl drain` and `resume` of a study on a batch scheduler (backends/batch/scheduler.py).
 
 Drain holds, it does not cancel: a pending attempt is held, a running one is stopped and
 kept held (on Slurm: `scontrol hold`, `scontrol requeuehold`, its restart count up);
@@ -11,7 +11,7 @@ clears it. A critical study is never drained.
 
 from __future__ import annotations
 
-from stratctl.backends.base import Scheduler
+from stratctl.backends.batch.scheduler import Scheduler
 from stratctl.core.spec import Study
 from stratctl.errors import Invalid
 from stratctl.run.rows import Outcome

@@ -1,7 +1,7 @@
 """Whether a submit loop follows a study on a batch scheduler (Slurm, YARN): its heartbeat,
-a file in the study directory (backends/base.py `study_directory`).
+a file in the study directory (backends/batch/scheduler.py `study_directory`).
 
-Kubernetes keeps the same heartbeat in the study's record (backends/kubernetes/record.py
+Kubernetes keeps the same heartbeat in the study's record (backends/kubernetes/objects/record.py
 `loop_following`): {"at": wall time, "running": bool, "host", "pid"}, refreshed while the
 loop runs (here at most every REFRESH seconds, at each cycle's progress) and set to not
 running when it stops. A marker older than STALE is a loop that died without saying so
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-LOOP = ".study/loop.json"  # beside the study as submitted (run/catalog.py)
+LOOP = ".study/loop.json"  # beside the study as submitted (backends/batch/catalog.py)
 REFRESH = 10.0
 STALE = 90.0  # as the Kubernetes record's LOOP_STALE
 

@@ -1,6 +1,6 @@
 """`stratctl logs` of a study on a batch scheduler (Slurm, YARN): what a trial's latest
 attempt printed, from the log files its attempts leave in the study directory
-(backends/base.py `study_directory`): on Slurm the job's `--output`, on YARN each
+(backends/batch/scheduler.py `study_directory`): on Slurm the job's `--output`, on YARN each
 container's copy (templates/yarn-task.sh.j2). The scheduler names the files
 (`log_files`); here the trial is found, its files read, and followed while it runs.
 """
@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from stratctl.backends.base import Scheduler
+from stratctl.backends.batch.scheduler import Scheduler
+from stratctl.backends.batch.status import snapshot
 from stratctl.core.space import Trial, attempt_name, expand
 from stratctl.core.spec import Study
 from stratctl.errors import UsageError
-from stratctl.run.attemptstatus import snapshot
 from stratctl.run.ranking import sort_trials
 
 

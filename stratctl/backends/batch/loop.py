@@ -1,5 +1,5 @@
 """The submit loop of a study on a batch scheduler that runs each attempt as one job
-(Slurm; backends/base.py): the same study, throttle, policy and recovery rules as on
+(Slurm; backends/batch/scheduler.py): the same study, throttle, policy and recovery rules as on
 Kubernetes, through the scheduler's own commands.
 
 Each cycle lists the study's attempts (one call, plus the marks of those the scheduler no
@@ -29,13 +29,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stratctl.attempt import Attempt
-from stratctl.backends.base import Scheduler
+from stratctl.backends.batch.blocks import Blocks
+from stratctl.backends.batch.scheduler import Scheduler
+from stratctl.backends.batch.trials import (
+    attempt_view,
+    gang_size,
+    gangs,
+    gangs_fit,
+    given_up_of,
+    limits_of,
+    trial_state,
+)
 from stratctl.core.merging import merging
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
-from stratctl.run.attempttrials import attempt_view, gang_size, gangs, gangs_fit, given_up_of, limits_of, trial_state
-from stratctl.run.blocks import Blocks
 from stratctl.run.cycle import Cycle
 from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy

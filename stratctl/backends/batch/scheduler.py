@@ -13,10 +13,10 @@ Two shapes of backend sit below it:
   attempts are Volcano Jobs or batch/v1 Jobs with their PodGroups, the study record is a
   ConfigMap, the cluster is watched. What only a Kubernetes cluster offers (queue
   fallback, PodGroup salvage, the closed-loop search, the breaker's drain, packing) joins
-  the shared cycle as its capabilities (run/cycle.py, backends/kubernetes/features.py).
+  the shared cycle as its capabilities (run/cycle.py, backends/kubernetes/loop/features.py).
 - **Batch schedulers that run an attempt as one job** (Slurm, YARN): they implement the
   `Scheduler` protocol below, and the same cycle, one `status`, one `drain`/`resume` run
-  them all (run/attemptloop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
+  them all (backends/batch/loop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
   is a new `Scheduler` and a line in `scheduler_for`, nothing else.
 
 `is_attempt_backend` is how the CLI tells them apart. A study on a batch scheduler keeps
@@ -24,7 +24,7 @@ what the scheduler forgets (ended jobs, after MinJobAge or max-completed-applica
 its study directory, `study_directory`: `<output_dir>/<study>`, a relative `output_dir`
 resolved against the study file's directory as `templates_dir` is, never against the
 working directory, so a submit from anywhere finds the same trials (exactly once). The
-study is known by its name through the catalog (run/catalog.py); a Kubernetes study by its
+study is known by its name through the catalog (backends/batch/catalog.py); a Kubernetes study by its
 record in the cluster.
 """
 

@@ -1,16 +1,16 @@
-"""`stratctl status STUDY_FILE` of a study on a batch scheduler (backends/base.py): its
+"""`stratctl status STUDY_FILE` of a study on a batch scheduler (backends/batch/scheduler.py): its
 trials as the scheduler and their output directories show them, in the same rows as a
-Kubernetes study's (backends/kubernetes/summary.py), so every output format of `status` works unchanged."""
+Kubernetes study's (backends/kubernetes/objects/summary.py), so every output format of `status` works unchanged."""
 
 from __future__ import annotations
 
 import time
 
 from stratctl.attempt import Attempt
-from stratctl.backends.base import Scheduler
+from stratctl.backends.batch.scheduler import Scheduler
+from stratctl.backends.batch.trials import gangs, given_up_of, limits_of, trial_state
 from stratctl.core.space import Trial, attempt_name, expand
 from stratctl.core.spec import Study
-from stratctl.run.attempttrials import gangs, given_up_of, limits_of, trial_state
 from stratctl.run.recovery import limit_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.trialstate import TrialState

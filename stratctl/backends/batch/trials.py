@@ -7,7 +7,7 @@ up, and the GPUs of each task of each trial (its gang), counted in whole gangs o
 from __future__ import annotations
 
 from stratctl.attempt import Attempt
-from stratctl.backends.base import Scheduler
+from stratctl.backends.batch.scheduler import Scheduler
 from stratctl.core import shape
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial

@@ -1,4 +1,4 @@
-"""The Slurm backend behind the attempt seam (backends/base.py): what the shared attempt
+"""The Slurm backend behind the attempt seam (backends/batch/scheduler.py): what the shared attempt
 loop, `status`, `drain` and `resume` ask of a batch scheduler, in Slurm's own commands
 (backends/slurm/commands.py) and the files each attempt leaves in its output directory.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
-from stratctl.backends.base import study_directory
+from stratctl.backends.batch.scheduler import study_directory
 from stratctl.backends.slurm.blocks import BLOCKS, read_blocks
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.script import Script, block_script, build
@@ -30,7 +30,7 @@ from stratctl.errors import Invalid
 
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
     """Where a study's attempts write their logs, marks and results: its study directory
-    (backends/base.py), absolute, the same from every working directory (`workdir`: the
+    (backends/batch/scheduler.py), absolute, the same from every working directory (`workdir`: the
     directory a relative `output_dir` is resolved against instead of the study file's)."""
     return study_directory(study, workdir)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from jinja2 import FileSystemLoader
 
 from stratctl import rendezvous
-from stratctl.backends.base import study_directory
+from stratctl.backends.batch.scheduler import study_directory
 from stratctl.core import sandbox
 from stratctl.core.operations import Slurm
 from stratctl.core.spec import Study
@@ -77,7 +77,7 @@ def build(study: Study, docs: list[dict], templates: list[Path], directory: Path
     from the first of `templates` (directories) holding templates/slurm-job.sh.j2. A trial
     of several tasks (roles) is a heterogeneous job: one component per task, in task order,
     each with its own tasks, resources and command. `directory`: the study directory
-    (default: backends/base.py's `study_directory`), written absolute into the script, so
+    (default: backends/batch/scheduler.py's `study_directory`), written absolute into the script, so
     the job writes where every later run reads, wherever sbatch ran."""
     tasks = tasks_of(docs)
     first = tasks[0]

@@ -1,4 +1,4 @@
-"""The YARN backend behind the attempt seam (backends/base.py): what the shared attempt
+"""The YARN backend behind the attempt seam (backends/batch/scheduler.py): what the shared attempt
 loop, `status`, `drain` and `resume` ask of a batch scheduler, through the ResourceManager's
 REST API (backends/yarn/rest.py) and the files each attempt leaves in its output directory.
 
@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
-from stratctl.backends.base import study_directory
+from stratctl.backends.batch.scheduler import study_directory
 from stratctl.backends.yarn.app import AM_JAR, Application, Jar, build, study_tag
 from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.state import ENDED, latest, outcome, read_records, write_record
@@ -44,7 +44,7 @@ GPU = "yarn.io/gpu"
 
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
     """Where a study's attempts write their results and records: its study directory
-    (backends/base.py), absolute (the containers run elsewhere) and the same from every
+    (backends/batch/scheduler.py), absolute (the containers run elsewhere) and the same from every
     working directory (`workdir`: the directory a relative `output_dir` is resolved against
     instead of the study file's)."""
     return study_directory(study, workdir)

@@ -1,4 +1,4 @@
-"""The `Scheduler` protocol's contract (backends/base.py), one suite run against each
+"""The `Scheduler` protocol's contract (backends/batch/scheduler.py), one suite run against each
 backend's fake: Slurm over its faked commands, YARN over a faked ResourceManager's REST
 API (the real client sends and counts the requests), and an in-memory scheduler that is
 neither. What the shared loop, `status`, `drain` and `resume` rely on:
@@ -22,6 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from stratctl.backends.batch import drain as attemptdrain
+from stratctl.backends.batch.loop import AttemptLoop
+from stratctl.backends.batch.status import snapshot
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
 from stratctl.backends.slurm.script import parse_comment
@@ -31,9 +34,6 @@ from stratctl.backends.yarn.scheduler import YarnScheduler
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.errors import Throttled, Unavailable
-from stratctl.run import attemptdrain
-from stratctl.run.attemptloop import AttemptLoop
-from stratctl.run.attemptstatus import snapshot
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle

@@ -307,7 +307,7 @@ def test_one_shot_commands_against_a_server_that_is_down_exit_3_with_one_line_in
 ):
     import time
 
-    from stratctl.backends.kubernetes import connect
+    from stratctl.backends.kubernetes.api import connect
 
     monkeypatch.setattr(connect, "ONE_SHOT_PATIENCE", 1.0)  # 25 s in real life; the bound is what is tested
     started = time.monotonic()
@@ -342,7 +342,7 @@ def test_a_large_study_keeps_the_first_manifests_and_one_trial_of_each_shape(tmp
     in memory; preflight gets one trial of each pod shape, and a bad trial past KEPT still
     fails the command whole."""
     from stratctl.backends import launch
-    from stratctl.backends.kubernetes.podfit import pods_of, shape_key
+    from stratctl.backends.kubernetes.objects.podfit import pods_of, shape_key
 
     monkeypatch.setattr(launch, "KEPT", 7)
     monkeypatch.setattr(launch, "CHUNK", 4)

@@ -94,7 +94,7 @@ def test_hoist_moves_the_flag_before_the_command_but_not_past_a_double_dash():
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    from stratctl.backends.kubernetes import connect
+    from stratctl.backends.kubernetes.api import connect
 
     cluster = FakeCluster()
     cluster.close = lambda: None

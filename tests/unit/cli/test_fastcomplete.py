@@ -102,7 +102,7 @@ def test_study_names_are_read_without_typer_or_the_kubernetes_client(tmp_path, s
 
 
 def test_a_kubeconfig_with_an_exec_plugin_goes_the_clients_way(tmp_path, monkeypatch):
-    from stratctl.backends.kubernetes import quickread
+    from stratctl.backends.kubernetes.api import quickread
 
     config = tmp_path / "kubeconfig"
     config.write_text(KUBECONFIG.replace("user: {token: t}", "user: {exec: {command: get-token}}"))

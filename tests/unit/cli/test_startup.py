@@ -62,14 +62,14 @@ def test_a_submit_logging_to_ci_loads_neither_rich_nor_tenacity_nor_the_optional
         "try: main(['submit', sys.argv[1], '--dry-run', 'client', '-o', 'json'])\nexcept SystemExit: pass"
     )
     loaded = _modules_after(code, str(ROOT / "examples/demo.yaml"), env={"FORCE_COLOR": "", "TTY_COMPATIBLE": ""})
-    assert "stratctl.backends.kubernetes.controller" in loaded and "stratctl.core.render" in loaded
+    assert "stratctl.backends.kubernetes.loop.controller" in loaded and "stratctl.core.render" in loaded
     assert not any(m == "rich" or m.startswith("rich.") for m in loaded)
     assert "tenacity" not in loaded
     assert (
         not {
-            "stratctl.backends.kubernetes.capacity",
-            "stratctl.backends.kubernetes.prometheus",
-            "stratctl.backends.kubernetes.status",
+            "stratctl.backends.kubernetes.watch.capacity",
+            "stratctl.backends.kubernetes.watch.prometheus",
+            "stratctl.backends.kubernetes.verbs.status",
         }
         & loaded
     )
@@ -80,10 +80,10 @@ def test_the_kubernetes_commands_load_no_study_model():
     going through the backends package must not import the study model (its distributions
     alone are about 0.2 s of every command's start-up)."""
     code = (
-        "import sys; from stratctl.cli.main import app; import stratctl.backends.kubernetes.status, "
-        "stratctl.run.finish, stratctl.backends.kubernetes.delete, stratctl.backends.kubernetes.logs, "
-        "stratctl.backends.kubernetes.connect"
+        "import sys; from stratctl.cli.main import app; import stratctl.backends.kubernetes.verbs.status, "
+        "stratctl.run.finish, stratctl.backends.kubernetes.verbs.delete, stratctl.backends.kubernetes.verbs.logs, "
+        "stratctl.backends.kubernetes.api.connect"
     )
     loaded = _modules_after(code)
-    assert "stratctl.backends.kubernetes.status" in loaded
+    assert "stratctl.backends.kubernetes.verbs.status" in loaded
     assert not {"stratctl.core.spec", "stratctl.core.distributions", "stratctl.core.space"} & loaded

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from stratctl import labels, rendezvous
-from stratctl.backends.kubernetes.requeue import create_attempt
+from stratctl.backends.kubernetes.attempts.requeue import create_attempt
 from stratctl.core.kube_rendezvous import BATCH_INDEX, VOLCANO_INDEX, WRAPPER
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import expand

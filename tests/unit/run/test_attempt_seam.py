@@ -1,5 +1,5 @@
 """The shared attempt loop and `status` over any scheduler behind the seam
-(backends/base.py), here the in-memory one of tests/unit/backends/fakes.py: GPU time in
+(backends/batch/scheduler.py), here the in-memory one of tests/unit/backends/fakes.py: GPU time in
 `status`, `--detach`, a silent controller, why attempts wait. What every scheduler must do
 for them (exactly once, failures, preemptions, drain and resume) is the contract suite's,
 tests/unit/backends/test_scheduler_contract.py, run against each backend's fake."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from stratctl.backends.batch.loop import AttemptLoop
+from stratctl.backends.batch.status import snapshot
 from stratctl.core.space import expand
 from stratctl.errors import Unavailable
-from stratctl.run.attemptloop import AttemptLoop
-from stratctl.run.attemptstatus import snapshot
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle

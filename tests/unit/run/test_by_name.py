@@ -12,11 +12,12 @@ import time
 import pytest
 
 from stratctl.backends import named_study
-from stratctl.backends.base import cwd_directory, study_directory
+from stratctl.backends.batch import catalog
+from stratctl.backends.batch import delete as attemptdelete
+from stratctl.backends.batch.following import LOOP, Heartbeat, follower
+from stratctl.backends.batch.scheduler import cwd_directory, study_directory
 from stratctl.errors import ExitCode, UsageError
-from stratctl.run import attemptdelete, catalog
 from stratctl.run.finish import unadmitted, unfollowed_text, wait
-from stratctl.run.following import LOOP, Heartbeat, follower
 from stratctl.trialstate import TrialState
 from tests.unit.fakes import FakeClock
 from tests.unit.run.test_wait import row
@@ -158,7 +159,7 @@ def test_delete_refuses_while_a_loop_follows_and_asks_on_a_terminal(tmp_path):
 
 
 def test_logs_names_a_trial_that_does_not_exist_and_one_that_has_not_started(tmp_path):
-    from stratctl.run import attemptlogs
+    from stratctl.backends.batch import logs as attemptlogs
 
     study = load(tmp_path, SLURM)
     with pytest.raises(UsageError) as refused:
@@ -216,7 +217,7 @@ def test_wait_on_a_kubernetes_study_its_loop_stopped_says_nothing_admits_the_tri
     submitter.sleep = clock.sleep  # the cluster stands still: the loop stops at its timeout, 8 trials not admitted
     assert submitter.run().timed_out
     monkeypatch.setattr(cluster, "close", lambda: None, raising=False)
-    monkeypatch.setattr("stratctl.backends.kubernetes.connect.one_shot", lambda *a, **k: cluster)
+    monkeypatch.setattr("stratctl.backends.kubernetes.api.connect.one_shot", lambda *a, **k: cluster)
     monkeypatch.setenv("STRATCTL_STATE_DIR", str(study_file().rsplit("/", 1)[0] + "/state"))
     result = CliRunner().invoke(app, ["wait", "loop", "--timeout", "0.5s", "--interval", "0.2"])
     assert result.exit_code == ExitCode.TIMEOUT, result.stderr

@@ -1,12 +1,12 @@
 """The one cycle (run/cycle.py) every backend runs: its steps in order, the capabilities
 asked at their places, the admission (ordered, asked for, capped by the decision), the end
-of the run; Backfill; the Kubernetes state of a trial without a job (backends/kubernetes/state.py)."""
+of the run; Backfill; the Kubernetes state of a trial without a job (backends/kubernetes/objects/state.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from stratctl.backends.kubernetes.state import trial_states
+from stratctl.backends.kubernetes.objects.state import trial_states
 from stratctl.run.cycle import Backfill, Capability, Cycle
 from stratctl.run.loop import Deciding
 from stratctl.run.policy import Decision, Observed, StaticPolicy
@@ -175,9 +175,9 @@ def test_a_trial_without_a_job_is_the_records_when_finished_pending_when_created
 
 
 def test_each_capability_the_cycle_asks_is_one_validate_knows_and_only_backends_that_honour_it_have_it():
-    from stratctl.backends.kubernetes import features
+    from stratctl.backends.batch.blocks import Blocks
+    from stratctl.backends.kubernetes.loop import features
     from stratctl.core.capabilities import BACKENDS, KUBERNETES, honours
-    from stratctl.run.blocks import Blocks
 
     kubernetes = [
         c for c in vars(features).values() if isinstance(c, type) and issubclass(c, Capability) and c is not Capability

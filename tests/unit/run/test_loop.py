@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from stratctl.backends.batch.loop import AttemptLoop
 from stratctl.core.space import expand
 from stratctl.errors import Invalid, StillThrottled, Unavailable, Unreachable
-from stratctl.run.attemptloop import AttemptLoop
 from stratctl.run.loop import Loop, outage_wait
 from stratctl.run.options import SubmitOptions
 from stratctl.run.outage import Outage

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from urllib3.exceptions import NewConnectionError
 
-from stratctl.backends.kubernetes.cluster import CONFIGMAP
-from stratctl.backends.kubernetes.connect import ONE_SHOT_BACKOFF, ONE_SHOT_PATIENCE
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP
+from stratctl.backends.kubernetes.api.connect import ONE_SHOT_BACKOFF, ONE_SHOT_PATIENCE
 from stratctl.errors import ExitCode, Unavailable, Unreachable
 from stratctl.run.outage import Change, Outage, duration
 from stratctl.run.throttle import Throttle

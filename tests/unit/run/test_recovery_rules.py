@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.summary import build, latest_slim
+from stratctl.backends.batch.loop import AttemptLoop
+from stratctl.backends.batch.status import snapshot
+from stratctl.backends.kubernetes.objects.summary import build, latest_slim
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
 from stratctl.backends.slurm.script import parse_comment
@@ -30,8 +32,6 @@ from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.scheduler import YarnScheduler
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
-from stratctl.run.attemptloop import AttemptLoop
-from stratctl.run.attemptstatus import snapshot
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.recovery import Kind, Limits, TrialView, next_action
@@ -370,7 +370,7 @@ def test_an_attempt_requeued_in_place_is_given_up_only_past_the_limit(view, acti
 def test_drains_requeues_on_slurm_are_not_preemptions(tmp_path):
     """`drain` stops a running Slurm job with requeuehold, which Slurm counts as a restart:
     not a preemption, so it never brings a trial nearer to max_preemptions."""
-    from stratctl.run import attemptdrain
+    from stratctl.backends.batch import drain as attemptdrain
 
     b = SlurmBackend(tmp_path, "{max_preemptions: 0}")
     with ThreadPoolExecutor(1) as pool:

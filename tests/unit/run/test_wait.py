@@ -92,7 +92,7 @@ def test_stratctl_wait_on_a_finished_study(study_file, monkeypatch):
     cluster = FakeCluster()
     make(study_file(), cluster, FakeClock())[0].run()
     cluster.close = lambda: None
-    monkeypatch.setattr("stratctl.backends.kubernetes.connect.one_shot", lambda *a, **k: cluster)
+    monkeypatch.setattr("stratctl.backends.kubernetes.api.connect.one_shot", lambda *a, **k: cluster)
     result = runner.invoke(app, ["wait", "loop", "--timeout", "1m"])
     assert result.exit_code == 0 and result.stdout == "loop: finished, 10 succeeded\n"
     result = runner.invoke(app, ["wait", "loop", "--timeout", "soon"])

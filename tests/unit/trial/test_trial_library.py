@@ -20,7 +20,7 @@ import pytest
 
 from stratctl import rendezvous, trial
 from stratctl.attempt import RESULT, StudyFiles
-from stratctl.backends.kubernetes.status import results_in
+from stratctl.backends.kubernetes.verbs.status import results_in
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.trial import checkpoint, metrics
@@ -368,7 +368,7 @@ def test_report_on_slurm_keeps_the_values_and_says_once_that_no_pruner_runs(tmp_
 
 
 def test_report_on_kubernetes_is_stratctls_report_to_the_pod(monkeypatch):
-    from stratctl.backends.kubernetes import intermediate
+    from stratctl.backends.kubernetes.search import intermediate
 
     sent = []
     monkeypatch.setenv("STRATCTL_TRIAL", "s-1")

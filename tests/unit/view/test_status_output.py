@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from stratctl.backends.kubernetes.record import StudyRecord
-from stratctl.backends.kubernetes.state import timestamp
-from stratctl.backends.kubernetes.status import collect
-from stratctl.backends.kubernetes.summary import study_row, summary_data
+from stratctl.backends.kubernetes.objects.record import StudyRecord
+from stratctl.backends.kubernetes.objects.state import timestamp
+from stratctl.backends.kubernetes.objects.summary import study_row, summary_data
+from stratctl.backends.kubernetes.verbs.status import collect
 from stratctl.cli.main import app
 from stratctl.errors import ExitCode, UsageError
 from stratctl.run.ranking import sort_trials
@@ -216,7 +216,7 @@ def test_wide_columns_have_distinct_names():
 
 
 def test_a_trial_given_up_after_one_failure_says_once():
-    from stratctl.backends.kubernetes.state import TrialState
+    from stratctl.backends.kubernetes.objects.state import TrialState
     from stratctl.run.recovery import Limits, TrialView, next_action
 
     view = TrialView(trial="t", attempt=0, state=TrialState.FAILED, failures=1)
@@ -310,7 +310,7 @@ def finished_study(study_file, monkeypatch):
         pod = recorded.succeeded_pod(job, json.dumps({"loss": params["lr"] * params["layers"]}))
         cluster.create(pod)
     cluster.close = lambda: None
-    monkeypatch.setattr("stratctl.backends.kubernetes.connect.one_shot", lambda *a, **k: cluster)
+    monkeypatch.setattr("stratctl.backends.kubernetes.api.connect.one_shot", lambda *a, **k: cluster)
     return cluster
 
 
@@ -346,7 +346,7 @@ def test_the_command_exits_2_for_an_unknown_sort_metric(finished_study):
 def test_an_empty_namespace_is_one_line(monkeypatch):
     cluster = FakeCluster("empty")
     cluster.close = lambda: None
-    monkeypatch.setattr("stratctl.backends.kubernetes.connect.one_shot", lambda *a, **k: cluster)
+    monkeypatch.setattr("stratctl.backends.kubernetes.api.connect.one_shot", lambda *a, **k: cluster)
     result = run()
     assert result.exit_code == 0
     assert result.output == "No studies found in namespace empty.\n"
@@ -390,8 +390,8 @@ def test_a_label_selector_picks_studies_and_a_study_with_it_is_a_usage_error(fin
 def test_the_table_of_a_study_no_loop_follows_explains_its_first_trials_while_reading_the_rest(study_file):
     """Without a fresh summary every job is read; why the first trials wait is found at the
     same time from their own PodGroups, and the namespace's PodGroups are never listed."""
-    from stratctl.backends.kubernetes.cluster import PODGROUP, VOLCANO_JOB
-    from stratctl.backends.kubernetes.state import podgroup_name
+    from stratctl.backends.kubernetes.api.cluster import PODGROUP, VOLCANO_JOB
+    from stratctl.backends.kubernetes.objects.state import podgroup_name
     from tests.unit.backends.kubernetes.test_summary import run_until
     from tests.unit.recorded import unschedulable_podgroup
 
@@ -425,7 +425,7 @@ def test_the_table_of_a_study_no_loop_follows_explains_its_first_trials_while_re
 
 def test_every_trial_is_read_from_the_shards_and_from_jobs_of_a_stratctl_without_them(study_file):
     from stratctl import labels
-    from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
+    from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
     from tests.unit.backends.kubernetes.test_summary import run_until
 
     cluster, clock = FakeCluster(), FakeClock()

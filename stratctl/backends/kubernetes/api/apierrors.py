@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stratctl.backends.kubernetes.answers import parse
-from stratctl.backends.kubernetes.grants import denial_is_transient
+from stratctl.backends.kubernetes.api.answers import parse
+from stratctl.backends.kubernetes.api.grants import denial_is_transient
 from stratctl.errors import AlreadyExists, ClusterError, Invalid, NotFound, Throttled, Unavailable
 from stratctl.run.outage import duration
 

@@ -25,12 +25,12 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from stratctl.backends.kubernetes import connections
-from stratctl.backends.kubernetes.answers import parse
-from stratctl.backends.kubernetes.apierrors import error_for, unreached
-from stratctl.backends.kubernetes.apimetrics import ApiMetrics
-from stratctl.backends.kubernetes.connections import PROBE_TIMEOUT, Connections
-from stratctl.backends.kubernetes.grants import Grants, access
+from stratctl.backends.kubernetes.api import connections
+from stratctl.backends.kubernetes.api.answers import parse
+from stratctl.backends.kubernetes.api.apierrors import error_for, unreached
+from stratctl.backends.kubernetes.api.apimetrics import ApiMetrics
+from stratctl.backends.kubernetes.api.connections import PROBE_TIMEOUT, Connections
+from stratctl.backends.kubernetes.api.grants import Grants, access
 from stratctl.errors import Reconnect, Throttled, Unavailable
 from stratctl.run.outage import Change, Outage
 

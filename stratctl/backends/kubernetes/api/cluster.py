@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from stratctl.backends.kubernetes import connections
-from stratctl.backends.kubernetes.apierrors import error_for
-from stratctl.backends.kubernetes.apimetrics import ApiMetrics
-from stratctl.backends.kubernetes.channel import Channel, Gate, no_gate
-from stratctl.backends.kubernetes.connections import WATCH_SPAN
-from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
-from stratctl.backends.kubernetes.resources import (
+from stratctl.backends.kubernetes.api import connections
+from stratctl.backends.kubernetes.api.apierrors import error_for
+from stratctl.backends.kubernetes.api.apimetrics import ApiMetrics
+from stratctl.backends.kubernetes.api.channel import Channel, Gate, no_gate
+from stratctl.backends.kubernetes.api.connections import WATCH_SPAN
+from stratctl.backends.kubernetes.api.credentials import Unsupported, static_credentials
+from stratctl.backends.kubernetes.api.resources import (
     ACCESS_REVIEW,
     BATCH_JOB,
     CONFIGMAP,
@@ -41,7 +41,7 @@ from stratctl.backends.kubernetes.resources import (
     VOLCANO_JOB,
     resource_path,
 )
-from stratctl.backends.kubernetes.streams import log_lines, watch_events
+from stratctl.backends.kubernetes.api.streams import log_lines, watch_events
 from stratctl.errors import NotFound, Reconnect, Unavailable, UsageError
 from stratctl.run.outage import Outage
 
@@ -129,7 +129,7 @@ class Cluster(Channel):
             except Unsupported:
                 pass
             else:
-                from stratctl.backends.kubernetes.transport import PlainApi
+                from stratctl.backends.kubernetes.api.transport import PlainApi
 
                 plain = PlainApi(credentials, pool_size)
                 plain.user_agent = f"stratctl/{__import__('stratctl').__version__}"

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stratctl.backends.kubernetes.cluster import Cluster
+from stratctl.backends.kubernetes.api.cluster import Cluster
 from stratctl.errors import Throttled
 from stratctl.run.outage import Outage, duration
 from stratctl.run.throttle import Backoff, Throttle

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from stratctl.backends.kubernetes.kubeconfig import UnknownContext, context_problem, read_kubeconfig
+from stratctl.backends.kubernetes.api.kubeconfig import UnknownContext, context_problem, read_kubeconfig
 
 
 class Unsupported(Exception):

@@ -16,8 +16,8 @@ import json
 import urllib.parse
 
 from stratctl import labels
-from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
-from stratctl.backends.kubernetes.kubeconfig import UnknownContext, kubeconfig_path
+from stratctl.backends.kubernetes.api.credentials import Unsupported, static_credentials
+from stratctl.backends.kubernetes.api.kubeconfig import UnknownContext, kubeconfig_path
 
 
 def study_names(kubeconfig: str | None, context: str | None, namespace: str | None, timeout: float) -> list[str] | None:

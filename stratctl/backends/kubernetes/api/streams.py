@@ -10,7 +10,7 @@ from typing import Any
 
 import urllib3
 
-from stratctl.backends.kubernetes.apierrors import watch_event
+from stratctl.backends.kubernetes.api.apierrors import watch_event
 from stratctl.errors import Unavailable
 
 

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import orjson
 import urllib3
 
-from stratctl.backends.kubernetes.connections import lending
-from stratctl.backends.kubernetes.credentials import Credentials
+from stratctl.backends.kubernetes.api.connections import lending
+from stratctl.backends.kubernetes.api.credentials import Credentials
 
 
 def _json(body) -> bytes:

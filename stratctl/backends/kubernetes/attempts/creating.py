@@ -12,9 +12,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from stratctl.backends.kubernetes.cluster import QUEUE, Cluster
-from stratctl.backends.kubernetes.placement import Placer
-from stratctl.backends.kubernetes.requeue import create_attempt
+from stratctl.backends.kubernetes.api.cluster import QUEUE, Cluster
+from stratctl.backends.kubernetes.attempts.placement import Placer
+from stratctl.backends.kubernetes.attempts.requeue import create_attempt
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
 from stratctl.errors import ClusterError, SpecConflict, Unreachable, transient

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stratctl.backends.kubernetes.state import TrialState
+from stratctl.backends.kubernetes.objects.state import TrialState
 from stratctl.run.queues import (
     Amounts,
     Move,

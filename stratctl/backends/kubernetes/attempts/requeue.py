@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
-from stratctl.backends.kubernetes.jobview import Carried, carried, usage, view_of
-from stratctl.backends.kubernetes.record import parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.state import (
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
+from stratctl.backends.kubernetes.objects.jobview import Carried, carried, usage, view_of
+from stratctl.backends.kubernetes.objects.record import parse_record, record_name, suspended_of
+from stratctl.backends.kubernetes.objects.state import (
     TrialState,
     classify,
     classify_attempt,

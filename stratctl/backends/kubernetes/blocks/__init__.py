@@ -1,1 +1,2 @@
-"""Merged submissions' blocks: many trials as one Indexed Job (and the ConfigMap of their scripts), rendered, read back and stopped one index at a time."""
+"""Merged submissions' blocks: many trials as one Indexed Job (and the ConfigMap of their
+scripts), rendered, read back and stopped one index at a time."""

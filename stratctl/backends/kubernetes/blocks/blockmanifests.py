@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blocks import IGNORED, INDEX, Listed, block_name
+from stratctl.backends.kubernetes.blocks.blocks import IGNORED, INDEX, Listed, block_name
 from stratctl.core.digest import digest
 from stratctl.errors import StratctlError
 

@@ -12,9 +12,9 @@ next pod of the index runs that script and ends at once. A block pod's trial is 
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import PRUNED_SCRIPT
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD
-from stratctl.backends.kubernetes.state import job_of_pod
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, POD
+from stratctl.backends.kubernetes.blocks.blockmanifests import PRUNED_SCRIPT
+from stratctl.backends.kubernetes.objects.state import job_of_pod
 from stratctl.errors import NotFound
 
 

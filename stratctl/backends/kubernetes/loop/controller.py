@@ -24,22 +24,22 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import Part
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, VOLCANO_JOB, Cluster
-from stratctl.backends.kubernetes.creating import Creating
-from stratctl.backends.kubernetes.features import BreakerDrain, Cleanup, Packed, QueueMoves, Salvaging, Search
-from stratctl.backends.kubernetes.keeper import RecordKeeper
-from stratctl.backends.kubernetes.looptrials import LoopTrials
-from stratctl.backends.kubernetes.merged import Merged
-from stratctl.backends.kubernetes.mirror import Mirror, staleness
-from stratctl.backends.kubernetes.placement import Placer, Placing
-from stratctl.backends.kubernetes.pressure import Pressure, tally
-from stratctl.backends.kubernetes.record import API_QUOTA_KEY, PLACEMENTS_KEY, StudyRecord
-from stratctl.backends.kubernetes.requeue import Requeue, pod_starts
-from stratctl.backends.kubernetes.salvage import Salvage
-from stratctl.backends.kubernetes.searching import Searching
-from stratctl.backends.kubernetes.shedding import Shedding
-from stratctl.backends.kubernetes.state import TrialState, latest_attempts, trial_of, trial_states
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.attempts.creating import Creating
+from stratctl.backends.kubernetes.attempts.placement import Placer, Placing
+from stratctl.backends.kubernetes.attempts.requeue import Requeue, pod_starts
+from stratctl.backends.kubernetes.blocks.blockmanifests import Part
+from stratctl.backends.kubernetes.loop.features import BreakerDrain, Cleanup, Packed, QueueMoves, Salvaging, Search
+from stratctl.backends.kubernetes.loop.keeper import RecordKeeper
+from stratctl.backends.kubernetes.loop.merged import Merged
+from stratctl.backends.kubernetes.loop.pressure import Pressure, tally
+from stratctl.backends.kubernetes.loop.salvage import Salvage
+from stratctl.backends.kubernetes.loop.searching import Searching
+from stratctl.backends.kubernetes.loop.shedding import Shedding
+from stratctl.backends.kubernetes.objects.record import API_QUOTA_KEY, PLACEMENTS_KEY, StudyRecord
+from stratctl.backends.kubernetes.objects.state import TrialState, latest_attempts, trial_of, trial_states
+from stratctl.backends.kubernetes.search.looptrials import LoopTrials
+from stratctl.backends.kubernetes.watch.mirror import Mirror, staleness
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer, min_resources
 from stratctl.core.space import Trial
@@ -56,8 +56,8 @@ from stratctl.run.queues import amounts
 from stratctl.run.throttle import Throttle
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.capacity import ClusterSignals
-    from stratctl.backends.kubernetes.storage import StorageMirror
+    from stratctl.backends.kubernetes.search.storage import StorageMirror
+    from stratctl.backends.kubernetes.watch.capacity import ClusterSignals
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early
@@ -135,7 +135,7 @@ class Submitter(Cycle):
         # read in the background: a slow Prometheus never delays a cycle
         self.prometheus = None
         if options.prometheus_url:
-            from stratctl.backends.kubernetes.prometheus import ControlPlaneWatch, Prometheus
+            from stratctl.backends.kubernetes.watch.prometheus import ControlPlaneWatch, Prometheus
 
             self.prometheus = ControlPlaneWatch(Prometheus(options.prometheus_url))
         self.reading = Pressure(

@@ -13,18 +13,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, PODGROUP
-from stratctl.backends.kubernetes.record import MOVED_KEY
-from stratctl.backends.kubernetes.salvage import Salvage
-from stratctl.backends.kubernetes.searching import Searching
-from stratctl.backends.kubernetes.shedding import Shedding
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, PODGROUP
+from stratctl.backends.kubernetes.loop.salvage import Salvage
+from stratctl.backends.kubernetes.loop.searching import Searching
+from stratctl.backends.kubernetes.loop.shedding import Shedding
+from stratctl.backends.kubernetes.objects.record import MOVED_KEY
 from stratctl.errors import NotFound
 from stratctl.run.cycle import Capability, States
 from stratctl.run.packing import Packer, Packing
 from stratctl.run.policy import AdaptiveConfig, Decision, Observed
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.controller import Submitter
+    from stratctl.backends.kubernetes.loop.controller import Submitter
 
 
 class Salvaging(Capability):

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, Cluster
-from stratctl.backends.kubernetes.record import (
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, Cluster
+from stratctl.backends.kubernetes.objects.record import (
     StudyRecord,
     loop_data,
     parse_record,
@@ -27,7 +27,7 @@ from stratctl.backends.kubernetes.record import (
     record_manifest,
     record_name,
 )
-from stratctl.backends.kubernetes.summary import build, latest_slim, summary_data
+from stratctl.backends.kubernetes.objects.summary import build, latest_slim, summary_data
 from stratctl.errors import AlreadyExists, ClusterError, NotFound
 
 SUMMARY_EVERY = 10.0  # seconds between two summaries in the study record, at least

@@ -27,8 +27,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import block_manifests, part_of
-from stratctl.backends.kubernetes.blocks import (
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD
+from stratctl.backends.kubernetes.attempts.requeue import create_attempt
+from stratctl.backends.kubernetes.blocks.blockmanifests import block_manifests, part_of
+from stratctl.backends.kubernetes.blocks.blocks import (
     LIVE_PODS,
     Block,
     block_name,
@@ -37,15 +39,13 @@ from stratctl.backends.kubernetes.blocks import (
     expand,
     parallelism_for,
 )
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD
-from stratctl.backends.kubernetes.requeue import create_attempt
 from stratctl.errors import ClusterError, transient
 from stratctl.run.cycle import Capability
 from stratctl.run.policy import Decision, Observed
 from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.controller import Submitter
+    from stratctl.backends.kubernetes.loop.controller import Submitter
 
 
 class Merged(Capability):

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from stratctl.backends.kubernetes.blocked import Blocked
-from stratctl.backends.kubernetes.mirror import watch_health
+from stratctl.backends.kubernetes.objects.blocked import Blocked
+from stratctl.backends.kubernetes.watch.mirror import watch_health
 from stratctl.run.pace import api_room
 from stratctl.run.policy import Observed
 from stratctl.run.progress import Progress
@@ -26,8 +26,8 @@ from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.capacity import Capacity, ClusterSignals
-    from stratctl.backends.kubernetes.cluster import Cluster
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+    from stratctl.backends.kubernetes.watch.capacity import Capacity, ClusterSignals
 
 
 def tally(

@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import POD, PODGROUP, VOLCANO_JOB
-from stratctl.backends.kubernetes.lost import (
+from stratctl.backends.kubernetes.api.cluster import POD, PODGROUP, VOLCANO_JOB
+from stratctl.backends.kubernetes.attempts.requeue import carry_forward, submit_attempt
+from stratctl.backends.kubernetes.objects.lost import (
     LOST_BY_CONTROLLER,
     WAITING_PHASES,
     Sightings,
@@ -27,8 +28,7 @@ from stratctl.backends.kubernetes.lost import (
     patience,
     symptom,
 )
-from stratctl.backends.kubernetes.requeue import carry_forward, submit_attempt
-from stratctl.backends.kubernetes.state import TrialState, attempt_of, podgroup_name, volcano_phase
+from stratctl.backends.kubernetes.objects.state import TrialState, attempt_of, podgroup_name, volcano_phase
 from stratctl.errors import ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.run.outage import duration
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockstop import block_of_view, stop_index
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
-from stratctl.backends.kubernetes.keeper import RecordKeeper
-from stratctl.backends.kubernetes.looptrials import LoopTrials
-from stratctl.backends.kubernetes.record import TOLD_KEY, parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
+from stratctl.backends.kubernetes.blocks.blockstop import block_of_view, stop_index
+from stratctl.backends.kubernetes.loop.keeper import RecordKeeper
+from stratctl.backends.kubernetes.objects.record import TOLD_KEY, parse_record, record_name, suspended_of
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.search.looptrials import LoopTrials
 from stratctl.errors import NotFound
 from stratctl.run.progress import Progress
 
@@ -50,7 +50,7 @@ class Searching:
         cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.namespace)
         told, marks = parse_record(cm).told, suspended_of(cm)
         ended = [n for n, job in latest.items() if classify(job) is TrialState.SUCCEEDED and n not in told]
-        from stratctl.backends.kubernetes.status import trial_results
+        from stratctl.backends.kubernetes.verbs.status import trial_results
 
         results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
         for trial in self.search.rebuild(latest, results, told, marks):
@@ -87,7 +87,7 @@ class Searching:
         if not ended:
             return
         succeeded = {n: jobs[n] for n, s in ended.items() if s is TrialState.SUCCEEDED and n in jobs}
-        from stratctl.backends.kubernetes.status import results_in, trial_results
+        from stratctl.backends.kubernetes.verbs.status import results_in, trial_results
 
         results = results_in(pods, succeeded) if pods is not None else {}
         unread = {n: job for n, job in succeeded.items() if n not in results}
@@ -138,8 +138,8 @@ class Searching:
         running = {n: jobs[n] for n, s in states.items() if s is TrialState.RUNNING and n in jobs}
         if not running:
             return
-        from stratctl.backends.kubernetes.intermediate import steps_of
-        from stratctl.backends.kubernetes.jobview import usage
+        from stratctl.backends.kubernetes.objects.jobview import usage
+        from stratctl.backends.kubernetes.search.intermediate import steps_of
 
         metric = self.study.objectives[0].metric
         reported = steps_of(pods, metric)

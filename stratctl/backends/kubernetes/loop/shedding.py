@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from stratctl.backends.kubernetes.cluster import CONFIGMAP
-from stratctl.backends.kubernetes.drain import BREAKER, suspend
-from stratctl.backends.kubernetes.record import BREAKER_KEY, breaker_value, job_kinds, parse_record, record_name
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP
+from stratctl.backends.kubernetes.objects.record import BREAKER_KEY, breaker_value, job_kinds, parse_record, record_name
+from stratctl.backends.kubernetes.verbs.drain import BREAKER, suspend
 from stratctl.core.spec import Study
 from stratctl.run import breaker
 from stratctl.run.breaker import BreakerConfig, BreakerState

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stratctl.backends.kubernetes.cluster import PODGROUP
-from stratctl.backends.kubernetes.state import podgroup_name
-from stratctl.backends.kubernetes.waiting import Queues, condition, gang_events, queue_of, reason
+from stratctl.backends.kubernetes.api.cluster import PODGROUP
+from stratctl.backends.kubernetes.objects.state import podgroup_name
+from stratctl.backends.kubernetes.objects.waiting import Queues, condition, gang_events, queue_of, reason
 from stratctl.errors import ClusterError, NotFound
 
 REFRESH = 10.0  # seconds between two reads of the cause while gangs stay stuck

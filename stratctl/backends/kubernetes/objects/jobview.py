@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratctl import labels
-from stratctl.backends.kubernetes.gpus import job_gpus
-from stratctl.backends.kubernetes.state import (
+from stratctl.backends.kubernetes.objects.gpus import job_gpus
+from stratctl.backends.kubernetes.objects.state import (
     TrialState,
     attempt_of,
     classify,

@@ -16,7 +16,7 @@ in a row (a controller that is down, not forgetful) are given twice as long each
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.state import volcano_phase
+from stratctl.backends.kubernetes.objects.state import volcano_phase
 
 LOST_AFTER = 60.0  # seconds a job may show a symptom before it counts as lost
 LOST_AFTER_MAX = 960.0

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from stratctl.backends.kubernetes.gpus import schedulable
+from stratctl.backends.kubernetes.objects.gpus import schedulable
 from stratctl.core import accelerators
 from stratctl.core.quantity import GPU, format_quantity, parse
 from stratctl.core.spec import Study

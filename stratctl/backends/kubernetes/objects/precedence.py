@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from stratctl import labels
-from stratctl.backends.kubernetes.gpus import (
+from stratctl.backends.kubernetes.objects.gpus import (
     _pg_key,
     _queued_missing,
     after_demand,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
 from stratctl.core import document
 from stratctl.errors import NotFound, StratctlError, UsageError
 
@@ -26,7 +26,7 @@ API_QUOTA_KEY = "api-quota"  # the submit loop's note when the API quota pushes 
 PLACEMENTS_KEY = "placements"  # a study listing several queues: {queue: trials whose latest attempt went there}
 MOVED_KEY = "moved"  # trials taken out of a full queue into another (`submit --move-waiting`)
 # a closed-loop search's ended trials as told to its sampler: {trial: {"index", "params",
-# "state", "values"}}, so the search's history outlives the trials' jobs (backends/kubernetes/closedloop.py)
+# "state", "values"}}, so the search's history outlives the trials' jobs (backends/kubernetes/search/closedloop.py)
 TOLD_KEY = "told"
 API_QUOTA_FRESH = 60.0  # seconds a note is shown for: the loop rewrites it while the pressure lasts
 

@@ -3,7 +3,7 @@
 The cluster holds a job for each trial created so far; the trials still to come, and the
 parameters of those whose job is gone (suspended by `drain`, cleaned up), are known only
 from the study the record keeps. `status` of one study lists them all, as it does on Slurm
-and YARN (run/attemptstatus.py): a trial not created yet is `waiting`, with its parameters.
+and YARN (backends/batch/status.py): a trial not created yet is `waiting`, with its parameters.
 
 The expansion is paid only when the rows lack something (fewer trials than the study has,
 or a row without its parameters): a study whose every trial has its job costs nothing more.
@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from stratctl.backends.kubernetes.record import StudyRecord, parse_record, record_name, space_order
-from stratctl.backends.kubernetes.summary import in_order
+from stratctl.backends.kubernetes.objects.record import StudyRecord, parse_record, record_name, space_order
+from stratctl.backends.kubernetes.objects.summary import in_order
 from stratctl.core import document
 from stratctl.errors import StratctlError
 from stratctl.run.rows import TrialRow

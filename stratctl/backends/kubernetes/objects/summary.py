@@ -15,10 +15,10 @@ import json
 from dataclasses import asdict, dataclass
 
 from stratctl import labels
-from stratctl.backends.kubernetes.gpus import job_gpus
-from stratctl.backends.kubernetes.jobview import carried, usage, view_of
-from stratctl.backends.kubernetes.record import api_quota_of, parse_record, space_order, suspended_of
-from stratctl.backends.kubernetes.state import (
+from stratctl.backends.kubernetes.objects.gpus import job_gpus
+from stratctl.backends.kubernetes.objects.jobview import carried, usage, view_of
+from stratctl.backends.kubernetes.objects.record import api_quota_of, parse_record, space_order, suspended_of
+from stratctl.backends.kubernetes.objects.state import (
     TrialState,
     attempt_of,
     classify,

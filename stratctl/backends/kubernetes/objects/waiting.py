@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from stratctl.backends.kubernetes.cluster import EVENT, PODGROUP, QUEUE, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import EVENT, PODGROUP, QUEUE, VOLCANO_JOB
 from stratctl.errors import ClusterError, NotFound
 from stratctl.trialstate import TrialState
 

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stratctl import labels
-from stratctl.backends.kubernetes.state import TrialState, classify
+from stratctl.backends.kubernetes.objects.state import TrialState, classify
 from stratctl.core.search import Searcher, Told, values_of
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
@@ -45,7 +45,7 @@ def trial_of_job(job: dict) -> Trial | None:
 
 def marked_trials(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Trial]:
     """Suspended trials (trial → its suspension mark), from the index and parameters their
-    marks keep (backends/kubernetes/drain.py: `identity`)."""
+    marks keep (backends/kubernetes/verbs/drain.py: `identity`)."""
     out = {}
     for name, mark in marks.items():
         params, index = mark.get("params"), mark.get("index")

@@ -73,7 +73,7 @@ def due(history: Mapping[str, Any], now: float, interval: float, flush: bool) ->
 def steps_of(pods: Iterable[dict], metric: str) -> dict[str, dict[int, float]]:
     """Job name → its steps' values of `metric`, from the report annotations of its pods (a
     block's pod: its trial's view's name, `<block>-<index>`)."""
-    from stratctl.backends.kubernetes.state import job_of_pod
+    from stratctl.backends.kubernetes.objects.state import job_of_pod
 
     out: dict[str, dict[int, float]] = {}
     for pod in pods:
@@ -140,8 +140,8 @@ def report(
 
 def _patch(kubeconfig: str | None, context: str | None) -> Callable[[str, str | None, dict], None]:
     def patch(pod: str, namespace: str | None, body: dict) -> None:
-        from stratctl.backends.kubernetes.cluster import POD
-        from stratctl.backends.kubernetes.connect import Connection, one_shot
+        from stratctl.backends.kubernetes.api.cluster import POD
+        from stratctl.backends.kubernetes.api.connect import Connection, one_shot
 
         cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=1)
         try:

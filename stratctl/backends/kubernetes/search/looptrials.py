@@ -19,7 +19,7 @@ class LoopTrials:
         self.study, self.renderer = study, renderer
         self.search = None
         if study.strategy.closed_loop:  # its modules (samplers, results, pruning) load for such a study alone
-            from stratctl.backends.kubernetes.closedloop import ClosedLoop
+            from stratctl.backends.kubernetes.search.closedloop import ClosedLoop
 
             self.search = ClosedLoop(study)
         # with a search, `trials` are the first it would ask, rendered already (what a dry run sends)

@@ -12,8 +12,8 @@ import difflib
 from collections.abc import Collection
 
 from stratctl import labels
-from stratctl.backends.kubernetes import roster
-from stratctl.backends.kubernetes.record import StudyRecord, job_kinds, parse_record, records, suspended_of
+from stratctl.backends.kubernetes.objects import roster
+from stratctl.backends.kubernetes.objects.record import StudyRecord, job_kinds, parse_record, records, suspended_of
 from stratctl.errors import UsageError
 
 NEAR = 0.8  # difflib's ratio for a trial name taken for a slip (a character or two of its hash)

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB
-from stratctl.backends.kubernetes.record import DELETING_KEY, loop_following, record_name
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB
+from stratctl.backends.kubernetes.objects.record import DELETING_KEY, loop_following, record_name
 from stratctl.errors import NotFound, StratctlError, UsageError
 
 JOB_KINDS = (VOLCANO_JOB, BATCH_JOB)

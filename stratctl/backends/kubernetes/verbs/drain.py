@@ -7,7 +7,7 @@ write a checkpoint. Each suspended trial is marked in the record with the attemp
 was deleted and its accounting. `resume` creates each marked trial's next attempt with
 STRATCTL_RESUME=1 and clears the flag. Critical studies are never drained. A submit
 loop whose study says `throttle.on_breaker: drain` suspends through `suspend` too, under a
-flag of its own (`backends/kubernetes/shedding.py`).
+flag of its own (`backends/kubernetes/loop/shedding.py`).
 
 Delete-and-requeue rather than Volcano's AbortJob/ResumeJob Commands: see docs/checkpoints.md,
 "Drain: delete-and-requeue, not AbortJob/ResumeJob".
@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blocks import LIVE_PODS, blocks_of, index_of
-from stratctl.backends.kubernetes.closedloop import marked_trials, trial_of_job
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
-from stratctl.backends.kubernetes.record import (
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
+from stratctl.backends.kubernetes.attempts.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
+from stratctl.backends.kubernetes.blocks.blocks import LIVE_PODS, blocks_of, index_of
+from stratctl.backends.kubernetes.objects.record import (
     BREAKER_KEY,
     job_kinds,
     loop_following,
@@ -32,8 +32,8 @@ from stratctl.backends.kubernetes.record import (
     suspended_of,
     suspended_patch,
 )
-from stratctl.backends.kubernetes.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
-from stratctl.backends.kubernetes.state import classify, latest_attempts
+from stratctl.backends.kubernetes.objects.state import classify, latest_attempts
+from stratctl.backends.kubernetes.search.closedloop import marked_trials, trial_of_job
 from stratctl.core import document
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.run.rows import Outcome

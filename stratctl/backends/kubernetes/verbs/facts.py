@@ -3,7 +3,7 @@
 classes are there, what each node can allocate, and which of the requests `submit` makes
 the user is allowed (one SelfSubjectAccessReview each).
 
-Reading only: `stratctl.backends.kubernetes.preflight` decides what the facts mean. A fact the user
+Reading only: `stratctl.backends.kubernetes.verbs.preflight` decides what the facts mean. A fact the user
 may not read is `None` (unknown), never a guess; a server that does not answer raises.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from stratctl.backends.kubernetes.cluster import (
+from stratctl.backends.kubernetes.api.cluster import (
     ACCESS_REVIEW,
     NAMESPACE,
     NODE,

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stratctl import labels
-from stratctl.backends.kubernetes.absent import no_pods
-from stratctl.backends.kubernetes.blocks import INDEX, listed_of
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD
+from stratctl.backends.kubernetes.blocks.blocks import INDEX, listed_of
+from stratctl.backends.kubernetes.verbs.absent import no_pods
 from stratctl.errors import ClusterError, NotFound, Unavailable, Unreachable, UsageError
 
 TASK_KEY = "volcano.sh/task-spec"  # the Volcano task a pod belongs to (label and annotation)
@@ -93,7 +93,7 @@ def sources(pods: list[dict]) -> list[Source]:
 
 def best_trial(cluster, namespace: str, study: str, metric: str) -> str:
     """The trial `status --sort METRIC` puts first: lowest `loss`, highest `-accuracy`."""
-    from stratctl.backends.kubernetes.status import collect
+    from stratctl.backends.kubernetes.verbs.status import collect
     from stratctl.run.ranking import sort_trials
 
     name = metric.lstrip("-+")

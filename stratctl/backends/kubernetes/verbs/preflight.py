@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from stratctl.backends.kubernetes import facts as cluster_facts
-from stratctl.backends.kubernetes.facts import Access, Facts
-from stratctl.backends.kubernetes.podfit import Pod, distinct, fit, pods_of, shown
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest
+from stratctl.backends.kubernetes.objects.podfit import Pod, distinct, fit, pods_of, shown
+from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest
+from stratctl.backends.kubernetes.verbs import facts as cluster_facts
+from stratctl.backends.kubernetes.verbs.facts import Access, Facts
 from stratctl.core.quantity import parse
 from stratctl.core.spec import Study
 from stratctl.errors import ExitCode, Problem, StudyError

@@ -181,8 +181,8 @@ def text(
     """The manifests as YAML for `kubectl apply -f -`, headed by the command that printed them."""
     head = f"# {command}\n" if command else ""
     return (
-        head
-        + "# What each rule is for: stratctl/backends/kubernetes/rbac.py; docs/admins/index.md (For cluster admins).\n"
+        head + "# What each rule is for: "
+        "stratctl/backends/kubernetes/verbs/rbac.py; docs/admins/index.md (For cluster admins).\n"
         + yaml.safe_dump_all(
             manifests(namespace, subjects, cluster_wide_reads, report_service_account),
             sort_keys=False,

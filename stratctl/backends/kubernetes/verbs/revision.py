@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blocks import expand as block_views
-from stratctl.backends.kubernetes.blockstop import block_of_view, stop_index
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
-from stratctl.backends.kubernetes.record import parse_record, record_name
-from stratctl.backends.kubernetes.requeue import carry_forward, create_attempt
-from stratctl.backends.kubernetes.state import attempt_of, classify, latest_attempts, spec_hash_of, trial_of
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
+from stratctl.backends.kubernetes.attempts.requeue import carry_forward, create_attempt
+from stratctl.backends.kubernetes.blocks.blocks import expand as block_views
+from stratctl.backends.kubernetes.blocks.blockstop import block_of_view, stop_index
+from stratctl.backends.kubernetes.objects.record import parse_record, record_name
+from stratctl.backends.kubernetes.objects.state import attempt_of, classify, latest_attempts, spec_hash_of, trial_of
 from stratctl.core.changes import Comparison, compare, fields_text, refusal, summary
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial, expand

@@ -43,8 +43,8 @@ def study_names(
 
     def read() -> list[str]:
         from stratctl import labels
-        from stratctl.backends.kubernetes.cluster import Cluster
-        from stratctl.backends.kubernetes.record import records
+        from stratctl.backends.kubernetes.api.cluster import Cluster
+        from stratctl.backends.kubernetes.objects.record import records
         from stratctl.run.outage import Outage
 
         left = max(0.05, budget - (time.monotonic() - started))

@@ -29,13 +29,13 @@ from typing import Any
 import yaml
 
 from stratctl import labels
-from stratctl.backends.kubernetes import roster
-from stratctl.backends.kubernetes.blocks import expand, is_block
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, resource_path
-from stratctl.backends.kubernetes.record import job_kinds, parse_record, record_name, records
-from stratctl.backends.kubernetes.state import TrialState, classify, job_of_pod, run_starts
-from stratctl.backends.kubernetes.summary import build, latest_slim, study_row, summary_of
-from stratctl.backends.kubernetes.waiting import Queues, explain_pending, pending_reason
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, resource_path
+from stratctl.backends.kubernetes.blocks.blocks import expand, is_block
+from stratctl.backends.kubernetes.objects import roster
+from stratctl.backends.kubernetes.objects.record import job_kinds, parse_record, record_name, records
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, job_of_pod, run_starts
+from stratctl.backends.kubernetes.objects.summary import build, latest_slim, study_row, summary_of
+from stratctl.backends.kubernetes.objects.waiting import Queues, explain_pending, pending_reason
 from stratctl.errors import NotFound
 from stratctl.run.ranking import best_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow

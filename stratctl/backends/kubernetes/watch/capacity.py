@@ -21,9 +21,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from stratctl.backends.kubernetes.cluster import HYPERNODE, NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
-from stratctl.backends.kubernetes.disruptions import Disruptions
-from stratctl.backends.kubernetes.gpus import (
+from stratctl.backends.kubernetes.api.cluster import HYPERNODE, NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
+from stratctl.backends.kubernetes.objects.gpus import (
     Placement,
     _pg_key,
     after_demand,
@@ -34,8 +33,7 @@ from stratctl.backends.kubernetes.gpus import (
     place_fitting,
     placeable,
 )
-from stratctl.backends.kubernetes.mirror import Mirror
-from stratctl.backends.kubernetes.precedence import (
+from stratctl.backends.kubernetes.objects.precedence import (
     Precedence,
     backfill_gangs,
     blocked_above,
@@ -43,8 +41,10 @@ from stratctl.backends.kubernetes.precedence import (
     priority_values,
     shadow_time,
 )
-from stratctl.backends.kubernetes.state import run_starts
-from stratctl.backends.kubernetes.topology import domains, gangs_fit_within, spread
+from stratctl.backends.kubernetes.objects.state import run_starts
+from stratctl.backends.kubernetes.objects.topology import domains, gangs_fit_within, spread
+from stratctl.backends.kubernetes.watch.disruptions import Disruptions
+from stratctl.backends.kubernetes.watch.mirror import Mirror
 from stratctl.core.topology import NetworkTopology
 from stratctl.errors import ClusterError
 from stratctl.labels import STUDY

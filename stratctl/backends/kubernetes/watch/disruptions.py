@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from stratctl.backends.kubernetes.mirror import without_managed_fields
-from stratctl.backends.kubernetes.state import disrupted_at, owner_uid, timestamp
+from stratctl.backends.kubernetes.objects.state import disrupted_at, owner_uid, timestamp
+from stratctl.backends.kubernetes.watch.mirror import without_managed_fields
 
 KEEP = 600.0  # seconds a deleted pod's last state is kept: longer than a loop takes to see its job end
 

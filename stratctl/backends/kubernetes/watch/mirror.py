@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from stratctl import labels
-from stratctl.backends.kubernetes import connections
-from stratctl.backends.kubernetes.cluster import Cluster
-from stratctl.backends.kubernetes.connections import WATCH_SPAN
+from stratctl.backends.kubernetes.api import connections
+from stratctl.backends.kubernetes.api.cluster import Cluster
+from stratctl.backends.kubernetes.api.connections import WATCH_SPAN
 from stratctl.errors import ClusterError, Reconnect
 from stratctl.run.outage import Change, duration
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from stratctl.backends.kubernetes.drain import drain
-from stratctl.backends.kubernetes.logs import pods_of
+from stratctl.backends.kubernetes.verbs.drain import drain
+from stratctl.backends.kubernetes.verbs.logs import pods_of
 from stratctl.errors import ExitCode, UsageError
 from tests.unit.backends.kubernetes.test_roster import NS, started
 

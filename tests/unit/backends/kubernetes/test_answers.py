@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from stratctl.backends.kubernetes import answers
+from stratctl.backends.kubernetes.api import answers
 
 
 def big_list(n: int = 3000) -> bytes:

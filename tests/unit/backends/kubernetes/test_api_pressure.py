@@ -3,7 +3,7 @@ the trials."""
 
 from __future__ import annotations
 
-from stratctl.backends.kubernetes.capacity import Capacity
+from stratctl.backends.kubernetes.watch.capacity import Capacity
 from stratctl.errors import Throttled
 from stratctl.view.display import progress_table, summary
 from tests.unit.fake_cluster import FakeCluster
@@ -125,8 +125,8 @@ def test_the_panel_says_when_the_api_quota_not_the_gpus_is_the_bottleneck():
 
 
 def test_status_shows_the_quota_note_a_running_loop_keeps_fresh_in_the_record():
-    from stratctl.backends.kubernetes.record import StudyRecord, parse_record, record_manifest
-    from stratctl.backends.kubernetes.summary import build
+    from stratctl.backends.kubernetes.objects.record import StudyRecord, parse_record, record_manifest
+    from stratctl.backends.kubernetes.objects.summary import build
     from stratctl.view.tables import studies_table
 
     note = (

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from stratctl.backends.kubernetes.apierrors import error_for
+from stratctl.backends.kubernetes.api.apierrors import error_for
 from stratctl.errors import AlreadyExists, Invalid, NotFound, Throttled, Unavailable
 
 

@@ -8,15 +8,22 @@ import json
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import BATCH_JOB, POD, PODGROUP
-from stratctl.backends.kubernetes.disruptions import Disruptions
-from stratctl.backends.kubernetes.drain import drain
-from stratctl.backends.kubernetes.jobview import Carried, usage
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_of
-from stratctl.backends.kubernetes.requeue import Requeue
-from stratctl.backends.kubernetes.state import TrialState, classify, podgroup_name, preemptions, run_starts, timestamp
-from stratctl.backends.kubernetes.status import _first_trials, collect
-from stratctl.backends.kubernetes.summary import build, latest_slim
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD, PODGROUP
+from stratctl.backends.kubernetes.attempts.requeue import Requeue
+from stratctl.backends.kubernetes.objects.jobview import Carried, usage
+from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest, suspended_of
+from stratctl.backends.kubernetes.objects.state import (
+    TrialState,
+    classify,
+    podgroup_name,
+    preemptions,
+    run_starts,
+    timestamp,
+)
+from stratctl.backends.kubernetes.objects.summary import build, latest_slim
+from stratctl.backends.kubernetes.verbs.drain import drain
+from stratctl.backends.kubernetes.verbs.status import _first_trials, collect
+from stratctl.backends.kubernetes.watch.disruptions import Disruptions
 from stratctl.core.spec import load_study
 from stratctl.errors import StudyError
 from tests.unit import recorded

@@ -1,4 +1,4 @@
-"""A closed-loop search in merged submissions (backends/kubernetes/merged.py): the trials it
+"""A closed-loop search in merged submissions (backends/kubernetes/loop/merged.py): the trials it
 asks in one cycle go as one block, it is told each index's result, and its pruner stops one
 index (searching.py) without that trial running again, on an in-memory cluster whose job
 controller runs Indexed Jobs and their pod failure policy as Kubernetes does."""
@@ -11,10 +11,10 @@ import subprocess
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import PRUNED_SCRIPT
-from stratctl.backends.kubernetes.blocks import indexes, listed_of
-from stratctl.backends.kubernetes.record import parse_record
-from stratctl.backends.kubernetes.status import collect
+from stratctl.backends.kubernetes.blocks.blockmanifests import PRUNED_SCRIPT
+from stratctl.backends.kubernetes.blocks.blocks import indexes, listed_of
+from stratctl.backends.kubernetes.objects.record import parse_record
+from stratctl.backends.kubernetes.verbs.status import collect
 from stratctl.backends.launch import prepare
 from stratctl.core.merging import merging
 from stratctl.core.spec import load_study

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from stratctl.backends.kubernetes.blocked import REFRESH, Blocked
+from stratctl.backends.kubernetes.objects.blocked import REFRESH, Blocked
 from stratctl.errors import NotFound, Unavailable
 from stratctl.run.progress import Progress
 from stratctl.view.display import LogDisplay, progress_table

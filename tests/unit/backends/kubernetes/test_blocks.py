@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from stratctl import labels
-from stratctl.backends.kubernetes.blockmanifests import (
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB
+from stratctl.backends.kubernetes.blocks.blockmanifests import (
     PRUNED_SCRIPT,
     NotMergeable,
     block_manifests,
@@ -21,15 +22,14 @@ from stratctl.backends.kubernetes.blockmanifests import (
     part_of,
     shell_word,
 )
-from stratctl.backends.kubernetes.blocks import expand, indexes, parallelism_for
-from stratctl.backends.kubernetes.cluster import BATCH_JOB
-from stratctl.backends.kubernetes.drain import drain, resume
-from stratctl.backends.kubernetes.logs import pods_of
-from stratctl.backends.kubernetes.record import parse_record
-from stratctl.backends.kubernetes.revision import revise
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
-from stratctl.backends.kubernetes.status import collect
-from stratctl.backends.kubernetes.summary import summary_of
+from stratctl.backends.kubernetes.blocks.blocks import expand, indexes, parallelism_for
+from stratctl.backends.kubernetes.objects.record import parse_record
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.objects.summary import summary_of
+from stratctl.backends.kubernetes.verbs.drain import drain, resume
+from stratctl.backends.kubernetes.verbs.logs import pods_of
+from stratctl.backends.kubernetes.verbs.revision import revise
+from stratctl.backends.kubernetes.verbs.status import collect
 from stratctl.backends.launch import prepare
 from stratctl.cli.main import app
 from stratctl.core.merging import merging
@@ -550,7 +550,7 @@ def test_a_pod_that_ended_before_its_job_counts_it_is_not_read_as_queued_again(t
 
 
 def test_a_loop_following_a_study_that_delete_force_takes_out_stops_and_sends_nothing_again(tmp_path):
-    from stratctl.backends.kubernetes import delete as deleting
+    from stratctl.backends.kubernetes.verbs import delete as deleting
 
     cluster, clock = IndexedJobs(), FakeClock()
     loop, _ = make(merged_study(tmp_path), cluster, clock)

@@ -3,8 +3,8 @@ under the cap, and next attempts go only into room the cap leaves."""
 
 from __future__ import annotations
 
-from stratctl.backends.kubernetes.controller import Submitter
-from stratctl.backends.kubernetes.requeue import Requeue
+from stratctl.backends.kubernetes.attempts.requeue import Requeue
+from stratctl.backends.kubernetes.loop.controller import Submitter
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study

@@ -1,4 +1,4 @@
-"""A closed-loop search in the submit loop (backends/kubernetes/closedloop.py), on an in-memory cluster
+"""A closed-loop search in the submit loop (backends/kubernetes/search/closedloop.py), on an in-memory cluster
 in virtual time: asks as many as the policy admits, tells results as trials end, and a
 loop killed mid-run is continued by the next without a duplicate and within the budget."""
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.record import parse_record
+from stratctl.backends.kubernetes.objects.record import parse_record
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make as make_loop
@@ -192,7 +192,7 @@ def test_a_spent_discrete_space_ends_the_search_early(search_file):
 
 
 def test_drained_trials_come_back_and_count_once(search_file):
-    from stratctl.backends.kubernetes.drain import drain, resume
+    from stratctl.backends.kubernetes.verbs.drain import drain, resume
 
     cluster, clock = SearchCluster(), FakeClock()
     first, _ = make(search_file(), cluster, clock)
@@ -222,7 +222,7 @@ def test_drained_trials_come_back_and_count_once(search_file):
 
 
 def test_status_ranks_by_the_declared_objective(search_file):
-    from stratctl.backends.kubernetes.status import declared_ranking
+    from stratctl.backends.kubernetes.verbs.status import declared_ranking
 
     cluster, clock = SearchCluster(), FakeClock()
     text = SEARCH.replace(
@@ -238,7 +238,7 @@ def test_status_ranks_by_the_declared_objective(search_file):
 
 
 def test_the_best_trial_is_the_objectives_best(search_file):
-    from stratctl.backends.kubernetes.status import best_trial
+    from stratctl.backends.kubernetes.verbs.status import best_trial
 
     cluster, clock = SearchCluster(), FakeClock()
     submitter, _ = make(search_file(), cluster, clock)
@@ -336,7 +336,7 @@ def test_the_pruner_stops_losing_trials_and_their_gpus_go_to_the_next(search_fil
         assert any(line.startswith(f"trial {name} pruned at step {entry['step']}: loss ") for line in events)
     assert parse_record(cluster.record("tpe")).finished == {name: "pruned" for name in pruned}
     # status shows them, with their parameters and last value
-    from stratctl.backends.kubernetes.status import collect
+    from stratctl.backends.kubernetes.verbs.status import collect
 
     snap = collect(cluster, cluster.namespace, "tpe")
     rows = {r.trial: r for r in snap.trials}

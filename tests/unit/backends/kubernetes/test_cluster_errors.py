@@ -1,6 +1,6 @@
 import json
 
-from stratctl.backends.kubernetes.cluster import POD
+from stratctl.backends.kubernetes.api.cluster import POD
 from tests.unit.fakes import FakeClock
 from tests.unit.http_fakes import Answer, cluster
 
@@ -36,7 +36,7 @@ def test_a_list_trims_each_page_as_it_arrives():
 def test_writes_count_what_the_server_stored_and_checks_apart():
     """An access review and a dry run store nothing; a refused or failed write stored nothing
     either: `writes` is what the summary calls API writes."""
-    from stratctl.backends.kubernetes.cluster import ApiMetrics
+    from stratctl.backends.kubernetes.api.cluster import ApiMetrics
 
     m = ApiMetrics()
     m.record("POST", 201, 0.01)  # a create
@@ -51,7 +51,7 @@ def test_writes_count_what_the_server_stored_and_checks_apart():
 
 
 def test_the_request_path_tells_access_reviews_and_dry_runs_from_writes():
-    from stratctl.backends.kubernetes.cluster import ACCESS_REVIEW
+    from stratctl.backends.kubernetes.api.cluster import ACCESS_REVIEW
     from tests.unit.fakes import FakeClock
     from tests.unit.http_fakes import Answer, cluster
 

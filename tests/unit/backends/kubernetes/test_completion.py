@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from stratctl.backends.kubernetes.shellnames import within
+from stratctl.backends.kubernetes.verbs.shellnames import within
 
 RECORDS = {
     "items": [

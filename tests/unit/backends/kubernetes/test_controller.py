@@ -8,8 +8,8 @@ import time
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
-from stratctl.backends.kubernetes.controller import Submitter
+from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
+from stratctl.backends.kubernetes.loop.controller import Submitter
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
@@ -74,8 +74,8 @@ class Watching(FakeCluster):
 
 
 def detached(study_file, max_inflight: int):
-    from stratctl.backends.kubernetes.controller import study_selector
-    from stratctl.backends.kubernetes.mirror import Mirror, trimmed_job
+    from stratctl.backends.kubernetes.loop.controller import study_selector
+    from stratctl.backends.kubernetes.watch.mirror import Mirror, trimmed_job
 
     cluster, clock = Watching(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock, detach=True, max_inflight=max_inflight)
@@ -234,7 +234,7 @@ def test_policy_decides_how_many_to_admit():
 
 
 def test_a_slow_etcd_reported_by_prometheus_holds_new_submissions(study_file):
-    from stratctl.backends.kubernetes.prometheus import ControlPlane
+    from stratctl.backends.kubernetes.watch.prometheus import ControlPlane
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
@@ -306,7 +306,7 @@ def test_jobs_from_a_lagging_watch_are_never_created_twice_nor_over_admitted(stu
 
 
 def test_a_job_change_wakes_the_loop_early_but_never_sooner_than_min_cycle(study_file):
-    from stratctl.backends.kubernetes.controller import MIN_CYCLE
+    from stratctl.backends.kubernetes.loop.controller import MIN_CYCLE
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, _ = make(study_file(), cluster, clock)
@@ -352,7 +352,7 @@ class WatchedJobs:
 
 
 def test_a_drain_seen_as_deleted_jobs_is_read_from_the_record_before_the_loop_acts(study_file):
-    from stratctl.backends.kubernetes.drain import drain
+    from stratctl.backends.kubernetes.verbs.drain import drain
 
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock, poll_interval=30.0)
@@ -378,8 +378,8 @@ def test_a_drain_seen_as_deleted_jobs_is_read_from_the_record_before_the_loop_ac
 
 
 def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_created(tmp_path):
-    from stratctl.backends.kubernetes.capacity import Capacity
-    from stratctl.backends.kubernetes.precedence import Precedence
+    from stratctl.backends.kubernetes.objects.precedence import Precedence
+    from stratctl.backends.kubernetes.watch.capacity import Capacity
 
     cluster, clock = FakeCluster(), FakeClock()
     # layers 2: 10 s, layers 4: 20 s (listed order, so both kinds wait side by side); the

@@ -1,5 +1,5 @@
-"""Static kubeconfig credentials go over urllib3 alone (backends/kubernetes/credentials.py,
-backends/kubernetes/transport.py): what an API server sees from them, that the Kubernetes
+"""Static kubeconfig credentials go over urllib3 alone (backends/kubernetes/api/credentials.py,
+backends/kubernetes/api/transport.py): what an API server sees from them, that the Kubernetes
 client is not loaded for them, and that plugins still go the client's way."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, Cluster
-from stratctl.backends.kubernetes.credentials import Unsupported, static_credentials
-from stratctl.backends.kubernetes.kubeconfig import UnknownContext
-from stratctl.backends.kubernetes.quickread import study_names
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, Cluster
+from stratctl.backends.kubernetes.api.credentials import Unsupported, static_credentials
+from stratctl.backends.kubernetes.api.kubeconfig import UnknownContext
+from stratctl.backends.kubernetes.api.quickread import study_names
 from stratctl.errors import Unavailable
 
 
@@ -84,7 +84,7 @@ def test_a_token_goes_over_urllib3_alone_without_loading_the_kubernetes_client(t
     path = kubeconfig(tmp_path, f"http://127.0.0.1:{api.server_port}")
     code = textwrap.dedent(f"""\
         import sys
-        from stratctl.backends.kubernetes.cluster import Cluster
+        from stratctl.backends.kubernetes.api.cluster import Cluster
         cluster = Cluster.connect({path!r})
         made = cluster.create(
             {{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "x"}}, "data": {{"a": "1"}}}}

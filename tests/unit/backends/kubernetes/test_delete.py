@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from stratctl import labels
-from stratctl.backends.kubernetes import delete as core
-from stratctl.backends.kubernetes.cluster import POD, PODGROUP, SERVICE
-from stratctl.backends.kubernetes.record import LOOP_KEY, LOOP_STALE, loop_following, record_name
+from stratctl.backends.kubernetes.api.cluster import POD, PODGROUP, SERVICE
+from stratctl.backends.kubernetes.objects.record import LOOP_KEY, LOOP_STALE, loop_following, record_name
+from stratctl.backends.kubernetes.verbs import delete as core
 from stratctl.errors import ExitCode, UsageError
 from tests.unit.backends.kubernetes.test_drain import submitted
 from tests.unit.fake_cluster import FakeCluster
@@ -204,7 +204,7 @@ def test_the_submit_loop_keeps_a_heartbeat_and_says_when_it_stops(study_file):
 
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
-    from stratctl.backends.kubernetes import connect
+    from stratctl.backends.kubernetes.api import connect
 
     cluster = FakeCluster()
     cluster.close = lambda: None

@@ -4,10 +4,10 @@ counts as preempted though its Evict event expired, and without listing events."
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import EVENT, VOLCANO_JOB
-from stratctl.backends.kubernetes.disruptions import Disruptions
-from stratctl.backends.kubernetes.requeue import Requeue
-from stratctl.backends.kubernetes.state import TrialState, classify_attempt, timestamp
+from stratctl.backends.kubernetes.api.cluster import EVENT, VOLCANO_JOB
+from stratctl.backends.kubernetes.attempts.requeue import Requeue
+from stratctl.backends.kubernetes.objects.state import TrialState, classify_attempt, timestamp
+from stratctl.backends.kubernetes.watch.disruptions import Disruptions
 from tests.unit import recorded
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
@@ -187,7 +187,7 @@ def test_the_submit_loop_hands_its_pod_signals_to_recovery(study_file):
 
     class LoopSignals(Signals):
         def capacity(self, now=None):
-            from stratctl.backends.kubernetes.capacity import Capacity
+            from stratctl.backends.kubernetes.watch.capacity import Capacity
 
             return Capacity(64, 32, 0.0, 8)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.controller import Submitter
-from stratctl.backends.kubernetes.drain import drain, resume
-from stratctl.backends.kubernetes.record import suspended_of
+from stratctl.backends.kubernetes.loop.controller import Submitter
+from stratctl.backends.kubernetes.objects.record import suspended_of
+from stratctl.backends.kubernetes.verbs.drain import drain, resume
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
@@ -100,7 +100,7 @@ def test_drain_needs_a_study_or_all_noncritical():
 
 
 def test_a_retried_trial_keeps_its_failure_count_through_drain_and_resume(tmp_path):
-    from stratctl.backends.kubernetes.jobview import Carried
+    from stratctl.backends.kubernetes.objects.jobview import Carried
 
     cluster = FakeCluster()
     submitted(tmp_path, cluster, "sweep", inflight=1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, VOLCANO_JOB, error_for
-from stratctl.backends.kubernetes.grants import RECENT, access, denial_is_transient
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, VOLCANO_JOB, error_for
+from stratctl.backends.kubernetes.api.grants import RECENT, access, denial_is_transient
 from stratctl.errors import Invalid, Unavailable
 from stratctl.run.throttle import Throttle
 from tests.unit.fakes import FakeClock, MaxRng

@@ -1,4 +1,4 @@
-"""Intermediate values (backends/kubernetes/intermediate.py): what `stratctl report` writes to the
+"""Intermediate values (backends/kubernetes/search/intermediate.py): what `stratctl report` writes to the
 trial's pod, how often, and what the loop reads back."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 import stratctl
 from stratctl import labels
-from stratctl.backends.kubernetes import intermediate
-from stratctl.backends.kubernetes.intermediate import KEPT, parse_values, report, steps_of
+from stratctl.backends.kubernetes.search import intermediate
+from stratctl.backends.kubernetes.search.intermediate import KEPT, parse_values, report, steps_of
 from stratctl.errors import UsageError
 
 

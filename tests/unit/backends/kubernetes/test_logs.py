@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes import logs as core
+from stratctl.backends.kubernetes.verbs import logs as core
 from stratctl.errors import Unavailable, UsageError
 from tests.unit.fake_cluster import FakeCluster
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.lost import LOST_AFTER, LOST_AFTER_MAX, Sightings, is_lost, patience, symptom
+from stratctl.backends.kubernetes.objects.lost import LOST_AFTER, LOST_AFTER_MAX, Sightings, is_lost, patience, symptom
 
 
 def job(phase: str | None = "Pending", lost_before: int | None = None, api: str = "batch.volcano.sh/v1alpha1") -> dict:

@@ -15,8 +15,8 @@ from prometheus_client import generate_latest
 from urllib3.exceptions import ProtocolError
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import POD, VOLCANO_JOB
-from stratctl.backends.kubernetes.mirror import Mirror, watch_health
+from stratctl.backends.kubernetes.api.cluster import POD, VOLCANO_JOB
+from stratctl.backends.kubernetes.watch.mirror import Mirror, watch_health
 from stratctl.errors import Invalid, Unavailable
 from stratctl.view.display import LogDisplay, progress_table
 from stratctl.view.metrics import MetricsReporter
@@ -174,7 +174,7 @@ def test_health_flips_when_the_watch_breaks_and_back_when_events_flow_with_one_w
         watches=[[reset], [("ADDED", pod("a", "21")), ValueError("bad line")], [("ADDED", pod("b", "31"))]],
         on_call=on_call,
     )
-    with caplog.at_level(logging.DEBUG, logger="stratctl.backends.kubernetes.mirror"):
+    with caplog.at_level(logging.DEBUG, logger="stratctl.backends.kubernetes.watch.mirror"):
         mirror, waits = run(cluster, clock=clock)
     assert waits == [1.0, 2.0, 1.0]
     broken = f"Pod watch broken since {since(1000.0)}: ProtocolError: Connection broken: ConnectionResetError"
@@ -257,9 +257,9 @@ def test_the_mirror_tells_the_last_state_of_deleted_objects_and_of_those_a_relis
 def test_a_trimmed_job_keeps_what_the_loop_reads_in_a_fraction_of_the_bytes(tmp_path):
     import json
 
-    from stratctl.backends.kubernetes.gpus import job_gpus
-    from stratctl.backends.kubernetes.mirror import trimmed_job
-    from stratctl.backends.kubernetes.state import attempt_of, classify, podgroup_name
+    from stratctl.backends.kubernetes.objects.gpus import job_gpus
+    from stratctl.backends.kubernetes.objects.state import attempt_of, classify, podgroup_name
+    from stratctl.backends.kubernetes.watch.mirror import trimmed_job
     from stratctl.core.render import Renderer
     from stratctl.core.space import expand
     from stratctl.run.queues import queue_of_job
@@ -304,7 +304,7 @@ def test_a_thousand_mirrored_jobs_hold_a_fraction_of_their_parsed_bytes(tmp_path
     import json
     import tracemalloc
 
-    from stratctl.backends.kubernetes.mirror import trimmed_job
+    from stratctl.backends.kubernetes.watch.mirror import trimmed_job
     from stratctl.core.render import Renderer
     from stratctl.core.space import expand
     from tests.unit.studies import MINIMAL, load

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from stratctl.backends.kubernetes import connect as connecting
-from stratctl.backends.kubernetes import connections
-from stratctl.backends.kubernetes.cluster import CONFIGMAP, POD, Cluster
-from stratctl.backends.kubernetes.logs import Source, follow_one
+from stratctl.backends.kubernetes.api import connect as connecting
+from stratctl.backends.kubernetes.api import connections
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, POD, Cluster
+from stratctl.backends.kubernetes.verbs.logs import Source, follow_one
 from stratctl.cli.main import app
 from stratctl.errors import ExitCode, Unavailable
 from stratctl.run.outage import Outage

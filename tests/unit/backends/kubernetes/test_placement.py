@@ -5,8 +5,8 @@ node selector does not match, adds nothing to the free GPUs the loop sizes its t
 
 from __future__ import annotations
 
-from stratctl.backends.kubernetes.capacity import ClusterSignals
-from stratctl.backends.kubernetes.gpus import Placement, placeable, placements, tolerates
+from stratctl.backends.kubernetes.objects.gpus import Placement, placeable, placements, tolerates
+from stratctl.backends.kubernetes.watch.capacity import ClusterSignals
 from tests.unit.studies import MINIMAL, load
 
 REAL = {"key": "testbed.stratctl.io/real", "value": "true", "effect": "NoSchedule"}

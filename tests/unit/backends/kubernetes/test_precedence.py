@@ -1,6 +1,6 @@
 """Yielding to higher-priority gangs: who outranks the study, and the rule that holds for them."""
 
-from stratctl.backends.kubernetes.precedence import Precedence, higher_priority_waiting, priority_values
+from stratctl.backends.kubernetes.objects.precedence import Precedence, higher_priority_waiting, priority_values
 from stratctl.run.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
 
 CLASSES = [
@@ -178,7 +178,7 @@ NOW = 1796284800.0 + 4  # 4 s after the pods started
 
 
 def test_shadow_time_is_when_released_gpus_reach_the_waiting_gang():
-    from stratctl.backends.kubernetes.precedence import shadow_time
+    from stratctl.backends.kubernetes.objects.precedence import shadow_time
 
     prod = Precedence("ns/prod-0", 12, "prod", 1000)
     pods = [timed("a", 8, 10, T0, 20), timed("b", 2, 10, T0, 6), timed("b", 4, 10, T0, 10)]
@@ -234,7 +234,7 @@ def test_while_yielding_trials_that_end_before_the_shadow_time_are_backfilled():
 
 
 def test_backfill_uses_the_free_gpus_the_waiting_gang_cannot_take_yet():
-    from stratctl.backends.kubernetes.precedence import backfill_gangs
+    from stratctl.backends.kubernetes.objects.precedence import backfill_gangs
 
     prod = Precedence("ns/prod-0", 12, "prod", 1000)
     # 4 free GPUs on node b; production's 12 pods wait for a node, a queued gang of 2 from
@@ -246,7 +246,7 @@ def test_backfill_uses_the_free_gpus_the_waiting_gang_cannot_take_yet():
 
 
 def test_higher_priority_gangs_that_cannot_start_now_are_blocked():
-    from stratctl.backends.kubernetes.precedence import blocked_above
+    from stratctl.backends.kubernetes.objects.precedence import blocked_above
 
     # production's 12 pods wait for a node; 4 GPUs are free: it cannot start, and neither can a
     # queued 6-GPU gang of its rank whose pods do not exist yet; a 2-GPU one could
@@ -276,7 +276,7 @@ class _Items:
 
 
 def _signals(pods, groups, yields):
-    from stratctl.backends.kubernetes.capacity import ClusterSignals
+    from stratctl.backends.kubernetes.watch.capacity import ClusterSignals
 
     signals = ClusterSignals(None, [1, 1], "ns", "research", yield_to_higher=yields)
     signals.nodes, signals.pods, signals.groups = _Items(NODES), _Items(pods), _Items(groups)

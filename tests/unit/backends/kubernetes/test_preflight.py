@@ -1,12 +1,12 @@
 """Preflight: facts about a cluster in, every reason a study cannot run there out, each
-line exact and located at the study's field (stratctl.backends.kubernetes.preflight)."""
+line exact and located at the study's field (stratctl.backends.kubernetes.verbs.preflight)."""
 
 from __future__ import annotations
 
 import pytest
 
-from stratctl.backends.kubernetes.facts import Access, Facts
-from stratctl.backends.kubernetes.preflight import PreflightError, accesses, check, exit_code, pods_of, preflight
+from stratctl.backends.kubernetes.verbs.facts import Access, Facts
+from stratctl.backends.kubernetes.verbs.preflight import PreflightError, accesses, check, exit_code, pods_of, preflight
 from stratctl.backends.launch import prepare
 from stratctl.errors import ExitCode, NotFound, Unavailable
 from tests.unit.studies import write
@@ -512,8 +512,8 @@ def test_the_preflight_reads_go_at_once_and_count_with_the_loop():
     before the first trial. They share the loop's connection, metrics and retry account."""
     import time
 
-    from stratctl.backends.kubernetes.cluster import Cluster
-    from stratctl.backends.kubernetes.connect import preflight_gated
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+    from stratctl.backends.kubernetes.api.connect import preflight_gated
     from stratctl.run.throttle import Throttle
 
     throttle = Throttle(qps=1, burst=1)

@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from stratctl.backends.kubernetes.prometheus import (
+from stratctl.backends.kubernetes.watch.prometheus import (
     ETCD_P99,
     VOLCANO_LATENCY_P90_MS,
     ControlPlane,

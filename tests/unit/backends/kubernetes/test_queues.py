@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import QUEUE
-from stratctl.backends.kubernetes.requeue import create_attempt
+from stratctl.backends.kubernetes.api.cluster import QUEUE
+from stratctl.backends.kubernetes.attempts.requeue import create_attempt
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study

@@ -1,4 +1,4 @@
-"""`stratctl rbac` (backends/kubernetes/rbac.py): the committed manifests are its output, and it prints
+"""`stratctl rbac` (backends/kubernetes/verbs/rbac.py): the committed manifests are its output, and it prints
 what admins apply."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from stratctl.backends.kubernetes.rbac import Subject, manifests, text
+from stratctl.backends.kubernetes.verbs.rbac import Subject, manifests, text
 from stratctl.cli.main import app
 
 REPO = Path(__file__).resolve().parents[4]

@@ -4,9 +4,9 @@ Failures are retried too, but counted apart and against their own limit."""
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.gpus import job_gpus
-from stratctl.backends.kubernetes.jobview import Carried, carried, usage, view_of
-from stratctl.backends.kubernetes.state import TrialState, classify, classify_attempt, preemptions, timestamp
+from stratctl.backends.kubernetes.objects.gpus import job_gpus
+from stratctl.backends.kubernetes.objects.jobview import Carried, carried, usage, view_of
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, classify_attempt, preemptions, timestamp
 from stratctl.run.recovery import Action, Kind, Limits, TrialView, effective_state, next_actions
 from tests.unit import recorded
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from stratctl import labels
-from stratctl.backends.kubernetes.record import suspended_patch
-from stratctl.backends.kubernetes.requeue import Requeue
-from stratctl.backends.kubernetes.state import TrialState
+from stratctl.backends.kubernetes.attempts.requeue import Requeue
+from stratctl.backends.kubernetes.objects.record import suspended_patch
+from stratctl.backends.kubernetes.objects.state import TrialState
 from stratctl.errors import ClusterError
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock

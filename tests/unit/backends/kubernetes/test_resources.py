@@ -1,6 +1,6 @@
 import pytest
 
-from stratctl.backends.kubernetes.resources import resource_path
+from stratctl.backends.kubernetes.api.resources import resource_path
 from stratctl.errors import Invalid
 
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import VOLCANO_JOB
-from stratctl.backends.kubernetes.revision import revise
+from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
+from stratctl.backends.kubernetes.verbs.revision import revise
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study

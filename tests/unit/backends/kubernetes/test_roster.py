@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from stratctl.backends.kubernetes import roster
-from stratctl.backends.kubernetes.drain import drain
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest
-from stratctl.backends.kubernetes.status import collect
+from stratctl.backends.kubernetes.objects import roster
+from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest
+from stratctl.backends.kubernetes.verbs.drain import drain
+from stratctl.backends.kubernetes.verbs.status import collect
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.run.rows import TrialRow
@@ -49,7 +49,7 @@ def test_every_trial_is_listed_with_its_parameters_created_or_not(study_file):
 
 
 def test_the_table_of_the_first_trials_takes_them_by_name_created_or_not(study_file, monkeypatch):
-    monkeypatch.setattr("stratctl.backends.kubernetes.keeper.SUMMARY_EVERY", 0.0)
+    monkeypatch.setattr("stratctl.backends.kubernetes.loop.keeper.SUMMARY_EVERY", 0.0)
     cluster, clock, trials = started(study_file, cycles=2)
     now = 5000.0 + clock()
     full = collect(cluster, NS, "loop", now=now, every_trial=True)

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from stratctl import labels
-from stratctl.backends.kubernetes.capacity import Capacity
-from stratctl.backends.kubernetes.disruptions import Disruptions
-from stratctl.backends.kubernetes.lost import LOST_AFTER, LOST_BY_CONTROLLER
-from stratctl.backends.kubernetes.state import run_starts
-from stratctl.backends.kubernetes.status import collect
+from stratctl.backends.kubernetes.objects.lost import LOST_AFTER, LOST_BY_CONTROLLER
+from stratctl.backends.kubernetes.objects.state import run_starts
+from stratctl.backends.kubernetes.verbs.status import collect
+from stratctl.backends.kubernetes.watch.capacity import Capacity
+from stratctl.backends.kubernetes.watch.disruptions import Disruptions
 from stratctl.errors import Unavailable
 from stratctl.view.tables import table
 from tests.unit.fake_cluster import FakeCluster

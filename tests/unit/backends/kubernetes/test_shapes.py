@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.capacity import Capacity
-from stratctl.backends.kubernetes.gpus import pod_gpus
+from stratctl.backends.kubernetes.objects.gpus import pod_gpus
+from stratctl.backends.kubernetes.watch.capacity import Capacity
 from stratctl.core.plan import as_json, make_plan
 from stratctl.core.render import Renderer, validate
 from stratctl.errors import StudyError
@@ -374,7 +374,7 @@ def _pod(node: str | None, gpus: int, study: str | None = None, group: str | Non
 
 
 def test_packing_does_not_count_the_studys_own_large_gangs_against_the_holes():
-    from stratctl.backends.kubernetes.capacity import ClusterSignals
+    from stratctl.backends.kubernetes.watch.capacity import ClusterSignals
 
     # holes of 7 and 6 GPUs; two 8-GPU gangs queued: the study's own (for the next whole node)
     # and another team's

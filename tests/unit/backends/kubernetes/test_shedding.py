@@ -7,11 +7,17 @@ from __future__ import annotations
 import time
 
 from stratctl import labels
-from stratctl.backends.kubernetes.cluster import CONFIGMAP
-from stratctl.backends.kubernetes.drain import drain, resume
-from stratctl.backends.kubernetes.prometheus import ControlPlane
-from stratctl.backends.kubernetes.record import BREAKER_KEY, breaker_value, parse_record, suspended_of, suspended_patch
-from stratctl.backends.kubernetes.status import collect
+from stratctl.backends.kubernetes.api.cluster import CONFIGMAP
+from stratctl.backends.kubernetes.objects.record import (
+    BREAKER_KEY,
+    breaker_value,
+    parse_record,
+    suspended_of,
+    suspended_patch,
+)
+from stratctl.backends.kubernetes.verbs.drain import drain, resume
+from stratctl.backends.kubernetes.verbs.status import collect
+from stratctl.backends.kubernetes.watch.prometheus import ControlPlane
 from stratctl.run.breaker import BreakerConfig
 from stratctl.view.tables import studies_table
 from tests.unit.fake_cluster import FakeCluster

@@ -1,4 +1,4 @@
-from stratctl.backends.kubernetes.gpus import fragmentation, free_gpus, pod_gpus
+from stratctl.backends.kubernetes.objects.gpus import fragmentation, free_gpus, pod_gpus
 from stratctl.run.packing import gangs_fit
 
 
@@ -64,7 +64,7 @@ def test_gpu_free_gangs_are_never_blocked():
 
 
 def test_pods_waiting_for_a_node_take_their_gpus_first():
-    from stratctl.backends.kubernetes.gpus import after_demand, pending_demand
+    from stratctl.backends.kubernetes.objects.gpus import after_demand, pending_demand
 
     waiting = [
         pod(None, 4, phase="Pending"),
@@ -83,7 +83,7 @@ def test_pods_waiting_for_a_node_take_their_gpus_first():
 
 
 def test_gangs_queued_by_other_launchers_count_before_their_pods_exist():
-    from stratctl.backends.kubernetes.gpus import after_demand, queued_demand
+    from stratctl.backends.kubernetes.objects.gpus import after_demand, queued_demand
 
     def group(name, phase, members, gpus):
         return {

@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
-from stratctl.backends.kubernetes import connections
-from stratctl.backends.kubernetes.cluster import POD
-from stratctl.backends.kubernetes.mirror import Mirror, staleness
+from stratctl.backends.kubernetes.api import connections
+from stratctl.backends.kubernetes.api.cluster import POD
+from stratctl.backends.kubernetes.watch.mirror import Mirror, staleness
 from stratctl.errors import Reconnect, Unavailable
 from stratctl.run.loop import Deciding
 from stratctl.run.outage import Outage

@@ -1,6 +1,6 @@
 from stratctl import labels
-from stratctl.backends.kubernetes.record import StudyRecord, parse_record, record_manifest
-from stratctl.backends.kubernetes.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.objects.record import StudyRecord, parse_record, record_manifest
+from stratctl.backends.kubernetes.objects.state import TrialState, classify, latest_attempts
 
 
 def vjob(phase=None, trial="s-abc", attempt="0"):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from stratctl import labels
-from stratctl.backends.kubernetes.jobview import Carried
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest, suspended_patch
-from stratctl.backends.kubernetes.state import timestamp
-from stratctl.backends.kubernetes.status import _result
-from stratctl.backends.kubernetes.summary import build, slim_job
-from stratctl.backends.kubernetes.waiting import pending_reason
+from stratctl.backends.kubernetes.objects.jobview import Carried
+from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest, suspended_patch
+from stratctl.backends.kubernetes.objects.state import timestamp
+from stratctl.backends.kubernetes.objects.summary import build, slim_job
+from stratctl.backends.kubernetes.objects.waiting import pending_reason
+from stratctl.backends.kubernetes.verbs.status import _result
 from stratctl.run.ranking import sort_trials
 from stratctl.run.rows import Snapshot, TrialRow
 from stratctl.view.tables import studies_table, table
@@ -142,7 +142,7 @@ def test_failures_are_counted_per_trial_and_study_apart_from_preemptions():
 
 
 def test_a_failed_attempt_with_retries_left_is_retrying_not_failed():
-    from stratctl.backends.kubernetes.jobview import Carried
+    from stratctl.backends.kubernetes.objects.jobview import Carried
 
     first = recorded.aborted_job()  # failed, attempt 0: one failure
     second = recorded.aborted_job(attempt=1, annotations=Carried(failures=1).annotations())  # the second failure

@@ -1,5 +1,5 @@
 """A closed-loop search mirrored into an Optuna storage (`submit --storage`,
-backends/kubernetes/storage.py): a journal file, a SQLite database and a PostgreSQL server started here
+backends/kubernetes/search/storage.py): a journal file, a SQLite database and a PostgreSQL server started here
 as a local process (Debian's package, installed by testbed/packages.sh), each trial once
 across loops, a failing storage never stopping the loop."""
 
@@ -15,7 +15,7 @@ import tempfile
 import optuna
 import pytest
 
-from stratctl.backends.kubernetes.storage import TRIAL_ATTR, StorageMirror, open_storage
+from stratctl.backends.kubernetes.search.storage import TRIAL_ATTR, StorageMirror, open_storage
 from stratctl.core.spec import load_study
 from stratctl.errors import UsageError
 from tests.unit.backends.kubernetes.test_closedloop import SEARCH, SearchCluster, kill_after, loss, make, told

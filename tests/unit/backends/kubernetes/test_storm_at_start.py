@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stratctl import labels
-from stratctl.backends.kubernetes.connect import ONE_SHOT_BACKOFF, preflight_gated, tell_throttling
+from stratctl.backends.kubernetes.api.connect import ONE_SHOT_BACKOFF, preflight_gated, tell_throttling
 from stratctl.cli.main import app
 from stratctl.errors import StillThrottled, Throttled
 from stratctl.run.throttle import Throttle
@@ -101,7 +101,7 @@ def test_each_command_answers_as_it_would_without_the_storm(server):
 def test_a_storm_longer_than_the_bound_ends_the_command_with_one_line_exit_3_and_nothing_half_done(
     server, monkeypatch, args
 ):
-    from stratctl.backends.kubernetes import connect
+    from stratctl.backends.kubernetes.api import connect
 
     monkeypatch.setattr(connect, "ONE_SHOT_PATIENCE", 2.0)  # 25 s in real life; the bound is what is tested
     before = {k: dict(v) for k, v in server.cluster.objects.items()}
@@ -184,7 +184,7 @@ def test_submits_first_request_version_answered_429_then_200_reaches_the_server_
 
 @pytest.mark.parametrize("command", ["status", "drain", "resume", "delete", "wait", "logs"])
 def test_each_one_shot_commands_help_states_its_bound(command):
-    from stratctl.backends.kubernetes.connect import ONE_SHOT_PATIENCE
+    from stratctl.backends.kubernetes.api.connect import ONE_SHOT_PATIENCE
 
     text = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout.split())
     assert f"is waited for up to {ONE_SHOT_PATIENCE:g} s, with one line saying so; then exit 3" in text

@@ -6,9 +6,9 @@ import json
 from dataclasses import asdict
 
 from stratctl import labels
-from stratctl.backends.kubernetes.record import StudyRecord, record_manifest
-from stratctl.backends.kubernetes.status import collect
-from stratctl.backends.kubernetes.summary import SUMMARY_KEY, summary_data, summary_of
+from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest
+from stratctl.backends.kubernetes.objects.summary import SUMMARY_KEY, summary_data, summary_of
+from stratctl.backends.kubernetes.verbs.status import collect
 from stratctl.run.rows import StudyRow
 from stratctl.view.tables import age, studies_table, table
 from tests.unit.fake_cluster import FakeCluster
@@ -85,7 +85,7 @@ def run_until(submitter, cluster, clock, cycles: int):
 
 
 def test_the_loop_keeps_a_summary_that_status_shows_instead_of_listing_every_job(study_file, monkeypatch):
-    monkeypatch.setattr("stratctl.backends.kubernetes.keeper.SUMMARY_EVERY", 0.0)
+    monkeypatch.setattr("stratctl.backends.kubernetes.loop.keeper.SUMMARY_EVERY", 0.0)
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(study_file(), cluster, clock)
     submitter.wall = lambda: 5000.0 + clock()

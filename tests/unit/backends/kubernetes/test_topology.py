@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from stratctl.backends.kubernetes.capacity import ClusterSignals
-from stratctl.backends.kubernetes.cluster import HYPERNODE
-from stratctl.backends.kubernetes.mirror import Mirror
-from stratctl.backends.kubernetes.topology import TOP, domains, gangs_fit_within, node_members, spread
+from stratctl.backends.kubernetes.api.cluster import HYPERNODE
+from stratctl.backends.kubernetes.objects.topology import TOP, domains, gangs_fit_within, node_members, spread
+from stratctl.backends.kubernetes.watch.capacity import ClusterSignals
+from stratctl.backends.kubernetes.watch.mirror import Mirror
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.errors import Invalid

@@ -3,7 +3,7 @@ and `status` asking for it (engine.status.explain_pending)."""
 
 from __future__ import annotations
 
-from stratctl.backends.kubernetes.waiting import MISSING, Queues, explain_pending, queue_problem, reason
+from stratctl.backends.kubernetes.objects.waiting import MISSING, Queues, explain_pending, queue_problem, reason
 from stratctl.errors import NotFound
 from stratctl.run.rows import TrialRow
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from urllib3.exceptions import ProtocolError, ReadTimeoutError
 
-from stratctl.backends.kubernetes.cluster import POD, Cluster
+from stratctl.backends.kubernetes.api.cluster import POD, Cluster
 from stratctl.errors import Invalid, Unavailable
 
 HOST = "https://k8s.test:6443"

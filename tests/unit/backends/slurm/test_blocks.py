@@ -1,4 +1,4 @@
-"""Merged submissions on Slurm (core/merging.py, run/blocks.py): a block of first attempts
+"""Merged submissions on Slurm (core/merging.py, backends/batch/blocks.py): a block of first attempts
 as one job array, read back trial by trial, its throttle following the target; faked at
 the process boundary (tests/unit/backends/fakes.py), on a virtual clock."""
 
@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from stratctl.backends.batch.loop import AttemptLoop
 from stratctl.backends.slurm.blocks import QUEUED, task_ids
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
@@ -17,7 +18,6 @@ from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.errors import Invalid
-from stratctl.run.attemptloop import AttemptLoop
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle

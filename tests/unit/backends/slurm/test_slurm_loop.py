@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from stratctl.backends.batch.loop import AttemptLoop
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
 from stratctl.core.render import Renderer
 from stratctl.core.space import expand
-from stratctl.run.attemptloop import AttemptLoop
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
@@ -70,7 +70,7 @@ def test_trials_of_different_sizes_each_get_their_own_job_and_gpu_count(tmp_path
     """`replicas` (and GPUs) may be templates over the trial's values: each trial's job has
     its own number of tasks, capacity is counted in the largest trial's gang, and status
     counts each trial's own GPUs."""
-    from stratctl.run.attemptstatus import snapshot
+    from stratctl.backends.batch.status import snapshot
 
     study = load(
         tmp_path,

@@ -7,11 +7,11 @@ import json
 import os
 from pathlib import Path
 
+from stratctl.backends.batch.status import snapshot
+from stratctl.backends.batch.trials import gangs_fit
 from stratctl.backends.slurm.scheduler import free_gpus
 from stratctl.backends.slurm.state import Mark, ending, exit_of, latest, read_marks
 from stratctl.core.space import expand
-from stratctl.run.attemptstatus import snapshot
-from stratctl.run.attempttrials import gangs_fit
 from stratctl.trialstate import TrialState
 from stratctl.view.columns import why
 from tests.unit.studies import load

@@ -3,9 +3,9 @@ REST API writes them) and the records of ended attempts; free GPUs from /nodes."
 
 from __future__ import annotations
 
+from stratctl.backends.batch.trials import trial_state
 from stratctl.backends.yarn.scheduler import free_gpus
 from stratctl.backends.yarn.state import latest, of_app, read_records, write_record
-from stratctl.run.attempttrials import trial_state
 from stratctl.run.recovery import Limits
 from stratctl.trialstate import TrialState
 
