@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stratctl import rendezvous
-from stratctl.core.space import HASH_CHARS
+from stratctl.core.digest import HASH_CHARS
 from stratctl.core.spec import Study
 
 VOLCANO_INDEX = "volcano.sh/task-index"  # set on each pod by Volcano's job controller (createJobPod)

@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stratctl.core.digest import param_hash
 from stratctl.core.distributions import Choice, IntRange, LogUniform, grid_size
-from stratctl.core.space import param_hash
 from stratctl.core.spec import Study
 
 ASKS_PER_TRIAL = 8  # how often a point that is an existing trial's is asked again

@@ -19,12 +19,11 @@ from types import MappingProxyType
 from typing import Any
 
 from stratctl.core import sobol
-from stratctl.core.digest import digest
+from stratctl.core.digest import param_hash
 from stratctl.core.distributions import Choice, IntRange, grid_size, in_grid
 from stratctl.core.spec import Study
 from stratctl.errors import Problem, StudyError
 
-HASH_CHARS = 10  # 40 bits: a collision among 100,000 trials has odds of about 1 in 200
 DEFAULT_LIMIT = 100_000
 
 
@@ -34,10 +33,6 @@ class Trial:
     name: str  # DNS-1123 label: "<study>-<param hash>"
     params: Mapping[str, Any]
     param_hash: str
-
-
-def param_hash(params: Mapping[str, Any]) -> str:
-    return digest(dict(params), HASH_CHARS)
 
 
 def attempt_name(trial: Trial, attempt: int) -> str:

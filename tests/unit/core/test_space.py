@@ -8,7 +8,8 @@ import statistics
 
 import pytest
 
-from stratctl.core.space import Trial, attempt_name, expand, param_hash, size
+from stratctl.core.digest import param_hash
+from stratctl.core.space import Trial, attempt_name, expand, size
 from stratctl.errors import StudyError
 from tests.unit.studies import MINIMAL, load
 
