@@ -208,8 +208,8 @@ class Study(_Model):
 
     @model_validator(mode="after")
     def _whole(self) -> Self:
-        consistency.check_search(self)
-        consistency.check_workload(self)
+        consistency.check_search(self.strategy, self.objectives, self.pruner, self.space)
+        consistency.check_workload(self.backend, self.workload, self.trial, self.templates_dir)
         return self
 
     @property
