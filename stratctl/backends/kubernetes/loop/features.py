@@ -3,8 +3,9 @@
 lost, the closed-loop search, the etcd breaker's drain, queue fallback (`--move-waiting`),
 packing trials of different shapes into the free GPUs, and `cleanup: delete`.
 
-Each reads the Kubernetes loop's view of the cycle (its `Submitter`: the trials' latest
-jobs, every job of the study, the record, the watched pods and PodGroups) when it is asked.
+Each reads the Kubernetes loop's view of the cycle (`LoopView`, view.py, which the
+controller's `Submitter` is: the trials' latest jobs, every job of the study, the record, the
+watched pods and PodGroups) when it is asked.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from stratctl.run.packing import Packer, Packing
 from stratctl.run.policy import AdaptiveConfig, Decision, Observed
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.loop.controller import Submitter
+    from stratctl.backends.kubernetes.loop.view import LoopView
 
 
 class Salvaging(Capability):
@@ -34,7 +35,7 @@ class Salvaging(Capability):
     name = "salvage"
     needs = "workload"
 
-    def __init__(self, loop: Submitter, salvage: Salvage):
+    def __init__(self, loop: LoopView, salvage: Salvage):
         self.loop, self.salvage = loop, salvage
 
     def recover(self, states: States) -> States:
@@ -50,7 +51,7 @@ class Search(Capability):
     name = "closed-loop search"
     needs = "closed_loop"
 
-    def __init__(self, loop: Submitter, searching: Searching):
+    def __init__(self, loop: LoopView, searching: Searching):
         self.loop, self.searching = loop, searching
 
     def begin(self) -> None:
@@ -83,7 +84,7 @@ class BreakerDrain(Capability):
     name = "breaker drain"
     needs = "throttle.on_breaker"
 
-    def __init__(self, loop: Submitter, shedding: Shedding):
+    def __init__(self, loop: LoopView, shedding: Shedding):
         self.loop, self.shedding = loop, shedding
 
     def pressure(self, observed: Observed, states: States) -> Observed:
@@ -101,7 +102,7 @@ class Packed(Capability):
     name = "packing"
     needs = "throttle.aging"
 
-    def __init__(self, loop: Submitter, packer: Packer):
+    def __init__(self, loop: LoopView, packer: Packer):
         self.loop, self.packer = loop, packer
         self.packing: Packing | None = None
 
@@ -137,7 +138,7 @@ class QueueMoves(Capability):
     name = "--move-waiting"
     needs = "--move-waiting"
 
-    def __init__(self, loop: Submitter):
+    def __init__(self, loop: LoopView):
         self.loop = loop
         self.moved: set[str] = set()  # uids of jobs deleted to move their trial to another queue
 
@@ -176,7 +177,7 @@ class Cleanup(Capability):
     name = "cleanup"
     needs = "cleanup"
 
-    def __init__(self, loop: Submitter):
+    def __init__(self, loop: LoopView):
         self.loop = loop
 
     def settle(self, states: States) -> None:

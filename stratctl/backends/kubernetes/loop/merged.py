@@ -45,14 +45,14 @@ from stratctl.run.policy import Decision, Observed
 from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.loop.controller import Submitter
+    from stratctl.backends.kubernetes.loop.view import LoopView
 
 
 class Merged(Capability):
     name = "merged submissions"
     needs = "merge"
 
-    def __init__(self, loop: Submitter, size: int, say: Callable[[str], None]):
+    def __init__(self, loop: LoopView, size: int, say: Callable[[str], None]):
         self.loop, self.size, self.say = loop, size, say
         self.blocks: list[Block] = []  # as last observed
         self.queued: set[str] = set()  # trials in a block without a pod yet: not in flight
