@@ -1,6 +1,7 @@
-"""Where a study's trials run: the Backend protocol (base.py), one package per backend, and
-the one place a study's backend is chosen (`scheduler_for`): the CLI asks here, the shared
-loop (stratctl/run/) is handed what it returns and never imports a backend itself.
+"""Where a study's trials run: one package per backend (kubernetes/, slurm/, yarn/), what the
+batch schedulers share (batch/: the `Scheduler` protocol and the loop over it), and the one
+place a study's backend is chosen (`scheduler_for`): the CLI asks here, the shared loop
+(stratctl/run/) is handed what it returns and never imports a backend itself.
 
 Importing this package imports nothing else: every module of every backend is imported
 through it, and a command's start-up (`stratctl status` on Kubernetes) must not pay for the

@@ -9,14 +9,14 @@ displays (`status` rows, the submit summary).
 
 Two shapes of backend sit below it:
 
-- **Kubernetes** (stratctl/backends/kubernetes/; the shared cycle's steps in controller.py):
+- **Kubernetes** (stratctl/backends/kubernetes/; the shared cycle's steps in loop/controller.py):
   attempts are Volcano Jobs or batch/v1 Jobs with their PodGroups, the study record is a
   ConfigMap, the cluster is watched. What only a Kubernetes cluster offers (queue
   fallback, PodGroup salvage, the closed-loop search, the breaker's drain, packing) joins
   the shared cycle as its capabilities (run/cycle.py, backends/kubernetes/loop/features.py).
 - **Batch schedulers that run an attempt as one job** (Slurm, YARN): they implement the
   `Scheduler` protocol below, and the same cycle, one `status`, one `drain`/`resume` run
-  them all (backends/batch/loop.py, attemptstatus.py, attemptdrain.py). A new scheduler family
+  them all (this package: loop.py, status.py, drain.py). A new scheduler family
   is a new `Scheduler` and a line in `scheduler_for`, nothing else.
 
 `is_attempt_backend` is how the CLI tells them apart. A study on a batch scheduler keeps
@@ -24,8 +24,8 @@ what the scheduler forgets (ended jobs, after MinJobAge or max-completed-applica
 its study directory, `study_directory`: `<output_dir>/<study>`, a relative `output_dir`
 resolved against the study file's directory as `templates_dir` is, never against the
 working directory, so a submit from anywhere finds the same trials (exactly once). The
-study is known by its name through the catalog (backends/batch/catalog.py); a Kubernetes study by its
-record in the cluster.
+study is known by its name through the catalog (catalog.py); a Kubernetes study by its record
+in the cluster.
 """
 
 from __future__ import annotations
