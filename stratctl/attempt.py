@@ -68,7 +68,7 @@ class StudyFiles:
 
     output: Path
 
-    def result(self, trial: str) -> dict | None:
+    def result(self, trial: str) -> dict[str, Any] | None:
         try:
             value = json.loads((self.output / trial / RESULT).read_text())
         except (OSError, ValueError):

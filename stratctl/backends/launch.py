@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stratctl.backends.batch.scheduler import cwd_directory, is_attempt_backend
 from stratctl.backends.kubernetes.api.cluster import QUEUE
@@ -44,8 +45,10 @@ class Prepared:
     study: Study
     trials: list[Trial]
     renderer: Renderer
-    manifests: dict[str, list[dict]]  # trial name -> manifests of its first attempt, for the first KEPT trials
-    shapes: list[list[dict]]  # the manifests of one trial of each distinct pod shape (what preflight fits)
+    manifests: dict[
+        str, list[dict[str, Any]]
+    ]  # trial name -> manifests of its first attempt, for the first KEPT trials
+    shapes: list[list[dict[str, Any]]]  # the manifests of one trial of each distinct pod shape (what preflight fits)
     parts: dict[str, Part] = field(default_factory=dict)  # merged: what each trial's block keeps of it
 
 
@@ -75,11 +78,11 @@ def prepare(path: str | Path | Study, namespace: str | None = None, options: Sub
         # study does not end with a few long trials running on an otherwise idle cluster.
         seconds = {t.name: renderer.expected_seconds(t) for t in trials}
         trials = sorted(trials, key=lambda t: -seconds[t.name])
-    manifests: dict[str, list[dict]] = {}
-    shapes: dict[tuple, list[dict]] = {}
+    manifests: dict[str, list[dict[str, Any]]] = {}
+    shapes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     merged = merging(study).merged and study.backend == "kubernetes"
     parts: dict[str, Part] = {}
-    keys: dict[tuple, dict] = {}  # a shape's first trial's pod key (blockmanifests.pod_key)
+    keys: dict[tuple[Any, ...], dict[str, Any]] = {}  # a shape's first trial's pod key (blockmanifests.pod_key)
     for start in range(0, len(trials), CHUNK):
         chunk = trials[start : start + CHUNK]
         for trial, docs in zip(chunk, renderer.render_all(chunk, attempt=0)):
@@ -101,7 +104,7 @@ def prepare(path: str | Path | Study, namespace: str | None = None, options: Sub
     return Prepared(study, trials, renderer, manifests, list(shapes.values()), parts)
 
 
-def _mergeable(study: Study, first: dict, docs: list[dict], where: str) -> None:
+def _mergeable(study: Study, first: dict[str, Any], docs: list[dict[str, Any]], where: str) -> None:
     try:
         mergeable(first, docs, where)
     except NotMergeable as exc:

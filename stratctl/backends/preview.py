@@ -42,7 +42,7 @@ class Preview:
     study: Study
     renderer: Renderer
     formats: tuple[str, ...]
-    build: Callable[[Trial, list[dict], int], Submission]
+    build: Callable[[Trial, list[dict[str, Any]], int], Submission]
     notes: list[str] = field(default_factory=list)
 
     def render(self, trials: list[Trial], attempt: int = 0, resume: bool = False) -> list[Submission]:
@@ -96,7 +96,7 @@ def slurm(study: Study, renderer: Renderer) -> Preview:
 
     templates = [renderer.dir, bundled_templates()]
 
-    def one(trial: Trial, docs: list[dict], attempt: int) -> Submission:
+    def one(trial: Trial, docs: list[dict[str, Any]], attempt: int) -> Submission:
         script = build(study, docs, templates)
         return Submission(
             script.job,
@@ -139,7 +139,7 @@ def yarn(study: Study, renderer: Renderer) -> Preview:
     if study.yarn.classpath is None:
         notes.append(f"{CLASSPATH}: read from the ResourceManager at submit (set yarn.classpath to fix it)")
 
-    def one(trial: Trial, docs: list[dict], attempt: int) -> Submission:
+    def one(trial: Trial, docs: list[dict[str, Any]], attempt: int) -> Submission:
         app = build(study, docs, templates, output)
         body = _placeholders(
             app.body("application_0_1", study, jar, classpath), app.body("application_0_2", study, jar, classpath)

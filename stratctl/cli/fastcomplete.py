@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shlex
 import threading
+from typing import Any
 
 COMMAND_NAMES = [
     "validate",
@@ -64,7 +65,7 @@ def _studies(kubeconfig: str | None, context: str | None, namespace: str | None)
     from stratctl.backends.kubernetes.api import quickread
     from stratctl.backends.kubernetes.verbs.shellnames import BUDGET
 
-    box: list = []
+    box: list[Any] = []
 
     def read() -> None:
         try:

@@ -75,7 +75,7 @@ class _Group(TyperGroup):
         super().__init__(*args, **kwargs)
         conventions.tidy(self)
 
-    def get_params(self, ctx: Any) -> list:
+    def get_params(self, ctx: Any) -> list[Any]:
         conventions.tidy(self)  # typer adds --install-completion and --show-completion after __init__
         return super().get_params(ctx)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -97,7 +97,7 @@ def render(
         typer.echo(f"wrote {len(trials)} files to {output_dir}", err=True)
 
 
-def _text(submissions: list, form: str) -> str:
+def _text(submissions: list[Any], form: str) -> str:
     """Submissions in `form`: their scripts, YAML documents or JSON objects (one a document)."""
     if form == "script":
         return "".join(s.script for s in submissions)

@@ -86,7 +86,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _names(rows: list[dict | None]) -> list[str]:
+def _names(rows: list[dict[str, Any] | None]) -> list[str]:
     seen: dict[str, None] = {}
     for d in rows:
         for key in d or {}:
@@ -127,7 +127,7 @@ def _column(
     header: str | None = None,
     numeric: bool = False,
     cells: Iterable[str] = (),
-    raw: list | None = None,
+    raw: list[Any] | None = None,
     sentence: bool = False,
     priority: int = 1,
     csv_key: str = "",
@@ -139,7 +139,7 @@ def _column(
     return c
 
 
-def _number(key: str, header: str, values: list) -> Column:
+def _number(key: str, header: str, values: list[Any]) -> Column:
     return _column(key, header, True, [str(v) for v in values], list(values))
 
 

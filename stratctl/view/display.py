@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from stratctl.run.progress import Progress
 from stratctl.view.columns import plural
@@ -121,7 +121,7 @@ class LogDisplay:
     def __init__(self, stream: TextIO = sys.stderr, clock=time.time):
         self.stream = stream
         self.clock = clock
-        self._last: tuple | None = None
+        self._last: tuple[Any, ...] | None = None
 
     def __enter__(self) -> LogDisplay:
         return self

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -58,7 +58,7 @@ def _block(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _block)
 
 
-def dump_all(docs: Iterable[dict], blocks: bool = False) -> str:
+def dump_all(docs: Iterable[dict[str, Any]], blocks: bool = False) -> str:
     """`blocks`: strings of several lines as literal blocks (`|`), as a script reads best."""
     return yaml.dump_all(
         docs,

@@ -62,7 +62,7 @@ class Scheduler(Protocol):
     # observe
     def attempts(self, marks: bool = True) -> dict[str, Attempt]: ...  # trial name -> its latest attempt
     def free_gpus(self) -> list[int]: ...  # free GPUs of each usable node
-    def result(self, trial: str) -> dict | None: ...  # what the trial's attempt wrote as its result
+    def result(self, trial: str) -> dict[str, Any] | None: ...  # what the trial's attempt wrote as its result
 
     # create, exactly once: `prepare` names the attempt deterministically, `find` looks it up
     def prepare(self, trial: Trial, number: int) -> Any: ...

@@ -20,10 +20,11 @@ import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from stratctl.errors import Invalid, Throttled, Unavailable, Unreachable
 
-Run = Callable[..., subprocess.CompletedProcess]
+Run = Callable[..., subprocess.CompletedProcess[Any]]
 
 # what sbatch, squeue and scontrol print when the controller cannot take a request now
 TRANSIENT = re.compile(
@@ -106,15 +107,15 @@ class Slurm:
         except ValueError:
             raise Invalid(f"sbatch: unexpected answer {out[:200]!r}") from None
 
-    def jobs(self) -> list[dict]:
+    def jobs(self) -> list[dict[str, Any]]:
         """Every job the controller knows (pending, running, and ended within MinJobAge)."""
         return self._listed(["squeue", "--json", "--all"], "jobs")
 
-    def nodes(self) -> list[dict]:
+    def nodes(self) -> list[dict[str, Any]]:
         """Every node with its partitions, state and GRES in use (`sinfo --json`)."""
         return self._listed(["sinfo", "--json"], "nodes")
 
-    def _listed(self, argv: list[str], key: str) -> list[dict]:
+    def _listed(self, argv: list[str], key: str) -> list[dict[str, Any]]:
         """A `--json` listing, whole or not at all. A controller that does not answer makes
         squeue and sinfo exit 0 with an empty list and the failure under "errors" (Slurm
         22.05): taken at its word, every job of the study would look gone, and each be

@@ -15,6 +15,7 @@ loop, `status`, `drain` and `resume` ask of a batch scheduler, in Slurm's own co
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.batch.scheduler import study_directory
@@ -43,7 +44,7 @@ def held_count(path: Path) -> int:
         return 0
 
 
-def free_gpus(nodes: list[dict], partition: str | None) -> list[int]:
+def free_gpus(nodes: list[dict[str, Any]], partition: str | None) -> list[int]:
     """Free GPUs of each usable node (in the partition, when one is set) from `sinfo --json`."""
     out = []
     for node in nodes:

@@ -22,6 +22,7 @@ import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jinja2 import FileSystemLoader
 
@@ -72,7 +73,7 @@ def _template(directories: tuple[str, ...]):
     return sandbox.environment(FileSystemLoader(list(directories))).get_template(TEMPLATE)
 
 
-def build(study: Study, docs: list[dict], templates: list[Path], directory: Path | None = None) -> Script:
+def build(study: Study, docs: list[dict[str, Any]], templates: list[Path], directory: Path | None = None) -> Script:
     """The sbatch script of one rendered attempt (`docs`: the study's manifests of it),
     from the first of `templates` (directories) holding templates/slurm-job.sh.j2. A trial
     of several tasks (roles) is a heterogeneous job: one component per task, in task order,

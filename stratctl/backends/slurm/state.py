@@ -19,7 +19,7 @@ from __future__ import annotations
 import signal
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from stratctl.attempt import Attempt
 from stratctl.backends.slurm.blocks import ARRAY_LIMIT, BLOCK_MARK, QUEUED, task_ids
@@ -146,7 +146,7 @@ def signal_text(number: int) -> str:
         return f"signal {number}"
 
 
-def ending(job: dict) -> tuple[int | None, str]:
+def ending(job: dict[str, Any]) -> tuple[int | None, str]:
     """How an ended job ended: its exit code, or None and the signal that killed it. The
     script exits 128+N when a task was killed by signal N (srun's exit status), which the
     job's derived exit code (the highest of its steps) shows as that signal."""
@@ -158,7 +158,7 @@ def ending(job: dict) -> tuple[int | None, str]:
     return code, "" if sig is None else signal_text(sig)
 
 
-def of_job(job: dict, study: str, blocks: dict[str, list[str]] | None = None) -> Attempt | None:
+def of_job(job: dict[str, Any], study: str, blocks: dict[str, list[str]] | None = None) -> Attempt | None:
     """The attempt a squeue job stands for; None for a job of another study or not
     stratctl's (a task of a block: the trial at its index, `blocks`: read_blocks)."""
     named = parse_comment(job.get("comment"))
@@ -206,7 +206,7 @@ def of_job(job: dict, study: str, blocks: dict[str, list[str]] | None = None) ->
     return replace(found, block=block)
 
 
-def remainder(job: dict, study: str, blocks: dict[str, list[str]], running: int) -> list[Attempt]:
+def remainder(job: dict[str, Any], study: str, blocks: dict[str, list[str]], running: int) -> list[Attempt]:
     """The trials of a block whose tasks have not started, from the array's one pending
     record (`array_task_string`): as many as its throttle lets run besides the block's
     tasks `running`, pending for the reason squeue gives; the others queued in the block:
@@ -257,7 +257,10 @@ def _order(attempt: Attempt) -> tuple[int, int]:
 
 
 def latest(
-    jobs: list[dict], study: str, marks: dict[str, dict[int, Mark]], blocks: dict[str, list[str]] | None = None
+    jobs: list[dict[str, Any]],
+    study: str,
+    marks: dict[str, dict[int, Mark]],
+    blocks: dict[str, list[str]] | None = None,
 ) -> dict[str, Attempt]:
     """Each trial's latest attempt: from squeue where the controller lists it, else from
     the marks its attempts left (`read_marks`). Of two jobs of one attempt (a submit sent
@@ -301,7 +304,7 @@ def latest(
 
 def preempted(
     seen: dict[str, Attempt],
-    jobs: list[dict],
+    jobs: list[dict[str, Any]],
     study: str,
     marks: dict[str, dict[int, Mark]],
     blocks: dict[str, list[str]] | None = None,

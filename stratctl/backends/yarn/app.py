@@ -31,6 +31,7 @@ import math
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jinja2 import FileSystemLoader
 
@@ -95,7 +96,7 @@ class Application:
         """GPUs of the whole gang."""
         return sum(role.gpus * role.replicas for role in self.roles)
 
-    def body(self, app_id: str, study: Study, jar: Jar, classpath: list[str]) -> dict:
+    def body(self, app_id: str, study: Study, jar: Jar, classpath: list[str]) -> dict[str, Any]:
         """The REST submission (POST /ws/v1/cluster/apps) of this attempt as `app_id`."""
         yarn = study.yarn
         heap = max(32, int(yarn.am_memory_mb * 0.75))
@@ -155,7 +156,7 @@ def study_tag(study: str) -> str:
     return f"{PREFIX}-study:{study}"
 
 
-def parse_tags(tags: str | list | None) -> dict[str, str]:
+def parse_tags(tags: str | list[Any] | None) -> dict[str, str]:
     """stratctl's tags of an application (the RM lists them comma-separated): key → value."""
     words = tags.split(",") if isinstance(tags, str) else list(tags or [])
     out = {}
@@ -198,7 +199,7 @@ def contract_names(roles: list[str]) -> set[str]:
     }
 
 
-def build(study: Study, docs: list[dict], templates: list[Path], output: Path) -> Application:
+def build(study: Study, docs: list[dict[str, Any]], templates: list[Path], output: Path) -> Application:
     """The application of one rendered attempt (`docs`: the study's manifests of it);
     `output`: the study's output directory as the nodes see it (absolute)."""
     tasks = tasks_of(docs)

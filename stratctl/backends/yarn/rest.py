@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
@@ -57,8 +58,14 @@ class ResourceManager:
         return self.urls[self._active]
 
     def request(
-        self, kind: str, method: str, path: str, body: dict | None = None, query: dict | None = None, api: str = API
-    ) -> dict:
+        self,
+        kind: str,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        query: dict[str, Any] | None = None,
+        api: str = API,
+    ) -> dict[str, Any]:
         self.calls += 1
         self.sent[kind] = self.sent.get(kind, 0) + 1
         params = {**(query or {}), **({"user.name": self.user} if self.user else {})}
@@ -91,7 +98,7 @@ class ResourceManager:
             )
         raise Unavailable("no ResourceManager answers as the active one: " + "; ".join(said))
 
-    def _answer(self, kind: str, method: str, path: str, answer) -> dict:
+    def _answer(self, kind: str, method: str, path: str, answer) -> dict[str, Any]:
         status = answer.status
         if status in (429, 503):
             self.refused[kind] = self.refused.get(kind, 0) + 1
@@ -119,10 +126,10 @@ class ResourceManager:
     def new_application(self) -> str:
         return str(self.request("new-application", "POST", "/apps/new-application")["application-id"])
 
-    def submit(self, body: dict) -> None:
+    def submit(self, body: dict[str, Any]) -> None:
         self.request("submissions", "POST", "/apps", body)
 
-    def apps(self, tag: str, application_type: str | None = None) -> list[dict]:
+    def apps(self, tag: str, application_type: str | None = None) -> list[dict[str, Any]]:
         """Every application the RM remembers with this tag (tags are lowercase in YARN)."""
         query = {"applicationTags": tag.lower(), **({"applicationTypes": application_type} if application_type else {})}
         answer = self.request("list", "GET", "/apps", query=query)
@@ -133,13 +140,13 @@ class ResourceManager:
     def kill(self, app_id: str) -> None:
         self.request("kill", "PUT", f"/apps/{app_id}/state", {"state": "KILLED"})
 
-    def nodes(self) -> list[dict]:
+    def nodes(self) -> list[dict[str, Any]]:
         answer = self.request("nodes", "GET", "/nodes")
         nodes = (answer.get("nodes") or {}) if isinstance(answer, dict) else {}
         listed = nodes.get("node") if isinstance(nodes, dict) else None
         return listed if isinstance(listed, list) else []
 
-    def scheduler(self) -> dict:
+    def scheduler(self) -> dict[str, Any]:
         """The scheduler's view: queues with their capacities, use and applications."""
         return self.request("scheduler", "GET", "/scheduler")
 

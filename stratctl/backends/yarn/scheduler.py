@@ -27,6 +27,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.batch.scheduler import study_directory
@@ -84,7 +85,7 @@ def missing_jar(study: Study, path: Path, named: str) -> UsageError:
     )
 
 
-def free_gpus(nodes: list[dict], label: str | None) -> list[int]:
+def free_gpus(nodes: list[dict[str, Any]], label: str | None) -> list[int]:
     """Free GPUs of each RUNNING node (of the node label, when one is set) from /nodes."""
     out = []
     for node in nodes:
@@ -96,10 +97,10 @@ def free_gpus(nodes: list[dict], label: str | None) -> list[int]:
     return out
 
 
-def queue_of(scheduler: dict, name: str) -> dict | None:
+def queue_of(scheduler: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The Capacity Scheduler's view of one queue (by its name or its path) in /scheduler."""
 
-    def walk(queues: dict | None):
+    def walk(queues: dict[str, Any] | None):
         for queue in (queues or {}).get("queue") or []:
             if name in (queue.get("queueName"), queue.get("queuePath"), f"root.{queue.get('queueName')}"):
                 return queue
@@ -112,7 +113,7 @@ def queue_of(scheduler: dict, name: str) -> dict | None:
     return walk(info.get("queues"))
 
 
-def headroom(queue: dict | None) -> int | None:
+def headroom(queue: dict[str, Any] | None) -> int | None:
     """GPUs the queue may still take: its maximum effective capacity less what it uses
     (None when the RM does not say: no queue of that name, another scheduler)."""
     if not queue or "maxEffectiveCapacity" not in queue:
@@ -120,7 +121,7 @@ def headroom(queue: dict | None) -> int | None:
     return max(0, _gpus(queue.get("maxEffectiveCapacity")) - _gpus(queue.get("resourcesUsed")))
 
 
-def queue_limit(queue: dict | None) -> str:
+def queue_limit(queue: dict[str, Any] | None) -> str:
     """Which of the queue's limits keeps its accepted applications from starting, in YARN's
     words ("" when none is reached): the RM lists such an application ACCEPTED with no
     diagnostics at all."""
@@ -150,7 +151,7 @@ def within(free: list[int], limit: int | None) -> list[int]:
     return out
 
 
-def _gpus(resource: dict | None) -> int:
+def _gpus(resource: dict[str, Any] | None) -> int:
     infos = ((resource or {}).get("resourceInformations") or {}).get("resourceInformation") or []
     return sum(int(i.get("value") or 0) for i in infos if i.get("name") == GPU)
 

@@ -47,7 +47,7 @@ LIMITS = re.compile(
 EXIT = re.compile(r"exited with code (-?\d+)")
 
 
-def outcome(app: dict, drained: bool = False) -> str:
+def outcome(app: dict[str, Any], drained: bool = False) -> str:
     """How an ended application ended: succeeded, failed, preempted, refused, drained."""
     diagnostics = str(app.get("diagnostics") or "")
     if drained:
@@ -65,7 +65,7 @@ def _seconds(ms) -> float | None:
     return ms / 1000.0 if isinstance(ms, int | float) and ms > 0 else None
 
 
-def of_app(app: dict, study: str, marks: dict[int, str] | None = None) -> Attempt | None:
+def of_app(app: dict[str, Any], study: str, marks: dict[int, str] | None = None) -> Attempt | None:
     """The attempt an application stands for; None for another study's or not stratctl's.
     `marks`: the trial's drain marks (attempt → `drained` | `resumed`)."""
     tags = parse_tags(app.get("applicationTags"))
@@ -100,7 +100,7 @@ def of_app(app: dict, study: str, marks: dict[int, str] | None = None) -> Attemp
 
 
 def _ended(
-    app: dict,
+    app: dict[str, Any],
     trial: str,
     number: int,
     state: str,
@@ -151,7 +151,7 @@ def _why(diagnostics: str) -> str:
     return text[:200]
 
 
-def record_of(app: dict) -> dict:
+def record_of(app: dict[str, Any]) -> dict[str, Any]:
     """What stays of an ended application once the RM forgets it."""
     keep = (
         "id",
@@ -168,7 +168,10 @@ def record_of(app: dict) -> dict:
 
 
 def latest(
-    apps: list[dict], study: str, records: dict[str, dict[int, dict]], marks: dict[str, dict[int, str]]
+    apps: list[dict[str, Any]],
+    study: str,
+    records: dict[str, dict[int, dict[str, Any]]],
+    marks: dict[str, dict[int, str]],
 ) -> dict[str, Attempt]:
     """Each trial's latest attempt, with what its earlier attempts were (failures,
     preemptions, run time), from the RM's applications and the ended attempts' records.
@@ -207,16 +210,16 @@ def _refused(attempt: Attempt) -> bool:
     return bool(REFUSED.search(attempt.reason)) and attempt.started is None
 
 
-def _trial_of(app: dict) -> str | None:
+def _trial_of(app: dict[str, Any]) -> str | None:
     return parse_tags(app.get("applicationTags")).get("trial")
 
 
 # -- the files ----------------------------------------------------------------------------
 
 
-def read_records(directory: Path) -> tuple[dict[str, dict[int, dict]], dict[str, dict[int, str]]]:
+def read_records(directory: Path) -> tuple[dict[str, dict[int, dict[str, Any]]], dict[str, dict[int, str]]]:
     """The ended attempts' records and the drain marks under a study's output directory."""
-    records: dict[str, dict[int, dict]] = {}
+    records: dict[str, dict[int, dict[str, Any]]] = {}
     marks: dict[str, dict[int, str]] = {}
     if not directory.is_dir():
         return records, marks
@@ -242,7 +245,7 @@ def read_records(directory: Path) -> tuple[dict[str, dict[int, dict]], dict[str,
     return records, marks
 
 
-def write_record(directory: Path, trial: str, attempt: int, app: dict) -> None:
+def write_record(directory: Path, trial: str, attempt: int, app: dict[str, Any]) -> None:
     path = directory / trial / f"attempt-{attempt}.yarn.json"
     if path.exists():
         return

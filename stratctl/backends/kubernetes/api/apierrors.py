@@ -68,7 +68,7 @@ def error_for(status: int, body: bytes, headers: Any, what: str, allowed_ago: fl
     return Invalid(message, status=status, reason=reason)
 
 
-def watch_event(line: bytes, what: str) -> tuple[str, dict]:
+def watch_event(line: bytes, what: str) -> tuple[str, dict[str, Any]]:
     """One line of a watch stream as (type, object); an ERROR event raises the error of its
     Status, anything but a watch event raises `Unavailable` (pure; tested without a server)."""
     try:

@@ -78,7 +78,7 @@ class Channel:
         self,
         api: Api,
         namespace: str,
-        gate: Gate = no_gate,
+        gate: Gate[Any] = no_gate,
         outage: Outage | None = None,
         timeout: tuple[float, float] | None = None,
         client_errors: tuple[type[BaseException], ...] = (),
@@ -129,8 +129,8 @@ class Channel:
     # -- the one request path ---------------------------------------------------------
 
     def _prepare(
-        self, method: str, path: str, query: dict | None, body: Any, content_type: str = "application/json"
-    ) -> tuple[str, dict]:
+        self, method: str, path: str, query: dict[str, Any] | None, body: Any, content_type: str = "application/json"
+    ) -> tuple[str, dict[str, Any]]:
         """The URL (with its query) and the headers (with auth) of a request: made once here,
         for a call and a watch alike."""
         url = self.api.configuration.host + path
@@ -144,7 +144,7 @@ class Channel:
         self,
         method: str,
         path: str,
-        query: dict | None,
+        query: dict[str, Any] | None,
         body: Any,
         what: str,
         content_type: str,
@@ -183,9 +183,9 @@ class Channel:
         self,
         method: str,
         url: str,
-        headers: dict,
+        headers: dict[str, Any],
         path: str,
-        query: dict | None,
+        query: dict[str, Any] | None,
         body: Any,
         what: str,
         stream: bool,
@@ -232,7 +232,7 @@ class Channel:
         self,
         method: str,
         path: str,
-        query: dict | None = None,
+        query: dict[str, Any] | None = None,
         body: Any = None,
         what: str = "",
         content_type: str = "application/json",
@@ -262,7 +262,7 @@ class Channel:
 
         return attempt
 
-    def with_gate(self, gate: Gate) -> Self:
+    def with_gate(self, gate: Gate[Any]) -> Self:
         """This cluster (its connection, metrics, grants and outage account) with its requests
         admitted by `gate` instead."""
         other = copy.copy(self)

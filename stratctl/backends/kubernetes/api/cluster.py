@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.kubernetes.api import connections
 from stratctl.backends.kubernetes.api.apierrors import error_for
@@ -115,7 +115,7 @@ class Cluster(Channel):
         kubeconfig: str | None = None,
         context: str | None = None,
         namespace: str | None = None,
-        gate: Gate = no_gate,
+        gate: Gate[Any] = no_gate,
         pool_size: int = 32,
         outage: Outage | None = None,
     ) -> Cluster:
@@ -143,12 +143,12 @@ class Cluster(Channel):
 
     # -- verbs ------------------------------------------------------------------------
 
-    def _ns(self, manifest_or_ns: dict | str | None) -> str:
+    def _ns(self, manifest_or_ns: dict[str, Any] | str | None) -> str:
         if isinstance(manifest_or_ns, dict):
             return manifest_or_ns.get("metadata", {}).get("namespace") or self.namespace
         return manifest_or_ns or self.namespace
 
-    def create(self, manifest: dict, dry_run: bool = False) -> dict:
+    def create(self, manifest: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         meta = manifest.get("metadata", {})
         ns = self._ns(manifest)
         path = resource_path(manifest["apiVersion"], manifest["kind"], ns)
@@ -156,7 +156,7 @@ class Cluster(Channel):
         what = f"create {manifest['kind']} {ns}/{meta.get('name')}"
         return self.request("POST", path, query, manifest, what)
 
-    def get(self, kind: tuple[str, str], name: str, namespace: str | None = None) -> dict:
+    def get(self, kind: tuple[str, str], name: str, namespace: str | None = None) -> dict[str, Any]:
         path = resource_path(*kind, self._ns(namespace), name)
         return self.request("GET", path, what=f"get {kind[1]} {name}")
 
@@ -168,7 +168,9 @@ class Cluster(Channel):
         except NotFound:
             pass
 
-    def patch(self, kind: tuple[str, str], name: str, patch: dict, namespace: str | None = None) -> dict:
+    def patch(
+        self, kind: tuple[str, str], name: str, patch: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
         path = resource_path(*kind, self._ns(namespace), name)
         return self.request(
             "PATCH",
@@ -187,14 +189,14 @@ class Cluster(Channel):
         field_selector: str | None = None,
         page_size: int = 500,
         all_namespaces: bool = False,
-        transform: Callable[[dict], dict] | None = None,
-    ) -> tuple[list[dict], str]:
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
         """Every matching object, fetched in pages; returns (items, resourceVersion).
 
         `transform` trims each object as its page arrives, so a list of 100,000 jobs never
         holds them whole at once: only one page of them, and what the transform keeps."""
         path = resource_path(*kind, None if all_namespaces else self._ns(namespace))
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         token = None
         while True:
             query = {
@@ -218,7 +220,7 @@ class Cluster(Channel):
         label_selector: str | None = None,
         timeout_seconds: int = WATCH_SPAN,
         all_namespaces: bool = False,
-    ) -> Iterator[tuple[str, dict]]:
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Stream (type, object) events after `resource_version`, through the same request
         path as every call.
 

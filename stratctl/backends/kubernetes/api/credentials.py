@@ -16,6 +16,7 @@ import os
 import ssl
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -41,7 +42,7 @@ def _named(items, name):
     raise Unsupported(f"no entry {name!r}")
 
 
-def _material(section: dict, key: str, base: str) -> bytes | None:
+def _material(section: dict[str, Any], key: str, base: str) -> bytes | None:
     """`key-data` (base64) or `key` (a file, relative to the kubeconfig) of a section."""
     if section.get(f"{key}-data"):
         return base64.b64decode(section[f"{key}-data"])
@@ -51,7 +52,7 @@ def _material(section: dict, key: str, base: str) -> bytes | None:
     return None
 
 
-def _tls(cluster: dict, user: dict, base: str) -> ssl.SSLContext:
+def _tls(cluster: dict[str, Any], user: dict[str, Any], base: str) -> ssl.SSLContext:
     """A client context that verifies the server against the cluster's CA, as kubectl does;
     the system's CAs only for a cluster that names none (loading them costs 25-45 ms)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # certificates and host names verified

@@ -11,13 +11,14 @@ something that never worked is a real RBAC problem and stays permanent (fails fa
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 RECENT = 600.0  # seconds: a grant used this recently is not revoked by a restart
 
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
-def access(method: str, path: str, query: dict | None = None) -> tuple[str, str]:
+def access(method: str, path: str, query: dict[str, Any] | None = None) -> tuple[str, str]:
     """The (verb, resource) RBAC authorizes a request by, from its method and URL path:
     `("list", "batch.volcano.sh/jobs in ns")`. Object names do not matter (stratctl's
     roles never name objects); namespaces do (roles are namespaced)."""

@@ -5,6 +5,7 @@ not one of them."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import yaml
 
@@ -40,7 +41,7 @@ class UnknownContext(UsageError):
     """The context asked for (or the current one) is not among the kubeconfig's contexts."""
 
 
-def _names(config: dict) -> list[str]:
+def _names(config: dict[str, Any]) -> list[str]:
     contexts = config.get("contexts")
     return [c["name"] for c in contexts or [] if isinstance(c, dict) and isinstance(c.get("name"), str)]
 

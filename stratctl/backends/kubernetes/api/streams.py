@@ -14,7 +14,7 @@ from stratctl.backends.kubernetes.api.apierrors import watch_event
 from stratctl.errors import Unavailable
 
 
-def watch_events(response: Any, what: str) -> Iterator[tuple[str, dict]]:
+def watch_events(response: Any, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """The (type, object) events of a watch's open response, until the server ends it."""
     clean = False
     try:

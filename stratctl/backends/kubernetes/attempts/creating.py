@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from stratctl.backends.kubernetes.api.cluster import QUEUE, Cluster
 from stratctl.backends.kubernetes.attempts.placement import Placer
@@ -34,12 +35,12 @@ class Creating:
         renderer: Renderer,
         namespace: str,
         trials: dict[str, Trial],
-        manifests: dict[str, list[dict]],
+        manifests: dict[str, list[dict[str, Any]]],
         placer: Placer | None,
         progress: Progress,
         say: Callable[[str], None],
         workers: int,
-        created: Callable[[dict], None],
+        created: Callable[[dict[str, Any]], None],
         queues: Callable[[], object | None],
     ):
         self.cluster, self.renderer, self.namespace = cluster, renderer, namespace
@@ -48,7 +49,7 @@ class Creating:
         self.queues = queues  # the loop's watch of Volcano queues, once it has one
         self._paused: set[str] = set()  # trials whose create failed transiently, already said
 
-    def trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict] | None = None) -> str:
+    def trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict[str, Any]] | None = None) -> str:
         """Create every manifest of the trial's first attempt; 'created' or 'existing'.
 
         A 409 is success when the object there carries the same spec hash.
@@ -56,7 +57,7 @@ class Creating:
         manifests = manifests or self.manifests.get(trial.name) or self.renderer.render(trial, attempt=0)
         return create_attempt(self.cluster, manifests, self.namespace, dry_run=dry_run, created=self.created)
 
-    def queue_objects(self) -> dict[str, dict]:
+    def queue_objects(self) -> dict[str, dict[str, Any]]:
         """The cluster's Volcano queues by name: as watched, else read now."""
         watched = self.queues()
         if watched is not None:
@@ -68,7 +69,7 @@ class Creating:
                 items = []
         return {q["metadata"]["name"]: q for q in items}
 
-    def _placed(self, names: list[str], dry_run: bool) -> dict[str, list[dict] | None]:
+    def _placed(self, names: list[str], dry_run: bool) -> dict[str, list[dict[str, Any]] | None]:
         """The first attempts of these trials, each sent to its queue (in order: each choice
         counts the gangs placed before it); None: as rendered (one queue, or a dry run)."""
         if self.placer is None or dry_run:
@@ -131,13 +132,13 @@ class Creating:
             self.progress.created = len(names)
 
     def _sent(
-        self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool, placed: dict[str, list[dict] | None]
-    ) -> Iterator[tuple[str, Future]]:
+        self, names: list[str], pool: ThreadPoolExecutor, dry_run: bool, placed: dict[str, list[dict[str, Any]] | None]
+    ) -> Iterator[tuple[str, Future[Any]]]:
         """(name, future) of each trial's create, in order, with at most WINDOW creates
         handed to the pool at a time: the pool's workers stay busy, and 100,000 trials are
         never 100,000 futures at once."""
         window = max(WINDOW, 8 * self.workers)
-        queued: deque[tuple[str, Future]] = deque()
+        queued: deque[tuple[str, Future[Any]]] = deque()
         for name in names:
             queued.append((name, pool.submit(self.trial, self.trials[name], dry_run, placed[name])))
             if len(queued) >= window:

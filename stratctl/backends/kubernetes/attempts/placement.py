@@ -12,6 +12,7 @@ attempts sent to each queue are kept for the study record.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from stratctl.backends.kubernetes.objects.state import TrialState
 from stratctl.run.queues import (
@@ -32,7 +33,11 @@ class Placer:
     """Chooses a queue for each new attempt; `queues()` gives the Queue objects by name."""
 
     def __init__(
-        self, names: tuple[str, ...], queues: Callable[[], dict[str, dict]], gang: Amounts, event: Callable[[str], None]
+        self,
+        names: tuple[str, ...],
+        queues: Callable[[], dict[str, dict[str, Any]]],
+        gang: Amounts,
+        event: Callable[[str], None],
     ):
         self.names = names
         self.queues = queues
@@ -43,7 +48,7 @@ class Placer:
         self.where: dict[str, str] = {}  # trial -> the queue of its latest attempt, as last seen or chosen
         self._last: Placement | None = None
 
-    def observe(self, jobs: dict[str, dict], states: dict[str, TrialState]) -> None:
+    def observe(self, jobs: dict[str, dict[str, Any]], states: dict[str, TrialState]) -> None:
         """The rooms for this cycle: each queue as watched, less the study's pending gangs in it."""
         transit: dict[str, list[Amounts]] = {name: [] for name in self.names}
         for trial, job in jobs.items():
@@ -54,7 +59,7 @@ class Placer:
                 transit[queue].append(gang_demand([job]) or self.gang)
         self.rooms = self._rooms(transit)
 
-    def place(self, trial: str, manifests: list[dict]) -> list[dict]:
+    def place(self, trial: str, manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The manifests of the trial's next attempt, sent to the queue chosen for it."""
         gang = gang_demand(manifests) or self.gang
         if not self.rooms:
@@ -66,7 +71,7 @@ class Placer:
         self.where[trial] = placement.queue
         return place(manifests, placement.queue)
 
-    def to_move(self, jobs: dict[str, dict], waited: list[str]) -> list[Move]:
+    def to_move(self, jobs: dict[str, dict[str, Any]], waited: list[str]) -> list[Move]:
         """Of the trials whose gang has waited past the grace (`waited`, in the study's
         order), those to take out of a full queue into one with room (`--move-waiting`):
         only jobs that have not started (no pod running)."""
@@ -106,7 +111,7 @@ class Placer:
         return counts
 
 
-def not_started(job: dict) -> bool:
+def not_started(job: dict[str, Any]) -> bool:
     """No pod of the job runs yet (a Volcano Job's `running`, a batch/v1 Job's `ready`)."""
     status = job.get("status") or {}
     return not status.get("running") and not status.get("ready") and not status.get("succeeded")
@@ -120,7 +125,7 @@ class Placing:
         self._renderer = renderer
         self._placer = placer
 
-    def render(self, trial, attempt: int = 0, resume: bool = False) -> list[dict]:
+    def render(self, trial, attempt: int = 0, resume: bool = False) -> list[dict[str, Any]]:
         return self._placer.place(trial.name, self._renderer.render(trial, attempt=attempt, resume=resume))
 
     def __getattr__(self, name: str):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
@@ -50,7 +51,11 @@ STUCK_AFTER = 15.0
 
 
 def carry_forward(
-    job: dict, now: float, state: TrialState | None = None, suspended: bool = False, started: float | None = None
+    job: dict[str, Any],
+    now: float,
+    state: TrialState | None = None,
+    suspended: bool = False,
+    started: float | None = None,
 ) -> Carried:
     """The totals the next attempt carries: the earlier ones' plus this job's (`started`:
     when a batch/v1 Job's first pod started, see `jobview.usage`)."""
@@ -81,7 +86,7 @@ def pod_starts(cluster, namespace: str, study: str, kind: tuple[str, str], signa
     return run_starts(pods)
 
 
-def carried_of_mark(mark: dict) -> Carried:
+def carried_of_mark(mark: dict[str, Any]) -> Carried:
     return Carried(
         int(mark.get("preemptions") or 0),
         float(mark.get("gpu_seconds") or 0),
@@ -92,7 +97,11 @@ def carried_of_mark(mark: dict) -> Carried:
 
 
 def create_attempt(
-    cluster, manifests: list[dict], namespace: str, dry_run: bool = False, created: Callable[[dict], None] | None = None
+    cluster,
+    manifests: list[dict[str, Any]],
+    namespace: str,
+    dry_run: bool = False,
+    created: Callable[[dict[str, Any]], None] | None = None,
 ) -> str:
     """Create every manifest of one attempt; 'created', or 'existing' when any was there.
 
@@ -126,7 +135,7 @@ def create_attempt(
     return outcome
 
 
-def owned(manifest: dict, uids: dict[tuple[str, str, str], str]) -> dict:
+def owned(manifest: dict[str, Any], uids: dict[tuple[str, str, str], str]) -> dict[str, Any]:
     """`manifest` with the uid of each owner reference left empty filled in from `uids`
     (a copy; the rendered manifest stays as rendered)."""
     refs = (manifest.get("metadata") or {}).get("ownerReferences")
@@ -147,7 +156,7 @@ def submit_attempt(
     carry: Carried,
     namespace: str,
     annotations: dict[str, str] | None = None,
-    created: Callable[[dict], None] | None = None,
+    created: Callable[[dict[str, Any]], None] | None = None,
 ) -> str:
     """Create attempt `attempt` of `trial`, resuming from its checkpoint; 'created' or 'existing'.
 
@@ -168,7 +177,7 @@ class Requeue:
         cluster,
         renderer,
         study,
-        trials: dict,
+        trials: dict[str, Any],
         kind: tuple[str, str],
         reporter,
         clock: Callable[[], float] = time.time,
@@ -187,7 +196,7 @@ class Requeue:
         self._stuck: dict[str, str] = {}  # uid of a batch job to end once its next attempt exists -> why
         self._ending: dict[str, tuple[str, str]] = {}  # uid of a batch job to delete -> (name, why)
 
-    def _record(self, drained: bool) -> tuple[dict[str, dict], bool]:
+    def _record(self, drained: bool) -> tuple[dict[str, dict[str, Any]], bool]:
         """The suspension marks and whether the study is held (drained by a user or by the
         etcd breaker), from one read of the study record.
 
@@ -200,7 +209,7 @@ class Requeue:
             return {}, drained
         return suspended_of(cm), parse_record(cm).held
 
-    def _state(self, job: dict, state: TrialState) -> TrialState | None:
+    def _state(self, job: dict[str, Any], state: TrialState) -> TrialState | None:
         """The loop classified from the job alone; an attempt that ended FAILED may still
         have been evicted (a policy that aborts on PodEvicted, a batch/v1 Job without the
         bundled pod failure policy): decided once per job, None while it cannot be yet."""
@@ -214,7 +223,7 @@ class Requeue:
             self._verdicts[uid] = verdict
         return self._verdicts[uid]
 
-    def _ended(self, job: dict) -> TrialState | None:
+    def _ended(self, job: dict[str, Any]) -> TrialState | None:
         """PREEMPTED or FAILED: what the pod mirror saw, else the PodGroup's Evict events;
         None when undecided (the pods may still tell, or the events could not be read)."""
         uid = (job.get("metadata") or {}).get("uid", "")
@@ -236,7 +245,7 @@ class Requeue:
             return None
         return classify_attempt(job, events=events)
 
-    def _ends_stuck(self, job: dict, state: TrialState) -> bool:
+    def _ends_stuck(self, job: dict[str, Any], state: TrialState) -> bool:
         """A running batch/v1 attempt whose disrupted pod outlived its deletion time (see
         STUCK_AFTER) is preempted; the loop ends it once its next attempt exists."""
         if not (state.in_flight and is_batch(job) and self.signals is not None):
@@ -251,9 +260,9 @@ class Requeue:
     def step(
         self,
         states: dict[str, TrialState],
-        latest: dict[str, dict],
+        latest: dict[str, dict[str, Any]],
         drained: bool,
-        record: dict | None = None,
+        record: dict[str, Any] | None = None,
         room: int | None = None,
     ) -> dict[str, TrialState]:
         """Update the loop's trial states (preempted, suspended, retrying, given up) and act on them.
@@ -269,9 +278,9 @@ class Requeue:
         marks, drained = self._record(drained) if record is None else (suspended_of(record), parse_record(record).held)
         self._end_stuck()
         views = self._views(states, latest, marks)
-        read: dict[str, dict] = {}
+        read: dict[str, dict[str, Any]] = {}
 
-        def starts() -> dict:
+        def starts() -> dict[str, Any]:
             """When each job's first pod started, read once and only when first needed."""
             if "pods" not in read:
                 namespace, name = self.study.namespace, self.study.name
@@ -292,7 +301,7 @@ class Requeue:
         return states
 
     def _views(
-        self, states: dict[str, TrialState], latest: dict[str, dict], marks: dict[str, dict]
+        self, states: dict[str, TrialState], latest: dict[str, dict[str, Any]], marks: dict[str, dict[str, Any]]
     ) -> dict[str, TrialView]:
         """Each trial's view for `next_actions`, from its latest job and its suspension mark;
         updates `states` to the state the loop shows (RETRYING while a preemption is not
@@ -316,7 +325,7 @@ class Requeue:
             states[name] = effective_state(view, self.limits)
         return views
 
-    def _give_up(self, action: Action, job: dict | None) -> None:
+    def _give_up(self, action: Action, job: dict[str, Any] | None) -> None:
         """Mark the trial's latest job given up, with why."""
         assert job is not None  # a trial is given up for what its latest job went through
         name, key = job["metadata"]["name"], labels.GIVEN_UP
@@ -329,10 +338,10 @@ class Requeue:
     def _resubmit(
         self,
         action: Action,
-        job: dict | None,
-        mark: dict | None,
+        job: dict[str, Any] | None,
+        mark: dict[str, Any] | None,
         views: dict[str, TrialView],
-        starts: Callable[[], dict],
+        starts: Callable[[], dict[str, Any]],
     ) -> bool:
         """Create the trial's next attempt, carrying its GPU time forward from its latest job
         (or from its suspension mark when that is newer); whether it was created."""

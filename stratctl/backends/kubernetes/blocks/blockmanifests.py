@@ -54,7 +54,7 @@ class NotMergeable(StratctlError):
 # ------------------------------------------------------------------ rendering
 
 
-def job_of(docs: list[dict]) -> dict:
+def job_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """The batch/v1 Job of one trial's rendered first attempt."""
     return next(d for d in docs if d.get("kind") == "Job")
 
@@ -75,7 +75,7 @@ def shell_word(word: str) -> str:
     return "".join(parts) or "''"
 
 
-def _container(job: dict) -> dict:
+def _container(job: dict[str, Any]) -> dict[str, Any]:
     return job["spec"]["template"]["spec"]["containers"][0]
 
 
@@ -103,15 +103,15 @@ class Part:
 
     name: str
     index: int
-    params: dict
+    params: dict[str, Any]
     job: str
     checkpoint: str
-    command: list
-    env: list
+    command: list[Any]
+    env: list[Any]
     spec_hash: str = ""  # its first attempt's, as a Job of its own (what a changed study is judged by)
 
 
-def part_of(trial: Trial, docs: list[dict]) -> Part:
+def part_of(trial: Trial, docs: list[dict[str, Any]]) -> Part:
     job = job_of(docs)
     container = _container(job)
     notes = job["metadata"].get("annotations") or {}
@@ -128,7 +128,7 @@ def part_of(trial: Trial, docs: list[dict]) -> Part:
     )
 
 
-def pod_key(job: dict) -> dict:
+def pod_key(job: dict[str, Any]) -> dict[str, Any]:
     """A trial's pod template without what is the trial's own (stratctl's per-trial keys,
     its command line, its environment's values): the trials of one block share it. Shallow:
     made for every trial of a study, to compare."""
@@ -151,7 +151,7 @@ def pod_key(job: dict) -> dict:
     }
 
 
-def mergeable(first: list[dict] | dict, other: list[dict], where: str) -> None:
+def mergeable(first: list[dict[str, Any]] | dict[str, Any], other: list[dict[str, Any]], where: str) -> None:
     """Raise NotMergeable, naming what differs, when `other`'s trial cannot share a block
     with `first`'s (their pods differ in more than command line and environment values).
     `first`: its manifests, or its `pod_key` (made once for many trials)."""
@@ -192,11 +192,11 @@ def _shared(parts: list[Part]) -> set[int]:
     return {j for j, e in enumerate(first) if not _rank(e) and all(part.env[j] == e for part in parts[1:])}
 
 
-def _rank(entry: dict) -> bool:
+def _rank(entry: dict[str, Any]) -> bool:
     return INDEX in str(((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", ""))
 
 
-def _template(first: dict, name: str, queue: str, shared: list[dict]) -> dict:
+def _template(first: dict[str, Any], name: str, queue: str, shared: list[dict[str, Any]]) -> dict[str, Any]:
     """The block's pod template: the first trial's, without what is each trial's own, its
     container running the script of its index."""
     template = copy.deepcopy(first["spec"]["template"])
@@ -219,8 +219,8 @@ def _template(first: dict, name: str, queue: str, shared: list[dict]) -> dict:
 
 
 def block_manifests(
-    study, n: int, first: list[dict], parts: list[Part], parallelism: int
-) -> tuple[list[dict], list[Listed]]:
+    study, n: int, first: list[dict[str, Any]], parts: list[Part], parallelism: int
+) -> tuple[list[dict[str, Any]], list[Listed]]:
     """The ConfigMap of the trials' scripts and the Indexed Job of block `n`, for as many of
     these trials as one block carries (MAX_TRIALS, fewer when their list or their scripts
     would outgrow one object), and the trials it carries. `first`: the first trial's
@@ -290,10 +290,10 @@ def block_manifests(
     return [configmap, job], listed
 
 
-def _queue(docs: list[dict]) -> str:
+def _queue(docs: list[dict[str, Any]]) -> str:
     group = next((d for d in docs if d.get("kind") == "PodGroup"), None)
     return ((group or {}).get("spec") or {}).get("queue") or ""
 
 
-def _downward(name: str, annotation: str) -> dict:
+def _downward(name: str, annotation: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}

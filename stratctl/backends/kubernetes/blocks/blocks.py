@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from stratctl import labels
 
@@ -45,11 +46,11 @@ class Listed:
 
     name: str
     index: int  # the trial's index in the study
-    params: dict
+    params: dict[str, Any]
     checkpoint: str
     spec_hash: str = ""  # the trial's first attempt's, as a Job of its own would carry it
 
-    def note(self) -> list:
+    def note(self) -> list[Any]:
         """Its entry in the block's list (the Job's annotation)."""
         return [self.name, self.index, self.params, self.checkpoint, self.spec_hash]
 
@@ -70,11 +71,11 @@ def indexes(text: str | None) -> set[int]:
     return found
 
 
-def is_block(job: dict) -> bool:
+def is_block(job: dict[str, Any]) -> bool:
     return labels.BLOCK in ((job.get("metadata") or {}).get("labels") or {})
 
 
-def listed_of(job: dict) -> list[Listed]:
+def listed_of(job: dict[str, Any]) -> list[Listed]:
     note = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.BLOCK_TRIALS) or "[]"
     try:
         return [Listed(str(n), int(i), dict(p), str(c), str(h[0]) if h else "") for n, i, p, c, *h in json.loads(note)]
@@ -82,20 +83,20 @@ def listed_of(job: dict) -> list[Listed]:
         return []
 
 
-def index_of(pod: dict) -> int | None:
+def index_of(pod: dict[str, Any]) -> int | None:
     meta = pod.get("metadata") or {}
     value = (meta.get("annotations") or {}).get(INDEX) or (meta.get("labels") or {}).get(INDEX)
     return int(value) if value is not None and str(value).isdigit() else None
 
 
-def _ready(pod: dict) -> bool:
+def _ready(pod: dict[str, Any]) -> bool:
     status = pod.get("status") or {}
     if status.get("phase") != "Running":
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-def _terminal(pod: dict) -> bool:
+def _terminal(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
@@ -103,16 +104,16 @@ def _terminal(pod: dict) -> bool:
 class Block:
     """One block as last observed: its Job, and its trials' pods by index."""
 
-    job: dict
+    job: dict[str, Any]
     listed: list[Listed]
-    pods: dict[int, dict] = field(default_factory=dict)  # index -> its latest pod
+    pods: dict[int, dict[str, Any]] = field(default_factory=dict)  # index -> its latest pod
 
     @property
     def name(self) -> str:
         return self.job["metadata"]["name"]
 
     @property
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return self.job.get("status") or {}
 
     @property
@@ -131,7 +132,7 @@ class Block:
     def parallelism(self) -> int:
         return int((self.job.get("spec") or {}).get("parallelism") or 0)
 
-    def live(self) -> dict[int, dict]:
+    def live(self) -> dict[int, dict[str, Any]]:
         """Index -> its pod, for indexes whose pod is not finished."""
         done = self.completed | self.failed
         return {i: p for i, p in self.pods.items() if not _terminal(p) and i not in done}
@@ -163,7 +164,7 @@ class Block:
             return f"its block {self.name} is suspended (drain)"
         return f"queued in its block {self.name}: at most {self.parallelism} of its trials at once"
 
-    def trial_jobs(self) -> list[dict]:
+    def trial_jobs(self) -> list[dict[str, Any]]:
         """One batch/v1 Job-shaped view per trial of the block: what every reader
         of a trial's job (states, status, recovery) reads, as if the trial had a Job of its
         own (`<block>-<index>`; uid `<block uid>/<index>`, as its pods' `owner_uid`)."""
@@ -180,7 +181,9 @@ class Block:
             pod = self.pods.get(i)
             pod_status = (pod or {}).get("status") or {}
             if i in done or i in failed:
-                status: dict = {"conditions": [_ended("Complete" if i in done else "Failed", pod, self.status)]}
+                status: dict[str, Any] = {
+                    "conditions": [_ended("Complete" if i in done else "Failed", pod, self.status)]
+                }
             elif i in live or i in ending:  # a Failed pod not counted yet: in flight, between runs
                 status = {"active": 1, "ready": 1 if i in live and _ready(live[i]) else 0}
             else:  # queued: pending, no pod yet
@@ -223,7 +226,7 @@ class Block:
         return views
 
 
-def _ended(kind: str, pod: dict | None, status: dict) -> dict:
+def _ended(kind: str, pod: dict[str, Any] | None, status: dict[str, Any]) -> dict[str, Any]:
     """A trial view's Complete or Failed condition, at its pod's end when the pod is known."""
     when = None
     for state in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
@@ -236,7 +239,7 @@ def _ended(kind: str, pod: dict | None, status: dict) -> dict:
     }
 
 
-def blocks_of(jobs: list[dict], pods: list[dict]) -> list[Block]:
+def blocks_of(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[Block]:
     """The study's blocks among its jobs, each with its pods (the latest of each index)."""
     blocks = {(j.get("metadata") or {}).get("uid"): Block(j, listed_of(j)) for j in jobs if is_block(j)}
     for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or ""):
@@ -248,7 +251,7 @@ def blocks_of(jobs: list[dict], pods: list[dict]) -> list[Block]:
     return sorted(blocks.values(), key=lambda b: block_number(b.name))
 
 
-def expand(jobs: list[dict], pods: list[dict]) -> tuple[list[dict], list[Block]]:
+def expand(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Block]]:
     """The study's jobs with every block replaced by its trials' views (`Block.trial_jobs`),
     and the blocks."""
     blocks = blocks_of(jobs, pods)

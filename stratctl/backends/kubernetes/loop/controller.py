@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, VOLCANO_JOB, Cluster
@@ -87,7 +87,7 @@ class Submitter(Cycle):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         source: str = "",
-        manifests: dict[str, list[dict]] | None = None,
+        manifests: dict[str, list[dict[str, Any]]] | None = None,
         wall: Callable[[], float] = time.time,
         parts: dict[str, Part] | None = None,
     ):
@@ -107,7 +107,7 @@ class Submitter(Cycle):
     def _say(self, message: str) -> None:
         self.reporter.event(message)
 
-    def _take_trials(self, trials: list[Trial], manifests: dict[str, list[dict]] | None) -> None:
+    def _take_trials(self, trials: list[Trial], manifests: dict[str, list[dict[str, Any]]] | None) -> None:
         """The study's trials, or a closed-loop search that asks them as it goes (looptrials.py)."""
         self.given = LoopTrials(self.study, trials, self.renderer, manifests)
         self.search, self.trials, self.order = self.given.search, self.given.by_name, self.given.order
@@ -187,8 +187,8 @@ class Submitter(Cycle):
     def _start_state(self) -> None:
         """What the loop knows of the cluster before its first cycle: nothing yet."""
         self._deletions_seen = 0  # jobs seen deleted, by the last observe
-        self.every_job: list[dict] = []  # every attempt of the study's trials, as last observed
-        self.latest: dict[str, dict] = {}  # each trial's latest attempt's job, as last observed
+        self.every_job: list[dict[str, Any]] = []  # every attempt of the study's trials, as last observed
+        self.latest: dict[str, dict[str, Any]] = {}  # each trial's latest attempt's job, as last observed
         # trials this loop created while its mirror of jobs did not watch yet (`--detach`
         # lists once and watches only from a second cycle on): pending, by name alone, so a
         # single-cycle --detach of 100,000 trials keeps no job of them
@@ -217,7 +217,7 @@ class Submitter(Cycle):
             self.keeper.change(PLACEMENTS_KEY, placements=self.placer.counts())
         tight = self.progress.api is not None and self.progress.api.tight
 
-        def starts() -> dict | None:  # batch/v1 Jobs' first pods
+        def starts() -> dict[str, Any] | None:  # batch/v1 Jobs' first pods
             return pod_starts(self.cluster, self.namespace, self.study.name, self.kind, self.signals)
 
         self.keeper.save_summary(force, self.progress.done, tight, self.latest, starts)
@@ -257,7 +257,7 @@ class Submitter(Cycle):
                 )
         return states
 
-    def listed(self) -> list[dict]:
+    def listed(self) -> list[dict[str, Any]]:
         """Every attempt of the study's trials: as watched, else listed now."""
         if self.jobs is not None:
             return self.jobs.snapshot()[0]
@@ -342,7 +342,7 @@ class Submitter(Cycle):
 
     # -- what the capabilities and the creates read -----------------------------------
 
-    def _seen(self, obj: dict) -> None:
+    def _seen(self, obj: dict[str, Any]) -> None:
         """An object this loop created: its jobs are added to the mirror, so the next cycle
         sees them even if the watch lags; before the mirror watches (--detach's first cycle),
         only its trial's name is kept."""
@@ -352,11 +352,11 @@ class Submitter(Cycle):
             elif (trial := trial_of(obj)) is not None:
                 self._unseen.add(trial)
 
-    def submit_trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict] | None = None) -> str:
+    def submit_trial(self, trial: Trial, dry_run: bool = False, manifests: list[dict[str, Any]] | None = None) -> str:
         """Create every manifest of the trial's first attempt; 'created' or 'existing' (creating.py)."""
         return self.creating.trial(trial, dry_run, manifests)
 
-    def mirrored(self) -> tuple[list[dict] | None, list[dict] | None]:
+    def mirrored(self) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
         """The cluster's pods and the namespace's PodGroups, when the loop mirrors them."""
         pods, groups = getattr(self.signals, "pods", None), getattr(self.signals, "groups", None)
         if pods is None or groups is None:

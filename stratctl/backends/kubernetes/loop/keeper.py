@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, Cluster
 from stratctl.backends.kubernetes.objects.record import (
@@ -51,13 +52,15 @@ class RecordKeeper:
         self.cluster, self.record, self.namespace = cluster, record, namespace
         self.name = record_name(record.study)
         self.say, self.clock, self.wall = say, clock, wall
-        self.cm: dict | None = None  # the record as last read (suspension marks included)
+        self.cm: dict[str, Any] | None = None  # the record as last read (suspension marks included)
         self.exists = False  # the record exists (ensure went through)
         self.created = False  # this run created it (rather than adopting a previous run's)
         self.following = False  # whether the record's heartbeat says this loop follows the study
         self._unsaved: set[str] = set()  # keys changed since the last write (coalesced)
         self._written = float("-inf")  # clock time of the last write
-        self._summary: tuple[float, dict, float] | None = None  # (clock, data, build seconds) of the last written
+        self._summary: tuple[float, dict[str, Any], float] | None = (
+            None  # (clock, data, build seconds) of the last written
+        )
         self._flags_read = float("-inf")  # clock time the flags were last read
         self._deletions_read = 0  # jobs seen deleted when the flags were last read
 
@@ -115,7 +118,12 @@ class RecordKeeper:
         self.record = replace(self.record, drained=now.drained, deleting=now.deleting)
 
     def save_summary(
-        self, force: bool, done: bool, tight: bool, jobs: dict[str, dict], starts: Callable[[], dict | None]
+        self,
+        force: bool,
+        done: bool,
+        tight: bool,
+        jobs: dict[str, dict[str, Any]],
+        starts: Callable[[], dict[str, Any] | None],
     ) -> None:
         """Keep the study's row (trials by state, attempts, GPU-hours) in its record, so
         `status` shows this study without listing its jobs: when it changed, at most every
@@ -181,8 +189,8 @@ class RecordKeeper:
         self._unsaved.difference_update(patch)
 
     def _summary_due(
-        self, now: float, force: bool, jobs: dict[str, dict], starts: Callable[[], dict | None]
-    ) -> tuple[tuple[float, dict, float], dict] | None:
+        self, now: float, force: bool, jobs: dict[str, dict[str, Any]], starts: Callable[[], dict[str, Any] | None]
+    ) -> tuple[tuple[float, dict[str, Any], float], dict[str, Any]] | None:
         """The summary to write now, if one is due: (what to remember of it, its record keys)."""
         last_time, last_data, cost = self._summary or (float("-inf"), {}, 0.0)
         if not force and now - last_time < max(SUMMARY_EVERY, 20 * cost):

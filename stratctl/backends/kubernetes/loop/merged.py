@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD
@@ -59,13 +59,13 @@ class Merged(Capability):
         self.room = 1  # trials the decision lets into flight now: a new block's parallelism
         self.next = 0  # the number of the next block
         self.set: dict[str, int] = {}  # block -> the parallelism last written
-        self.unsent: tuple[list[dict], list[str]] | None = None  # a block whose send failed, and its trials
+        self.unsent: tuple[list[dict[str, Any]], list[str]] | None = None  # a block whose send failed, and its trials
         self.flying: dict[str, int] = {}  # block ('' outside any) -> its trials in flight
         self.observed: Observed | None = None  # what the decision was made on, as this capability counts
 
     # -- what the loop reads ------------------------------------------------------------
 
-    def expand(self, jobs: list[dict]) -> list[dict]:
+    def expand(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The study's jobs with each block read as its trials' views (blocks.expand), its
         live pods listed once a cycle while any block has trials left."""
         blocks = blocks_of(jobs, [])
@@ -81,7 +81,7 @@ class Merged(Capability):
         self.next = max(self.next, 1 + max(block_number(b.name) for b in self.blocks))
         return jobs
 
-    def _live_pods(self) -> list[dict]:
+    def _live_pods(self) -> list[dict[str, Any]]:
         study = self.loop.study
         try:
             pods, _ = self.loop.throttle.call(

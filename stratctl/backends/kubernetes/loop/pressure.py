@@ -15,7 +15,7 @@ the Prometheus watch's latest reading, the API request counters).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.kubernetes.objects.blocked import Blocked
 from stratctl.backends.kubernetes.watch.mirror import watch_health
@@ -83,10 +83,10 @@ class Pressure:
         self,
         states: dict[str, TrialState],
         progress: Progress,
-        latest: dict[str, dict],
+        latest: dict[str, dict[str, Any]],
         drained: bool,
         signals: ClusterSignals | None,
-        groups: list[dict] | None,
+        groups: list[dict[str, Any]] | None,
         prometheus,
         durations: bool,
         stale: str | None = None,

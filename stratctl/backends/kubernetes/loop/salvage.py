@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import POD, PODGROUP, VOLCANO_JOB
@@ -36,11 +37,11 @@ JOB_NAME = "volcano.sh/job-name"  # label Volcano puts on a job's pods
 GROUP_NAME = "scheduling.k8s.io/group-name"  # annotation naming a pod's PodGroup
 
 
-def _meta(obj: dict) -> dict:
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata") or {}
 
 
-def _owner_uids(obj: dict) -> set[str]:
+def _owner_uids(obj: dict[str, Any]) -> set[str]:
     return {o.get("uid") for o in _meta(obj).get("ownerReferences") or []}
 
 
@@ -52,12 +53,12 @@ class Salvage:
         cluster,
         renderer,
         study,
-        trials: dict,
+        trials: dict[str, Any],
         kind: tuple[str, str],
         reporter,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        created: Callable[[dict], None] | None = None,
+        created: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.cluster = cluster
         self.renderer = renderer
@@ -78,11 +79,11 @@ class Salvage:
     def step(
         self,
         states: dict[str, TrialState],
-        latest: dict[str, dict],
-        jobs: list[dict],
+        latest: dict[str, dict[str, Any]],
+        jobs: list[dict[str, Any]],
         drained: bool,
-        pods: list[dict] | None = None,
-        groups: list[dict] | None = None,
+        pods: list[dict[str, Any]] | None = None,
+        groups: list[dict[str, Any]] | None = None,
     ) -> dict[str, TrialState]:
         """Replace the lost among the trials' latest attempts (`latest`); `jobs` are all the
         study's jobs (older attempts too), `pods` and `groups` the mirrored ones (None: not
@@ -132,9 +133,9 @@ class Salvage:
         return states
 
     @staticmethod
-    def _index(pods: list[dict], groups: list[dict]):
-        by_job: dict[tuple[str, str], list[dict]] = {}
-        by_group: dict[tuple[str, str], list[dict]] = {}
+    def _index(pods: list[dict[str, Any]], groups: list[dict[str, Any]]):
+        by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for pod in pods:
             meta = _meta(pod)
             ns = meta.get("namespace", "")
@@ -142,14 +143,16 @@ class Salvage:
                 by_job.setdefault((ns, meta["labels"][JOB_NAME]), []).append(pod)
             elif (meta.get("annotations") or {}).get(GROUP_NAME):
                 by_group.setdefault((ns, meta["annotations"][GROUP_NAME]), []).append(pod)
-        by_owner: dict[str, dict] = {}
+        by_owner: dict[str, dict[str, Any]] = {}
         for group in groups:
             for uid in _owner_uids(group):
                 by_owner[uid] = group
             by_owner.setdefault(_meta(group).get("name") or "", group)
         return by_job, by_group, by_owner
 
-    def _evidence(self, job: dict) -> tuple[dict, dict | None, list[dict]] | None:
+    def _evidence(
+        self, job: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]] | None:
         """The job, its PodGroup and its pods as the API server has them now; None when the
         job is gone or was replaced by another of the same name."""
         meta = _meta(job)
@@ -167,7 +170,9 @@ class Salvage:
         group = next((g for g in groups if meta.get("uid") in _owner_uids(g)), None)
         return fresh, group, pods
 
-    def _replace(self, name: str, evidence: tuple[dict, dict | None, list[dict]], lasted: float) -> None:
+    def _replace(
+        self, name: str, evidence: tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]], lasted: float
+    ) -> None:
         """Create the trial's next attempt, then delete the lost one."""
         job, group, pods = evidence
         meta = _meta(job)
@@ -185,7 +190,7 @@ class Salvage:
             f"no pods for {duration(lasted)}): deleted; attempt {attempt} resumes from its checkpoint"
         )
 
-    def _delete_replaced(self, jobs: list[dict], latest: dict[str, dict]) -> None:
+    def _delete_replaced(self, jobs: list[dict[str, Any]], latest: dict[str, dict[str, Any]]) -> None:
         """A lost job whose replacement exists but whose delete did not go through (the API
         server went out in between) is deleted now: it must not sit in the queue for ever."""
         for job in jobs:

@@ -7,6 +7,7 @@ mirrored into an Optuna storage (`--storage`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
@@ -43,7 +44,7 @@ class Searching:
         self.said_no_pruning = False
         self.stopped: set[str] = set()  # trials this loop stopped
 
-    def rebuild(self, jobs: list[dict]) -> None:
+    def rebuild(self, jobs: list[dict[str, Any]]) -> None:
         """The search so far, from the cluster alone: the study's jobs, their pods' results,
         and the record's told trials."""
         latest = latest_attempts(jobs)
@@ -77,7 +78,9 @@ class Searching:
             self.keeper.change("trials", trials=len(self.order))
         return [t.name for t in trials]
 
-    def tell(self, states: dict[str, TrialState], jobs: dict[str, dict], pods: list[dict] | None) -> None:
+    def tell(
+        self, states: dict[str, TrialState], jobs: dict[str, dict[str, Any]], pods: list[dict[str, Any]] | None
+    ) -> None:
         """Tell the sampler the trials that ended since the last cycle, and the record."""
         ended = {
             n: s
@@ -118,7 +121,9 @@ class Searching:
                 self.say("--storage: mirroring again")
             storage.failing = False
 
-    def prune(self, states: dict[str, TrialState], jobs: dict[str, dict], pods: list[dict] | None) -> None:
+    def prune(
+        self, states: dict[str, TrialState], jobs: dict[str, dict[str, Any]], pods: list[dict[str, Any]] | None
+    ) -> None:
         """Read the running trials' intermediate values (their pods' reports, from the loop's
         watch of pods) and stop those the pruner judges: the told entry in the record first,
         then the job deleted, so its GPUs go to the next trial at once."""
@@ -165,7 +170,7 @@ class Searching:
                 f"({self.study.pruner.kind if self.study.pruner else 'no'} pruner)"
             )
 
-    def _stop(self, job: dict, pods: list[dict]) -> None:
+    def _stop(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         """End a pruned trial's run now: its job deleted, or in a block (merged submissions)
         its index stopped (blockstop.py)."""
         meta = job["metadata"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from stratctl.backends.kubernetes.api.cluster import CONFIGMAP
 from stratctl.backends.kubernetes.objects.record import BREAKER_KEY, breaker_value, job_kinds, parse_record, record_name
@@ -64,7 +65,7 @@ class Shedding:
         self._latency: float | None = None
         self._read = False  # whether the record's flag was read (a flag an earlier loop left)
 
-    def step(self, observed: Observed, record: dict | None) -> Observed:
+    def step(self, observed: Observed, record: dict[str, Any] | None) -> Observed:
         """Feed the breaker this cycle's etcd reading; drain or resume the study when it moves.
         What the policy then sees: drained while the breaker holds the study."""
         if not self.enabled:

@@ -12,6 +12,7 @@ loop never fails for it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from stratctl.backends.kubernetes.api.cluster import PODGROUP
 from stratctl.backends.kubernetes.objects.state import podgroup_name
@@ -29,7 +30,7 @@ class Blocked:
         self.last = ""
         self._read_at = float("-inf")
 
-    def why(self, stuck: list[dict], groups: list[dict] | None, now: float) -> str:
+    def why(self, stuck: list[dict[str, Any]], groups: list[dict[str, Any]] | None, now: float) -> str:
         """The cause for the first of the `stuck` jobs (their PodGroups from `groups`, the
         loop's mirror, when it has one); "" when none is stuck. Says each new cause once."""
         if not stuck:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from stratctl.core.quantity import GPU, gpus_of, whole_units
 from stratctl.core.trialspec import TrialSpec
 from stratctl.run.packing import gangs_fit
 
 
-def pod_gpus(pod: dict) -> int:
+def pod_gpus(pod: dict[str, Any]) -> int:
     """GPUs a pod holds: the sum over containers, or the largest init container if larger."""
     spec = pod.get("spec") or {}
     main = sum(gpus_of(c.get("resources")) for c in spec.get("containers") or [])
@@ -23,7 +24,7 @@ def pod_gpus(pod: dict) -> int:
     return max(main, init)
 
 
-def job_gpus(job: dict) -> int:
+def job_gpus(job: dict[str, Any]) -> int:
     """GPUs a trial attempt holds while running: every pod of every task (a Volcano Job's
     `tasks`, or a batch/v1 Job's `parallelism` pods of its one template)."""
     spec = job.get("spec") or {}
@@ -33,7 +34,7 @@ def job_gpus(job: dict) -> int:
     return sum(replicas * pod_gpus(template) for replicas, template in templates)
 
 
-def schedulable(node: dict) -> bool:
+def schedulable(node: dict[str, Any]) -> bool:
     """Whether new pods may go to the node: Ready, and not cordoned."""
     if (node.get("spec") or {}).get("unschedulable"):
         return False
@@ -46,7 +47,7 @@ def schedulable(node: dict) -> bool:
 KEEPS_OUT = ("NoSchedule", "NoExecute")  # taint effects that keep a pod without a toleration off a node
 
 
-def tolerates(tolerations: Iterable[Mapping], taint: Mapping) -> bool:
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
     """Whether one of the tolerations tolerates the taint (Kubernetes' rule: same effect or
     none given; an empty key with `Exists` tolerates every taint; `Equal` compares values)."""
     for t in tolerations:
@@ -69,10 +70,10 @@ class Placement:
     """Where the pods of one task of a study may go, as far as the node objects say: its
     node selector and its tolerations (affinity is not read)."""
 
-    tolerations: tuple[Mapping, ...] = ()
+    tolerations: tuple[Mapping[str, Any], ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
 
-    def admits(self, node: dict) -> bool:
+    def admits(self, node: dict[str, Any]) -> bool:
         labels = (node.get("metadata") or {}).get("labels") or {}
         if any(labels.get(key) != value for key, value in self.node_selector.items()):
             return False
@@ -95,7 +96,7 @@ def placements(trial: TrialSpec) -> list[Placement] | None:
     return found
 
 
-def placeable(nodes: Iterable[dict], placements: Iterable[Placement] | None) -> list[dict]:
+def placeable(nodes: Iterable[dict[str, Any]], placements: Iterable[Placement] | None) -> list[dict[str, Any]]:
     """The nodes the pods of at least one of the placements may go to (all of them for None):
     a node tainted for others, or of another pool, holds no GPU of the study's."""
     if placements is None:
@@ -104,7 +105,7 @@ def placeable(nodes: Iterable[dict], placements: Iterable[Placement] | None) -> 
     return [n for n in nodes if any(p.admits(n) for p in kinds)]
 
 
-def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
+def free_gpus(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]) -> dict[str, int]:
     """Node name → GPUs not requested by any non-terminated pod bound to it."""
     free = {
         n["metadata"]["name"]: whole_units(((n.get("status") or {}).get("allocatable") or {}).get(GPU, 0))
@@ -118,7 +119,7 @@ def free_gpus(nodes: Iterable[dict], pods: Iterable[dict]) -> dict[str, int]:
     return {name: max(0, gpus) for name, gpus in free.items()}
 
 
-def pending_demand(pods: Iterable[dict]) -> list[int]:
+def pending_demand(pods: Iterable[dict[str, Any]]) -> list[int]:
     """GPUs asked for by pods that are waiting for a node (created, not yet bound)."""
     return [
         g
@@ -132,13 +133,13 @@ def pending_demand(pods: Iterable[dict]) -> list[int]:
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # which PodGroup a pod belongs to (Volcano)
 
 
-def group_key(pod: dict) -> tuple[str, str]:
+def group_key(pod: dict[str, Any]) -> tuple[str, str]:
     """(namespace, PodGroup) of a pod; the PodGroup is "" for a pod that names none."""
     meta = pod.get("metadata") or {}
     return meta.get("namespace", ""), (meta.get("annotations") or {}).get(GROUP_ANNOTATION) or ""
 
 
-def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:
+def queued_demand(groups: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]) -> list[int]:
     """GPUs per pod of the gangs Volcano has queued but whose pods do not exist yet.
 
     A gang admitted a moment ago by another launcher is a PodGroup (Pending, or Inqueue
@@ -150,7 +151,7 @@ def queued_demand(groups: Iterable[dict], pods: Iterable[dict]) -> list[int]:
     return [per_pod for _, missing, per_pod in _queued_missing(groups, pods) for _ in range(missing)]
 
 
-def _queued_missing(groups: Iterable[dict], pods: Iterable[dict]):
+def _queued_missing(groups: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]):
     """(key, pods of its gang not created yet, GPUs per pod) of each gang Volcano
     has queued (Pending or Inqueue) with GPU pods still to create."""
     existing: dict[tuple[str, str], int] = {}
@@ -169,12 +170,14 @@ def _queued_missing(groups: Iterable[dict], pods: Iterable[dict]):
             yield key, missing, -(-gpus // members)
 
 
-def _pg_key(pg: dict) -> tuple[str, str]:
+def _pg_key(pg: dict[str, Any]) -> tuple[str, str]:
     meta = pg.get("metadata") or {}
     return meta.get("namespace", ""), meta.get("name", "")
 
 
-def demand_besides(pods: list[dict], groups: Iterable[dict], left_out: set[tuple[str, str]]) -> list[int]:
+def demand_besides(
+    pods: list[dict[str, Any]], groups: Iterable[dict[str, Any]], left_out: set[tuple[str, str]]
+) -> list[int]:
     """The waiting pods' and queued gangs' GPU demand, the gangs in `left_out` aside."""
     others = [p for p in pods if group_key(p) not in left_out]
     return pending_demand(others) + queued_demand([g for g in groups if _pg_key(g) not in left_out], others)

@@ -11,6 +11,7 @@ A trial is a sequence of attempts (Volcano Jobs or batch/v1 Jobs named by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import job_gpus
@@ -48,7 +49,7 @@ class Carried:
         }
 
 
-def carried(job: dict | None) -> Carried:
+def carried(job: dict[str, Any] | None) -> Carried:
     notes = ((job or {}).get("metadata") or {}).get("annotations") or {}
 
     def number(key: str) -> float:
@@ -78,7 +79,7 @@ class Usage:
 ENDED = ("Completed", "Failed", "Aborted", "Terminated")
 
 
-def usage(job: dict, now: float, state: TrialState | None = None, started: float | None = None) -> Usage:
+def usage(job: dict[str, Any], now: float, state: TrialState | None = None, started: float | None = None) -> Usage:
     """GPU time of this attempt's current (or last) run, and how much of it preemption lost.
 
     A run lasts from the job's last transition to Running until it ended (or now). A run
@@ -111,7 +112,7 @@ def usage(job: dict, now: float, state: TrialState | None = None, started: float
     return Usage(seconds, seconds if state is TrialState.PREEMPTED else 0.0)
 
 
-def _batch_usage(job: dict, now: float, state: TrialState, started: float | None, gpus: int) -> Usage:
+def _batch_usage(job: dict[str, Any], now: float, state: TrialState, started: float | None, gpus: int) -> Usage:
     if started is None:
         return Usage()
     ended = ended_at(job) or now
@@ -122,7 +123,9 @@ def _batch_usage(job: dict, now: float, state: TrialState, started: float | None
 # ------------------------------------------------------------------ the view recovery decides on
 
 
-def view_of(trial: str, job: dict | None, suspended_attempt: int | None, state: TrialState | None = None) -> TrialView:
+def view_of(
+    trial: str, job: dict[str, Any] | None, suspended_attempt: int | None, state: TrialState | None = None
+) -> TrialView:
     """A trial's view from its latest job (None: none in the cluster) and the record's
     suspension mark (the attempt `drain` deleted, if any)."""
     if job is None:

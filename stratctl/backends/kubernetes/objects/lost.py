@@ -15,6 +15,8 @@ in a row (a controller that is down, not forgetful) are given twice as long each
 
 from __future__ import annotations
 
+from typing import Any
+
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.state import volcano_phase
 
@@ -24,7 +26,7 @@ LOST_BY_CONTROLLER = "lost by the job controller"
 WAITING_PHASES = ("Pending", "Inqueue")  # a Volcano job's phases before any pod runs
 
 
-def symptom(job: dict, podgroup: dict | None, pods: list[dict]) -> str | None:
+def symptom(job: dict[str, Any], podgroup: dict[str, Any] | None, pods: list[dict[str, Any]]) -> str | None:
     """What says the job controller dropped this job, now: None for anything normal."""
     if not (job.get("apiVersion") or "").startswith("batch.volcano.sh/"):
         return None
@@ -37,18 +39,20 @@ def symptom(job: dict, podgroup: dict | None, pods: list[dict]) -> str | None:
     return None  # Pending: the gang waits for the queue to admit it, as long as it takes
 
 
-def losses(job: dict) -> int:
+def losses(job: dict[str, Any]) -> int:
     """Attempts of the job's trial lost in a row before this one."""
     value = ((job.get("metadata") or {}).get("annotations") or {}).get(labels.LOST, "0")
     return int(value) if str(value).isdigit() else 0
 
 
-def patience(job: dict) -> float:
+def patience(job: dict[str, Any]) -> float:
     """How long the job may show a symptom: LOST_AFTER, doubled per loss in a row before it."""
     return min(LOST_AFTER * 2 ** min(losses(job), 10), LOST_AFTER_MAX)
 
 
-def is_lost(job: dict, podgroup: dict | None, pods: list[dict], since: float | None, now: float) -> bool:
+def is_lost(
+    job: dict[str, Any], podgroup: dict[str, Any] | None, pods: list[dict[str, Any]], since: float | None, now: float
+) -> bool:
     """The job shows a symptom and has since `since` (None: not seen before), for its patience."""
     return symptom(job, podgroup, pods) is not None and since is not None and now - since >= patience(job)
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
+from typing import Any
 
 from stratctl.backends.kubernetes.objects.gpus import schedulable
 from stratctl.core import accelerators
@@ -29,11 +30,11 @@ class Pod:
     gang: int
 
 
-def _requests(spec: dict) -> dict[str, str]:
+def _requests(spec: dict[str, Any]) -> dict[str, str]:
     """What one pod requests: the sum of its containers (a resource's limit where it has no
     request, as Kubernetes defaults it), or its largest init container where larger."""
 
-    def raw(kind: str) -> tuple:
+    def raw(kind: str) -> tuple[Any, ...]:
         return tuple(
             tuple(
                 {
@@ -48,11 +49,11 @@ def _requests(spec: dict) -> dict[str, str]:
 
 
 @lru_cache(maxsize=512)
-def _summed(containers: tuple, inits: tuple) -> tuple[tuple[str, str], ...]:
+def _summed(containers: tuple[Any, ...], inits: tuple[Any, ...]) -> tuple[tuple[str, str], ...]:
     """`_requests` of the containers' merged limits and requests, as (resource, quantity)
     pairs: the same few resource lists recur across a study's trials, parsed once each."""
 
-    def of(merged: tuple) -> dict[str, Decimal]:
+    def of(merged: tuple[Any, ...]) -> dict[str, Decimal]:
         return {k: q for k, v in merged if (q := parse(v)) is not None}
 
     total: dict[str, Decimal] = {}
@@ -71,7 +72,7 @@ def shown(q: Decimal, resource: str = "") -> str:
     return format_quantity(q, binary=binary)
 
 
-def pods_of(manifests: list[dict]) -> list[Pod]:
+def pods_of(manifests: list[dict[str, Any]]) -> list[Pod]:
     """The pod templates of one trial's manifests (a Volcano Job's tasks, or a batch/v1 Job
     with its PodGroup)."""
     pods: list[Pod] = []
@@ -113,7 +114,7 @@ def pods_of(manifests: list[dict]) -> list[Pod]:
 # -- whether the nodes can hold them ------------------------------------------------------
 
 
-def shape_key(pods: list[Pod]) -> tuple:
+def shape_key(pods: list[Pod]) -> tuple[Any, ...]:
     """What makes two trials' pods fit alike: tasks, requests, node selectors, replicas, gang."""
     return tuple(
         (p.task, tuple(sorted(p.requests.items())), tuple(sorted(p.node_selector.items())), p.replicas, p.gang)
@@ -123,13 +124,13 @@ def shape_key(pods: list[Pod]) -> tuple:
 
 def distinct(trials: Iterable[list[Pod]]) -> list[list[Pod]]:
     """The different shapes among the trials (resources may be templated per trial)."""
-    seen: dict[tuple, list[Pod]] = {}
+    seen: dict[tuple[Any, ...], list[Pod]] = {}
     for pods in trials:
         seen.setdefault(shape_key(pods), pods)
     return list(seen.values())
 
 
-def _allocatable(node: dict) -> dict[str, Decimal]:
+def _allocatable(node: dict[str, Any]) -> dict[str, Decimal]:
     raw = (node.get("status") or {}).get("allocatable") or {}
     return {k: q for k, v in raw.items() if (q := parse(v)) is not None}
 
@@ -146,7 +147,7 @@ def _amount(value: str) -> Decimal:
     return amount
 
 
-def _task_path(study: Study, task: str) -> tuple:
+def _task_path(study: Study, task: str) -> tuple[Any, ...]:
     """Where a task's resources are written in the study file."""
     for i, t in enumerate(study.trial.tasks):
         if t.name == task or (not task and len(study.trial.tasks) == 1):
@@ -154,7 +155,7 @@ def _task_path(study: Study, task: str) -> tuple:
     return ("trial", "resources")
 
 
-def _selector_path(study: Study, task: str) -> tuple:
+def _selector_path(study: Study, task: str) -> tuple[Any, ...]:
     """Where the node selector of a task's pods is written: the task's own, else the trial's."""
     for i, t in enumerate(study.trial.tasks):
         if t.name == task and t.node_selector:
@@ -162,14 +163,14 @@ def _selector_path(study: Study, task: str) -> tuple:
     return ("trial", "node_selector")
 
 
-def fit(study: Study, nodes: list[dict], shapes: list[list[Pod]]) -> list[Problem]:
+def fit(study: Study, nodes: list[dict[str, Any]], shapes: list[list[Pod]]) -> list[Problem]:
     """Why the Ready `nodes` cannot hold the trials of `shapes`: a pod no node can hold, once
     per task (or once for a node selector no node matches), else a gang that does not fit
     the empty cluster."""
     ready = [n for n in nodes if schedulable(n)]
     if not ready:
         return []  # nothing to measure against (an autoscaled cluster may start from none)
-    problems: dict[tuple, Problem] = {}
+    problems: dict[tuple[Any, ...], Problem] = {}
     for pods in shapes:
         for pod in pods:
             if (pod.task,) in problems:
@@ -185,7 +186,7 @@ def fit(study: Study, nodes: list[dict], shapes: list[list[Pod]]) -> list[Proble
     return list(problems.values())
 
 
-def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
+def _pod_problem(study: Study, pod: Pod, ready: list[dict[str, Any]]) -> Problem | None:
     who = f"a {pod.task} pod" if pod.task else "a pod"
     chosen = [
         n
@@ -219,7 +220,7 @@ def _pod_problem(study: Study, pod: Pod, ready: list[dict]) -> Problem | None:
     return study.problem(base, f"{field}: no single node can hold {who} asking for {asks} ({len(chosen)} Ready nodes)")
 
 
-def _offered_near(resource: str, nodes: list[dict]) -> str:
+def _offered_near(resource: str, nodes: list[dict[str, Any]]) -> str:
     """`; did you mean X?` when the nodes offer a resource `resource` looks like a slip for."""
     offered = {k for n in nodes for k, v in _allocatable(n).items() if v > 0}
     near = accelerators.misspelt(resource) if accelerators.misspelt(resource) in offered else None
@@ -227,7 +228,7 @@ def _offered_near(resource: str, nodes: list[dict]) -> str:
     return f"; did you mean {near}, which they offer?" if near else ""
 
 
-def _gang_problem(study: Study, pods: list[Pod], ready: list[dict]) -> Problem | None:
+def _gang_problem(study: Study, pods: list[Pod], ready: list[dict[str, Any]]) -> Problem | None:
     """Whether one whole gang can be placed on the empty cluster: largest pods first, each on
     the node with the least room for it (best fit), as a bin-packing scheduler would."""
     members = [p for p in pods for _ in range(p.gang)]

@@ -9,6 +9,7 @@ import math
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import (
@@ -43,7 +44,7 @@ class Precedence:
         return namespace, name
 
 
-def priority_values(classes: Iterable[dict]) -> tuple[dict[str, int], int]:
+def priority_values(classes: Iterable[dict[str, Any]]) -> tuple[dict[str, int], int]:
     """PriorityClass name → value, and the value of pods that name none (the global default)."""
     values, default = {}, 0
     for pc in classes:
@@ -54,9 +55,9 @@ def priority_values(classes: Iterable[dict]) -> tuple[dict[str, int], int]:
 
 
 def higher_priority_waiting(
-    groups: Iterable[dict],
-    nodes: Iterable[dict],
-    pods: Iterable[dict],
+    groups: Iterable[dict[str, Any]],
+    nodes: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]],
     own_priority: int,
     values: dict[str, int],
     default: int,
@@ -93,7 +94,7 @@ def higher_priority_waiting(
     return sorted(waiting, key=lambda w: -w.gpus)
 
 
-def expected_end(pod: dict) -> float:
+def expected_end(pod: dict[str, Any]) -> float:
     """When a running pod is expected to end (seconds since the epoch): its start plus the
     `expected-seconds` annotation stratctl stamps on trial pods; infinity for pods that do
     not say (another workload, a study without a stated duration)."""
@@ -106,7 +107,9 @@ def expected_end(pod: dict) -> float:
     return started + seconds
 
 
-def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, now: float) -> float | None:
+def shadow_time(
+    nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], ahead: Precedence, now: float
+) -> float | None:
     """Seconds from `now` until the waiting higher-priority gang can start, if nothing new
     takes its GPUs: the moment the free GPUs plus those released by lower-priority pods, in
     the order they are expected to end, reach what it asks for (the "shadow time" of EASY
@@ -133,7 +136,12 @@ def shadow_time(nodes: Iterable[dict], pods: Iterable[dict], ahead: Precedence, 
 
 
 def blocked_above(
-    groups: Iterable[dict], pods: Iterable[dict], free: int, own_priority: int, values: dict[str, int], default: int
+    groups: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]],
+    free: int,
+    own_priority: int,
+    values: dict[str, int],
+    default: int,
 ) -> set[tuple[str, str]]:
     """Gangs that outrank the study and cannot start in the `free` GPUs there are now.
 
@@ -165,7 +173,11 @@ def blocked_above(
 
 
 def backfill_gangs(
-    nodes: Iterable[dict], pods: Iterable[dict], groups: Iterable[dict], ahead: Iterable[Precedence], shape: list[int]
+    nodes: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]],
+    groups: Iterable[dict[str, Any]],
+    ahead: Iterable[Precedence],
+    shape: list[int],
 ) -> int:
     """Whole gangs of `shape` the free GPUs hold until the gangs waiting ahead can start.
     Those gangs cannot start yet, so their pods waiting for a node take nothing from the

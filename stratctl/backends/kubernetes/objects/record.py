@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
@@ -67,7 +67,7 @@ class StudyRecord:
     breaker_at: float | None = None  # wall time it tripped
     placements: dict[str, int] = field(default_factory=dict)  # queue -> trials there (queue fallback)
     moved: int = 0  # trials moved to another queue before they started
-    told: dict[str, dict] = field(default_factory=dict)  # closed-loop search: ended trials as told
+    told: dict[str, dict[str, Any]] = field(default_factory=dict)  # closed-loop search: ended trials as told
     deleting: bool = False  # `stratctl delete` is taking the study out: a loop following it stops
 
     @classmethod
@@ -92,7 +92,7 @@ class StudyRecord:
         return self.drained or bool(self.breaker)
 
 
-def record_manifest(record: StudyRecord, namespace: str) -> dict:
+def record_manifest(record: StudyRecord, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -130,7 +130,7 @@ def record_data(record: StudyRecord) -> dict[str, str]:
     }
 
 
-def _json_object(text: str | None) -> dict:
+def _json_object(text: str | None) -> dict[str, Any]:
     """A record key holding a JSON object; {} when absent or unreadable."""
     try:
         value = json.loads(text or "{}")
@@ -146,7 +146,7 @@ def api_quota_of(record: StudyRecord, now: float) -> str:
     return record.api_quota
 
 
-def parse_record(configmap: dict) -> StudyRecord:
+def parse_record(configmap: dict[str, Any]) -> StudyRecord:
     data = configmap.get("data") or {}
     meta_labels = (configmap.get("metadata") or {}).get("labels") or {}
     target = data.get("target") or ""
@@ -224,7 +224,7 @@ def space_order(source: str) -> list[str]:
 SUSPENDED_KEY = "suspended"
 
 
-def suspended_of(configmap: dict) -> dict[str, dict]:
+def suspended_of(configmap: dict[str, Any]) -> dict[str, dict[str, Any]]:
     try:
         marks = json.loads((configmap.get("data") or {}).get(SUSPENDED_KEY) or "{}")
     except ValueError:
@@ -236,7 +236,7 @@ def suspended_of(configmap: dict) -> dict[str, dict]:
     )
 
 
-def suspended_patch(marks: dict[str, dict]) -> dict:
+def suspended_patch(marks: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"data": {SUSPENDED_KEY: json.dumps(marks, sort_keys=True)}}
 
 
@@ -255,7 +255,7 @@ def loop_data(at: float, running: bool, host: str = "", pid: int | None = None) 
     return {LOOP_KEY: json.dumps({"at": at, "running": running, "host": host, "pid": pid}, sort_keys=True)}
 
 
-def loop_following(configmap: dict, now: float, stale: float = LOOP_STALE) -> dict | None:
+def loop_following(configmap: dict[str, Any], now: float, stale: float = LOOP_STALE) -> dict[str, Any] | None:
     """The marker of a submit loop following the study at wall time `now`, or None."""
     try:
         marker = json.loads((configmap.get("data") or {}).get(LOOP_KEY) or "null")
@@ -283,7 +283,7 @@ MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
 
 def records(
     cluster, namespace: str | None, study: str | None, selector: str | None = None, all_namespaces: bool = False
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The study's record, or those of every study (matching a label selector) of the
     namespace, or of every namespace."""
     if study:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.kubernetes.objects.record import StudyRecord, parse_record, record_name, space_order
 from stratctl.backends.kubernetes.objects.summary import in_order
@@ -99,7 +99,7 @@ def _filled(row: TrialRow, trial: Trial | None, order: list[str]) -> TrialRow:
     return replace(row, params=params, index=trial.index if row.index is None else row.index)
 
 
-def every_trial(cms: list[dict], rows: list[TrialRow]) -> list[TrialRow]:
+def every_trial(cms: list[dict[str, Any]], rows: list[TrialRow]) -> list[TrialRow]:
     """The rows of the studies of these records, with their trials not created yet and the
     parameters of every trial, where the rows lack them."""
     by_study: dict[str, list[TrialRow]] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from stratctl import labels
 from stratctl.trialstate import TrialState  # read here by most of the engine
@@ -27,17 +28,17 @@ VOLCANO_PHASES = {
 }
 
 
-def volcano_phase(job: dict) -> str:
+def volcano_phase(job: dict[str, Any]) -> str:
     return ((job.get("status") or {}).get("state") or {}).get("phase") or "Pending"
 
 
-def is_batch(job: dict) -> bool:
+def is_batch(job: dict[str, Any]) -> bool:
     """A batch/v1 Job (workload: batch), not a Volcano Job. Items of a list of built-in
     kinds come without apiVersion; those of a custom resource's list carry theirs."""
     return not (job.get("apiVersion") or "").startswith("batch.volcano.sh/")
 
 
-def classify(job: dict) -> TrialState:
+def classify(job: dict[str, Any]) -> TrialState:
     """The state of one trial attempt from its Volcano Job or batch/v1 Job."""
     if not is_batch(job):
         state = VOLCANO_PHASES.get(volcano_phase(job), TrialState.PENDING)
@@ -58,7 +59,7 @@ def classify(job: dict) -> TrialState:
     return TrialState.PENDING
 
 
-def finished_condition(job: dict, kind: str) -> dict | None:
+def finished_condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """A batch/v1 Job's `Complete` or `Failed` condition, when it is True."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind and condition.get("status") == "True":
@@ -66,7 +67,7 @@ def finished_condition(job: dict, kind: str) -> dict | None:
     return None
 
 
-def failed_by_disruption(job: dict) -> bool:
+def failed_by_disruption(job: dict[str, Any]) -> bool:
     """A batch/v1 Job failed by its pod failure policy because a pod was disrupted.
 
     templates/batch-job.yaml.j2 fails the Job (action FailJob) when one of its pods has
@@ -80,7 +81,7 @@ def failed_by_disruption(job: dict) -> bool:
     return failed.get("reason") == "PodFailurePolicy" and "condition DisruptionTarget" in (failed.get("message") or "")
 
 
-def ended_at(job: dict) -> float | None:
+def ended_at(job: dict[str, Any]) -> float | None:
     """When the attempt ended (seconds since the epoch), None while it runs: a Volcano Job's
     last phase transition once ended, a batch/v1 Job's Complete or Failed condition."""
     if is_batch(job):
@@ -91,7 +92,7 @@ def ended_at(job: dict) -> float | None:
     return timestamp(((job.get("status") or {}).get("state") or {}).get("lastTransitionTime"))
 
 
-def phase_of(job: dict) -> str:
+def phase_of(job: dict[str, Any]) -> str:
     """A one-word phase for people: Volcano's, or the state a batch/v1 Job's status tells."""
     if not is_batch(job):
         return volcano_phase(job)
@@ -101,22 +102,22 @@ def phase_of(job: dict) -> str:
     return "Running" if classify(job) is TrialState.RUNNING else "Pending"
 
 
-def trial_of(job: dict) -> str | None:
+def trial_of(job: dict[str, Any]) -> str | None:
     return ((job.get("metadata") or {}).get("labels") or {}).get(labels.TRIAL)
 
 
-def attempt_of(job: dict) -> int:
+def attempt_of(job: dict[str, Any]) -> int:
     value = ((job.get("metadata") or {}).get("labels") or {}).get(labels.ATTEMPT, "0")
     return int(value) if str(value).isdigit() else 0
 
 
-def spec_hash_of(obj: dict) -> str | None:
+def spec_hash_of(obj: dict[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(labels.SPEC_HASH)
 
 
-def latest_attempts(jobs: list[dict]) -> dict[str, dict]:
+def latest_attempts(jobs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Trial base name → the job of its highest attempt (older attempts are history)."""
-    latest: dict[str, dict] = {}
+    latest: dict[str, dict[str, Any]] = {}
     for job in jobs:
         trial = trial_of(job)
         if trial is None:
@@ -145,13 +146,13 @@ def timestamp(text: str | None) -> float | None:
         return None
 
 
-def conditions(job: dict) -> list[dict]:
+def conditions(job: dict[str, Any]) -> list[dict[str, Any]]:
     """The job's phase transitions, oldest first (Volcano keeps the latest of each phase)."""
     found = (job.get("status") or {}).get("conditions") or []
     return sorted(found, key=lambda c: timestamp(c.get("lastTransitionTime")) or 0.0)
 
 
-def transition(job: dict, phase: str) -> str | None:
+def transition(job: dict[str, Any], phase: str) -> str | None:
     """When the job last entered `phase` (RFC 3339), if it did."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("status") == phase:
@@ -159,7 +160,7 @@ def transition(job: dict, phase: str) -> str | None:
     return None
 
 
-def restarted_out(job: dict) -> bool:
+def restarted_out(job: dict[str, Any]) -> bool:
     """Failed while restarting: Volcano's restarts (evictions) exhausted `maxRetry`."""
     if volcano_phase(job) != "Failed":
         return False
@@ -167,11 +168,11 @@ def restarted_out(job: dict) -> bool:
     return len(phases) >= 2 and phases[-1] == "Failed" and phases[-2] == "Restarting"
 
 
-def restarts(job: dict) -> int:
+def restarts(job: dict[str, Any]) -> int:
     return int((job.get("status") or {}).get("retryCount") or 0)
 
 
-def podgroup_name(job: dict) -> str:
+def podgroup_name(job: dict[str, Any]) -> str:
     """The attempt's PodGroup: for a Volcano Job the one Volcano creates, `<job name>-<job
     uid>`; for a batch/v1 Job the one stratctl renders beside it, named like the job."""
     meta = job.get("metadata") or {}
@@ -180,7 +181,7 @@ def podgroup_name(job: dict) -> str:
     return f"{meta.get('name')}-{meta.get('uid')}"
 
 
-def disrupted_at(pod: dict) -> float | None:
+def disrupted_at(pod: dict[str, Any]) -> float | None:
     """When the pod was marked DisruptionTarget=True; None when it was not. A condition
     without a time counts as recent (infinity): it cannot have been survived earlier."""
     for c in (pod.get("status") or {}).get("conditions") or []:
@@ -190,7 +191,7 @@ def disrupted_at(pod: dict) -> float | None:
     return None
 
 
-def owner_uid(pod: dict) -> str | None:
+def owner_uid(pod: dict[str, Any]) -> str | None:
     """The uid of the job that controls the pod (Volcano Job or batch/v1 Job); of a block's
     pod, its trial's view's (`<block uid>/<index>`, blocks.py)."""
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
@@ -200,7 +201,7 @@ def owner_uid(pod: dict) -> str | None:
     return None
 
 
-def job_of_pod(pod: dict) -> str | None:
+def job_of_pod(pod: dict[str, Any]) -> str | None:
     """The name of the job that made the pod, from the label its job controller sets; of a
     block's pod, its trial's view's (`<block>-<index>`, blocks.py)."""
     found = (pod.get("metadata") or {}).get("labels") or {}
@@ -209,7 +210,7 @@ def job_of_pod(pod: dict) -> str | None:
     return job if index is None or job is None else f"{job}-{index}"
 
 
-def _block_index(pod: dict) -> str | None:
+def _block_index(pod: dict[str, Any]) -> str | None:
     """A block's pod's completion index (its trial's place in the block); None for others."""
     meta = pod.get("metadata") or {}
     if labels.BLOCK not in (meta.get("labels") or {}):
@@ -235,7 +236,7 @@ def run_starts(pods) -> dict[str, float]:
     return starts
 
 
-def eviction_times(events: list[dict]) -> list[float]:
+def eviction_times(events: list[dict[str, Any]]) -> list[float]:
     """When `Evict` events happened (their last occurrence), for the objects they name."""
     out = []
     for event in events:
@@ -251,7 +252,9 @@ def eviction_times(events: list[dict]) -> list[float]:
     return out
 
 
-def classify_attempt(job: dict, pods: Sequence[dict] = (), events: Sequence[dict] = ()) -> TrialState:
+def classify_attempt(
+    job: dict[str, Any], pods: Sequence[dict[str, Any]] = (), events: Sequence[dict[str, Any]] = ()
+) -> TrialState:
     """The state of one attempt from its job and what else the cluster says about it.
 
     `pods` are the attempt's pods (those still there, or the last state of deleted ones),
@@ -271,7 +274,7 @@ def classify_attempt(job: dict, pods: Sequence[dict] = (), events: Sequence[dict
     return state
 
 
-def preemptions(job: dict, state: TrialState | None = None) -> int:
+def preemptions(job: dict[str, Any], state: TrialState | None = None) -> int:
     """How many times this attempt was preempted.
 
     Volcano's restart count (the default policies restart only on eviction), plus one
@@ -286,7 +289,7 @@ def preemptions(job: dict, state: TrialState | None = None) -> int:
 
 
 def trial_states(
-    order: list[str], latest: dict[str, dict], finished: dict[str, str], unseen: set[str]
+    order: list[str], latest: dict[str, dict[str, Any]], finished: dict[str, str], unseen: set[str]
 ) -> dict[str, TrialState]:
     """Each trial's state: pruned when the record says the pruner stopped it; else its
     latest job's; else the record's, for a finished trial whose job was deleted (`cleanup:

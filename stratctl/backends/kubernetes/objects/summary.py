@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import job_gpus
@@ -36,7 +37,7 @@ from stratctl.run.rows import ORDER, StudyRow, TrialRow, ended_count
 SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
 
 
-def slim_job(job: dict) -> tuple[str, int, dict]:
+def slim_job(job: dict[str, Any]) -> tuple[str, int, dict[str, Any]]:
     """What status keeps of a job: enough to classify, account and show it."""
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
@@ -63,17 +64,17 @@ class _Told:
 
     now: float
     reasons: dict[str, str]
-    results: dict[str, dict]
+    results: dict[str, dict[str, Any]]
     starts: dict[str, float]
     exits: dict[str, tuple[int, str]]
 
 
 def build(
     now: float,
-    cms: list[dict],
-    jobs: dict[tuple[str, str], tuple[int, dict]],
+    cms: list[dict[str, Any]],
+    jobs: dict[tuple[str, str], tuple[int, dict[str, Any]]],
     reasons: dict[str, str] | None = None,
-    results: dict[str, dict] | None = None,
+    results: dict[str, dict[str, Any]] | None = None,
     starts: dict[str, float] | None = None,
     exits: dict[str, tuple[int, str]] | None = None,
 ) -> tuple[list[StudyRow], list[TrialRow]]:
@@ -86,7 +87,7 @@ def build(
     """
     told = _Told(now, reasons or {}, results or {}, starts or {}, exits or {})
     studies, trials = [], []
-    by_study: dict[str, list[tuple[str, int, dict]]] = {}
+    by_study: dict[str, list[tuple[str, int, dict[str, Any]]]] = {}
     for (study_name, trial), (attempt, job) in jobs.items():
         by_study.setdefault(study_name, []).append((trial, attempt, job))
     for cm in cms:
@@ -97,7 +98,9 @@ def build(
     return studies, trials
 
 
-def _trial_rows(record, marks: dict[str, dict], jobs: list[tuple[str, int, dict]], told: _Told) -> list[TrialRow]:
+def _trial_rows(
+    record, marks: dict[str, dict[str, Any]], jobs: list[tuple[str, int, dict[str, Any]]], told: _Told
+) -> list[TrialRow]:
     """A study's trial rows: one per trial with a job, then the suspended trials without
     one, the pruned trials of a search (from what the record was told: their jobs are
     gone, or a block's index ends as it was stopped), and the trials the record lists as
@@ -129,7 +132,7 @@ def _trial_rows(record, marks: dict[str, dict], jobs: list[tuple[str, int, dict]
     return rows
 
 
-def in_order(params: dict, order: list[str]) -> dict:
+def in_order(params: dict[str, Any], order: list[str]) -> dict[str, Any]:
     """Parameters as the study file lists them, like `plan`."""
     return {**{k: params[k] for k in order if k in params}, **params} if order else params
 
@@ -138,8 +141,8 @@ def _job_row(
     study: str,
     trial: str,
     attempt: int,
-    job: dict,
-    mark: dict | None,
+    job: dict[str, Any],
+    mark: dict[str, Any] | None,
     limits: Limits | None,
     order: list[str],
     told: _Told,
@@ -194,7 +197,7 @@ def _job_row(
     )
 
 
-def _suspended_row(study: str, trial: str, mark: dict, order: list[str]) -> TrialRow:
+def _suspended_row(study: str, trial: str, mark: dict[str, Any], order: list[str]) -> TrialRow:
     """The row of a suspended trial whose job is gone, from its mark in the study record
     (its parameters and index too, which `drain` keeps there)."""
     params = mark.get("params")
@@ -213,7 +216,7 @@ def _suspended_row(study: str, trial: str, mark: dict, order: list[str]) -> Tria
     )
 
 
-def _pruned_row(study: str, trial: str, entry: dict, order: list[str]) -> TrialRow:
+def _pruned_row(study: str, trial: str, entry: dict[str, Any], order: list[str]) -> TrialRow:
     """The row of a trial a search pruned, from what the study record was told of it."""
     raw = entry.get("params")
     params = raw if isinstance(raw, dict) else {}
@@ -275,15 +278,15 @@ def saved_by_pruning(rows: list[TrialRow]) -> float:
     return sum(max(0.0, mean - r.gpu_seconds) for r in rows if r.state == TrialState.PRUNED.value)
 
 
-def run_start(job: dict, pod_start: float | None) -> float | None:
+def run_start(job: dict[str, Any], pod_start: float | None) -> float | None:
     """When the attempt's gang last started running: Volcano's transition to Running, or
     the first pod's start for a batch/v1 Job (which records none)."""
     return pod_start if is_batch(job) else timestamp(transition(job, "Running"))
 
 
-def latest_slim(jobs) -> dict[tuple[str, str], tuple[int, dict]]:
+def latest_slim(jobs) -> dict[tuple[str, str], tuple[int, dict[str, Any]]]:
     """(study, trial) → (attempt, slim job) of the highest attempt among `jobs`."""
-    latest: dict[tuple[str, str], tuple[int, dict]] = {}
+    latest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     for job in jobs:
         trial, attempt, slim = slim_job(job)
         key = (slim["metadata"]["labels"].get(labels.STUDY, ""), trial)
@@ -302,7 +305,7 @@ def summary_data(row: StudyRow, at: float) -> dict[str, str]:
     return {SUMMARY_KEY: json.dumps({**asdict(row), "as_of": at}, sort_keys=True)}
 
 
-def summary_of(configmap: dict, now: float, fresh: float) -> StudyRow | None:
+def summary_of(configmap: dict[str, Any], now: float, fresh: float) -> StudyRow | None:
     """The study row a submit loop stored, if it is at most `fresh` seconds old, or final
     (every trial finished: nothing changes any more), else None."""
     try:

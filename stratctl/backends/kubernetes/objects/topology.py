@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from stratctl.run.packing import gangs_fit
 
@@ -31,7 +32,7 @@ class Domain:
     nodes: frozenset[str]
 
 
-def domains(hypernodes: Iterable[dict], nodes: Iterable[dict], highest_tier: int) -> list[Domain]:
+def domains(hypernodes: Iterable[dict[str, Any]], nodes: Iterable[dict[str, Any]], highest_tier: int) -> list[Domain]:
     """The largest HyperNodes of tier ≤ `highest_tier`, each node in one of them at most
     (a node listed under two switches counts in the first by name)."""
     nodes = list(nodes)
@@ -83,14 +84,14 @@ def spread(free: dict[str, int], shape: list[int], fit_within: int, highest_tier
     )
 
 
-def _tier(spec: dict) -> int:
+def _tier(spec: dict[str, Any]) -> int:
     try:
         return int(spec.get("tier") or 0)
     except (TypeError, ValueError):
         return 0
 
 
-def _children(spec: dict) -> list[str]:
+def _children(spec: dict[str, Any]) -> list[str]:
     return [
         name
         for m in spec.get("members") or []
@@ -99,7 +100,11 @@ def _children(spec: dict) -> list[str]:
 
 
 def _real_nodes(
-    name: str, tree: dict[str, dict], nodes: list[dict], done: dict[str, frozenset[str]], visiting: set[str]
+    name: str,
+    tree: dict[str, dict[str, Any]],
+    nodes: list[dict[str, Any]],
+    done: dict[str, frozenset[str]],
+    visiting: set[str],
 ) -> frozenset[str]:
     """The nodes under a HyperNode, through its child HyperNodes (a cycle adds nothing)."""
     if name in done:
@@ -121,7 +126,7 @@ def _real_nodes(
     return done[name]
 
 
-def node_members(selector: dict, nodes: list[dict]) -> set[str]:
+def node_members(selector: dict[str, Any], nodes: list[dict[str, Any]]) -> set[str]:
     """The node names a member selector picks, as Volcano reads it: an exact name, a regular
     expression found anywhere in the name, or a label selector (an empty one picks none)."""
     picked: set[str] = set()
@@ -141,7 +146,7 @@ def node_members(selector: dict, nodes: list[dict]) -> set[str]:
     return picked
 
 
-def _matches(selector: dict, labels: dict[str, str]) -> bool:
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
     for e in selector.get("matchExpressions") or []:

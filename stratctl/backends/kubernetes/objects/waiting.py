@@ -16,7 +16,7 @@ import re
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.kubernetes.api.cluster import EVENT, PODGROUP, QUEUE, VOLCANO_JOB
 from stratctl.errors import ClusterError, NotFound
@@ -25,10 +25,10 @@ from stratctl.trialstate import TrialState
 if TYPE_CHECKING:
     from stratctl.run.rows import TrialRow
 
-MISSING: dict = {"missing": True}  # what `Queues.get` returns for a queue that does not exist
+MISSING: dict[str, Any] = {"missing": True}  # what `Queues.get` returns for a queue that does not exist
 
 
-def queue_problem(name: str | None, queue: dict | None) -> str:
+def queue_problem(name: str | None, queue: dict[str, Any] | None) -> str:
     """Why a gang in queue `name` can never start ("" when the queue is fine or unknown)."""
     if not name or queue is None:
         return ""
@@ -42,7 +42,7 @@ def queue_problem(name: str | None, queue: dict | None) -> str:
     return ""
 
 
-def condition(podgroup: dict | None) -> str:
+def condition(podgroup: dict[str, Any] | None) -> str:
     """The message of the PodGroup's Unschedulable condition ("" when it has none)."""
     for c in ((podgroup or {}).get("status") or {}).get("conditions") or []:
         if c.get("type") == "Unschedulable" and c.get("status") == "True":
@@ -54,7 +54,7 @@ def condition(podgroup: dict | None) -> str:
 _NOT_READY = re.compile(r"^0/0 tasks in gang unschedulable")
 
 
-def event_cause(events: list[dict]) -> str:
+def event_cause(events: list[dict[str, Any]]) -> str:
     """The newest Unschedulable event of a gang that says more than that it is not ready:
     a gang held back before its pods exist (`queue resource quota insufficient: insufficient
     nvidia.com/gpu`) has no condition, only these events."""
@@ -75,7 +75,10 @@ def event_cause(events: list[dict]) -> str:
 
 
 def reason(
-    podgroup: dict | None, queue_name: str | None = None, queue: dict | None = None, events: Sequence[dict] = ()
+    podgroup: dict[str, Any] | None,
+    queue_name: str | None = None,
+    queue: dict[str, Any] | None = None,
+    events: Sequence[dict[str, Any]] = (),
 ) -> str:
     """Why the gang of a pending trial waits: its queue's problem, else the PodGroup's
     Unschedulable condition, else its telling events, else what its phase says ("" for a
@@ -97,7 +100,7 @@ def reason(
     return ""
 
 
-def gang_kind(podgroup: dict) -> str:
+def gang_kind(podgroup: dict[str, Any]) -> str:
     """What makes gangs wait for the same reason: the same queue, phase, members, priority
     class and resources asked for."""
     spec, status = podgroup.get("spec") or {}, podgroup.get("status") or {}
@@ -114,7 +117,7 @@ def gang_kind(podgroup: dict) -> str:
     )
 
 
-def gang_events(cluster, namespace: str, podgroup: str) -> list[dict]:
+def gang_events(cluster, namespace: str, podgroup: str) -> list[dict[str, Any]]:
     """The events of a PodGroup ([] when they cannot be read: the reason then does without)."""
     try:
         return cluster.list(EVENT, namespace, field_selector=f"involvedObject.name={podgroup}")[0]
@@ -122,7 +125,7 @@ def gang_events(cluster, namespace: str, podgroup: str) -> list[dict]:
         return []
 
 
-def queue_of(obj: dict | None) -> str | None:
+def queue_of(obj: dict[str, Any] | None) -> str | None:
     """The queue a Volcano Job or a PodGroup names."""
     return ((obj or {}).get("spec") or {}).get("queue") or None
 
@@ -133,10 +136,10 @@ class Queues:
 
     def __init__(self, cluster):
         self.cluster = cluster
-        self._known: dict[str, dict | None] = {}
+        self._known: dict[str, dict[str, Any] | None] = {}
         self._lock = threading.Lock()
 
-    def get(self, name: str | None) -> dict | None:
+    def get(self, name: str | None) -> dict[str, Any] | None:
         if not name:
             return None
         with self._lock:  # held while reading: a few queues, each read once however many ask
@@ -151,7 +154,10 @@ class Queues:
 
 
 def pending_reason(
-    podgroup: dict | None, queues: Queues | None = None, queue: str | None = None, events: Sequence[dict] = ()
+    podgroup: dict[str, Any] | None,
+    queues: Queues | None = None,
+    queue: str | None = None,
+    events: Sequence[dict[str, Any]] = (),
 ) -> str:
     """Why a gang waits (`waiting.reason`): a queue that is missing or not Open first, read
     through `queues` (the PodGroup's queue, or `queue` for a job that has no PodGroup), then
@@ -171,7 +177,7 @@ def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
     """
     todo = [r for r in rows if r.state == TrialState.PENDING.value and not r.pending and r.podgroup]
     queues = Queues(cluster)
-    groups: dict[str, dict | None] = {}
+    groups: dict[str, dict[str, Any] | None] = {}
 
     def read(row: TrialRow) -> None:
         try:

@@ -28,7 +28,7 @@ from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 
 
-def trial_of_job(job: dict) -> Trial | None:
+def trial_of_job(job: dict[str, Any]) -> Trial | None:
     """The trial a job is an attempt of, as its labels and annotations say (None when unreadable)."""
     meta = job.get("metadata") or {}
     name = (meta.get("labels") or {}).get(labels.TRIAL)
@@ -79,7 +79,9 @@ def steps_of_entry(entry: Mapping[str, Any]) -> dict[int, float]:
     return out
 
 
-def outcome(state: TrialState, result: Mapping[str, Any] | None, study: Study) -> tuple[str, tuple | None] | None:
+def outcome(
+    state: TrialState, result: Mapping[str, Any] | None, study: Study
+) -> tuple[str, tuple[Any, ...] | None] | None:
     """How a trial in `state` is told: ("complete", values), ("failed", None), or None while it runs.
 
     A trial that succeeded without a number for every objective in its result is told as
@@ -110,7 +112,7 @@ class ClosedLoop:
 
     def rebuild(
         self,
-        latest: Mapping[str, dict],
+        latest: Mapping[str, dict[str, Any]],
         results: Mapping[str, Mapping[str, Any]],
         told: Mapping[str, Mapping[str, Any]],
         marks: Mapping[str, Mapping[str, Any]] = {},

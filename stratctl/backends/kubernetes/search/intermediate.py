@@ -70,7 +70,7 @@ def due(history: Mapping[str, Any], now: float, interval: float, flush: bool) ->
     return flush or not isinstance(sent, int | float) or now - sent >= interval
 
 
-def steps_of(pods: Iterable[dict], metric: str) -> dict[str, dict[int, float]]:
+def steps_of(pods: Iterable[dict[str, Any]], metric: str) -> dict[str, dict[int, float]]:
     """Job name → its steps' values of `metric`, from the report annotations of its pods (a
     block's pod: its trial's view's name, `<block>-<index>`)."""
     from stratctl.backends.kubernetes.objects.state import job_of_pod
@@ -113,7 +113,7 @@ def report(
     interval: float = INTERVAL,
     path: str | None = None,
     clock: Callable[[], float] = time.time,
-    patch: Callable[[str, str | None, dict], None] | None = None,
+    patch: Callable[[str, str | None, dict[str, Any]], None] | None = None,
 ) -> bool:
     """Record one step's values; write them to the pod when due. True when written now."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -138,8 +138,8 @@ def report(
     return written
 
 
-def _patch(kubeconfig: str | None, context: str | None) -> Callable[[str, str | None, dict], None]:
-    def patch(pod: str, namespace: str | None, body: dict) -> None:
+def _patch(kubeconfig: str | None, context: str | None) -> Callable[[str, str | None, dict[str, Any]], None]:
+    def patch(pod: str, namespace: str | None, body: dict[str, Any]) -> None:
         from stratctl.backends.kubernetes.api.cluster import POD
         from stratctl.backends.kubernetes.api.connect import Connection, one_shot
 

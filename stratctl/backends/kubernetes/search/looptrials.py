@@ -4,6 +4,8 @@ its shape) and the shape the cluster's signals count whole gangs of."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from stratctl.core import shape
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial
@@ -15,7 +17,9 @@ class LoopTrials:
     next attempts (requeue, salvage) and with the search (searching.py), so a trial the
     search asks is theirs at once."""
 
-    def __init__(self, study: Study, trials: list[Trial], renderer: Renderer, manifests: dict[str, list[dict]] | None):
+    def __init__(
+        self, study: Study, trials: list[Trial], renderer: Renderer, manifests: dict[str, list[dict[str, Any]]] | None
+    ):
         self.study, self.renderer = study, renderer
         self.search = None
         if study.strategy.closed_loop:  # its modules (samplers, results, pruning) load for such a study alone

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB
@@ -44,7 +45,7 @@ class Survey:
     pods: int = 0
     services: int = 0  # the headless Services of batch/v1 attempts (a Volcano Job's are Volcano's)
     record: bool = False
-    loop: dict | None = None  # the heartbeat of a submit loop following the study
+    loop: dict[str, Any] | None = None  # the heartbeat of a submit loop following the study
 
     def describe(self) -> str:
         parts = [f"{self.jobs} job(s)", f"{self.podgroups} PodGroup(s)", f"{self.pods} pod(s)"]
@@ -62,7 +63,7 @@ class Outcome:
     left: dict[str, int] = field(default_factory=dict)
     kept_record: bool = False
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "study": self.study,
             "deleted": dict(self.deleted),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
@@ -84,7 +85,7 @@ def suspend(cluster, namespace: str, name: str, kinds, now: float, by: str = "")
     return sorted(set(victims) | set(held))
 
 
-def suspend_blocks(cluster, namespace: str, jobs: list[dict]) -> list[str]:
+def suspend_blocks(cluster, namespace: str, jobs: list[dict[str, Any]]) -> list[str]:
     """Suspend the study's unfinished blocks (merged submissions: `spec.suspend`, so the job
     controller ends their pods, with their grace period, and starts none until resumed); the
     trials that were running or pending in them. A block's trials carry no marks: the block
@@ -152,14 +153,14 @@ def drain(
     return outcomes
 
 
-def identity(job: dict) -> dict:
+def identity(job: dict[str, Any]) -> dict[str, Any]:
     """The trial's index and parameters, as its job carries them: kept in its suspension
     mark, so a trial a closed-loop search asked can come back once its job is gone."""
     trial = trial_of_job(job)
     return {"index": trial.index, "params": dict(trial.params)} if trial is not None else {}
 
 
-def _study_from_record(cm: dict, namespace: str):
+def _study_from_record(cm: dict[str, Any], namespace: str):
     """The study, its trials by name and a renderer, rebuilt from the text in its record
     (a closed-loop search's suspended trials from their marks: it expands to no list)."""
     from stratctl.core.render import Renderer

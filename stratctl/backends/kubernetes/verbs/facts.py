@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from stratctl.backends.kubernetes.api.cluster import (
     ACCESS_REVIEW,
@@ -47,10 +48,10 @@ class Facts:
 
     namespace: str
     namespace_exists: bool | None = None
-    queues: dict[str, dict] | None = None  # name -> Queue object
+    queues: dict[str, dict[str, Any]] | None = None  # name -> Queue object
     volcano: bool = True  # False: the cluster has no Volcano queue API at all
     priority_classes: set[str] | None = None
-    nodes: list[dict] | None = None
+    nodes: list[dict[str, Any]] | None = None
     denied: list[Access] = field(default_factory=list)  # accesses a SelfSubjectAccessReview refused
     allowed: list[Access] = field(default_factory=list)  # ... and those it allowed
 
@@ -76,7 +77,7 @@ def _exists(read) -> bool | None:
         return None
 
 
-def namespace_exists(cluster: Cluster, namespace: str, probe: dict) -> bool | None:
+def namespace_exists(cluster: Cluster, namespace: str, probe: dict[str, Any]) -> bool | None:
     """Whether `namespace` exists. Users who may not read namespaces (most) are asked with a
     server-side dry run of `probe`, a ConfigMap in it: the API server refuses that with 404
     when the namespace does not exist, and stores nothing either way."""
@@ -113,11 +114,11 @@ def allowed(cluster: Cluster, access: Access) -> bool | None:
     return bool(((answer or {}).get("status") or {}).get("allowed"))
 
 
-def read(cluster: Cluster, namespace: str, accesses: list[Access], probe: dict, workers: int = 8) -> Facts:
+def read(cluster: Cluster, namespace: str, accesses: list[Access], probe: dict[str, Any], workers: int = 8) -> Facts:
     """Every fact at once (concurrently: the throttle still paces them); the first failure to
     reach the server is raised (`Unreachable` once the server has been silent too long)."""
 
-    def queues() -> tuple[dict[str, dict] | None, bool]:
+    def queues() -> tuple[dict[str, dict[str, Any]] | None, bool]:
         try:
             items, _ = cluster.list(QUEUE, all_namespaces=True)
         except NotFound:

@@ -16,6 +16,7 @@ import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD
@@ -35,12 +36,12 @@ class Source:
     prefix: str = ""  # what each of its lines is shown with ("" for the only source)
 
 
-def task_of(pod: dict) -> str:
+def task_of(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return (meta.get("labels") or {}).get(TASK_KEY) or (meta.get("annotations") or {}).get(TASK_KEY) or ""
 
 
-def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = None) -> list[dict]:
+def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = None) -> list[dict[str, Any]]:
     """The pods of the trial's latest attempt that has pods, in name order."""
     selector = f"{labels.STUDY}={study},{labels.TRIAL}={trial}"
     pods = cluster.list(POD, namespace, label_selector=selector)[0] or _in_block(cluster, namespace, study, trial)
@@ -56,7 +57,7 @@ def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = 
     return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
-def _in_block(cluster, namespace: str, study: str, trial: str) -> list[dict]:
+def _in_block(cluster, namespace: str, study: str, trial: str) -> list[dict[str, Any]]:
     """The latest pod of the trial's index in its block (merged submissions: a block's pods
     carry the block's name and their completion index, not their trial's); [] when the
     trial is in no block or its index has no pod yet."""
@@ -75,7 +76,7 @@ def _in_block(cluster, namespace: str, study: str, trial: str) -> list[dict]:
     return []
 
 
-def sources(pods: list[dict]) -> list[Source]:
+def sources(pods: list[dict[str, Any]]) -> list[Source]:
     """Every container of the pods that reached a node; prefixed when there are several."""
     found = []
     for pod in pods:
@@ -117,7 +118,7 @@ def lines(
             for raw in cluster.pod_log(source.pod, namespace, source.container, tail=tail):
                 yield source.prefix, raw.decode("utf-8", "replace").rstrip("\n")
         return
-    out: queue.Queue = queue.Queue(maxsize=1000)
+    out: queue.Queue[Any] = queue.Queue(maxsize=1000)
     done = object()
 
     def pump(source: Source) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from stratctl.backends.kubernetes.objects.podfit import Pod, distinct, fit, pods_of, shown
 from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest
@@ -109,7 +110,9 @@ def degraded(facts: Facts) -> str | None:
 # -- the checks --------------------------------------------------------------------------
 
 
-def check(study: Study, facts: Facts, trials: Iterable[list[dict]], namespace_flag: bool = False) -> list[Finding]:
+def check(
+    study: Study, facts: Facts, trials: Iterable[list[dict[str, Any]]], namespace_flag: bool = False
+) -> list[Finding]:
     """Everything that stops `study` running on the cluster `facts` describe, each located
     at its field. `trials`: the manifests of each trial (their pods are what must fit);
     `namespace_flag`: the namespace came from `--namespace`, not the study file."""
@@ -158,7 +161,7 @@ def _known(what: str, names: Iterable[str]) -> str:
     return f"{what}: {', '.join(names)}" if names else f"it has no {what}"
 
 
-def _queue_at(study: Study, index: int) -> tuple:
+def _queue_at(study: Study, index: int) -> tuple[Any, ...]:
     """Where the study file names its `index`-th queue."""
     return ("queue",) if isinstance(study.queue, str) else ("queue", index)
 
@@ -283,7 +286,11 @@ def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
 
 
 def preflight(
-    cluster, study: Study, trials: Iterable[list[dict]], namespace_flag: bool = False, watch_cluster: bool = True
+    cluster,
+    study: Study,
+    trials: Iterable[list[dict[str, Any]]],
+    namespace_flag: bool = False,
+    watch_cluster: bool = True,
 ) -> str | None:
     """Read the cluster's facts and raise `PreflightError` with every problem found; nothing
     is created (the namespace probe and the access reviews store nothing). Returns the

@@ -25,6 +25,7 @@ the API server forbids (tests/e2e/test_rbac.py, from the API server's audit log)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -38,7 +39,7 @@ class Rule:
     verbs: tuple[str, ...]
     names: tuple[str, ...] = ()
 
-    def manifest(self) -> dict:
+    def manifest(self) -> dict[str, Any]:
         out = {"apiGroups": list(self.groups), "resources": list(self.resources)}
         if self.names:
             out["resourceNames"] = list(self.names)
@@ -91,13 +92,13 @@ class Subject:
     name: str
     namespace: str | None = None  # of a ServiceAccount
 
-    def manifest(self) -> dict:
+    def manifest(self) -> dict[str, Any]:
         if self.kind == "ServiceAccount":
             return {"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace}
         return {"apiGroup": "rbac.authorization.k8s.io", "kind": self.kind, "name": self.name}
 
 
-def _role(kind: str, name: str, namespace: str | None, rules) -> dict:
+def _role(kind: str, name: str, namespace: str | None, rules) -> dict[str, Any]:
     meta = {
         "name": name,
         **({"namespace": namespace} if namespace else {}),
@@ -111,7 +112,7 @@ def _role(kind: str, name: str, namespace: str | None, rules) -> dict:
     }
 
 
-def _binding(kind: str, name: str, namespace: str | None, role_kind: str, role: str, subjects) -> dict:
+def _binding(kind: str, name: str, namespace: str | None, role_kind: str, role: str, subjects) -> dict[str, Any]:
     meta = {
         "name": name,
         **({"namespace": namespace} if namespace else {}),
@@ -128,7 +129,7 @@ def _binding(kind: str, name: str, namespace: str | None, role_kind: str, role: 
 
 def manifests(
     namespace: str, subjects: list[Subject], cluster_wide_reads: bool = False, report_service_account: str | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The Roles, ClusterRoles and bindings for `subjects` to run studies in `namespace`."""
     suffix = "-".join(f"{s.kind.lower()}-{s.name}" for s in subjects)[:200]
     docs = [

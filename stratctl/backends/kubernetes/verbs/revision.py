@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
@@ -37,7 +38,7 @@ def revise(
     study: Study,
     trials: list[Trial],
     renderer: Renderer,
-    manifests: dict[str, list[dict]],
+    manifests: dict[str, list[dict[str, Any]]],
     kind: tuple[str, str],
     rerun: bool,
     reporter,
@@ -89,7 +90,7 @@ def revise(
     return comparison
 
 
-def _loads(text: str) -> dict | None:
+def _loads(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text) if text else None
     except ValueError:
@@ -109,7 +110,9 @@ def _resume_of(node) -> bool:
     return False
 
 
-def _hash_now(renderer: Renderer, trial: Trial, job: dict | None, manifests: dict[str, list[dict]]) -> str:
+def _hash_now(
+    renderer: Renderer, trial: Trial, job: dict[str, Any] | None, manifests: dict[str, list[dict[str, Any]]]
+) -> str:
     """The spec hash the study renders now for the attempt the cluster holds of `trial`."""
     attempt = attempt_of(job) if job is not None else 0
     resume = _resume_of(job.get("spec")) if job is not None else False
@@ -118,7 +121,7 @@ def _hash_now(renderer: Renderer, trial: Trial, job: dict | None, manifests: dic
     return docs[0]["metadata"]["labels"][labels.SPEC_HASH]
 
 
-def _old_study(spec: dict | None, study: Study) -> Study | None:
+def _old_study(spec: dict[str, Any] | None, study: Study) -> Study | None:
     """The study as last submitted, from the spec its record kept (the fields the file set,
     so it renders as it did); None when there is none or it is no longer a valid study."""
     if spec is None:
@@ -148,7 +151,7 @@ def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dic
         return
 
 
-def _delete(cluster, kind, job: dict, ns: str) -> None:
+def _delete(cluster, kind, job: dict[str, Any], ns: str) -> None:
     """End an attempt that runs the old spec: its job deleted; a trial of a block, its index
     stopped (blockstop.py)."""
     if block_of_view(job) is not None:
@@ -165,7 +168,7 @@ def _rerun(
     study: str,
     c: Comparison,
     by_name: dict[str, Trial],
-    latest: dict[str, dict],
+    latest: dict[str, dict[str, Any]],
     finished: dict[str, str],
     renderer: Renderer,
     kind,
@@ -204,7 +207,9 @@ def _rerun(
         reporter.event(f"{len(unfinished)} finished trial(s) whose jobs were cleaned up run again")
 
 
-def _finish_replacements(cluster, jobs: list[dict], latest: dict[str, dict], kind, ns: str, reporter) -> None:
+def _finish_replacements(
+    cluster, jobs: list[dict[str, Any]], latest: dict[str, dict[str, Any]], kind, ns: str, reporter
+) -> None:
     """A rerun attempt exists but the attempt it replaces still runs (the last submit stopped
     between the two): delete it now."""
     for job in jobs:

@@ -77,7 +77,7 @@ def _pages(
             body = upcoming.result()
 
 
-def _result(pod: dict) -> dict | None:
+def _result(pod: dict[str, Any]) -> dict[str, Any] | None:
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         message = ((container.get("state") or {}).get("terminated") or {}).get("message")
         if not message:
@@ -91,7 +91,7 @@ def _result(pod: dict) -> dict | None:
     return None
 
 
-def _owner_job(pg: dict) -> str | None:
+def _owner_job(pg: dict[str, Any]) -> str | None:
     """The job whose gang the PodGroup is: Volcano's own PodGroups name their Volcano Job as
     owner; the one stratctl creates beside a batch/v1 Job has no owner and its name."""
     owner = next(
@@ -100,7 +100,7 @@ def _owner_job(pg: dict) -> str | None:
     return owner or (pg.get("metadata") or {}).get("name")
 
 
-def _exit(pod: dict) -> tuple[int, str] | None:
+def _exit(pod: dict[str, Any]) -> tuple[int, str] | None:
     """The exit code and reason of the pod's first container that exited non-zero."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         ended = (container.get("state") or {}).get("terminated") or {}
@@ -113,10 +113,10 @@ def _read_pods(
     cluster,
     namespace: str,
     selector: str,
-    results: dict[str, dict],
+    results: dict[str, dict[str, Any]],
     starts: dict[str, float],
     exits: dict[str, tuple[int, str]] | None = None,
-    kept: list[dict] | None = None,
+    kept: list[dict[str, Any]] | None = None,
 ) -> None:
     """Results (job name → the first JSON object a finished container wrote), run starts
     (job uid → the earliest start of its pods) and exits (job name → the exit code and
@@ -129,7 +129,9 @@ def _read_pods(
         _take_pods(items, results, starts, exits)
 
 
-def _take_pods(items: list[dict], results: dict, starts: dict, exits: dict) -> None:
+def _take_pods(
+    items: list[dict[str, Any]], results: dict[str, Any], starts: dict[str, Any], exits: dict[str, Any]
+) -> None:
     """What `_read_pods` reads of these pods."""
     for pod in items:
         job, value, ended = job_of_pod(pod), _result(pod), _exit(pod)
@@ -141,11 +143,11 @@ def _take_pods(items: list[dict], results: dict, starts: dict, exits: dict) -> N
         starts[uid] = min(started, starts.get(uid, started))
 
 
-def results_in(pods, jobs: dict[str, dict]) -> dict[str, dict]:
+def results_in(pods, jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The results of these trials (trial name → its given job) that pods already at hand
     hold (a watch's copy of the cluster's pods)."""
     by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for pod in pods:
         trial = by_job.get(job_of_pod(pod) or "")
         if trial is not None and trial not in out:
@@ -155,14 +157,16 @@ def results_in(pods, jobs: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def trial_results(cluster, namespace: str, study: str, jobs: dict[str, dict], chunk: int = 100) -> dict[str, dict]:
+def trial_results(
+    cluster, namespace: str, study: str, jobs: dict[str, dict[str, Any]], chunk: int = 100
+) -> dict[str, dict[str, Any]]:
     """The results of these trials (trial name → the result of its given job, the latest
     attempt), from their pods that reached a node: a few lists, `chunk` trials (or blocks,
     for trials read from a block) each."""
     by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
     blocks = sorted({b for job in jobs.values() if (b := (job["metadata"].get("labels") or {}).get(labels.IN_BLOCK))})
     names = sorted(t for t, job in jobs.items() if labels.IN_BLOCK not in (job["metadata"].get("labels") or {}))
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
     for i in range(0, len(names), chunk):
         selector = f"{labels.STUDY}={study},{labels.TRIAL} in ({','.join(names[i : i + chunk])})"
         _read_pods(cluster, namespace, selector, results, {})
@@ -233,7 +237,7 @@ def collect(
     return Snapshot(namespace, now, ordered, trials, total_trials=total if shown is not None else None)
 
 
-def _explained_first(cluster, namespace: str, cm: dict, now: float, n: int) -> list[TrialRow]:
+def _explained_first(cluster, namespace: str, cm: dict[str, Any], now: float, n: int) -> list[TrialRow]:
     rows, _ = _first_trials(cluster, namespace, cm, now, n)
     explain_pending(cluster, namespace, rows)
     return rows
@@ -257,16 +261,16 @@ def namespaces_with_studies(cluster, selector: str | None = None) -> list[str]:
 
 def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
     """Every job, (PodGroup,) and started pod of the studies, as rows."""
-    jobs: dict[tuple[str, str], tuple[int, dict]] = {}
+    jobs: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     reasons: dict[str, str] = {}  # job name -> why pending
-    results: dict[str, dict] = {}  # job name -> result
+    results: dict[str, dict[str, Any]] = {}  # job name -> result
     starts: dict[str, float] = {}  # job uid -> when its first pod started
     exits: dict[str, tuple[int, str]] = {}  # job name -> exit code and reason of a failed container
 
     lock = threading.Lock()
 
-    blocks: list[dict] = []  # merged submissions: read as their trials once their pods are read
-    block_pods: list[dict] = []
+    blocks: list[dict[str, Any]] = []  # merged submissions: read as their trials once their pods are read
+    block_pods: list[dict[str, Any]] = []
 
     def read_jobs(kind, part):
         for items in _pages(cluster, kind, namespace, part):
@@ -299,7 +303,9 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
     return build(now, cms, jobs, reasons, results, starts, exits)
 
 
-def _trials_of_blocks(cluster, namespace: str, items: list[dict], kept: list[dict]) -> list[dict]:
+def _trials_of_blocks(
+    cluster, namespace: str, items: list[dict[str, Any]], kept: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The jobs with each block (merged submissions) read as its trials' views, from the
     block and its pods (blocks.expand, the pods read kept in `kept`); the same list when it
     holds no block."""
@@ -319,13 +325,13 @@ def shards(selector: str) -> list[str]:
     return [f"{selector},{labels.SHARD}={s}" for s in range(labels.SHARDS)] + [f"{selector},!{labels.SHARD}"]
 
 
-def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict]], items: list[dict]) -> None:
+def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict[str, Any]]], items: list[dict[str, Any]]) -> None:
     for key, (attempt, slim) in latest_slim(items).items():
         if key not in jobs or attempt > jobs[key][0]:
             jobs[key] = (attempt, slim)
 
 
-def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tuple[list[TrialRow], bool]:
+def _first_trials(cluster, namespace: str, cm: dict[str, Any], now: float, n: int) -> tuple[list[TrialRow], bool]:
     """The first `n` trials of a study by name, from the first page(s) of its jobs, and
     whether those pages held every trial (then all of them are returned).
 
@@ -335,8 +341,8 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
     """
     record = parse_record(cm)
     selector = f"{labels.STUDY}={record.study}"
-    jobs: dict[tuple[str, str], tuple[int, dict]] = {}
-    complete, block_pods = True, list[dict]()
+    jobs: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+    complete, block_pods = True, list[dict[str, Any]]()
     for kind in job_kinds(record.source):
         for items in _pages(cluster, kind, namespace, selector, page=n + 10):
             _keep_latest(jobs, _trials_of_blocks(cluster, namespace, items, block_pods))
@@ -346,7 +352,7 @@ def _first_trials(cluster, namespace: str, cm: dict, now: float, n: int) -> tupl
         if not complete:
             break
     last = max((trial for _, trial in jobs), default="") if not complete else None
-    results: dict[str, dict] = {}
+    results: dict[str, dict[str, Any]] = {}
     starts: dict[str, float] = {}
     exits: dict[str, tuple[int, str]] = {}
     shown = sorted(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from stratctl.backends.kubernetes.api.cluster import HYPERNODE, NODE, POD, PODGROUP, PRIORITY_CLASS, Cluster
 from stratctl.backends.kubernetes.objects.gpus import (
@@ -185,14 +186,18 @@ class ClusterSignals:
             domains=self._domains(nodes),
         )
 
-    def _domains(self, nodes: list[dict]) -> list[frozenset[str]] | None:
+    def _domains(self, nodes: list[dict[str, Any]]) -> list[frozenset[str]] | None:
         """The node sets a hard-topology gang must stay inside (None: anywhere)."""
         if self.hypernodes is None or self.tier is None:
             return None
         return [d.nodes for d in domains(self.hypernodes.items(), nodes, self.tier)]
 
     def _for_packing(
-        self, free: dict[str, int], pods: list[dict], groups: list[dict], left_out: set[tuple[str, str]]
+        self,
+        free: dict[str, int],
+        pods: list[dict[str, Any]],
+        groups: list[dict[str, Any]],
+        left_out: set[tuple[str, str]],
     ) -> dict[str, int]:
         """Free GPUs for packing a study's trials of different shapes: everyone else's waiting
         demand as for any study, then the study's own waiting gangs only where they fit now.
@@ -210,7 +215,7 @@ class ClusterSignals:
         mine = [p for p in pods if group_key(p) in own]
         return place_fitting(room, demand_besides(mine, [g for g in groups if _pg_key(g) in own], set()))
 
-    def _fit(self, nodes: list[dict], free: dict[str, int]) -> tuple[int, str | None]:
+    def _fit(self, nodes: list[dict[str, Any]], free: dict[str, int]) -> tuple[int, str | None]:
         """Whole gangs the free GPUs hold (inside one allowed HyperNode for a hard topology),
         and why there are none although there would be without the topology."""
         if self.hypernodes is None or self.tier is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from stratctl.backends.kubernetes.objects.state import disrupted_at, owner_uid, timestamp
 from stratctl.backends.kubernetes.watch.mirror import without_managed_fields
@@ -31,14 +32,14 @@ class Disruptions:
         self.clock = clock
         self._lock = threading.Lock()
         # job uid -> pod "namespace/name" -> (last state seen, clock time it was deleted or None)
-        self._pods: dict[str, dict[str, tuple[dict, float | None]]] = {}
+        self._pods: dict[str, dict[str, tuple[dict[str, Any], float | None]]] = {}
 
     @staticmethod
-    def _key(pod: dict) -> str:
+    def _key(pod: dict[str, Any]) -> str:
         meta = pod.get("metadata") or {}
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
-    def observe(self, pod: dict) -> dict:
+    def observe(self, pod: dict[str, Any]) -> dict[str, Any]:
         """A pod as it arrives (the mirror's transform): noted when it is disrupted."""
         pod = without_managed_fields(pod)
         uid = owner_uid(pod)
@@ -47,7 +48,7 @@ class Disruptions:
                 self._pods.setdefault(uid, {})[self._key(pod)] = (pod, None)
         return pod
 
-    def deleted(self, pod: dict) -> None:
+    def deleted(self, pod: dict[str, Any]) -> None:
         """A pod's last state, as it is deleted (the mirror's on_delete)."""
         uid = owner_uid(pod)
         if not uid:
@@ -61,13 +62,13 @@ class Disruptions:
             elif self._key(pod) in known:  # a later state without the condition: keep the one with it
                 known[self._key(pod)] = (known[self._key(pod)][0], now)
 
-    def of(self, uid: str) -> list[dict]:
+    def of(self, uid: str) -> list[dict[str, Any]]:
         """The pods of job `uid` seen disrupted: those still there and those deleted lately."""
         with self._lock:
             self._prune(self.clock())
             return [pod for pod, _ in (self._pods.get(uid) or {}).values()]
 
-    def stuck(self, uid: str, now: float, after: float) -> list[dict]:
+    def stuck(self, uid: str, now: float, after: float) -> list[dict[str, Any]]:
         """Pods of job `uid` disrupted and still there, not terminated `after` seconds past
         their deletion time (`now`: wall clock, as the API server writes times)."""
         found = []
@@ -84,7 +85,7 @@ class Disruptions:
                     found.append(pod)
         return found
 
-    def deleted_pods(self) -> list[dict]:
+    def deleted_pods(self) -> list[dict[str, Any]]:
         """Every deleted pod remembered: their start times tell when their gangs ran."""
         with self._lock:
             self._prune(self.clock())

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api import connections
@@ -52,13 +53,13 @@ def describe(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
-def without_managed_fields(obj: dict) -> dict:
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
     """Drop `metadata.managedFields` (a third of a job's bytes; nothing here reads it)."""
     (obj.get("metadata") or {}).pop("managedFields", None)
     return obj
 
 
-def trimmed_job(obj: dict) -> dict:
+def trimmed_job(obj: dict[str, Any]) -> dict[str, Any]:
     """What the submit loop reads of its study's jobs: metadata without managedFields, the
     status, and the spec with each pod template cut to its containers' names and resources
     (GPU accounting), node selector and priority class. Commands, env, volumes and the
@@ -133,10 +134,10 @@ def _interned(value, shared: bool = False):
     return value
 
 
-_SPECS: dict[str, dict] = {}  # trimmed specs by their JSON: a study's trials share a handful
+_SPECS: dict[str, dict[str, Any]] = {}  # trimmed specs by their JSON: a study's trials share a handful
 
 
-def _shared(spec: dict) -> dict:
+def _shared(spec: dict[str, Any]) -> dict[str, Any]:
     """One object for every equal trimmed spec (the trials of a study have one per shape),
     so 100,000 mirrored jobs hold a few of them, not 100,000. Read-only: nothing writes
     into a mirrored job's spec."""
@@ -170,7 +171,7 @@ class Mirror:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
-        on_delete: Callable[[dict], object] | None = None,
+        on_delete: Callable[[dict[str, Any]], object] | None = None,
     ):
         self.cluster = cluster
         self.kind = kind
@@ -179,7 +180,7 @@ class Mirror:
         self.label_selector = label_selector
         self.watch_timeout = watch_timeout
         self.transform = transform
-        self._objects: dict[str, dict] = {}
+        self._objects: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by a stop, or by the server answering again: retry now
@@ -217,7 +218,7 @@ class Mirror:
         self._wake.wait(seconds)
         self._wake.clear()
 
-    def _key(self, obj: dict) -> str:
+    def _key(self, obj: dict[str, Any]) -> str:
         meta = obj.get("metadata") or {}
         return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
@@ -366,7 +367,7 @@ class Mirror:
                 "watch of %s recovered after %.0fs and %d failure(s)", self.kind[1], self.clock() - since, failures
             )
 
-    def _apply(self, kind: str, obj: dict) -> None:
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         with self._lock:
             self._fresh = False
@@ -385,7 +386,7 @@ class Mirror:
         if self.on_delete is not None:
             self.on_delete(obj)
 
-    def add(self, obj: dict) -> None:
+    def add(self, obj: dict[str, Any]) -> None:
         """Read your own writes: an object this process just created, unless the watch
         already brought it (then what is here is at least as new)."""
         with self._lock:
@@ -397,11 +398,11 @@ class Mirror:
         self._changed.clear()
         return fired
 
-    def items(self) -> list[dict]:
+    def items(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._objects.values())
 
-    def snapshot(self) -> tuple[list[dict], int]:
+    def snapshot(self) -> tuple[list[dict[str, Any]], int]:
         """The objects and the deletion count they reflect, read together."""
         with self._lock:
             return list(self._objects.values()), self.deletions
