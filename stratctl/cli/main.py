@@ -118,6 +118,7 @@ def _application() -> typer.Typer:
         cls=_Group,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
+        rich_markup_mode="markdown",  # help paragraphs reflow to the terminal: their line breaks are only the source's
         context_settings={"help_option_names": ["-h", "--help"]},
         help=(
             "Launch strategy-parallel searches (hyperparameter sweeps) onto Kubernetes with Volcano, "
