@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stratctl.run.heartbeat import live
+
 LOOP = ".study/loop.json"  # beside the study as submitted (backends/batch/catalog.py)
 REFRESH = 10.0
 STALE = 90.0  # as the Kubernetes record's LOOP_STALE
@@ -30,10 +32,8 @@ def follower(directory: Path, now: float, stale: float = STALE) -> dict[str, Any
         marker = json.loads((directory / LOOP).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(marker, dict) or marker.get("running") is not True:
-        return None
-    at = marker.get("at")
-    if isinstance(at, bool) or not isinstance(at, int | float) or now - at > stale:
+    marker = live(marker, now, stale)
+    if marker is None:
         return None
     if marker.get("host") == socket.gethostname() and not _alive(marker.get("pid")):
         return None  # killed on this machine without saying so: no need to wait for it to go stale

@@ -17,6 +17,7 @@ from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, VOLCANO_JOB
 from stratctl.core import document
 from stratctl.errors import NotFound, StratctlError, UsageError
+from stratctl.run.heartbeat import live
 
 if TYPE_CHECKING:  # the study model stays off the start-up of commands that only read records
     from stratctl.core.spec import Study
@@ -261,12 +262,7 @@ def loop_following(configmap: dict[str, Any], now: float, stale: float = LOOP_ST
         marker = json.loads((configmap.get("data") or {}).get(LOOP_KEY) or "null")
     except ValueError:
         return None
-    if not isinstance(marker, dict) or marker.get("running") is not True:
-        return None
-    at = marker.get("at")
-    if isinstance(at, bool) or not isinstance(at, int | float) or now - at > stale:
-        return None
-    return marker
+    return live(marker, now, stale)
 
 
 def followed(cluster, namespace: str, study: str, now: float) -> bool:
