@@ -14,9 +14,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import typer
 
 
-def studies(ctx, incomplete: str) -> list[str]:
+def studies(ctx: typer.Context | None, incomplete: str) -> list[str]:
     """Completion of a STUDY argument: the studies of the namespace, read within ~1 s."""
     import time
 
@@ -28,7 +32,7 @@ def studies(ctx, incomplete: str) -> list[str]:
     return [n for n in found if n.startswith(incomplete or "")]
 
 
-def contexts(ctx, incomplete: str) -> list[str]:
+def contexts(ctx: typer.Context | None, incomplete: str) -> list[str]:
     """Completion of --context: the contexts of the kubeconfig (no request to a cluster)."""
     from stratctl.backends.kubernetes.api.kubeconfig import context_names
 

@@ -13,6 +13,7 @@ from stratctl.cli.options import (
     ContextOpt,
     KubeconfigOpt,
     NamespaceOpt,
+    OnScheduler,
     Output,
     OutputOpt,
     RmOpt,
@@ -103,7 +104,7 @@ def delete(
         raise typer.Exit(1)
 
 
-def _scheduler_delete(on_scheduler, yes: bool, keep_record: bool, force: bool, output: Output) -> None:
+def _scheduler_delete(on_scheduler: OnScheduler, yes: bool, keep_record: bool, force: bool, output: Output) -> None:
     from stratctl.backends.batch import delete as attemptdelete
 
     study, scheduler = on_scheduler

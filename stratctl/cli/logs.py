@@ -11,6 +11,7 @@ from stratctl.cli.options import (
     ContextOpt,
     KubeconfigOpt,
     NamespaceOpt,
+    OnScheduler,
     RmOpt,
     StudyArg,
     file_study,
@@ -81,11 +82,22 @@ def logs(
         cluster.close()
 
 
-def _scheduler_logs(on_scheduler, trial, best, sort, task, follow, tail) -> None:
+def _scheduler_logs(
+    on_scheduler: OnScheduler,
+    trial: str | None,
+    best: bool,
+    sort: str,
+    task: str | None,
+    follow: bool,
+    tail: int | None,
+) -> None:
     from stratctl.backends.batch import logs as attemptlogs
 
     study, scheduler = on_scheduler
-    found = attemptlogs.best_trial(study, scheduler, sort) if best else attemptlogs.trial_of(study, trial)
+    if best or trial is None:  # no TRIAL is --best (checked by the caller)
+        found = attemptlogs.best_trial(study, scheduler, sort)
+    else:
+        found = attemptlogs.trial_of(study, trial)
     if best:
         typer.echo(f"trial {found.name}", err=True)
 

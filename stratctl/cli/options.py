@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
+
+if TYPE_CHECKING:
+    from stratctl.core.spec import Study
 
 
 def _studies(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -72,7 +75,7 @@ RmOpt = Annotated[
 ]
 
 
-def emit(data, output: Output) -> bool:
+def emit(data: Any, output: Output) -> bool:
     """Print `data` as JSON or YAML when `output` asks for it; whether it did (a table is the
     command's own)."""
     if output is Output.json:
@@ -111,7 +114,7 @@ def file_study(argument: str | None, backend: str | None = None, rm: str | None 
     return OnScheduler(*found) if found else None
 
 
-def refuse_kubernetes_options(on: OnScheduler | None, **given) -> None:
+def refuse_kubernetes_options(on: OnScheduler | None, **given: object) -> None:
     """A Kubernetes option given for a study on a batch scheduler: refused in one line."""
     from stratctl.errors import UsageError
 
@@ -123,7 +126,7 @@ def refuse_kubernetes_options(on: OnScheduler | None, **given) -> None:
         raise UsageError(f"{flags}: Kubernetes options, and study {on.study.name} runs on {on.scheduler.title}")
 
 
-def on_scheduler(study) -> OnScheduler | None:
+def on_scheduler(study: Study) -> OnScheduler | None:
     """The study and its scheduler when its backend is a batch scheduler; None on Kubernetes."""
     from stratctl.backends import scheduler_for
     from stratctl.backends.batch.scheduler import is_attempt_backend

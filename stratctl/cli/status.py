@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,12 +17,20 @@ from stratctl.cli.options import (
     ContextOpt,
     KubeconfigOpt,
     NamespaceOpt,
+    OnScheduler,
     RmOpt,
     _studies,
     file_study,
 )
 from stratctl.errors import UsageError
 from stratctl.run.ranking import sort_trials
+from stratctl.run.rows import Snapshot
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+    from stratctl.core.spec import Study
 
 
 class Output(StrEnum):
@@ -110,7 +118,7 @@ def status(
             cluster.close()
 
 
-def _declared_ranking(study: str | None, on_scheduler, cluster) -> str:
+def _declared_ranking(study: str | None, on_scheduler: OnScheduler | None, cluster: Cluster | None) -> str:
     """The metric the study's objective ranks its trials by, for --best without --sort."""
     from stratctl.backends.kubernetes.verbs import status as core
 
@@ -138,14 +146,14 @@ class _Asked:
     limit: int
     output: Output
     all_namespaces: bool
-    on_scheduler: Any
-    cluster: Any
+    on_scheduler: OnScheduler | None
+    cluster: Cluster | None
 
     @property
     def table(self) -> bool:
         return self.output in (Output.table, Output.wide)
 
-    def snapshot(self, ns: str) -> Any:
+    def snapshot(self, ns: str) -> Snapshot:
         """The studies of namespace `ns`, or the one study's trials, as much as the output needs."""
         from stratctl.backends.kubernetes.verbs import status as core
 
@@ -180,14 +188,14 @@ class _Asked:
             explain_pending(self.cluster, ns, snap.trials[: limit or None])
         return snap
 
-    def read(self) -> tuple[Any, list[str] | None]:
+    def read(self) -> tuple[Snapshot, list[str] | None]:
         """The snapshot (of every namespace with studies, with -A) and each study row's namespace."""
         from stratctl.backends.kubernetes.verbs import status as core
 
         if not self.all_namespaces:
             return self.snapshot(self.cluster.namespace if self.cluster else ""), None
         snaps = [self.snapshot(ns) for ns in core.namespaces_with_studies(self.cluster, self.selector)]
-        merged = core.Snapshot("", time.time(), [s for snap in snaps for s in snap.studies], [])
+        merged = Snapshot("", time.time(), [s for snap in snaps for s in snap.studies], [])
         return merged, [snap.namespace for snap in snaps for _ in snap.studies]
 
     def empty(self) -> str:
@@ -195,7 +203,7 @@ class _Asked:
 
         return statusout.empty_line(None if self.all_namespaces or not self.cluster else self.cluster.namespace)
 
-    def picture(self, snap, namespaces, width: int):
+    def picture(self, snap: Snapshot, namespaces: list[str] | None, width: int) -> RenderableType:
         """The table a terminal shows."""
         from stratctl.view import statusout
 
@@ -204,7 +212,7 @@ class _Asked:
         wide = self.output is Output.wide
         return statusout.picture(snap, bool(self.study), width, wide, self.limit or None, namespaces)
 
-    def show(self, snap, namespaces, console) -> None:
+    def show(self, snap: Snapshot, namespaces: list[str] | None, console: Console) -> None:
         """Print the snapshot in the output asked for."""
         from stratctl.view import statusout
         from stratctl.view.yamlout import dump_all
@@ -229,7 +237,7 @@ class _Asked:
                 print(statusout.hidden(snap, limit), file=sys.stderr)
 
 
-def _ranking(study) -> str | None:
+def _ranking(study: Study) -> str | None:
     first = study.objectives[0] if study.objective is not None else None
     return None if first is None else ("-" if first.direction == "maximize" else "") + first.metric
 

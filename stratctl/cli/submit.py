@@ -6,9 +6,15 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from stratctl.backends.kubernetes.api.connect import Connection
+    from stratctl.run.progress import Progress
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option, on_scheduler
 from stratctl.errors import ExitCode
@@ -151,7 +157,8 @@ def submit(
 
     Safe to rerun at any time: trials already in the cluster are recognised, never duplicated.
     """
-    from stratctl.backends.launch import Connection, submit_study
+    from stratctl.backends.kubernetes.api.connect import Connection
+    from stratctl.backends.launch import submit_study
     from stratctl.run.options import SubmitOptions
     from stratctl.run.progress import Fanout
     from stratctl.view.display import LiveDisplay, LogDisplay, summary, summary_json
@@ -195,7 +202,7 @@ def submit(
     _exit_for(progress, bool(options.dry_run), timeout, err)
 
 
-def _exit_for(progress, dry_run: bool, timeout: str | None, err) -> None:
+def _exit_for(progress: Progress, dry_run: bool, timeout: str | None, err: Console | None) -> None:
     """Exit with the code of how the submit ended (interrupted, timed out, refused
     manifests, conflicting trials, failures), saying so on stderr; return when it succeeded."""
     if progress.interrupted:
@@ -222,7 +229,7 @@ def _exit_for(progress, dry_run: bool, timeout: str | None, err) -> None:
         raise typer.Exit(ExitCode.FAILURE)
 
 
-def _terminal():
+def _terminal() -> Console | None:
     """A rich console on stderr when stderr is a terminal (rich decides, honouring
     FORCE_COLOR and TTY_COMPATIBLE), else None: CI logs and pipes start without rich."""
     if not sys.stderr.isatty() and not any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE")):
@@ -238,13 +245,13 @@ def _terminal_width() -> int | None:
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
-def _stderr():
+def _stderr() -> Console:
     from rich.console import Console
 
     return Console(stderr=True)
 
 
-def _best(file: Path, connection, study: str) -> str:
+def _best(file: Path, connection: Connection, study: str) -> str:
     """The line naming the study's best trial and its parameters, when trials report
     results ("" otherwise, or when the cluster cannot tell: the summary is said already)."""
     from dataclasses import replace

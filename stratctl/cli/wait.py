@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from stratctl.run.rows import StudyRow
 
 from stratctl.cli.options import (
     BackendOpt,
@@ -70,7 +73,7 @@ def wait(
 
     cluster = one_shot(Connection(kubeconfig, context, namespace), pool_size=4)
 
-    def read():
+    def read() -> StudyRow:
         # every trial, as `status -o json` reads them: the summary a submit loop keeps in the
         # record is a cycle behind, and stays for 30 s after a loop that stopped
         return core.collect(cluster, cluster.namespace, study, reasons_for_all=False).studies[0]

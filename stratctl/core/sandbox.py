@@ -22,8 +22,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from jinja2 import BaseLoader, StrictUndefined, TemplateSyntaxError, meta, nodes
+from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["SecurityError", "TemplateSyntaxError", "VARIABLES", "check", "environment", "is_template"]
 

@@ -10,7 +10,7 @@ columns, so they never disagree.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -188,7 +188,11 @@ def _trial_names(rows: list[TrialRow], wide: bool, study: bool) -> list[Column]:
 def _values(rows: list[TrialRow], taken: set[str]) -> list[Column]:
     """A column per parameter, then per result, named apart from the keys `taken`."""
     cols = []
-    for prefix, name_of in (("param", lambda r: r.params), ("result", lambda r: r.result)):
+    sides: tuple[tuple[str, Callable[[TrialRow], dict[str, Any] | None]], ...] = (
+        ("param", lambda r: r.params),
+        ("result", lambda r: r.result),
+    )
+    for prefix, name_of in sides:
         for name in _names([name_of(r) for r in rows]):
             values = [(name_of(r) or {}).get(name) for r in rows]
             key = _free(name, taken, prefix)
@@ -216,11 +220,12 @@ def _trial_accounts(rows: list[TrialRow]) -> list[Column]:
             [r.gpu_seconds / 3600 for r in rows],
         ),
     ]
-    for key, at in (
+    times: tuple[tuple[str, Callable[[TrialRow], float | None]], ...] = (
         ("created", lambda r: r.created),
         ("start", lambda r: r.started),
         ("finish", lambda r: r.finished),
-    ):
+    )
+    for key, at in times:
         cols.append(_column(key, cells=[rfc3339(at(r)) or "-" for r in rows], raw=[rfc3339(at(r)) for r in rows]))
     return cols
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from stratctl.run.progress import Progress
 from stratctl.view.columns import plural
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, Group
     from rich.live import Live
     from rich.table import Table
 
@@ -77,7 +79,7 @@ def progress_table(p: Progress) -> Table:
     return table
 
 
-def render_progress(p: Progress):
+def render_progress(p: Progress) -> Group:
     from rich.console import Group
     from rich.progress_bar import ProgressBar
 
@@ -100,9 +102,11 @@ class LiveDisplay:
         self.live.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         if self.live:
-            self.live.__exit__(*exc)
+            self.live.__exit__(kind, error, traceback)
 
     def update(self, progress: Progress) -> None:
         if self.live:
@@ -118,7 +122,7 @@ class LiveDisplay:
 class LogDisplay:
     """Plain timestamped lines for CI logs: one per event, one per change of counts."""
 
-    def __init__(self, stream: TextIO = sys.stderr, clock=time.time):
+    def __init__(self, stream: TextIO = sys.stderr, clock: Callable[[], float] = time.time):
         self.stream = stream
         self.clock = clock
         self._last: tuple[Any, ...] | None = None
@@ -126,7 +130,7 @@ class LogDisplay:
     def __enter__(self) -> LogDisplay:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         pass
 
     def _line(self, text: str) -> None:

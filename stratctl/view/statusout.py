@@ -16,7 +16,7 @@ from rich.text import Text
 
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.view import tables
-from stratctl.view.columns import note_column, rfc3339, run_time, study_columns, trial_columns
+from stratctl.view.columns import note_column, rfc3339, run_time, study_columns, study_note, trial_columns
 from stratctl.view.plaintext import csv_text, plain
 
 
@@ -30,7 +30,7 @@ def _study_dict(row: StudyRow, now: float) -> dict[str, Any]:
         start=rfc3339(started),
         finish=rfc3339(finished),
         done=row.done,
-        note=tables.study_note(row, now),
+        note=study_note(row, now),
     )
     return data
 

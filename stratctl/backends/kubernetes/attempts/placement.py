@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from stratctl.backends.kubernetes.objects.state import TrialState
 from stratctl.run.queues import (
     Amounts,
     Move,
@@ -27,6 +26,7 @@ from stratctl.run.queues import (
     queue_of_job,
     room_of,
 )
+from stratctl.trialstate import TrialState
 
 
 class Placer:

@@ -24,7 +24,6 @@ from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, EVENT
 from stratctl.backends.kubernetes.objects.jobview import Carried, carried, usage, view_of
 from stratctl.backends.kubernetes.objects.record import parse_record, record_name, suspended_of
 from stratctl.backends.kubernetes.objects.state import (
-    TrialState,
     classify,
     classify_attempt,
     ended_at,
@@ -37,6 +36,7 @@ from stratctl.backends.kubernetes.objects.state import (
 )
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.run.recovery import Action, Kind, Limits, TrialView, effective_state, next_actions
+from stratctl.trialstate import TrialState
 
 # The pod mirror has seen every pod of a job created this long after its last list (a
 # margin for the clocks of this machine and the API server).

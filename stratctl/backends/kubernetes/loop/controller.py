@@ -37,7 +37,7 @@ from stratctl.backends.kubernetes.loop.salvage import Salvage
 from stratctl.backends.kubernetes.loop.searching import Searching
 from stratctl.backends.kubernetes.loop.shedding import Shedding
 from stratctl.backends.kubernetes.objects.record import API_QUOTA_KEY, PLACEMENTS_KEY, StudyRecord
-from stratctl.backends.kubernetes.objects.state import TrialState, latest_attempts, trial_of, trial_states
+from stratctl.backends.kubernetes.objects.state import latest_attempts, trial_of, trial_states
 from stratctl.backends.kubernetes.search.looptrials import LoopTrials
 from stratctl.backends.kubernetes.watch.mirror import Mirror, staleness
 from stratctl.core.merging import merging
@@ -54,6 +54,7 @@ from stratctl.run.policy import Decision, Observed
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.queues import amounts
 from stratctl.run.throttle import Throttle
+from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
     from stratctl.backends.kubernetes.search.storage import StorageMirror

@@ -29,9 +29,10 @@ from stratctl.backends.kubernetes.objects.lost import (
     patience,
     symptom,
 )
-from stratctl.backends.kubernetes.objects.state import TrialState, attempt_of, podgroup_name, volcano_phase
+from stratctl.backends.kubernetes.objects.state import attempt_of, podgroup_name, volcano_phase
 from stratctl.errors import ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.run.outage import duration
+from stratctl.trialstate import TrialState
 
 JOB_NAME = "volcano.sh/job-name"  # label Volcano puts on a job's pods
 GROUP_NAME = "scheduling.k8s.io/group-name"  # annotation naming a pod's PodGroup

@@ -14,10 +14,11 @@ from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGR
 from stratctl.backends.kubernetes.blocks.blockstop import block_of_view, stop_index
 from stratctl.backends.kubernetes.loop.keeper import RecordKeeper
 from stratctl.backends.kubernetes.objects.record import TOLD_KEY, parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.objects.state import TrialState, classify, latest_attempts
+from stratctl.backends.kubernetes.objects.state import classify, latest_attempts
 from stratctl.backends.kubernetes.search.looptrials import LoopTrials
 from stratctl.errors import NotFound
 from stratctl.run.progress import Progress
+from stratctl.trialstate import TrialState
 
 
 class Searching:

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from stratctl.backends.kubernetes.loop.keeper import RecordKeeper
     from stratctl.backends.kubernetes.loop.pressure import Pressure
     from stratctl.backends.kubernetes.objects.record import StudyRecord
-    from stratctl.backends.kubernetes.objects.state import TrialState
     from stratctl.backends.kubernetes.search.looptrials import LoopTrials
     from stratctl.backends.kubernetes.search.storage import StorageMirror
     from stratctl.core.render import Renderer
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from stratctl.run.options import SubmitOptions
     from stratctl.run.progress import Progress, Reporter
     from stratctl.run.throttle import Throttle
+    from stratctl.trialstate import TrialState
 
 
 class Expanding(Protocol):

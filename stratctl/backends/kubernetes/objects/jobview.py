@@ -16,7 +16,6 @@ from typing import Any
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import job_gpus
 from stratctl.backends.kubernetes.objects.state import (
-    TrialState,
     attempt_of,
     classify,
     ended_at,
@@ -27,6 +26,7 @@ from stratctl.backends.kubernetes.objects.state import (
     volcano_phase,
 )
 from stratctl.run.recovery import TrialView
+from stratctl.trialstate import TrialState
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ from stratctl.backends.kubernetes.objects.gpus import (
     after_demand,
     demand_besides,
     free_gpus,
-    gangs_fit,
     group_key,
     pod_gpus,
 )
 from stratctl.core.quantity import GPU, whole_units
+from stratctl.run.packing import gangs_fit
 
 
 @dataclass(frozen=True)

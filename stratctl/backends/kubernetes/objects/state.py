@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from stratctl import labels
-from stratctl.trialstate import TrialState  # read here by most of the engine
+from stratctl.trialstate import TrialState
 
 VOLCANO_PHASES = {
     "Pending": TrialState.PENDING,

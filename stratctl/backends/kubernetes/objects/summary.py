@@ -20,7 +20,6 @@ from stratctl.backends.kubernetes.objects.gpus import job_gpus
 from stratctl.backends.kubernetes.objects.jobview import carried, usage, view_of
 from stratctl.backends.kubernetes.objects.record import api_quota_of, parse_record, space_order, suspended_of
 from stratctl.backends.kubernetes.objects.state import (
-    TrialState,
     attempt_of,
     classify,
     ended_at,
@@ -33,6 +32,7 @@ from stratctl.backends.kubernetes.objects.state import (
 from stratctl.run.queues import queue_of_job
 from stratctl.run.recovery import Limits, effective_state
 from stratctl.run.rows import ORDER, StudyRow, TrialRow, ended_count
+from stratctl.trialstate import TrialState
 
 SLIM_STATUS = ("state", "conditions", "retryCount", "ready", "active")  # what classify and usage read
 

@@ -22,10 +22,11 @@ from types import MappingProxyType
 from typing import Any
 
 from stratctl import labels
-from stratctl.backends.kubernetes.objects.state import TrialState, classify
+from stratctl.backends.kubernetes.objects.state import classify
 from stratctl.core.search import Searcher, Told, values_of
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
+from stratctl.trialstate import TrialState
 
 
 def trial_of_job(job: dict[str, Any]) -> Trial | None:

@@ -33,12 +33,13 @@ from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, 
 from stratctl.backends.kubernetes.blocks.blocks import expand, is_block
 from stratctl.backends.kubernetes.objects import roster
 from stratctl.backends.kubernetes.objects.record import job_kinds, parse_record, record_name, records
-from stratctl.backends.kubernetes.objects.state import TrialState, classify, job_of_pod, run_starts
+from stratctl.backends.kubernetes.objects.state import classify, job_of_pod, run_starts
 from stratctl.backends.kubernetes.objects.summary import build, latest_slim, study_row, summary_of
 from stratctl.backends.kubernetes.objects.waiting import Queues, explain_pending, pending_reason
 from stratctl.errors import NotFound
 from stratctl.run.ranking import best_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
+from stratctl.trialstate import TrialState
 
 PAGE = 500
 FRESH = 30.0  # seconds a submit loop's summary is shown as is (the loop writes it every few)
