@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from stratctl.trialstate import TrialState
 
@@ -101,10 +101,18 @@ class StudyFiles:
             (self.output / DRAINED).unlink(missing_ok=True)
 
 
+class Counting(Protocol):
+    """A scheduler's client, counting what it sends."""
+
+    calls: int  # calls made
+    sent: dict[str, int]  # calls made, by kind
+    refused: dict[str, int]  # of those, refused as pressure
+
+
 class Counted:
     """A scheduler's counters for the submit summary, kept by its client (`client`)."""
 
-    client: Any  # its calls, sent and refused counters
+    client: Counting
 
     @property
     def calls(self) -> int:

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from stratctl.backends.batch.catalog import Entry
     from stratctl.backends.batch.scheduler import Scheduler
+    from stratctl.core.render import Renderer
     from stratctl.core.spec import Study
+    from stratctl.errors import UsageError
 
 
-def scheduler_for(study: Study, renderer=None, workdir: str | None = None) -> Scheduler:
+def scheduler_for(study: Study, renderer: Renderer | None = None, workdir: str | None = None) -> Scheduler:
     """The scheduler of a study whose backend runs an attempt as one job."""
     if study.backend == "slurm":
         from stratctl.backends.slurm.scheduler import SlurmScheduler
@@ -100,7 +103,7 @@ def _with_rm(study: Study, rm: str | None) -> Study:
     return changed
 
 
-def _slurm_directory(name: str):
+def _slurm_directory(name: str) -> Entry | None:
     """A Slurm study's catalog entry from the study directory its jobs show (each job's log
     file is in it), while the controller lists one of them: None otherwise."""
     from stratctl.backends.batch import catalog
@@ -118,7 +121,7 @@ def _slurm_directory(name: str):
     return None
 
 
-def _not_found(name: str, backend: str, rm: str | None):
+def _not_found(name: str, backend: str, rm: str | None) -> UsageError:
     """Why a name is no study on a batch scheduler, in one line."""
     from stratctl.backends.batch import catalog
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.batch.scheduler import cwd_directory, is_attempt_backend
-from stratctl.backends.kubernetes.api.cluster import QUEUE
+from stratctl.backends.kubernetes.api.cluster import QUEUE, Cluster
 from stratctl.backends.kubernetes.api.connect import (
     START_PATIENCE,
     Connection,
@@ -34,8 +34,12 @@ from stratctl.core.space import Trial, corners, expand
 from stratctl.core.spec import Study, load_study
 from stratctl.errors import StillThrottled, StudyError, StudyMoved
 from stratctl.run.options import SubmitOptions
+from stratctl.run.policy import AdaptivePolicy, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.throttle import Throttle
+
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.search.storage import StorageMirror
 
 
 @dataclass(frozen=True)
@@ -112,13 +116,13 @@ def _mergeable(study: Study, first: dict[str, Any], docs: list[dict[str, Any]], 
 
 
 def submit_study(
-    path,
+    path: str | Path | Study,
     connection: Connection = Connection(),
     options: SubmitOptions = SubmitOptions(),
     qps: float | None = None,
     burst: int | None = None,
     reporter: Reporter | None = None,
-    policy=None,
+    policy: AdaptivePolicy | StaticPolicy | None = None,
     rerun_changed: bool = False,
 ) -> Progress:
     """`stratctl submit`: validate and render everything, then run the submit loop."""
@@ -172,7 +176,13 @@ def submit_study(
 
 
 def _submit_attempts(
-    prepared: Prepared, path, options: SubmitOptions, qps: float | None, burst: int | None, reporter, policy
+    prepared: Prepared,
+    path: str | Path | Study,
+    options: SubmitOptions,
+    qps: float | None,
+    burst: int | None,
+    reporter: Reporter | None,
+    policy: AdaptivePolicy | StaticPolicy | None,
 ) -> Progress:
     """`submit` on a batch scheduler: the study kept in its study directory and known by
     name (backends/batch/catalog.py), its loop's heartbeat there while it follows it (backends/batch/following.py)."""
@@ -210,7 +220,7 @@ def _not_moved(study: Study, directory: Path, controller: str) -> None:
     )
 
 
-def _storage(study: Study, options: SubmitOptions):
+def _storage(study: Study, options: SubmitOptions) -> StorageMirror | None:
     """The Optuna storage a closed-loop search is mirrored to (--storage), else None."""
     if not options.storage or options.dry_run:
         return None
@@ -234,12 +244,12 @@ def _throttle(
 
 
 def _admit(
-    cluster,
+    cluster: Cluster,
     throttle: Throttle,
     prepared: Prepared,
     connection: Connection,
     options: SubmitOptions,
-    path,
+    path: str | Path | Study,
     rerun_changed: bool,
     reporter: Reporter | None,
 ) -> str | None:
@@ -276,7 +286,7 @@ def _admit(
 
 def _watch(
     submitter: Submitter,
-    cluster,
+    cluster: Cluster,
     study: Study,
     options: SubmitOptions,
     blind: str | None,

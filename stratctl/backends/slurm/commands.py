@@ -96,7 +96,8 @@ class Slurm:
             if isinstance(error, Throttled):
                 self.refused[argv[0]] = self.refused.get(argv[0], 0) + 1
             raise error
-        return done.stdout
+        out: str = done.stdout
+        return out
 
     def submit(self, script: str, workdir: str | None = None) -> int:
         """Submit one batch script (on stdin); its job id."""

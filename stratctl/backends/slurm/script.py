@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jinja2 import FileSystemLoader
+from jinja2 import FileSystemLoader, Template
 
 from stratctl import rendezvous
 from stratctl.backends.batch.scheduler import study_directory
@@ -67,7 +67,7 @@ def parse_comment(comment: str | None) -> tuple[str, str, int, str] | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _template(directories: tuple[str, ...]):
+def _template(directories: tuple[str, ...]) -> Template:
     """The sandboxed, compiled job template of these directories: compiled once a run, not
     once an attempt (a fresh sandbox and compile took most of a submit's own time)."""
     return sandbox.environment(FileSystemLoader(list(directories))).get_template(TEMPLATE)
@@ -176,7 +176,7 @@ def block_script(
 
 
 @functools.lru_cache(maxsize=8)
-def _array_template(directories: tuple[str, ...]):
+def _array_template(directories: tuple[str, ...]) -> Template:
     return sandbox.environment(FileSystemLoader(list(directories))).get_template(ARRAY_TEMPLATE)
 
 

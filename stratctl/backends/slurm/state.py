@@ -109,21 +109,21 @@ def _attempt(
     )
 
 
-def _time(value) -> float | None:
+def _time(value: Any) -> float | None:
     """A time of squeue's JSON (seconds since the epoch; 0 when unset; a {set, number} object in later Slurm)."""
     if isinstance(value, dict):
         value = value.get("number") if value.get("set", True) else None
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
-def _number(value) -> int | None:
+def _number(value: Any) -> int | None:
     """An integer of squeue's JSON (a {set, number} object in later Slurm)."""
     if isinstance(value, dict):
         value = value.get("number") if value.get("set", True) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def exit_of(value) -> tuple[int | None, int | None]:
+def exit_of(value: Any) -> tuple[int | None, int | None]:
     """(exit code, signal) of a job's `exit_code` or `derived_exit_code` in squeue's JSON.
     Slurm 22.05 gives the wait status: exit code = status >> 8, signal = status & 0x7f (768
     is exit 3, 9 is signal 9); later Slurm an object {status, return_code, signal: {id}}."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jinja2 import FileSystemLoader
+from jinja2 import FileSystemLoader, Template
 
 from stratctl import rendezvous
 from stratctl.core import sandbox
@@ -175,7 +175,7 @@ def resources(task: Task) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _template(directories: tuple[str, ...]):
+def _template(directories: tuple[str, ...]) -> Template:
     """The sandboxed, compiled task template of these directories (compiled once a run)."""
     return sandbox.environment(FileSystemLoader(list(directories))).get_template(TEMPLATE)
 

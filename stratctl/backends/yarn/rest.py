@@ -98,7 +98,7 @@ class ResourceManager:
             )
         raise Unavailable("no ResourceManager answers as the active one: " + "; ".join(said))
 
-    def _answer(self, kind: str, method: str, path: str, answer) -> dict[str, Any]:
+    def _answer(self, kind: str, method: str, path: str, answer: urllib3.BaseHTTPResponse) -> dict[str, Any]:
         status = answer.status
         if status in (429, 503):
             self.refused[kind] = self.refused.get(kind, 0) + 1
@@ -117,9 +117,10 @@ class ResourceManager:
         if not answer.data.strip():
             return {}
         try:
-            return json.loads(answer.data)
+            parsed: dict[str, Any] = json.loads(answer.data)
         except ValueError:
             raise Unavailable(f"ResourceManager: {method} {path}: not JSON: {answer.data[:200]!r}") from None
+        return parsed
 
     # -- what the backend asks -----------------------------------------------------------
 

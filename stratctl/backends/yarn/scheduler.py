@@ -100,7 +100,8 @@ def free_gpus(nodes: list[dict[str, Any]], label: str | None) -> list[int]:
 def queue_of(scheduler: dict[str, Any], name: str) -> dict[str, Any] | None:
     """The Capacity Scheduler's view of one queue (by its name or its path) in /scheduler."""
 
-    def walk(queues: dict[str, Any] | None):
+    def walk(queues: dict[str, Any] | None) -> dict[str, Any] | None:
+        queue: dict[str, Any]
         for queue in (queues or {}).get("queue") or []:
             if name in (queue.get("queueName"), queue.get("queuePath"), f"root.{queue.get('queueName')}"):
                 return queue

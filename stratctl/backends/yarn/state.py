@@ -61,7 +61,7 @@ def outcome(app: dict[str, Any], drained: bool = False) -> str:
     return "failed"
 
 
-def _seconds(ms) -> float | None:
+def _seconds(ms: Any) -> float | None:
     return ms / 1000.0 if isinstance(ms, int | float) and ms > 0 else None
 
 

@@ -50,7 +50,7 @@ from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Outage
 from stratctl.run.packing import Packer
-from stratctl.run.policy import Decision, Observed
+from stratctl.run.policy import AdaptivePolicy, Decision, Observed, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.queues import amounts
 from stratctl.run.throttle import Throttle
@@ -83,7 +83,7 @@ class Submitter(Cycle):
         cluster: Cluster,
         throttle: Throttle,
         options: SubmitOptions = SubmitOptions(),
-        policy=None,
+        policy: AdaptivePolicy | StaticPolicy | None = None,
         reporter: Reporter | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
