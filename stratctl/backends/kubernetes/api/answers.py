@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from typing import Any
 
 import orjson
 
@@ -26,7 +27,7 @@ _parsing = 0
 _was_enabled = False
 
 
-def parse(data: bytes | str):
+def parse(data: bytes | str) -> Any:
     """`data` as Python objects; raises ValueError (orjson.JSONDecodeError) if it is not JSON."""
     if len(data) < LARGE:
         return orjson.loads(data)

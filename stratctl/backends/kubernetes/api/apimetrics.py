@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -18,7 +17,7 @@ class ApiMetrics:
     checks: int = 0  # writes it stored nothing for: access reviews and dry runs
     throttled: int = 0  # 429s received (before retries)
     errors: int = 0
-    latencies: deque[Any] = field(default_factory=lambda: deque(maxlen=512))
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=512))
     sent: dict[str, int] = field(default_factory=dict)  # requests sent per kind ("create Job"), retries included
     refused: dict[str, int] = field(default_factory=dict)  # of those, answered 429, per kind
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -45,9 +45,25 @@ class Api(Protocol):
     configuration: Any
     user_agent: str
 
-    def update_params_for_auth(self, headers, queries, auth_settings, resource_path, method, body) -> None: ...
+    def update_params_for_auth(
+        self,
+        headers: dict[str, Any],
+        queries: list[tuple[str, Any]] | None,
+        auth_settings: list[str],
+        resource_path: str,
+        method: str,
+        body: Any,
+    ) -> None: ...
 
-    def call_api(self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None) -> Any: ...
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: dict[str, Any] | None = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any: ...
 
     def close(self) -> None: ...
 

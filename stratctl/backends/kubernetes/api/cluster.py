@@ -154,11 +154,13 @@ class Cluster(Channel):
         path = resource_path(manifest["apiVersion"], manifest["kind"], ns)
         query = {"fieldManager": FIELD_MANAGER, "dryRun": "All" if dry_run else None}
         what = f"create {manifest['kind']} {ns}/{meta.get('name')}"
-        return self.request("POST", path, query, manifest, what)
+        created: dict[str, Any] = self.request("POST", path, query, manifest, what)
+        return created
 
     def get(self, kind: tuple[str, str], name: str, namespace: str | None = None) -> dict[str, Any]:
         path = resource_path(*kind, self._ns(namespace), name)
-        return self.request("GET", path, what=f"get {kind[1]} {name}")
+        found: dict[str, Any] = self.request("GET", path, what=f"get {kind[1]} {name}")
+        return found
 
     def delete(self, kind: tuple[str, str], name: str, namespace: str | None = None) -> None:
         path = resource_path(*kind, self._ns(namespace), name)
@@ -172,7 +174,7 @@ class Cluster(Channel):
         self, kind: tuple[str, str], name: str, patch: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
         path = resource_path(*kind, self._ns(namespace), name)
-        return self.request(
+        patched: dict[str, Any] = self.request(
             "PATCH",
             path,
             {"fieldManager": FIELD_MANAGER},
@@ -180,6 +182,7 @@ class Cluster(Channel):
             f"patch {kind[1]} {name}",
             "application/merge-patch+json",
         )
+        return patched
 
     def list(
         self,

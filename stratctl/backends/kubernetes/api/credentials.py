@@ -35,7 +35,7 @@ class Credentials:
     namespace: str | None  # the context's namespace
 
 
-def _named(items, name):
+def _named(items: Any, name: Any) -> dict[str, Any]:
     for item in items or []:
         if isinstance(item, dict) and item.get("name") == name:
             return item

@@ -21,7 +21,7 @@ def kubeconfig_path(kubeconfig: str | None) -> str:
     return kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
 
 
-def read_kubeconfig(path: str):
+def read_kubeconfig(path: str) -> Any:
     """The kubeconfig at `path` as data (safe YAML: tags that construct objects are refused)."""
     with open(path) as f:
         return yaml.load(f, Loader=_Loader)
@@ -46,7 +46,7 @@ def _names(config: dict[str, Any]) -> list[str]:
     return [c["name"] for c in contexts or [] if isinstance(c, dict) and isinstance(c.get("name"), str)]
 
 
-def context_problem(config, path: str, context: str | None) -> str | None:
+def context_problem(config: Any, path: str, context: str | None) -> str | None:
     """What is wrong with choosing `context` (None: the current one) in the kubeconfig at
     `path` read as `config`, said with the contexts there are and the nearest name; None
     when it is there (or the file is not a kubeconfig at all: its reader says so)."""

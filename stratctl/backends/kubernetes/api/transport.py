@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
+from typing import Any
 
 import orjson
 import urllib3
@@ -18,7 +19,7 @@ from stratctl.backends.kubernetes.api.connections import lending
 from stratctl.backends.kubernetes.api.credentials import Credentials
 
 
-def _json(body) -> bytes:
+def _json(body: Any) -> bytes:
     try:  # keys that are not strings written as json writes them (a template's `8080: ...`)
         return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:  # what orjson does not write (an integer past 64 bits): as json writes it
@@ -45,11 +46,27 @@ class PlainApi:
         )
         self._server = self.pool.connection_from_url(credentials.server)  # the one host stratctl talks to
 
-    def update_params_for_auth(self, headers, queries, auth_settings, resource_path, method, body) -> None:
+    def update_params_for_auth(
+        self,
+        headers: dict[str, Any],
+        queries: list[tuple[str, Any]] | None,
+        auth_settings: list[str],
+        resource_path: str,
+        method: str,
+        body: Any,
+    ) -> None:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
 
-    def call_api(self, method, url, header_params=None, body=None, post_params=None, _request_timeout=None):
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: dict[str, Any] | None = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: float | tuple[float, float] | None = None,
+    ) -> SimpleNamespace:
         """Send one request; its urllib3 response, unread, as `.response` (what the client's
         RESTResponse wraps)."""
         data = None if body is None else body if isinstance(body, bytes) else _json(body)
