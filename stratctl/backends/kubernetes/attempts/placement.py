@@ -12,7 +12,7 @@ attempts sent to each queue are kept for the study record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl.run.queues import (
     Amounts,
@@ -27,6 +27,10 @@ from stratctl.run.queues import (
     room_of,
 )
 from stratctl.trialstate import TrialState
+
+if TYPE_CHECKING:
+    from stratctl.core.render import Renderer
+    from stratctl.core.space import Trial
 
 
 class Placer:
@@ -121,12 +125,12 @@ class Placing:
     """A renderer whose attempts are placed: what the loop's recovery steps render with, so
     a preempted or lost trial's next attempt goes to the first queue with room too."""
 
-    def __init__(self, renderer, placer: Placer):
+    def __init__(self, renderer: Renderer, placer: Placer) -> None:
         self._renderer = renderer
         self._placer = placer
 
-    def render(self, trial, attempt: int = 0, resume: bool = False) -> list[dict[str, Any]]:
+    def render(self, trial: Trial, attempt: int = 0, resume: bool = False) -> list[dict[str, Any]]:
         return self._placer.place(trial.name, self._renderer.render(trial, attempt=attempt, resume=resume))
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._renderer, name)

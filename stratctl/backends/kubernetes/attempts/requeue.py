@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
@@ -37,6 +37,14 @@ from stratctl.backends.kubernetes.objects.state import (
 from stratctl.errors import AlreadyExists, ClusterError, NotFound, SpecConflict, Unreachable, transient
 from stratctl.run.recovery import Action, Kind, Limits, TrialView, effective_state, next_actions
 from stratctl.trialstate import TrialState
+
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+    from stratctl.backends.kubernetes.attempts.placement import Placing
+    from stratctl.core.render import Renderer
+    from stratctl.core.space import Trial
+    from stratctl.core.spec import Study
+    from stratctl.run.progress import Reporter
 
 # The pod mirror has seen every pod of a job created this long after its last list (a
 # margin for the clocks of this machine and the API server).
@@ -71,7 +79,29 @@ def carry_forward(
     )
 
 
-def pod_starts(cluster, namespace: str, study: str, kind: tuple[str, str], signals=None) -> dict[str, float] | None:
+class Disrupted(Protocol):
+    """The pods the loop saw disrupted, by their job's uid (watch/disruptions.py)."""
+
+    def of(self, uid: str) -> list[dict[str, Any]]: ...
+
+    def stuck(self, uid: str, now: float, after: float) -> list[dict[str, Any]]: ...
+
+
+class PodSignals(Protocol):
+    """What the recovery steps read of the loop's pod watch (watch/capacity.py's
+    `ClusterSignals`), when the loop watches pods."""
+
+    @property
+    def disruptions(self) -> Disrupted: ...
+
+    def pod_starts(self) -> dict[str, float]: ...
+
+    def pods_complete_since(self) -> float | None: ...
+
+
+def pod_starts(
+    cluster: Cluster, namespace: str, study: str, kind: tuple[str, str], signals: PodSignals | None = None
+) -> dict[str, float] | None:
     """Job uid → when its first pod started, which a batch/v1 Job does not record (see
     `jobview.usage`): from the loop's pod mirror when it has one, else from one list of the
     study's pods; None for Volcano Jobs (they record it) or when the pods cannot be read."""
@@ -97,7 +127,7 @@ def carried_of_mark(mark: dict[str, Any]) -> Carried:
 
 
 def create_attempt(
-    cluster,
+    cluster: Cluster,
     manifests: list[dict[str, Any]],
     namespace: str,
     dry_run: bool = False,
@@ -149,9 +179,9 @@ def owned(manifest: dict[str, Any], uids: dict[tuple[str, str, str], str]) -> di
 
 
 def submit_attempt(
-    cluster,
-    renderer,
-    trial,
+    cluster: Cluster,
+    renderer: Renderer | Placing,
+    trial: Trial,
     attempt: int,
     carry: Carried,
     namespace: str,
@@ -174,15 +204,15 @@ class Requeue:
 
     def __init__(
         self,
-        cluster,
-        renderer,
-        study,
+        cluster: Cluster,
+        renderer: Renderer | Placing,
+        study: Study,
         trials: dict[str, Any],
         kind: tuple[str, str],
-        reporter,
+        reporter: Reporter,
         clock: Callable[[], float] = time.time,
-        signals=None,
-    ):
+        signals: PodSignals | None = None,
+    ) -> None:
         self.cluster = cluster
         self.renderer = renderer
         self.study = study

@@ -19,6 +19,7 @@ from stratctl.errors import StratctlError
 
 if TYPE_CHECKING:
     from stratctl.core.space import Trial
+    from stratctl.core.spec import Study
 
 QUEUE_NAME = "scheduling.volcano.sh/queue-name"  # the queue of the PodGroup Volcano makes for a Job
 MOUNT = "/etc/stratctl/block"  # where a block's pods find their trials' scripts
@@ -76,7 +77,8 @@ def shell_word(word: str) -> str:
 
 
 def _container(job: dict[str, Any]) -> dict[str, Any]:
-    return job["spec"]["template"]["spec"]["containers"][0]
+    container: dict[str, Any] = job["spec"]["template"]["spec"]["containers"][0]
+    return container
 
 
 def trial_script(part: Part, shared: set[int]) -> str:
@@ -199,7 +201,7 @@ def _rank(entry: dict[str, Any]) -> bool:
 def _template(first: dict[str, Any], name: str, queue: str, shared: list[dict[str, Any]]) -> dict[str, Any]:
     """The block's pod template: the first trial's, without what is each trial's own, its
     container running the script of its index."""
-    template = copy.deepcopy(first["spec"]["template"])
+    template: dict[str, Any] = copy.deepcopy(first["spec"]["template"])
     meta = template.setdefault("metadata", {})
     meta["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k not in PER_TRIAL_LABELS}
     meta["labels"][labels.BLOCK] = name
@@ -219,7 +221,7 @@ def _template(first: dict[str, Any], name: str, queue: str, shared: list[dict[st
 
 
 def block_manifests(
-    study, n: int, first: list[dict[str, Any]], parts: list[Part], parallelism: int
+    study: Study, n: int, first: list[dict[str, Any]], parts: list[Part], parallelism: int
 ) -> tuple[list[dict[str, Any]], list[Listed]]:
     """The ConfigMap of the trials' scripts and the Indexed Job of block `n`, for as many of
     these trials as one block carries (MAX_TRIALS, fewer when their list or their scripts

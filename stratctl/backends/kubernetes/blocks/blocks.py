@@ -110,7 +110,8 @@ class Block:
 
     @property
     def name(self) -> str:
-        return self.job["metadata"]["name"]
+        name: str = self.job["metadata"]["name"]
+        return name
 
     @property
     def status(self) -> dict[str, Any]:

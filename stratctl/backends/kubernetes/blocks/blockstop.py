@@ -11,7 +11,7 @@ next pod of the index runs that script and ends at once. A block pod's trial is 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import CONFIGMAP, POD
@@ -19,13 +19,18 @@ from stratctl.backends.kubernetes.blocks.blockmanifests import PRUNED_SCRIPT
 from stratctl.backends.kubernetes.objects.state import job_of_pod
 from stratctl.errors import NotFound
 
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+
 
 def block_of_view(job: dict[str, Any]) -> str | None:
     """The block a trial's job view was read from (blocks.py); None for a Job of its own."""
     return ((job.get("metadata") or {}).get("labels") or {}).get(labels.IN_BLOCK)
 
 
-def stop_index(cluster, namespace: str, view: dict[str, Any], pods: list[dict[str, Any]] | None = None) -> None:
+def stop_index(
+    cluster: Cluster, namespace: str, view: dict[str, Any], pods: list[dict[str, Any]] | None = None
+) -> None:
     """End the trial of this view (`<block>-<index>`) in its block, now and for good.
     `pods`: the pods at hand (a watch's copy); else the block's pods are listed."""
     name = view["metadata"]["name"]

@@ -83,7 +83,7 @@ class RecordKeeper:
             self.save(*ADOPTED)  # a change was judged before the loop started (revision.revise)
         self.exists = True
 
-    def change(self, *keys: str, **fields) -> None:
+    def change(self, *keys: str, **fields: Any) -> None:
         """Change the record's fields; the keys they are written under go with the next write."""
         self.record = replace(self.record, **fields)
         self._unsaved.update(keys)

@@ -46,6 +46,7 @@ from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
     from stratctl.backends.kubernetes.loop.view import LoopView
+    from stratctl.core.space import Trial
 
 
 class Merged(Capability):
@@ -193,7 +194,7 @@ class Merged(Capability):
         if self.unsent is None:
             trials = [loop.trials[n] for n in names[: self.size]]
 
-            def rendered(t):
+            def rendered(t: Trial) -> list[dict[str, Any]]:
                 return loop.given.manifests.get(t.name) or loop.renderer.render(t, attempt=0)
 
             parts = [loop.parts.get(t.name) or part_of(t, rendered(t)) for t in trials]

@@ -28,6 +28,7 @@ from stratctl.trialstate import TrialState
 if TYPE_CHECKING:
     from stratctl.backends.kubernetes.api.cluster import Cluster
     from stratctl.backends.kubernetes.watch.capacity import Capacity, ClusterSignals
+    from stratctl.backends.kubernetes.watch.prometheus import ControlPlaneWatch
 
 
 def tally(
@@ -87,7 +88,7 @@ class Pressure:
         drained: bool,
         signals: ClusterSignals | None,
         groups: list[dict[str, Any]] | None,
-        prometheus,
+        prometheus: ControlPlaneWatch | None,
         durations: bool,
         stale: str | None = None,
     ) -> Observed:

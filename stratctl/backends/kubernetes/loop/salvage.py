@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import POD, PODGROUP, VOLCANO_JOB
@@ -34,6 +34,13 @@ from stratctl.errors import ClusterError, NotFound, SpecConflict, Unreachable, t
 from stratctl.run.outage import duration
 from stratctl.trialstate import TrialState
 
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+    from stratctl.backends.kubernetes.attempts.placement import Placing
+    from stratctl.core.render import Renderer
+    from stratctl.core.spec import Study
+    from stratctl.run.progress import Reporter
+
 JOB_NAME = "volcano.sh/job-name"  # label Volcano puts on a job's pods
 GROUP_NAME = "scheduling.k8s.io/group-name"  # annotation naming a pod's PodGroup
 
@@ -51,16 +58,16 @@ class Salvage:
 
     def __init__(
         self,
-        cluster,
-        renderer,
-        study,
+        cluster: Cluster,
+        renderer: Renderer | Placing,
+        study: Study,
         trials: dict[str, Any],
         kind: tuple[str, str],
-        reporter,
+        reporter: Reporter,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         created: Callable[[dict[str, Any]], None] | None = None,
-    ):
+    ) -> None:
         self.cluster = cluster
         self.renderer = renderer
         self.study = study
@@ -103,7 +110,7 @@ class Salvage:
             if uid in self._deleted:
                 continue
             if mirrored:
-                ns, job_name = _meta(job).get("namespace") or self.study.namespace, _meta(job).get("name")
+                ns, job_name = _meta(job).get("namespace") or self.study.namespace, _meta(job).get("name", "")
                 group = by_owner.get(uid) or by_owner.get(podgroup_name(job))
                 own = by_job.get((ns, job_name), []) + by_group.get((ns, podgroup_name(job)), [])
                 suspect = symptom(job, group, own) is not None
@@ -134,7 +141,13 @@ class Salvage:
         return states
 
     @staticmethod
-    def _index(pods: list[dict[str, Any]], groups: list[dict[str, Any]]):
+    def _index(
+        pods: list[dict[str, Any]], groups: list[dict[str, Any]]
+    ) -> tuple[
+        dict[tuple[str, str], list[dict[str, Any]]],
+        dict[tuple[str, str], list[dict[str, Any]]],
+        dict[str, dict[str, Any]],
+    ]:
         by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
         by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for pod in pods:

@@ -7,7 +7,7 @@ mirrored into an Optuna storage (`--storage`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
@@ -19,6 +19,9 @@ from stratctl.backends.kubernetes.search.looptrials import LoopTrials
 from stratctl.errors import NotFound
 from stratctl.run.progress import Progress
 from stratctl.trialstate import TrialState
+
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.search.storage import StorageMirror
 
 
 class Searching:
@@ -108,7 +111,7 @@ class Searching:
         if told:
             self.keeper.change(TOLD_KEY, told={**self.keeper.record.told, **told})
 
-    def mirror(self, storage) -> None:
+    def mirror(self, storage: StorageMirror) -> None:
         """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
         does not answer is said once per failing stretch and tried again next cycle."""
         try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.kubernetes.api.cluster import CONFIGMAP
 from stratctl.backends.kubernetes.objects.record import BREAKER_KEY, breaker_value, job_kinds, parse_record, record_name
@@ -39,13 +39,16 @@ from stratctl.run import breaker
 from stratctl.run.breaker import BreakerConfig, BreakerState
 from stratctl.run.policy import Observed
 
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+
 
 class Shedding:
     """The breaker drain of one submit loop; `step` once per cycle."""
 
     def __init__(
         self,
-        cluster,
+        cluster: Cluster,
         study: Study,
         say: Callable[[str], None],
         clock: Callable[[], float],

@@ -12,18 +12,21 @@ loop never fails for it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.kubernetes.api.cluster import PODGROUP
 from stratctl.backends.kubernetes.objects.state import podgroup_name
 from stratctl.backends.kubernetes.objects.waiting import Queues, condition, gang_events, queue_of, reason
 from stratctl.errors import ClusterError, NotFound
 
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+
 REFRESH = 10.0  # seconds between two reads of the cause while gangs stay stuck
 
 
 class Blocked:
-    def __init__(self, cluster, namespace: str, event: Callable[[str], None] = lambda message: None):
+    def __init__(self, cluster: Cluster, namespace: str, event: Callable[[str], None] = lambda message: None) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.event = event

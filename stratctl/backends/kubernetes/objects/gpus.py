@@ -7,7 +7,7 @@ place where GPUs are counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,7 @@ def schedulable(node: dict[str, Any]) -> bool:
         return False
     for condition in (node.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
+            return bool(condition.get("status") == "True")
     return True
 
 
@@ -151,7 +151,9 @@ def queued_demand(groups: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any
     return [per_pod for _, missing, per_pod in _queued_missing(groups, pods) for _ in range(missing)]
 
 
-def _queued_missing(groups: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]):
+def _queued_missing(
+    groups: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]
+) -> Iterator[tuple[tuple[str, str], int, int]]:
     """(key, pods of its gang not created yet, GPUs per pod) of each gang Volcano
     has queued (Pending or Inqueue) with GPU pods still to create."""
     existing: dict[tuple[str, str], int] = {}

@@ -15,6 +15,7 @@ in a row (a controller that is down, not forgetful) are given twice as long each
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from stratctl import labels
@@ -47,7 +48,7 @@ def losses(job: dict[str, Any]) -> int:
 
 def patience(job: dict[str, Any]) -> float:
     """How long the job may show a symptom: LOST_AFTER, doubled per loss in a row before it."""
-    return min(LOST_AFTER * 2 ** min(losses(job), 10), LOST_AFTER_MAX)
+    return min(LOST_AFTER * (1 << min(losses(job), 10)), LOST_AFTER_MAX)
 
 
 def is_lost(
@@ -63,7 +64,7 @@ class Sightings:
     def __init__(self) -> None:
         self._since: dict[str, float] = {}
 
-    def update(self, showing, now: float) -> dict[str, float]:
+    def update(self, showing: Iterable[str], now: float) -> dict[str, float]:
         """The jobs showing a symptom now: new ones from `now`; the others are forgotten."""
         self._since = {uid: self._since.get(uid, now) for uid in showing}
         return dict(self._since)

@@ -19,6 +19,9 @@ from stratctl.core import document
 from stratctl.errors import NotFound, StratctlError, UsageError
 from stratctl.run.heartbeat import live
 
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+
 if TYPE_CHECKING:  # the study model stays off the start-up of commands that only read records
     from stratctl.core.spec import Study
 
@@ -265,7 +268,7 @@ def loop_following(configmap: dict[str, Any], now: float, stale: float = LOOP_ST
     return live(marker, now, stale)
 
 
-def followed(cluster, namespace: str, study: str, now: float) -> bool:
+def followed(cluster: Cluster, namespace: str, study: str, now: float) -> bool:
     """Whether a submit loop follows the study now (its heartbeat in the record); a study
     with no record is followed by nothing."""
     try:
@@ -278,7 +281,11 @@ MANAGED = f"{labels.MANAGED_BY}={labels.MANAGED_BY_VALUE}"
 
 
 def records(
-    cluster, namespace: str | None, study: str | None, selector: str | None = None, all_namespaces: bool = False
+    cluster: Cluster,
+    namespace: str | None,
+    study: str | None,
+    selector: str | None = None,
+    all_namespaces: bool = False,
 ) -> list[dict[str, Any]]:
     """The study's record, or those of every study (matching a label selector) of the
     namespace, or of every namespace."""

@@ -6,7 +6,7 @@ A Volcano Job reports `status.state.phase`; a plain batch Job reports conditions
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -63,7 +63,8 @@ def finished_condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """A batch/v1 Job's `Complete` or `Failed` condition, when it is True."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind and condition.get("status") == "True":
-            return condition
+            found: dict[str, Any] = condition
+            return found
     return None
 
 
@@ -156,7 +157,8 @@ def transition(job: dict[str, Any], phase: str) -> str | None:
     """When the job last entered `phase` (RFC 3339), if it did."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("status") == phase:
-            return condition.get("lastTransitionTime")
+            at: str | None = condition.get("lastTransitionTime")
+            return at
     return None
 
 
@@ -218,7 +220,7 @@ def _block_index(pod: dict[str, Any]) -> str | None:
     return (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
 
 
-def run_starts(pods) -> dict[str, float]:
+def run_starts(pods: Iterable[dict[str, Any]]) -> dict[str, float]:
     """Job uid → when the first of its pods started (`status.startTime`, set when the
     kubelet took the pod; pods that never reached a node have none).
 

@@ -12,13 +12,20 @@ first pod (`state.run_starts`), the only record of when such a trial started run
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import job_gpus
 from stratctl.backends.kubernetes.objects.jobview import carried, usage, view_of
-from stratctl.backends.kubernetes.objects.record import api_quota_of, parse_record, space_order, suspended_of
+from stratctl.backends.kubernetes.objects.record import (
+    StudyRecord,
+    api_quota_of,
+    parse_record,
+    space_order,
+    suspended_of,
+)
 from stratctl.backends.kubernetes.objects.state import (
     attempt_of,
     classify,
@@ -99,7 +106,7 @@ def build(
 
 
 def _trial_rows(
-    record, marks: dict[str, dict[str, Any]], jobs: list[tuple[str, int, dict[str, Any]]], told: _Told
+    record: StudyRecord, marks: dict[str, dict[str, Any]], jobs: list[tuple[str, int, dict[str, Any]]], told: _Told
 ) -> list[TrialRow]:
     """A study's trial rows: one per trial with a job, then the suspended trials without
     one, the pruned trials of a search (from what the record was told: their jobs are
@@ -233,7 +240,7 @@ def _pruned_row(study: str, trial: str, entry: dict[str, Any], order: list[str])
     )
 
 
-def study_row(record, rows: list[TrialRow], now: float) -> StudyRow:
+def study_row(record: StudyRecord, rows: list[TrialRow], now: float) -> StudyRow:
     """A study's figures, counted from its trial rows (so they never disagree with them)."""
     counts = {s: 0 for s in ORDER}
     for row in rows:
@@ -284,7 +291,7 @@ def run_start(job: dict[str, Any], pod_start: float | None) -> float | None:
     return pod_start if is_batch(job) else timestamp(transition(job, "Running"))
 
 
-def latest_slim(jobs) -> dict[tuple[str, str], tuple[int, dict[str, Any]]]:
+def latest_slim(jobs: Iterable[dict[str, Any]]) -> dict[tuple[str, str], tuple[int, dict[str, Any]]]:
     """(study, trial) → (attempt, slim job) of the highest attempt among `jobs`."""
     latest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     for job in jobs:

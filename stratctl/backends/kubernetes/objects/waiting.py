@@ -23,6 +23,7 @@ from stratctl.errors import ClusterError, NotFound
 from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
     from stratctl.run.rows import TrialRow
 
 MISSING: dict[str, Any] = {"missing": True}  # what `Queues.get` returns for a queue that does not exist
@@ -71,7 +72,8 @@ def event_cause(events: list[dict[str, Any]]) -> str:
             e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or ""
         ),
     )
-    return newest["message"]
+    message: str = newest["message"]
+    return message
 
 
 def reason(
@@ -117,7 +119,7 @@ def gang_kind(podgroup: dict[str, Any]) -> str:
     )
 
 
-def gang_events(cluster, namespace: str, podgroup: str) -> list[dict[str, Any]]:
+def gang_events(cluster: Cluster, namespace: str, podgroup: str) -> list[dict[str, Any]]:
     """The events of a PodGroup ([] when they cannot be read: the reason then does without)."""
     try:
         return cluster.list(EVENT, namespace, field_selector=f"involvedObject.name={podgroup}")[0]
@@ -134,7 +136,7 @@ class Queues:
     """Queues by name, each read once (thread-safe): `MISSING` when it does not exist,
     None when it cannot be read (no right to, or the server did not answer)."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._known: dict[str, dict[str, Any] | None] = {}
         self._lock = threading.Lock()
@@ -166,7 +168,7 @@ def pending_reason(
     return reason(podgroup, name, queues.get(name) if queues is not None else None, events)
 
 
-def explain_pending(cluster, namespace: str, rows: list[TrialRow]) -> None:
+def explain_pending(cluster: Cluster, namespace: str, rows: list[TrialRow]) -> None:
     """Fill in why the given pending trials wait: one PodGroup read each (concurrently),
     and the events of one PodGroup per kind of gang.
 

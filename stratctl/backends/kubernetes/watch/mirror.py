@@ -29,7 +29,7 @@ from stratctl.backends.kubernetes.api import connections
 from stratctl.backends.kubernetes.api.cluster import Cluster
 from stratctl.backends.kubernetes.api.connections import WATCH_SPAN
 from stratctl.errors import ClusterError, Reconnect
-from stratctl.run.outage import Change, duration
+from stratctl.run.outage import Change, Outage, duration
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ SHARED = frozenset(
 SHORT = 64  # characters: longer values (messages) are left as they are
 
 
-def _interned(value, shared: bool = False):
+def _interned(value: Any, shared: bool = False) -> Any:
     """`value` with every dict key interned, and the short strings under SHARED keys
     (read-only afterwards)."""
     kind = type(value)
@@ -167,7 +167,7 @@ class Mirror:
         label_selector: str | None = None,
         watch_timeout: int = WATCH_SPAN,
         namespace: str | None = None,
-        transform=without_managed_fields,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] = without_managed_fields,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] | None = None,
         rng: random.Random | None = None,
@@ -420,13 +420,13 @@ def watch_health(mirrors: Iterable[object]) -> tuple[int, str | None]:
     return sum(m.failures for m in watched), "; ".join(problems) or None
 
 
-def staleness(mirrors: Iterable[object], outage) -> str | None:
+def staleness(mirrors: Iterable[object], outage: Outage | None) -> str | None:
     """Why the picture the loop decides on may be out of date now, in one phrase (None: it
     is current): the API server not answering (whatever a cache holds, and any count read
     through it, is from before), or a watch broken or silent past its bound (each mirror
     on its own clock)."""
     since = getattr(outage, "since", None)
-    if since is not None:
+    if outage is not None and since is not None:
         return f"no answer from the API server for {duration(outage.clock() - since)}"
     reasons = [r for r in (m.stale(m.clock()) for m in mirrors if isinstance(m, Mirror)) if r]
     return "; ".join(reasons) or None
