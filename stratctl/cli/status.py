@@ -150,6 +150,12 @@ class _Asked:
     cluster: Cluster | None
 
     @property
+    def kube(self) -> Cluster:
+        """The cluster, connected to for every study not on a batch scheduler."""
+        assert self.cluster is not None, "a study on a batch scheduler reads no cluster"
+        return self.cluster
+
+    @property
     def table(self) -> bool:
         return self.output in (Output.table, Output.wide)
 
@@ -166,7 +172,7 @@ class _Asked:
             return snap
         if not study:  # the studies only; machine outputs exact (every trial counted)
             return core.collect(
-                self.cluster,
+                self.kube,
                 ns,
                 None,
                 reasons_for_all=False,
@@ -177,7 +183,7 @@ class _Asked:
         # other outputs, --sort and --limit 0 need every trial.
         everything = not self.table or not limit or bool(sort)
         snap = core.collect(
-            self.cluster, ns, study, reasons_for_all=everything, shown=None if everything else limit, every_trial=True
+            self.kube, ns, study, reasons_for_all=everything, shown=None if everything else limit, every_trial=True
         )
         snap.trials = sort_trials(snap.trials, sort)
         if best:
@@ -185,7 +191,7 @@ class _Asked:
         if not everything:
             from stratctl.backends.kubernetes.objects.waiting import explain_pending
 
-            explain_pending(self.cluster, ns, snap.trials[: limit or None])
+            explain_pending(self.kube, ns, snap.trials[: limit or None])
         return snap
 
     def read(self) -> tuple[Snapshot, list[str] | None]:
@@ -194,7 +200,7 @@ class _Asked:
 
         if not self.all_namespaces:
             return self.snapshot(self.cluster.namespace if self.cluster else ""), None
-        snaps = [self.snapshot(ns) for ns in core.namespaces_with_studies(self.cluster, self.selector)]
+        snaps = [self.snapshot(ns) for ns in core.namespaces_with_studies(self.kube, self.selector)]
         merged = Snapshot("", time.time(), [s for snap in snaps for s in snap.studies], [])
         return merged, [snap.namespace for snap in snaps for _ in snap.studies]
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from stratctl import labels
 from stratctl.backends.kubernetes.objects import roster
 from stratctl.backends.kubernetes.objects.record import StudyRecord, job_kinds, parse_record, records, suspended_of
 from stratctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
 
 NEAR = 0.8  # difflib's ratio for a trial name taken for a slip (a character or two of its hash)
 
@@ -50,7 +54,7 @@ def why(
     )
 
 
-def no_pods(cluster, namespace: str, study: str, trial: str) -> UsageError:
+def no_pods(cluster: Cluster, namespace: str, study: str, trial: str) -> UsageError:
     """The error for a trial of which `logs` found no pod (a study not in the namespace is
     said as `status` says it)."""
     [cm] = records(cluster, namespace, study)

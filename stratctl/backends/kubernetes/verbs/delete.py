@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratctl import labels
-from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB, Cluster
 from stratctl.backends.kubernetes.objects.record import DELETING_KEY, loop_following, record_name
 from stratctl.errors import NotFound, StratctlError, UsageError
 
@@ -76,7 +76,9 @@ def _selector(study: str) -> str:
     return f"{labels.STUDY}={study}"
 
 
-def _names(cluster, kind, namespace: str, study: str, orphans_only: bool = False) -> list[str]:
+def _names(
+    cluster: Cluster, kind: tuple[str, str], namespace: str, study: str, orphans_only: bool = False
+) -> list[str]:
     return [
         o["metadata"]["name"]
         for o in cluster.list(kind, namespace, label_selector=_selector(study))[0]
@@ -84,7 +86,7 @@ def _names(cluster, kind, namespace: str, study: str, orphans_only: bool = False
     ]
 
 
-def survey(cluster, namespace: str, study: str, now: float) -> Survey:
+def survey(cluster: Cluster, namespace: str, study: str, now: float) -> Survey:
     found = Survey(study)
     try:
         cm = cluster.get(CONFIGMAP, record_name(study), namespace)
@@ -116,7 +118,7 @@ def check(found: Survey, now: float, force: bool, yes: bool, interactive: bool) 
 
 
 def delete(
-    cluster,
+    cluster: Cluster,
     namespace: str,
     study: str,
     keep_record: bool = False,
@@ -128,7 +130,7 @@ def delete(
     outcome = Outcome(study, kept_record=keep_record)
     deadline = clock() + timeout
     jobs = {kind: _names(cluster, kind, namespace, study) for kind in JOB_KINDS}
-    counts = {
+    counts: dict[str, Callable[[], int]] = {
         "jobs": lambda: sum(len(_names(cluster, kind, namespace, study)) for kind in JOB_KINDS),
         "podgroups": lambda: len(_names(cluster, PODGROUP, namespace, study)),
         "pods": lambda: len(_names(cluster, POD, namespace, study)),
@@ -172,6 +174,8 @@ def delete(
     return outcome
 
 
-def _wait(remaining: Callable[[], int], deadline: float, clock, sleep) -> None:
+def _wait(
+    remaining: Callable[[], int], deadline: float, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> None:
     while remaining() and clock() < deadline:
         sleep(POLL)

@@ -16,11 +16,11 @@ Delete-and-requeue rather than Volcano's AbortJob/ResumeJob Commands: see docs/c
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
-from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, Cluster
 from stratctl.backends.kubernetes.attempts.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
 from stratctl.backends.kubernetes.blocks.blocks import LIVE_PODS, blocks_of, index_of
 from stratctl.backends.kubernetes.objects.record import (
@@ -39,10 +39,17 @@ from stratctl.core import document
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.run.rows import Outcome
 
+if TYPE_CHECKING:
+    from stratctl.core.render import Renderer
+    from stratctl.core.space import Trial
+    from stratctl.core.spec import Study
+
 BREAKER = "breaker"  # who suspended a trial, in its mark, when the etcd breaker did
 
 
-def suspend(cluster, namespace: str, name: str, kinds, now: float, by: str = "") -> list[str]:
+def suspend(
+    cluster: Cluster, namespace: str, name: str, kinds: Iterable[tuple[str, str]], now: float, by: str = ""
+) -> list[str]:
     """Mark then delete every running or pending attempt of the study; the trials marked
     (`by`: who suspended them, when not a user's `drain`, kept in each mark)."""
     jobs, kind_of = [], {}
@@ -85,7 +92,7 @@ def suspend(cluster, namespace: str, name: str, kinds, now: float, by: str = "")
     return sorted(set(victims) | set(held))
 
 
-def suspend_blocks(cluster, namespace: str, jobs: list[dict[str, Any]]) -> list[str]:
+def suspend_blocks(cluster: Cluster, namespace: str, jobs: list[dict[str, Any]]) -> list[str]:
     """Suspend the study's unfinished blocks (merged submissions: `spec.suspend`, so the job
     controller ends their pods, with their grace period, and starts none until resumed); the
     trials that were running or pending in them. A block's trials carry no marks: the block
@@ -101,7 +108,7 @@ def suspend_blocks(cluster, namespace: str, jobs: list[dict[str, Any]]) -> list[
     return trials
 
 
-def resume_blocks(cluster, namespace: str, study: str) -> list[str]:
+def resume_blocks(cluster: Cluster, namespace: str, study: str) -> list[str]:
     """Lift the suspension of the study's suspended blocks; the trials they still hold."""
     jobs, _ = cluster.list(BATCH_JOB, namespace, label_selector=f"{labels.STUDY}={study},{labels.BLOCK}")
     trials: list[str] = []
@@ -114,7 +121,7 @@ def resume_blocks(cluster, namespace: str, study: str) -> list[str]:
 
 
 def drain(
-    cluster,
+    cluster: Cluster,
     namespace: str,
     study: str | None = None,
     all_noncritical: bool = False,
@@ -160,7 +167,7 @@ def identity(job: dict[str, Any]) -> dict[str, Any]:
     return {"index": trial.index, "params": dict(trial.params)} if trial is not None else {}
 
 
-def _study_from_record(cm: dict[str, Any], namespace: str):
+def _study_from_record(cm: dict[str, Any], namespace: str) -> tuple[Study, dict[str, Trial], Renderer]:
     """The study, its trials by name and a renderer, rebuilt from the text in its record
     (a closed-loop search's suspended trials from their marks: it expands to no list)."""
     from stratctl.core.render import Renderer
@@ -176,7 +183,7 @@ def _study_from_record(cm: dict[str, Any], namespace: str):
     return study, {t.name: t for t in expand(study)}, Renderer(study)
 
 
-def resume(cluster, namespace: str, study: str, clock: Callable[[], float] = time.time) -> Outcome:
+def resume(cluster: Cluster, namespace: str, study: str, clock: Callable[[], float] = time.time) -> Outcome:
     """Bring a drained study's suspended trials back from their checkpoints; undrain it.
 
     Trials the etcd breaker suspended stay suspended while the breaker holds the study and

@@ -9,6 +9,7 @@ may not read is `None` (unknown), never a guess; a server that does not answer r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +63,7 @@ def _unknown(error: ClusterError) -> bool:
     return not isinstance(error, (Unavailable, Unreachable))
 
 
-def _exists(read) -> bool | None:
+def _exists(read: Callable[[], object]) -> bool | None:
     """Whether `read()` finds its object: True, False on 404, None when the user may not ask."""
     try:
         read()
@@ -129,7 +130,7 @@ def read(cluster: Cluster, namespace: str, accesses: list[Access], probe: dict[s
             return None, True
         return {(q.get("metadata") or {}).get("name", ""): q for q in items}, True
 
-    def listed(kind):
+    def listed(kind: tuple[str, str]) -> list[dict[str, Any]] | None:
         try:
             return cluster.list(kind, all_namespaces=True)[0]
         except ClusterError as exc:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stratctl import labels
-from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD, Cluster
 from stratctl.backends.kubernetes.blocks.blocks import INDEX, listed_of
 from stratctl.backends.kubernetes.verbs.absent import no_pods
 from stratctl.errors import ClusterError, NotFound, Unavailable, Unreachable, UsageError
@@ -41,7 +41,7 @@ def task_of(pod: dict[str, Any]) -> str:
     return (meta.get("labels") or {}).get(TASK_KEY) or (meta.get("annotations") or {}).get(TASK_KEY) or ""
 
 
-def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = None) -> list[dict[str, Any]]:
+def pods_of(cluster: Cluster, namespace: str, study: str, trial: str, task: str | None = None) -> list[dict[str, Any]]:
     """The pods of the trial's latest attempt that has pods, in name order."""
     selector = f"{labels.STUDY}={study},{labels.TRIAL}={trial}"
     pods = cluster.list(POD, namespace, label_selector=selector)[0] or _in_block(cluster, namespace, study, trial)
@@ -57,7 +57,7 @@ def pods_of(cluster, namespace: str, study: str, trial: str, task: str | None = 
     return sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
-def _in_block(cluster, namespace: str, study: str, trial: str) -> list[dict[str, Any]]:
+def _in_block(cluster: Cluster, namespace: str, study: str, trial: str) -> list[dict[str, Any]]:
     """The latest pod of the trial's index in its block (merged submissions: a block's pods
     carry the block's name and their completion index, not their trial's); [] when the
     trial is in no block or its index has no pod yet."""
@@ -92,7 +92,7 @@ def sources(pods: list[dict[str, Any]]) -> list[Source]:
     ]
 
 
-def best_trial(cluster, namespace: str, study: str, metric: str) -> str:
+def best_trial(cluster: Cluster, namespace: str, study: str, metric: str) -> str:
     """The trial `status --sort METRIC` puts first: lowest `loss`, highest `-accuracy`."""
     from stratctl.backends.kubernetes.verbs.status import collect
     from stratctl.run.ranking import sort_trials
@@ -109,7 +109,7 @@ def best_trial(cluster, namespace: str, study: str, metric: str) -> str:
 
 
 def lines(
-    cluster, namespace: str, found: list[Source], tail: int | None = None, follow: bool = False
+    cluster: Cluster, namespace: str, found: list[Source], tail: int | None = None, follow: bool = False
 ) -> Iterator[tuple[str, str]]:
     """(prefix, line) of every source's log: one source after the other, or with `follow`
     all at once, as lines arrive."""
@@ -152,7 +152,7 @@ def instant(stamp: str) -> str:
     return f"{whole}.{fraction:0<9}Z"
 
 
-def follow_one(cluster, namespace: str, source: Source, tail: int | None = None) -> Iterator[str]:
+def follow_one(cluster: Cluster, namespace: str, source: Source, tail: int | None = None) -> Iterator[str]:
     """One container's lines as they come, until it ends or its pod is gone. A stream the
     API server or the client times out while the container is quiet (the client's read
     deadline, `connections.SILENT`, is also how a connection that died is found) is opened

@@ -20,10 +20,10 @@ the exit is 3. A fact the user may not read is not checked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl.backends.kubernetes.objects.podfit import Pod, distinct, fit, pods_of, shown
 from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest
@@ -32,6 +32,9 @@ from stratctl.backends.kubernetes.verbs.facts import Access, Facts
 from stratctl.core.quantity import parse
 from stratctl.core.spec import Study
 from stratctl.errors import ExitCode, Problem, StudyError
+
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
 
 
 class PreflightError(StudyError):
@@ -240,7 +243,7 @@ def _exceeds(study: Study, facts: Facts, shapes: list[list[Pod]], index: int, na
     return None
 
 
-def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
+def _denied(study: Study, facts: Facts, at_namespace: Callable[[str], Problem]) -> list[Finding]:
     """One line per resource the user may not use as submit needs, with every verb refused."""
     creates = [a for a in facts.denied if a.namespace is not None and a.verb == "create"]
     if facts.namespace_exists is None and {a.resource for a in creates} >= {"jobs", "configmaps"}:
@@ -286,7 +289,7 @@ def _denied(study: Study, facts: Facts, at_namespace) -> list[Finding]:
 
 
 def preflight(
-    cluster,
+    cluster: Cluster,
     study: Study,
     trials: Iterable[list[dict[str, Any]]],
     namespace_flag: bool = False,

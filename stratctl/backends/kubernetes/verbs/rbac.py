@@ -24,6 +24,7 @@ the API server forbids (tests/e2e/test_rbac.py, from the API server's audit log)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +99,7 @@ class Subject:
         return {"apiGroup": "rbac.authorization.k8s.io", "kind": self.kind, "name": self.name}
 
 
-def _role(kind: str, name: str, namespace: str | None, rules) -> dict[str, Any]:
+def _role(kind: str, name: str, namespace: str | None, rules: Iterable[Rule]) -> dict[str, Any]:
     meta = {
         "name": name,
         **({"namespace": namespace} if namespace else {}),
@@ -112,7 +113,9 @@ def _role(kind: str, name: str, namespace: str | None, rules) -> dict[str, Any]:
     }
 
 
-def _binding(kind: str, name: str, namespace: str | None, role_kind: str, role: str, subjects) -> dict[str, Any]:
+def _binding(
+    kind: str, name: str, namespace: str | None, role_kind: str, role: str, subjects: Iterable[Subject]
+) -> dict[str, Any]:
     meta = {
         "name": name,
         **({"namespace": namespace} if namespace else {}),

@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
-from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGROUP
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGROUP, Cluster
 from stratctl.backends.kubernetes.attempts.requeue import carry_forward, create_attempt
 from stratctl.backends.kubernetes.blocks.blocks import expand as block_views
 from stratctl.backends.kubernetes.blocks.blockstop import block_of_view, stop_index
@@ -30,18 +30,21 @@ from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study
 from stratctl.errors import NotFound, StratctlError, StudyChanged, UsageError
 
+if TYPE_CHECKING:
+    from stratctl.run.progress import Reporter
+
 BECAUSE = "study changed"  # how the requeued-because annotation of a rerun attempt starts
 
 
 def revise(
-    cluster,
+    cluster: Cluster,
     study: Study,
     trials: list[Trial],
     renderer: Renderer,
     manifests: dict[str, list[dict[str, Any]]],
     kind: tuple[str, str],
     rerun: bool,
-    reporter,
+    reporter: Reporter,
     file: str = "FILE",
     clock: Callable[[], float] = time.time,
 ) -> Comparison | None:
@@ -98,12 +101,12 @@ def _loads(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _resume_of(node) -> bool:
+def _resume_of(node: Any) -> bool:
     """Whether a job's containers were told to resume (STRATCTL_RESUME=1): part of what its
     spec hash covers, so the study's hash for that attempt is rendered the same way."""
     if isinstance(node, dict):
         if node.get("name") == labels.ENV_RESUME and "value" in node:
-            return node.get("value") == "1"
+            return bool(node.get("value") == "1")
         return any(_resume_of(v) for v in node.values())
     if isinstance(node, list):
         return any(_resume_of(v) for v in node)
@@ -118,7 +121,8 @@ def _hash_now(
     resume = _resume_of(job.get("spec")) if job is not None else False
     docs = manifests.get(trial.name) if (attempt, resume) == (0, False) else None
     docs = docs or renderer.render(trial, attempt=attempt, resume=resume)
-    return docs[0]["metadata"]["labels"][labels.SPEC_HASH]
+    spec_hash: str = docs[0]["metadata"]["labels"][labels.SPEC_HASH]
+    return spec_hash
 
 
 def _old_study(spec: dict[str, Any] | None, study: Study) -> Study | None:
@@ -151,7 +155,7 @@ def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dic
         return
 
 
-def _delete(cluster, kind, job: dict[str, Any], ns: str) -> None:
+def _delete(cluster: Cluster, kind: tuple[str, str], job: dict[str, Any], ns: str) -> None:
     """End an attempt that runs the old spec: its job deleted; a trial of a block, its index
     stopped (blockstop.py)."""
     if block_of_view(job) is not None:
@@ -164,17 +168,17 @@ def _delete(cluster, kind, job: dict[str, Any], ns: str) -> None:
 
 
 def _rerun(
-    cluster,
+    cluster: Cluster,
     study: str,
     c: Comparison,
     by_name: dict[str, Trial],
     latest: dict[str, dict[str, Any]],
     finished: dict[str, str],
     renderer: Renderer,
-    kind,
+    kind: tuple[str, str],
     ns: str,
-    reporter,
-    clock,
+    reporter: Reporter,
+    clock: Callable[[], float],
 ) -> None:
     because = f"{BECAUSE} ({fields_text(c.fields)})"
     unfinished = []
@@ -208,7 +212,12 @@ def _rerun(
 
 
 def _finish_replacements(
-    cluster, jobs: list[dict[str, Any]], latest: dict[str, dict[str, Any]], kind, ns: str, reporter
+    cluster: Cluster,
+    jobs: list[dict[str, Any]],
+    latest: dict[str, dict[str, Any]],
+    kind: tuple[str, str],
+    ns: str,
+    reporter: Reporter,
 ) -> None:
     """A rerun attempt exists but the attempt it replaces still runs (the last submit stopped
     between the two): delete it now."""

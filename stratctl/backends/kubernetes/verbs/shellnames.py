@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 
 BUDGET = 0.8  # seconds a completion callback may take, imports included
 
 
-def within(work, budget: float = BUDGET) -> list[str]:
+def within(work: Callable[[], Iterable[str]], budget: float = BUDGET) -> list[str]:
     """`work()`'s names if it returns within `budget` seconds, else none; never raises."""
     names: list[str] = []
 

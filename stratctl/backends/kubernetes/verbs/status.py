@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from stratctl import labels
-from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, resource_path
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, Cluster, resource_path
 from stratctl.backends.kubernetes.blocks.blocks import expand, is_block
 from stratctl.backends.kubernetes.objects import roster
 from stratctl.backends.kubernetes.objects.record import job_kinds, parse_record, record_name, records
@@ -52,20 +52,21 @@ STARTED_PODS = "status.phase!=Pending,status.phase!=Unknown"
 
 
 def _pages(
-    cluster,
+    cluster: Cluster,
     kind: tuple[str, str],
     namespace: str,
     label_selector: str,
     field_selector: str | None = None,
     page: int = PAGE,
-):
+) -> Iterator[list[dict[str, Any]]]:
     """Each page's items as the server sent them, the next page requested while the caller
     works on this one; at most two pages are held at a time."""
     path = resource_path(*kind, namespace)
 
-    def fetch(token):
+    def fetch(token: str | None) -> dict[str, Any]:
         query = {"labelSelector": label_selector, "fieldSelector": field_selector, "limit": page, "continue": token}
-        return cluster.request("GET", path, query, what=f"list {kind[1]}")
+        answer: dict[str, Any] = cluster.request("GET", path, query, what=f"list {kind[1]}")
+        return answer
 
     with ThreadPoolExecutor(1) as ahead:
         body = fetch(None)
@@ -111,7 +112,7 @@ def _exit(pod: dict[str, Any]) -> tuple[int, str] | None:
 
 
 def _read_pods(
-    cluster,
+    cluster: Cluster,
     namespace: str,
     selector: str,
     results: dict[str, dict[str, Any]],
@@ -144,7 +145,7 @@ def _take_pods(
         starts[uid] = min(started, starts.get(uid, started))
 
 
-def results_in(pods, jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def results_in(pods: Iterable[dict[str, Any]], jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The results of these trials (trial name → its given job) that pods already at hand
     hold (a watch's copy of the cluster's pods)."""
     by_job = {job["metadata"]["name"]: trial for trial, job in jobs.items()}
@@ -159,7 +160,7 @@ def results_in(pods, jobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
 
 
 def trial_results(
-    cluster, namespace: str, study: str, jobs: dict[str, dict[str, Any]], chunk: int = 100
+    cluster: Cluster, namespace: str, study: str, jobs: dict[str, dict[str, Any]], chunk: int = 100
 ) -> dict[str, dict[str, Any]]:
     """The results of these trials (trial name → the result of its given job, the latest
     attempt), from their pods that reached a node: a few lists, `chunk` trials (or blocks,
@@ -178,7 +179,7 @@ def trial_results(
 
 
 def collect(
-    cluster,
+    cluster: Cluster,
     namespace: str,
     study: str | None = None,
     now: float | None = None,
@@ -238,7 +239,7 @@ def collect(
     return Snapshot(namespace, now, ordered, trials, total_trials=total if shown is not None else None)
 
 
-def _explained_first(cluster, namespace: str, cm: dict[str, Any], now: float, n: int) -> list[TrialRow]:
+def _explained_first(cluster: Cluster, namespace: str, cm: dict[str, Any], now: float, n: int) -> list[TrialRow]:
     rows, _ = _first_trials(cluster, namespace, cm, now, n)
     explain_pending(cluster, namespace, rows)
     return rows
@@ -253,14 +254,16 @@ def _carry_reasons(explained: list[TrialRow], rows: list[TrialRow]) -> None:
             row.pending = why.get((row.trial, row.job), "")
 
 
-def namespaces_with_studies(cluster, selector: str | None = None) -> list[str]:
+def namespaces_with_studies(cluster: Cluster, selector: str | None = None) -> list[str]:
     """The namespaces holding study records (for `--all-namespaces`)."""
     return sorted(
         {cm["metadata"].get("namespace", "") for cm in records(cluster, None, None, selector, all_namespaces=True)}
     )
 
 
-def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
+def _read_all(
+    cluster: Cluster, namespace: str, cms: list[dict[str, Any]], selector: str, now: float, reasons_for_all: bool
+) -> tuple[list[StudyRow], list[TrialRow]]:
     """Every job, (PodGroup,) and started pod of the studies, as rows."""
     jobs: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     reasons: dict[str, str] = {}  # job name -> why pending
@@ -273,7 +276,7 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
     blocks: list[dict[str, Any]] = []  # merged submissions: read as their trials once their pods are read
     block_pods: list[dict[str, Any]] = []
 
-    def read_jobs(kind, part):
+    def read_jobs(kind: tuple[str, str], part: str) -> None:
         for items in _pages(cluster, kind, namespace, part):
             with lock:
                 blocks.extend(j for j in items if is_block(j))
@@ -281,7 +284,7 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
 
     queues = Queues(cluster)
 
-    def read_podgroups(part):
+    def read_podgroups(part: str) -> None:
         for items in _pages(cluster, PODGROUP, namespace, part):
             for pg in items:
                 owner, why = _owner_job(pg), pending_reason(pg, queues)
@@ -305,7 +308,7 @@ def _read_all(cluster, namespace, cms, selector, now, reasons_for_all):
 
 
 def _trials_of_blocks(
-    cluster, namespace: str, items: list[dict[str, Any]], kept: list[dict[str, Any]]
+    cluster: Cluster, namespace: str, items: list[dict[str, Any]], kept: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The jobs with each block (merged submissions) read as its trials' views, from the
     block and its pods (blocks.expand, the pods read kept in `kept`); the same list when it
@@ -332,7 +335,9 @@ def _keep_latest(jobs: dict[tuple[str, str], tuple[int, dict[str, Any]]], items:
             jobs[key] = (attempt, slim)
 
 
-def _first_trials(cluster, namespace: str, cm: dict[str, Any], now: float, n: int) -> tuple[list[TrialRow], bool]:
+def _first_trials(
+    cluster: Cluster, namespace: str, cm: dict[str, Any], now: float, n: int
+) -> tuple[list[TrialRow], bool]:
     """The first `n` trials of a study by name, from the first page(s) of its jobs, and
     whether those pages held every trial (then all of them are returned).
 
@@ -369,7 +374,7 @@ def _first_trials(cluster, namespace: str, cm: dict[str, Any], now: float, n: in
     return (rows, True) if complete else (rows[:n], False)
 
 
-def declared_ranking(cluster, namespace: str, study: str) -> str | None:
+def declared_ranking(cluster: Cluster, namespace: str, study: str) -> str | None:
     """The ranking the study's objective declares (`loss`, or `-accuracy` to maximise; the
     first objective of several), as its record keeps the study; None without one."""
     try:
@@ -384,10 +389,11 @@ def declared_ranking(cluster, namespace: str, study: str) -> str | None:
     first = objective[0] if isinstance(objective, list) and objective else objective
     if not isinstance(first, dict) or not isinstance(first.get("metric"), str):
         return None
-    return ("-" if first.get("direction") == "maximize" else "") + first["metric"]
+    metric: str = first["metric"]
+    return ("-" if first.get("direction") == "maximize" else "") + metric
 
 
-def best_trial(cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
+def best_trial(cluster: Cluster, namespace: str, study: str, ranking: str | None = None) -> tuple[TrialRow, str] | None:
     """The study's best succeeded trial that reports the ranking's metric, and the ranking
     used: the one given, else the study's objective, else a guess from the metrics reported."""
     rows = collect(cluster, namespace, study, reasons_for_all=False).trials
