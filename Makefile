@@ -33,7 +33,7 @@ e2e: venv
 	$(BIN)/python -m pytest -q -m e2e tests/e2e
 
 ## Lint: ruff's rules and its formatting (pyproject.toml [tool.ruff]), the types
-## ([tool.mypy]: the package, no bare generics; core/, run/, backends/batch/ strict) and the
+## ([tool.mypy]: the whole package strict, no bare generics) and the
 ## import contract (.importlinter: the layers, the Kubernetes backend's rooms, and no import
 ## cycle anywhere in stratctl/; tests/unit/test_import_contracts.py shows each failing on
 ## one import more).
