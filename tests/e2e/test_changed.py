@@ -88,6 +88,9 @@ def test_submit_timeout_then_wait_and_a_rerun_completes_the_study_without_duplic
     short = cli.call("wait", name, "--timeout", "1s")
     assert short.returncode == 124, short.stderr
     assert short.stdout.splitlines()[-1].startswith(f"{name}: timed out after 1s, not finished (2 waiting")
+    # the loop stopped (its record says so): nothing will admit the 2 waiting, said at once with what would
+    assert f"{name}: no submit loop follows this study, and 2 trials wait to be admitted" in short.stdout
+    assert "nothing will admit them until `stratctl submit STUDY_FILE` runs" in short.stdout
 
     waiter = cli.start("wait", name, "--timeout", "3m", "--interval", "1")
     resumed = cli.call("submit", str(path), "--parallelism", "static", "--max-inflight", "2", "-o", "json")
