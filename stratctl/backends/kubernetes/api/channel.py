@@ -29,7 +29,7 @@ from stratctl.backends.kubernetes.api import connections
 from stratctl.backends.kubernetes.api.answers import parse
 from stratctl.backends.kubernetes.api.apierrors import error_for, unreached
 from stratctl.backends.kubernetes.api.apimetrics import ApiMetrics
-from stratctl.backends.kubernetes.api.connections import PROBE_TIMEOUT, Connections
+from stratctl.backends.kubernetes.api.connections import Connections
 from stratctl.backends.kubernetes.api.grants import Grants, access
 from stratctl.errors import Reconnect, Throttled, Unavailable
 from stratctl.run.outage import Change, Outage
@@ -131,9 +131,8 @@ class Channel:
         self.connections.drop_idle()
         url, headers = self._prepare("GET", "/readyz", None, None)
         try:
-            response = self.api.call_api(
-                "GET", url, header_params=headers, _request_timeout=(PROBE_TIMEOUT, PROBE_TIMEOUT)
-            ).response
+            wait = connections.PROBE_TIMEOUT
+            response = self.api.call_api("GET", url, header_params=headers, _request_timeout=(wait, wait)).response
             response.read()
             status = response.status
         except Exception:  # no answer, whatever the reason: the outage goes on
