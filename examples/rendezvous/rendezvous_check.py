@@ -4,7 +4,8 @@ Run as the command of every task of a trial (`examples/rendezvous/slurm.yaml`). 
 process reads the contract stratctl gives it (STRATCTL_NUM_NODES, STRATCTL_NODE_RANK,
 STRATCTL_NODE_ADDRS, MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, STRATCTL_TASK,
 STRATCTL_TASK_INDEX, STRATCTL_TASKS, STRATCTL_<ROLE>_HOSTS/_NUM) and checks it is
-consistent. Rank 0 listens on MASTER_ADDR:MASTER_PORT; every other rank connects and
+consistent. Rank 0 listens on MASTER_PORT (every interface); every other rank connects to
+MASTER_ADDR:MASTER_PORT, retrying until the name resolves and rank 0 listens, and
 sends its rank and its view of the contract; rank 0 checks that it heard every other rank
 exactly once, all of this trial and all seeing the same contract, answers each, and
 writes the outcome as the trial's result: `$STRATCTL_OUTPUT_DIR/result.json` where the
@@ -117,9 +118,11 @@ def lead(view: dict, trial: str, deadline: float, hold: float, history: str | No
     # a requeued job gets the same port again: its last run's connections may be in TIME_WAIT
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        listener.bind((view["master_addr"], view["master_port"]))
+        # every interface, as a framework's coordinator binds: on Kubernetes rank 0's own DNS
+        # name resolves only once its pod is in the trial's Service, seconds after it starts
+        listener.bind(("", view["master_port"]))
     except OSError as exc:
-        raise Broken(f"rank 0 cannot listen on {view['master_addr']}:{view['master_port']}: {exc}") from None
+        raise Broken(f"rank 0 cannot listen on port {view['master_port']}: {exc}") from None
     listener.listen(view["num_nodes"])
     since = time.time()
     heard: list[int] = []

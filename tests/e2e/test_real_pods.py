@@ -112,3 +112,98 @@ def test_a_trial_runs_on_the_real_node_and_its_result_and_line_come_back(testbed
         seed, host = trial["params"]["seed"], trial["result"]["host"]
         out = cli.run("logs", name, trial["trial"])
         assert f"real trial seed={seed} ran on {host}" in out, out
+
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+@pytest.fixture
+def scripts(api, testbed):
+    """`scripts(name, *files)`: a ConfigMap `name` in the test namespace holding the given
+    examples files (path relative to examples/), for a trial to mount at /scripts; deleted
+    afterwards. How a user ships a small script without building an image."""
+    from stratctl.backends.kubernetes.api.resources import CONFIGMAP
+
+    made: list[str] = []
+
+    def make(name: str, *files: str) -> str:
+        data = {}
+        for rel in files:
+            with open(os.path.join(EXAMPLES, rel)) as f:
+                data[os.path.basename(rel)] = f.read()
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": testbed.namespace},
+                "data": data,
+            }
+        )
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        try:
+            api.delete(CONFIGMAP, name)
+        except Exception:
+            pass
+
+
+def on_real_node(node: str) -> str:
+    """The trial fields that put its pods on `node` (its taint tolerated)."""
+    return (
+        f"  node_selector: {{kubernetes.io/hostname: {node}}}\n"
+        f"  tolerations: [{{key: {REAL_KEY}, operator: Exists, effect: NoSchedule}}]\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("workload", "tasks", "ranks"),
+    [
+        ("volcano", "[{name: ps, replicas: 1}, {name: worker, replicas: 2}]", {"ps": 1, "worker": 2}),
+        ("batch", "[{name: worker, replicas: 2}]", {"worker": 2}),
+    ],
+)
+def test_the_ranks_of_a_real_trial_meet_rank_0_by_its_dns_name(
+    testbed, real_node, studies, scripts, workload, tasks, ranks
+):
+    """examples/rendezvous/rendezvous_check.py in every pod: rank 0 listens on
+    MASTER_ADDR:MASTER_PORT (its DNS name under the trial's headless Service), every other
+    rank connects by that name and is heard once; rank 0's record is the trial's result."""
+    node, _ = real_node
+    name = unique(f"rrdv-{workload[:3]}")
+    config = scripts(name, "rendezvous/rendezvous_check.py")
+    study = (
+        f"name: {name}\n"
+        f"namespace: {testbed.namespace}\n"
+        "queue: default\n"
+        "priority_class: stratctl-low\n"
+        f"workload: {workload}\n"
+        "space:\n"
+        "  seed: {type: int, low: 1, high: 1}\n"
+        "strategy: {kind: grid}\n"
+        "trial:\n"
+        f"  image: {IMAGE}\n"
+        '  command: ["python3", "/scripts/rendezvous_check.py", "--timeout", "90"]\n'
+        f"{on_real_node(node)}"
+        "  resources: {requests: {cpu: 50m, memory: 32Mi}}\n"
+        f"  volumes: [{{name: scripts, config_map: {{name: {config}}}}}]\n"
+        "  volume_mounts: [{name: scripts, mount_path: /scripts}]\n"
+        f"  tasks: {tasks}\n"
+        "throttle: {qps: 20, burst: 10, parallelism: {min: 1, initial: 1, max: 1}}\n"
+    )
+    path = studies(name, study)
+    cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
+    progress = finish(cli.start("submit", path, "-o", "json", "--poll-interval", "1"), timeout=240)
+    assert (progress["succeeded"], progress["failed"]) == (1, 0), progress
+
+    (trial,) = cli.status(name)["trials"]
+    result = trial["result"]
+    size = sum(ranks.values())
+    assert (result["rendezvous"], result["world_size"], result["peers_heard"]) == ("ok", size, size - 1), result
+    host, port = result["master"].rsplit(":", 1)
+    # rank 0's name under the trial's headless Service (<pod hostname>.<job>), resolved by
+    # the cluster's DNS in the other pods; the port is stratctl's fixed one
+    assert host.count(".") == 1 and host.split(".")[1].startswith(trial["trial"]), result
+    assert int(port) == 29500, result
