@@ -124,6 +124,7 @@ realnode_images() {
     ctr --address "$RUN_DIR/containerd/containerd.sock" -n k8s.io images import --no-unpack=false "$archive" >/dev/null ||
       { tb_log "cannot import $archive into containerd"; fail containerd; }
   done
+  echo "${REAL_IMAGES[*]}" > "$RUN_DIR/images"
   tb_log "images imported: $(ctr --address "$RUN_DIR/containerd/containerd.sock" -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')($(elapsed))"
 }
 

@@ -50,6 +50,13 @@ if [[ ${STRATCTL_TESTBED_FRESH:-0} != 1 ]]; then
     # the restricted users' RBAC as the tree has it now (it grows with what stratctl creates)
     kc apply --server-side -f "$TESTBED_SRC/rbac.yaml" -f "$TESTBED_SRC/rbac-no-nodes.yaml" >/dev/null
     real_node_on && real="with its real node $REAL_NODE_NAME" || real="without a real node"
+    # the real node's images as this checkout makes them: a changed stratctl is what its
+    # pods run next (images.sh is cached by its inputs; only a new archive is imported)
+    if real_node_on; then
+      mapfile -t REAL_IMAGES < <(bash "$TESTBED_SRC/images.sh") && (( ${#REAL_IMAGES[@]} == 3 )) ||
+        { tb_log "cannot build the real node's images (testbed/images.sh)"; exit 1; }
+      [[ $(cat "$RUN_DIR/images" 2>/dev/null) == "${REAL_IMAGES[*]}" ]] || realnode_images
+    fi
     tb_log "already up, $real (state in $RUN_DIR); Prometheus: $PROMETHEUS_URL"
     echo "$KUBECONFIG_PATH"
     exit 0

@@ -5,8 +5,10 @@ Each backend reads them where it already looks:
 
 - Kubernetes: the result is the container's termination message (`/dev/termination-log`,
   at most 4 KiB), which `stratctl status` and the closed loop read from the finished pod;
-  reports go to the trial's pod as an annotation (stratctl/backends/kubernetes/search/intermediate.py, loaded
-  only then: it needs the Kubernetes client).
+  reports are lines of the container's own output (`stratctl.report {"step":3,...}`), which
+  the submit loop reads through the API server's pods/log
+  (stratctl/backends/kubernetes/search/reportlog.py). The pod needs nothing for it: no
+  Kubernetes client, no service account token, no route to the API server.
 - Slurm and YARN: the result is `result.json` in the trial's output directory
   (`STRATCTL_OUTPUT_DIR`), which the scheduler reads once the attempt ended. No pruner runs
   there: reports are appended to `report.jsonl` beside it, for the user, and say so once.
@@ -31,6 +33,7 @@ from stratctl.trial.contract import OUTPUT_DIR, backend
 TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath in stratctl's templates
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps; a longer one is cut, unreadable
 REPORT_FILE = "report.jsonl"
+REPORT_MARK = "stratctl.report "  # a report line of a container's output: the mark, then JSON
 _said: set[str] = set()
 _NAMES = {"slurm": "Slurm", "yarn": "YARN"}  # as their users write them ("Yarn" it said)
 
@@ -68,9 +71,11 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
     """Report intermediate values of `step`, `report(3, loss=0.41)`, for the study's pruner;
     True when they reached it now. It never stops the training that calls it.
 
-    On Kubernetes this is `stratctl.report` (written to the pod at most every 5 s; `flush`:
-    now). On Slurm and YARN no pruner runs: the values are appended to `report.jsonl` in the
-    trial's output directory, False is returned, and stderr says so once."""
+    On Kubernetes it is one line on stdout, `stratctl.report {"step":3,"values":{"loss":0.41}}`,
+    which the submit loop reads from the container's log (every few seconds; `flush` is
+    kept for scripts that pass it). On Slurm and YARN no pruner runs: the values are appended
+    to `report.jsonl` in the trial's output directory, False is returned, and stderr says so
+    once."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be a whole number of 0 or more (got {step!r})")
     if not values:
@@ -81,16 +86,10 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
     env = os.environ
     where = backend(env)
     if where == "kubernetes":
-        try:
-            import stratctl
-
-            return stratctl.report(step, flush=flush, **numbers)
-        except ImportError as exc:  # the library copied without stratctl's dependencies
-            _once(
-                "import",
-                f"stratctl.trial.report: not written ({exc}: install stratctl in the trial's image); training goes on",
-            )
-            return False
+        # one write of one whole line, flushed: the log never holds half a report
+        sys.stdout.write(report_line(step, numbers))
+        sys.stdout.flush()
+        return True
     if where in ("slurm", "yarn"):
         _once(
             "no pruner",
@@ -101,6 +100,32 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
         return False
     _once("local", "stratctl.trial.report: not in a trial; values not sent")
     return False
+
+
+def report_line(step: int, values: Mapping[str, float]) -> str:
+    """The line of a container's output that reports `values` at `step`."""
+    return REPORT_MARK + json.dumps({"step": step, "values": dict(values)}, separators=(",", ":")) + "\n"
+
+
+def parse_report_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """(step, values) of a report line (`report_line`), None for any other line: a line that
+    only looks like one (bad JSON, a negative step, a value that is not a finite number) is
+    the program's own output, never an error."""
+    if not line.startswith(REPORT_MARK):
+        return None
+    try:
+        data = json.loads(line[len(REPORT_MARK) :])
+    except ValueError:
+        return None
+    step, values = (data.get("step"), data.get("values")) if isinstance(data, dict) else (None, None)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(values, dict):
+        return None
+    numbers = {
+        str(k): float(v)
+        for k, v in values.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    return (step, numbers) if numbers else None
 
 
 def _finite(step: int, numbers: dict[str, float]) -> dict[str, float]:

@@ -336,8 +336,8 @@ class ReportingTrials:
     """Plays the trials' part of a study with a pruner (KWOK pods run no code): every running
     pod of the study reports the next step of its learning curve (`value`) through `stratctl
     report` as a process, about every 1.5 s, its history in a file of its own (a container's
-    /tmp), `steps` steps in all; `first` is called at a pod's first step. (KWOK counts a
-    pod's run-duration from its last change: a pod ends once its reports stop.)"""
+    /tmp), `steps` steps in all; `first` is called at a pod's first step. (A pod's
+    run-duration counts from its start: it must cover the reports.)"""
 
     def __init__(self, testbed, api, study: str, tmp, steps: int):
         self.testbed, self.api, self.study, self.tmp, self.reported = testbed, api, study, tmp, steps

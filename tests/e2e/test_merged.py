@@ -222,7 +222,7 @@ trial:
   image: busybox
   command: ["train", "--x={{{{ params.x }}}}", "--y={{{{ params.y }}}}"]
   annotations:
-    testbed.stratctl.io/run-duration: 4s
+    testbed.stratctl.io/run-duration: 10s  # from the pod's start: covers its reports, ~1.5 s apart
   resources: {{requests: {{nvidia.com/gpu: 1, cpu: 100m}}}}
 retries: {{max_retry: 0}}
 throttle: {{qps: 50, burst: 20, parallelism: {{min: 1, initial: 3, max: 3}}}}

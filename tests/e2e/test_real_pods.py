@@ -207,3 +207,71 @@ def test_the_ranks_of_a_real_trial_meet_rank_0_by_its_dns_name(
     # the cluster's DNS in the other pods; the port is stratctl's fixed one
     assert host.count(".") == 1 and host.split(".")[1].startswith(trial["trial"]), result
     assert int(port) == 29500, result
+
+
+CURVE = textwrap.dedent("""\
+    import importlib.util, os, time
+    from stratctl import trial
+    client = importlib.util.find_spec("kubernetes") is not None
+    token = os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    x, y = {{ params.x }}, {{ params.y }}
+    final = (x - 2) ** 2 + (y - 3) ** 2 / 10
+    for step in range(STEPS):
+        trial.report(step, loss=final + 1 / (step + 1))
+        time.sleep(0.75)
+    trial.result(loss=final, client=client, token=token)
+    """)
+
+
+def test_reports_printed_by_real_trials_reach_the_median_pruner(testbed, real_node, studies, api):
+    """A TPE study with the median pruner whose trials call `stratctl.trial.report()` in the
+    image, which has no Kubernetes client and no service account token: their report lines
+    reach the loop through pods/log, at least one trial is pruned, and its pod goes."""
+    from tests.e2e.test_search import jobs_of, told_of
+
+    node, _ = real_node
+    name = unique("rprune")
+    steps, budget = 20, 9
+    study = (
+        textwrap.dedent(f"""\
+        name: {name}
+        namespace: {testbed.namespace}
+        queue: default
+        priority_class: stratctl-low
+        space:
+          x: {{type: uniform, low: -5, high: 10}}
+          y: {{type: uniform, low: 0, high: 15}}
+        strategy: {{kind: tpe, trials: {budget}, seed: 7}}
+        objective: {{metric: loss, direction: minimize}}
+        pruner: {{kind: median, startup_trials: 3, warmup_steps: 1}}
+        trial:
+          image: {IMAGE}
+          command: ["python3", "-c"]
+          args: [{json.dumps(CURVE.replace("STEPS", str(steps)))}]
+        """)
+        + on_real_node(node)
+        + textwrap.dedent("""\
+          resources: {requests: {cpu: 50m, memory: 32Mi}}
+          tasks: [{name: worker, replicas: 1}]
+        throttle: {qps: 20, burst: 10, parallelism: {min: 1, initial: 3, max: 3}}
+        """)
+    )
+    path = studies(name, study)
+    cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
+    progress = finish(cli.start("submit", path, "-o", "json", "--poll-interval", "1"), timeout=400)
+
+    told = told_of(api, name)
+    pruned = {t for t, e in told.items() if e["state"] == "pruned"}
+    assert pruned, f"no trial was pruned: {told}"
+    assert progress["pruned"] == len(pruned) and progress["succeeded"] == budget - len(pruned), progress
+    jobs = {j["metadata"]["labels"]["stratctl.io/trial"] for j in jobs_of(api, name)}
+    assert not pruned & jobs  # their jobs deleted: their pods and processes went with them
+    for trial in pruned:
+        entry = told[trial]
+        x, y = entry["params"]["x"], entry["params"]["y"]
+        # a value the process printed, at a step before its last
+        assert entry["value"] == pytest.approx((x - 2) ** 2 + (y - 3) ** 2 / 10 + 1 / (entry["step"] + 1), abs=1e-5)
+        assert 1 <= entry["step"] < steps - 1
+    if IMAGE == "stratctl.local/python:3.11":  # the testbed's image: stratctl alone, no client, no token
+        results = [t["result"] for t in cli.status(name)["trials"] if t["state"] == "succeeded"]
+        assert results and all(r["client"] is False and r["token"] is False for r in results), results

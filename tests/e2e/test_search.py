@@ -115,11 +115,11 @@ def pruned_yaml(name: str, namespace: str) -> str:
             "objective: {metric: loss, direction: minimize}\npruner: {kind: median, startup_trials: 3, warmup_steps: "
             "1}\n",
         )
-        .replace("run-duration: 3s", "run-duration: 4s")
+        .replace("run-duration: 3s", "run-duration: 10s")
     )
 
 
-REPORTED = 5  # steps each trial reports (the testbed's pods end 4 s after their last report)
+REPORTED = 5  # steps each trial reports, about 1.5 s apart: within its pod's 10 s run
 
 
 class Trials(ReportingTrials):

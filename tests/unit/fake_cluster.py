@@ -67,6 +67,13 @@ class FakeCluster:
         self.max_in_flight_seen = max(self.max_in_flight_seen, len(self.jobs(lambda p: p in ("Pending", "Running"))))
         return obj
 
+    def pod_log(self, name, namespace=None, container=None, timestamps=False, since_time=None, limit_bytes=None, **_):
+        """A pod's log: the lines a test put under the pod's "log" key (none by default)."""
+        pod = self.objects.get(("v1", "Pod", namespace or self.namespace, name))
+        if pod is None:
+            raise NotFound(f"pods {name!r} not found")
+        return iter(line.encode() for line in pod.get("log", []))
+
     def get(self, kind, name, namespace=None) -> dict:
         self.metrics.record("GET", 200, 0.001)
         self._answer()

@@ -367,15 +367,43 @@ def test_report_on_slurm_keeps_the_values_and_says_once_that_no_pruner_runs(tmp_
         trial.report(3, loss="low")
 
 
-def test_report_on_kubernetes_is_stratctls_report_to_the_pod(monkeypatch):
-    from stratctl.backends.kubernetes.search import intermediate
+def test_report_on_kubernetes_is_a_line_of_output_the_loop_reads(monkeypatch, capsys):
+    """In a pod, a report is one line on stdout, which the loop's reader parses back: no
+    Kubernetes client, no token, no request from the pod (the library loads no client)."""
+    import sys as _sys
 
-    sent = []
     monkeypatch.setenv("STRATCTL_TRIAL", "s-1")
     monkeypatch.delenv("STRATCTL_OUTPUT_DIR", raising=False)
-    monkeypatch.setattr(intermediate, "report", lambda step, values, flush: sent.append((step, values, flush)) or True)
-    assert trial.report(3, flush=True, loss=_Scalar(0.41)) is True
-    assert sent == [(3, {"loss": 0.41}, True)]
+    loaded = set(_sys.modules)
+    assert trial.report(3, flush=True, loss=_Scalar(0.41), acc=1) is True
+    assert trial.report(4, loss=float("nan"), acc=0.5) is True  # the finite values alone
+    assert not {m for m in set(_sys.modules) - loaded if m.startswith(("kubernetes", "urllib3", "stratctl.backends"))}
+    out = capsys.readouterr().out
+    assert out == (
+        'stratctl.report {"step":3,"values":{"loss":0.41,"acc":1.0}}\nstratctl.report {"step":4,"values":{"acc":0.5}}\n'
+    )
+    assert [metrics.parse_report_line(line) for line in out.splitlines()] == [
+        (3, {"loss": 0.41, "acc": 1.0}),
+        (4, {"acc": 0.5}),
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "loss 0.41",
+        "stratctl.report",
+        "stratctl.report {not json",
+        'stratctl.report {"step":-1,"values":{"loss":1}}',
+        'stratctl.report {"step":true,"values":{"loss":1}}',
+        'stratctl.report {"step":2,"values":{"loss":"low"}}',
+        'stratctl.report {"step":2,"values":[1]}',
+        'stratctl.report ["step",2]',
+        ' stratctl.report {"step":2,"values":{"loss":1}}',
+    ],
+)
+def test_a_line_that_only_looks_like_a_report_is_the_programs_own_output(line):
+    assert metrics.parse_report_line(line) is None
 
 
 class _Scalar:

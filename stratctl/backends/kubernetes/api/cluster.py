@@ -274,6 +274,7 @@ class Cluster(Channel):
         follow: bool = False,
         timestamps: bool = False,
         since_time: str | None = None,
+        limit_bytes: int | None = None,
     ) -> Iterator[bytes]:
         """A container's log (pods/log, which the API server reads from the node's kubelet),
         line by line; with `follow`, the lines keep coming until the container ends or the
@@ -285,6 +286,7 @@ class Cluster(Channel):
             "follow": "true" if follow else None,
             "timestamps": "true" if timestamps else None,
             "sinceTime": since_time,
+            "limitBytes": limit_bytes,
         }
         what = f"log Pod {name}" + (f"/{container}" if container else "")
         if not follow:

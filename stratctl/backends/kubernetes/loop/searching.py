@@ -14,13 +14,14 @@ from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, PODGR
 from stratctl.backends.kubernetes.blocks.blockstop import block_of_view, stop_index
 from stratctl.backends.kubernetes.loop.keeper import RecordKeeper
 from stratctl.backends.kubernetes.objects.record import TOLD_KEY, parse_record, record_name, suspended_of
-from stratctl.backends.kubernetes.objects.state import classify, latest_attempts
+from stratctl.backends.kubernetes.objects.state import classify, job_of_pod, latest_attempts
 from stratctl.backends.kubernetes.search.looptrials import LoopTrials
 from stratctl.errors import NotFound
 from stratctl.run.progress import Progress
 from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.search.reportlog import LogReports
     from stratctl.backends.kubernetes.search.storage import StorageMirror
 
 
@@ -47,6 +48,7 @@ class Searching:
         self.steps: dict[str, dict[int, float]] = {}  # running trials' intermediate values, as last read
         self.said_no_pruning = False
         self.stopped: set[str] = set()  # trials this loop stopped
+        self.logs: LogReports | None = None  # report lines of the running pods' output, once pruning
 
     def rebuild(self, jobs: list[dict[str, Any]]) -> None:
         """The search so far, from the cluster alone: the study's jobs, their pods' results,
@@ -149,9 +151,15 @@ class Searching:
             return
         from stratctl.backends.kubernetes.objects.jobview import usage
         from stratctl.backends.kubernetes.search.intermediate import steps_of
+        from stratctl.backends.kubernetes.search.reportlog import LogReports
 
         metric = self.study.objectives[0].metric
-        reported = steps_of(pods, metric)
+        reported = steps_of(pods, metric)  # `stratctl report` from outside the trial: pod annotations
+        if self.logs is None:
+            self.logs = LogReports(self.cluster, self.namespace, clock=self.wall)
+        names = {job["metadata"]["name"] for job in running.values()}
+        for job_name, logged in self.logs.read((p for p in pods if job_of_pod(p) in names), metric).items():
+            reported[job_name] = {**logged, **reported.get(job_name, {})}
         for name, job in running.items():
             steps = reported.get(job["metadata"]["name"])
             if not steps:

@@ -1,9 +1,14 @@
 """Intermediate values: what a running trial reports (`stratctl report`), and what the
 submit loop's pruner reads of it.
 
-**Writing** (inside the trial's container): each report is merged into a small history
-file in the container (`$STRATCTL_REPORT_FILE`, default `/tmp/stratctl-report.json`),
-and the latest `KEPT` steps are written to the trial's own pod as the annotation
+Trials report with `stratctl.trial.report()`, lines of their output that the loop reads
+(reportlog.py). This is the other way, for a program that cannot print to the trial's
+output (a sidecar, a script on a workstation): `stratctl report --pod NAME`.
+
+**Writing**: each report is merged into a small history file of that pod
+(`$STRATCTL_REPORT_FILE`, default `stratctl-report-<namespace>-<pod>.json` in the temporary
+directory: one per pod, so reports for several pods from one machine never mix), and the
+latest `KEPT` steps are written to the trial's own pod as the annotation
 `stratctl.io/report` — one PATCH through the API server with the pod's service
 account, at most every `interval` seconds (reports in between ride on the next write;
 `flush` writes now). No sidecar, no server: the pod is found by its name (`STRATCTL_POD`,
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -29,7 +35,6 @@ from stratctl import labels
 from stratctl.errors import UsageError
 
 KEPT = 200  # steps kept in the annotation (the latest): a pruner judges recent rungs
-DEFAULT_FILE = "/tmp/stratctl-report.json"
 INTERVAL = 5.0  # seconds between two writes to the API server
 
 
@@ -121,7 +126,7 @@ def report(
     pod = pod or os.environ.get(labels.ENV_POD) or os.environ.get("HOSTNAME")
     if not pod:
         raise UsageError("which pod? Not in a trial's container (no STRATCTL_POD or HOSTNAME): give --pod")
-    file = Path(path or os.environ.get("STRATCTL_REPORT_FILE") or DEFAULT_FILE)
+    file = Path(path or os.environ.get("STRATCTL_REPORT_FILE") or history_file(namespace, pod))
     try:
         history = json.loads(file.read_text())
     except (OSError, ValueError):
@@ -136,6 +141,11 @@ def report(
         history["sent"] = now
     file.write_text(json.dumps(history, separators=(",", ":")))
     return written
+
+
+def history_file(namespace: str | None, pod: str) -> Path:
+    """The default history file of `pod`'s reports: one per pod and namespace."""
+    return Path(tempfile.gettempdir()) / f"stratctl-report-{namespace or '-'}-{pod}.json"
 
 
 def _patch(kubeconfig: str | None, context: str | None) -> Callable[[str, str | None, dict[str, Any]], None]:

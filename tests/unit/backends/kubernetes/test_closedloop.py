@@ -271,8 +271,27 @@ STEPS = 4  # steps a trial runs (one per cycle) before it ends
 
 class LearningCluster(SearchCluster):
     """Running trials report one step per cycle along a curve set by their parameters
-    (`loss + 1 / (step + 1)`), as `stratctl report` would write them to their pod; a trial
-    ends after STEPS steps with its final loss."""
+    (`loss + 1 / (step + 1)`): as `stratctl.trial.report()` prints them, lines of their
+    container's log (`channel="log"`, step s at second s), or as `stratctl report` from
+    outside writes them to their pod (`channel="annotation"`); a trial ends after STEPS
+    steps with its final loss."""
+
+    def __init__(self, channel: str = "log"):
+        super().__init__()
+        self.channel = channel
+        self.log_reads: list[tuple[str, str | None]] = []  # (pod, sinceTime) of each read
+
+    def pod_log(self, name, namespace=None, container=None, timestamps=False, since_time=None, limit_bytes=None, **_):
+        from stratctl.trial.metrics import report_line
+
+        assert timestamps and limit_bytes
+        self.log_reads.append((name, since_time))
+        pod = self.objects[("v1", "Pod", self.namespace, name)]
+        lines = [b"2026-01-01T00:00:00.000000001Z starting\n"]
+        for step, values in sorted((int(k), v) for k, v in pod.get("log-steps", {}).items()):
+            lines.append(f"2026-01-01T00:00:{step + 1:02d}.5Z {report_line(step, values)}".encode())
+        since = since_time or ""
+        return iter([line for line in lines if line.decode()[:19] >= since[:19]])
 
     def advance(self, finish: str = "Completed") -> None:
         for job in self.jobs():
@@ -293,7 +312,12 @@ class LearningCluster(SearchCluster):
         pod = self.objects[("v1", "Pod", self.namespace, f"{meta['name']}-worker-0")]
         final = loss(json.loads(meta["annotations"][labels.PARAMS]))
         steps = {str(s): {"loss": final + 1 / (s + 1)} for s in range(job["status"]["steps"])}
-        pod["metadata"]["annotations"] = {labels.REPORT: json.dumps(steps)}
+        if self.channel == "annotation":
+            pod["metadata"]["annotations"] = {labels.REPORT: json.dumps(steps)}
+        else:
+            pod["log-steps"] = steps
+        pod["metadata"]["uid"] = f"uid-{meta['name']}"
+        pod["spec"] = {"containers": [{"name": "worker"}]}
         if self.phase(job) == "Running":
             pod["status"] = {"phase": "Running"}
 
@@ -313,8 +337,9 @@ def with_pods(submitter, cluster):
     return submitter
 
 
-def test_the_pruner_stops_losing_trials_and_their_gpus_go_to_the_next(search_file):
-    cluster, clock = LearningCluster(), FakeClock()
+@pytest.mark.parametrize("channel", ["log", "annotation"])
+def test_the_pruner_stops_losing_trials_and_their_gpus_go_to_the_next(search_file, channel):
+    cluster, clock = LearningCluster(channel), FakeClock()
     submitter, _ = make(search_file(PRUNED), cluster, clock)
     events = []
     submitter.reporter.event = events.append
@@ -344,6 +369,11 @@ def test_the_pruner_stops_losing_trials_and_their_gpus_go_to_the_next(search_fil
     assert all(rows[n].params == entries[n]["params"] and rows[n].result["loss"] == entries[n]["value"] for n in pruned)
     assert snap.studies[0].states["pruned"] == len(pruned)
     assert all(rows[n].finished is not None for n in pruned)  # when it was stopped: the study can end
+    if channel == "log":  # each pod's log read for what is new since the whole second of the last line read
+        for pod, since in cluster.log_reads:
+            earlier = [s for p, s in cluster.log_reads if p == pod]
+            assert since is None or since.endswith("Z") and "." not in since
+            assert earlier == sorted(earlier, key=lambda s: s or "")
 
 
 def test_a_rebuilt_search_keeps_pruned_trials_and_their_curves(search_file):

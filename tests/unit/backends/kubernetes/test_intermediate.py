@@ -131,3 +131,28 @@ def test_the_python_function_never_stops_the_training(tmp_path, monkeypatch, cap
     assert capsys.readouterr().err == (
         "stratctl.report: not written (patch Pod p: forbidden: User cannot patch resource pods); training goes on\n"
     )  # said once
+
+
+def test_reports_for_two_pods_from_one_machine_keep_a_history_each(tmp_path, monkeypatch):
+    """`stratctl report --pod NAME` from outside, for several pods and studies: each pod's
+    annotation holds its own steps alone (one shared file mixed them)."""
+    monkeypatch.delenv("STRATCTL_REPORT_FILE", raising=False)
+    monkeypatch.setattr(intermediate.tempfile, "gettempdir", lambda: str(tmp_path))
+    sent: dict[tuple, str] = {}
+
+    def patch(pod, ns, body):
+        sent[(ns, pod)] = body["metadata"]["annotations"][labels.REPORT]
+
+    for step in range(2):
+        for ns, name, value in [("a", "p-0", 1.0), ("a", "q-0", 2.0), ("b", "p-0", 3.0)]:
+            report(step, {"loss": value + step}, pod=name, namespace=ns, flush=True, patch=patch)
+    assert sent == {
+        ("a", "p-0"): '{"0":{"loss":1.0},"1":{"loss":2.0}}',
+        ("a", "q-0"): '{"0":{"loss":2.0},"1":{"loss":3.0}}',
+        ("b", "p-0"): '{"0":{"loss":3.0},"1":{"loss":4.0}}',
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "stratctl-report-a-p-0.json",
+        "stratctl-report-a-q-0.json",
+        "stratctl-report-b-p-0.json",
+    ]
