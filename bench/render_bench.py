@@ -3,7 +3,7 @@
     .venv/bin/python bench/render_bench.py [--trials N] [--baseline-trials N]
 
 Measures, for a study like examples/demo.yaml but with N trials:
-  - stratctl: `expand` + `Renderer(study)` + `render_all` (the per-study compiled path),
+  - stratctl: `expand` + `Renderer(study, rendezvous=...)` + `render_all` (the per-study compiled path),
   - per-trial: the same Renderer forced onto its per-trial path (Jinja render + libyaml
     parse for every trial), which is what a user template with `{% if params... %}` gets,
   - naive baseline: a new sandboxed Jinja environment per trial, template rendered and
@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.results import save  # noqa: E402
+from stratctl.backends import rendezvous_for  # noqa: E402
 from stratctl.core import sandbox  # noqa: E402
 from stratctl.core.render import DEFAULT_TEMPLATES, Renderer, bundled_templates  # noqa: E402
 from stratctl.core.space import expand  # noqa: E402
@@ -66,12 +67,12 @@ checkpoint: {{location: "s3://bucket/{{{{ study }}}}/{{{{ trial }}}}"}}
 
 def run_fast(study):
     trials = expand(study)
-    return Renderer(study).render_all(trials)
+    return Renderer(study, rendezvous=rendezvous_for(study)).render_all(trials)
 
 
 def run_per_trial(study):
     trials = expand(study)
-    renderer = Renderer(study)
+    renderer = Renderer(study, rendezvous=rendezvous_for(study))
     renderer._compiled = None  # force the per-trial path
     return renderer.render_all(trials)
 

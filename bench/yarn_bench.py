@@ -169,7 +169,7 @@ def bodies(path: Path, workdir: Path) -> Path:
     from stratctl.core.spec import load_study
 
     loaded = load_study(path)
-    renderer = Renderer(loaded)
+    renderer = Renderer(loaded, rendezvous=None)  # the application master gives the contract
     jar = Jar.of(Path(ENV["STRATCTL_YARN_AM_JAR"]))
     classpath = get("conf?name=yarn.application.classpath")["property"]["value"].split(",")
     out = [

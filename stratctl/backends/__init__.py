@@ -1,7 +1,8 @@
 """Where a study's trials run: one package per backend (kubernetes/, slurm/, yarn/), what the
 batch schedulers share (batch/: the `Scheduler` protocol and the loop over it), and the one
-place a study's backend is chosen (`scheduler_for`): the CLI asks here, the shared loop
-(stratctl/run/) is handed what it returns and never imports a backend itself.
+place a study's backend is chosen (`scheduler_for`, `rendezvous_for`): the CLI asks here, the
+shared loop (stratctl/run/) and the study core's Renderer (stratctl/core/) are handed what it
+returns and never import a backend themselves.
 
 Importing this package imports nothing else: every module of every backend is imported
 through it, and a command's start-up (`stratctl status` on Kubernetes) must not pay for the
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from stratctl.backends.batch.catalog import Entry
     from stratctl.backends.batch.scheduler import Scheduler
+    from stratctl.core.contract import Rendezvous
     from stratctl.core.render import Renderer
     from stratctl.core.spec import Study
     from stratctl.errors import UsageError
@@ -33,6 +35,18 @@ def scheduler_for(study: Study, renderer: Renderer | None = None, workdir: str |
     from stratctl.errors import UsageError
 
     raise UsageError(f"{study.name}: backend {study.backend} has no attempt scheduler")
+
+
+def rendezvous_for(study: Study) -> Rendezvous | None:
+    """The step the Renderer stamps the rendezvous contract with on a study's manifests:
+    Kubernetes' (its pods find each other by the names its objects give them); None on Slurm
+    and YARN, whose script and application master give their processes the contract where
+    they run."""
+    if study.backend == "kubernetes":
+        from stratctl.backends.kubernetes.rendering.rendezvous import RENDEZVOUS
+
+        return RENDEZVOUS
+    return None
 
 
 def named_study(

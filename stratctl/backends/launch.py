@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stratctl.backends import rendezvous_for
 from stratctl.backends.batch.scheduler import cwd_directory, is_attempt_backend
 from stratctl.backends.kubernetes.api.cluster import QUEUE, Cluster
 from stratctl.backends.kubernetes.api.connect import (
@@ -76,7 +77,7 @@ def prepare(path: str | Path | Study, namespace: str | None = None, options: Sub
     if namespace and namespace != study.namespace:
         study = study.with_namespace(namespace)
     trials = expand(study)
-    renderer = Renderer(study)
+    renderer = Renderer(study, rendezvous=rendezvous_for(study))
     if study.cost.per_trial and study.throttle.order == "longest-first":
         # Longest expected first (LPT): the last trials to start are short ones, so the
         # study does not end with a few long trials running on an otherwise idle cluster.

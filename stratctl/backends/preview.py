@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stratctl.backends import rendezvous_for
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial, attempt_name
 from stratctl.core.spec import Study
@@ -62,7 +63,8 @@ class Preview:
 
 def preview(study: Study) -> Preview:
     """The preview of a study's backend."""
-    return {"slurm": slurm, "yarn": yarn}.get(study.backend, kubernetes)(study, Renderer(study))
+    renderer = Renderer(study, rendezvous=rendezvous_for(study))
+    return {"slurm": slurm, "yarn": yarn}.get(study.backend, kubernetes)(study, renderer)
 
 
 def kubernetes(study: Study, renderer: Renderer) -> Preview:

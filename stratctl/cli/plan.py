@@ -25,10 +25,11 @@ def plan(
     ] = 50,
 ) -> None:
     """Show the trials with their parameters and the cost estimate."""
+    from stratctl.backends import rendezvous_for
     from stratctl.core.merging import checked_by_render
     from stratctl.core.plan import as_json, make_plan, table
 
-    result = make_plan(file)
+    result = make_plan(file, rendezvous_for)
     if checked_by_render(result.study):  # trials that cannot share a block: refused here as by submit
         from stratctl.backends.launch import prepare
 

@@ -20,13 +20,14 @@ def validate(
 
     Exits 0 when every file is valid, else 2 with every problem on stderr as FILE:LINE:COL: message.
     """
+    from stratctl.backends import rendezvous_for
     from stratctl.core.merging import checked_by_render
     from stratctl.core.render import validate as check
 
     problems = []
     for file in files:
         try:
-            study, trials = check(file)
+            study, trials = check(file, rendezvous_for)
             if checked_by_render(study):  # trials that cannot share a block: refused here as by submit
                 from stratctl.backends.launch import prepare
 

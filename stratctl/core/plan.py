@@ -3,7 +3,7 @@ table or JSON. Nothing here touches a cluster."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from stratctl.core.contract import Rendezvous
 from stratctl.core.cost import Estimate, estimate
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer, validate
@@ -34,12 +35,13 @@ class Plan:
         return self.drawn - len(self.trials)
 
 
-def make_plan(path: str | Path) -> Plan:
-    """Load, expand and render-check a study, and estimate its cost."""
-    study, trials = validate(path)
+def make_plan(path: str | Path, rendezvous_for: Callable[[Study], Rendezvous | None]) -> Plan:
+    """Load, expand and render-check a study (with the rendezvous step `rendezvous_for`
+    chooses for its backend, as stratctl.backends.rendezvous_for does), and estimate its cost."""
+    study, trials = validate(path, rendezvous_for)
     seconds = shapes = gangs = None
     if study.cost.per_trial or study.varying_shape:
-        renderer = Renderer(study)
+        renderer = Renderer(study, rendezvous=rendezvous_for(study))
         if study.cost.per_trial:
             seconds = [renderer.expected_seconds(t) for t in trials]
         if study.varying_shape:

@@ -10,6 +10,8 @@ parsed once per study with placeholders, and each trial only fills in the holes.
 templates are rendered per trial. Either way the study's own template strings (args,
 env, annotations, ...) are then rendered per trial, and stratctl stamps its labels,
 annotations and STRATCTL_* env vars in Python (stamp.py), so user templates cannot forget them.
+A backend whose pods learn their peers from the manifests (Kubernetes) hands the Renderer
+the step that stamps the rendezvous contract (core/contract.py); the others hand none.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import marshal
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,8 @@ import yaml
 from jinja2 import Template, meta, nodes
 
 from stratctl import labels
-from stratctl.core import kube_rendezvous, sandbox, shape, stamp, tree
+from stratctl.core import sandbox, shape, stamp, tree
+from stratctl.core.contract import Layout, Rendezvous
 from stratctl.core.digest import canonical, digest, hash_text
 from stratctl.core.model import parse_duration
 from stratctl.core.space import Trial, attempt_name, bulk, expand
@@ -51,13 +54,15 @@ def bundled_templates() -> Path:
     return Path(str(resources.files("stratctl.templates")))
 
 
-def validate(path: str | Path) -> tuple[Study, list[Trial]]:
-    """Everything short of the cluster: load the study, expand it, render every trial, so
+def validate(path: str | Path, rendezvous_for: Callable[[Study], Rendezvous | None]) -> tuple[Study, list[Trial]]:
+    """Everything short of the cluster: load the study, expand it, render every trial (with
+    the rendezvous step `rendezvous_for` chooses for its backend, as
+    stratctl.backends.rendezvous_for does), so
     that a template failing for some parameter values (a division by zero) fails here,
     not halfway through a submit."""
     study = load_study(path)
     trials = expand(study)
-    renderer = Renderer(study)
+    renderer = Renderer(study, rendezvous=rendezvous_for(study))
     with bulk():
         for trial in trials:
             renderer.render(trial)
@@ -74,10 +79,14 @@ def spec_hash(manifests: list[dict[str, Any]]) -> str:
 
 
 class Renderer:
-    """Renders the attempts of one study's trials; build once, call `render` per attempt."""
+    """Renders the attempts of one study's trials; build once, call `render` per attempt.
+    `rendezvous`: the step that stamps the rendezvous contract on the manifests, handed in by
+    the study's backend (stratctl.backends.rendezvous_for), None where the backend gives its
+    processes the contract itself."""
 
-    def __init__(self, study: Study, templates_dir: Path | None = None):
+    def __init__(self, study: Study, templates_dir: Path | None = None, *, rendezvous: Rendezvous | None):
         self.study = study
+        self.rendezvous = rendezvous
         self.dir = Path(templates_dir or study.templates_path or bundled_templates()).resolve()
         self.templates = Templates(study, self.dir)
         self.env = self.templates.env
@@ -100,11 +109,11 @@ class Renderer:
         self._gang: tuple[int, ...] | None = None
         # the skeleton: its text in fragments, its documents marshalled, the slots of its holes
         self._compiled: tuple[list[str], bytes, list[tuple[tuple[Any, ...], list[tuple[Any, str]]]]] | None = None
-        self._layout: kube_rendezvous.Layout | None = None  # the skeleton's, when it has one
-        if study.backend == "kubernetes" and not self._shape_fields:
-            names = kube_rendezvous.name_problems(study)
-            if names:
-                raise StudyError([study.problem(path, message) for path, message in names])
+        self._layout: Layout | None = None  # the skeleton's, when it has one
+        if rendezvous is not None and not self._shape_fields:
+            problems = rendezvous.problems(study)
+            if problems:
+                raise StudyError(problems)
         if isinstance(self._ast, nodes.Template) and self._per_study(self._ast) and not self._shape_fields:
             self._prepare_skeleton()
 
@@ -149,7 +158,7 @@ class Renderer:
         renderer = self._by_shape.get(key)
         if renderer is None:
             resolved = shape.resolve(self.study, rendered, f"trial {trial.index} ({trial.name})")
-            renderer = self._by_shape[key] = Renderer(resolved, self.dir)
+            renderer = self._by_shape[key] = Renderer(resolved, self.dir, rendezvous=self.rendezvous)
         return renderer
 
     @property
@@ -338,18 +347,20 @@ class Renderer:
             "params_json": stamp.params_json(ctx["params"]),
         }
 
-    def _stamp(
-        self, docs: list[dict[str, Any]], v: dict[str, str], layout: kube_rendezvous.Layout | None = None
-    ) -> None:
-        """Stamp stratctl's labels, annotations and env vars on the manifests (core/stamp.py)."""
-        stamp.stamp(docs, v, self.study, self._stamp_labels, self._stamps_expected, layout)
+    def _stamp(self, docs: list[dict[str, Any]], v: dict[str, str], layout: Layout | None = None) -> None:
+        """Stamp the rendezvous contract of `layout` (its values in `v`), then stratctl's
+        labels, annotations and env vars on the manifests (core/stamp.py)."""
+        if layout is not None:
+            layout.stamp(self.study, docs, v)
+        stamp.stamp(docs, v, self.study, self._stamp_labels, self._stamps_expected)
 
-    def _contract(self, docs: list[dict[str, Any]]) -> kube_rendezvous.Layout | None:
-        """How the trial's pods find each other on Kubernetes (kube_rendezvous), None on a
-        backend that runs the attempt itself (it gives its processes the contract its own way)."""
-        if self.study.backend != "kubernetes":
+    def _contract(self, docs: list[dict[str, Any]]) -> Layout | None:
+        """How the trial's pods find each other, as the backend's rendezvous step reads it
+        (on Kubernetes: backends/kubernetes/rendering/rendezvous.py), None on a backend that
+        runs the attempt itself (it gives its processes the contract its own way)."""
+        if self.rendezvous is None:
             return None
-        return kube_rendezvous.layout_of(docs, [t.name for t in self.study.trial.tasks])
+        return self.rendezvous.layout(self.study, docs)
 
 
 # ---------------------------------------------------------------- helpers

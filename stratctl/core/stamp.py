@@ -2,8 +2,9 @@
 
 Each object and each pod gets the study's and trial's labels and annotations, and each
 container the STRATCTL_* env vars a trial reads (its name, attempt, checkpoint, whether it
-resumes, its parameters). On Kubernetes the pods also get the rendezvous contract. User
-templates cannot forget any of it: stratctl adds it in Python after rendering.
+resumes, its parameters). On Kubernetes the pods also get the rendezvous contract, stamped
+before this by the step the backend hands the Renderer (core/contract.py). User templates
+cannot forget any of it: stratctl adds it in Python after rendering.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
-from stratctl.core import kube_rendezvous, tree
-from stratctl.errors import Problem, StudyError
+from stratctl.core import tree
 
 if TYPE_CHECKING:
     from stratctl.core.spec import Study
@@ -35,16 +35,10 @@ def stamp(
     study: Study,
     study_labels: dict[str, str],
     stamps_expected: bool,
-    layout: kube_rendezvous.Layout | None = None,
 ) -> None:
     """Add stratctl's labels (the study's `study_labels`, then the trial's), annotations and
-    env vars (values `v`, named as in STAMPED), and the rendezvous contract of `layout` (its
-    values in `v`); the expected duration only when the study states it (`stamps_expected`)."""
-    if layout is not None:
-        try:
-            kube_rendezvous.stamp(docs, layout, v)
-        except kube_rendezvous.NoCommand as e:
-            raise StudyError([_no_command(study, role) for role in e.roles]) from None
+    env vars (values `v`, named as in STAMPED); the expected duration only when the study
+    states it (`stamps_expected`)."""
     stamp_labels = {**study_labels, labels.TRIAL: v["trial"], labels.ATTEMPT: v["attempt_text"]}
     stamp_annotations = {
         labels.PARAMS: v["params_json"],
@@ -73,16 +67,3 @@ def stamp(
         for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
             user = [e for e in (container.get("env") or []) if e.get("name") not in ours]
             container["env"] = [dict(e) for e in env] + user
-
-
-def _no_command(study: Study, role: kube_rendezvous.Role) -> Problem:
-    where = next((("trial", "tasks", i) for i, t in enumerate(study.trial.tasks) if t.name == role.name), ("trial",))
-    return study.problem(
-        where,
-        f"{'.'.join(map(str, where))}: the {role.replicas} pods of task {role.name!r} "
-        f"start at rank {role.first}, and a pod learns its rank on Kubernetes as that "
-        f"plus its "
-        f"index, which /bin/sh adds before it execs the task's command; the task has "
-        f"no command to start that way (the image's entrypoint cannot be): set "
-        f"command (the task's or trial.command)",
-    )

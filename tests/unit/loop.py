@@ -4,12 +4,12 @@ loop's unit tests share (the `study_file` fixture is in conftest.py)."""
 from __future__ import annotations
 
 from stratctl.backends.kubernetes.loop.controller import Submitter
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.run.options import SubmitOptions
 from stratctl.run.throttle import Throttle
 from tests.unit.fakes import MaxRng
+from tests.unit.rendering import Renderer
 
 STUDY = """\
 name: loop

@@ -1,7 +1,9 @@
 """The import contracts `make lint` checks (.importlinter) fail on what they forbid: a new
 import cycle anywhere in stratctl (between two modules, or between two rooms of one package)
-breaks the `cycles` contract, and a room of the Kubernetes backend that imports one above it
-breaks the `rooms` contract. Each case is a copy of the package with one import added, checked
+breaks the `cycles` contract, a room of the Kubernetes backend that imports one above it
+breaks the `rooms` contract, and the study core or the shared loop importing a backend (the
+Renderer taking Kubernetes rendering itself instead of being handed it) breaks `core` or
+`run`. Each case is a copy of the package with one import added, checked
 by `lint-imports` with the project's own configuration; the copy as it is passes."""
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ CASES = {
         "rooms",
         "stratctl.backends.kubernetes.api.resources -> stratctl.backends.kubernetes.objects.state",
     ),
+    "the study core importing a backend": (
+        "stratctl/core/render.py",  # handed the rendezvous step (core/contract.py) instead
+        "from stratctl.backends.kubernetes.rendering import rendezvous as _rendezvous  # noqa: F401\n",
+        "core",
+        "stratctl.core.render -> stratctl.backends.kubernetes.rendering.rendezvous",
+    ),
+    "the shared loop importing a backend": (
+        "stratctl/run/cycle.py",
+        "from stratctl.backends import rendezvous_for as _rendezvous_for  # noqa: F401\n",
+        "run",
+        "stratctl.run.cycle -> stratctl.backends",
+    ),
 }
 
 
@@ -58,7 +72,7 @@ def _lint(where: Path, contract: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("contract", ["cycles", "rooms"])
+@pytest.mark.parametrize("contract", ["cycles", "rooms", "core", "run"])
 def test_the_package_as_it_is_keeps_the_contract(tmp_path, contract):
     checked = _lint(_copy(tmp_path), contract)
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -22,7 +22,7 @@ def gangs(study: Study, trials: list[Trial]) -> dict[str, tuple[int, ...]]:
     templates over the trial's values (core/shape.py), then each trial's own."""
     if not shape.fields(study):
         return dict.fromkeys((t.name for t in trials), shape.gang(study))
-    renderer = Renderer(study)
+    renderer = Renderer(study, rendezvous=None)  # Slurm and YARN give the contract where they run
     return {t.name: shape.gang(renderer.study_for(t)) for t in trials}
 
 

@@ -78,7 +78,7 @@ class SlurmScheduler(StudyFiles, Counted):
     ):
         self.study, self.slurm, self.workdir = study, slurm or Slurm(), workdir
         self.client = self.slurm
-        self.renderer = renderer or Renderer(study)
+        self.renderer = renderer or Renderer(study, rendezvous=None)  # the script completes the contract
         self.output = output_of(study, workdir)
         self._max_array: int | None = None  # the controller's MaxArraySize, once read
 

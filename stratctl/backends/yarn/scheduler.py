@@ -174,7 +174,7 @@ class YarnScheduler(StudyFiles, Counted):
         self.study = study
         self.rm = rm or ResourceManager(study.yarn.resource_managers, user=study.yarn.user)
         self.client = self.rm
-        self.renderer = renderer or Renderer(study)
+        self.renderer = renderer or Renderer(study, rendezvous=None)  # the application master gives the contract
         self.output = output_of(study, workdir)
         self._jar_path = jar
         self._seen_ended: set[str | None] = set()

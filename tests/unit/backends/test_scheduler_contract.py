@@ -31,7 +31,6 @@ from stratctl.backends.slurm.script import parse_comment
 from stratctl.backends.yarn.app import parse_tags
 from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.scheduler import YarnScheduler
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.errors import Throttled, Unavailable
 from stratctl.run.options import SubmitOptions
@@ -41,6 +40,7 @@ from stratctl.trialstate import TrialState
 from stratctl.view.display import summary
 from tests.unit.backends.fakes import FakeRM, FakeSlurm, MemoryScheduler, slurm_nodes, yarn_nodes
 from tests.unit.fakes import FakeClock, MaxRng, one_cycle
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load
 
 BODY = """\

@@ -24,7 +24,10 @@ def _modules_after(code: str, *args: str, env: dict | None = None) -> set[str]:
 
 
 def test_validating_a_quasi_random_study_imports_neither_scipy_nor_numpy():
-    code = "import sys; from stratctl.core.render import validate; validate(sys.argv[1])"
+    code = (
+        "import sys; from stratctl.backends import rendezvous_for; from stratctl.core.render import validate; "
+        "validate(sys.argv[1], rendezvous_for)"
+    )
     loaded = _modules_after(code, str(ROOT / "examples/ppo-tuning.yaml"))
     assert "stratctl.core.sobol" in loaded
     assert not {"scipy", "numpy"} & loaded

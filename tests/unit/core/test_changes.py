@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from stratctl.core.changes import SPEC_LIMIT, changed_fields, compare, refusal, spec_text, summary
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.errors import ExitCode, StudyChanged
+from tests.unit.rendering import Renderer
 from tests.unit.studies import MINIMAL, load
 
 

@@ -10,11 +10,12 @@ import pytest
 import yaml
 
 from stratctl import labels, rendezvous
-from stratctl.core.render import Renderer, min_resources, spec_hash, validate
+from stratctl.core.render import min_resources, spec_hash
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.errors import StudyError
 from stratctl.view.yamlout import dump_all
+from tests.unit.rendering import Renderer, validate
 from tests.unit.studies import MINIMAL, load, write
 
 GOLDEN = Path(__file__).parents[1] / "golden"
@@ -126,7 +127,7 @@ def test_every_object_and_pod_carries_the_label_contract(tmp_path):
         labels.ENV_RESUME: "1",
         labels.ENV_PARAMS: json.dumps(dict(trial.params), sort_keys=True, separators=(",", ":")),
     }
-    assert CONTRACT <= set(env)  # and the rendezvous contract (test_kube_rendezvous.py)
+    assert CONTRACT <= set(env)  # and the rendezvous contract (backends/kubernetes/test_rendezvous.py)
     assert r.render(trial, attempt=3)[0]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"][4] == {
         "name": labels.ENV_RESUME,
         "value": "0",
@@ -162,7 +163,7 @@ def test_batch_workload_is_a_podgroup_and_a_ganged_job():
     assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == group["metadata"]["name"] == trial.name
     assert pod["spec"]["schedulerName"] == "volcano"
     assert group["metadata"]["labels"][labels.SPEC_HASH] == job["metadata"]["labels"][labels.SPEC_HASH]
-    # Indexed, under the headless Service the Job owns (test_kube_rendezvous.py)
+    # Indexed, under the headless Service the Job owns (backends/kubernetes/test_rendezvous.py)
     assert job["spec"]["completionMode"] == "Indexed" and pod["spec"]["subdomain"] == trial.name
     assert (service["kind"], service["metadata"]["name"]) == ("Service", trial.name)
     assert service["metadata"]["labels"][labels.SPEC_HASH] == job["metadata"]["labels"][labels.SPEC_HASH]

@@ -2,10 +2,10 @@
 
 import pytest
 
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.errors import StudyError
+from tests.unit.rendering import Renderer
 
 STUDY = """\
 name: gpus

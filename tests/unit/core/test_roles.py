@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load, problems
 
 EXAMPLES = Path(__file__).parents[3] / "examples"

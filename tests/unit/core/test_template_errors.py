@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from stratctl.cli.main import app
 from stratctl.core import sandbox
-from stratctl.core.render import Renderer, validate
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.errors import StudyError
+from tests.unit.rendering import Renderer, validate
 from tests.unit.studies import MINIMAL, problems, write
 
 ARGS = '  args: ["--lr={{ params.lr }}"]'

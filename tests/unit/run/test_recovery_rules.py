@@ -30,7 +30,6 @@ from stratctl.backends.slurm.script import parse_comment
 from stratctl.backends.yarn.app import parse_tags
 from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.scheduler import YarnScheduler
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
@@ -42,6 +41,7 @@ from tests.unit.backends.fakes import FakeRM, FakeSlurm, slurm_nodes, yarn_nodes
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.loop import make
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load
 
 # one trial, one GPU; `retries` filled in by each case

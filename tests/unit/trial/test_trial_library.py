@@ -21,10 +21,10 @@ import pytest
 from stratctl import rendezvous, trial
 from stratctl.attempt import RESULT, StudyFiles
 from stratctl.backends.kubernetes.verbs.status import results_in
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.trial import checkpoint, metrics
 from stratctl.trial.checkpoint import Checkpoints
+from tests.unit.rendering import Renderer
 from tests.unit.studies import MINIMAL, load
 
 ROOT = Path(__file__).parents[3]

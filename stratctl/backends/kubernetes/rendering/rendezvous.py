@@ -1,6 +1,8 @@
 """The rendezvous contract on Kubernetes (its names: stratctl/rendezvous.py): each pod of a
 trial finds its peers by their stable DNS names under a headless Service named after the
 attempt's job, `MASTER_PORT` is `rendezvous.FIXED_PORT` (every pod has its own network).
+The core Renderer stamps it on every attempt of a Kubernetes study through `RENDEZVOUS`
+(core/contract.py's `Rendezvous`), handed in by `stratctl.backends.rendezvous_for`.
 
 - A Volcano Job gets Volcano's `svc` plugin (it creates the headless Service `<job>`, owned
   by the job, and makes each pod's name `<job>-<task>-<index>` its hostname under the
@@ -9,7 +11,7 @@ attempt's job, `MASTER_PORT` is `rendezvous.FIXED_PORT` (every pod has its own n
 - A batch/v1 Job runs Indexed (the Job controller names each pod's hostname
   `<job>-<index>`) with the subdomain `<job>`: the headless Service of that name, selecting
   the Job's pods, is stamped here as one more object of the attempt, owned by the Job (its
-  uid is filled in when the Job has been created: `engine/requeue.create_attempt`), so the
+  uid is filled in when the Job has been created: `attempts/requeue.create_attempt`), so the
   garbage collector takes it with the Job.
 
 Every container gets the whole contract. What every pod of the trial shares is computed here
@@ -27,12 +29,16 @@ arguments unchanged (same process, signals and exit code): `WRAPPER`.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratctl import rendezvous
 from stratctl.core.digest import HASH_CHARS
-from stratctl.core.spec import Study
+from stratctl.errors import Problem, StudyError
+
+if TYPE_CHECKING:
+    from stratctl.core.spec import Study
 
 VOLCANO_INDEX = "volcano.sh/task-index"  # set on each pod by Volcano's job controller (createJobPod)
 BATCH_INDEX = "batch.kubernetes.io/job-completion-index"  # set on each pod of an Indexed Job
@@ -107,6 +113,14 @@ class Layout:
         out.update({f"rendezvous.hosts.{k}": ",".join(h) for k, h in enumerate(hosts)})
         return out
 
+    def stamp(self, study: Study, docs: list[dict[str, Any]], values: Mapping[str, str]) -> None:
+        """`stamp` the contract on `docs`; a task whose ranks need the wrapper and that has no
+        command to wrap is the study's problem."""
+        try:
+            stamp(docs, self, values)
+        except NoCommand as e:
+            raise StudyError([_no_command(study, role) for role in e.roles]) from None
+
 
 def _workload(docs: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | None:
     for doc in docs:
@@ -142,7 +156,7 @@ def layout_of(docs: list[dict[str, Any]], tasks: list[str]) -> Layout | None:
     return Layout(workload, str((job.get("metadata") or {}).get("name")), tuple(roles))
 
 
-def stamp(docs: list[dict[str, Any]], layout: Layout, v: dict[str, Any]) -> None:
+def stamp(docs: list[dict[str, Any]], layout: Layout, v: Mapping[str, Any]) -> None:
     """Make the contract true in `docs` (in place): the objects that give the pods their names
     and the environment of every container. `v`: `layout.values(job)`, or placeholders."""
     found = _workload(docs)
@@ -176,7 +190,7 @@ def stamp(docs: list[dict[str, Any]], layout: Layout, v: dict[str, Any]) -> None
                 _wrap(container, role)
 
 
-def _shared(layout: Layout, v: dict[str, Any]) -> list[dict[str, Any]]:
+def _shared(layout: Layout, v: Mapping[str, Any]) -> list[dict[str, Any]]:
     """What every pod of the trial is told alike."""
     size = str(sum(role.replicas for role in layout.roles))
     env = [
@@ -273,3 +287,32 @@ def name_problems(study: Study) -> list[tuple[tuple[Any, ...], str]]:
             )
         )
     return found
+
+
+def _no_command(study: Study, role: Role) -> Problem:
+    where = next((("trial", "tasks", i) for i, t in enumerate(study.trial.tasks) if t.name == role.name), ("trial",))
+    return study.problem(
+        where,
+        f"{'.'.join(map(str, where))}: the {role.replicas} pods of task {role.name!r} "
+        f"start at rank {role.first}, and a pod learns its rank on Kubernetes as that "
+        f"plus its "
+        f"index, which /bin/sh adds before it execs the task's command; the task has "
+        f"no command to start that way (the image's entrypoint cannot be): set "
+        f"command (the task's or trial.command)",
+    )
+
+
+# ---------------------------------------------------------------- the Renderer's step
+
+
+class KubernetesRendezvous:
+    """The contract as the core Renderer is handed it (core/contract.py's `Rendezvous`)."""
+
+    def problems(self, study: Study) -> list[Problem]:
+        return [study.problem(path, message) for path, message in name_problems(study)]
+
+    def layout(self, study: Study, docs: list[dict[str, Any]]) -> Layout | None:
+        return layout_of(docs, [t.name for t in study.trial.tasks])
+
+
+RENDEZVOUS = KubernetesRendezvous()

@@ -170,6 +170,7 @@ def identity(job: dict[str, Any]) -> dict[str, Any]:
 def _study_from_record(cm: dict[str, Any], namespace: str) -> tuple[Study, dict[str, Trial], Renderer]:
     """The study, its trials by name and a renderer, rebuilt from the text in its record
     (a closed-loop search's suspended trials from their marks: it expands to no list)."""
+    from stratctl.backends.kubernetes.rendering.rendezvous import RENDEZVOUS
     from stratctl.core.render import Renderer
     from stratctl.core.space import expand
     from stratctl.core.spec import Study, study_from_document
@@ -179,8 +180,8 @@ def _study_from_record(cm: dict[str, Any], namespace: str) -> tuple[Study, dict[
     if study.namespace != namespace:
         study = Study.model_validate({**study.model_dump(), "namespace": namespace})
     if study.strategy.closed_loop:
-        return study, marked_trials(suspended_of(cm)), Renderer(study)
-    return study, {t.name: t for t in expand(study)}, Renderer(study)
+        return study, marked_trials(suspended_of(cm)), Renderer(study, rendezvous=RENDEZVOUS)
+    return study, {t.name: t for t in expand(study)}, Renderer(study, rendezvous=RENDEZVOUS)
 
 
 def resume(cluster: Cluster, namespace: str, study: str, clock: Callable[[], float] = time.time) -> Outcome:

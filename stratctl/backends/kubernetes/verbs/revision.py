@@ -24,6 +24,7 @@ from stratctl.backends.kubernetes.blocks.blocks import expand as block_views
 from stratctl.backends.kubernetes.blocks.blockstop import block_of_view, stop_index
 from stratctl.backends.kubernetes.objects.record import parse_record, record_name
 from stratctl.backends.kubernetes.objects.state import attempt_of, classify, latest_attempts, spec_hash_of, trial_of
+from stratctl.backends.kubernetes.rendering.rendezvous import RENDEZVOUS
 from stratctl.core.changes import Comparison, compare, fields_text, refusal, summary
 from stratctl.core.render import Renderer
 from stratctl.core.space import Trial, expand
@@ -146,7 +147,7 @@ def _judge_cleaned_up(old: Study, existing: dict[str, str | None], rendered: dic
     if not unknown:
         return
     try:
-        old_renderer = Renderer(old)
+        old_renderer = Renderer(old, rendezvous=RENDEZVOUS)
         old_trials = {t.name: t for t in expand(old)}
         for name in unknown:
             if name in old_trials:

@@ -276,8 +276,8 @@ def test_a_batch_study_must_not_restart_pods_on_failure(tmp_path):
 
 
 def test_a_batch_trials_pods_are_its_replicas_and_its_gang_the_minimum(tmp_path):
-    from stratctl.core.render import Renderer
     from stratctl.core.space import expand
+    from tests.unit.rendering import Renderer
 
     path = tmp_path / "elastic.yaml"
     path.write_text(

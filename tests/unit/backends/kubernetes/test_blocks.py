@@ -33,7 +33,6 @@ from stratctl.backends.kubernetes.verbs.status import collect
 from stratctl.backends.launch import prepare
 from stratctl.cli.main import app
 from stratctl.core.merging import merging
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand as trials_of
 from stratctl.core.spec import load_study
 from stratctl.errors import StudyChanged, StudyDeleted, StudyError, UsageError
@@ -41,6 +40,7 @@ from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock, MaxRng
 from tests.unit.loop import STUDY, make
+from tests.unit.rendering import Renderer
 
 MERGED = STUDY.replace("  tasks: [{name: worker, replicas: 2}]\n", "").replace(
     "queue: default\n", "queue: default\nworkload: batch\nmerge: auto\n"
@@ -606,7 +606,8 @@ def test_the_studys_summary_counts_each_trial_of_a_block_until_its_pod_ended(tmp
 
 
 def test_plan_says_how_many_blocks_a_merged_study_is(tmp_path):
-    from stratctl.core.plan import as_json, make_plan, notes
+    from stratctl.core.plan import as_json, notes
+    from tests.unit.rendering import make_plan
 
     plan = make_plan(merged_study(tmp_path, MERGED.replace("values: [2, 4]", f"values: {list(range(250))}")))
     assert len(plan.trials) == 1250

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from stratctl.backends.kubernetes.attempts.requeue import Requeue
 from stratctl.backends.kubernetes.loop.controller import Submitter
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.run.options import SubmitOptions
@@ -13,6 +12,7 @@ from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make
+from tests.unit.rendering import Renderer
 
 
 def in_flight(cluster: FakeCluster) -> int:

@@ -10,7 +10,6 @@ import pytest
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
 from stratctl.backends.kubernetes.loop.controller import Submitter
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.errors import Invalid
@@ -20,6 +19,7 @@ from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import STUDY, make
+from tests.unit.rendering import Renderer
 
 
 def test_keeps_the_cap_in_flight_until_every_trial_finishes(study_file):

@@ -8,7 +8,6 @@ from stratctl import labels
 from stratctl.backends.kubernetes.loop.controller import Submitter
 from stratctl.backends.kubernetes.objects.record import suspended_of
 from stratctl.backends.kubernetes.verbs.drain import drain, resume
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.errors import UsageError
@@ -17,6 +16,7 @@ from stratctl.run.throttle import Throttle
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import STUDY
+from tests.unit.rendering import Renderer
 
 
 def submitted(tmp_path, cluster, name, critical=False, inflight=3):

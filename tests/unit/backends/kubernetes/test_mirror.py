@@ -260,9 +260,9 @@ def test_a_trimmed_job_keeps_what_the_loop_reads_in_a_fraction_of_the_bytes(tmp_
     from stratctl.backends.kubernetes.objects.gpus import job_gpus
     from stratctl.backends.kubernetes.objects.state import attempt_of, classify, podgroup_name
     from stratctl.backends.kubernetes.watch.mirror import trimmed_job
-    from stratctl.core.render import Renderer
     from stratctl.core.space import expand
     from stratctl.run.queues import queue_of_job
+    from tests.unit.rendering import Renderer
     from tests.unit.studies import MINIMAL, load
 
     text = MINIMAL.replace(
@@ -305,8 +305,8 @@ def test_a_thousand_mirrored_jobs_hold_a_fraction_of_their_parsed_bytes(tmp_path
     import tracemalloc
 
     from stratctl.backends.kubernetes.watch.mirror import trimmed_job
-    from stratctl.core.render import Renderer
     from stratctl.core.space import expand
+    from tests.unit.rendering import Renderer
     from tests.unit.studies import MINIMAL, load
 
     study = load(tmp_path, MINIMAL)

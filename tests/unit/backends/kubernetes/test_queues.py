@@ -11,13 +11,13 @@ import pytest
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import QUEUE
 from stratctl.backends.kubernetes.attempts.requeue import create_attempt
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.run.queues import Room, choose, gang_demand, moves, place, place_all, queue_of_job, room_of
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock
 from tests.unit.loop import STUDY, make
+from tests.unit.rendering import Renderer
 
 G = "nvidia.com/gpu"
 

@@ -1,6 +1,7 @@
-"""The rendezvous contract on Kubernetes (core/kube_rendezvous.py): the objects that name a
-trial's pods under a headless Service, and what each pod's container sees when it starts
-(worked out as the kubelet does, the rank wrapper run by a real /bin/sh: tests/kubelet.py)."""
+"""The rendezvous contract on Kubernetes (backends/kubernetes/rendering/rendezvous.py): the
+objects that name a trial's pods under a headless Service, and what each pod's container sees
+when it starts (worked out as the kubelet does, the rank wrapper run by a real /bin/sh:
+tests/kubelet.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import pytest
 
 from stratctl import labels, rendezvous
 from stratctl.backends.kubernetes.attempts.requeue import create_attempt
-from stratctl.core.kube_rendezvous import BATCH_INDEX, VOLCANO_INDEX, WRAPPER
-from stratctl.core.render import Renderer, bundled_templates
+from stratctl.backends.kubernetes.rendering.rendezvous import BATCH_INDEX, VOLCANO_INDEX, WRAPPER
+from stratctl.core.render import bundled_templates
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.core.task import task_of
 from stratctl.errors import StudyError
 from tests.kubelet import started
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load, write
 
 STUDY = """\

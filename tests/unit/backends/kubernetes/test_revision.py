@@ -10,13 +10,13 @@ import pytest
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import VOLCANO_JOB
 from stratctl.backends.kubernetes.verbs.revision import revise
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
 from stratctl.errors import StudyChanged
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import Events, FakeClock
 from tests.unit.loop import STUDY, make
+from tests.unit.rendering import Renderer
 
 EDITED = STUDY.replace("image: busybox", "image: busybox:1.36").replace('"train"', '"train2"')
 

@@ -11,13 +11,13 @@ import pytest
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import pod_gpus
 from stratctl.backends.kubernetes.watch.capacity import Capacity
-from stratctl.core.plan import as_json, make_plan
-from stratctl.core.render import Renderer, validate
+from stratctl.core.plan import as_json
 from stratctl.errors import StudyError
 from stratctl.run.packing import Candidate, pack, passed_over, place
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fakes import FakeClock
 from tests.unit.loop import make
+from tests.unit.rendering import Renderer, make_plan, validate
 
 MIXED = """\
 name: mixed

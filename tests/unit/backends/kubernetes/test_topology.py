@@ -12,10 +12,10 @@ from stratctl.backends.kubernetes.api.cluster import HYPERNODE
 from stratctl.backends.kubernetes.objects.topology import TOP, domains, gangs_fit_within, node_members, spread
 from stratctl.backends.kubernetes.watch.capacity import ClusterSignals
 from stratctl.backends.kubernetes.watch.mirror import Mirror
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.errors import Invalid
 from stratctl.run.policy import AdaptiveConfig, Observed, PolicyState, StaticPolicy, decide
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load, problems
 
 STUDY = """\

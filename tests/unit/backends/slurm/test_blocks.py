@@ -15,7 +15,6 @@ from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
 from stratctl.backends.slurm.state import latest
 from stratctl.core.merging import merging
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.errors import Invalid
 from stratctl.run.options import SubmitOptions
@@ -24,6 +23,7 @@ from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 from tests.unit.backends.fakes import FakeSlurm, slurm_nodes, start_task
 from tests.unit.fakes import FakeClock, MaxRng, one_cycle
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load
 
 STUDY = """\

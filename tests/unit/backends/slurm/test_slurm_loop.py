@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from stratctl.backends.batch.loop import AttemptLoop
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
-from stratctl.core.render import Renderer
 from stratctl.core.space import expand
 from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
@@ -19,6 +18,7 @@ from stratctl.run.throttle import Throttle
 from stratctl.view.display import summary
 from tests.unit.backends.fakes import FakeSlurm
 from tests.unit.fakes import FakeClock, MaxRng, one_cycle
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load
 
 STUDY = """\

@@ -12,8 +12,9 @@ import pytest
 
 from stratctl import rendezvous
 from stratctl.backends.slurm.script import build, parse_comment
-from stratctl.core.render import Renderer, bundled_templates
+from stratctl.core.render import bundled_templates
 from stratctl.core.space import expand
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load, problems
 
 STUDY = """\

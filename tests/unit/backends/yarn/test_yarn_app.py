@@ -14,8 +14,9 @@ import pytest
 
 from stratctl import rendezvous
 from stratctl.backends.yarn.app import Jar, build, master_port, parse_tags
-from stratctl.core.render import Renderer, bundled_templates
+from stratctl.core.render import bundled_templates
 from stratctl.core.space import expand
+from tests.unit.rendering import Renderer
 from tests.unit.studies import load, problems
 
 STUDY = """\
