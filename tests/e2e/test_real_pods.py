@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from tests.e2e.support import GPU, Cli, finish, unique
+from tests.e2e.support import GPU, Cli, finish, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -275,3 +275,268 @@ def test_reports_printed_by_real_trials_reach_the_median_pruner(testbed, real_no
     if IMAGE == "stratctl.local/python:3.11":  # the testbed's image: stratctl alone, no client, no token
         results = [t["result"] for t in cli.status(name)["trials"] if t["state"] == "succeeded"]
         assert results and all(r["client"] is False and r["token"] is False for r in results), results
+
+
+# A trial that sums f(step) over STEPS steps of 0.5 s: on SIGTERM it saves its state and
+# exits 143 (trial.on_preempt), and an attempt that finds a checkpoint goes on from it.
+# Every process appends what it did to `attempts.jsonl` beside its checkpoints.
+RESUMABLE = textwrap.dedent("""\
+    import json, os, time
+    from stratctl import trial
+    steps = STEPS
+    last = trial.latest()
+    state = last.load() if last else {"step": 0, "total": 0}
+    start = state["step"]
+    log = os.path.join(str(trial.checkpoint_dir()), "attempts.jsonl")
+
+    def leave():
+        trial.save(dict(state), state["step"])
+        said = {"attempt": os.environ["STRATCTL_ATTEMPT"], "from": start, "saved": state["step"]}
+        with open(log, "a") as f:
+            f.write(json.dumps(said) + "\\n")
+
+    trial.on_preempt(leave)
+    print(f"attempt {os.environ['STRATCTL_ATTEMPT']} from step {start}", flush=True)
+    while state["step"] < steps:
+        time.sleep(0.5)
+        state["total"] += state["step"] * state["step"] + {{ params.seed }}
+        state["step"] += 1
+        print(f"step {state['step']}", flush=True)
+    with open(log, "a") as f:
+        f.write(json.dumps({"attempt": os.environ["STRATCTL_ATTEMPT"], "from": start, "done": steps}) + "\\n")
+    trial.result(total=state["total"], resumed_from=start)
+    """)
+
+
+def uninterrupted(steps: int, seed: int) -> int:
+    return sum(s * s + seed for s in range(steps))
+
+
+def kubectl(testbed, *args: str, manifest: dict | None = None) -> str:
+    """kubectl as the admin (for what stratctl's adapter does not manage: volumes)."""
+    import subprocess
+
+    assert testbed.kubectl, "no kubectl (the testbed's, or on PATH)"
+    done = subprocess.run(
+        [testbed.kubectl, "--kubeconfig", testbed.kubeconfig, "--context", testbed.admin_context, *args],
+        input=json.dumps(manifest) if manifest is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def host_volume(testbed, tmp_path_factory):
+    """`host_volume(name)`: a PersistentVolume on a directory of this machine (hostPath: the
+    real node is this machine) and a claim `name` bound to it in the test namespace, as a
+    cluster admin provides one; the directory is returned. Deleted afterwards."""
+    made: list[str] = []
+
+    def make(name: str):
+        directory = tmp_path_factory.mktemp(name)
+        directory.chmod(0o777)
+        volume = f"{testbed.namespace}-{name}"
+        spec = {"accessModes": ["ReadWriteMany"], "storageClassName": ""}
+        kubectl(
+            testbed,
+            "apply",
+            "-f",
+            "-",
+            manifest={
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolume",
+                        "metadata": {"name": volume},
+                        "spec": {
+                            **spec,
+                            "capacity": {"storage": "1Gi"},
+                            "persistentVolumeReclaimPolicy": "Retain",
+                            "hostPath": {"path": str(directory), "type": "Directory"},
+                            "claimRef": {"namespace": testbed.namespace, "name": name},
+                        },
+                    },
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": name, "namespace": testbed.namespace},
+                        "spec": {**spec, "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}},
+                    },
+                ],
+            },
+        )
+        made.append(name)
+        return directory
+
+    yield make
+    for name in made:
+        kubectl(testbed, "delete", "-n", testbed.namespace, "pvc", name, "--wait=false", "--ignore-not-found")
+        kubectl(testbed, "delete", "pv", f"{testbed.namespace}-{name}", "--wait=false", "--ignore-not-found")
+
+
+def resumable_study(name: str, namespace: str, node: str, claim: str, steps: int, grace: int = 15) -> str:
+    return (
+        textwrap.dedent(f"""\
+        name: {name}
+        namespace: {namespace}
+        queue: default
+        priority_class: stratctl-low
+        space:
+          seed: {{type: int, low: 3, high: 3}}
+        strategy: {{kind: grid}}
+        trial:
+          image: {IMAGE}
+          command: ["python3", "-c"]
+          args: [{json.dumps(RESUMABLE.replace("STEPS", str(steps)))}]
+          volumes: [{{name: ckpt, pvc: {{claim: {claim}}}}}]
+          volume_mounts: [{{name: ckpt, mount_path: /ckpt}}]
+        """)
+        + on_real_node(node)
+        + textwrap.dedent(f"""\
+          resources: {{requests: {{cpu: 50m, memory: 32Mi, {GPU}: 1}}, limits: {{{GPU}: 1}}}}
+          tasks: [{{name: worker, replicas: 1}}]
+        checkpoint: {{location: "/ckpt/{{{{ trial }}}}", grace_seconds: {grace}}}
+        throttle: {{qps: 20, burst: 10, parallelism: {{min: 1, initial: 1, max: 1}}}}
+        """)
+    )
+
+
+def attempts_of(directory) -> list[dict]:
+    found = list(directory.glob("*/attempts.jsonl"))
+    return [json.loads(line) for f in found for line in f.read_text().splitlines()]
+
+
+def real_gang(api, namespace: str, name: str, node: str, gpus: int) -> None:
+    """A production gang at stratctl-high that needs every GPU of the real node for 5 s."""
+    pod = {
+        "schedulerName": "volcano",
+        "restartPolicy": "Never",
+        "priorityClassName": "stratctl-high",
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": [{"key": REAL_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [
+            {
+                "name": "serve",
+                "image": "busybox:1.36",
+                "command": ["sleep", "5"],
+                "resources": {"requests": {GPU: "1", "cpu": "10m"}, "limits": {GPU: "1"}},
+            }
+        ],
+    }
+    api.create(
+        {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "schedulerName": "volcano",
+                "queue": "default",
+                "minAvailable": gpus,
+                "maxRetry": 1,
+                "priorityClassName": "stratctl-high",
+                "tasks": [{"name": "serve", "replicas": gpus, "minAvailable": gpus, "template": {"spec": pod}}],
+            },
+        }
+    )
+
+
+def last_exit_codes(api, namespace: str, study: str, seen: dict) -> None:
+    """Record in `seen` (pod → exit code) the terminated containers of the study's pods."""
+    from stratctl.backends.kubernetes.api.resources import POD
+
+    for pod in api.list(POD, label_selector=f"stratctl.io/study={study}")[0]:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            done = (status.get("state") or {}).get("terminated")
+            if done:
+                seen[pod["metadata"]["name"]] = done.get("exitCode")
+
+
+def test_a_preempted_real_trial_saves_within_its_grace_exits_143_and_resumes_to_the_same_result(
+    testbed, real_node, studies, api, host_volume
+):
+    from stratctl.backends.kubernetes.api.resources import VOLCANO_JOB
+
+    node, gpus = real_node
+    if gpus < 1:
+        pytest.skip("the real node has no (fake) GPUs to preempt for")
+    name = unique("rpre")
+    directory = host_volume(name)
+    steps = 24
+    path = studies(name, resumable_study(name, testbed.namespace, node, name, steps))
+    cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
+    submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
+    exits: dict[str, int] = {}
+    try:
+        # well into its run: then production needs every GPU of the node
+        def created():
+            listed = cli.call("status", name, "-o", "json")  # fails until the loop has recorded the study
+            return listed.returncode == 0 and json.loads(listed.stdout)["trials"]
+
+        trial = wait_until(created, 60, message="the trial created")[0]["trial"]
+        wait_until(lambda: "step 6" in cli.call("logs", name, trial).stdout, 90, message="the trial at step 6")
+        high = unique("prod")
+        real_gang(api, testbed.namespace, high, node, gpus)
+
+        def preempted():
+            last_exit_codes(api, testbed.namespace, name, exits)
+            return any(a.get("saved") for a in attempts_of(directory)) and 143 in exits.values()
+
+        wait_until(preempted, 90, interval=0.2, message="the trial preempted: saved and exited 143")
+        progress = finish(submit, timeout=300)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+        try:
+            api.delete(VOLCANO_JOB, high)
+        except Exception:
+            pass
+    assert (progress["succeeded"], progress["failed"]) == (1, 0), progress
+    (trial,) = cli.status(name)["trials"]
+    saved = [a for a in attempts_of(directory) if "saved" in a]
+    assert len(saved) == 1 and 0 < saved[0]["saved"] < steps, attempts_of(directory)
+    # the next attempt went on from the step saved, and ended where an uninterrupted run ends
+    assert trial["result"] == {"total": uninterrupted(steps, 3), "resumed_from": saved[0]["saved"]}, trial
+    assert (trial["preemptions"], trial["failed_attempts"]) == (1, 0), trial
+
+
+def test_a_drained_real_trial_saves_and_resumes_to_the_same_result(testbed, real_node, studies, host_volume):
+    """`stratctl drain` then `resume`, as the restricted user, while its submit loop runs:
+    the process saves within its grace period on the SIGTERM of its pod's deletion, and the
+    resumed attempt ends where an uninterrupted run ends."""
+    node, _ = real_node
+    name = unique("rdrn")
+    directory = host_volume(name)
+    steps = 20
+    path = studies(name, resumable_study(name, testbed.namespace, node, name, steps))
+    cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
+    submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
+    try:
+
+        def created():
+            listed = cli.call("status", name, "-o", "json")
+            return listed.returncode == 0 and json.loads(listed.stdout)["trials"]
+
+        trial = wait_until(created, 60, message="the trial created")[0]["trial"]
+        wait_until(lambda: "step 5" in cli.call("logs", name, trial).stdout, 90, message="the trial at step 5")
+        [outcome] = json.loads(cli.run("drain", name, "--settle", "1", "--json"))
+        assert outcome["suspended"] == [trial], outcome
+        saved = wait_until(
+            lambda: [a for a in attempts_of(directory) if "saved" in a], 60, message="the drained trial's save"
+        )
+        assert cli.status(name)["studies"][0]["drained"]
+        resumed = json.loads(cli.run("resume", name, "--json"))
+        assert resumed["resumed"] == [trial] and resumed["left"] == [], resumed
+        progress = finish(submit, timeout=240)
+    finally:
+        if submit.poll() is None:
+            submit.kill()
+    assert (progress["succeeded"], progress["failed"]) == (1, 0), progress
+    (row,) = cli.status(name)["trials"]
+    assert 0 < saved[0]["saved"] < steps, saved
+    assert row["result"] == {"total": uninterrupted(steps, 3), "resumed_from": saved[0]["saved"]}, row
+    assert (row["attempt"], row["failed_attempts"]) == (1, 0), row
