@@ -540,3 +540,40 @@ def test_a_drained_real_trial_saves_and_resumes_to_the_same_result(testbed, real
     assert 0 < saved[0]["saved"] < steps, saved
     assert row["result"] == {"total": uninterrupted(steps, 3), "resumed_from": saved[0]["saved"]}, row
     assert (row["attempt"], row["failed_attempts"]) == (1, 0), row
+
+
+def test_logs_follow_streams_a_real_containers_lines_as_it_prints_them(testbed, real_node, studies):
+    """`stratctl logs STUDY TRIAL -f`: each line arrives while the process runs (not at its
+    end), and the command ends when the container does."""
+    import subprocess
+    import time
+
+    node, _ = real_node
+    name = unique("rfol")
+    program = "import time\nfor i in range(12):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.5)\n"
+    study = (
+        f"name: {name}\nnamespace: {testbed.namespace}\nqueue: default\npriority_class: stratctl-low\n"
+        "space:\n  seed: {type: int, low: 1, high: 1}\nstrategy: {kind: grid}\ntrial:\n"
+        f"  image: {IMAGE}\n  command: [python3, -c]\n  args: [{json.dumps(program)}]\n"
+        + on_real_node(node)
+        + "  resources: {requests: {cpu: 50m, memory: 32Mi}}\n"
+    )
+    path = studies(name, study)
+    cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
+    cli.run("submit", path, "--detach")
+    trial = cli.status(name)["trials"][0]["trial"]
+    wait_until(lambda: "tick 0" in cli.call("logs", name, trial).stdout, 60, message="the trial printing")
+    follow = subprocess.Popen(cli.args("logs", name, trial, "-f"), stdout=subprocess.PIPE, text=True, env=cli.env)
+    try:
+        seen: list[tuple[float, str]] = []
+        for line in follow.stdout:
+            seen.append((time.monotonic(), line.strip()))
+        assert follow.wait(timeout=30) == 0
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    lines = [text for _, text in seen]
+    assert lines[-1] == "tick 11" and lines == [f"tick {i}" for i in range(12 - len(lines), 12)], lines
+    # streamed: the last lines came about 0.5 s apart, not all at once at the end
+    last = [at for at, _ in seen[-4:]]
+    assert last[-1] - last[0] >= 1.0, seen
