@@ -105,8 +105,9 @@ build_busybox() {
 build_python_rootfs() {
   local work=$1
   # essential: the Essential: yes packages (coreutils, bash, dash, ...) without apt; python3
-  # brings the whole standard library. No docs, man pages or locales: half the size.
-  mmdebstrap --quiet --variant=essential --include=python3,ca-certificates \
+  # brings the whole standard library; libstdc++6 for wheels with C++ extensions (jaxlib,
+  # as python:3.11-slim has it). No docs, man pages or locales: half the size.
+  mmdebstrap --quiet --variant=essential --include=python3,ca-certificates,libstdc++6 \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
     --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/*' \

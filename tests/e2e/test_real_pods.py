@@ -332,12 +332,14 @@ def kubectl(testbed, *args: str, manifest: dict | None = None) -> str:
 def host_volume(testbed, tmp_path_factory):
     """`host_volume(name)`: a PersistentVolume on a directory of this machine (hostPath: the
     real node is this machine) and a claim `name` bound to it in the test namespace, as a
-    cluster admin provides one; the directory is returned. Deleted afterwards."""
+    cluster admin provides one (`directory`: an existing one, else a new empty one); the
+    directory is returned. Deleted afterwards."""
     made: list[str] = []
 
-    def make(name: str):
-        directory = tmp_path_factory.mktemp(name)
-        directory.chmod(0o777)
+    def make(name: str, directory=None):
+        if directory is None:
+            directory = tmp_path_factory.mktemp(name)
+            directory.chmod(0o777)
         volume = f"{testbed.namespace}-{name}"
         spec = {"accessModes": ["ReadWriteMany"], "storageClassName": ""}
         kubectl(
@@ -577,3 +579,50 @@ def test_logs_follow_streams_a_real_containers_lines_as_it_prints_them(testbed, 
     # streamed: the last lines came about 0.5 s apart, not all at once at the end
     last = [at for at, _ in seen[-4:]]
     assert last[-1] - last[0] >= 1.0, seen
+
+
+def test_a_real_frameworks_processes_in_two_pods_all_reduce(testbed, real_node, studies, scripts, host_volume):
+    """examples/rendezvous/jax_check.py in the 2 pods of a Volcano trial: JAX's coordinator
+    on rank 0 at MASTER_ADDR:MASTER_PORT (its DNS name), both processes in an all-gather and
+    an all-reduce across the pods. JAX (jax[cpu], the version the Slurm and YARN tests use)
+    comes from the host's cache through a read-only volume, as a cluster's shared software
+    volume would bring it."""
+    import sys
+
+    from tests.jaxenv import JAX_VERSION, jax_python
+
+    node, _ = real_node
+    if IMAGE != "stratctl.local/python:3.11" or not os.path.exists("/proc/self/ns"):
+        pytest.skip("JAX reaches the pods through a hostPath volume: the testbed's real node alone")
+    packages = (
+        jax_python().parent.parent
+        / "lib"
+        / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        / "site-packages"
+    )
+    name = unique("rjax")
+    host_volume(name, packages)
+    config = scripts(name, "rendezvous/jax_check.py")
+    study = (
+        f"name: {name}\nnamespace: {testbed.namespace}\nqueue: default\npriority_class: stratctl-low\n"
+        "space:\n  seed: {type: int, low: 1, high: 1}\nstrategy: {kind: grid}\ntrial:\n"
+        f"  image: {IMAGE}\n"
+        '  command: ["python3", "/scripts/jax_check.py", "--timeout", "120"]\n'
+        "  env: {PYTHONPATH: /jax, JAX_PLATFORMS: cpu}\n"
+        + on_real_node(node)
+        + "  resources: {requests: {cpu: 100m, memory: 256Mi}}\n"
+        f"  volumes: [{{name: scripts, config_map: {{name: {config}}}}},\n"
+        f"            {{name: jax, pvc: {{claim: {name}, read_only: true}}}}]\n"
+        "  volume_mounts: [{name: scripts, mount_path: /scripts}, {name: jax, mount_path: /jax, read_only: true}]\n"
+        "  tasks: [{name: worker, replicas: 2}]\n"
+    )
+    path = studies(name, study)
+    cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
+    progress = finish(cli.start("submit", path, "-o", "json", "--poll-interval", "1"), timeout=300)
+    assert (progress["succeeded"], progress["failed"]) == (1, 0), progress
+    (row,) = cli.status(name)["trials"]
+    result = row["result"]
+    assert result["rendezvous"] == "ok" and result["framework"] == f"jax {JAX_VERSION}", result
+    assert result["ranks"] == [0, 1] and result["sum"] == 3, result  # one row a process, each holding rank + 1
+    assert len(set(result["nodes"])) == 2, result  # two pods, two hostnames
+    assert result["master"].split(":")[0].split(".")[1].startswith(row["trial"]), result
