@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STUDY  ?= examples/demo.yaml
+REAL_STUDY ?= examples/real-trials.yaml
 
 .PHONY: venv test unit e2e lint docs demo bench completions testbed-build testbed-up testbed-down testbed-apf-on testbed-apf-off slurm-up slurm-down yarn-up yarn-down yarn-am clean
 
@@ -61,7 +62,13 @@ demo: venv
 	  echo "testbed Prometheus: $$prometheus" && \
 	  $(BIN)/stratctl submit $(STUDY) --kubeconfig "$$kubeconfig" --context restricted --poll-interval 1 \
 	    --prometheus-url "$$prometheus" && \
-	  $(BIN)/stratctl status "$$study" --kubeconfig "$$kubeconfig" --context restricted -n stratctl-e2e
+	  $(BIN)/stratctl status "$$study" --kubeconfig "$$kubeconfig" --context restricted -n stratctl-e2e && \
+	  if [ "$$(cat "$$(dirname "$$kubeconfig")/real-node" 2>/dev/null)" = 1 ]; then \
+	    echo "--- real processes on the testbed's real node: $(REAL_STUDY)" && \
+	    $(BIN)/stratctl submit $(REAL_STUDY) --kubeconfig "$$kubeconfig" --context restricted --poll-interval 1 && \
+	    echo "--- what the best trial printed (stratctl logs real-trials --best)" && \
+	    $(BIN)/stratctl logs real-trials --best --kubeconfig "$$kubeconfig" --context restricted -n stratctl-e2e; \
+	  fi
 
 ## Benchmarks: rendering (no cluster), then submission, status and the adaptive experiment
 ## on the local testbed. Each prints its figures against a baseline run side by side.
