@@ -51,6 +51,7 @@ ENV_POD = "STRATCTL_POD"
 # A pod's intermediate values, written by `stratctl report` inside the trial:
 # {"<step>": {"<metric>": value, ...}, ...} (the latest steps); read by the submit loop's pruner.
 REPORT = f"{PREFIX}/report"
+TAKE_OVER = f"{PREFIX}/take-over"  # on a study's driver Lease: the driver that asked to take the study over
 
 # Annotations on a re-submitted attempt carrying the totals of the trial's earlier
 # attempts, so `status` reads a trial's history from its latest job alone (older attempts

@@ -141,6 +141,16 @@ def submit(
             ),
         ),
     ] = None,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help=(
+                "Take the study over from the loop that drives it now (another terminal, CI job or "
+                "pod): it hands over at its next cycle and ends; this one goes on from there."
+            ),
+        ),
+    ] = False,
     storage: Annotated[
         str | None,
         typer.Option(
@@ -175,6 +185,7 @@ def submit(
         timeout=duration_option(timeout, "--timeout"),
         move_waiting=move_waiting,
         storage=storage,
+        take_over=take_over,
     )
     err = _terminal() if output is Output.text else None
     display = LiveDisplay(err) if err is not None else LogDisplay(sys.stderr)
@@ -205,6 +216,12 @@ def submit(
 def _exit_for(progress: Progress, dry_run: bool, timeout: str | None, err: Console | None) -> None:
     """Exit with the code of how the submit ended (interrupted, timed out, refused
     manifests, conflicting trials, failures), saying so on stderr; return when it succeeded."""
+    if progress.handed_over:
+        (err or _stderr()).print(
+            f"handed over: study {progress.study} is driven by {progress.handed_over} now; "
+            f"`stratctl status {progress.study}` follows it"
+        )
+        return
     if progress.interrupted:
         (err or _stderr()).print(
             "[yellow]interrupted[/]: no more trials submitted. Run the same command again to resume; "

@@ -14,7 +14,10 @@ up, and how it stops. The loop owns what every backend shares:
 - a verdict (RBAC, a missing namespace, `StillThrottled`) ends the run at once, with one
   line that says what it left and how to carry on: run the same command again, trials
   already submitted are recognised, never duplicated;
-- Ctrl-C stops the run (`progress.interrupted`); the trials keep running.
+- Ctrl-C stops the run (`progress.interrupted`); the trials keep running;
+- the study's mark (run/driver.py), when the backend took one: renewed at the start of
+  every cycle; a loop asked to hand the study over (`submit --take-over` elsewhere) does so
+  there and ends (`progress.handed_over`), and a loop that ends lets the mark go.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from stratctl.errors import ClusterError, StillThrottled, Unreachable, transient
+from stratctl.run.driver import Driver
 from stratctl.run.outage import Outage
 from stratctl.run.policy import Decision, Observed, Policy
 from stratctl.run.progress import Progress, Reporter
@@ -74,8 +78,10 @@ class Loop:
         told: bool = True,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        driver: Driver | None = None,
     ):
         self.body, self.outage, self.reporter = body, outage, reporter
+        self.driver = driver  # the study's mark (run/driver.py), taken before `run`
         self.poll_interval, self.timeout = poll_interval, timeout
         self.told = told  # whether the loop tells the outage (the backend's requests do not)
         self.clock, self.sleep = clock, sleep
@@ -102,6 +108,11 @@ class Loop:
         while not self._timed_out(deadline):
             started = self.clock()
             try:
+                if self.driver is not None:
+                    holder = self.driver.renew()
+                    if holder is not None:  # handed over, or lost while it could not renew: not this loop's now
+                        self.body.progress.handed_over = holder
+                        return
                 over = self.body.step()
             except ClusterError as exc:
                 failed += 1
@@ -127,6 +138,11 @@ class Loop:
             self.reporter.update(progress)
             raise StillThrottled(f"{exc}; {self.body.left_behind()}", status=exc.status, reason=exc.reason) from None
         self.body.stopped(progress.interrupted)
+        if self.driver is not None and not progress.handed_over:
+            try:
+                self.driver.release()
+            except ClusterError:
+                pass  # the mark expires on its own
         self.reporter.update(progress)
         return progress
 

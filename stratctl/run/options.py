@@ -21,6 +21,7 @@ class SubmitOptions:
     outage_timeout: float = 300.0  # seconds the API server may not answer before the loop gives up
     timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
     move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
+    take_over: bool = False  # ask the study's live driver to hand it over (run/driver.py)
     storage: str | None = (
         None  # an Optuna storage URL the closed-loop search is mirrored into (backends/kubernetes/search/storage.py)
     )

@@ -64,6 +64,7 @@ class Progress:
         default_factory=list
     )  # of those, trials whose objects in the cluster differ (spec hash)
     interrupted: bool = False
+    handed_over: str = ""  # the driver this loop handed the study to (`submit --take-over`), or lost it to
     detached: bool = False
     timed_out: bool = False  # --timeout passed: the loop stopped, trials left running
     dry_run: str | None = None  # "client" | "server" when nothing was created

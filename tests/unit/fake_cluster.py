@@ -61,8 +61,9 @@ class FakeCluster:
         obj.setdefault("status", {})
         self.uids += 1
         obj["metadata"].setdefault("uid", f"uid-{self.uids}")
+        obj["metadata"]["resourceVersion"] = str(self.uids)
         self.objects[key] = obj
-        if manifest["kind"] != "ConfigMap":
+        if manifest["kind"] not in ("ConfigMap", "Lease"):  # trial objects, not the study's own
             self.creates.append(name)
         self.max_in_flight_seen = max(self.max_in_flight_seen, len(self.jobs(lambda p: p in ("Pending", "Running"))))
         return obj
@@ -139,12 +140,20 @@ class FakeCluster:
         self.metrics.record("PATCH", 200, 0.001)
         self._answer()
         obj = self.objects[self._key(*kind, namespace, name)]
+        given = (patch.get("metadata") or {}).get("resourceVersion")
+        if given is not None and given != obj["metadata"].get("resourceVersion"):
+            raise AlreadyExists(f"{kind[1]} {name}: the object has been modified (409)")
         merge_patch(obj, patch)
+        self.uids += 1
+        obj["metadata"]["resourceVersion"] = str(self.uids)
         return copy.deepcopy(obj)
 
-    def delete(self, kind, name, namespace=None) -> None:
+    def delete(self, kind, name, namespace=None, resource_version=None) -> None:
         self.metrics.record("DELETE", 200, 0.001)
         self._answer()
+        found = self.objects.get(self._key(*kind, namespace, name))
+        if resource_version and found is not None and found["metadata"].get("resourceVersion") != resource_version:
+            raise AlreadyExists(f"{kind[1]} {name}: precondition failed (409)")
         self.objects.pop(self._key(*kind, namespace, name), None)
 
     # -- test controls ---------------------------------------------------------------

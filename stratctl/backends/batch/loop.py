@@ -30,7 +30,8 @@ from typing import Any
 
 from stratctl.attempt import Attempt
 from stratctl.backends.batch.blocks import Blocks
-from stratctl.backends.batch.scheduler import Scheduler
+from stratctl.backends.batch.driverfile import FileStore
+from stratctl.backends.batch.scheduler import Scheduler, study_directory
 from stratctl.backends.batch.trials import (
     attempt_view,
     gang_size,
@@ -45,6 +46,7 @@ from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError, Unavailable, transient
 from stratctl.run.cycle import Cycle
+from stratctl.run.driver import Driver, expiry, identity
 from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Change, Outage
@@ -336,9 +338,24 @@ class AttemptLoop(Cycle):
             self.options.timeout,
             clock=self.clock,
             sleep=self.sleep,
+            driver=self._hold(),
         )
         with ThreadPoolExecutor(self.options.workers) as self._pool:
             return loop.run()
+
+    def _hold(self) -> Driver:
+        """The study's driver mark, taken (run/driver.py): `.driver.json` in its directory."""
+        driver = Driver(
+            FileStore(study_directory(self.study)),
+            self.study.name,
+            identity(),
+            ttl=expiry(self.options.poll_interval),
+            take_over=self.options.take_over,
+            sleep=self.sleep,
+            say=self.reporter.event,
+        )
+        driver.acquire()
+        return driver
 
     def _heard(self, change: Change) -> None:
         """Whole cycles that failed, or one that went through again: said once each."""

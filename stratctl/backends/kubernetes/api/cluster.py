@@ -162,9 +162,15 @@ class Cluster(Channel):
         found: dict[str, Any] = self.request("GET", path, what=f"get {kind[1]} {name}")
         return found
 
-    def delete(self, kind: tuple[str, str], name: str, namespace: str | None = None) -> None:
+    def delete(
+        self, kind: tuple[str, str], name: str, namespace: str | None = None, resource_version: str | None = None
+    ) -> None:
+        """Delete an object (gone already: nothing to do); with `resource_version`, only while
+        it is still that version (else AlreadyExists: the 409 of a failed precondition)."""
         path = resource_path(*kind, self._ns(namespace), name)
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if resource_version:
+            body["preconditions"] = {"resourceVersion": resource_version}
         try:
             self.request("DELETE", path, body=body, what=f"delete {kind[1]} {name}")
         except NotFound:

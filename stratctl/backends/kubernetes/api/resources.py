@@ -22,6 +22,7 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
     ("scheduling.volcano.sh/v1beta1", "Queue"): ("queues", False),
     ("topology.volcano.sh/v1alpha1", "HyperNode"): ("hypernodes", False),
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): ("selfsubjectaccessreviews", False),
+    ("coordination.k8s.io/v1", "Lease"): ("leases", True),
 }
 
 VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
@@ -37,6 +38,7 @@ NAMESPACE = ("v1", "Namespace")
 QUEUE = ("scheduling.volcano.sh/v1beta1", "Queue")
 HYPERNODE = ("topology.volcano.sh/v1alpha1", "HyperNode")
 ACCESS_REVIEW = ("authorization.k8s.io/v1", "SelfSubjectAccessReview")
+LEASE = ("coordination.k8s.io/v1", "Lease")
 
 
 def resource_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:

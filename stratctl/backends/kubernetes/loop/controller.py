@@ -46,6 +46,7 @@ from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import StudyDeleted
 from stratctl.run.cycle import Backfill, Capability, Cycle
+from stratctl.run.driver import Driver, expiry, identity
 from stratctl.run.loop import Deciding, Loop
 from stratctl.run.options import SubmitOptions, default_policy
 from stratctl.run.outage import Outage
@@ -102,11 +103,32 @@ class Submitter(Cycle):
         self.parts = parts or {}  # merged: what each trial's block keeps of it (blockmanifests.py)
         self._take_trials(trials, manifests)
         self._attach(trials)
+        self.driver = self._hold()  # one driver per study: before this loop writes anything of it
         self._keep_record(source)
         self._start_state()
 
     def _say(self, message: str) -> None:
         self.reporter.event(message)
+
+    def _hold(self) -> Driver | None:
+        """The study's driver mark, taken (run/driver.py; its Lease: objects/lease.py); None
+        for a dry run, which drives nothing."""
+        if self.options.dry_run:
+            return None
+        from stratctl.backends.kubernetes.objects.lease import LeaseStore
+
+        driver = Driver(
+            LeaseStore(self.cluster, self.namespace, self.study.name),
+            self.study.name,
+            identity(),
+            ttl=expiry(self.options.poll_interval),
+            take_over=self.options.take_over,
+            wall=self.wall,
+            sleep=self.sleep,
+            say=self._say,
+        )
+        driver.acquire()
+        return driver
 
     def _take_trials(self, trials: list[Trial], manifests: dict[str, list[dict[str, Any]]] | None) -> None:
         """The study's trials, or a closed-loop search that asks them as it goes (looptrials.py)."""
@@ -432,6 +454,7 @@ class Submitter(Cycle):
             told=self._told,
             clock=self.clock,
             sleep=self.sleep,
+            driver=self.driver,
         )
         try:
             return loop.run()

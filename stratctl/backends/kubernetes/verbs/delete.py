@@ -21,6 +21,8 @@ from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, SERVICE, VOLCANO_JOB, Cluster
+from stratctl.backends.kubernetes.api.resources import LEASE
+from stratctl.backends.kubernetes.objects.lease import lease_name
 from stratctl.backends.kubernetes.objects.record import DELETING_KEY, loop_following, record_name
 from stratctl.errors import NotFound, StratctlError, UsageError
 
@@ -164,6 +166,8 @@ def delete(
     outcome.left = {key: n for key, count in counts.items() if (n := count())}
     if keep_record:
         cluster.patch(CONFIGMAP, record_name(study), {"data": {DELETING_KEY: None}}, namespace)
+    if not outcome.left:  # its driver's mark (run/driver.py), if any: no loop drives it now
+        cluster.delete(LEASE, lease_name(study), namespace)
     if not keep_record and not outcome.left:  # the record goes last: a deletion cut short can be run again
         try:
             cluster.get(CONFIGMAP, record_name(study), namespace)

@@ -65,6 +65,9 @@ NAMESPACED = (
     Rule(("",), ("pods/log",), ("get",)),
     # why a gang waits: the scheduler's events on its PodGroup
     Rule(("",), ("events",), ("list",)),
+    # one driver per study: the submit loop's mark (run/driver.py), a Lease it takes, renews,
+    # hands over and lets go; `delete` removes it
+    Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "patch", "delete")),
 )
 
 

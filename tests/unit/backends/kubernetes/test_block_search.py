@@ -64,7 +64,7 @@ class LearningBlocks(IndexedJobs):
         super().__init__()
         self.pods_made: dict[tuple[str, int], int] = {}
 
-    def delete(self, kind, name, namespace=None) -> None:
+    def delete(self, kind, name, namespace=None, resource_version=None) -> None:
         pod = self.objects.get(("v1", "Pod", namespace, name))
         if kind[1] == "Pod" and pod is not None:
             self.metrics.record("DELETE", 200, 0.001)

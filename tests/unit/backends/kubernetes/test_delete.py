@@ -134,7 +134,7 @@ def test_keep_record_keeps_only_the_record(tmp_path):
 class Stubborn(FakeCluster):
     """Pods that outlive their deletion (a node that never confirms)."""
 
-    def delete(self, kind, name, namespace=None):
+    def delete(self, kind, name, namespace=None, resource_version=None):
         if tuple(kind) != POD:
             super().delete(kind, name, namespace)
 

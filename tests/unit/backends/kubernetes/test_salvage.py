@@ -192,11 +192,11 @@ def test_a_replaced_job_whose_delete_failed_is_deleted_next_cycle(study_file):
     delete = cluster.delete
     failed = []
 
-    def flaky(kind, name, namespace=None):
+    def flaky(kind, name, namespace=None, **given):
         if name == victim and not failed:
             failed.append(clock())
             raise Unavailable(f"delete Job {name}: cannot reach the API server: Connection refused")
-        return delete(kind, name, namespace)
+        return delete(kind, name, namespace, **given)
 
     cluster.delete = flaky
     progress = submitter.run()

@@ -72,10 +72,10 @@ def deletes_of(cluster):
     """Record the names of the jobs deleted."""
     deleted, original = [], cluster.delete
 
-    def delete(kind, name, namespace=None):
+    def delete(kind, name, namespace=None, **given):
         if kind[1] == "Job":
             deleted.append(name)
-        original(kind, name, namespace)
+        original(kind, name, namespace, **given)
 
     cluster.delete = delete
     return deleted
