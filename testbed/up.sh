@@ -311,9 +311,10 @@ kc apply --server-side -f "$TESTBED_SRC/hypernodes.yaml" >/dev/null
 
 # ---------------------------------------------------------------- kube-controller-manager
 controllers=garbage-collector-controller,namespace-controller,job-controller,ttl-after-finished-controller,pod-garbage-collector-controller
-# CoreDNS reads EndpointSlices; the binder binds a claim to a PersistentVolume (the real
-# node's trials keep checkpoints on a hostPath volume an admin made, as on a cluster)
-(( REAL )) && controllers+=,endpointslice-controller,persistentvolume-binder-controller
+# the binder binds a claim to a PersistentVolume, as on any cluster (the real node's trials
+# keep checkpoints on a hostPath volume an admin made); CoreDNS reads EndpointSlices
+controllers+=,persistentvolume-binder-controller
+(( REAL )) && controllers+=,endpointslice-controller
 start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
   --kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \

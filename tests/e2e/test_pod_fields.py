@@ -67,7 +67,7 @@ def objects(testbed):
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": {"name": f"{name}-ckpt", "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+                "metadata": {"name": f"{name}-ckpt"},
                 "spec": {
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": "",
@@ -85,24 +85,8 @@ def objects(testbed):
         ]
         made.append(name)
         kubectl(testbed, "apply", "-f", "-", stdin="\n---\n".join(json.dumps(m) for m in manifests))
-        # The testbed's kube-controller-manager runs no volume binder (nor the PVC protection
-        # controller): mark the pre-bound pair Bound as the binder would (the phases and the
-        # bind-completed annotation), which is what Volcano's scheduler checks before placing
-        # a pod that uses the claim.
-        bound = json.dumps({"status": {"phase": "Bound"}})
-        kubectl(testbed, "patch", "pv", f"{name}-pv", "--subresource=status", "--type=merge", "-p", bound)
-        kubectl(
-            testbed,
-            "patch",
-            "pvc",
-            f"{name}-ckpt",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(
-                {"status": {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "1Gi"}}}
-            ),
-        )
+        # the cluster's volume binder binds the pre-bound pair (Volcano's scheduler places a
+        # pod that uses the claim only then)
         wait_until(
             lambda: kubectl(testbed, "get", "pvc", f"{name}-ckpt", "-o", "jsonpath={.status.phase}") == "Bound",
             60,
