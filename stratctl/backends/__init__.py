@@ -11,7 +11,7 @@ study model it does not load (core/spec.py, its distributions: about 0.3 s)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stratctl.backends.batch.catalog import Entry
@@ -22,12 +22,19 @@ if TYPE_CHECKING:
     from stratctl.errors import UsageError
 
 
-def scheduler_for(study: Study, renderer: Renderer | None = None, workdir: str | None = None) -> Scheduler:
-    """The scheduler of a study whose backend runs an attempt as one job."""
+def scheduler_for(
+    study: Study,
+    renderer: Renderer | None = None,
+    workdir: str | None = None,
+    rendered: dict[str, list[dict[str, Any]]] | None = None,
+) -> Scheduler:
+    """The scheduler of a study whose backend runs an attempt as one job (`rendered`: first
+    attempts already rendered by `renderer`, by trial name, for a scheduler that takes them
+    instead of rendering them again)."""
     if study.backend == "slurm":
         from stratctl.backends.slurm.scheduler import SlurmScheduler
 
-        return SlurmScheduler(study, renderer, workdir=workdir)
+        return SlurmScheduler(study, renderer, workdir=workdir, rendered=rendered)
     if study.backend == "yarn":
         from stratctl.backends.yarn.scheduler import YarnScheduler
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from stratctl.backends import rendezvous_for
 from stratctl.backends.batch.scheduler import cwd_directory, is_attempt_backend
-from stratctl.backends.kubernetes.api.cluster import QUEUE, Cluster
 from stratctl.backends.kubernetes.api.connect import (
     START_PATIENCE,
     Connection,
@@ -21,13 +20,6 @@ from stratctl.backends.kubernetes.api.connect import (
     preflight_gated,
     tell_throttling,
 )
-from stratctl.backends.kubernetes.blocks.blockmanifests import NotMergeable, Part, job_of, mergeable, part_of, pod_key
-from stratctl.backends.kubernetes.loop.controller import Submitter, job_kind, study_selector
-from stratctl.backends.kubernetes.objects.gpus import placements
-from stratctl.backends.kubernetes.objects.podfit import pods_of, shape_key
-from stratctl.backends.kubernetes.verbs.preflight import preflight
-from stratctl.backends.kubernetes.verbs.revision import revise
-from stratctl.backends.kubernetes.watch.mirror import Mirror, trimmed_job
 from stratctl.core import capabilities
 from stratctl.core.merging import merging
 from stratctl.core.render import Renderer
@@ -39,7 +31,12 @@ from stratctl.run.policy import AdaptivePolicy, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.throttle import Throttle
 
+# The Kubernetes loop's modules are imported where a Kubernetes study needs them: a Slurm or
+# YARN submit does not load the Kubernetes client's (about 70 ms of its start).
 if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+    from stratctl.backends.kubernetes.blocks.blockmanifests import Part
+    from stratctl.backends.kubernetes.loop.controller import Submitter
     from stratctl.backends.kubernetes.search.storage import StorageMirror
 
 
@@ -85,7 +82,11 @@ def prepare(path: str | Path | Study, namespace: str | None = None, options: Sub
         trials = sorted(trials, key=lambda t: -seconds[t.name])
     manifests: dict[str, list[dict[str, Any]]] = {}
     shapes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    merged = merging(study).merged and study.backend == "kubernetes"
+    kubernetes = study.backend == "kubernetes"  # the pod shapes are what its preflight fits
+    merged = merging(study).merged and kubernetes
+    if kubernetes:
+        from stratctl.backends.kubernetes.blocks.blockmanifests import job_of, part_of, pod_key
+        from stratctl.backends.kubernetes.objects.podfit import pods_of, shape_key
     parts: dict[str, Part] = {}
     keys: dict[tuple[Any, ...], dict[str, Any]] = {}  # a shape's first trial's pod key (blockmanifests.pod_key)
     for start in range(0, len(trials), CHUNK):
@@ -93,6 +94,8 @@ def prepare(path: str | Path | Study, namespace: str | None = None, options: Sub
         for trial, docs in zip(chunk, renderer.render_all(chunk, attempt=0)):
             if len(manifests) < KEPT:
                 manifests[trial.name] = docs
+            if not kubernetes:
+                continue
             shape = shape_key(pods_of(docs))
             first = shapes.setdefault(shape, docs)
             if merged:  # trials share a block only when their pods differ in command and env alone
@@ -110,6 +113,8 @@ def prepare(path: str | Path | Study, namespace: str | None = None, options: Sub
 
 
 def _mergeable(study: Study, first: dict[str, Any], docs: list[dict[str, Any]], where: str) -> None:
+    from stratctl.backends.kubernetes.blocks.blockmanifests import NotMergeable, mergeable
+
     try:
         mergeable(first, docs, where)
     except NotMergeable as exc:
@@ -131,6 +136,8 @@ def submit_study(
     study, trials, renderer = prepared.study, prepared.trials, prepared.renderer
     if is_attempt_backend(study):  # a batch scheduler that runs an attempt as one job (backends/batch/scheduler.py)
         return _submit_attempts(prepared, path, options, qps, burst, reporter, policy)
+    from stratctl.backends.kubernetes.loop.controller import Submitter
+
     mirror = _storage(study, options)  # opened before the cluster is touched: a bad URL changes nothing
     throttle = _throttle(study, options, qps, burst, reporter)
     if options.dry_run == "client":
@@ -193,7 +200,7 @@ def _submit_attempts(
     from stratctl.backends.batch.loop import submit_attempts
 
     study = prepared.study
-    scheduler = scheduler_for(study, prepared.renderer)
+    scheduler = scheduler_for(study, prepared.renderer, rendered=prepared.manifests)
     if options.dry_run:
         return submit_attempts(prepared, scheduler, options, qps, burst, reporter, policy)
     directory = Path(scheduler.output)  # type: ignore[attr-defined]  # every attempt scheduler's study directory
@@ -257,6 +264,10 @@ def _admit(
     """Before the study's record or any trial is written: refuse a study that cannot run
     here whole (`preflight`), and an edited study, or rerun its changed trials (`revise`).
     Returns what the loop goes without when it may not read nodes and pods."""
+    from stratctl.backends.kubernetes.loop.controller import job_kind
+    from stratctl.backends.kubernetes.verbs.preflight import preflight
+    from stratctl.backends.kubernetes.verbs.revision import revise
+
     study = prepared.study
     try:
         blind = preflight(
@@ -295,6 +306,11 @@ def _watch(
 ) -> None:
     """Give the loop what it watches: the study's jobs, the queues when it falls back among
     several, and the cluster's nodes and pods when it adapts or yields (not with --detach)."""
+    from stratctl.backends.kubernetes.api.cluster import QUEUE
+    from stratctl.backends.kubernetes.loop.controller import job_kind, study_selector
+    from stratctl.backends.kubernetes.objects.gpus import placements
+    from stratctl.backends.kubernetes.watch.mirror import Mirror, trimmed_job
+
     jobs = Mirror(
         cluster,
         job_kind(study),

@@ -52,6 +52,7 @@ def test_a_merged_study_is_one_array_its_trials_each_run_exactly_once_across_a_k
     trials = 12
     command = (
         'sleep 4; echo "$SLURM_ARRAY_TASK_ID" >> "$STRATCTL_OUTPUT_DIR/ran"; '
+        'echo "$STRATCTL_TRIAL $STRATCTL_ATTEMPT $STRATCTL_PARAMS $STRATCTL_CHECKPOINT_DIR $STRATCTL_RESUME"; '
         'echo \'{"loss": 1}\' > "$STRATCTL_OUTPUT_DIR/result.json"'
     )
     path = study(tmp_path, name, trials, command, inflight=4)
@@ -71,8 +72,21 @@ def test_a_merged_study_is_one_array_its_trials_each_run_exactly_once_across_a_k
     assert {j["array_job_id"] for j in records} == {records[0]["array_job_id"]}  # one array: one sbatch in all
     blocks = (tmp_path / "stratctl-out" / name / ".blocks" / "block-1").read_text().split()
     assert len(blocks) == trials and not (tmp_path / "stratctl-out" / name / ".blocks" / "block-2").exists()
-    for index, trial in enumerate(blocks):  # each trial ran once, as its array task
+    study_dir = tmp_path / "stratctl-out" / name
+    lines = (study_dir / ".blocks" / "block-1.tasks").read_text().splitlines()  # what every task read: one file
+    assert [line.split("\t")[0] for line in lines] == blocks
+    seeds = []
+    for index, trial in enumerate(blocks):  # each trial ran once, as its array task, with its own values
         assert ran(tmp_path, name, trial) == [str(index)], trial
+        assert not (study_dir / trial / "attempt-0.sh").exists()  # no script written per trial
+        log = slurm.stratctl("logs", str(path), trial, cwd=tmp_path)
+        assert log.returncode == 0, log.stderr
+        said = [line.split() for line in log.stdout.splitlines() if line.startswith(f"{trial} ")]
+        assert len(said) == 1, log.stdout
+        (trial_id, attempt, params, checkpoint, resume) = said[0]
+        assert (trial_id, attempt, checkpoint, resume) == (trial, "0", f"{tmp_path}/ckpt/{trial}", "0")
+        seeds.append(json.loads(params)["seed"])
+    assert sorted(seeds) == list(range(trials))  # every trial its own parameters
     shown = slurm.stratctl("status", str(path), "-o", "json", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     rows = json.loads(shown.stdout)["trials"]

@@ -29,6 +29,8 @@ def read_blocks(directory: Path) -> dict[str, list[str]]:
     from the files written before each block was sent (`.blocks/<name>`, a trial a line)."""
     out = {}
     for path in sorted((directory / BLOCKS).glob("block-*")):
+        if not path.name.removeprefix("block-").isdigit():  # a block's task file or log, not its list
+            continue
         try:
             out[path.name] = path.read_text().split()
         except OSError:

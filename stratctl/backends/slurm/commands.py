@@ -112,6 +112,17 @@ class Slurm:
         """Every job the controller knows (pending, running, and ended within MinJobAge)."""
         return self._listed(["squeue", "--json", "--all"], "jobs")
 
+    def knows(self, prefix: str) -> bool:
+        """Whether the controller knows any job (pending, running, or ended within
+        MinJobAge) whose comment starts with `prefix`: a listing of the jobs' comments
+        alone, a small part of what `jobs` costs where the controller remembers many jobs
+        (Slurm 22.05's `squeue --json` lists every job of every user, whatever the filters).
+        Its header is what says the job table was read (squeue prints it once it has)."""
+        out = self._run(["squeue", "--all", "--states=all", "--format=%k"]).splitlines()
+        if not out or out[0].strip() != "COMMENT":
+            raise Unavailable(f"squeue: no listing of the controller's jobs in its answer {' '.join(out)[:200]!r}")
+        return any(line.startswith(prefix) for line in out[1:])
+
     def nodes(self) -> list[dict[str, Any]]:
         """Every node with its partitions, state and GRES in use (`sinfo --json`)."""
         return self._listed(["sinfo", "--json"], "nodes")

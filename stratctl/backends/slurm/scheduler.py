@@ -21,11 +21,12 @@ from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.batch.scheduler import study_directory
 from stratctl.backends.slurm.blocks import BLOCKS, read_blocks
 from stratctl.backends.slurm.commands import Slurm
-from stratctl.backends.slurm.script import Script, block_script, build
+from stratctl.backends.slurm.script import TASKS, Script, block_script, build, comment_prefix, task_line
 from stratctl.backends.slurm.state import latest, read_marks
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial
 from stratctl.core.spec import Study
+from stratctl.core.task import task_of
 from stratctl.errors import Invalid
 
 
@@ -74,13 +75,22 @@ class SlurmScheduler(StudyFiles, Counted):
     calls_word = "commands"
 
     def __init__(
-        self, study: Study, renderer: Renderer | None = None, slurm: Slurm | None = None, workdir: str | None = None
+        self,
+        study: Study,
+        renderer: Renderer | None = None,
+        slurm: Slurm | None = None,
+        workdir: str | None = None,
+        rendered: dict[str, list[dict[str, Any]]] | None = None,
     ):
         self.study, self.slurm, self.workdir = study, slurm or Slurm(), workdir
+        # first attempts `renderer` rendered already (submit's check of every trial): a block
+        # takes them (and lets them go) instead of rendering them again
+        self.rendered = dict(rendered or {})
         self.client = self.slurm
         self.renderer = renderer or Renderer(study, rendezvous=None)  # the script completes the contract
         self.output = output_of(study, workdir)
         self._max_array: int | None = None  # the controller's MaxArraySize, once read
+        self._known = False  # the controller was seen to know a job of the study
 
     @property
     def where(self) -> str:
@@ -95,9 +105,19 @@ class SlurmScheduler(StudyFiles, Counted):
     def attempts(self, marks: bool = True) -> dict[str, Attempt]:
         """Each trial's latest attempt (`marks`: also those the controller has forgotten), with
         its trial's preemptions (drain's requeues left out: `stop`)."""
-        return latest(
-            self.slurm.jobs(), self.study.name, read_marks(self.output) if marks else {}, read_blocks(self.output)
-        )
+        return latest(self._jobs(), self.study.name, read_marks(self.output) if marks else {}, read_blocks(self.output))
+
+    def _jobs(self) -> list[dict[str, Any]]:
+        """The controller's jobs, whole (`squeue --json`) once it has been seen to know one
+        of the study's; until then, asked first whether it knows any (`Slurm.knows`): a
+        study none of whose jobs the controller knows (a first submit, or one whose jobs it
+        has forgotten) has nothing the whole listing would add to its marks, and that
+        listing is most of a submit's time where the controller remembers thousands of jobs."""
+        if not self._known:
+            if not self.slurm.knows(comment_prefix(self.study.name)):
+                return []
+            self._known = True
+        return self.slurm.jobs()
 
     def free_gpus(self) -> list[int]:
         return free_gpus(self.slurm.nodes(), self.study.slurm.partition)
@@ -121,6 +141,7 @@ class SlurmScheduler(StudyFiles, Counted):
         build(self.study, self.renderer.render(trial, attempt=0), [self.renderer.dir, bundled_templates()], self.output)
 
     def create(self, script: Script) -> None:
+        self._known = True  # whatever its answer: it may have gone through
         self.slurm.submit(script.text, self.workdir)
 
     def find(self, script: Script) -> bool:
@@ -137,20 +158,23 @@ class SlurmScheduler(StudyFiles, Counted):
         return max(1, min(largest, self._max_array))  # task ids 0 to MaxArraySize - 1
 
     def prepare_block(self, trials: list[Trial], throttle: int) -> Script:
-        """The next block of these trials' first attempts, ready to send: each attempt's
-        script written beside its log, the block's trials listed in `.blocks/<block>` (before
-        it is sent: the block's tasks are known by their index, by every later run too)."""
+        """The next block of these trials' first attempts, ready to send: what differs from
+        trial to trial in the block's task file, written once (`.blocks/<block>.tasks`, a
+        line per array task), and the block's trials listed in `.blocks/<block>` (before it
+        is sent: the block's tasks are known by their index, by every later run too). A
+        trial's own directory is made by its task, where it runs."""
         blocks = self.output / BLOCKS
         blocks.mkdir(parents=True, exist_ok=True)
         taken = [int(p.name.split("-")[1]) for p in blocks.glob("block-*") if p.name.split("-")[1].isdigit()]
         block = f"block-{max(taken, default=0) + 1}"
-        scripts = [self.prepare(trial, 0) for trial in trials]
+        missing = [t for t in trials if t.name not in self.rendered]
+        fresh = dict(zip([t.name for t in missing], self.renderer.render_all(missing, attempt=0)))
+        tasks = [task_of(self.rendered.pop(t.name) if t.name in self.rendered else fresh[t.name]) for t in trials]
         prepared = block_script(
-            self.study, block, scripts, throttle, [self.renderer.dir, bundled_templates()], self.output
+            self.study, block, tasks, throttle, [self.renderer.dir, bundled_templates()], self.output
         )
-        for script in scripts:
-            (self.output / script.trial / "attempt-0.sh").write_text(script.text)
-        (blocks / block).write_text("".join(f"{s.trial}\n" for s in scripts))
+        (blocks / f"{block}{TASKS}").write_text("".join(task_line(t) for t in tasks), encoding="utf-8")
+        (blocks / block).write_text("".join(f"{t.trial}\n" for t in tasks))
         return prepared
 
     def throttle(self, block: Attempt, tasks: int) -> None:

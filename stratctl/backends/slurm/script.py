@@ -56,6 +56,11 @@ def comment_of(study: str, trial: str, attempt: int, spec_hash: str) -> str:
     return f"{COMMENT_PREFIX}{study}/{trial}/{attempt}/{spec_hash}"
 
 
+def comment_prefix(study: str) -> str:
+    """What the comment of every job of a study starts with."""
+    return f"{COMMENT_PREFIX}{study}/"
+
+
 def parse_comment(comment: str | None) -> tuple[str, str, int, str] | None:
     """(study, trial, attempt, spec hash) of a job stratctl submitted; None for another job."""
     if not comment or not comment.startswith(COMMENT_PREFIX):
@@ -130,7 +135,11 @@ def build(study: Study, docs: list[dict[str, Any]], templates: list[Path], direc
 
 
 ARRAY_TEMPLATE = "slurm-array.sh.j2"
+TASKS = ".tasks"  # a block's task file: `.blocks/<block>.tasks`, a line per array task
 NAMED = ("--job-name=", "--comment=", "--output=")  # each attempt's own options: a block has its own
+# what the job script of a block reads from the task's line (templates/slurm-array.sh.j2)
+BLOCK_OUTPUT = '"$stratctl_output"'
+BLOCK_COMMAND = '"${stratctl_command[@]}"'
 
 
 def block_comment(study: str, block: str, spec_hash: str) -> str:
@@ -138,30 +147,57 @@ def block_comment(study: str, block: str, spec_hash: str) -> str:
     return comment_of(study, f"@{block}", 0, spec_hash)
 
 
+def task_line(task: Task) -> str:
+    """A first attempt's line of its block's task file (templates/slurm-array.sh.j2 reads it
+    with bash alone): tab-separated fields, each with backslash, tab and newline escaped as
+    printf %b undoes them; the trial, how many NAME=value words of its environment follow,
+    those words, then its command line word by word."""
+    words = [task.trial, str(len(task.env)), *(f"{key}={value}" for key, value in task.env), *task.command]
+    return "\t".join(w.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") for w in words) + "\n"
+
+
 def block_script(
-    study: Study, block: str, scripts: list[Script], throttle: int, templates: list[Path], directory: Path | None = None
+    study: Study, block: str, tasks: list[Task], throttle: int, templates: list[Path], directory: Path | None = None
 ) -> Script:
     """One block of first attempts (merged submissions, core/merging.py) as one job array:
-    task i runs the script of `scripts[i]`, written beside the trial's log beforehand
-    (`<output>/<trial>/attempt-0.sh`); at most `throttle` tasks at once (ArrayTaskThrottle,
-    changed live by the loop). The options are the first attempt's (the trials share one
-    shape), its job name, comment and log file the block's own."""
-    first = scripts[0]
+    task i runs `tasks[i]` (each a trial of one task of one process), read from line i of
+    the block's task file (`task_line`, written beside the block's trial list beforehand);
+    at most `throttle` tasks at once (ArrayTaskThrottle, changed live by the loop). The job
+    script is the one an attempt runs on its own, rendered once with the trial's output
+    directory, environment and command line as shell variables the task sets from its
+    line; the options are the first attempt's (the trials share one shape), its job name,
+    comment and log file the block's own."""
+    first = tasks[0]
     directory = directory or study_directory(study)
     comment = block_comment(study.name, block, study.spec_hash)
     options = [
         f"--job-name={study.name}-{block}",
         f"--comment={comment}",
-        f"--array=0-{len(scripts) - 1}%{max(1, throttle)}",
-        f"--output={directory}/.blocks/{block}.log",  # what a task says before its trial's script runs
+        f"--array=0-{len(tasks) - 1}%{max(1, throttle)}",
+        f"--output={directory}/.blocks/{block}.log",  # what a task says before its trial's log is open
         "--open-mode=append",
-        *(o for o in first.options if not o.startswith(NAMED)),
+        *_component(study.slurm, first, []),
     ]
-    text = _array_template(tuple(str(d) for d in templates)).render(
+    folders = tuple(str(d) for d in templates)
+    job = _template(folders).render(
+        options=[],
+        env=[],  # exported from the task's line before the script runs
+        command=BLOCK_COMMAND,
+        steps=[{"env": [], "command": BLOCK_COMMAND}],
+        output=BLOCK_OUTPUT,
+        attempt=0,
+        rdv={
+            "roles": [shlex.quote(first.role)],
+            "role_keys": [rendezvous.role_key(first.role)],
+            "port_base": rendezvous.PORT_BASE,
+            "port_span": rendezvous.PORT_SPAN,
+        },
+    )
+    text = _array_template(folders).render(
         options=options,
-        trials=[shlex.quote(s.trial) for s in scripts],
-        logs=[shlex.quote(s.log) for s in scripts],
+        tasks=shlex.quote(str(directory / ".blocks" / f"{block}{TASKS}")),
         output=shlex.quote(str(directory)),
+        job=job,
     )
     return Script(
         job=f"{study.name}-{block}",
@@ -169,8 +205,8 @@ def block_script(
         attempt=0,
         comment=comment,
         text=text,
-        tasks=len(scripts),
-        gpus=sum(s.gpus for s in scripts),
+        tasks=len(tasks),
+        gpus=sum(t.gpus * t.replicas for t in tasks),
         options=tuple(options),
     )
 

@@ -89,6 +89,10 @@ class FakeSlurm:
             )
         if argv[0] == "squeue" and "--json" in argv:
             return subprocess.CompletedProcess(argv, 0, json.dumps({"jobs": self.jobs}), "")
+        if argv[0] == "squeue" and "--format=%k" in argv:  # the jobs' comments, under squeue's header
+            return subprocess.CompletedProcess(
+                argv, 0, "COMMENT\n" + "".join(f"{j.get('comment') or '(null)'}\n" for j in self.jobs), ""
+            )
         if argv[0] == "squeue":  # find by name
             name = argv[-1].split("=", 1)[1]
             return subprocess.CompletedProcess(

@@ -20,11 +20,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from stratctl.backends.kubernetes.api.cluster import Cluster
 from stratctl.errors import Throttled
 from stratctl.run.outage import Outage, duration
 from stratctl.run.throttle import Backoff, Throttle
+
+if TYPE_CHECKING:  # the client's modules (urllib3, its TLS): loaded by the commands that connect, not by
+    # every one that names a Connection (a Slurm or YARN submit: about 40 ms)
+    from stratctl.backends.kubernetes.api.cluster import Cluster
 
 ONE_SHOT_PATIENCE = 25.0  # seconds without an answer before status, drain or resume give up
 # seconds `submit` waits for the API server's first answer (its preflight is the first contact):
@@ -88,6 +92,8 @@ def connect(
     """The cluster of a command, each request admitted by `throttle`, giving up after
     `patience` seconds without an answer (`first_patience`, default ONE_SHOT_PATIENCE, if it
     never had one)."""
+    from stratctl.backends.kubernetes.api.cluster import Cluster
+
     first = ONE_SHOT_PATIENCE if first_patience is None else first_patience
     return Cluster.connect(
         connection.kubeconfig,

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from stratctl.backends.batch.loop import AttemptLoop
-from stratctl.backends.slurm.blocks import QUEUED, task_ids
+from stratctl.backends.slurm.blocks import QUEUED, read_blocks, task_ids
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.scheduler import SlurmScheduler
 from stratctl.backends.slurm.state import latest
@@ -100,6 +100,15 @@ def test_a_blocks_tasks_are_read_back_as_their_trials_started_pending_or_queued(
     assert all(a.block == "block-1" for a in seen.values())
 
 
+def test_a_blocks_task_file_and_log_beside_its_list_are_no_blocks(tmp_path):
+    blocks = tmp_path / ".blocks"
+    blocks.mkdir()
+    (blocks / "block-1").write_text("t0\nt1\n")
+    (blocks / "block-1.tasks").write_text("t0\t0\ttrain\nt1\t0\ttrain\n")
+    (blocks / "block-1.log").write_text("slurmstepd: error: *** JOB 901 CANCELLED ***\n")
+    assert read_blocks(tmp_path) == {"block-1": ["t0", "t1"]}
+
+
 def test_a_block_without_its_file_is_no_trial_of_the_study():
     jobs = [{"job_id": 901, "array_job_id": 900, "array_task_id": 0, "comment": "stratctl:s/@block-9/0/h"}]
     assert latest(jobs, "s", {}, {}) == {}
@@ -134,7 +143,9 @@ def test_first_attempts_go_as_one_array_exactly_once_and_its_throttle_follows_th
         assert "#SBATCH --job-name=s-block-1" in script and "#SBATCH --comment=stratctl:s/@block-1/0/" in script
         listed = (scheduler.output / ".blocks" / "block-1").read_text().split()
         assert listed == [t.name for t in expand(run.study)]  # the block's trials, in task order
-        assert all((scheduler.output / name / "attempt-0.sh").is_file() for name in listed)
+        lines = (scheduler.output / ".blocks" / "block-1.tasks").read_text().splitlines()
+        assert [line.split("\t")[0] for line in lines] == listed  # what each task runs: one file, a line each
+        assert not [p for p in scheduler.output.iterdir() if p.name != ".blocks"]  # no script per trial
         assert run.progress.created == 6 and run.progress.pending == 2 and run.progress.queued == 4
         start_task(fake, 1, 0)
         one_cycle(run, pool)  # the same target: the throttle is not written again
@@ -177,7 +188,7 @@ def test_a_block_whose_send_failed_is_sent_again_under_its_own_name_never_as_a_s
         fake.sbatch_answers = []
         one_cycle(run, pool)
     assert set(fake.sent) == {"s-block-1"} and len(fake.jobs) == 1  # the same block, once in the end
-    assert [p.name for p in (scheduler.output / ".blocks").iterdir()] == ["block-1"]
+    assert sorted(p.name for p in (scheduler.output / ".blocks").iterdir()) == ["block-1", "block-1.tasks"]
     assert run.progress.created == 6
 
 

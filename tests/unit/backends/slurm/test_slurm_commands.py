@@ -146,3 +146,46 @@ def test_a_listing_that_says_errors_is_no_listing():
     with pytest.raises(Unavailable, match="not a whole listing"):
         slurm.nodes()
     assert slurm.jobs() == []  # an empty queue, said without errors, is empty
+
+
+def test_whether_the_controller_knows_a_studys_jobs_is_read_from_their_comments_alone():
+    listing = "COMMENT\n(null)\nstratctl:other/t1/0/h\nstratctl:sweep2/t1/0/h\nstratctl:sweep/@block-1/0/h\n"
+    script = Script((0, listing, ""), (0, listing, ""))
+    slurm = Slurm(run=script)
+    assert slurm.knows("stratctl:sweep/") and not slurm.knows("stratctl:sweep3/")
+    assert script.calls[0][0] == ["squeue", "--all", "--states=all", "--format=%k"]  # every state: ended ones too
+
+
+@pytest.mark.parametrize("out", ["", "stratctl:sweep/t1/0/h\n"])
+def test_a_comment_listing_without_squeues_header_is_no_listing(out):
+    # squeue prints its header once it has read the job table: without it, nothing says the study has no job
+    with pytest.raises(Unavailable, match="no listing"):
+        Slurm(run=Script((0, out, ""))).knows("stratctl:sweep/")
+
+
+def test_a_study_the_controller_knows_no_job_of_is_not_listed_whole_until_it_does(tmp_path):
+    from stratctl.backends.slurm.scheduler import SlurmScheduler
+    from stratctl.core.render import Renderer
+    from stratctl.core.space import expand
+    from tests.unit.backends.fakes import FakeSlurm
+    from tests.unit.studies import load
+
+    study = load(
+        tmp_path,
+        """\
+        name: sweep
+        backend: slurm
+        space: {seed: {type: int, low: 0, high: 1, grid: true}}
+        strategy: {kind: grid}
+        trial: {command: ["train"]}
+        """,
+    )
+    fake = FakeSlurm()
+    fake.jobs.append({"job_id": 7, "name": "x", "comment": "stratctl:other/t/0/h", "job_state": "RUNNING"})
+    scheduler = SlurmScheduler(study, Renderer(study), Slurm(run=fake), workdir=str(tmp_path))
+    assert scheduler.attempts() == {}
+    assert not [argv for argv in fake.commands if "--json" in argv]  # another study's jobs: not read whole
+    trial = expand(study)[0]
+    scheduler.create(scheduler.prepare(trial, 0))
+    assert set(scheduler.attempts()) == {trial.name}
+    assert [argv for argv in fake.commands if "--json" in argv] == [["squeue", "--json", "--all"]]

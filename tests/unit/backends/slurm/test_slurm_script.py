@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -136,6 +137,7 @@ def run_script(
     restarts=None,
     het=None,
     unanswered=0,
+    extra=None,
 ):
     """Run an sbatch script with bash as Slurm would, with stand-ins for its commands: the
     step's tasks per node are `layout`, its tasks really run on the nodes `placed`; or, for
@@ -157,6 +159,7 @@ def run_script(
         "SLURM_JOB_NODELIST": "n[1-3]",
         "SLURM_NTASKS": str(len(placed.split())),
         **({"SLURM_RESTART_COUNT": restarts} if restarts else {}),
+        **(extra or {}),
     }
     if unanswered:
         (tmp_path / "unanswered").write_text(str(unanswered))
@@ -377,3 +380,96 @@ def test_a_component_whose_layout_does_not_hold_fails_the_attempt(tmp_path):
         "task 1 of 3 (worker) runs on n2, but the tasks per node (1 1(x2)) over the nodes (n3 n1,n2) in block "
         "order put it on n1, 3 tasks in all (roles ps worker, first ranks 0 1)"
     ) in done.stderr
+
+
+# -- a block's task (merged submissions): its trial read from the block's task file --------
+
+MERGED = """\
+name: sweep
+backend: slurm
+merge: auto
+slurm: {partition: research, time_limit: 90m}
+checkpoint: {location: "/ckpt/{{ study }}/{{ trial }}"}
+space:
+  lr: {type: choice, values: [0.1, "x; rm -rf / #\\n$(id)", "\\ttab\\\\n 'q' \\"dq\\" a=b é\\\\", ""]}
+strategy: {kind: grid}
+trial:
+  command: ["python", "train.py", "--lr={{ params.lr }}", "", "two  spaces"]
+  env: {LR: "{{ params.lr }}", EMPTY: "", EQUALS: "a=b=c"}
+  resources: {limits: {nvidia.com/gpu: 1}}
+"""
+
+
+def block_of(tmp_path, restarts=None):
+    """A merged study's one block sent through its scheduler (the fake Slurm keeps what sbatch
+    got); its trials, the sbatch script and the study directory."""
+    from stratctl.backends.slurm.commands import Slurm
+    from stratctl.backends.slurm.scheduler import SlurmScheduler
+    from tests.unit.backends.fakes import FakeSlurm
+
+    study = load(tmp_path, MERGED)
+    fake = FakeSlurm()
+    scheduler = SlurmScheduler(study, Renderer(study), Slurm(run=fake), workdir=str(tmp_path))
+    trials = expand(study)
+    scheduler.create(scheduler.prepare_block(trials, 2))
+    return study, trials, fake.scripts[0], scheduler.output
+
+
+def test_a_blocks_tasks_read_their_trials_from_one_file_the_sbatch_script_holds_no_trials_values(tmp_path):
+    study, trials, text, output = block_of(tmp_path)
+    files = sorted(p.relative_to(output).as_posix() for p in output.rglob("*"))
+    assert files == [".blocks", ".blocks/block-1", ".blocks/block-1.tasks"]  # one file for every trial, no script
+    lines = (output / ".blocks" / "block-1.tasks").read_text().splitlines()
+    assert [line.split("\t")[0] for line in lines] == [t.name for t in trials]  # line i: array task i
+    assert "#SBATCH --array=0-3%2" in text and text.count("#SBATCH --job-name=") == 1
+    for trial in trials:
+        assert trial.name not in text and "rm -rf" not in text
+
+
+@pytest.mark.parametrize("restarts", [None, "1"])
+def test_a_blocks_task_runs_exactly_what_its_trial_ran_as_a_job_of_its_own(tmp_path, restarts):
+    """Task i of the array, run by bash as Slurm runs it, against the script of the same
+    trial's first attempt sent alone (what each task ran before, written beside its log):
+    the same command line, word for word, the same environment, variable for variable,
+    the same marks and the same log file, whatever the values hold (newlines, tabs,
+    backslashes, quotes, `=`, empty words)."""
+    (tmp_path / "block").mkdir()
+    study, trials, text, output = block_of(tmp_path / "block")
+    renderer = Renderer(study)
+    for index, trial in enumerate(trials):
+        alone = build(study, renderer.render(trial, attempt=0), [bundled_templates()], output)
+        job_id = 500 + index
+        common = {"SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_JOB_ID": "499"}
+        shutil.rmtree(output / trial.name, ignore_errors=True)
+        (output / trial.name).mkdir()  # sbatch opens the attempt's --output there
+        before = run_script(
+            tmp_path, alone.text, layout="1", placed="n1", job_id=job_id, restarts=restarts, extra=common
+        )
+        assert before.returncode == 0, before.stderr
+        was = json.loads(before.stdout)
+        marks = {p.name: p.read_text() for p in (output / trial.name).iterdir()}
+        shutil.rmtree(output / trial.name)
+        done = run_script(tmp_path, text, layout="1", placed="n1", job_id=job_id, restarts=restarts, extra=common)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == ""  # the task's output goes to its trial's log, as before
+        log = output / trial.name / f"{trial.name}-{job_id}.log"
+        ran = json.loads(log.read_text())
+        assert ran["options"] == was["options"] and len(ran["tasks"]) == 1
+        (task,) = ran["tasks"]
+        assert task["argv"] == was["tasks"][0]["argv"] == ["train.py", f"--lr={trial.params['lr']}", "", "two  spaces"]
+        env = task["env"]
+        assert env == was["tasks"][0]["env"], trial.params
+        assert env["LR"] == str(trial.params["lr"]) and env["EMPTY"] == "" and env["EQUALS"] == "a=b=c"
+        assert env["STRATCTL_OUTPUT_DIR"] == str(output / trial.name) and env["STRATCTL_RESUME"] == (
+            "1" if restarts else "0"
+        )
+        assert not any(k.startswith("stratctl_") for k in env)  # the block script's own variables stay its own
+        assert {p.name: p.read_text() for p in (output / trial.name).iterdir() if p.suffix != ".log"} == marks
+
+
+def test_a_task_without_its_line_fails_saying_so_before_any_trial_runs(tmp_path):
+    _, trials, text, output = block_of(tmp_path)
+    done = run_script(tmp_path, text, layout="1", placed="n1", extra={"SLURM_ARRAY_TASK_ID": str(len(trials))})
+    assert done.returncode == 1
+    assert f"stratctl: task {len(trials)} has no trial in {output}/.blocks/block-1.tasks (line 5)" in done.stderr
+    assert not (tmp_path / "slept").exists() and not [p for p in output.iterdir() if not p.name.startswith(".")]
