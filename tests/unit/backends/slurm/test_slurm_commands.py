@@ -165,9 +165,9 @@ def test_a_comment_listing_without_squeues_header_is_no_listing(out):
 
 def test_a_study_the_controller_knows_no_job_of_is_not_listed_whole_until_it_does(tmp_path):
     from stratctl.backends.slurm.scheduler import SlurmScheduler
-    from stratctl.core.render import Renderer
     from stratctl.core.space import expand
     from tests.unit.backends.fakes import FakeSlurm
+    from tests.unit.rendering import Renderer
     from tests.unit.studies import load
 
     study = load(
