@@ -389,7 +389,9 @@ class Requeue:
                 raise  # the API server is out, not this trial: the loop waits for it
             self.reporter.event(f"trial {name}: cannot resubmit attempt {action.attempt}: {exc}")
             return False
-        self.reporter.event(f"trial {name}: attempt {action.attempt} resumes from its checkpoint, {action.reason}")
+        saved = self.study.checkpoint.location
+        how = "resumes from its checkpoint" if saved else "starts over (the study has no checkpoint.location)"
+        self.reporter.event(f"trial {name}: attempt {action.attempt} {how}, {action.reason}")
         uid = (job or {}).get("metadata", {}).get("uid")
         if uid in self._stuck and job is not None:
             self._ending[uid] = (job["metadata"]["name"], self._stuck.pop(uid))
