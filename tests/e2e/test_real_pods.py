@@ -408,6 +408,17 @@ def resumable_study(name: str, namespace: str, node: str, claim: str, steps: int
     )
 
 
+def first_trial(cli: Cli, study: str) -> str:
+    """The name of the study's first trial, once its submit loop has recorded it (`status`
+    fails until then)."""
+
+    def created():
+        listed = cli.call("status", study, "-o", "json")
+        return listed.returncode == 0 and json.loads(listed.stdout)["trials"]
+
+    return wait_until(created, 60, message="the trial created")[0]["trial"]
+
+
 def attempts_of(directory) -> list[dict]:
     found = list(directory.glob("*/attempts.jsonl"))
     return [json.loads(line) for f in found for line in f.read_text().splitlines()]
@@ -475,11 +486,7 @@ def test_a_preempted_real_trial_saves_within_its_grace_exits_143_and_resumes_to_
     exits: dict[str, int] = {}
     try:
         # well into its run: then production needs every GPU of the node
-        def created():
-            listed = cli.call("status", name, "-o", "json")  # fails until the loop has recorded the study
-            return listed.returncode == 0 and json.loads(listed.stdout)["trials"]
-
-        trial = wait_until(created, 60, message="the trial created")[0]["trial"]
+        trial = first_trial(cli, name)
         wait_until(lambda: "step 6" in cli.call("logs", name, trial).stdout, 90, message="the trial at step 6")
         high = unique("prod")
         real_gang(api, testbed.namespace, high, node, gpus)
@@ -518,12 +525,7 @@ def test_a_drained_real_trial_saves_and_resumes_to_the_same_result(testbed, real
     cli = Cli(testbed, context=testbed.restricted_context, timeout=120)
     submit = cli.start("submit", path, "-o", "json", "--poll-interval", "1")
     try:
-
-        def created():
-            listed = cli.call("status", name, "-o", "json")
-            return listed.returncode == 0 and json.loads(listed.stdout)["trials"]
-
-        trial = wait_until(created, 60, message="the trial created")[0]["trial"]
+        trial = first_trial(cli, name)
         wait_until(lambda: "step 5" in cli.call("logs", name, trial).stdout, 90, message="the trial at step 5")
         [outcome] = json.loads(cli.run("drain", name, "--settle", "1", "--json"))
         assert outcome["suspended"] == [trial], outcome
