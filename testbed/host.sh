@@ -9,7 +9,8 @@
 #               (of these, only under the entries made since up when up found one), deepest first
 #   cgroups     $REAL_CGROUP_ROOT in every hierarchy (the kubelet's cgroupRoot)
 #   iptables    the chains the kubelet (KUBE-FIREWALL, KUBE-KUBELET-CANARY,
-#               KUBE-IPTABLES-HINT, ...) and the CNI plugins (CNI-*) made, in every table
+#               KUBE-IPTABLES-HINT, ...), the CNI plugins (CNI-*) and up (STRATCTL-API:
+#               the pods' way to the API server, realnode.sh) made, in every table
 #               of iptables and ip6tables, and the rules that jump to them: those that
 #               did not exist at up
 #   sysctls     those the kubelet sets (kernel.panic, kernel.panic_on_oops,
@@ -38,7 +39,7 @@ HOST_SYSCTLS=(
 )
 HOST_PATHS=(/var/lib/kubelet/device-plugins /var/log/containers /var/lib/cni /run/containerd /run/netns)
 HOST_MOUNT_DIRS=(/var/lib/kubelet/device-plugins /run/containerd /run/netns)  # of HOST_PATHS
-HOST_CHAIN_PATTERN='^(KUBE-|CNI-)'
+HOST_CHAIN_PATTERN='^(KUBE-|CNI-|STRATCTL-)'
 HOST_IPTABLES=(iptables ip6tables)
 HOST_TABLES=(filter nat mangle raw)
 

@@ -210,10 +210,29 @@ realnode_healthy() {
   [[ $(kc get node "$REAL_NODE_NAME" -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' 2>/dev/null) == "$REAL_NODE_GPUS" ]]
 }
 
+# Pods reach the API server as in a cluster: the `kubernetes` Service's address (what the
+# kubelet gives every pod as KUBERNETES_SERVICE_HOST/PORT) leads to the API server on
+# loopback, through a DNAT of the bridge's traffic (chain STRATCTL-API) and route_localnet
+# on the bridge alone (a packet to 127.0.0.1 that comes from a pod is not a martian there).
+# No kube-proxy: this one Service is what a pod needs (a submit loop run in the cluster).
+# The serving certificate names 10.96.0.1 and kubernetes.default.svc. Undone by down.sh:
+# the chain and the jump (host.sh), the sysctl with the bridge.
+realnode_api_route() {
+  local ip
+  ip=$(kc get service kubernetes -n default -o jsonpath='{.spec.clusterIP}')
+  [[ -n $ip ]] || { tb_log "no clusterIP for the kubernetes Service"; fail kube-apiserver; }
+  sysctl -qw "net.ipv4.conf.$REAL_BRIDGE.route_localnet=1"
+  iptables -t nat -N STRATCTL-API 2>/dev/null || iptables -t nat -F STRATCTL-API
+  iptables -t nat -A STRATCTL-API -d "$ip/32" -p tcp --dport 443 -j DNAT --to-destination "127.0.0.1:$APISERVER_PORT"
+  iptables -t nat -C PREROUTING -i "$REAL_BRIDGE" -j STRATCTL-API 2>/dev/null ||
+    iptables -t nat -A PREROUTING -i "$REAL_BRIDGE" -j STRATCTL-API
+}
+
 realnode_up() {
   host_record
   realnode_cgroups
   realnode_bridge
+  realnode_api_route
   realnode_containerd
   realnode_images
   realnode_coredns

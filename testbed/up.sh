@@ -314,13 +314,16 @@ controllers=garbage-collector-controller,namespace-controller,job-controller,ttl
 # the binder binds a claim to a PersistentVolume, as on any cluster (the real node's trials
 # keep checkpoints on a hostPath volume an admin made); CoreDNS reads EndpointSlices
 controllers+=,persistentvolume-binder-controller
-(( REAL )) && controllers+=,endpointslice-controller
+# the real node's pods: CoreDNS reads EndpointSlices; every namespace gets the cluster's CA
+# (ConfigMap kube-root-ca.crt), which a pod's service account token volume projects
+(( REAL )) && controllers+=,endpointslice-controller,root-ca-cert-publisher-controller
 start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
   --kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --authorization-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
   --controllers "$controllers" \
+  --root-ca-file "$PKI/ca.crt" \
   --leader-elect=false --use-service-account-credentials=false \
   --concurrent-gc-syncs 5 --profiling=false --v=1
 wait_for kube-controller-manager 30 curl_ok -k "https://127.0.0.1:$KCM_PORT/healthz"

@@ -628,3 +628,80 @@ def test_a_real_frameworks_processes_in_two_pods_all_reduce(testbed, real_node, 
     assert result["ranks"] == [0, 1] and result["sum"] == 3, result  # one row a process, each holding rank + 1
     assert len(set(result["nodes"])) == 2, result  # two pods, two hostnames
     assert result["master"].split(":")[0].split(".")[1].startswith(row["trial"]), result
+
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+WHO_AM_I = textwrap.dedent("""\
+    import json, os, ssl, urllib.request
+    d = "/var/run/secrets/kubernetes.io/serviceaccount"
+    port = os.environ["KUBERNETES_SERVICE_PORT"]
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    asked = urllib.request.Request(
+        f"https://kubernetes.default.svc:{port}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        data=json.dumps(review).encode(), method="POST",
+        headers={"Authorization": "Bearer " + open(d + "/token").read(), "Content-Type": "application/json"})
+    ctx = ssl.create_default_context(cafile=d + "/ca.crt")
+    answer = json.load(urllib.request.urlopen(asked, context=ctx, timeout=10))
+    print("user", answer["status"]["userInfo"]["username"], flush=True)
+    """)
+
+
+def test_a_pod_on_the_real_node_reaches_the_api_server_as_its_service_account(testbed, real_node, api):
+    """What a submit loop run in the cluster needs: the `kubernetes` Service's address and
+    name lead to the API server, whose certificate the pod's projected CA verifies, and the
+    kubelet's projected service account token authenticates the pod as its account."""
+    from stratctl.backends.kubernetes.api.resources import POD
+
+    if not testbed.local:
+        pytest.skip("the local testbed's way from pods to its API server; another cluster has its own")
+    node, _ = real_node
+    name = unique("rwho")
+    kubectl(testbed, "create", "serviceaccount", name, "-n", testbed.namespace)
+    token_volume = {
+        "name": "api",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            ]
+        },
+    }
+    try:
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": testbed.namespace},
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": name,
+                    "restartPolicy": "Never",
+                    "tolerations": [{"key": REAL_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                    "volumes": [token_volume],
+                    "containers": [
+                        {
+                            "name": "who",
+                            "image": IMAGE,
+                            "command": ["python3", "-c", WHO_AM_I],
+                            "volumeMounts": [
+                                {"name": "api", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+                            ],
+                        }
+                    ],
+                },
+            }
+        )
+        phase = wait_until(
+            lambda: (
+                (api.get(POD, name).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                and api.get(POD, name)["status"]["phase"]
+            ),
+            90,
+            message="the pod ended",
+        )
+        out = b"".join(api.pod_log(name)).decode()
+        assert phase == "Succeeded", out
+        assert f"user system:serviceaccount:{testbed.namespace}:{name}" in out, out
+    finally:
+        api.delete(POD, name)
+        kubectl(testbed, "delete", "serviceaccount", name, "-n", testbed.namespace, "--ignore-not-found")

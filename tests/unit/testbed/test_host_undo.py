@@ -83,6 +83,14 @@ IPTABLES_AFTER = """\
 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
 COMMIT
 """
+NAT_AFTER = """\
+*nat
+:PREROUTING ACCEPT [0:0]
+:STRATCTL-API - [0:0]
+-A PREROUTING -i stratctl0 -j STRATCTL-API
+-A STRATCTL-API -d 10.96.0.1/32 -p tcp -m tcp --dport 443 -j DNAT --to-destination 127.0.0.1:26443
+COMMIT
+"""
 MANGLE_AFTER = """\
 *mangle
 :PREROUTING ACCEPT [0:0]
@@ -154,6 +162,7 @@ def host(tmp_path_factory):
         write(root / "proc/sys" / key, value + "\n")
     write(fake / "ipt/iptables.filter", IPTABLES_AFTER)
     write(fake / "ipt/iptables.mangle", MANGLE_AFTER)
+    write(fake / "ipt/iptables.nat", NAT_AFTER)
     write(fake / "ipt/ip6tables.mangle", MANGLE_AFTER)
     write(fake / "links/stratctl0", "")
     write(root / "var/lib/kubelet/device-plugins/kubelet.sock", "")
@@ -210,6 +219,11 @@ def test_iptables_chains_made_since_up_go_with_the_rules_that_jump_to_them(host)
     assert "iptables -w -t filter -F KUBE-FIREWALL" in calls
     assert "iptables -w -t filter -X KUBE-FIREWALL" in calls
     assert "iptables -w -t filter -X KUBE-KUBELET-CANARY" in calls
+    # the pods' way to the API server (realnode.sh), its jump first
+    assert "iptables -w -t nat -D PREROUTING -i stratctl0 -j STRATCTL-API" in calls
+    assert calls.index("iptables -w -t nat -D PREROUTING -i stratctl0 -j STRATCTL-API") < calls.index(
+        "iptables -w -t nat -X STRATCTL-API"
+    )
     # a chain that was there before up stays, and so does its rule
     assert not [c for c in calls if "KUBE-THEIRS" in c]
 
@@ -283,5 +297,5 @@ def test_the_undo_lists_cover_what_the_design_notes_name():
         "/run/netns",
     ):
         assert f'"{path}"' in out.stdout, path
-    assert "KUBE-|CNI-" in out.stdout
+    assert "KUBE-|CNI-|STRATCTL-" in out.stdout
     assert '"ip6tables"' in out.stdout and '"mangle"' in out.stdout and '"nat"' in out.stdout
