@@ -5,14 +5,18 @@
 #   docker.io/library/busybox:1.36  Debian's busybox-static (1.35) and its applet links
 #   stratctl.local/python:3.11      Debian's Python 3.11 (mmdebstrap --variant=essential)
 #                                   and stratctl unpacked from this checkout's wheel
+#   stratctl.local/stratctl:<ver>   the same Python with stratctl installed whole, its
+#                                   dependencies and the `search` extra from the package
+#                                   index: what a submit loop runs in the cluster (the
+#                                   Containerfile at the repository's root builds its like)
 #
 # Each is a docker-archive (manifest.json, config, layer tars) that
 # `ctr -n k8s.io images import` loads. They go OUTSIDE the work tree:
 #   ${STRATCTL_TESTBED_IMAGES:-${XDG_CACHE_HOME:-$HOME/.cache}/stratctl/images}/
 #     base-<key>/   pause.tar, busybox.tar, python-rootfs.tar (key: this script)
-#     python-<key>/ python.tar (key: this script and the files that make the wheel)
+#     python-<key>/ python.tar, driver.tar (key: this script and the files that make the wheel)
 # Only the newest of each is kept (python.tar holds a copy of the 150 MB rootfs).
-# stdout: the paths of the three archives, one a line; progress goes to stderr.
+# stdout: the paths of the four archives, one a line; progress goes to stderr.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,6 +27,8 @@ MIRROR=${STRATCTL_TESTBED_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PAUSE_TAG=registry.k8s.io/pause:3.10
 BUSYBOX_TAG=docker.io/library/busybox:1.36
 PYTHON_TAG=stratctl.local/python:3.11
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$REPO/pyproject.toml" | head -1)
+DRIVER_TAG=stratctl.local/stratctl:$VERSION
 log() { echo "testbed: images: $*" >&2; }
 
 mkdir -p "$ROOT"
@@ -144,9 +150,29 @@ if [[ ! -s $PY/python.tar ]]; then
   rm -rf "$work"
   log "$PYTHON_TAG with this checkout's stratctl in $(( $(date +%s) - start ))s: $PY"
 fi
+if [[ ! -s $PY/driver.tar ]]; then
+  start=$(date +%s)
+  mkdir -p "$PY"
+  work=$(mktemp -d "$PY/work.XXXX")
+  python=$REPO/.venv/bin/python
+  [[ -x $python ]] || python=python3
+  "$python" -m pip wheel --quiet --no-deps -w "$work/wheel" "$REPO" >&2
+  wheel=$(ls "$work"/wheel/stratctl-*.whl)
+  # as pip installs it, with its dependencies (binary wheels for this CPython 3.11 and
+  # glibc: Debian 12's Python takes them), into the image's site directory
+  "$python" -m pip install --quiet --disable-pip-version-check --no-compile --no-warn-script-location \
+    --target "$work/layer/usr/lib/python3/dist-packages" "$wheel[search]" >&2
+  tar_dir "$work/layer" "$work/driver-layer.tar"
+  docker_archive "$PY/driver.tar" "$DRIVER_TAG" \
+    '{"Entrypoint":["python3","-m","stratctl"],"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","PYTHONUNBUFFERED=1"]}' \
+    "$BASE/python-rootfs.tar" "$work/driver-layer.tar"
+  rm -rf "$work"
+  log "$DRIVER_TAG (stratctl with its dependencies) in $(( $(date +%s) - start ))s: $PY"
+fi
 # Older keys' images: the running node imported its own already.
 for d in "$ROOT"/python-* "$ROOT"/base-*; do [[ $d == "$PY" || $d == "$BASE" ]] || rm -rf "$d"; done
 
 echo "$BASE/pause.tar"
 echo "$BASE/busybox.tar"
 echo "$PY/python.tar"
+echo "$PY/driver.tar"

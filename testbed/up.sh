@@ -53,7 +53,7 @@ if [[ ${STRATCTL_TESTBED_FRESH:-0} != 1 ]]; then
     # the real node's images as this checkout makes them: a changed stratctl is what its
     # pods run next (images.sh is cached by its inputs; only a new archive is imported)
     if real_node_on; then
-      mapfile -t REAL_IMAGES < <(bash "$TESTBED_SRC/images.sh") && (( ${#REAL_IMAGES[@]} == 3 )) ||
+      mapfile -t REAL_IMAGES < <(bash "$TESTBED_SRC/images.sh") && (( ${#REAL_IMAGES[@]} == 4 )) ||
         { tb_log "cannot build the real node's images (testbed/images.sh)"; exit 1; }
       [[ $(cat "$RUN_DIR/images" 2>/dev/null) == "${REAL_IMAGES[*]}" ]] || realnode_images
     fi
@@ -88,7 +88,7 @@ if [[ $REAL_NODE != 0 ]]; then
     tb_log "no real node: the testbed in $owner runs this machine's one (only one per machine)"
   else
     REAL=1
-    mapfile -t REAL_IMAGES < <(bash "$TESTBED_SRC/images.sh") && (( ${#REAL_IMAGES[@]} == 3 )) ||
+    mapfile -t REAL_IMAGES < <(bash "$TESTBED_SRC/images.sh") && (( ${#REAL_IMAGES[@]} == 4 )) ||
       { tb_log "the real node's images could not be built (testbed/images.sh; STRATCTL_TESTBED_REAL_NODE=0 starts without it)"; rm -f "$HOST_CLAIM"; exit 1; }
   fi
 fi
