@@ -705,3 +705,115 @@ def test_a_pod_on_the_real_node_reaches_the_api_server_as_its_service_account(te
     finally:
         api.delete(POD, name)
         kubectl(testbed, "delete", "serviceaccount", name, "-n", testbed.namespace, "--ignore-not-found")
+
+
+DRIVER_IMAGE = os.environ.get("STRATCTL_TEST_DRIVER_IMAGE", "stratctl.local/stratctl:0.1.0")
+
+
+def test_a_submit_loop_runs_in_a_pod_with_in_cluster_credentials(testbed, real_node, api, studies):
+    """The driver's way, by hand: stratctl's image on the real node, a service account bound
+    by `stratctl rbac --service-account`, the study file from a ConfigMap; `submit` there
+    drives a study of KWOK trials to its end, holding the study's Lease as its pod."""
+    import subprocess
+    import sys
+
+    from stratctl.backends.kubernetes.api.resources import CONFIGMAP, POD
+    from tests.e2e.support import busybox_study
+
+    if not testbed.local:
+        pytest.skip("the testbed's driver image; another cluster has its own (STRATCTL_TEST_DRIVER_IMAGE)")
+    node, _ = real_node
+    name = unique("rdrv")
+    studies(name)
+    rbac = subprocess.run(
+        [sys.executable, "-m", "stratctl", "rbac", "-n", testbed.namespace, "--service-account", name],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    kubectl(testbed, "create", "serviceaccount", name, "-n", testbed.namespace)
+    subprocess.run(
+        [testbed.kubectl, "--kubeconfig", testbed.kubeconfig, "--context", testbed.admin_context, "apply", "-f", "-"],
+        input=rbac,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
+    api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-study", "namespace": testbed.namespace},
+            "data": {"study.yaml": busybox_study(name, testbed.namespace, 6, "3s", cap=3)},
+        }
+    )
+    env = [
+        {"name": "STRATCTL_DRIVER_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "STRATCTL_DRIVER_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    token_volume = {
+        "name": "api",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]
+        },
+    }
+    try:
+        api.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"{name}-driver", "namespace": testbed.namespace},
+                "spec": {
+                    "nodeName": node,
+                    "serviceAccountName": name,
+                    "restartPolicy": "Never",
+                    "tolerations": [{"key": REAL_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                    "volumes": [token_volume, {"name": "study", "configMap": {"name": f"{name}-study"}}],
+                    "containers": [
+                        {
+                            "name": "driver",
+                            "image": DRIVER_IMAGE,
+                            "args": ["submit", "/study/study.yaml", "-o", "json", "--poll-interval", "1"],
+                            "env": env,
+                            "volumeMounts": [
+                                {"name": "api", "mountPath": SERVICE_ACCOUNT_DIR},
+                                {"name": "study", "mountPath": "/study"},
+                            ],
+                        }
+                    ],
+                },
+            }
+        )
+        from stratctl.backends.kubernetes.api.resources import LEASE
+
+        holder = wait_until(lambda: _holder(api, LEASE, name), 60, message="the driver pod holding the study's Lease")
+        assert holder == f"pod {name}-driver on {node}", holder
+        phase = wait_until(
+            lambda: (
+                (api.get(POD, f"{name}-driver").get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                and api.get(POD, f"{name}-driver")["status"]["phase"]
+            ),
+            180,
+            message="the driver pod ended",
+        )
+        out = b"".join(api.pod_log(f"{name}-driver")).decode()
+        assert phase == "Succeeded", out[-3000:]
+        summary = json.loads(out[out.index("{") :])
+        assert (summary["succeeded"], summary["failed"], summary["created"]) == (6, 0, 6), summary
+    finally:
+        api.delete(POD, f"{name}-driver")
+        api.delete(CONFIGMAP, f"{name}-study")
+        kubectl(testbed, "delete", "serviceaccount", name, "-n", testbed.namespace, "--ignore-not-found")
+
+
+def _holder(api, kind, study: str) -> str | None:
+    from stratctl.errors import NotFound
+
+    try:
+        return api.get(kind, f"stratctl-driver-{study}")["spec"].get("holderIdentity")
+    except NotFound:
+        return None
