@@ -802,7 +802,7 @@ def test_a_submit_loop_runs_in_a_pod_with_in_cluster_credentials(testbed, real_n
         )
         out = b"".join(api.pod_log(f"{name}-driver")).decode()
         assert phase == "Succeeded", out[-3000:]
-        summary = json.loads(out[out.index("{") :])
+        summary = json.loads(out[out.index("{\n") : out.rindex("}") + 1])  # the JSON summary among the log lines
         assert (summary["succeeded"], summary["failed"], summary["created"]) == (6, 0, 6), summary
     finally:
         api.delete(POD, f"{name}-driver")
