@@ -214,3 +214,23 @@ def test_a_killed_submit_of_this_machine_is_taken_over_at_once_by_its_rerun():
     Driver(store, "s", f"{host} pid {os.getpid()}", wall=clock, say=said.append).acquire()
     assert store.mark.holder == f"{host} pid {os.getpid()}"
     assert said == [f"s: its driver {host} pid {child.pid} has ended: this loop drives it now"]
+
+
+def test_a_driver_pod_that_is_gone_or_ended_is_dead_a_running_one_is_not():
+    from stratctl.backends.kubernetes.objects.lease import pod_gone
+    from tests.unit.fake_cluster import FakeCluster
+
+    cluster = FakeCluster()
+    for name, status, meta in [
+        ("running", {"phase": "Running"}, {}),
+        ("failed", {"phase": "Failed"}, {}),
+        ("leaving", {"phase": "Running"}, {"deletionTimestamp": "2026-12-07T03:00:00Z"}),
+    ]:
+        cluster.create(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": cluster.namespace, **meta}}
+        )
+        cluster.objects[("v1", "Pod", cluster.namespace, name)]["status"] = status
+    dead = pod_gone(cluster, cluster.namespace)
+    assert not dead("pod running on node-1")
+    assert dead("pod failed on node-1") and dead("pod leaving on node-1") and dead("pod never-was on node-1")
+    assert not dead("elsewhere pid 1")  # not a pod: the host rule

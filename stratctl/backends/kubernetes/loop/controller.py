@@ -115,7 +115,7 @@ class Submitter(Cycle):
         for a dry run, which drives nothing."""
         if self.options.dry_run:
             return None
-        from stratctl.backends.kubernetes.objects.lease import LeaseStore
+        from stratctl.backends.kubernetes.objects.lease import LeaseStore, pod_gone
 
         driver = Driver(
             LeaseStore(self.cluster, self.namespace, self.study.name),
@@ -126,6 +126,7 @@ class Submitter(Cycle):
             wall=self.wall,
             sleep=self.sleep,
             say=self._say,
+            dead=pod_gone(self.cluster, self.namespace),
         )
         driver.acquire()
         return driver

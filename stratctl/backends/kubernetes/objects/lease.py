@@ -9,13 +9,14 @@ API server refuses a stale one with 409, so two drivers never both think they wo
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import Cluster
-from stratctl.backends.kubernetes.api.resources import LEASE
+from stratctl.backends.kubernetes.api.resources import LEASE, POD
 from stratctl.errors import AlreadyExists, NotFound
-from stratctl.run.driver import Mark
+from stratctl.run.driver import Mark, gone
 
 
 def lease_name(study: str) -> str:
@@ -47,6 +48,25 @@ def mark_of(lease: dict[str, Any]) -> Mark | None:
     ttl = spec.get("leaseDurationSeconds")
     take_over = ((lease.get("metadata") or {}).get("annotations") or {}).get(labels.TAKE_OVER) or ""
     return Mark(str(holder), since, renewed, float(ttl) if isinstance(ttl, int) and ttl > 0 else 0.0, take_over)
+
+
+def pod_gone(cluster: Cluster, namespace: str) -> Callable[[str], bool]:
+    """Whether a driver that named itself `pod NAME on NODE` is dead: its pod is gone, ended,
+    or being deleted (the next pod of a driver's Job takes the study at once, not once the
+    killed one's mark expires); else, as for any holder, `run/driver.py`'s `gone`."""
+
+    def dead(holder: str) -> bool:
+        if not holder.startswith("pod "):
+            return gone(holder)
+        name = holder.removeprefix("pod ").split(" on ", 1)[0]
+        try:
+            pod = cluster.get(POD, name, namespace)
+        except NotFound:
+            return True
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        return bool(meta.get("deletionTimestamp")) or status.get("phase") in ("Succeeded", "Failed")
+
+    return dead
 
 
 class LeaseStore:
