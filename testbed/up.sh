@@ -316,7 +316,7 @@ controllers=garbage-collector-controller,namespace-controller,job-controller,ttl
 controllers+=,persistentvolume-binder-controller
 # the real node's pods: CoreDNS reads EndpointSlices; every namespace gets the cluster's CA
 # (ConfigMap kube-root-ca.crt), which a pod's service account token volume projects
-(( REAL )) && controllers+=,endpointslice-controller,root-ca-cert-publisher-controller
+(( REAL )) && controllers+=,endpointslice-controller,root-ca-certificate-publisher-controller
 start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
   --kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$RUN_DIR/kube-controller-manager.kubeconfig" \
