@@ -1,6 +1,8 @@
 """stratctl: launch strategy-parallel searches onto Kubernetes (Volcano), Slurm and YARN clusters."""
 
-__version__ = "0.1.0"
+from stratctl.version import VERSION as __version__
+
+__all__ = ["__version__", "report"]
 
 
 def report(step: int, flush: bool = False, **values: float) -> bool:

@@ -52,6 +52,10 @@ ENV_POD = "STRATCTL_POD"
 # {"<step>": {"<metric>": value, ...}, ...} (the latest steps); read by the submit loop's pruner.
 REPORT = f"{PREFIX}/report"
 TAKE_OVER = f"{PREFIX}/take-over"  # on a study's driver Lease: the driver that asked to take the study over
+# a study's driver in the cluster (submit --in-cluster): its Job, ConfigMap, Service and pod carry
+# this label, not STUDY (they are none of the study's trials)
+DRIVER_OF = f"{PREFIX}/driver-of"
+VERSION = f"{PREFIX}/version"  # the stratctl version that wrote the object (a driver's Lease, its Job)
 
 # Annotations on a re-submitted attempt carrying the totals of the trial's earlier
 # attempts, so `status` reads a trial's history from its latest job alone (older attempts

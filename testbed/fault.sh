@@ -10,8 +10,9 @@
 #   fault.sh etcd-pause SECONDS              SIGSTOP etcd, sleep, SIGCONT (SIGCONT on INT/TERM too)
 #   fault.sh etcd-stop | etcd-cont           the two halves, for a pause in the background
 #   fault.sh restore                         etcd continued, kube-apiserver running and ready (and,
-#                                            after an API server restart, Volcano's controllers
-#                                            and scheduler started again: see component_restart)
+#                                            after an API server restart, kube-controller-manager,
+#                                            Volcano's controllers and scheduler started again:
+#                                            see component_restart)
 #   fault.sh status                          one line per component: running / paused / stopped
 #
 # Idempotent: stopping what is stopped, continuing what runs, starting what is ready succeed.
@@ -249,7 +250,10 @@ case $cmd in
     etcd_cont
     [[ -n $(our_pid kube-apiserver) || -s $FAULT_DIR/kube-apiserver.cmdline ]] || die "kube-apiserver is not running and no command line was kept (run testbed/up.sh)"
     apiserver_start 60
-    if [[ -s $FAULT_DIR/kube-apiserver.cmdline ]]; then  # the API server was restarted: so are Volcano's
+    if [[ -s $FAULT_DIR/kube-apiserver.cmdline ]]; then  # the API server was restarted: so are Volcano's,
+      # and kube-controller-manager, whose job controller (batch/v1 Jobs: Indexed trials, merged
+      # blocks) was seen creating no pod for over 60 s after an API server stop and start
+      component_restart kube-controller-manager
       component_restart vc-controller-manager
       component_restart vc-scheduler
       rm -f "$FAULT_DIR/kube-apiserver.cmdline"

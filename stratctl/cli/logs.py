@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from stratctl.backends.kubernetes.api.cluster import Cluster
 
 from stratctl.cli.options import (
     BackendOpt,
@@ -31,6 +34,10 @@ def logs(
         str,
         typer.Option("--sort", metavar="METRIC", help="With --best: 'loss' lowest first, '-accuracy' highest first."),
     ] = "loss",
+    driver: Annotated[
+        bool,
+        typer.Option("--driver", help="The study's driver in the cluster (`submit --in-cluster`): its loop's output."),
+    ] = False,
     task: Annotated[
         str | None, typer.Option("--task", metavar="NAME", help="Only the pods of this task of the gang.")
     ] = None,
@@ -56,13 +63,17 @@ def logs(
     from stratctl.backends.kubernetes.verbs import logs as core
     from stratctl.errors import UsageError
 
-    if bool(trial) == best:
+    if driver and (trial or best or task):
+        raise UsageError("--driver shows the study's driver: no TRIAL, --best or --task with it")
+    if not driver and bool(trial) == best:
         raise UsageError(
             f"name one trial of {study} (`stratctl status {study} -o name` lists them), or pass --best"
             if not best
             else "name a trial or pass --best, not both"
         )
     on_scheduler = file_study(study, backend, rm)
+    if on_scheduler and driver:
+        raise UsageError("--driver shows a driver in a Kubernetes cluster (`submit --in-cluster`)")
     if on_scheduler:
         refuse_kubernetes_options(on_scheduler, kubeconfig=kubeconfig, context=context, namespace=namespace)
         _scheduler_logs(on_scheduler, trial, best, sort, task, follow, tail)
@@ -70,6 +81,9 @@ def logs(
     cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
         ns = cluster.namespace
+        if driver:
+            _driver_logs(cluster, ns, study, follow, tail)
+            return
         name = trial or core.best_trial(cluster, ns, study, sort)
         found = core.sources(core.pods_of(cluster, ns, study, name, task))
         if not found:
@@ -80,6 +94,26 @@ def logs(
             typer.echo(f"{prefix} {line}" if prefix else line)
     finally:
         cluster.close()
+
+
+def _driver_logs(cluster: Cluster, ns: str, study: str, follow: bool, tail: int | None) -> None:
+    """Every pod of the study's driver Job, oldest first (each line prefixed with its pod when
+    there were several); following, the newest one alone."""
+    from stratctl.backends.kubernetes.verbs import logs as core
+    from stratctl.backends.kubernetes.verbs.incluster import driver_pods
+    from stratctl.errors import UsageError
+
+    pods = driver_pods(cluster, ns, study)
+    started = [p for p in pods if (p.get("status") or {}).get("containerStatuses")]
+    if not started:
+        raise UsageError(
+            f"study {study} has no driver pod that started in {ns} (`submit --in-cluster` runs one)"
+            if not pods
+            else f"the driver pod {pods[-1]['metadata']['name']} of study {study} has not started yet: nothing logged"
+        )
+    found = core.sources(started[-1:] if follow else started)
+    for prefix, line in core.lines(cluster, ns, found, tail=tail, follow=follow):
+        typer.echo(f"{prefix} {line}" if prefix else line)
 
 
 def _scheduler_logs(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from stratctl.run.progress import Progress
 
 from stratctl.cli.options import ContextOpt, KubeconfigOpt, NamespaceOpt, duration_option, on_scheduler
-from stratctl.errors import ExitCode
+from stratctl.errors import ExitCode, UsageError
 
 
 class DryRun(StrEnum):
@@ -151,6 +151,55 @@ def submit(
             ),
         ),
     ] = False,
+    in_cluster: Annotated[
+        bool,
+        typer.Option(
+            "--in-cluster",
+            help=(
+                "Run the study's loop in the cluster, as a Job of one pod (its driver, `stratctl rbac --driver`), "
+                "and return once that pod drives the study: it goes on while this machine sleeps."
+            ),
+            rich_help_panel="In the cluster",
+        ),
+    ] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="With --in-cluster: then show the study's table, read from the cluster, until its driver ends.",
+            rich_help_panel="In the cluster",
+        ),
+    ] = False,
+    driver_image: Annotated[
+        str | None,
+        typer.Option(
+            "--driver-image",
+            envvar="STRATCTL_DRIVER_IMAGE",
+            metavar="IMAGE",
+            help="The driver's image (default: stratctl:VERSION, this version's, as the Containerfile builds it).",
+            rich_help_panel="In the cluster",
+        ),
+    ] = None,
+    driver_node_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--driver-node-selector",
+            envvar="STRATCTL_DRIVER_NODE_SELECTOR",
+            metavar="KEY=VALUE",
+            help="Run the driver on nodes labelled KEY=VALUE, tolerating a taint on KEY (repeatable).",
+            rich_help_panel="In the cluster",
+        ),
+    ] = None,
+    driver_scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--driver-scheduler",
+            envvar="STRATCTL_DRIVER_SCHEDULER",
+            metavar="NAME",
+            help="The scheduler that places the driver's pod (default: the cluster's default scheduler).",
+            rich_help_panel="In the cluster",
+        ),
+    ] = None,
     storage: Annotated[
         str | None,
         typer.Option(
@@ -187,6 +236,42 @@ def submit(
         storage=storage,
         take_over=take_over,
     )
+    if in_cluster or follow:
+        if not in_cluster:
+            raise UsageError("--follow follows a study's driver in the cluster: give it with --in-cluster")
+        if dry_run or metrics_port or take_over or detach:
+            raise UsageError(
+                "--in-cluster hands the study to a driver (which takes it over, serves its metrics and returns at "
+                "once): --dry-run, --metrics-port, --take-over and --detach are for a loop run here"
+            )
+        from stratctl.cli.incluster import run
+
+        passed = {
+            "--qps": qps,
+            "--burst": burst,
+            "--max-inflight": max_inflight,
+            "--poll-interval": poll_interval,
+            "--workers": workers,
+            "--parallelism": parallelism.value,
+            "--prometheus-url": prometheus_url,
+            "--outage-timeout": outage_timeout,
+            "--timeout": timeout,
+            "--storage": storage,
+        }
+        flags = [part for flag, value in passed.items() if value is not None for part in (flag, str(value))]
+        flags += [flag for flag, on in (("--move-waiting", move_waiting), ("--rerun-changed", rerun_changed)) if on]
+        run(
+            file,
+            Connection(kubeconfig, context, namespace),
+            options,
+            flags,
+            driver_image,
+            driver_node_selector or [],
+            driver_scheduler,
+            follow,
+            output is Output.json,
+        )
+        return
     err = _terminal() if output is Output.text else None
     display = LiveDisplay(err) if err is not None else LogDisplay(sys.stderr)
     metrics = None

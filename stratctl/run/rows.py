@@ -76,6 +76,7 @@ class StudyRow:
     breaker: str = ""  # why the submit loop's etcd breaker drained the study ("" when it does not)
     # what pruning saved: each pruned trial's GPU time short of the mean of the trials that ran to the end
     gpu_hours_saved: float = 0.0
+    driver: str = ""  # who drives the study now (its live driver mark: "pod X on N", "host pid P"), read by status
 
     @property
     def done(self) -> bool:

@@ -262,6 +262,8 @@ def study_note(row: StudyRow, now: float | None = None) -> str:
         took = f" in {duration(row.finished - row.started)}" if row.finished and row.started else ""
         return f"finished: {s.get('succeeded', 0)} succeeded, {s.get('failed', 0)} failed{took}"
     note = row.decision or "no decision recorded"
+    if row.driver:
+        note = f"driven by {row.driver}: {note}"
     if row.target is not None and row.in_flight > row.target:
         note += (
             f"; {row.in_flight} in flight above the target of {row.target}: no new trial until enough of them finish"

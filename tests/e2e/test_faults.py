@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from stratctl import labels
-from stratctl.backends.kubernetes.api.cluster import POD, PODGROUP, VOLCANO_JOB
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD, PODGROUP, VOLCANO_JOB
 from stratctl.backends.kubernetes.objects.state import latest_attempts, volcano_phase
 from stratctl.core.space import expand
 from stratctl.core.spec import load_study
@@ -87,8 +87,8 @@ def cli(testbed):
 
 
 def canary(api, namespace: str, timeout: float = 150) -> None:
-    """A one-pod gang (admin) must run to Completed: the scheduler, the controllers and KWOK
-    work. They reconnect to a restarted API server by themselves, but their client-go
+    """A one-pod gang (admin) must run to Completed, and a batch Job get its pod: the
+    scheduler, the controllers (Volcano's, kube-controller-manager's) and KWOK work. They reconnect to a restarted API server by themselves, but their client-go
     reflectors back off exponentially (up to 30 s, jittered up to 60 s): after an outage
     they may take a minute or two (seen: 105 s). Fails as the testbed's fault, not the
     product's."""
@@ -127,6 +127,25 @@ def canary(api, namespace: str, timeout: float = 150) -> None:
             },
         }
     )
+    # and a batch/v1 Job's pod: kube-controller-manager's job controller works too (Indexed
+    # trials and merged blocks need it; the next test may be one of those)
+    api.create(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": f"{name}-batch", "namespace": namespace},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"annotations": {"testbed.stratctl.io/run-duration": "1s"}},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "probe", "image": "stratctl.invalid/probe:0"}],
+                    },
+                },
+            },
+        }
+    )
     try:
         deadline = time.monotonic() + timeout
         while volcano_phase(api.get(VOLCANO_JOB, name)) != "Completed":
@@ -136,8 +155,13 @@ def canary(api, namespace: str, timeout: float = 150) -> None:
                     f"{describe(api, namespace, name)}"
                 )
             time.sleep(0.5)
+        while not api.list(POD, namespace, label_selector=f"job-name={name}-batch")[0]:
+            if time.monotonic() > deadline:
+                pytest.fail(f"the testbed does not work: batch Job {name}-batch has no pod after {timeout} s")
+            time.sleep(0.5)
     finally:
         api.delete(VOLCANO_JOB, name)
+        api.delete(BATCH_JOB, f"{name}-batch")
 
 
 def describe(api, namespace: str, job: str) -> dict:

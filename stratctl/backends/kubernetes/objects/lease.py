@@ -1,7 +1,8 @@
 """A study's driver mark on Kubernetes (run/driver.py): the Lease `stratctl-driver-<study>`
 (coordination.k8s.io/v1) in the study's namespace. `holderIdentity` is the driver,
 `acquireTime` since when, `renewTime` its last renewal, `leaseDurationSeconds` how long that
-holds; a driver asking to take over writes itself into the annotation `stratctl.io/take-over`.
+holds; a driver asking to take over writes itself into the annotation `stratctl.io/take-over`;
+`stratctl.io/version` says which stratctl the holder runs.
 Every write carries the resourceVersion it read (a merge patch with it, or a create): the
 API server refuses a stale one with 409, so two drivers never both think they won.
 """
@@ -17,6 +18,7 @@ from stratctl.backends.kubernetes.api.cluster import Cluster
 from stratctl.backends.kubernetes.api.resources import LEASE, POD
 from stratctl.errors import AlreadyExists, NotFound
 from stratctl.run.driver import Mark, gone
+from stratctl.version import VERSION
 
 
 def lease_name(study: str) -> str:
@@ -92,7 +94,7 @@ class LeaseStore:
                 "name": self.name,
                 "namespace": self.namespace,
                 "labels": {labels.STUDY: self.study},
-                "annotations": {labels.TAKE_OVER: mark.take_over or None},
+                "annotations": {labels.TAKE_OVER: mark.take_over or None, labels.VERSION: VERSION},
             },
             "spec": {
                 "holderIdentity": mark.holder,

@@ -1,4 +1,5 @@
-"""Delete: take a study out of the cluster, its jobs, PodGroups, Services, pods and record.
+"""Delete: take a study out of the cluster, its driver (`submit --in-cluster`), jobs, PodGroups,
+Services, pods and record.
 
 `survey` counts what a study has in the cluster and whether a submit loop is following
 it (its heartbeat in the record, `record.loop_following`); `check` decides, purely,
@@ -24,6 +25,8 @@ from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, 
 from stratctl.backends.kubernetes.api.resources import LEASE
 from stratctl.backends.kubernetes.objects.lease import lease_name
 from stratctl.backends.kubernetes.objects.record import DELETING_KEY, loop_following, record_name
+from stratctl.backends.kubernetes.rendering.driverjob import driver_name
+from stratctl.backends.kubernetes.verbs.incluster import remove_driver
 from stratctl.errors import NotFound, StratctlError, UsageError
 
 JOB_KINDS = (VOLCANO_JOB, BATCH_JOB)
@@ -48,12 +51,14 @@ class Survey:
     services: int = 0  # the headless Services of batch/v1 attempts (a Volcano Job's are Volcano's)
     record: bool = False
     loop: dict[str, Any] | None = None  # the heartbeat of a submit loop following the study
+    driver: bool = False  # a driver in the cluster drives it (`submit --in-cluster`): delete stops it
 
     def describe(self) -> str:
         parts = [f"{self.jobs} job(s)", f"{self.podgroups} PodGroup(s)", f"{self.pods} pod(s)"]
         if self.services:
             parts.insert(2, f"{self.services} Service(s)")
-        return ", ".join(parts) + (" and its record" if self.record else "")
+        said = ", ".join(parts) + (" and its record" if self.record else "")
+        return said + (f", and its driver (Job {driver_name(self.study)})" if self.driver else "")
 
 
 @dataclass
@@ -99,14 +104,19 @@ def survey(cluster: Cluster, namespace: str, study: str, now: float) -> Survey:
     found.podgroups = len(_names(cluster, PODGROUP, namespace, study))
     found.pods = len(_names(cluster, POD, namespace, study))
     found.services = len(_names(cluster, SERVICE, namespace, study))
-    if not (found.record or found.jobs or found.podgroups or found.pods or found.services):
+    try:
+        cluster.get(BATCH_JOB, driver_name(study), namespace)
+        found.driver = True
+    except NotFound:
+        pass
+    if not (found.driver or found.record or found.jobs or found.podgroups or found.pods or found.services):
         raise UsageError(f"no study {study!r} in namespace {namespace}: nothing carries the label {_selector(study)}")
     return found
 
 
 def check(found: Survey, now: float, force: bool, yes: bool, interactive: bool) -> bool:
     """Whether to ask for a confirmation before deleting (pure); raises when it may not go on."""
-    if found.loop is not None and not force:
+    if found.loop is not None and not force and not found.driver:  # a driver's loop is stopped by delete
         where = f" on {found.loop.get('host')} (pid {found.loop.get('pid')})" if found.loop.get("host") else ""
         raise Followed(
             f"a submit loop{where} is following study {found.study} (heartbeat "
@@ -144,7 +154,9 @@ def delete(
         "pods": counts["pods"](),
         "services": counts["services"](),
     }
-    try:  # first: a submit loop still following the study (`--force`) stops, creating nothing again
+    if remove_driver(cluster, namespace, study):  # its driver in the cluster first: it stops
+        outcome.deleted["driver"] = 1
+    try:  # then a submit loop still following the study (`--force`) stops, creating nothing again
         cluster.patch(CONFIGMAP, record_name(study), {"data": {DELETING_KEY: "true"}}, namespace)
     except NotFound:
         pass

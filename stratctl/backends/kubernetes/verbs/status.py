@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -32,11 +33,12 @@ from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, Cluster, resource_path
 from stratctl.backends.kubernetes.blocks.blocks import expand, is_block
 from stratctl.backends.kubernetes.objects import roster
+from stratctl.backends.kubernetes.objects.lease import LeaseStore
 from stratctl.backends.kubernetes.objects.record import job_kinds, parse_record, record_name, records
 from stratctl.backends.kubernetes.objects.state import classify, job_of_pod, run_starts
 from stratctl.backends.kubernetes.objects.summary import build, latest_slim, study_row, summary_of
 from stratctl.backends.kubernetes.objects.waiting import Queues, explain_pending, pending_reason
-from stratctl.errors import NotFound
+from stratctl.errors import ClusterError, NotFound
 from stratctl.run.ranking import best_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
 from stratctl.trialstate import TrialState
@@ -235,6 +237,8 @@ def collect(
         total += summary.trials - (0 if listed else summary.states.get(TrialState.WAITING.value, 0))
         trials.extend(first[:shown])
     ordered = [studies[name] for name in (parse_record(cm).study for cm in cms) if name in studies]
+    if study and ordered:  # one study: who drives it (its Lease; none when no loop runs)
+        ordered[0] = replace(ordered[0], driver=driver_of(cluster, namespace, study, now))
     trials.sort(key=lambda r: (r.study, r.trial))
     return Snapshot(namespace, now, ordered, trials, total_trials=total if shown is not None else None)
 
@@ -398,3 +402,14 @@ def best_trial(cluster: Cluster, namespace: str, study: str, ranking: str | None
     used: the one given, else the study's objective, else a guess from the metrics reported."""
     rows = collect(cluster, namespace, study, reasons_for_all=False).trials
     return best_of(rows, ranking or declared_ranking(cluster, namespace, study))
+
+
+def driver_of(cluster: Cluster, namespace: str, study: str, now: float) -> str:
+    """Who drives the study, as its live driver mark says ("" when no loop holds it)."""
+    try:
+        mark, _ = LeaseStore(cluster, namespace, study).read()
+    except ClusterError:  # no right to read Leases: the table goes on without it
+        return ""
+    if mark is None or not mark.live(now):
+        return ""
+    return f"{mark.holder} since {time.strftime('%H:%M:%S', time.localtime(mark.since))}"
