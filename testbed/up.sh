@@ -303,7 +303,8 @@ wait_for kube-apiserver 30 crds_established
 tb_log "Volcano CRDs established ($(elapsed))"
 kc apply --server-side -f "$TESTBED_SRC/objects.yaml" >/dev/null
 # The restricted users are bound to exactly what `stratctl rbac` prints (a unit test keeps
-# these files equal to its output): trial-runner with the cluster-wide reads, no-node-reader without.
+# these files equal to its output): trial-runner with the cluster-wide reads, no-node-reader without;
+# rbac.yaml also holds the driver's ServiceAccount, Role, bindings and PriorityClass (--driver).
 kc apply --server-side -f "$TESTBED_SRC/rbac.yaml" -f "$TESTBED_SRC/rbac-no-nodes.yaml" >/dev/null
 tb_log "namespace, RBAC, priority classes, APF objects applied ($(elapsed))"
 # The network topology, before the scheduler starts (it builds its HyperNode tree from them).

@@ -44,6 +44,14 @@ def rbac(
             "intermediate values to their own pod (studies with a pruner).",
         ),
     ] = None,
+    driver: Annotated[
+        bool,
+        typer.Option(
+            "--driver",
+            help="Also what a study's driver pod (`submit --in-cluster`) runs as: ServiceAccount "
+            "stratctl-driver, bound to the submit loop's rights, and PriorityClass stratctl-driver.",
+        ),
+    ] = False,
 ) -> None:
     """Print the Role, ClusterRoles and bindings stratctl needs, for `kubectl apply -f -`."""
     from stratctl.backends.kubernetes.verbs.rbac import Subject, text
@@ -60,4 +68,4 @@ def rbac(
     command = (
         "stratctl " + " ".join(shlex.quote(a) for a in sys.argv[sys.argv.index("rbac") :]) if "rbac" in sys.argv else ""
     )
-    typer.echo(text(namespace, subjects, cluster_wide_reads, report_service_account, command), nl=False)
+    typer.echo(text(namespace, subjects, cluster_wide_reads, report_service_account, command, driver), nl=False)

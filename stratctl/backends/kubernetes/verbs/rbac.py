@@ -20,6 +20,11 @@ the API server forbids (tests/e2e/test_rbac.py, from the API server's audit log)
 - **Role `stratctl-report`** (`--report-service-account SA`): for trials that report
   intermediate values (`stratctl report`, a study with a pruner): get and patch pods, bound
   to the service account the trials run as.
+- **The driver's objects** (`--driver`): what a study's driver pod (`submit --in-cluster`) runs
+  as — ServiceAccount `stratctl-driver` with Role `stratctl-driver` (the Role `stratctl` less
+  what only other commands ask), bound to `stratctl:<namespace>` and, with the cluster-wide
+  reads, to `stratctl:cluster-reads`; and PriorityClass `stratctl-driver`, above the
+  trials' classes, that preempts nothing.
 """
 
 from __future__ import annotations
@@ -89,6 +94,31 @@ CLUSTER_READS = (
 
 REPORT = (Rule(("",), ("pods",), ("get", "patch")),)
 
+DRIVER_SERVICE_ACCOUNT = "stratctl-driver"
+DRIVER_PRIORITY_CLASS = "stratctl-driver"
+# Above every trial's class: the testbed's highest is stratctl-high (1000000, competing work);
+# Kubernetes allows user classes up to 1000000000.
+DRIVER_PRIORITY = 10_000_000
+
+# What of the Role `stratctl` the submit loop never asks, so its driver pod goes without:
+# Services listed, patched and deleted (`delete`, `submit --in-cluster`), ConfigMaps listed
+# (`status`, `drain --all-noncritical`, shell completion).
+_NOT_THE_LOOP = {("", "services"): {"list", "patch", "delete"}, ("", "configmaps"): {"list"}}
+
+
+def _narrowed(rules: Iterable[Rule], dropped: dict[tuple[str, str], set[str]]) -> tuple[Rule, ...]:
+    """`rules` less the `dropped` verbs of each (group, resource); a rule left with none goes."""
+    out = []
+    for rule in rules:
+        drop = {v for g in rule.groups for r in rule.resources for v in dropped.get((g, r), ())}
+        verbs = tuple(v for v in rule.verbs if v not in drop)
+        if verbs:
+            out.append(Rule(rule.groups, rule.resources, verbs, rule.names))
+    return tuple(out)
+
+
+DRIVER = _narrowed(NAMESPACED, _NOT_THE_LOOP)
+
 
 @dataclass(frozen=True)
 class Subject:
@@ -102,16 +132,19 @@ class Subject:
         return {"apiGroup": "rbac.authorization.k8s.io", "kind": self.kind, "name": self.name}
 
 
-def _role(kind: str, name: str, namespace: str | None, rules: Iterable[Rule]) -> dict[str, Any]:
-    meta = {
+def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
+    return {
         "name": name,
         **({"namespace": namespace} if namespace else {}),
         "labels": {"app.kubernetes.io/managed-by": "stratctl"},
     }
+
+
+def _role(kind: str, name: str, namespace: str | None, rules: Iterable[Rule]) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": kind,
-        "metadata": meta,
+        "metadata": _meta(name, namespace),
         "rules": [r.manifest() for r in rules],
     }
 
@@ -119,24 +152,69 @@ def _role(kind: str, name: str, namespace: str | None, rules: Iterable[Rule]) ->
 def _binding(
     kind: str, name: str, namespace: str | None, role_kind: str, role: str, subjects: Iterable[Subject]
 ) -> dict[str, Any]:
-    meta = {
-        "name": name,
-        **({"namespace": namespace} if namespace else {}),
-        "labels": {"app.kubernetes.io/managed-by": "stratctl"},
-    }
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": kind,
-        "metadata": meta,
+        "metadata": _meta(name, namespace),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
         "subjects": [s.manifest() for s in subjects],
     }
 
 
+def driver_manifests(namespace: str, cluster_wide_reads: bool = False) -> list[dict[str, Any]]:
+    """What a study's driver pod in `namespace` runs as: its ServiceAccount, bound to the
+    submit loop's rights, and its PriorityClass."""
+    account = [Subject("ServiceAccount", DRIVER_SERVICE_ACCOUNT, namespace)]
+    docs = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(DRIVER_SERVICE_ACCOUNT, namespace)},
+        _role("Role", DRIVER_SERVICE_ACCOUNT, namespace, DRIVER),
+        _binding("RoleBinding", DRIVER_SERVICE_ACCOUNT, namespace, "Role", DRIVER_SERVICE_ACCOUNT, account),
+        # preflight and the loop read the namespace, PriorityClasses and queues, and review their rights
+        _binding(
+            "ClusterRoleBinding",
+            f"{DRIVER_SERVICE_ACCOUNT}-{namespace}",
+            None,
+            "ClusterRole",
+            f"stratctl:{namespace}",
+            account,
+        ),
+    ]
+    if cluster_wide_reads:
+        docs.append(
+            _binding(
+                "ClusterRoleBinding",
+                f"{DRIVER_SERVICE_ACCOUNT}-cluster-reads-{namespace}",
+                None,
+                "ClusterRole",
+                "stratctl:cluster-reads",
+                account,
+            )
+        )
+    docs.append(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": _meta(DRIVER_PRIORITY_CLASS),
+            "value": DRIVER_PRIORITY,
+            # it waits for room rather than evict a trial; a trial of a lower class cannot evict it
+            "preemptionPolicy": "Never",
+            "globalDefault": False,
+            "description": "stratctl's study driver pods (submit --in-cluster): ahead of trials, which "
+            "need lower classes never to preempt a driver; a driver preempts no pod",
+        }
+    )
+    return docs
+
+
 def manifests(
-    namespace: str, subjects: list[Subject], cluster_wide_reads: bool = False, report_service_account: str | None = None
+    namespace: str,
+    subjects: list[Subject],
+    cluster_wide_reads: bool = False,
+    report_service_account: str | None = None,
+    driver: bool = False,
 ) -> list[dict[str, Any]]:
-    """The Roles, ClusterRoles and bindings for `subjects` to run studies in `namespace`."""
+    """The Roles, ClusterRoles and bindings for `subjects` to run studies in `namespace`
+    (and, with `driver`, what a study's driver pod runs as)."""
     suffix = "-".join(f"{s.kind.lower()}-{s.name}" for s in subjects)[:200]
     docs = [
         _role("Role", "stratctl", namespace, NAMESPACED),
@@ -175,6 +253,8 @@ def manifests(
                 [Subject("ServiceAccount", report_service_account, namespace)],
             ),
         ]
+    if driver:
+        docs += driver_manifests(namespace, cluster_wide_reads)
     return docs
 
 
@@ -184,15 +264,21 @@ def text(
     cluster_wide_reads: bool = False,
     report_service_account: str | None = None,
     command: str = "",
+    driver: bool = False,
 ) -> str:
     """The manifests as YAML for `kubectl apply -f -`, headed by the command that printed them."""
     head = f"# {command}\n" if command else ""
-    return (
-        head + "# What each rule is for: "
+    head += (
+        "# What each rule is for: "
         "stratctl/backends/kubernetes/verbs/rbac.py; docs/admins/index.md (For cluster admins).\n"
-        + yaml.safe_dump_all(
-            manifests(namespace, subjects, cluster_wide_reads, report_service_account),
-            sort_keys=False,
-            explicit_start=True,
+    )
+    if driver:
+        head += (
+            f"# {DRIVER_SERVICE_ACCOUNT} (ServiceAccount, Role, bindings, PriorityClass): what a study's "
+            "driver pod (`submit --in-cluster`) runs as;\n# an admin applies them once per namespace.\n"
         )
+    return head + yaml.safe_dump_all(
+        manifests(namespace, subjects, cluster_wide_reads, report_service_account, driver),
+        sort_keys=False,
+        explicit_start=True,
     )
