@@ -103,7 +103,7 @@ DRIVER_PRIORITY = 10_000_000
 # What of the Role `stratctl` the submit loop never asks, so its driver pod goes without:
 # Services listed, patched and deleted (`delete`, `submit --in-cluster`), ConfigMaps listed
 # (`status`, `drain --all-noncritical`, shell completion).
-_NOT_THE_LOOP = {("", "services"): {"list", "patch", "delete"}, ("", "configmaps"): {"list"}}
+_NOT_THE_LOOP = {("", "services"): {"list", "delete"}, ("", "configmaps"): {"list"}}
 
 
 def _narrowed(rules: Iterable[Rule], dropped: dict[tuple[str, str], set[str]]) -> tuple[Rule, ...]:

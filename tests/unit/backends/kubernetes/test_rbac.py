@@ -149,7 +149,6 @@ def test_the_driver_role_is_the_submit_users_less_what_only_other_commands_ask()
     assert driver <= user
     assert user - driver == {
         ("list", "", "services"),
-        ("patch", "", "services"),
         ("delete", "", "services"),
         ("list", "", "configmaps"),
     }
