@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from stratctl.backends.kubernetes.api.cluster import POD
-from tests.e2e.support import Cli, delete_study, of_study, wait_until
+from stratctl.backends.kubernetes.api.cluster import POD, Cluster
+from tests.e2e.support import GPU, Cli, delete_study, of_study, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TESTBED_DIR = REPO / "testbed"
@@ -223,3 +223,42 @@ def studies(api, tmp_path):
         delete_study(api, name)
     for name in names:
         wait_until(lambda name=name: not of_study(api, POD, name), 90, message=f"pods of {name} gone")
+
+
+REAL_KEY = "testbed.stratctl.io/real"  # the testbed's label and NoSchedule taint on its real node
+
+
+def runs_processes(node: dict) -> bool:
+    """A Ready node whose kubelet is a kubelet: not one KWOK plays (its annotation, its
+    "fake" kubelet version, its kwok runtime)."""
+    meta, status = node["metadata"], node.get("status") or {}
+    if "kwok.x-k8s.io/node" in (meta.get("annotations") or {}):
+        return False
+    info = status.get("nodeInfo") or {}
+    runtime = info.get("containerRuntimeVersion") or ""
+    if info.get("kubeletVersion") in ("", "fake", None) or not runtime or runtime.startswith("kwok"):
+        return False
+    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    return bool(ready) and ready[0].get("status") == "True"
+
+
+@pytest.fixture(scope="module")
+def real_node(testbed):
+    """The name and GPUs of a node that runs real processes (the testbed's real one first)."""
+    cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
+    try:
+        nodes, _ = cluster.list(("v1", "Node"))
+    finally:
+        cluster.close()
+    real = sorted(
+        (n for n in nodes if runs_processes(n)),
+        key=lambda n: ((n["metadata"].get("labels") or {}).get(REAL_KEY) != "true", n["metadata"]["name"]),
+    )
+    if not real:
+        pytest.skip(
+            f"no node of the cluster runs real processes (all {len(nodes)} are KWOK's or not Ready); "
+            "the local testbed starts one unless STRATCTL_TESTBED_REAL_NODE=0"
+        )
+    node = real[0]
+    gpus = int((node["status"].get("allocatable") or {}).get(GPU, "0") or 0)
+    return node["metadata"]["name"], gpus

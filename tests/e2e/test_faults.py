@@ -88,8 +88,9 @@ def cli(testbed):
 
 def canary(api, namespace: str, timeout: float = 150) -> None:
     """A one-pod gang (admin) must run to Completed, and a batch Job get its pod: the
-    scheduler, the controllers (Volcano's, kube-controller-manager's) and KWOK work. They reconnect to a restarted API server by themselves, but their client-go
-    reflectors back off exponentially (up to 30 s, jittered up to 60 s): after an outage
+    scheduler, the controllers (Volcano's, kube-controller-manager's) and KWOK work. They
+    reconnect to a restarted API server by themselves, but their client-go reflectors back
+    off exponentially (up to 30 s, jittered up to 60 s): after an outage
     they may take a minute or two (seen: 105 s). Fails as the testbed's fault, not the
     product's."""
     name = unique("canary")

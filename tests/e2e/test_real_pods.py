@@ -14,50 +14,12 @@ import textwrap
 
 import pytest
 
+from tests.e2e.conftest import REAL_KEY
 from tests.e2e.support import GPU, Cli, finish, unique, wait_until
 
 pytestmark = pytest.mark.e2e
 
-REAL_KEY = "testbed.stratctl.io/real"  # the testbed's label and NoSchedule taint on its real node
 IMAGE = os.environ.get("STRATCTL_TEST_PYTHON_IMAGE", "stratctl.local/python:3.11")
-
-
-def runs_processes(node: dict) -> bool:
-    """A Ready node whose kubelet is a kubelet: not one KWOK plays (its annotation, its
-    "fake" kubelet version, its kwok runtime)."""
-    meta, status = node["metadata"], node.get("status") or {}
-    if "kwok.x-k8s.io/node" in (meta.get("annotations") or {}):
-        return False
-    info = status.get("nodeInfo") or {}
-    runtime = info.get("containerRuntimeVersion") or ""
-    if info.get("kubeletVersion") in ("", "fake", None) or not runtime or runtime.startswith("kwok"):
-        return False
-    ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-    return bool(ready) and ready[0].get("status") == "True"
-
-
-@pytest.fixture(scope="module")
-def real_node(testbed):
-    """The name and GPUs of a node that runs real processes (the testbed's real one first)."""
-    from stratctl.backends.kubernetes.api.cluster import Cluster
-
-    cluster = Cluster.connect(testbed.kubeconfig, testbed.admin_context, testbed.namespace)
-    try:
-        nodes, _ = cluster.list(("v1", "Node"))
-    finally:
-        cluster.close()
-    real = sorted(
-        (n for n in nodes if runs_processes(n)),
-        key=lambda n: ((n["metadata"].get("labels") or {}).get(REAL_KEY) != "true", n["metadata"]["name"]),
-    )
-    if not real:
-        pytest.skip(
-            f"no node of the cluster runs real processes (all {len(nodes)} are KWOK's or not Ready); "
-            "the local testbed starts one unless STRATCTL_TESTBED_REAL_NODE=0"
-        )
-    node = real[0]
-    gpus = int((node["status"].get("allocatable") or {}).get(GPU, "0") or 0)
-    return node["metadata"]["name"], gpus
 
 
 def real_study(name: str, namespace: str, node: str, gpus: int) -> str:
