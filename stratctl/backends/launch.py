@@ -326,9 +326,10 @@ def _watch(
     yields = study.throttle.yield_to_higher_priority
     if options.detach and reporter is not None:
         reporter.event(
-            "--detach: not watching nodes and pods, so no GPU signal and no yielding to "
-            "higher-priority gangs; trials preempted after it returns are resumed by the next "
-            "`stratctl submit` without --detach"
+            "--detach: returns once every trial is created, not watching nodes and pods until then (no GPU "
+            "signal, no yielding to higher-priority gangs); after it returns nothing resumes preempted trials "
+            "nor asks a search for more. `submit --in-cluster` returns in seconds and keeps the study's loop "
+            "running in the cluster"
         )
     if (options.parallelism == "adaptive" or yields) and not options.detach and not blind:
         from stratctl.backends.kubernetes.watch.capacity import (

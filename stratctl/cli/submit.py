@@ -304,7 +304,8 @@ def _exit_for(progress: Progress, dry_run: bool, timeout: str | None, err: Conso
     if progress.handed_over:
         (err or _stderr()).print(
             f"handed over: study {progress.study} is driven by {progress.handed_over} now; "
-            f"`stratctl status {progress.study}` follows it"
+            f"`stratctl status {progress.study}` follows it",
+            soft_wrap=True,  # one line, as a log reader greps it
         )
         return
     if progress.interrupted:

@@ -142,7 +142,7 @@ def test_sigkill_at_any_moment_then_rerun_creates_each_trial_exactly_once(testbe
     out, err = rerun.communicate(timeout=180)
     assert rerun.returncode == 0, err
     # a detached submit says what it does without: the GPU signal and yielding
-    assert "--detach: not watching nodes and pods, so no GPU signal and no yielding" in err
+    assert "--detach: returns once every trial is created, not watching nodes and pods until then (no GPU signal" in err
     after = {j["metadata"]["name"]: j["metadata"]["uid"] for j in study_jobs(admin, name)}
     assert sorted(after) == sorted(t.name for t in expand(load_study(path)))
     # what the killed run created was recognised, not deleted and recreated
