@@ -93,8 +93,9 @@ def delete(
         out = Console(highlight=False)
         services = f"{d['services']} Service(s), " if d.get("services") else ""
         services += f"{d['scripts']} block ConfigMap(s), " if d.get("scripts") else ""
+        driver = "its driver (Job stratctl-driver-" + study + "), " if d.get("driver") else ""
         out.print(
-            f"{study}: deleted {d['jobs']} job(s), {d['podgroups']} PodGroup(s), {services}{d['pods']} pod(s)"
+            f"{study}: deleted {driver}{d['jobs']} job(s), {d['podgroups']} PodGroup(s), {services}{d['pods']} pod(s)"
             + (", and its record" if d.get("record") else "")
         )
         if outcome.left:

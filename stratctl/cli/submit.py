@@ -272,6 +272,7 @@ def submit(
             output is Output.json,
         )
         return
+    _stop_on_sigterm()
     err = _terminal() if output is Output.text else None
     display = LiveDisplay(err) if err is not None else LogDisplay(sys.stderr)
     metrics = None
@@ -330,6 +331,18 @@ def _exit_for(progress: Progress, dry_run: bool, timeout: str | None, err: Conso
         raise typer.Exit(ExitCode.CONFLICT)
     if progress.errors or progress.failed:
         raise typer.Exit(ExitCode.FAILURE)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops the loop as Ctrl-C does (its mark let go, exit 130, rerun to resume): what a
+    driver's pod gets when it is deleted or evicted, a Slurm job on scancel, a process on `kill`;
+    so the next driver takes the study at once instead of after the pod's grace period."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _terminal() -> Console | None:

@@ -19,6 +19,7 @@ from stratctl.backends.kubernetes.api.resources import BATCH_JOB, CONFIGMAP, LEA
 from stratctl.errors import NotFound
 from tests.e2e.conftest import REAL_KEY
 from tests.e2e.support import Cli, busybox_study, running_pods, unique, wait_until
+from tests.e2e.test_board import query
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +49,7 @@ def drivers(api, studies):
     names: list[str] = []
     yield names.append
     for name in names:
-        for kind in (BATCH_JOB, CONFIGMAP, SERVICE):
+        for kind in (BATCH_JOB, CONFIGMAP, SERVICE, LEASE):
             api.delete(kind, f"stratctl-driver-{name}")
         wait_until(
             lambda name=name: not api.list(POD, label_selector=f"{labels.DRIVER_OF}={name}")[0],
@@ -101,10 +102,10 @@ def test_a_study_sent_in_cluster_outlives_its_command_its_driver_killed_twice_an
     testbed, real_node, api, cli, studies, drivers
 ):
     node, _ = real_node
-    name, trials, cap = unique("incl"), 100, 10
+    name, trials, cap = unique("incl"), 100, 8
     drivers(name)
     path = studies(
-        name, busybox_study(name, testbed.namespace, trials, "4s", cap=cap, extra="retries: {max_retry: 1}\n")
+        name, busybox_study(name, testbed.namespace, trials, "6s", cap=cap, extra="retries: {max_retry: 1}\n")
     )
     laptop = cli.start("submit", path, "--poll-interval", "1")
     follow = None
@@ -128,6 +129,21 @@ def test_a_study_sent_in_cluster_outlives_its_command_its_driver_killed_twice_an
         follow = cli.start("submit", path, "--in-cluster", "--poll-interval", "1", "--follow")
         snap = json.loads(cli.run("status", name, "-o", "json"))
         assert snap["studies"][0]["driver"].startswith(f"pod {pod} on {node} since "), snap["studies"][0]
+        # its metrics, scraped by the testbed's Prometheus from the pod (what the board reads)
+        if testbed.prometheus_url and testbed.prometheus_targets:
+            ip = api.get(POD, pod)["status"]["podIP"]
+            target = testbed.prometheus_targets / f"{name}.json"
+            target.write_text(json.dumps([{"targets": [f"{ip}:9090"]}]))
+            try:
+                wait_until(
+                    lambda: query(testbed.prometheus_url, f'stratctl_target_in_flight{{study="{name}"}}')["data"][
+                        "result"
+                    ],
+                    45,
+                    message="the driver's series scraped from its pod",
+                )
+            finally:
+                target.unlink(missing_ok=True)
         # the driver SIGKILLed, twice: the Job's next pod takes the study at once
         for _ in range(2):
             pid = wait_until(lambda: driver_pid(name), 30, message="the driver's process on the host")
@@ -139,7 +155,14 @@ def test_a_study_sent_in_cluster_outlives_its_command_its_driver_killed_twice_an
         evict(api, testbed.namespace, victim["metadata"]["name"])  # a trial preempted while the driver runs
         api.patch(NODE, node, {"spec": {"unschedulable": True}})
         try:
-            evict(api, testbed.namespace, first.removeprefix("pod ").split(" on ")[0])
+            evicted = first.removeprefix("pod ").split(" on ")[0]
+            evict(api, testbed.namespace, evicted)
+            # its loop stops on the SIGTERM (its mark let go), well within the pod's 30 s grace
+            wait_until(
+                lambda: not api.list(POD, field_selector=f"metadata.name={evicted}")[0],
+                20,
+                message="the evicted driver gone",
+            )
 
             def pending():
                 pods = api.list(POD, label_selector=f"{labels.DRIVER_OF}={name}")[0]

@@ -254,3 +254,23 @@ def test_delete_yes_json_and_the_force_a_followed_study_needs(cli):
         "left": {},
         "kept_record": False,
     }
+
+
+def test_a_study_driven_in_the_cluster_is_deleted_with_its_driver_without_force(tmp_path):
+    from stratctl.backends.kubernetes.api.resources import BATCH_JOB, CONFIGMAP
+    from stratctl.backends.kubernetes.rendering.driverjob import DriverSpec, config_map, job, service
+
+    cluster = FakeCluster()
+    submitted(tmp_path, cluster, "sweep")
+    heartbeat(cluster, "sweep", NOW - 5)  # the driver's loop follows it
+    spec = DriverSpec("sweep", cluster.namespace, "img", {"sweep.yaml": "name: sweep\n"}, "sweep.yaml")
+    for manifest in (config_map(spec), service(spec), job(spec)):
+        cluster.create(manifest)
+    found = core.survey(cluster, cluster.namespace, "sweep", NOW)
+    assert found.driver and found.describe().endswith(", and its driver (Job stratctl-driver-sweep)")
+    assert core.check(found, NOW, force=False, yes=True, interactive=False) is False  # delete stops the driver itself
+    outcome = core.delete(cluster, cluster.namespace, "sweep", clock=FakeClock(), sleep=lambda s: None)
+    assert outcome.deleted["driver"] == 1
+    for kind in (BATCH_JOB, CONFIGMAP, SERVICE):
+        with pytest.raises(Exception, match="not found"):
+            cluster.get(kind, "stratctl-driver-sweep")

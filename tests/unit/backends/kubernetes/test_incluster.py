@@ -272,3 +272,19 @@ def test_an_absolute_templates_dir_is_refused_naming_the_file(tmp_path):
     path.write_text(STUDY.format(templates=tmp_path / "tpl"))
     with pytest.raises(UsageError, match=r"sweep.yaml: templates_dir: .* relative to the study file"):
         study_files(load_study(path))
+
+
+def test_a_driver_of_another_version_is_one_warning_line_naming_both():
+    from stratctl.backends.kubernetes.verbs.incluster import Driven
+
+    older = Driven("p", "n", "stratctl-driver-sweep", NS, "0.0.9")
+    assert older.version_warning() == f"warning: the driver runs stratctl 0.0.9, this command is stratctl {VERSION}"
+    assert Driven("p", "n", "j", NS, VERSION).version_warning() is None
+    assert Driven("p", "n", "j", NS, "").version_warning() is None  # a Lease that does not say
+
+
+def test_the_lease_names_the_version_of_its_holder():
+    cluster = FakeCluster(NS)
+    LeaseStore(cluster, NS, "sweep").write(Mark("me", 1.0, 1.0, 30.0), "")
+    lease = cluster.get(("coordination.k8s.io/v1", "Lease"), "stratctl-driver-sweep", NS)
+    assert lease["metadata"]["annotations"] == {labels.VERSION: VERSION}
