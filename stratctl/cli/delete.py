@@ -110,15 +110,18 @@ def _scheduler_delete(on_scheduler: OnScheduler, yes: bool, keep_record: bool, f
 
     study, scheduler = on_scheduler
     loop = attemptdelete.following(scheduler, time.time())
-    if attemptdelete.check(study, loop, time.time(), force, yes, interactive()):
+    driver = scheduler.driver()
+    if attemptdelete.check(study, loop, time.time(), force, yes, interactive(), driver):
         where = f"{scheduler.title} study {study.name} (its study directory {scheduler.output})"
+        where += f" and its driver (slurm job {driver})" if driver else ""
         if not typer.confirm(f"Delete {where}?", default=False):
             typer.echo("not deleted", err=True)
             raise typer.Exit(1)
     removal = attemptdelete.delete(study, scheduler, keep_record=keep_record)
     if not emit(removal.as_dict(), output):
         kept = "kept its study directory" if keep_record else "removed its study directory"
+        drivers = "".join(f"cancelled its driver, job {job}; " for job in removal.drivers)
         typer.echo(
-            f"{study.name}: ended {len(removal.ended)} {scheduler.title} attempt(s) still in flight, "
+            f"{study.name}: {drivers}ended {len(removal.ended)} {scheduler.title} attempt(s) still in flight, "
             f"{kept} {removal.directory}"
         )

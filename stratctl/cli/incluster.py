@@ -1,5 +1,6 @@
 """`submit --in-cluster` on the command line: the flags that pass through to the driver, the
-line saying where it runs, and `--follow`'s table until the driver ends."""
+line saying where it runs (a pod, a Slurm job), and `--follow`'s table until a Kubernetes
+driver ends."""
 
 from __future__ import annotations
 
@@ -43,28 +44,13 @@ def run(
 
     assert isinstance(options, SubmitOptions)
     driver = DriverOptions(image or DEFAULT_IMAGE, node_selector(selector), scheduler)
-    study, driven = hand_over(file, connection, options, flags, driver)
-    ns = driven.namespace
-    if as_json:
-        typer.echo(
-            json.dumps(
-                {
-                    "study": study,
-                    "namespace": ns,
-                    "job": driven.job,
-                    "pod": driven.pod,
-                    "node": driven.node,
-                    "version": driven.version,
-                    "kept": driven.kept,
-                }
-            )
-        )
-    else:
-        typer.echo(driven.line(study))
+    study, driven = hand_over(file, connection, options, flags, driver, follow)
+    typer.echo(json.dumps({"study": study, **driven.as_dict()}) if as_json else driven.line(study))
     warning = driven.version_warning()
     if warning:
         print(warning, file=sys.stderr)
-    if follow:
+    if follow:  # a Kubernetes driver (hand_over refused it elsewhere)
+        ns = driven.as_dict()["namespace"]
         _follow(Connection(connection.kubeconfig, connection.context, ns), study)
 
 

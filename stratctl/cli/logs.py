@@ -36,7 +36,7 @@ def logs(
     ] = "loss",
     driver: Annotated[
         bool,
-        typer.Option("--driver", help="The study's driver in the cluster (`submit --in-cluster`): its loop's output."),
+        typer.Option("--driver", help="The study's driver (`submit --in-cluster`: a pod, a Slurm job): its output."),
     ] = False,
     task: Annotated[
         str | None, typer.Option("--task", metavar="NAME", help="Only the pods of this task of the gang.")
@@ -72,11 +72,12 @@ def logs(
             else "name a trial or pass --best, not both"
         )
     on_scheduler = file_study(study, backend, rm)
-    if on_scheduler and driver:
-        raise UsageError("--driver shows a driver in a Kubernetes cluster (`submit --in-cluster`)")
     if on_scheduler:
         refuse_kubernetes_options(on_scheduler, kubeconfig=kubeconfig, context=context, namespace=namespace)
-        _scheduler_logs(on_scheduler, trial, best, sort, task, follow, tail)
+        if driver:
+            _slurm_driver_logs(on_scheduler, follow, tail)
+        else:
+            _scheduler_logs(on_scheduler, trial, best, sort, task, follow, tail)
         return
     cluster = one_shot(Connection(kubeconfig, context, namespace))
     try:
@@ -113,6 +114,25 @@ def _driver_logs(cluster: Cluster, ns: str, study: str, follow: bool, tail: int 
         )
     found = core.sources(started[-1:] if follow else started)
     for prefix, line in core.lines(cluster, ns, found, tail=tail, follow=follow):
+        typer.echo(f"{prefix} {line}" if prefix else line)
+
+
+def _slurm_driver_logs(on_scheduler: OnScheduler, follow: bool, tail: int | None) -> None:
+    """The logs of the study's driver jobs (Slurm, `submit --in-cluster`), oldest first, each
+    line prefixed with its file when there were several; following, the newest one alone."""
+    from stratctl.backends.batch import logs as attemptlogs
+    from stratctl.backends.slurm.driver import log_files
+    from stratctl.errors import UsageError
+
+    study, scheduler = on_scheduler
+    if study.backend != "slurm":
+        raise UsageError(f"--driver shows a study's driver (`submit --in-cluster`): {scheduler.title} runs none")
+    found = log_files(scheduler.output)
+    if not found:
+        raise UsageError(f"study {study.name} has no driver log (`submit --in-cluster` runs its driver as a job)")
+    shown = found[-1:] if follow or len(found) == 1 else found
+    files = [("" if len(shown) == 1 else path.stem, path) for path in shown]
+    for prefix, line in attemptlogs.lines(files, tail=tail, follow=follow, running=lambda: bool(scheduler.driver())):
         typer.echo(f"{prefix} {line}" if prefix else line)
 
 

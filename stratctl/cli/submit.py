@@ -156,8 +156,9 @@ def submit(
         typer.Option(
             "--in-cluster",
             help=(
-                "Run the study's loop in the cluster, as a Job of one pod (its driver, `stratctl rbac --driver`), "
-                "and return once that pod drives the study: it goes on while this machine sleeps."
+                "Run the study's loop in the cluster, as a Job of one pod (its driver, `stratctl rbac --driver`; "
+                "on Slurm a job of one CPU), and return once it drives the study: it goes on while this machine "
+                "sleeps."
             ),
             rich_help_panel="In the cluster",
         ),

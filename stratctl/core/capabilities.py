@@ -45,6 +45,7 @@ class Capabilities:
     | a gang smaller than the trial (`min_available`) | yes | yes | no | no |
     | environment values from the cluster (not literal) | yes | yes | no | no |
     | `submit --storage`, `--move-waiting`, `--dry-run=server`, `--prometheus-url` | yes | yes | no | no |
+    | `submit --in-cluster` (the loop as a Job of one pod; on Slurm as a small batch job) | yes | yes | yes | no |
     """
 
     name: str  # the backend as problems name it
@@ -54,10 +55,10 @@ class Capabilities:
     partial_gang: bool  # pods outside the gang (min_available below a trial's or a task's pods)
     cluster_env: bool  # environment values the cluster fills in (not a literal string: core/task.py drops them)
     options: frozenset[str]  # of OPTIONS, the submit options it honours
-    instead: Mapping[str, str] = field(default_factory=dict)  # a field it drops -> what to do instead
+    instead: Mapping[str, str] = field(default_factory=dict)  # a field (or option) it drops -> what to do instead
 
 
-OPTIONS = ("--storage", "--move-waiting", "--dry-run=server", "--prometheus-url")
+OPTIONS = ("--storage", "--move-waiting", "--dry-run=server", "--prometheus-url", "--in-cluster")
 _NODE = frozenset({"cpu", "memory", GPU})  # what an attempt's job asks of a node (core/task.py)
 
 CAPABILITIES: dict[str, Capabilities] = {
@@ -86,7 +87,7 @@ CAPABILITIES: dict[str, Capabilities] = {
         resources=_NODE,
         partial_gang=False,
         cluster_env=False,
-        options=frozenset(),
+        options=frozenset({"--in-cluster"}),
         instead={
             "queue": "use slurm.partition",
             "priority_class": "use slurm.qos",
@@ -114,6 +115,10 @@ CAPABILITIES: dict[str, Capabilities] = {
             "trial.network_topology": "use yarn.placement: pack with placement_scope: rack",
             "trial.template": "put a yarn-task.sh.j2 in templates_dir",
             "retries.max_retry": "use yarn.max_app_attempts",
+            "--in-cluster": (
+                "YARN runs a long-lived process only as an application with an application master of its own, "
+                "and the submit loop is none: run submit on a machine that stays up"
+            ),
         },
     ),
 }
@@ -305,9 +310,10 @@ def refuse_options(study: Any, given: Iterable[str]) -> None:
     caps = of(study)
     unsupported = [option for option in given if option in OPTIONS and option not in caps.options]
     if unsupported:
+        why = caps.instead.get(unsupported[0], caps.runs) if len(unsupported) == 1 else caps.runs
         raise UsageError(
             f"{', '.join(unsupported)}: backend {caps.name} does not support "
-            f"{'this option' if len(unsupported) == 1 else 'these options'} ({caps.runs}); "
+            f"{'this option' if len(unsupported) == 1 else 'these options'} ({why}); "
             f"nothing was submitted"
         )
 

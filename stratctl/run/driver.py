@@ -31,6 +31,7 @@ from stratctl.errors import ClusterError, ExitCode, StratctlError
 TTL = 30.0  # seconds a mark lives without a renewal, at least
 CYCLES = 3  # ... or this many cycles, when a cycle is longer
 ASK_EVERY = 0.5  # seconds between two looks at the mark while a take-over waits for the holder
+SLURM_JOB = "slurm job "  # how the mark names a driver that runs in a Slurm job
 RACES = 20  # writes of the mark lost in a row to other writers before `acquire` gives up
 
 
@@ -41,12 +42,18 @@ def expiry(poll_interval: float) -> float:
 
 def identity(env: dict[str, str] | None = None) -> str:
     """Who this driver is, as the mark names it: its pod and node when it runs in one (set by
-    the driver's Job from the downward API), else its host and process."""
+    the driver's Job from the downward API); its Slurm job and node when it runs in one
+    (`slurm job 812 on gpu-3`: a job Slurm requeued and started again on the same node is
+    the same driver, and the scheduler tells whether that job still runs); else its host
+    and process."""
     env = dict(os.environ) if env is None else env
     pod = env.get("STRATCTL_DRIVER_POD")
     if pod:
         node = env.get("STRATCTL_DRIVER_NODE")
         return f"pod {pod}" + (f" on {node}" if node else "")
+    job, node = env.get("SLURM_JOB_ID"), env.get("SLURMD_NODENAME")
+    if job and node:
+        return f"{SLURM_JOB}{job} on {node}"
     return f"{socket.gethostname()} pid {os.getpid()}"
 
 

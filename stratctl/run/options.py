@@ -22,6 +22,7 @@ class SubmitOptions:
     timeout: float | None = None  # seconds after which the loop stops, trials left running (--timeout)
     move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
     take_over: bool = False  # ask the study's live driver to hand it over (run/driver.py)
+    in_cluster: bool = False  # hand the study to a driver in the cluster (backends/incluster.py)
     storage: str | None = (
         None  # an Optuna storage URL the closed-loop search is mirrored into (backends/kubernetes/search/storage.py)
     )
@@ -36,6 +37,7 @@ class SubmitOptions:
                 ("--move-waiting", self.move_waiting),
                 ("--dry-run=server", self.dry_run == "server"),
                 ("--prometheus-url", self.prometheus_url),
+                ("--in-cluster", self.in_cluster),
             )
             if on
         ]

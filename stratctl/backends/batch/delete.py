@@ -5,7 +5,8 @@ kept with `--keep-record`), and the name forgotten (backends/batch/catalog.py).
 
 As on Kubernetes, it refuses while a submit loop follows the study (its heartbeat,
 backends/batch/following.py) unless `--force`, and asks for a confirmation on a terminal unless
-`--yes`. Slurm and YARN list ended jobs for a while after (MinJobAge,
+`--yes`. A study's driver job (Slurm, `submit --in-cluster`) is cancelled first, and its
+loop is no reason to refuse. Slurm and YARN list ended jobs for a while after (MinJobAge,
 max-completed-applications): a submit of the same study meanwhile sees the cancelled ones.
 """
 
@@ -36,6 +37,7 @@ class Removal:
     directory: str
     ended: list[str] = field(default_factory=list)  # the scheduler's ids of the attempts ended
     kept_record: bool = False
+    drivers: list[int] = field(default_factory=list)  # its driver jobs cancelled (`submit --in-cluster`)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -44,13 +46,24 @@ class Removal:
             "ended": list(self.ended),
             "directory": self.directory,
             "kept_record": self.kept_record,
+            "drivers": list(self.drivers),
         }
 
 
-def check(study: Study, loop: dict[str, Any] | None, now: float, force: bool, yes: bool, interactive: bool) -> bool:
+def check(
+    study: Study,
+    loop: dict[str, Any] | None,
+    now: float,
+    force: bool,
+    yes: bool,
+    interactive: bool,
+    driver: int | None = None,
+) -> bool:
     """Whether to ask for a confirmation before deleting (pure); raises when it may not go on.
-    `loop`: the heartbeat of the submit loop following the study, if one does."""
-    if loop is not None and not force:
+    `loop`: the heartbeat of the submit loop following the study, if one does; `driver`:
+    its driver job in the cluster, if one runs (`submit --in-cluster`): delete stops it, so
+    its loop is no reason to refuse."""
+    if loop is not None and not force and driver is None:
         where = f" on {loop.get('host')} (pid {loop.get('pid')})" if loop.get("host") else ""
         raise Followed(
             f"a submit loop{where} is following study {study.name} (heartbeat "
@@ -71,6 +84,7 @@ def delete(study: Study, scheduler: Scheduler, keep_record: bool = False) -> Rem
     directory = Path(scheduler.output)  # type: ignore[attr-defined]
     removal = Removal(study.name, study.backend, str(directory), kept_record=keep_record)
     scheduler.set_drained(True)  # a loop that starts meanwhile admits nothing
+    removal.drivers = scheduler.stop_driver()  # its driver in the cluster first: it submits nothing more
     for _, attempt in sorted(scheduler.attempts(marks=False).items()):
         if attempt.job and not attempt.state.finished:
             try:

@@ -353,6 +353,7 @@ class AttemptLoop(Cycle):
             take_over=self.options.take_over,
             sleep=self.sleep,
             say=self.reporter.event,
+            dead=self.scheduler.driver_gone,
         )
         driver.acquire()
         return driver

@@ -81,6 +81,11 @@ class Scheduler(Protocol):
     def give_up(self, attempt: Attempt, reason: str) -> None: ...
     def given_up(self) -> dict[str, str]: ...  # trial -> why it was given up
 
+    # its driver (`submit --in-cluster`, run/driver.py): who holds the study's mark
+    def driver_gone(self, holder: str) -> bool: ...  # the holder is known dead: its mark is taken at once
+    def driver(self) -> int | None: ...  # the study's driver job in the cluster, queued or running
+    def stop_driver(self) -> list[int]: ...  # those cancelled (`delete`)
+
     # counters for the submit summary
     @property
     def calls(self) -> int: ...

@@ -67,6 +67,16 @@ def error_of(command: str, code: int, stderr: str) -> Exception:
     return Invalid(message, status=422)
 
 
+@dataclass(frozen=True)
+class Listed:
+    """One job as `squeue --format` lists it."""
+
+    job: int
+    state: str  # RUNNING, PENDING, COMPLETED, FAILED, CANCELLED...
+    reason: str  # why it waits or ended (`None` when nothing to say)
+    nodes: str  # where it runs ("" while pending)
+
+
 @dataclass
 class Slurm:
     """One Slurm cluster as its commands see it (SLURM_CONF and the like come from `env`)."""
@@ -155,6 +165,20 @@ class Slurm:
         out = self._run(["squeue", "--all", "--noheader", "--format=%F", f"--name={name}"])
         ids = [int(x) for x in out.split() if x.isdigit()]
         return min(ids) if ids else None
+
+    def listed(self, *selector: str) -> list[Listed]:
+        """The jobs `selector` picks (squeue's `--me`, `--name=NAME`, `--jobs=ID`), ended ones
+        the controller remembers included, oldest first; a job id it has forgotten is no
+        job (squeue refuses it: "Invalid job id")."""
+        argv = ["squeue", "--states=all", "--noheader", "--format=%i|%T|%r|%N", *selector]
+        try:
+            out = self._run(argv)
+        except Invalid as exc:
+            if "invalid job id" in str(exc).lower():
+                return []
+            raise
+        rows = [line.split("|", 3) for line in out.splitlines() if line.count("|") >= 3]
+        return sorted((Listed(int(r[0]), r[1], r[2], r[3]) for r in rows if r[0].isdigit()), key=lambda job: job.job)
 
     # a job is its id, a task of a job array `<array id>_<task>`
 

@@ -21,6 +21,7 @@ from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.batch.scheduler import study_directory
 from stratctl.backends.slurm.blocks import BLOCKS, read_blocks
 from stratctl.backends.slurm.commands import Slurm
+from stratctl.backends.slurm.driver import holder_gone, running, stop
 from stratctl.backends.slurm.script import TASKS, Script, block_script, build, comment_prefix, task_line
 from stratctl.backends.slurm.state import latest, read_marks
 from stratctl.core.render import Renderer, bundled_templates
@@ -226,3 +227,17 @@ class SlurmScheduler(StudyFiles, Counted):
     def cancel(self, attempt: Attempt) -> None:
         """End a pending, running or held attempt (`stratctl delete`)."""
         self.slurm.cancel(attempt.job)
+
+    # -- its driver (`submit --in-cluster`, driver.py) -------------------------------------
+
+    def driver_gone(self, holder: str) -> bool:
+        return holder_gone(self.slurm, holder)
+
+    def driver(self) -> int | None:
+        """The study's driver job, queued or running, if any."""
+        found = running(self.slurm, self.study.name)
+        return found.job if found else None
+
+    def stop_driver(self) -> list[int]:
+        """Cancel the study's driver job, if one is queued or running (`stratctl delete`)."""
+        return stop(self.slurm, self.study.name)

@@ -216,22 +216,21 @@ def _array_template(directories: tuple[str, ...]) -> Template:
     return sandbox.environment(FileSystemLoader(list(directories))).get_template(ARRAY_TEMPLATE)
 
 
+def placement(slurm: Slurm) -> list[str]:
+    """Where the study's jobs go and on whose account: its partition, account and QOS, as
+    every job of the study asks them (its attempts, and its driver, backends/slurm/driver.py)."""
+    chosen = (("partition", slurm.partition), ("account", slurm.account), ("qos", slurm.qos))
+    return [f"--{key}={value}" for key, value in chosen if value]
+
+
 def _component(slurm: Slurm, task: Task, first: list[str], output: str | None = None) -> list[str]:
     """The #SBATCH options of one component (task) of the job: `first` and the log file
     `output` directory for the first component only."""
     options = list(first)
     options += [f"--ntasks={task.replicas}", f"--time={slurm.minutes}"]
     options += [f"--output={output}/{task.name}-%j.log", "--requeue"] if output is not None else ["--requeue"]
-    options += [
-        f"--{key}={value}"
-        for key, value in (
-            ("partition", slurm.partition),
-            ("account", slurm.account),
-            ("qos", slurm.qos),
-            ("constraint", slurm.constraint),
-        )
-        if value
-    ]
+    options += placement(slurm)
+    options += [f"--constraint={slurm.constraint}"] if slurm.constraint else []
     if task.gpus:
         options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}{task.gpus}")
     if task.cpus:

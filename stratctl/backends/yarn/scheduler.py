@@ -38,6 +38,7 @@ from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study
 from stratctl.errors import Invalid, NotFound, Throttled, UsageError
+from stratctl.run.driver import gone
 
 REFUSED_HOLD = 10.0  # seconds without a submission after the queue refused one for its application limits
 GPU = "yarn.io/gpu"
@@ -312,6 +313,17 @@ class YarnScheduler(StudyFiles, Counted):
             self.rm.kill(attempt.job)
         except NotFound:
             pass  # the RM forgot it: it ended
+
+    # -- its driver: a loop that runs where `submit` ran (no `--in-cluster` on YARN) ----------
+
+    def driver_gone(self, holder: str) -> bool:
+        return gone(holder)
+
+    def driver(self) -> int | None:
+        return None
+
+    def stop_driver(self) -> list[int]:
+        return []
 
     def release(self, attempt: Attempt) -> None:
         """Submit the drained trial's next attempt (it resumes from its checkpoint)."""

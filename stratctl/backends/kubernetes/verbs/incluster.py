@@ -63,6 +63,16 @@ class Driven:
             f"`stratctl status {study}` follows it, `stratctl logs {study} --driver` shows its output"
         )
 
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "job": self.job,
+            "pod": self.pod,
+            "node": self.node,
+            "version": self.version,
+            "kept": self.kept,
+        }
+
     def version_warning(self) -> str | None:
         if self.version and self.version != VERSION:
             return f"warning: the driver runs stratctl {self.version}, this command is stratctl {VERSION}"
