@@ -184,7 +184,10 @@ def _held(
     while True:
         mark, _ = store.read()
         now = wall()
-        if mark is not None and mark.holder.startswith(prefix) and mark.live(now):
+        # the job's mark, and the job running where it says: not the mark of its run that
+        # was killed, before Slurm started it again
+        held = mark is not None and mark.holder.startswith(prefix) and mark.live(now)
+        if held and mark is not None and not holder_gone(slurm, mark.holder):
             return mark.holder.removeprefix(prefix)
         if now - checked >= 2.0:
             checked = now

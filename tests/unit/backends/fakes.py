@@ -47,8 +47,8 @@ class FakeSlurm:
     def __call__(self, argv, input=None, **_):
         self.commands.append(list(argv))
         if argv[0] == "sbatch":
-            comment = next(
-                line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --comment=")
+            comment = next(  # none: a study's driver job (backends/slurm/driver.py)
+                (line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --comment=")), None
             )
             name = next(line.split("=", 1)[1] for line in input.splitlines() if line.startswith("#SBATCH --job-name="))
             answer = self.sbatch_answers.pop(0) if self.sbatch_answers else "ok"
@@ -93,6 +93,20 @@ class FakeSlurm:
             return subprocess.CompletedProcess(
                 argv, 0, "COMMENT\n" + "".join(f"{j.get('comment') or '(null)'}\n" for j in self.jobs), ""
             )
+        if argv[0] == "squeue" and "--format=%i|%T|%r|%N" in argv:  # Slurm.listed: by --name or --jobs
+            picked = self.jobs
+            for option in argv:
+                key, _, value = option.partition("=")
+                if key == "--name":
+                    picked = [j for j in picked if j["name"] == value]
+                elif key == "--jobs":
+                    picked = [j for j in picked if j["job_id"] == int(value)]
+                    if not picked:
+                        return subprocess.CompletedProcess(
+                            argv, 1, "", "slurm_load_jobs error: Invalid job id specified"
+                        )
+            rows = (f"{j['job_id']}|{j['job_state']}|{j['state_reason']}|{j.get('nodes', '')}\n" for j in picked)
+            return subprocess.CompletedProcess(argv, 0, "".join(rows), "")
         if argv[0] == "squeue":  # find by name
             name = argv[-1].split("=", 1)[1]
             return subprocess.CompletedProcess(
