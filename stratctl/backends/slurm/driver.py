@@ -256,11 +256,22 @@ def log_files(directory: Path) -> list[Path]:
     return sorted((directory / DRIVER).glob("driver-*.log"), key=lambda p: p.stat().st_mtime)
 
 
-def stop(slurm: Slurm, study: str) -> list[int]:
-    """Cancel the study's queued or running driver jobs (`stratctl delete`): their ids."""
+def stop(
+    slurm: Slurm,
+    study: str,
+    wall: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    patience: float = 15.0,
+) -> list[int]:
+    """Cancel the study's queued or running driver jobs (`stratctl delete`): their ids, once
+    none runs any more (or `patience` seconds passed), so that no cycle of theirs writes
+    into the study directory after `delete` removed it."""
     stopped = []
     for found in slurm.listed("--me", f"--name={job_name(study)}"):
         if found.state not in ENDED:
             slurm.cancel(found.job)
             stopped.append(found.job)
+    deadline = wall() + patience
+    while stopped and running(slurm, study) is not None and wall() < deadline:
+        sleep(0.5)
     return stopped
