@@ -5,9 +5,11 @@ Kubernetes study's (backends/kubernetes/objects/summary.py), so every output for
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from stratctl.attempt import Attempt
-from stratctl.backends.batch.scheduler import Scheduler
+from stratctl.backends.batch.driverfile import FileStore
+from stratctl.backends.batch.scheduler import Scheduler, study_directory
 from stratctl.backends.batch.trials import gangs, given_up_of, limits_of, trial_state
 from stratctl.core.space import Trial, attempt_name, expand
 from stratctl.core.spec import Study
@@ -30,7 +32,16 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
         state = trial_state(attempt, limits, trial.name in given_up) if attempt else TrialState.WAITING
         why = given_up.get(trial.name, "")
         rows.append(_trial_row(study, trial, attempt, state, why, gpus_of[trial.name], scheduler, now))
-    return Snapshot(scheduler.where, now, [_study_row(study, rows)], rows)
+    row = replace(_study_row(study, rows), driver=driver_of(study, now))
+    return Snapshot(scheduler.where, now, [row], rows)
+
+
+def driver_of(study: Study, now: float) -> str:
+    """Who drives the study, as its live mark in the study's directory says ("" when no loop holds it)."""
+    mark, _ = FileStore(study_directory(study)).read()
+    if mark is None or not mark.live(now):
+        return ""
+    return f"{mark.holder} since {time.strftime('%H:%M:%S', time.localtime(mark.since))}"
 
 
 def _trial_row(

@@ -192,3 +192,22 @@ def test_status_of_a_task_that_exited_3_says_exit_3_and_of_one_killed_says_its_s
         "signal 15 (SIGTERM)",
     ]
     assert rows[names["exit3"]].exit_code == 3 and rows[names["sig9"]].exit_code is None
+
+
+def test_status_names_the_live_driver_of_a_study_from_its_mark_in_the_study_directory(tmp_path):
+    from stratctl.backends.batch.driverfile import FileStore
+    from stratctl.backends.batch.scheduler import study_directory
+    from stratctl.run.driver import Mark as DriverMark
+
+    study = load(
+        tmp_path,
+        "name: s\nbackend: slurm\nspace: {seed: {type: int, low: 0, high: 1, grid: true}}\nstrategy: {kind: grid}\n"
+        "trial: {command: [train], resources: {limits: {nvidia.com/gpu: 1}}}\n",
+    )
+    assert snapshot(study, Ended([]), now=2e9).studies[0].driver == ""  # no mark: nobody drives it
+    directory = study_directory(study)
+    directory.mkdir(parents=True, exist_ok=True)
+    FileStore(directory).write(DriverMark("slurm job 42 on sn2", 2e9 - 60, 2e9 - 5, 30.0), "")
+    [row] = snapshot(study, Ended([]), now=2e9).studies
+    assert row.driver.startswith("slurm job 42 on sn2 since ")
+    assert snapshot(study, Ended([]), now=2e9 + 60).studies[0].driver == ""  # its mark expired
