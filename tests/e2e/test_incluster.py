@@ -19,7 +19,7 @@ from stratctl import labels
 from stratctl.backends.kubernetes.api.resources import BATCH_JOB, CONFIGMAP, LEASE, NODE, POD, SERVICE, VOLCANO_JOB
 from stratctl.errors import NotFound
 from tests.e2e.conftest import REAL_KEY
-from tests.e2e.support import Cli, busybox_study, high_priority_gang, running_pods, unique, wait_until
+from tests.e2e.support import Cli, busybox_study, running_pods, unique, wait_until
 from tests.e2e.test_board import query
 
 pytestmark = pytest.mark.e2e
@@ -117,7 +117,7 @@ def test_a_study_sent_in_cluster_outlives_its_command_its_driver_killed_twice_an
         ),
     )
     laptop = cli.start("submit", path, "--poll-interval", "1")
-    follow, prod = None, unique("prod")
+    follow = None
     try:
         wait_until(lambda: len(running_pods(api, f"{labels.STUDY}={name}")) >= 3, 60, message="the laptop's trials")
         # the study goes into the cluster: the command returns once the driver holds it
@@ -198,9 +198,6 @@ def test_a_study_sent_in_cluster_outlives_its_command_its_driver_killed_twice_an
         finally:
             api.patch(NODE, node, {"spec": {"unschedulable": None}})
         new_holder(api, name, first)
-        # production arrives: a high-priority gang bigger than the GPUs the study leaves free;
-        # the driver yields (its target falls), then takes the GPUs back once the gang ran
-        high_priority_gang(api, testbed.namespace, prod, pods=60)
         # the study goes on to its end without any command of ours running its loop
         code = follow.wait(timeout=300)
         followed_out, followed_err = follow.communicate()
@@ -211,7 +208,6 @@ def test_a_study_sent_in_cluster_outlives_its_command_its_driver_killed_twice_an
         for process in (laptop, follow):
             if process is not None and process.poll() is None:
                 process.kill()
-        api.delete(VOLCANO_JOB, prod)
     job = api.get(BATCH_JOB, f"stratctl-driver-{name}")
     assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"]), job["status"]
     assert job["status"].get("failed", 0) == 2  # the two killed pods; the evicted one is not counted
