@@ -38,6 +38,9 @@ class Attempt:
     # (queued: not in flight, not due either)
     block: str = ""
     queued: bool = False
+    # where it waits or ran: a Slurm job's partition (the one it started in, of a study's list
+    # of partitions), a YARN application's queue; "" when the scheduler does not say
+    queue: str = ""
 
     @property
     def failures(self) -> int:

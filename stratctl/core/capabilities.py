@@ -46,6 +46,7 @@ class Capabilities:
     | environment values from the cluster (not literal) | yes | yes | no | no |
     | `submit --storage`, `--move-waiting`, `--dry-run=server`, `--prometheus-url` | yes | yes | no | no |
     | `submit --in-cluster` (the loop as a Job of one pod; on Slurm as a small batch job) | yes | yes | yes | no |
+    | `queue`: a name or a list (queue fallback) | Volcano queues | Volcano queues | partitions (`-p a,b`) | no |
     """
 
     name: str  # the backend as problems name it
@@ -56,6 +57,8 @@ class Capabilities:
     cluster_env: bool  # environment values the cluster fills in (not a literal string: core/task.py drops them)
     options: frozenset[str]  # of OPTIONS, the submit options it honours
     instead: Mapping[str, str] = field(default_factory=dict)  # a field (or option) it drops -> what to do instead
+    # the backend's own option that `queue` stands for (both set: which one?), when it honours `queue`
+    queue_option: str | None = None
 
 
 OPTIONS = ("--storage", "--move-waiting", "--dry-run=server", "--prometheus-url", "--in-cluster")
@@ -89,7 +92,6 @@ CAPABILITIES: dict[str, Capabilities] = {
         cluster_env=False,
         options=frozenset({"--in-cluster"}),
         instead={
-            "queue": "use slurm.partition",
             "priority_class": "use slurm.qos",
             "trial.node_selector": "use slurm.constraint (node features)",
             "trial.affinity": "use slurm.constraint (node features)",
@@ -97,6 +99,7 @@ CAPABILITIES: dict[str, Capabilities] = {
             "trial.template": "put a slurm-job.sh.j2 in templates_dir",
             "checkpoint.grace_seconds": "remove it (Slurm's GraceTime, its partition's or QOS's, decides)",
         },
+        queue_option="slurm.partition",
     ),
     YARN: Capabilities(
         YARN,
@@ -139,7 +142,8 @@ class Field:
 # resources: Capabilities.resources).
 FIELDS = (
     Field("namespace", "a Kubernetes namespace", KUBERNETES),
-    Field("queue", "a Volcano queue", KUBERNETES),
+    # Slurm: the partitions, a list as one multi-partition submission (backends/slurm/script.py)
+    Field("queue", "a Volcano queue", KUBERNETES | {SLURM}),
     Field("priority_class", "a Kubernetes PriorityClass", KUBERNETES),
     Field("workload", "a Kubernetes workload kind", KUBERNETES),
     Field("slurm", "Slurm's options", frozenset({SLURM})),
@@ -273,6 +277,12 @@ def problems(study: Any) -> list[Problem]:
                 + (hint or "remove it")
                 + _where(entry.honoured_by),
             )
+    if caps.queue_option and study.queue != "default" and _option(study, caps.queue_option) is not None:
+        say(
+            ("queue",),
+            f"{caps.queue_option} says it too: on backend {caps.name} queue is {caps.queue_option} "
+            f"(a list of them: each trial starts in the first that can run it); keep one of the two",
+        )
     slips = {}  # resource names a typo away from an accelerator's: said as such, on every backend
     for path, name in _resources(study):
         meant = misspelt(name)
@@ -316,6 +326,14 @@ def refuse_options(study: Any, given: Iterable[str]) -> None:
             f"{'this option' if len(unsupported) == 1 else 'these options'} ({why}); "
             f"nothing was submitted"
         )
+
+
+def _option(study: Any, dotted: str) -> Any:
+    """The value of a backend option (`slurm.partition`), None when unset."""
+    node = study
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+    return node
 
 
 def _where(backends: frozenset[str]) -> str:

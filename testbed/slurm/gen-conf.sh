@@ -78,6 +78,9 @@ cat <<CONF
 
 PartitionName=research Nodes=ALL Default=YES PriorityTier=1 PreemptMode=REQUEUE MaxTime=INFINITE State=UP
 PartitionName=prod Nodes=ALL Default=NO PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
+# edge: one node, the research tier: a study listing [edge, research] (queue fallback) meets an
+# edge full when one job takes sn$NODES's GPUs, and Slurm starts its trials in research instead
+PartitionName=edge Nodes=sn$NODES Default=NO PriorityTier=1 PreemptMode=REQUEUE MaxTime=INFINITE State=UP
 CONF
 } > "$out/slurm.conf"
 

@@ -80,7 +80,7 @@ def _trial_row(
         # why a failed attempt with no exit code failed (the signal that killed it, the scheduler's words)
         # and why it was given up, as on Kubernetes
         reason="; ".join(filter(None, [failed_why, given_up])) if state is TrialState.FAILED else "",
-        queue=scheduler.queue,
+        queue=attempt.queue if attempt and attempt.queue else scheduler.queue,
         gpu_seconds=ran * gpus,
         gpu_seconds_lost=attempt.earlier_seconds * gpus if attempt else 0.0,
         started=attempt.started if attempt else None,

@@ -101,7 +101,7 @@ def script(study: Study, python: str, flags: Sequence[str], timeout: float | Non
     ]
     if timeout is not None:
         options.append(f"--time={math.ceil(timeout / 60) + 1}")
-    options += placement(study.slurm)
+    options += placement(study)
     command = [python, "-m", "stratctl", "submit", str(Path(study.source).resolve()), "--take-over", *flags]
     text = "\n".join(
         [

@@ -22,7 +22,7 @@ from stratctl.backends.batch.scheduler import study_directory
 from stratctl.backends.slurm.blocks import BLOCKS, read_blocks
 from stratctl.backends.slurm.commands import Slurm
 from stratctl.backends.slurm.driver import holder_gone, running, stop
-from stratctl.backends.slurm.script import TASKS, Script, block_script, build, comment_prefix, task_line
+from stratctl.backends.slurm.script import TASKS, Script, block_script, build, comment_prefix, partitions, task_line
 from stratctl.backends.slurm.state import latest, read_marks
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial
@@ -46,11 +46,11 @@ def held_count(path: Path) -> int:
         return 0
 
 
-def free_gpus(nodes: list[dict[str, Any]], partition: str | None) -> list[int]:
-    """Free GPUs of each usable node (in the partition, when one is set) from `sinfo --json`."""
+def free_gpus(nodes: list[dict[str, Any]], partitions: tuple[str, ...] = ()) -> list[int]:
+    """Free GPUs of each usable node (in any of the partitions, when some are set) from `sinfo --json`."""
     out = []
     for node in nodes:
-        if partition and partition not in (node.get("partitions") or []):
+        if partitions and not set(partitions) & set(node.get("partitions") or []):
             continue
         state = str(node.get("state") or "").lower()
         if any(word in state for word in ("down", "drain", "fail", "inval", "maint")):
@@ -95,11 +95,11 @@ class SlurmScheduler(StudyFiles, Counted):
 
     @property
     def where(self) -> str:
-        return f"slurm:{self.study.slurm.partition or 'default'}"
+        return f"slurm:{','.join(partitions(self.study)) or 'default'}"
 
     @property
     def queue(self) -> str:
-        return self.study.slurm.partition or ""
+        return ",".join(partitions(self.study))
 
     # -- observe ---------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class SlurmScheduler(StudyFiles, Counted):
         return self.slurm.jobs()
 
     def free_gpus(self) -> list[int]:
-        return free_gpus(self.slurm.nodes(), self.study.slurm.partition)
+        return free_gpus(self.slurm.nodes(), partitions(self.study))
 
     # -- create ----------------------------------------------------------------------------
 

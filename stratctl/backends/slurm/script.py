@@ -29,7 +29,6 @@ from jinja2 import FileSystemLoader, Template
 from stratctl import rendezvous
 from stratctl.backends.batch.scheduler import study_directory
 from stratctl.core import sandbox
-from stratctl.core.operations import Slurm
 from stratctl.core.spec import Study
 from stratctl.core.task import Task, tasks_of
 
@@ -94,9 +93,9 @@ def build(study: Study, docs: list[dict[str, Any]], templates: list[Path], direc
     for i, task in enumerate(tasks):
         if i:
             options.append("hetjob")  # the next component: Slurm starts them all together or none
-            options += _component(study.slurm, task, [])
+            options += _component(study, task, [])
         else:
-            options += _component(study.slurm, task, [f"--job-name={name}", f"--comment={comment}"], output)
+            options += _component(study, task, [f"--job-name={name}", f"--comment={comment}"], output)
     shared = [pair for pair in first.env if all(pair in task.env for task in tasks[1:])]
     env = [(key, shlex.quote(value)) for key, value in shared]
     steps = [
@@ -176,7 +175,7 @@ def block_script(
         f"--array=0-{len(tasks) - 1}%{max(1, throttle)}",
         f"--output={directory}/.blocks/{block}.log",  # what a task says before its trial's log is open
         "--open-mode=append",
-        *_component(study.slurm, first, []),
+        *_component(study, first, []),
     ]
     folders = tuple(str(d) for d in templates)
     job = _template(folders).render(
@@ -216,20 +215,36 @@ def _array_template(directories: tuple[str, ...]) -> Template:
     return sandbox.environment(FileSystemLoader(list(directories))).get_template(ARRAY_TEMPLATE)
 
 
-def placement(slurm: Slurm) -> list[str]:
-    """Where the study's jobs go and on whose account: its partition, account and QOS, as
+def partitions(study: Study) -> tuple[str, ...]:
+    """The partitions the study's jobs may run in: its `queue` (a name, or a list: queue
+    fallback), else `slurm.partition`; none: the cluster's default partition.
+
+    A list goes to Slurm whole, as `--partition=a,b`: Slurm's own multi-partition submission
+    starts each job in whichever listed partition can start it first (higher PriorityTier
+    partitions considered first, the list order not a preference), in one job, so no
+    loop has to watch a bound and move it, and a job never waits in a full partition
+    while another listed one has room."""
+    if study.queue != "default":  # set: `validate` refuses it together with slurm.partition
+        return study.queues
+    return (study.slurm.partition,) if study.slurm.partition else ()
+
+
+def placement(study: Study) -> list[str]:
+    """Where the study's jobs go and on whose account: its partitions, account and QOS, as
     every job of the study asks them (its attempts, and its driver, backends/slurm/driver.py)."""
-    chosen = (("partition", slurm.partition), ("account", slurm.account), ("qos", slurm.qos))
+    slurm = study.slurm
+    chosen = (("partition", ",".join(partitions(study))), ("account", slurm.account), ("qos", slurm.qos))
     return [f"--{key}={value}" for key, value in chosen if value]
 
 
-def _component(slurm: Slurm, task: Task, first: list[str], output: str | None = None) -> list[str]:
+def _component(study: Study, task: Task, first: list[str], output: str | None = None) -> list[str]:
     """The #SBATCH options of one component (task) of the job: `first` and the log file
     `output` directory for the first component only."""
+    slurm = study.slurm
     options = list(first)
     options += [f"--ntasks={task.replicas}", f"--time={slurm.minutes}"]
     options += [f"--output={output}/{task.name}-%j.log", "--requeue"] if output is not None else ["--requeue"]
-    options += placement(slurm)
+    options += placement(study)
     options += [f"--constraint={slurm.constraint}"] if slurm.constraint else []
     if task.gpus:
         options.append(f"--gpus-per-task={slurm.gres.split(':', 1)[1] + ':' if ':' in slurm.gres else ''}{task.gpus}")

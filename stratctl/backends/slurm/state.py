@@ -197,6 +197,8 @@ def of_job(job: dict[str, Any], study: str, blocks: dict[str, list[str]] | None 
         started=_time(job.get("start_time")) if ran else None,  # a pending job's is a forecast
         ended=_time(job.get("end_time")) if ended else None,
     )  # a running job's is its time limit
+    # the partition it started in (pending: every partition it may start in, `a,b`)
+    found = replace(found, queue=str(job.get("partition") or ""))
     if not block:
         return found
     if (
@@ -228,7 +230,13 @@ def remainder(job: dict[str, Any], study: str, blocks: dict[str, list[str]], run
         state = TrialState.SUSPENDED if held else TrialState.PENDING
         found = _attempt(trials[index], 0, state, f"{base}_{index}", "PENDING", why, spec_hash=named[3])
         out.append(
-            replace(found, block=block, queued=queued, waits_for_capacity=found.waits_for_capacity and not queued)
+            replace(
+                found,
+                block=block,
+                queued=queued,
+                waits_for_capacity=found.waits_for_capacity and not queued,
+                queue=str(job.get("partition") or ""),
+            )
         )
     return out
 

@@ -160,12 +160,10 @@ def test_every_field_of_the_study_is_judged_for_every_backend():
         (
             SLURM,
             "name: sweep\n",
-            "name: sweep\nqueue: gpu\n",
+            "name: sweep\nqueue: [gpu, cpu]\n",
             "2:8",
-            "queue: backend slurm cannot honour a Volcano queue "
-            "(each attempt is one sbatch job run on the nodes): it would be dropped; use slurm.partition, or use "
-            "backend "
-            "kubernetes",
+            "queue: slurm.partition says it too: on backend slurm queue is slurm.partition "
+            "(a list of them: each trial starts in the first that can run it); keep one of the two",
         ),
         (
             SLURM,
@@ -316,6 +314,13 @@ def test_validate_says_what_the_backend_would_drop_or_refuse_at_the_field(tmp_pa
     assert result.exit_code == ExitCode.INVALID_INPUT == 2
     assert result.stdout == ""
     assert f"{study}:{where}: {words}" in result.stderr, result.stderr
+
+
+def test_a_list_of_queues_is_a_list_of_partitions_on_slurm(tmp_path):
+    """Queue fallback on Slurm: `queue: [a, b]` is honoured (as the partitions), instead of
+    slurm.partition."""
+    text = SLURM.replace("slurm: {partition: research}", "queue: [edge, research]\nslurm: {time_limit: 5m}")
+    assert run("validate", write(tmp_path, text)).exit_code == 0
 
 
 def test_the_studies_as_given_are_valid(tmp_path):

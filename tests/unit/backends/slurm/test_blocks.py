@@ -260,3 +260,15 @@ def test_trials_that_end_between_a_cycles_two_reads_are_not_taken_for_room_to_gr
         one_cycle(run, pool)
     assert run.progress.target == 16 and not [a for a in fake.commands if a[:2] == ["scontrol", "update"]]
     assert run.progress.succeeded == 16 and run.progress.pending == 16  # the next 16, let in by the throttle
+
+
+def test_a_block_of_a_study_listing_partitions_asks_for_all_of_them(tmp_path):
+    """Merged first attempts go to the study's partitions as its single jobs do: one
+    `--partition=edge,research` on the job array."""
+    fake = FakeSlurm()
+    text = STUDY.replace("slurm: {partition: research}", "queue: [edge, research]")
+    run, _ = loop(tmp_path, fake, StaticPolicy(2), text=text)
+    with ThreadPoolExecutor(1) as pool:
+        one_cycle(run, pool)
+    [script] = fake.scripts
+    assert [line for line in script.splitlines() if "--partition" in line] == ["#SBATCH --partition=edge,research"]

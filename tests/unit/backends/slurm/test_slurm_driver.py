@@ -257,3 +257,9 @@ def test_python_is_the_one_running_this(tmp_path):
     import inspect
 
     assert inspect.signature(send).parameters["python"].default == sys.executable
+
+
+def test_the_driver_of_a_study_listing_partitions_may_start_in_any_of_them(tmp_path):
+    study = load(tmp_path, STUDY.replace("slurm: {partition: research,", "queue: [edge, research]\nslurm: {"))
+    made = script(study, "py", [], None, tmp_path)
+    assert [o for o in made.options if o.startswith("--partition")] == ["--partition=edge,research"]

@@ -473,3 +473,20 @@ def test_a_task_without_its_line_fails_saying_so_before_any_trial_runs(tmp_path)
     assert done.returncode == 1
     assert f"stratctl: task {len(trials)} has no trial in {output}/.blocks/block-1.tasks (line 5)" in done.stderr
     assert not (tmp_path / "slept").exists() and not [p for p in output.iterdir() if not p.name.startswith(".")]
+
+
+def test_a_list_of_queues_is_one_multi_partition_submission_of_each_job(tmp_path):
+    """Queue fallback on Slurm: `queue: [edge, research]` is `--partition=edge,research` on
+    every job of the study: Slurm starts each in whichever listed partition can run it first."""
+    text = STUDY.replace("slurm: {partition: research,", "queue: [edge, research]\nslurm: {")
+    study, (first, _) = scripts(tmp_path, text)
+    options = [line.split(" ", 1)[1] for line in first.text.splitlines() if line.startswith("#SBATCH ")]
+    assert [o for o in options if o.startswith("--partition")] == ["--partition=edge,research"]
+    assert "--qos=low" in options
+
+
+def test_a_list_of_queues_reaches_every_component_of_a_heterogeneous_job(tmp_path):
+    text = ROLES.replace("slurm: {partition: research,", "queue: [edge, research]\nslurm: {")
+    _, (script,) = scripts(tmp_path, text)
+    options = [line.split(" ", 1)[1] for line in script.text.splitlines() if line.startswith("#SBATCH ")]
+    assert [o for o in options if o.startswith("--partition")] == ["--partition=edge,research"] * 2

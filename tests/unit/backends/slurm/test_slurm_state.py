@@ -113,8 +113,9 @@ def test_free_gpus_and_whole_gangs_from_sinfo():
         {"name": "n3", "state": "down", "gres": "gpu:4", "gres_used": "gpu:0", "partitions": ["research"]},
         {"name": "n4", "state": "idle", "gres": "gpu:4", "gres_used": "gpu:0", "partitions": ["prod"]},
     ]
-    assert free_gpus(nodes, "research") == [4, 1]
-    assert free_gpus(nodes, None) == [4, 1, 4]
+    assert free_gpus(nodes, ("research",)) == [4, 1]
+    assert free_gpus(nodes) == [4, 1, 4]
+    assert free_gpus(nodes, ("edge", "prod")) == [1, 4]  # a study listing partitions: a node in any of them
     assert gangs_fit([4, 1], [2, 2]) == 1  # the lone GPU on n2 holds no 2-GPU task
     assert gangs_fit([4, 1], [1, 1]) == 2 and gangs_fit([4, 1, 4], [4]) == 2
 
@@ -211,3 +212,21 @@ def test_status_names_the_live_driver_of_a_study_from_its_mark_in_the_study_dire
     [row] = snapshot(study, Ended([]), now=2e9).studies
     assert row.driver.startswith("slurm job 42 on sn2 since ")
     assert snapshot(study, Ended([]), now=2e9 + 60).studies[0].driver == ""  # its mark expired
+
+
+def test_status_shows_the_partition_each_trial_started_in_of_the_studys_list(tmp_path):
+    """Queue fallback on Slurm: squeue lists a pending job of `--partition=edge,research`
+    in both, a started one in the partition it runs in; `status` says which."""
+    study = load(
+        tmp_path,
+        "name: s\nbackend: slurm\nqueue: [edge, research]\n"
+        "space: {seed: {type: int, low: 0, high: 1, grid: true}}\nstrategy: {kind: grid}\n"
+        "trial: {command: [train], resources: {limits: {nvidia.com/gpu: 1}}}\n",
+    )
+    first, second = (t.name for t in expand(study))
+    jobs = [
+        {"job_id": 7, "comment": f"stratctl:s/{first}/0/h", "job_state": "RUNNING", "partition": "research"},
+        {"job_id": 8, "comment": f"stratctl:s/{second}/0/h", "job_state": "PENDING", "partition": "edge,research"},
+    ]
+    rows = {r.trial: r for r in snapshot(study, Ended(jobs), now=2e9).trials}
+    assert (rows[first].queue, rows[second].queue) == ("research", "edge,research")
