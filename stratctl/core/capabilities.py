@@ -46,7 +46,7 @@ class Capabilities:
     | environment values from the cluster (not literal) | yes | yes | no | no |
     | `submit --storage`, `--move-waiting`, `--dry-run=server`, `--prometheus-url` | yes | yes | no | no |
     | `submit --in-cluster` (the loop as a Job of one pod; on Slurm as a small batch job) | yes | yes | yes | no |
-    | `queue`: a name or a list (queue fallback) | Volcano queues | Volcano queues | partitions (`-p a,b`) | no |
+    | `queue`: a name or a list (queue fallback) | Volcano queues | Volcano queues | partitions (`-p a,b`) | moves |
     """
 
     name: str  # the backend as problems name it
@@ -98,6 +98,10 @@ CAPABILITIES: dict[str, Capabilities] = {
             "trial.network_topology": 'use slurm.extra: ["--switches=1"]',
             "trial.template": "put a slurm-job.sh.j2 in templates_dir",
             "checkpoint.grace_seconds": "remove it (Slurm's GraceTime, its partition's or QOS's, decides)",
+            "--move-waiting": (
+                "a study listing several partitions asks for all of them at once: Slurm starts each job in "
+                "whichever can start it first, nothing waits to be moved"
+            ),
         },
         queue_option="slurm.partition",
     ),
@@ -110,7 +114,6 @@ CAPABILITIES: dict[str, Capabilities] = {
         cluster_env=False,
         options=frozenset(),
         instead={
-            "queue": "use yarn.queue",
             "trial.node_selector": "use yarn.node_label",
             "trial.affinity": "use yarn.node_label",
             "trial.labels": "use yarn.tags",
@@ -118,11 +121,15 @@ CAPABILITIES: dict[str, Capabilities] = {
             "trial.network_topology": "use yarn.placement: pack with placement_scope: rack",
             "trial.template": "put a yarn-task.sh.j2 in templates_dir",
             "retries.max_retry": "use yarn.max_app_attempts",
+            "--move-waiting": (
+                "a study listing several queues moves its waiting applications to the next queue without it"
+            ),
             "--in-cluster": (
                 "YARN runs a long-lived process only as an application with an application master of its own, "
                 "and the submit loop is none: run submit on a machine that stays up"
             ),
         },
+        queue_option="yarn.queue",
     ),
 }
 
@@ -143,7 +150,8 @@ class Field:
 FIELDS = (
     Field("namespace", "a Kubernetes namespace", KUBERNETES),
     # Slurm: the partitions, a list as one multi-partition submission (backends/slurm/script.py)
-    Field("queue", "a Volcano queue", KUBERNETES | {SLURM}),
+    # YARN: the queues, a waiting application moved on to the next past the bound (backends/batch/moves.py)
+    Field("queue", "a Volcano queue", KUBERNETES | {SLURM, YARN}),
     Field("priority_class", "a Kubernetes PriorityClass", KUBERNETES),
     Field("workload", "a Kubernetes workload kind", KUBERNETES),
     Field("slurm", "Slurm's options", frozenset({SLURM})),
@@ -277,7 +285,7 @@ def problems(study: Any) -> list[Problem]:
                 + (hint or "remove it")
                 + _where(entry.honoured_by),
             )
-    if caps.queue_option and study.queue != "default" and _option(study, caps.queue_option) is not None:
+    if caps.queue_option and study.queue != "default" and any(_set(study, caps.queue_option)):
         say(
             ("queue",),
             f"{caps.queue_option} says it too: on backend {caps.name} queue is {caps.queue_option} "
@@ -326,14 +334,6 @@ def refuse_options(study: Any, given: Iterable[str]) -> None:
             f"{'this option' if len(unsupported) == 1 else 'these options'} ({why}); "
             f"nothing was submitted"
         )
-
-
-def _option(study: Any, dotted: str) -> Any:
-    """The value of a backend option (`slurm.partition`), None when unset."""
-    node = study
-    for part in dotted.split("."):
-        node = getattr(node, part, None)
-    return node
 
 
 def _where(backends: frozenset[str]) -> str:

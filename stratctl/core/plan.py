@@ -175,12 +175,14 @@ def _where(s: Study) -> str:
     if s.backend == "slurm":  # where it runs, in Slurm's words: a job of N tasks in a partition
         return (
             f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend slurm; partition "
-            f"{s.slurm.partition or '(the default)'}; time limit {_duration(s.slurm.minutes * 60)}; "
+            f"{','.join(s.queues) if s.queue != 'default' else s.slurm.partition or '(the default)'}; "
+            f"time limit {_duration(s.slurm.minutes * 60)}; "
             f"critical {str(s.critical).lower()}"
         )
     if s.backend == "yarn":  # in YARN's words: an application of N containers in a queue
         return (
-            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend yarn; queue {s.yarn.queue}"
+            f"strategy {s.strategy.kind} (seed {s.strategy.seed}); backend yarn; queue "
+            f"{' → '.join(s.queues) if s.queue != 'default' else s.yarn.queue}"
             f"{'; node label ' + s.yarn.node_label if s.yarn.node_label else ''}; critical {str(s.critical).lower()}"
         )
     return (

@@ -4,12 +4,22 @@ is full runs its trials in the second.
 - Slurm: one multi-partition submission (`--partition=edge,research`): Slurm starts each
   job in whichever listed partition can start it first. The testbed's partition `edge` is
   one node (sn4), filled here by one job taking its 4 GPUs.
+- YARN: the application starts in the first queue, and one whose trial has not started
+  past the bound (the loop's pending grace, 5 s) is moved to the next queue (`PUT
+  /ws/v1/cluster/apps/{id}/queue`). The testbed's queue `prod` is capped at half the
+  cluster here (its capacity-scheduler.xml edited and refreshed, restored after) and
+  filled by a gang of 4 GPUs.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
+from pathlib import Path
+
+from tests.backends.testbeds import REPO
 
 STUDY = """\
 name: {name}
@@ -52,3 +62,65 @@ def test_slurm_trials_start_in_the_next_partition_while_the_first_is_full(slurm,
 def _state(slurm, job: str) -> str:
     listed = json.loads(slurm.run("squeue", "--json", "--jobs", job).stdout)["jobs"]
     return str(listed[0]["job_state"]) if listed else ""
+
+
+def test_yarn_a_waiting_application_moves_to_the_next_queue_and_runs(yarn, tmp_path):
+    if not yarn.local:
+        import pytest
+
+        pytest.skip("edits the testbed's capacity-scheduler.xml: the local testbed only")
+    name = f"qfy-{int(time.time()) % 100000}"
+    conf = Path(yarn.env["STRATCTL_YARN_RUN"]) / "etc" / "capacity-scheduler.xml"
+    original = conf.read_text()
+    capped = re.sub(
+        r"(<name>yarn.scheduler.capacity.root.prod.maximum-capacity</name><value>)100(</value>)", r"\g<1>50\2", original
+    )
+    assert capped != original
+    blocker = ""
+    try:
+        _refresh(yarn, conf, capped)
+        yarn.wait_idle()
+        blocker = subprocess.run(
+            ["bash", str(REPO / "testbed" / "yarn" / "gang.sh"), "-q", "prod", "-n", "4", "-g", "1", "--no-wait"]
+            + ["--", "sleep 300"],
+            env={**__import__("os").environ, **yarn.env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.split()[0]
+        yarn.wait("prod full", lambda: yarn.free_gpus() == 4, timeout=60)
+        path = tmp_path / "study.yaml"
+        options = f'yarn: {{resource_managers: ["{yarn.rm}"]}}'
+        path.write_text(
+            STUDY.format(name=name, backend="yarn", full="prod", free="research", options=options, last=1).replace(
+                "limits: {nvidia.com/gpu: 1}", "requests: {memory: 256Mi}, limits: {nvidia.com/gpu: 1}"
+            )
+        )
+        started = time.monotonic()
+        done = yarn.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path, timeout=90)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["succeeded"] == 2, done.stdout
+        assert "moved: queue prod → research" in done.stderr, done.stderr[-3000:]
+        apps = yarn.apps(name)
+        # the same applications, moved (the RM names a moved one's queue by its path)
+        assert len(apps) == 2 and {a["queue"] for a in apps} == {"root.research"}, apps
+        assert {a["finalStatus"] for a in apps} == {"SUCCEEDED"}
+        rows = json.loads(yarn.stratctl("status", str(path), "-o", "json", cwd=tmp_path).stdout)["trials"]
+        assert [r["queue"] for r in rows] == ["research"] * 2
+        assert time.monotonic() - started < 60
+    finally:
+        if blocker:
+            yarn.kill(blocker)
+        _refresh(yarn, conf, original)
+
+
+def _refresh(yarn, conf: Path, text: str) -> None:
+    conf.write_text(text)
+    subprocess.run(
+        ["bash", str(REPO / "testbed" / "yarn" / "yarn.sh"), "rmadmin", "-refreshQueues"],
+        env={**__import__("os").environ, **yarn.env},
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )

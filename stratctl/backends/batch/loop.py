@@ -31,6 +31,7 @@ from typing import Any
 from stratctl.attempt import Attempt
 from stratctl.backends.batch.blocks import Blocks
 from stratctl.backends.batch.driverfile import FileStore
+from stratctl.backends.batch.moves import QueueMoves
 from stratctl.backends.batch.scheduler import Scheduler, study_directory
 from stratctl.backends.batch.trials import (
     attempt_view,
@@ -110,6 +111,16 @@ class AttemptLoop(Cycle):
         if merged:
             self.blocks = Blocks(scheduler, throttle, lambda: self._seen, self.merging.block, self.reporter.event)  # type: ignore[arg-type]
             self.capabilities = [self.blocks]
+        if len(getattr(scheduler, "queues", ())) > 1 and hasattr(scheduler, "move"):  # queue fallback by moves (YARN)
+            moves = QueueMoves(
+                scheduler,  # type: ignore[arg-type]
+                lambda: self._seen,
+                lambda: self._pending_since,
+                options.pending_grace,
+                lambda: self.clock(),
+                lambda message: self.reporter.event(message),
+            )
+            self.capabilities = [*self.capabilities, moves]
 
     def _retrying(self, error: BaseException | None, wait: float) -> None:
         """Said once per stretch the controller does not answer: the loop backs off, it is not stuck."""

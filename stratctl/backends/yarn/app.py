@@ -109,7 +109,7 @@ class Application:
         body = {
             "application-id": app_id,
             "application-name": self.name,
-            "queue": yarn.queue,
+            "queue": queues_of(study)[0],  # the first; the loop moves it on past the bound (batch/moves.py)
             "application-type": yarn.application_type,
             "application-tags": {"tag": self.tags},
             "max-app-attempts": yarn.max_app_attempts,
@@ -251,3 +251,9 @@ def build(study: Study, docs: list[dict[str, Any]], templates: list[Path], outpu
         roles=roles,
         environment=environment,
     )
+
+
+def queues_of(study: Study) -> tuple[str, ...]:
+    """The queues the study's applications may wait in, in order: its `queue` (a name, or
+    a list: queue fallback), else `yarn.queue`."""
+    return study.queues if study.queue != "default" else (study.yarn.queue,)

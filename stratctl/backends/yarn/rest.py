@@ -141,6 +141,10 @@ class ResourceManager:
     def kill(self, app_id: str) -> None:
         self.request("kill", "PUT", f"/apps/{app_id}/state", {"state": "KILLED"})
 
+    def move(self, app_id: str, queue: str) -> None:
+        """Move an application to another queue (the Cluster Application Queue API)."""
+        self.request("move", "PUT", f"/apps/{app_id}/queue", {"queue": queue})
+
     def nodes(self) -> list[dict[str, Any]]:
         answer = self.request("nodes", "GET", "/nodes")
         nodes = (answer.get("nodes") or {}) if isinstance(answer, dict) else {}

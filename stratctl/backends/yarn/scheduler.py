@@ -31,7 +31,7 @@ from typing import Any
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.batch.scheduler import study_directory
-from stratctl.backends.yarn.app import AM_JAR, Application, Jar, build, study_tag
+from stratctl.backends.yarn.app import AM_JAR, Application, Jar, build, queues_of, study_tag
 from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.state import ENDED, latest, outcome, read_records, write_record
 from stratctl.core.render import Renderer, bundled_templates
@@ -184,11 +184,16 @@ class YarnScheduler(StudyFiles, Counted):
 
     @property
     def where(self) -> str:
-        return f"yarn:{self.study.yarn.queue}"
+        return f"yarn:{','.join(self.queues)}"
 
     @property
     def queue(self) -> str:
-        return self.study.yarn.queue
+        return self.queues[0]
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The study's queues in order: its applications start in the first (batch/moves.py)."""
+        return queues_of(self.study)
 
     # -- observe ---------------------------------------------------------------------------
 
@@ -210,15 +215,23 @@ class YarnScheduler(StudyFiles, Counted):
         seen = latest(apps, self.study.name, records if marks else {}, drain_marks)
         unsaid = [t for t, a in seen.items() if a.native_state == "ACCEPTED" and not a.reason]
         if unsaid:  # accepted and silent: held back by a queue limit, or about to get its AM container
-            why = queue_limit(queue_of(self.rm.scheduler(), self.study.yarn.queue))
-            for trial in unsaid if why else []:
-                seen[trial] = replace(seen[trial], reason=why, waits_for_limits=True, waits_for_capacity=False)
+            view = self.rm.scheduler()
+            for trial in unsaid:
+                why = queue_limit(queue_of(view, seen[trial].queue or self.queue))
+                if why:
+                    seen[trial] = replace(seen[trial], reason=why, waits_for_limits=True, waits_for_capacity=False)
         return seen
 
     def free_gpus(self) -> list[int]:
-        """Free GPUs of each usable node, as many as the study's queue may still take."""
+        """Free GPUs of each usable node, as many as the study's queues may still take."""
         free = free_gpus(self.rm.nodes(), self.study.yarn.node_label)
-        return within(free, headroom(queue_of(self.rm.scheduler(), self.study.yarn.queue)))
+        view = self.rm.scheduler()
+        rooms = [headroom(queue_of(view, name)) for name in self.queues]
+        return within(free, None if None in rooms else sum(r for r in rooms if r is not None))
+
+    def move(self, attempt: Attempt, queue: str) -> None:
+        """Move a waiting attempt's application to `queue` (queue fallback, batch/moves.py)."""
+        self.rm.move(attempt.job, queue)
 
     # -- create ----------------------------------------------------------------------------
 

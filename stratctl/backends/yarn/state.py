@@ -79,7 +79,12 @@ def of_app(app: dict[str, Any], study: str, marks: dict[int, str] | None = None)
     restarts = int(app.get("numAMContainerPreempted") or 0)
     started = _seconds(app.get("launchTime"))
     common: dict[str, Any] = dict(
-        job=str(app.get("id") or ""), native_state=state, restarts=restarts, spec_hash=tags.get("spec", "")
+        job=str(app.get("id") or ""),
+        native_state=state,
+        restarts=restarts,
+        spec_hash=tags.get("spec", ""),
+        # its queue's own name: the RM says `research` at submission, `root.research` once moved
+        queue=str(app.get("queue") or "").rsplit(".", 1)[-1],
     )
     if state not in ENDED and not (state == "RUNNING" and progress >= RUNNING_PROGRESS):
         waiting_gang = state == "RUNNING"
