@@ -190,6 +190,7 @@ class FakeRM:
         self.submit_answers = list(submit_answers)
         self.submitted: list[dict] = []  # each submission's body, as sent
         self.killed: list[str] = []
+        self.moved: list[tuple[str, str]] = []  # (application, queue) of each move
         self._next = 0
 
     def request(self, method, url, body=None, headers=None, redirect=True):
@@ -206,6 +207,7 @@ class FakeRM:
             self.submitted.append(submitted)
             self.apps[submitted["application-id"]] = {
                 "id": submitted["application-id"],
+                "queue": submitted["queue"],
                 "state": "ACCEPTED",
                 "finalStatus": "UNDEFINED",
                 "progress": 0.0,
@@ -225,6 +227,11 @@ class FakeRM:
             self.killed.append(app_id)
             self.end(app_id, "KILLED", "KILLED", diagnostics="Application killed by user.")
             return _Answer(200, {"state": "KILLED"})
+        if method == "PUT" and path.startswith("/apps/") and path.endswith("/queue"):
+            app_id = path.split("/")[2]
+            self.moved.append((app_id, json.loads(body)["queue"]))
+            self.apps[app_id]["queue"] = "root." + json.loads(body)["queue"]  # as the RM names it once moved
+            return _Answer(200, json.loads(body))
         if (method, path) == ("GET", "/nodes"):
             return _Answer(200, {"nodes": {"node": self.nodes}})
         if (method, path) == ("GET", "/scheduler"):

@@ -323,6 +323,15 @@ def test_a_list_of_queues_is_a_list_of_partitions_on_slurm(tmp_path):
     assert run("validate", write(tmp_path, text)).exit_code == 0
 
 
+def test_a_list_of_queues_on_yarn_is_honoured_and_refused_beside_yarn_queue(tmp_path):
+    """Queue fallback on YARN: the study's queues, its applications moved on past the bound."""
+    listed = YARN.replace("yarn: {queue: research}", "queue: [prod, research]")
+    assert run("validate", write(tmp_path, listed)).exit_code == 0
+    both = YARN.replace("yarn: {queue: research}", "queue: [prod, research]\nyarn: {queue: research}")
+    [found] = problems(tmp_path, both)
+    assert found.startswith("study.yaml:3:8: queue: yarn.queue says it too: on backend yarn queue is yarn.queue")
+
+
 def test_the_studies_as_given_are_valid(tmp_path):
     for text in (SLURM, YARN, KUBERNETES, KUBERNETES.replace("name: sweep\n", "name: sweep\nworkload: batch\n")):
         result = run("validate", write(tmp_path, text))

@@ -220,3 +220,12 @@ def test_a_bad_yarn_block_is_a_located_error(tmp_path, block, field, words):
     found = problems(tmp_path, text)
     assert found and all("study.yaml:3:" in p for p in found), found
     assert any(field in p and words in p for p in found), found
+
+
+def test_a_study_listing_queues_submits_each_application_to_the_first(tmp_path):
+    text = STUDY.replace("queue: research, tags", "tags").replace(
+        "name: sweep\n", "name: sweep\nqueue: [edge, research]\n"
+    )
+    study, (app, _) = apps(tmp_path, text)
+    body = app.body("application_1_0007", study, Jar("file:///opt/am.jar", 1, 1), [])
+    assert body["queue"] == "edge"  # the loop moves it on to research if it waits there past the bound

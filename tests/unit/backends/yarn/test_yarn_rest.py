@@ -135,3 +135,12 @@ def test_never_reached_is_a_setup_to_fix_once_reached_a_pause_to_wait_out():
     pool.by_base["http://rm1"] = refused()
     with pytest.raises(Unavailable):  # it answered before: a restart or a pause, retried
         rm.nodes()
+
+
+def test_an_application_is_moved_to_another_queue_by_the_cluster_application_queue_api():
+    pool = Pool({"http://rm1": Answer(200, {"queue": "research"})})
+    rm = ResourceManager(["http://rm1"], user="alice", pool=pool)
+    rm.move("application_1_0007", "research")
+    method, url, body = pool.requests[-1]
+    assert method == "PUT" and url.startswith("http://rm1/ws/v1/cluster/apps/application_1_0007/queue?")
+    assert body == {"queue": "research"} and rm.sent == {"move": 1}

@@ -150,3 +150,10 @@ def test_free_gpus_of_running_nodes_of_the_label():
 def test_a_drain_mark_on_an_attempt_that_ended_before_the_kill_keeps_its_ending():
     done = of_app(app(state="FINISHED", final="SUCCEEDED", finished=1_001_000), "s", {0: "drained"})
     assert done.state is TrialState.SUCCEEDED
+
+
+def test_an_attempt_is_in_its_applications_queue_by_its_own_name():
+    """The RM names a queue `research` at submission and `root.research` once the
+    application was moved there (queue fallback): `status` shows `research` either way."""
+    assert of_app({**app(state="ACCEPTED"), "queue": "prod"}, "s").queue == "prod"
+    assert of_app({**app(), "queue": "root.research"}, "s").queue == "research"
