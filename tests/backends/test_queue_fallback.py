@@ -37,11 +37,12 @@ trial:
 
 def test_slurm_trials_start_in_the_next_partition_while_the_first_is_full(slurm, tmp_path):
     name = f"qfb-{int(time.time()) % 100000}"
+    slurm.wait_idle()  # sn4's GPUs free for the job that fills edge
     blocker = slurm.run(
         "sbatch", "--parsable", "--partition=edge", "--gpus=4", "--job-name=edge-full", "--wrap", "sleep 300"
     ).stdout.strip()
     try:
-        slurm.wait("edge full", lambda: _state(slurm, blocker) == "RUNNING", timeout=30)
+        slurm.wait("edge full", lambda: _state(slurm, blocker) == "RUNNING", timeout=60)
         path = tmp_path / "study.yaml"
         text = STUDY.format(
             name=name, backend="slurm", full="edge", free="research", options="slurm: {time_limit: 5m}", last=2
@@ -60,7 +61,8 @@ def test_slurm_trials_start_in_the_next_partition_while_the_first_is_full(slurm,
 
 
 def _state(slurm, job: str) -> str:
-    listed = json.loads(slurm.run("squeue", "--json", "--jobs", job).stdout)["jobs"]
+    # squeue --json lists every job whatever --jobs says (Slurm 22.05): picked by id
+    listed = [j for j in json.loads(slurm.run("squeue", "--json").stdout)["jobs"] if str(j.get("job_id")) == job]
     return str(listed[0]["job_state"]) if listed else ""
 
 
