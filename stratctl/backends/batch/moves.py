@@ -13,22 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from stratctl.attempt import Attempt
+from stratctl.backends.batch.scheduler import Moving
 from stratctl.errors import ClusterError
 from stratctl.run.cycle import Capability
 from stratctl.run.policy import Decision
 from stratctl.trialstate import TrialState
-
-
-class Moving(Protocol):
-    """A scheduler that can move an attempt that has not started to another queue."""
-
-    @property
-    def queues(self) -> tuple[str, ...]: ...  # the study's queues, in order
-
-    def move(self, attempt: Attempt, queue: str) -> None: ...
 
 
 @dataclass(frozen=True)

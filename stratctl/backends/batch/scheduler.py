@@ -97,6 +97,17 @@ class Scheduler(Protocol):
     def refused(self) -> dict[str, int]: ...  # of those, refused for a limit
 
 
+class Moving(Protocol):
+    """What a scheduler adds for queue fallback by moves (YARN; moves.py): moving an attempt
+    that has not started to another of the study's queues. Slurm needs none: it takes a
+    study's partitions whole (`--partition=a,b`) and starts each job where it can."""
+
+    @property
+    def queues(self) -> tuple[str, ...]: ...  # the study's queues, in order
+
+    def move(self, attempt: Attempt, queue: str) -> None: ...
+
+
 def is_attempt_backend(study: Study) -> bool:
     return study.backend != KUBERNETES
 
