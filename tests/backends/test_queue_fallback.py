@@ -39,7 +39,14 @@ def test_slurm_trials_start_in_the_next_partition_while_the_first_is_full(slurm,
     name = f"qfb-{int(time.time()) % 100000}"
     slurm.wait_idle()  # sn4's GPUs free for the job that fills edge
     blocker = slurm.run(
-        "sbatch", "--parsable", "--partition=edge", "--gpus=4", "--job-name=edge-full", "--output=/dev/null", "--wrap", "sleep 300"
+        "sbatch",
+        "--parsable",
+        "--partition=edge",
+        "--gpus=4",
+        "--job-name=edge-full",
+        "--output=/dev/null",
+        "--wrap",
+        "sleep 300",
     ).stdout.strip()
     try:
         slurm.wait("edge full", lambda: _state(slurm, blocker) == "RUNNING", timeout=60)
