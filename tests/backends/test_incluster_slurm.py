@@ -39,8 +39,12 @@ def test_the_loop_as_a_slurm_job_killed_once_goes_on_and_runs_every_trial_once(s
     assert took < 20, took  # queued, started, the study checked and held: seconds
 
     slurm.wait("the driver's first trials in the scheduler", lambda: len(slurm.jobs(name)) >= 4, 60)
-    slurm.run("scancel", "--signal=KILL", str(job))  # its loop killed outright: its mark stays behind
-    slurm.wait("the driver killed", lambda: driver_jobs(slurm, name)[0]["job_state"] != "RUNNING", 30)
+    # its loop killed outright, SIGKILL to the batch step (the script execs the loop), so its mark
+    # stays behind; a plain scancel would send SIGTERM, on which the loop ends cleanly and lets it go
+    slurm.run("scancel", "--batch", "--signal=KILL", str(job))
+    slurm.wait(
+        "the driver killed", lambda: (jobs := driver_jobs(slurm, name)) and jobs[0]["job_state"] != "RUNNING", 30
+    )
     slurm.run("scontrol", "requeue", str(job))  # what Slurm does to a preempted job
     slurm.run("scontrol", "update", f"jobid={job}", f"ExcNodeList={node}")  # its next run elsewhere
 
@@ -50,7 +54,9 @@ def test_the_loop_as_a_slurm_job_killed_once_goes_on_and_runs_every_trial_once(s
     assert back["kept"] and back["job"] == job and back["node"] != node, back  # the same job, started again
     assert [j["job_id"] for j in driver_jobs(slurm, name)] == [job]  # no second driver
 
-    slurm.wait("the driver done", lambda: driver_jobs(slurm, name)[0]["job_state"] == "COMPLETED", 90)
+    slurm.wait(
+        "the driver done", lambda: (jobs := driver_jobs(slurm, name)) and jobs[0]["job_state"] == "COMPLETED", 90
+    )
     log = slurm.stratctl("logs", name, "--driver", cwd=tmp_path).stdout
     assert f"slurm job {job} on {node}, restart 0" in log and f"slurm job {job} on {back['node']}, restart 1" in log
     # the restarted job took the study at once: the scheduler said the mark's job no longer ran there
