@@ -14,6 +14,7 @@ run against them (tests/backends, tests/install).
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -79,7 +80,12 @@ def slurm() -> SlurmBed:
     if given:
         return SlurmBed({"SLURM_CONF": given})
     subprocess.run(["bash", str(REPO / "testbed" / "slurm" / "packages.sh")], check=True)
-    return SlurmBed(testbed_up(REPO / "testbed" / "slurm" / "up.sh"))
+    bed = SlurmBed(testbed_up(REPO / "testbed" / "slurm" / "up.sh"))
+    # the controller keeps its jobs across a restart: none of an earlier session (one killed
+    # mid-test; a study's driver job, which requeues itself) may hold GPUs or run a loop here
+    bed.run("scancel", "--full", "--quiet", f"--user={getpass.getuser()}", check=False)
+    bed.wait_idle()
+    return bed
 
 
 @dataclass
