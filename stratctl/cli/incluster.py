@@ -8,11 +8,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from stratctl.backends.kubernetes.api.connect import Connection
 from stratctl.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from stratctl.run.options import SubmitOptions
 
 
 def node_selector(given: Sequence[str]) -> dict[str, str]:
@@ -29,7 +33,7 @@ def node_selector(given: Sequence[str]) -> dict[str, str]:
 def run(
     file: Path,
     connection: Connection,
-    options: object,
+    options: SubmitOptions,
     flags: Sequence[str],
     image: str | None,
     selector: Sequence[str],
@@ -40,9 +44,7 @@ def run(
     import json
 
     from stratctl.backends.incluster import DEFAULT_IMAGE, DriverOptions, hand_over
-    from stratctl.run.options import SubmitOptions
 
-    assert isinstance(options, SubmitOptions)
     driver = DriverOptions(image or DEFAULT_IMAGE, node_selector(selector), scheduler)
     study, driven = hand_over(file, connection, options, flags, driver, follow)
     typer.echo(json.dumps({"study": study, **driven.as_dict()}) if as_json else driven.line(study))
