@@ -9,9 +9,12 @@ Each backend reads them where it already looks:
   the submit loop reads through the API server's pods/log
   (stratctl/backends/kubernetes/search/reportlog.py). The pod needs nothing for it: no
   Kubernetes client, no service account token, no route to the API server.
-- Slurm and YARN: the result is `result.json` in the trial's output directory
-  (`STRATCTL_OUTPUT_DIR`), which the scheduler reads once the attempt ended. No pruner runs
-  there: reports are appended to `report.jsonl` beside it, for the user, and say so once.
+- Slurm: the result is `result.json` in the trial's output directory (`STRATCTL_OUTPUT_DIR`,
+  in the study's directory on the cluster's shared filesystem), which the scheduler reads
+  once the attempt ended; reports are lines appended to `report.jsonl` beside it, which the
+  submit loop's pruner reads (backends/slurm/scheduler.py: `reports`).
+- YARN: the result is `result.json` in the trial's output directory. No pruner runs there:
+  reports are appended to `report.jsonl` beside it, for the user, and say so once.
 - By hand (no trial): both are said on stderr, nothing is written.
 """
 
@@ -73,9 +76,9 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
 
     On Kubernetes it is one line on stdout, `stratctl.report {"step":3,"values":{"loss":0.41}}`,
     which the submit loop reads from the container's log (every few seconds; `flush` is
-    kept for scripts that pass it). On Slurm and YARN no pruner runs: the values are appended
-    to `report.jsonl` in the trial's output directory, False is returned, and stderr says so
-    once."""
+    kept for scripts that pass it). On Slurm the values are appended to `report.jsonl` in the
+    trial's output directory, which the submit loop reads. On YARN no pruner runs: the
+    values are appended there, False is returned, and stderr says so once."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be a whole number of 0 or more (got {step!r})")
     if not values:
@@ -90,7 +93,10 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
         sys.stdout.write(report_line(step, numbers))
         sys.stdout.flush()
         return True
-    if where in ("slurm", "yarn"):
+    if where == "slurm":  # the submit loop reads the file, on the cluster's shared filesystem
+        _append(env, step, numbers)
+        return True
+    if where == "yarn":
         _once(
             "no pruner",
             f"stratctl.trial.report: the pruner does not run on {_NAMES[where]}; "

@@ -108,6 +108,21 @@ class Moving(Protocol):
     def move(self, attempt: Attempt, queue: str) -> None: ...
 
 
+class Searching(Protocol):
+    """What a scheduler adds for a closed-loop search's pruner (backends/batch/search.py):
+    a running attempt's intermediate values, and stopping one the pruner judges. Results
+    come through `Scheduler.result`, as for every study.
+
+    - Slurm: `stratctl.trial.report()` appends to `report.jsonl` in the trial's directory on
+      the cluster's shared filesystem; a pruned attempt is cancelled (`scancel`: SIGTERM,
+      then SIGKILL after the cluster's KillWait).
+    - YARN: no shared filesystem is assumed; reports and the result travel through YARN
+      itself (the gang AM, read through the ResourceManager); a pruned application is killed."""
+
+    def reports(self, attempt: Attempt, metric: str) -> dict[int, float]: ...  # step -> value, so far
+    def prune(self, attempt: Attempt) -> None: ...  # stop it now: SIGTERM, then its grace; never resumed
+
+
 def is_attempt_backend(study: Study) -> bool:
     return study.backend != KUBERNETES
 
