@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from stratctl.backends.kubernetes.api.cluster import Cluster
     from stratctl.backends.kubernetes.blocks.blockmanifests import Part
     from stratctl.backends.kubernetes.loop.controller import Submitter
-    from stratctl.backends.kubernetes.search.storage import StorageMirror
+    from stratctl.run.storage import StorageMirror
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ def _storage(study: Study, options: SubmitOptions) -> StorageMirror | None:
     """The Optuna storage a closed-loop search is mirrored to (--storage), else None."""
     if not options.storage or options.dry_run:
         return None
-    from stratctl.backends.kubernetes.search.storage import StorageMirror
+    from stratctl.run.storage import StorageMirror
 
     return StorageMirror.open(options.storage, study)
 

@@ -58,8 +58,8 @@ from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
-    from stratctl.backends.kubernetes.search.storage import StorageMirror
     from stratctl.backends.kubernetes.watch.capacity import ClusterSignals
+    from stratctl.run.storage import StorageMirror
 
 
 MIN_CYCLE = 0.2  # seconds: the shortest cycle when job changes wake the loop early

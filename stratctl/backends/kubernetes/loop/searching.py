@@ -22,7 +22,7 @@ from stratctl.trialstate import TrialState
 
 if TYPE_CHECKING:
     from stratctl.backends.kubernetes.search.reportlog import LogReports
-    from stratctl.backends.kubernetes.search.storage import StorageMirror
+    from stratctl.run.storage import StorageMirror
 
 
 class Searching:
@@ -60,7 +60,7 @@ class Searching:
         from stratctl.backends.kubernetes.verbs.status import trial_results
 
         results = trial_results(self.cluster, self.namespace, self.study.name, {n: latest[n] for n in ended})
-        for trial in self.search.rebuild(latest, results, told, marks):
+        for trial in self.search.rebuild_from_jobs(latest, results, told, marks):
             if trial.name not in self.trials:
                 self.register(trial)
         # trials that ended while no loop followed the search: learnt from their jobs, kept in the record now

@@ -15,12 +15,12 @@ if TYPE_CHECKING:
     from stratctl.backends.kubernetes.loop.pressure import Pressure
     from stratctl.backends.kubernetes.objects.record import StudyRecord
     from stratctl.backends.kubernetes.search.looptrials import LoopTrials
-    from stratctl.backends.kubernetes.search.storage import StorageMirror
     from stratctl.core.render import Renderer
     from stratctl.core.space import Trial
     from stratctl.core.spec import Study
     from stratctl.run.options import SubmitOptions
     from stratctl.run.progress import Progress, Reporter
+    from stratctl.run.storage import StorageMirror
     from stratctl.run.throttle import Throttle
     from stratctl.trialstate import TrialState
 

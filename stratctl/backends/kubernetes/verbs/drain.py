@@ -34,9 +34,10 @@ from stratctl.backends.kubernetes.objects.record import (
     suspended_patch,
 )
 from stratctl.backends.kubernetes.objects.state import classify, latest_attempts
-from stratctl.backends.kubernetes.search.closedloop import marked_trials, trial_of_job
+from stratctl.backends.kubernetes.search.closedloop import trial_of_job
 from stratctl.core import document
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
+from stratctl.run.closedloop import marked_trials
 from stratctl.run.rows import Outcome
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ import tempfile
 import optuna
 import pytest
 
-from stratctl.backends.kubernetes.search.storage import TRIAL_ATTR, StorageMirror, open_storage
 from stratctl.core.spec import load_study
 from stratctl.errors import UsageError
+from stratctl.run.storage import TRIAL_ATTR, StorageMirror, open_storage
 from tests.unit.backends.kubernetes.test_closedloop import SEARCH, SearchCluster, kill_after, loss, make, told
 from tests.unit.fakes import FakeClock
 

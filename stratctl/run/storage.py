@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stratctl.backends.kubernetes.search.closedloop import steps_of_entry
 from stratctl.core.search import distributions, in_space
 from stratctl.core.spec import Study
 from stratctl.errors import UsageError
+from stratctl.run.closedloop import steps_of_entry
 
 TRIAL_ATTR = "stratctl_trial"
 INDEX_ATTR = "stratctl_index"
