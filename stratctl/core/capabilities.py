@@ -86,11 +86,11 @@ CAPABILITIES: dict[str, Capabilities] = {
     SLURM: Capabilities(
         SLURM,
         "each attempt is one sbatch job run on the nodes",
-        closed_loop=False,
+        closed_loop=True,
         resources=_NODE,
         partial_gang=False,
         cluster_env=False,
-        options=frozenset({"--in-cluster"}),
+        options=frozenset({"--in-cluster", "--storage"}),
         instead={
             "priority_class": "use slurm.qos",
             "trial.node_selector": "use slurm.constraint (node features)",
@@ -108,11 +108,11 @@ CAPABILITIES: dict[str, Capabilities] = {
     YARN: Capabilities(
         YARN,
         "each attempt is one YARN application run on the nodes",
-        closed_loop=False,
+        closed_loop=True,
         resources=_NODE,
         partial_gang=False,
         cluster_env=False,
-        options=frozenset(),
+        options=frozenset({"--storage"}),
         instead={
             "trial.node_selector": "use yarn.node_label",
             "trial.affinity": "use yarn.node_label",

@@ -23,9 +23,7 @@ class SubmitOptions:
     move_waiting: bool = False  # take not-started gangs out of a full queue into one of the study's with room
     take_over: bool = False  # ask the study's live driver to hand it over (run/driver.py)
     in_cluster: bool = False  # hand the study to a driver in the cluster (backends/incluster.py)
-    storage: str | None = (
-        None  # an Optuna storage URL the closed-loop search is mirrored into (backends/kubernetes/search/storage.py)
-    )
+    storage: str | None = None  # an Optuna storage URL the closed-loop search is mirrored into (run/storage.py)
 
     def given(self) -> list[str]:
         """The options a backend may not support (core/capabilities.py OPTIONS) that are

@@ -33,6 +33,7 @@ from stratctl.backends.batch.blocks import Blocks
 from stratctl.backends.batch.driverfile import FileStore
 from stratctl.backends.batch.moves import QueueMoves
 from stratctl.backends.batch.scheduler import Scheduler, study_directory
+from stratctl.backends.batch.search import Journal, Search
 from stratctl.backends.batch.trials import (
     attempt_view,
     gang_size,
@@ -54,6 +55,7 @@ from stratctl.run.outage import Change, Outage
 from stratctl.run.policy import AdaptivePolicy, Observed, StaticPolicy
 from stratctl.run.progress import Progress, Reporter, Silent
 from stratctl.run.recovery import Kind, next_action
+from stratctl.run.storage import StorageMirror
 from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
 
@@ -72,10 +74,12 @@ class AttemptLoop(Cycle):
         policy: AdaptivePolicy | StaticPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        storage: StorageMirror | None = None,
     ) -> None:
         self.study, self.scheduler, self.throttle = study, scheduler, throttle
-        self.trials = {t.name: t for t in trials}
-        self.order = [t.name for t in trials]
+        closed_loop = study.strategy.closed_loop  # trials exist once the search asks for them (search.py)
+        self.trials = {t.name: t for t in trials} if not closed_loop else {}
+        self.order = [t.name for t in trials] if not closed_loop else []
         self.options, self.detach = options, options.detach
         self.reporter = reporter or Silent()
         self.merging = merging(study)
@@ -87,7 +91,7 @@ class AttemptLoop(Cycle):
         self.clock, self.sleep = clock, sleep
         self.progress = Progress(
             study=study.name,
-            total=len(trials),
+            total=len(self.order),
             backend=scheduler.kind,
             create_command=scheduler.create_command,
             limit_words=scheduler.limit_words,
@@ -95,7 +99,8 @@ class AttemptLoop(Cycle):
             scheduler=scheduler.title,
         )
         # whole gangs of free GPUs are counted in the largest trial's shape (all trials' when they share one)
-        shapes = list(gangs(study, trials).values())
+        self.gangs = gangs(study, trials)  # each trial's GPUs per task (a searched trial's once asked)
+        shapes = list(self.gangs.values())
         largest: tuple[int, ...] = max(shapes, key=gang_size) if shapes else ()
         self.gang = list(largest)
         self._pending_since: dict[str, float] = {}
@@ -121,6 +126,10 @@ class AttemptLoop(Cycle):
                 lambda message: self.reporter.event(message),
             )
             self.capabilities = [*self.capabilities, moves]
+        self.search: Search | None = None
+        if closed_loop:
+            self.search = Search(self, Journal(study_directory(study)), storage, self.reporter.event)
+            self.capabilities = [*self.capabilities, self.search]
 
     def _retrying(self, error: BaseException | None, wait: float) -> None:
         """Said once per stretch the controller does not answer: the loop backs off, it is not stuck."""
@@ -130,6 +139,23 @@ class AttemptLoop(Cycle):
                 f"{self.scheduler.controller}: {error}; backing off and trying again "
                 "(nothing is submitted twice: each send whose answer was lost is looked up first)"
             )
+
+    # -- what a closed-loop search needs of the loop (search.py's Host) --------------------
+
+    def seen(self) -> dict[str, Attempt]:
+        return self._seen
+
+    def call(self, fn: Callable[[], Any], mutating: bool = False) -> Any:
+        return self.throttle.call(fn, mutating=mutating)
+
+    def state_of(self, attempt: Attempt) -> TrialState:
+        return trial_state(attempt, self.limits, attempt.trial in given_up_of(self.scheduler))
+
+    def register(self, trial: Trial) -> None:
+        self.trials[trial.name] = trial
+        self.order.append(trial.name)
+        if trial.name not in self.gangs:
+            self.gangs.update(gangs(self.study, [trial]))
 
     # -- the cycle's steps (run/cycle.py) -------------------------------------------------
 
@@ -308,13 +334,17 @@ class AttemptLoop(Cycle):
         p.queued = sum(1 for n, a in self._seen.items() if a.queued and states.get(n) is TrialState.PENDING)
         p.pending, p.running = counts[TrialState.PENDING] - p.queued, counts[TrialState.RUNNING]
         p.succeeded, p.failed = counts[TrialState.SUCCEEDED], counts[TrialState.FAILED]
-        p.waiting = counts[TrialState.WAITING] + counts[TrialState.RETRYING]
+        p.pruned = counts[TrialState.PRUNED]
+        unasked = self.search.remaining if self.search is not None else 0  # the budget not asked yet waits too
+        p.waiting = counts[TrialState.WAITING] + counts[TrialState.RETRYING] + unasked
         p.api_requests = s.calls
         p.api_sent, p.api_refused = dict(s.sent), dict(s.refused)
         p.api_writes, p.throttled_429 = s.sent.get(s.create_command, 0), sum(s.refused.values())
         p.throttle_waits, p.throttle_wait_seconds = self.throttle.bucket.waits, self.throttle.bucket.waited_seconds
 
     def finished(self, states: dict[str, TrialState]) -> bool:
+        if self.search is not None and (not self.search.search.started or self.search.remaining):
+            return False
         return all(s.finished or n in self.progress.errors for n, s in states.items())
 
     # -- the loop -------------------------------------------------------------------------
@@ -407,4 +437,5 @@ def submit_attempts(
         burst=max(1, study.throttle.burst if burst is None else burst),
         concurrency=options.workers,
     )
-    return AttemptLoop(study, prepared.trials, scheduler, throttle, options, reporter, policy).run()
+    storage = StorageMirror.open(options.storage, study) if options.storage else None  # a bad URL changes nothing
+    return AttemptLoop(study, prepared.trials, scheduler, throttle, options, reporter, policy, storage=storage).run()

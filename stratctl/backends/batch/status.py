@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 from stratctl.attempt import Attempt
 from stratctl.backends.batch.driverfile import FileStore
 from stratctl.backends.batch.scheduler import Scheduler, study_directory
+from stratctl.backends.batch.search import Journal
 from stratctl.backends.batch.trials import gangs, given_up_of, limits_of, trial_state
 from stratctl.core.space import Trial, attempt_name, expand
 from stratctl.core.spec import Study
@@ -24,14 +26,24 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
     seen = scheduler.attempts()
     given_up = given_up_of(scheduler)
     limits = limits_of(study)
-    trials = expand(study)
+    told: dict[str, dict[str, Any]] = {}
+    if study.strategy.closed_loop:  # the trials its search asked so far, and how those that ended were told
+        journal = Journal(study_directory(study))
+        trials, told = journal.asked(), journal.told()
+    else:
+        trials = expand(study)
     gpus_of = {name: sum(gang) for name, gang in gangs(study, trials).items()}  # each trial's, all its tasks
     rows = []
     for trial in trials:
         attempt = seen.get(trial.name)
         state = trial_state(attempt, limits, trial.name in given_up) if attempt else TrialState.WAITING
         why = given_up.get(trial.name, "")
-        rows.append(_trial_row(study, trial, attempt, state, why, gpus_of[trial.name], scheduler, now))
+        trial_row = _trial_row(study, trial, attempt, state, why, gpus_of[trial.name], scheduler, now)
+        entry = told.get(trial.name) or {}
+        if entry.get("state") == "pruned":  # stopped by the pruner: its last reported value is its result
+            pruned = TrialState.PRUNED.value
+            trial_row = replace(trial_row, state=pruned, result=entry.get("result"), reason="", failures=0)
+        rows.append(trial_row)
     row = replace(_study_row(study, rows), driver=driver_of(study, now))
     return Snapshot(scheduler.where, now, [row], rows)
 

@@ -9,11 +9,13 @@ loop, `status`, `drain` and `resume` ask of a batch scheduler, in Slurm's own co
 - Drain holds (`scontrol hold`, `requeuehold` for a running job) and `resume` releases:
   Slurm keeps what was held, its place in the queue and its priority age with it. The
   study's drained flag is a file in its output directory.
-- A trial's result is the `result.json` its script leaves beside its log.
+- A trial's result is the `result.json` its script leaves beside its log; its intermediate
+  values (a closed-loop search's pruner) the lines its ranks append to `report.jsonl` there.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,9 @@ from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.core.task import task_of
 from stratctl.errors import Invalid
+from stratctl.trial.metrics import REPORT_FILE
+
+REPORT_BYTES = 1 << 20  # of a trial's report.jsonl read each cycle: its latest lines
 
 
 def output_of(study: Study, workdir: Path | str | None = None) -> Path:
@@ -67,6 +72,31 @@ def _gpus(gres: str | None) -> int:
         if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
             total += int(fields[-1])
     return total
+
+
+def reported_steps(path: Path, attempt: int, metric: str) -> dict[int, float]:
+    """Step -> value of `metric` in a report.jsonl (its last REPORT_BYTES), of one attempt:
+    the first line of each step wins (rank 0 and the others report the same steps); a
+    line that is not a report (torn, or of another attempt) is skipped."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - REPORT_BYTES))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return {}
+    steps: dict[int, float] = {}
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or entry.get("attempt") not in (attempt, None):
+            continue
+        step, values = entry.get("step"), entry.get("values")
+        value = values.get(metric) if isinstance(values, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool) and isinstance(value, int | float):
+            steps.setdefault(step, float(value))
+    return steps
 
 
 class SlurmScheduler(StudyFiles, Counted):
@@ -214,6 +244,23 @@ class SlurmScheduler(StudyFiles, Counted):
 
     def release(self, attempt: Attempt) -> None:
         self.slurm.release(attempt.job)
+
+    # -- a closed-loop search's pruner (backends/batch/search.py) --------------------------
+
+    def reports(self, attempt: Attempt, metric: str) -> dict[int, float]:
+        """The attempt's intermediate values of `metric` so far: the lines its ranks appended
+        to `report.jsonl` in the trial's directory (stratctl.trial.report), the first rank's
+        value of each step kept."""
+        return reported_steps(self.output / attempt.trial / REPORT_FILE, attempt.attempt, metric)
+
+    def prune(self, attempt: Attempt) -> None:
+        """Stop a running attempt the pruner judged: `scancel` (SIGTERM to its steps, then
+        SIGKILL after the cluster's KillWait); its job is not requeued."""
+        if attempt.job and not attempt.state.finished:
+            try:
+                self.slurm.cancel(attempt.job)
+            except Invalid:
+                pass  # it ended meanwhile
 
     # -- logs and deletion -----------------------------------------------------------------
 
