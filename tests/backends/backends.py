@@ -28,6 +28,12 @@ class Slurm:
     preemption = "requeue"
     drain = "hold"
     done = "COMPLETED"  # squeue's job_state of a job that succeeded
+    stopped = "CANCELLED"  # of one the pruner stopped (scancel)
+
+    @staticmethod
+    def log(study_dir, trial: str) -> str:
+        """What the trial's processes printed (its jobs' logs in its directory)."""
+        return "".join(p.read_text(errors="replace") for p in sorted((study_dir / trial).glob("*.log")))
 
     def header(self, queue: str = "research", extra: str = "") -> str:
         return f"backend: slurm\nslurm: {{partition: {queue}, time_limit: 5m{extra}}}\n"

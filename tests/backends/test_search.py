@@ -1,0 +1,138 @@
+"""Closed-loop search on the real testbeds (backends/batch/search.py): the trials run
+examples/search/bowl.py, which reports its loss step by step (stratctl.trial.report) and
+ends with its result, on a 2-D bowl whose minimum is 0 at (1, -2).
+
+- A TPE search of 30 trials beats random search's median at the same budget, over 3 seeds
+  each; one TPE run is SIGKILLed mid-search and run again: no trial is asked twice and the
+  budget holds (each trial one job, 30 in all). The 6 studies run side by side.
+- A median-pruner study prunes at least one trial: recorded `pruned`, its job ended by
+  SIGTERM (its log says so) while its steps were still to come.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.backends.testbeds import REPO
+
+EXAMPLE = REPO / "examples" / "search" / "bowl.py"
+
+STUDY = """\
+name: {name}
+{header}space:
+  x: {{type: uniform, low: -10.0, high: 10.0}}
+  y: {{type: uniform, low: -10.0, high: 10.0}}
+strategy: {{kind: {kind}, trials: {trials}, seed: {seed}}}
+objective: {{metric: loss, direction: minimize}}
+{pruner}throttle: {{parallelism: {{min: 1, initial: {cap}, max: {cap}}}}}
+trial:
+  command: ["python3", "{example}", "--x={{{{ params.x }}}}", "--y={{{{ params.y }}}}", "--steps={steps}",
+            "--step-seconds=0.5"]
+  env: {{PYTHONPATH: "{repo}"}}
+  resources: {{limits: {{nvidia.com/gpu: 1}}{requests}}}
+"""
+
+
+def study(backend, tmp_path: Path, name: str, kind: str, seed: int, trials: int, cap: int, steps=0, pruner="") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        STUDY.format(
+            name=name,
+            header=backend.header(),
+            kind=kind,
+            trials=trials,
+            seed=seed,
+            cap=cap,
+            steps=steps,
+            pruner=pruner,
+            example=EXAMPLE,
+            repo=REPO,
+            requests=backend.requests,
+        )
+    )
+    return path
+
+
+def best(bed, path: Path, cwd: Path) -> tuple[float, list[dict]]:
+    rows = json.loads(bed.stratctl("status", str(path), "-o", "json", cwd=cwd).stdout)["trials"]
+    losses = [r["result"]["loss"] for r in rows if r["state"] == "succeeded"]
+    return min(losses), rows
+
+
+@pytest.mark.parametrize("backend", ["slurm"], indirect=True)
+def test_tpe_beats_random_over_3_seeds_and_a_killed_search_asks_no_trial_twice(backend, tmp_path):
+    bed, stamp = backend.bed, int(time.time()) % 100000
+    runs = {}
+    for kind in ("tpe", "random"):
+        for seed in (1, 2, 3):
+            name = f"bowl-{kind}{seed}-{stamp}"
+            runs[name] = study(backend, tmp_path, name, kind, seed, trials=30, cap=2)
+    killed = f"bowl-tpe1-{stamp}"
+    procs = {
+        name: bed.start("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+        for name, path in runs.items()
+    }
+    asked = tmp_path / "stratctl-out" / killed / "search-asked.jsonl"
+    bed.wait("a third of the killed search asked", lambda: len(_lines(asked)) >= 10, timeout=120)
+    procs[killed].send_signal(signal.SIGKILL)
+    procs[killed].wait(10)
+    before = len(_lines(asked))
+    procs[killed] = bed.start("submit", str(runs[killed]), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path)
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{name}: {err[-2000:]}"
+        progress = json.loads(out)
+        assert progress["succeeded"] == 30 and progress["total"] == 30, (name, progress)
+    again = _lines(asked)
+    names = [json.loads(line)["name"] for line in again]
+    assert len(names) == len(set(names)) == 30 and before <= 30  # each asked once, the budget held
+    records = backend.records(killed)  # each trial one job: none sent twice across the kill
+    assert sorted(records) == sorted(names) and all(len(jobs) == 1 for jobs in records.values())
+    found = {name: best(bed, path, tmp_path)[0] for name, path in runs.items()}
+    tpe = sorted(v for n, v in found.items() if "-tpe" in n)
+    rand = sorted(v for n, v in found.items() if "-random" in n)
+    print(f"best loss of 30 trials: tpe {tpe}, random {rand}")
+    assert statistics.median(tpe) < statistics.median(rand), (tpe, rand)
+
+
+@pytest.mark.parametrize("backend", ["slurm"], indirect=True)
+def test_a_median_pruner_stops_trials_that_fall_behind_and_their_processes_end(backend, tmp_path):
+    bed, name = backend.bed, f"bowl-prune-{int(time.time()) % 100000}"
+    path = study(
+        backend,
+        tmp_path,
+        name,
+        "tpe",
+        seed=4,
+        trials=10,
+        cap=3,
+        steps=6,
+        pruner="pruner: {kind: median, startup_trials: 2, warmup_steps: 1}\n",
+    )
+    done = bed.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    progress = json.loads(done.stdout)
+    assert progress["pruned"] >= 1 and progress["succeeded"] + progress["pruned"] == 10, progress
+    assert "pruned at step" in done.stderr
+    _, rows = best(bed, path, tmp_path)
+    pruned = [r for r in rows if r["state"] == "pruned"]
+    assert len(pruned) == progress["pruned"]
+    for row in pruned:
+        assert row["result"]["step"] < 5  # stopped before its last step
+        log = backend.log(tmp_path / "stratctl-out" / name, row["trial"])
+        assert "done: loss" not in log and "step 5:" not in log, log[-1000:]  # its process ended there
+    states = {backend.state(jobs[-1]) for t, jobs in backend.records(name).items() if t in {r["trial"] for r in pruned}}
+    assert states == {backend.stopped}, states
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
