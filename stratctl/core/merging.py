@@ -10,9 +10,9 @@ inside its block.
 
 `auto` merges when the trials allow it: they share one shape of one task of one process
 (the common hyperparameter sweep) and the backend has arrays. A closed-loop search asks its
-trials as results come in: on Kubernetes the trials it asks in one cycle (as many as the
-policy admits) go as one block, so it learns exactly what it would without merging; on
-Slurm it keeps one job per trial (an array there is sent whole, its tasks fixed up front).
+trials as results come in: the trials it asks in one cycle (as many as the policy admits)
+go as one block (Kubernetes: an Indexed Job; Slurm: a job array, sent whole with the
+tasks it runs), so it learns exactly what it would without merging.
 """
 
 from __future__ import annotations
@@ -63,9 +63,10 @@ def _auto(study: Study) -> Merging:
         return _kubernetes(study)
     if study.strategy.closed_loop:
         return Merging(
-            False,
-            "merge: auto: a closed-loop search asks its trials as results come in, and a Slurm array is sent "
-            "with every task it will run: one job per trial",
+            True,
+            "merged: the trials the search asks in one cycle (as many as the policy admits) go as one job array, "
+            "one array task per trial; the pruner cancels one task",
+            SLURM_BLOCK,
         )
     return Merging(
         True,

@@ -296,7 +296,9 @@ class AttemptLoop(Cycle):
                     self.progress.errors.update(dict.fromkeys(first, str(exc)))
                     self.reporter.event(f"a block of {len(first)} trials: {exc}")
             else:
-                self.reporter.event(f"{block.job}: {len(first)} trials submitted as one job array")
+                self.reporter.event(
+                    f"{block.job}: {len(first)} trial{'s' if len(first) != 1 else ''} submitted as one job array"
+                )
                 submitted += first
                 self.progress.created += len(first)
                 for i, name in enumerate(first):  # until the next listing: the block's throttle lets `room` in

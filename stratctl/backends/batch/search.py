@@ -206,7 +206,10 @@ class Search(Capability):
             self.say(f"search: the space has no new point left after {len(host.order)} trials")
             self.search.spent()
         host.progress.total = len(host.order) + self.search.remaining
-        return [t.name for t in trials]
+        # a trial the scheduler already has an attempt of (the same parameters asked by an earlier
+        # run whose journal is gone) is not sent again: the next cycle sees its state
+        seen = host.seen()
+        return [t.name for t in trials if t.name not in seen]
 
     def _tell(self, states: States) -> None:
         ended = {

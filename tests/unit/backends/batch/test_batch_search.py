@@ -19,7 +19,7 @@ from stratctl.run.options import SubmitOptions
 from stratctl.run.policy import StaticPolicy
 from stratctl.run.throttle import Throttle
 from stratctl.trialstate import TrialState
-from tests.unit.backends.fakes import FakeSlurm
+from tests.unit.backends.fakes import FakeSlurm, slurm_nodes, start_task
 from tests.unit.fakes import FakeClock, MaxRng, one_cycle
 from tests.unit.rendering import Renderer
 from tests.unit.studies import load
@@ -159,3 +159,22 @@ def test_the_pruner_reads_the_reports_records_the_trial_pruned_then_cancels_its_
     assert sum(1 for j in fake.jobs if trial_of(j) == bad) == 1
     row = next(r for r in snapshot(loop.study, scheduler).trials if r.trial == bad)
     assert row.state == "pruned" and row.result == {"loss": 9.0, "step": 2}
+
+
+def test_a_merged_search_sends_the_trials_asked_in_one_cycle_as_one_job_array(tmp_path):
+    fake = FakeSlurm(nodes=slurm_nodes([4]))
+    loop, scheduler = make(tmp_path, fake, STUDY.replace("name: s\n", "name: s\nmerge: auto\n"), cap=3)
+    with ThreadPoolExecutor(1) as pool:
+        one_cycle(loop, pool)
+        assert len(fake.jobs) == 1 and fake.jobs[0]["array_task_string"] == "0-2%3"  # the 3 asked: one array
+        tasks = [start_task(fake, 1, i) for i in range(3)]
+        states = one_cycle(loop, pool)
+        assert [states[n] for n in loop.order] == [TrialState.RUNNING] * 3
+        for task, name in zip(tasks, loop.order, strict=True):
+            task.update(job_state="COMPLETED", state_reason="None", exit_code=0)
+            (scheduler.output / name).mkdir(parents=True, exist_ok=True)
+            (scheduler.output / name / "result.json").write_text('{"loss": 1.0}')
+        one_cycle(loop, pool)
+        arrays = [j for j in fake.jobs if j.get("array_task_string", "").endswith("%3")]
+        assert len(arrays) == 2 and arrays[1]["array_task_string"] == "0-2%3"  # the next 3 asked: the next array
+        assert len(loop.order) == 6 and len(Journal(output_of(loop.study)).told()) == 3
