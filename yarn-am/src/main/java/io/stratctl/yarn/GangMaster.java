@@ -69,7 +69,8 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  * STRATCTL_TASK_SCRIPT, the contract (STRATCTL_NUM_NODES, STRATCTL_NODE_RANK, STRATCTL_NODE_ADDRS,
  * MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, STRATCTL_TASK, STRATCTL_TASK_INDEX,
  * STRATCTL_TASKS, STRATCTL_&lt;ROLE&gt;_HOSTS, STRATCTL_&lt;ROLE&gt;_NUM), the AM's PATH,
- * STRATCTL_APP_ATTEMPT (this AM's attempt, 1-based) and, when the RM restarted this AM (its
+ * STRATCTL_APP_ATTEMPT (this AM's attempt, 1-based), STRATCTL_REPORT_URL (where the trial library
+ * posts its reports and result to this AM: Reports.java) and, when the RM restarted this AM (its
  * container lost or preempted), STRATCTL_YARN_RESTARTED=1. The AM's own STRATCTL_AM_*
  * variables are not passed on.
  *
@@ -79,8 +80,12 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  * SUCCEEDED "stratctl: N tasks succeeded"; a container preempted or lost (-102, -100, -101,
  * -108): FAILED "stratctl: preempted: ..." (the next attempt resumes from its checkpoint);
  * any other non-zero exit: FAILED "stratctl: task ROLE I (rank R) exited with code X". The
- * others are stopped first. Then it unregisters and exits 0. On SIGTERM (the application
- * killed) it just exits.
+ * others are stopped first. Then it unregisters and exits 0; a result a container posted goes in
+ * the diagnostics' last line, {@code stratctl: result {...}}. On SIGTERM (the application
+ * killed, e.g. a trial pruned) it just exits.
+ *
+ * <p>Its tracking URL is its report server (Reports.java), read through the RM's web proxy
+ * while the application runs: {@code GET <rm>/proxy/<app>/reports}.
  */
 public final class GangMaster {
   private static final String GANG_TAG = "stratctl-gang";
@@ -128,6 +133,8 @@ public final class GangMaster {
   private final Random random = new Random();
   private final CountDownLatch done = new CountDownLatch(1);
 
+  private Reports reports;  // the containers' reports and result, served as the tracking URL
+  private String reportUrl;  // where the containers post them (STRATCTL_REPORT_URL)
   private AMRMClientAsync<ContainerRequest> rm;
   private NMClientAsync nm;
   private final List<SchedulingRequest> placed = new ArrayList<>();  // placement asks sent
@@ -168,7 +175,7 @@ public final class GangMaster {
     return out;
   }
 
-  private static void log(String message) {
+  static void log(String message) {
     System.err.println(java.time.Instant.now() + " stratctl gang AM: " + message);
   }
 
@@ -180,7 +187,12 @@ public final class GangMaster {
     nm = NMClientAsync.createNMClientAsync(new NmHandler());
     nm.init(conf);
     nm.start();
-    RegisterApplicationMasterResponse registered = rm.registerApplicationMaster("", 0, "");
+    // the report server is the tracking URL: the RM's web proxy (/proxy/<app>/) forwards to it
+    reports = new Reports();
+    String host = env.getOrDefault(ApplicationConstants.Environment.NM_HOST.name(), "localhost");
+    reportUrl = reports.postUrl(host);
+    RegisterApplicationMasterResponse registered = rm.registerApplicationMaster(
+        host, reports.port(), "http://" + host + ":" + reports.port() + "/");
     ResourceUtils.reinitializeResources(registered.getResourceTypes());
     StringBuilder gang = new StringBuilder();
     for (Role role : roles) {
@@ -189,13 +201,15 @@ public final class GangMaster {
           .append(" x ").append(role.capability);
     }
     log("registered (application attempt " + appAttempt + "); asking for " + gang + ", master port " + port
-        + (placement.isEmpty() ? "" : ", placement " + placement + " by " + scope) + (label == null ? "" : ", node label " + label));
+        + (placement.isEmpty() ? "" : ", placement " + placement + " by " + scope) + (label == null ? "" : ", node label " + label)
+        + "; reports at http://" + host + ":" + reports.port() + "/");
     ask();
     while (!done.await(1, TimeUnit.SECONDS)) {
       checkTimeout();
     }
     nm.stop();
     rm.stop();
+    reports.stop();
     log("exiting");
     System.exit(0);
   }
@@ -380,6 +394,7 @@ public final class GangMaster {
         Map<String, String> environment = new HashMap<>(Rendezvous.environment(layout, rank, port));
         environment.put("STRATCTL_TASK_SCRIPT", role.script);
         environment.put("STRATCTL_APP_ATTEMPT", Integer.toString(appAttempt));
+        environment.put("STRATCTL_REPORT_URL", reportUrl);
         if (appAttempt > 1) {
           environment.put("STRATCTL_YARN_RESTARTED", "1");
         }
@@ -469,7 +484,9 @@ public final class GangMaster {
       }
     }
     try {
-      rm.unregisterApplicationMaster(status, diagnostics, null);
+      // the result (if a container sent one) on its own last line: the RM keeps it in the
+      // application's diagnostics, where stratctl reads it once the application ended
+      rm.unregisterApplicationMaster(status, diagnostics + reports.diagnosticsLine(), null);
     } catch (Exception e) {
       log("unregister failed: " + e);
     }
