@@ -13,8 +13,13 @@ Each backend reads them where it already looks:
   in the study's directory on the cluster's shared filesystem), which the scheduler reads
   once the attempt ended; reports are lines appended to `report.jsonl` beside it, which the
   submit loop's pruner reads (backends/slurm/scheduler.py: `reports`).
-- YARN: the result is `result.json` in the trial's output directory. No pruner runs there:
-  reports are appended to `report.jsonl` beside it, for the user, and say so once.
+- YARN: no shared filesystem is assumed, so both travel through YARN itself. The gang AM
+  gives each container `STRATCTL_REPORT_URL`, its own small HTTP server (yarn-am/Reports.java):
+  a report is POSTed there (and appended to `report.jsonl` in the trial's output directory,
+  for the user), which the submit loop reads through the ResourceManager's web proxy while
+  the application runs; the result is POSTed there too (and written to `result.json`), and
+  the AM puts it in its final diagnostics, which the loop reads from the ResourceManager
+  (backends/yarn/scheduler.py). A post that fails is said once on stderr, never raised.
 - By hand (no trial): both are said on stderr, nothing is written.
 """
 
@@ -24,6 +29,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,12 +39,14 @@ from stratctl.attempt import RESULT
 from stratctl.trial import checkpoint
 from stratctl.trial.contract import OUTPUT_DIR, backend
 
+REPORT_URL = "STRATCTL_REPORT_URL"  # YARN: where the gang AM takes reports and the result (ends with /)
+POST_TIMEOUT = 3.0  # seconds for one post to the AM: a training step must not wait longer
+RESULT_TRIES = 3  # the result is posted once: a failed post is tried again, a second apart
 TERMINATION_LOG = "/dev/termination-log"  # the container's terminationMessagePath in stratctl's templates
 TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps; a longer one is cut, unreadable
 REPORT_FILE = "report.jsonl"
 REPORT_MARK = "stratctl.report "  # a report line of a container's output: the mark, then JSON
 _said: set[str] = set()
-_NAMES = {"slurm": "Slurm", "yarn": "YARN"}  # as their users write them ("Yarn" it said)
 
 
 def result(**metrics: Any) -> Path | None:
@@ -55,6 +63,8 @@ def result(**metrics: Any) -> Path | None:
         path = Path(checkpoint.START, env[OUTPUT_DIR], RESULT)
         path.parent.mkdir(parents=True, exist_ok=True)
         checkpoint.atomic_write(path, lambda f: f.write(text.encode()))  # the loop may read it at any moment
+        if where == "yarn":  # to the gang AM, which hands it to the ResourceManager: no shared filesystem
+            _post_result(env, text)
         return path
     if where == "kubernetes":
         data = text.encode()
@@ -77,8 +87,9 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
     On Kubernetes it is one line on stdout, `stratctl.report {"step":3,"values":{"loss":0.41}}`,
     which the submit loop reads from the container's log (every few seconds; `flush` is
     kept for scripts that pass it). On Slurm the values are appended to `report.jsonl` in the
-    trial's output directory, which the submit loop reads. On YARN no pruner runs: the
-    values are appended there, False is returned, and stderr says so once."""
+    trial's output directory, which the submit loop reads. On YARN they are posted to the
+    gang AM (`STRATCTL_REPORT_URL`), which the loop reads through the ResourceManager, and
+    appended to `report.jsonl` for the user; False when the post failed (said once)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be a whole number of 0 or more (got {step!r})")
     if not values:
@@ -94,16 +105,12 @@ def report(step: int, flush: bool = False, **values: float) -> bool:
         sys.stdout.flush()
         return True
     if where == "slurm":  # the submit loop reads the file, on the cluster's shared filesystem
-        _append(env, step, numbers)
+        _append(env, report_record(env, step, numbers))
         return True
     if where == "yarn":
-        _once(
-            "no pruner",
-            f"stratctl.trial.report: the pruner does not run on {_NAMES[where]}; "
-            f"values kept in {REPORT_FILE} in the trial's output directory",
-        )
-        _append(env, step, numbers)
-        return False
+        line = report_record(env, step, numbers)
+        _append(env, line)
+        return _post(env, "report", {"step": step, "rank": _rank(env)}, line.rstrip("\n"))
     _once("local", "stratctl.trial.report: not in a trial; values not sent")
     return False
 
@@ -147,21 +154,85 @@ def _finite(step: int, numbers: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in numbers.items() if math.isfinite(v)}
 
 
-def _append(env: Mapping[str, str], step: int, numbers: dict[str, float]) -> None:
-    """Append the values of `step` as one line of `report.jsonl` in the trial's output
-    directory (Slurm, YARN)."""
-    line = (
-        json.dumps(
-            {
-                "attempt": _whole(env.get(labels.ENV_ATTEMPT)),
-                "rank": _whole(env.get(rendezvous.NODE_RANK)),
-                "step": step,
-                "values": numbers,
-            },
-            separators=(",", ":"),
+def report_record(env: Mapping[str, str], step: int, numbers: Mapping[str, float]) -> str:
+    """One report as a line of `report.jsonl` (Slurm, YARN; on YARN also what the AM keeps)."""
+    record = {"attempt": _whole(env.get(labels.ENV_ATTEMPT)), "rank": _rank(env), "step": step, "values": numbers}
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+def parse_report_record(line: str) -> tuple[int, int | None, dict[str, float]] | None:
+    """(step, rank, values) of a `report_record` line; None for anything else (a torn or
+    foreign line is skipped, never an error)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    step, values, rank = data.get("step"), data.get("values"), data.get("rank")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(values, dict):
+        return None
+    numbers = {
+        str(k): float(v)
+        for k, v in values.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    return (step, rank if isinstance(rank, int) and not isinstance(rank, bool) else None, numbers) if numbers else None
+
+
+def _post(env: Mapping[str, str], what: str, query: Mapping[str, Any], body: str, quiet: bool = False) -> bool:
+    """POST `body` (JSON) to the gang AM's `what` (YARN); whether it took it. A failure is
+    said once on stderr (unless `quiet`: a try to be repeated), never raised: the training
+    goes on."""
+    import urllib.error  # only on YARN: the library loads nothing more elsewhere
+    import urllib.parse
+    import urllib.request
+
+    base = env.get(REPORT_URL)
+    if not base:
+        _once(
+            "no report url",
+            f"stratctl.trial: {REPORT_URL} is not set (a gang AM older than this library?): "
+            f"{what} kept in the trial's output directory only",
         )
-        + "\n"
+        return False
+    url = (
+        base.rstrip("/") + "/" + what + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
     )
+    request = urllib.request.Request(
+        url, data=body.encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the AM is in the cluster: no HTTP proxy
+    try:
+        with opener.open(request, timeout=POST_TIMEOUT) as answer:
+            return bool(200 <= answer.status < 300)
+    except (OSError, ValueError) as exc:  # URLError, HTTPError, timeouts and resets are OSErrors
+        if not quiet:
+            why = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else str(getattr(exc, "reason", exc))
+            _once(
+                f"post {what}",
+                f"stratctl.trial: the gang AM did not take the {what} ({why}): kept in the trial's output directory",
+            )
+        return False
+
+
+def _post_result(env: Mapping[str, str], text: str) -> None:
+    """The result to the gang AM: sent once, so a failed post is tried again, a second apart."""
+    tries = RESULT_TRIES if env.get(REPORT_URL) else 1
+    for left in range(tries, 0, -1):
+        if _post(env, "result", {"rank": _rank(env)}, text, quiet=left > 1):
+            return
+        if left > 1:
+            time.sleep(1.0)
+
+
+def _rank(env: Mapping[str, str]) -> int | None:
+    return _whole(env.get(rendezvous.NODE_RANK))
+
+
+def _append(env: Mapping[str, str], line: str) -> None:
+    """Append one `report_record` line to `report.jsonl` in the trial's output directory
+    (Slurm, YARN)."""
     directory = Path(checkpoint.START, env[OUTPUT_DIR])
     directory.mkdir(parents=True, exist_ok=True)
     # one write of one line to a file opened for appending: the ranks' lines do not interleave

@@ -66,11 +66,20 @@ class ResourceManager:
         query: dict[str, Any] | None = None,
         api: str = API,
     ) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        answer = self._send(kind, method, api + path, query, data)
+        return self._answer(kind, method, path, answer)
+
+    def _send(
+        self, kind: str, method: str, path: str, query: dict[str, Any] | None, data: bytes | None, proxied: bool = False
+    ) -> urllib3.BaseHTTPResponse:
+        """One request to the active RM (the next address when one does not answer as it).
+        `proxied`: through the RM's web proxy, where a redirect without a standby's words is
+        the proxy's own answer for an application that has ended, not the RM's."""
         self.calls += 1
         self.sent[kind] = self.sent.get(kind, 0) + 1
         params = {**(query or {}), **({"user.name": self.user} if self.user else {})}
-        target = api + path + (f"?{urlencode(params)}" if params else "")
-        data = json.dumps(body).encode() if body is not None else None
+        target = path + (f"?{urlencode(params)}" if params else "")
         headers = {"Accept": "application/json", **({"Content-Type": "application/json"} if data else {})}
         said = []
         order = [self._active] + [i for i in range(len(self.urls)) if i != self._active]
@@ -82,14 +91,16 @@ class ResourceManager:
             except urllib3.exceptions.HTTPError as exc:
                 said.append(f"{base}: {_reason(exc)}")
                 continue
-            if answer.status in (301, 302, 307, 308) or b"standby" in answer.data[:400].lower():
+            # an AM's answer through the proxy is the AM's text: only the standby RM's own words count there
+            standby = (b"this is standby rm" if proxied else b"standby") in answer.data[:400].lower()
+            if (answer.status in (301, 302, 307, 308) and not proxied) or standby:
                 located = answer.headers.get("Location") or ""
                 said.append(
                     f"{base}: a standby ResourceManager" + (f" (the active one: {_origin(located)})" if located else "")
                 )
                 continue
             self._active, self._answered = i, True
-            return self._answer(kind, method, path, answer)
+            return answer
         if not self._answered and not any("standby" in s for s in said):
             # never reached at all: a setup to fix (an address, the RM not started), not a pause to wait out
             raise Unreachable(
@@ -137,6 +148,20 @@ class ResourceManager:
         apps = (answer.get("apps") or {}) if isinstance(answer, dict) else {}
         listed = apps.get("app") if isinstance(apps, dict) else None
         return listed if isinstance(listed, list) else []
+
+    def proxied(self, app_id: str, path: str) -> str | None:
+        """What a running application's AM serves at `path` of its tracking URL, through the
+        RM's web proxy (`/proxy/<app>/<path>`): the submitting machine reaches only the RM.
+        None when the proxy does not forward (it redirects for an application that has
+        ended, or one whose AM gave no tracking URL); NotFound for an application the RM
+        does not know; Unavailable when the AM does not answer the proxy."""
+        answer = self._send("proxy", "GET", f"/proxy/{app_id}/{path}", None, None, proxied=True)
+        if answer.status in (301, 302, 303, 307, 308):
+            return None
+        if answer.status == 200:
+            return answer.data.decode("utf-8", "replace")
+        self._answer("proxy", "GET", f"/proxy/{app_id}/{path}", answer)  # raises: the status's class
+        return None  # a 2xx without content: nothing served
 
     def kill(self, app_id: str) -> None:
         self.request("kill", "PUT", f"/apps/{app_id}/state", {"state": "KILLED"})

@@ -15,6 +15,12 @@ REST API (backends/yarn/rest.py) and the files each attempt leaves in its output
   `maxParallelApps` or the AM resource limit is pending for limits; one refused for
   `maximum-applications` is no failure of its trial (its next attempt is due), and holds
   new submissions for a while (Throttled, as a 429 would).
+- A trial's result and its reports travel through YARN, no shared filesystem assumed: the
+  containers post them to the gang AM (yarn-am/Reports.java, its tracking URL); reports of a
+  running attempt are read through the RM's web proxy (`/proxy/<app>/reports`), the result
+  from the AM's final diagnostics, kept in the attempt's record. A pruned attempt is killed
+  (the NodeManager's SIGTERM, then SIGKILL after its sleep-delay-before-sigkill) and ends
+  failed: never drained, preempted nor resumed.
 - YARN cannot hold an application: `drain` kills each pending or running attempt and marks
   it drained; `resume` submits each drained trial's next attempt at once, which resumes
   from its checkpoint (a drain is neither a failure nor a preemption).
@@ -33,12 +39,22 @@ from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.batch.scheduler import study_directory
 from stratctl.backends.yarn.app import AM_JAR, Application, Jar, build, queues_of, study_tag
 from stratctl.backends.yarn.rest import ResourceManager
-from stratctl.backends.yarn.state import ENDED, latest, outcome, read_records, write_record
+from stratctl.backends.yarn.state import (
+    ENDED,
+    latest,
+    outcome,
+    read_records,
+    result_of,
+    trial_records,
+    write_record,
+)
 from stratctl.core.render import Renderer, bundled_templates
 from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study
-from stratctl.errors import Invalid, NotFound, Throttled, UsageError
+from stratctl.errors import Invalid, NotFound, Throttled, Unavailable, UsageError
 from stratctl.run.driver import gone
+from stratctl.trial.metrics import parse_report_record
+from stratctl.trialstate import TrialState
 
 REFUSED_HOLD = 10.0  # seconds without a submission after the queue refused one for its application limits
 GPU = "yarn.io/gpu"
@@ -153,6 +169,17 @@ def within(free: list[int], limit: int | None) -> list[int]:
     return out
 
 
+def values_of(text: str, metric: str) -> dict[int, float]:
+    """Step → value of `metric` in the gang AM's reports (JSON lines, one per step, the
+    lowest rank's); a line without the metric or not a report is skipped."""
+    out = {}
+    for line in text.splitlines():
+        parsed = parse_report_record(line)
+        if parsed is not None and metric in parsed[2]:
+            out[parsed[0]] = parsed[2][metric]
+    return out
+
+
 def _gpus(resource: dict[str, Any] | None) -> int:
     infos = ((resource or {}).get("resourceInformations") or {}).get("resourceInformation") or []
     return sum(int(i.get("value") or 0) for i in infos if i.get("name") == GPU)
@@ -228,6 +255,43 @@ class YarnScheduler(StudyFiles, Counted):
         view = self.rm.scheduler()
         rooms = [headroom(queue_of(view, name)) for name in self.queues]
         return within(free, None if None in rooms else sum(r for r in rooms if r is not None))
+
+    def result(self, trial: str) -> dict[str, Any] | None:
+        """The trial's result: the one its latest attempt with a result sent the gang AM,
+        from the ended application's diagnostics as its record keeps them (written by
+        `attempts` when it first saw it ended: the RM forgets). Else `result.json` in its
+        output directory, for a trial that writes it itself on a filesystem shared with
+        this machine."""
+        records = trial_records(self.output, trial)
+        for number in sorted(records, reverse=True):
+            found = result_of(records[number].get("diagnostics"))
+            if found is not None:
+                return found
+        return super().result(trial)
+
+    # -- a closed-loop search's pruner (batch/scheduler.py: Searching) -----------------------
+
+    def reports(self, attempt: Attempt, metric: str) -> dict[int, float]:
+        """A running attempt's values of `metric` so far (step → value), from its gang AM
+        through the RM's web proxy; {} when it does not run or its AM cannot be read now."""
+        if not attempt.job or attempt.state is not TrialState.RUNNING:
+            return {}
+        try:
+            text = self.rm.proxied(attempt.job, "reports")
+        except (NotFound, Unavailable, Invalid):
+            return {}  # ended meanwhile, or its AM not answering: the next look tells
+        return values_of(text or "", metric)
+
+    def prune(self, attempt: Attempt) -> None:
+        """Stop a running attempt the pruner judged: its application killed (each container
+        gets SIGTERM, then SIGKILL after the NodeManager's sleep-delay-before-sigkill), its
+        GPUs free at once. No drain mark: it ends failed, never resumed."""
+        if not attempt.job:
+            return
+        try:
+            self.rm.kill(attempt.job)
+        except NotFound:
+            pass  # the RM forgot it: it ended
 
     def move(self, attempt: Attempt, queue: str) -> None:
         """Move a waiting attempt's application to `queue` (queue fallback, batch/moves.py)."""

@@ -15,6 +15,9 @@ memory and a long study is never submitted twice.
   diagnostics (a container preempted or lost): preempted, the next attempt resumes from
   the checkpoint; not a failure. Refused at submission for the queue's application limits:
   neither a failure nor a preemption, the next attempt is due. Anything else ended: failed.
+- The result a container sent the gang AM is the diagnostics' last line,
+  `stratctl: result {...}` (`result_of`), kept in the record with them; a pruned attempt
+  (killed) has none and ends failed, never drained or preempted.
 - Killed by `stratctl drain` (its `attempt-N.drained` mark): suspended; after `resume`
   (the mark renamed `attempt-N.resumed`) an earlier attempt that counts as nothing.
 - The RM restarting the AM within one attempt (its container preempted) is a restart,
@@ -33,6 +36,7 @@ from stratctl.attempt import Attempt
 from stratctl.backends.yarn.app import parse_tags
 from stratctl.trialstate import TrialState
 
+RESULT_MARK = "stratctl: result "  # the gang AM's last diagnostics line: the result a container sent it
 PREEMPTED = "stratctl: preempted"  # the gang AM's diagnostics when a container was preempted or lost
 RUNNING_PROGRESS = 50.0  # the gang AM reports 0.5 once all N containers run (the RM shows percent)
 ENDED = ("FINISHED", "FAILED", "KILLED")
@@ -47,9 +51,31 @@ LIMITS = re.compile(
 EXIT = re.compile(r"exited with code (-?\d+)")
 
 
+def result_of(diagnostics: Any) -> dict[str, Any] | None:
+    """The result in an ended application's diagnostics: the gang AM's last line
+    `stratctl: result {...}` (Reports.java), None when there is none or it is no JSON object."""
+    text = str(diagnostics or "")
+    at = text.rfind(RESULT_MARK)
+    if at < 0:
+        return None
+    try:
+        value = json.loads(text[at + len(RESULT_MARK) :].strip())
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def said(diagnostics: Any) -> str:
+    """The diagnostics without the result's line: how the application ended, in the AM's or
+    the RM's words (a result's own text never reads as a preemption)."""
+    text = str(diagnostics or "")
+    at = text.rfind(RESULT_MARK)
+    return (text[:at] if at >= 0 else text).rstrip()
+
+
 def outcome(app: dict[str, Any], drained: bool = False) -> str:
     """How an ended application ended: succeeded, failed, preempted, refused, drained."""
-    diagnostics = str(app.get("diagnostics") or "")
+    diagnostics = said(app.get("diagnostics"))
     if drained:
         return "drained"
     if app.get("state") == "FINISHED" and app.get("finalStatus") == "SUCCEEDED":
@@ -73,7 +99,7 @@ def of_app(app: dict[str, Any], study: str, marks: dict[int, str] | None = None)
         return None
     trial, number = tags["trial"], int(tags["n"])
     state = str(app.get("state") or "")
-    diagnostics = " ".join(str(app.get("diagnostics") or "").split())
+    diagnostics = " ".join(said(app.get("diagnostics")).split())
     progress = float(app.get("progress") or 0.0)
     mark = (marks or {}).get(number)
     restarts = int(app.get("numAMContainerPreempted") or 0)
@@ -258,3 +284,17 @@ def write_record(directory: Path, trial: str, attempt: int, app: dict[str, Any])
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record_of(app)))
     tmp.replace(path)
+
+
+def trial_records(directory: Path, trial: str) -> dict[int, dict[str, Any]]:
+    """One trial's ended attempts' records (attempt → record), from its directory alone."""
+    out = {}
+    for path in (directory / trial).glob("attempt-*.yarn.json"):
+        number = path.name[len("attempt-") : -len(".yarn.json")]
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if number.isdigit() and isinstance(record, dict):
+            out[int(number)] = record
+    return out

@@ -333,16 +333,113 @@ def test_result_by_hand_is_said_and_written_nowhere(monkeypatch, capsys):
     assert capsys.readouterr().err == 'stratctl.trial: result (not in a trial, written nowhere): {"loss":0.5}\n'
 
 
-def test_report_on_yarn_names_yarn_as_its_users_write_it(tmp_path, monkeypatch, capsys):
+class _FakeAM:
+    """The gang AM's report server (yarn-am/Reports.java) as the library sees it: a local
+    HTTP server recording each POST (path with query, body) and answering `status`."""
+
+    def __init__(self, status: int = 204):
+        import http.server
+        import threading
+
+        self.posts: list[tuple[str, str]] = []
+        am = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+                am.posts.append((self.path, body))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/s3cret/"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def yarn_trial(tmp_path, monkeypatch):
+    """A YARN container's environment (an output directory, no SLURM_JOB_ID), the AM's
+    report server faked; the library's notices said afresh."""
     monkeypatch.setattr(metrics, "_said", set())
     monkeypatch.setenv("STRATCTL_TRIAL", "s-1")
     monkeypatch.setenv("STRATCTL_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.setenv("STRATCTL_ATTEMPT", "2")
+    monkeypatch.setenv("STRATCTL_NODE_RANK", "0")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    am = _FakeAM()
+    monkeypatch.setenv("STRATCTL_REPORT_URL", am.url)
+    yield am
+    am.close()
+
+
+def test_report_on_yarn_is_posted_to_the_gang_am_and_kept_in_report_jsonl(tmp_path, yarn_trial, capsys):
+    assert trial.report(1, loss=0.5) is True
+    assert trial.report(2, loss=0.25, acc=float("inf")) is True
+    line1 = '{"attempt":2,"rank":0,"step":1,"values":{"loss":0.5}}'
+    line2 = '{"attempt":2,"rank":0,"step":2,"values":{"loss":0.25}}'
+    assert yarn_trial.posts == [
+        ("/s3cret/report?step=1&rank=0", line1),
+        ("/s3cret/report?step=2&rank=0", line2),
+    ]
+    assert (tmp_path / "report.jsonl").read_text() == f"{line1}\n{line2}\n"  # for the user, as on Slurm
+    assert [metrics.parse_report_record(line) for line in (line1, line2)] == [
+        (1, 0, {"loss": 0.5}),
+        (2, 0, {"loss": 0.25}),
+    ]
+    assert "pruner does not run" not in capsys.readouterr().err
+
+
+def test_result_on_yarn_is_posted_to_the_gang_am_and_written_to_result_json(tmp_path, yarn_trial):
+    written = trial.result(loss=0.125, checkpoint="/ckpt/9")
+    assert written == tmp_path / RESULT and json.loads(written.read_text()) == {"loss": 0.125, "checkpoint": "/ckpt/9"}
+    assert yarn_trial.posts == [("/s3cret/result?rank=0", '{"loss":0.125,"checkpoint":"/ckpt/9"}')]
+
+
+def test_on_yarn_an_am_that_does_not_take_them_is_said_once_and_never_stops_the_training(
+    tmp_path, yarn_trial, monkeypatch, capsys
+):
+    yarn_trial.close()  # nothing listens there any more: connection refused
+    slept: list[float] = []
+    monkeypatch.setattr(metrics.time, "sleep", slept.append)
     assert trial.report(1, loss=0.5) is False
+    assert trial.report(2, loss=0.4) is False
+    assert trial.result(loss=0.4) == tmp_path / RESULT  # written all the same
+    assert slept == [1.0, 1.0]  # the result tried 3 times, a second apart
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("Connection refused" in line for line in err), err
+    assert err[0].startswith("stratctl.trial: the gang AM did not take the report (")
+    assert err[1].startswith("stratctl.trial: the gang AM did not take the result (")
+    assert len((tmp_path / "report.jsonl").read_text().splitlines()) == 2
+
+    refusing = _FakeAM(status=413)  # too large for the AM: its answer is said
+    monkeypatch.setenv("STRATCTL_REPORT_URL", refusing.url)
+    monkeypatch.setattr(metrics, "_said", set())
+    try:
+        assert trial.report(3, loss=0.3) is False
+    finally:
+        refusing.close()
+    assert "did not take the report (HTTP 413)" in capsys.readouterr().err
+
+
+def test_on_yarn_without_a_report_url_the_values_stay_in_the_output_directory(
+    tmp_path, yarn_trial, monkeypatch, capsys
+):
+    monkeypatch.delenv("STRATCTL_REPORT_URL")
+    assert trial.report(1, loss=0.5) is False
+    assert trial.report(2, loss=0.5) is False
     assert capsys.readouterr().err == (
-        "stratctl.trial.report: the pruner does not run on YARN; values kept in "
-        "report.jsonl in the trial's output directory\n"
+        "stratctl.trial: STRATCTL_REPORT_URL is not set (a gang AM older than this library?): "
+        "report kept in the trial's output directory only\n"
     )
+    assert yarn_trial.posts == []
 
 
 def test_report_on_slurm_appends_the_values_the_loop_reads(tmp_path, monkeypatch, capsys):
