@@ -144,3 +144,38 @@ def test_an_application_is_moved_to_another_queue_by_the_cluster_application_que
     method, url, body = pool.requests[-1]
     assert method == "PUT" and url.startswith("http://rm1/ws/v1/cluster/apps/application_1_0007/queue?")
     assert body == {"queue": "research"} and rm.sent == {"move": 1}
+
+
+def test_the_web_proxy_gives_a_running_ams_answer_and_none_for_an_ended_application():
+    """`/proxy/<app>/<path>` forwards to a running application's tracking URL (the gang AM's
+    report server); for an ended one the proxy redirects (to a tracking URL no longer
+    served): that is no standby, and no answer to read."""
+    lines = b'{"step":1,"values":{"loss":0.5}}\n'
+    pool = Pool({"http://rm1": Answer(200, lines, {"Content-Type": "application/x-ndjson"})})
+    rm = ResourceManager(["http://rm1"], user="alice", pool=pool)
+    assert rm.proxied("application_1_0007", "reports") == lines.decode()
+    assert pool.requests == [("GET", "http://rm1/proxy/application_1_0007/reports?user.name=alice", None)]
+    assert rm.sent == {"proxy": 1}
+    pool.by_base["http://rm1"] = Answer(302, b"", {"Location": "http://localhost:40000/reports"})
+    assert rm.proxied("application_1_0007", "reports") is None
+    assert rm.url == "http://rm1" and len(pool.requests) == 2  # not passed over as a standby
+    pool.by_base["http://rm1"] = Answer(
+        404, b"Application application_1_0008 could not be found in RM or history server"
+    )
+    with pytest.raises(NotFound):
+        rm.proxied("application_1_0008", "reports")
+    pool.by_base["http://rm1"] = Answer(500, b"Connection refused")  # the proxy could not reach the AM
+    with pytest.raises(Unavailable):
+        rm.proxied("application_1_0007", "reports")
+
+
+def test_through_the_proxy_only_a_standby_rms_own_words_make_it_a_standby():
+    pool = Pool(
+        {
+            "http://rm1": Answer(307, b"This is standby RM. The redirect url is: http://rm2/proxy/x", {}),
+            "http://rm2": Answer(200, b'{"step":1,"values":{"standby":1.0}}\n'),
+        }
+    )
+    rm = ResourceManager(["http://rm1", "http://rm2"], pool=pool)
+    assert rm.proxied("application_1_0001", "reports") == '{"step":1,"values":{"standby":1.0}}\n'
+    assert rm.url == "http://rm2"

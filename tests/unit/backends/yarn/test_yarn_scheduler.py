@@ -252,3 +252,60 @@ def test_submit_with_a_missing_am_jar_exits_2_in_one_line(tmp_path, monkeypatch)
         line for line in result.stderr.strip().splitlines() if "no gang application master jar at" in line
     ]
     assert f"{tmp_path / 'nowhere.jar'} (STRATCTL_YARN_AM_JAR)" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_result_comes_from_the_ended_applications_diagnostics_and_outlives_the_rm(tmp_path):
+    """No shared filesystem: the gang AM's final diagnostics carry the result; the attempt's
+    record keeps them once the RM forgets the application. result.json is read only when no
+    record has a result (a trial that writes it itself on a shared filesystem)."""
+    study, sched, rm = scheduler(tmp_path)
+    one, two = expand(study)
+    sched.create(sched.prepare(one, 0))
+    [app_id] = rm.apps
+    said = 'stratctl: 1 tasks succeeded\nstratctl: result {"loss":0.125}'
+    rm.set(app_id, state="FINISHED", finalStatus="SUCCEEDED", diagnostics=said, launchTime=1, finishedTime=2)
+    (sched.output / one.name / "result.json").write_text('{"loss": 9.0}')  # not the one read
+    sched.attempts()
+    rm.apps.clear()
+    assert sched.result(one.name) == {"loss": 0.125}
+    sched.create(sched.prepare(two, 0))
+    [app_id] = rm.apps
+    rm.set(app_id, state="FINISHED", finalStatus="SUCCEEDED", diagnostics="stratctl: 1 tasks succeeded")
+    sched.attempts()
+    assert sched.result(two.name) is None
+    (sched.output / two.name / "result.json").write_text('{"loss": 0.5}')
+    assert sched.result(two.name) == {"loss": 0.5}
+
+
+def test_reports_are_read_through_the_web_proxy_and_prune_kills_the_application(tmp_path):
+    from dataclasses import replace
+
+    study, sched, rm = scheduler(tmp_path)
+    one, _ = expand(study)
+    sched.create(sched.prepare(one, 0))
+    [app_id] = rm.apps
+    rm.set(app_id, state="RUNNING", progress=50.0)
+    served = {
+        app_id: '{"attempt":0,"rank":0,"step":1,"values":{"loss":0.5}}\n'
+        "torn line\n"
+        '{"attempt":0,"rank":1,"step":2,"values":{"acc":0.1}}\n'
+        '{"attempt":0,"rank":0,"step":3,"values":{"loss":0.25,"acc":0.2}}\n'
+    }
+    asked = []
+
+    def proxied(app, path):
+        asked.append((app, path))
+        return served.get(app)
+
+    rm.proxied = proxied
+    running = sched.attempts()[one.name]
+    assert running.state is TrialState.RUNNING
+    assert sched.reports(running, "loss") == {1: 0.5, 3: 0.25}
+    assert sched.reports(running, "acc") == {2: 0.1, 3: 0.2}
+    assert asked == [(app_id, "reports"), (app_id, "reports")]
+    assert sched.reports(replace(running, state=TrialState.PENDING), "loss") == {}  # no AM to ask yet
+    assert len(asked) == 2
+    sched.prune(running)
+    assert rm.killed == [app_id]
+    after = sched.attempts()[one.name]
+    assert after.state is TrialState.FAILED and not (sched.output / one.name / "attempt-0.drained").exists()

@@ -157,3 +157,26 @@ def test_an_attempt_is_in_its_applications_queue_by_its_own_name():
     application was moved there (queue fallback): `status` shows `research` either way."""
     assert of_app({**app(state="ACCEPTED"), "queue": "prod"}, "s").queue == "prod"
     assert of_app({**app(), "queue": "root.research"}, "s").queue == "research"
+
+
+def test_the_result_is_the_gang_ams_last_diagnostics_line_and_never_reads_as_an_ending():
+    from stratctl.backends.yarn.state import outcome, result_of
+
+    said = 'stratctl: 2 tasks succeeded\nstratctl: result {"loss":0.25,"note":"stratctl: preempted: no"}'
+    assert result_of(said) == {"loss": 0.25, "note": "stratctl: preempted: no"}
+    ended = app(state="FINISHED", final="SUCCEEDED", diagnostics=said, finished=2_000_000)
+    assert outcome(ended) == "succeeded"
+    failed = app(
+        state="FINISHED",
+        final="FAILED",
+        finished=2_000_000,
+        diagnostics=said.replace("2 tasks succeeded", "task worker 1 (rank 1) exited with code 3"),
+    )
+    assert outcome(failed) == "failed"  # its result's words are not a preemption
+    attempt = of_app(failed, "s")
+    assert attempt.state is TrialState.FAILED and attempt.exit_code == 3
+    assert attempt.reason == "stratctl: task worker 1 (rank 1) exited with code 3"
+    for nothing in ("stratctl: 1 tasks succeeded", "stratctl: result {torn", "stratctl: result [1]", None):
+        assert result_of(nothing) is None
+    killed = app(state="KILLED", final="KILLED", diagnostics="Application application_1_0001t0 was killed by user root")
+    assert outcome(killed) == "failed"  # a pruned attempt: neither drained nor preempted
