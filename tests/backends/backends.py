@@ -30,11 +30,6 @@ class Slurm:
     done = "COMPLETED"  # squeue's job_state of a job that succeeded
     stopped = "CANCELLED"  # of one the pruner stopped (scancel)
 
-    @staticmethod
-    def log(study_dir, trial: str) -> str:
-        """What the trial's processes printed (its jobs' logs in its directory)."""
-        return "".join(p.read_text(errors="replace") for p in sorted((study_dir / trial).glob("*.log")))
-
     def header(self, queue: str = "research", extra: str = "") -> str:
         return f"backend: slurm\nslurm: {{partition: {queue}, time_limit: 5m{extra}}}\n"
 
@@ -103,6 +98,7 @@ class Yarn:
     preemption = "next attempt"
     drain = "kill"
     done = "FINISHED"  # the RM's state of an application that ended (finalStatus SUCCEEDED)
+    stopped = "KILLED"  # of one the pruner stopped (killed through the RM)
 
     def header(self, queue: str = "research", extra: str = "") -> str:
         return f'backend: yarn\nyarn: {{resource_managers: ["{self.bed.rm}"], queue: {queue}{extra}}}\n'

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from stratctl.backends.batch.scheduler import Scheduler
+from stratctl.backends.batch.search import study_trials
 from stratctl.backends.batch.status import snapshot
-from stratctl.core.space import Trial, attempt_name, expand
+from stratctl.core.space import Trial, attempt_name
 from stratctl.core.spec import Study
 from stratctl.errors import UsageError
 from stratctl.run.ranking import sort_trials
@@ -21,7 +22,7 @@ from stratctl.run.ranking import sort_trials
 
 def trial_of(study: Study, name: str) -> Trial:
     """The study's trial of this name (or index), or a one-line refusal saying how to list them."""
-    for trial in expand(study):
+    for trial in study_trials(study):
         if name in (trial.name, str(trial.index)):
             return trial
     raise UsageError(

@@ -35,8 +35,8 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from stratctl.attempt import Attempt
-from stratctl.backends.batch.scheduler import Scheduler, Searching
-from stratctl.core.space import Trial
+from stratctl.backends.batch.scheduler import Scheduler, Searching, study_directory
+from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError
 from stratctl.run.closedloop import ClosedLoop, Seen
@@ -106,6 +106,14 @@ class Journal:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def study_trials(study: Study) -> list[Trial]:
+    """The study's trials: those its search asked so far (a closed-loop strategy, from its
+    journal), else every trial its space expands to."""
+    if study.strategy.closed_loop:
+        return Journal(study_directory(study)).asked()
+    return expand(study)
 
 
 class Host(Protocol):

@@ -11,9 +11,9 @@ from typing import Any
 from stratctl.attempt import Attempt
 from stratctl.backends.batch.driverfile import FileStore
 from stratctl.backends.batch.scheduler import Scheduler, study_directory
-from stratctl.backends.batch.search import Journal
+from stratctl.backends.batch.search import Journal, study_trials
 from stratctl.backends.batch.trials import gangs, given_up_of, limits_of, trial_state
-from stratctl.core.space import Trial, attempt_name, expand
+from stratctl.core.space import Trial, attempt_name
 from stratctl.core.spec import Study
 from stratctl.run.recovery import limit_of
 from stratctl.run.rows import Snapshot, StudyRow, TrialRow
@@ -27,11 +27,9 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
     given_up = given_up_of(scheduler)
     limits = limits_of(study)
     told: dict[str, dict[str, Any]] = {}
-    if study.strategy.closed_loop:  # the trials its search asked so far, and how those that ended were told
-        journal = Journal(study_directory(study))
-        trials, told = journal.asked(), journal.told()
-    else:
-        trials = expand(study)
+    trials = study_trials(study)
+    if study.strategy.closed_loop:  # how the trials its search asked that ended were told
+        told = Journal(study_directory(study)).told()
     gpus_of = {name: sum(gang) for name, gang in gangs(study, trials).items()}  # each trial's, all its tasks
     rows = []
     for trial in trials:

@@ -37,6 +37,7 @@ from typing import Any
 
 from stratctl.attempt import Attempt, Counted, StudyFiles
 from stratctl.backends.batch.scheduler import study_directory
+from stratctl.backends.batch.search import study_trials
 from stratctl.backends.yarn.app import AM_JAR, Application, Jar, build, queues_of, study_tag
 from stratctl.backends.yarn.rest import ResourceManager
 from stratctl.backends.yarn.state import (
@@ -49,7 +50,7 @@ from stratctl.backends.yarn.state import (
     write_record,
 )
 from stratctl.core.render import Renderer, bundled_templates
-from stratctl.core.space import Trial, expand
+from stratctl.core.space import Trial
 from stratctl.core.spec import Study
 from stratctl.errors import Invalid, NotFound, Throttled, Unavailable, UsageError
 from stratctl.run.driver import gone
@@ -404,7 +405,7 @@ class YarnScheduler(StudyFiles, Counted):
 
     def release(self, attempt: Attempt) -> None:
         """Submit the drained trial's next attempt (it resumes from its checkpoint)."""
-        trial = next((t for t in expand(self.study) if t.name == attempt.trial), None)
+        trial = next((t for t in study_trials(self.study) if t.name == attempt.trial), None)
         if trial is None:
             return
         mark = self.output / attempt.trial / f"attempt-{attempt.attempt}.drained"
