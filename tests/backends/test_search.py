@@ -5,7 +5,8 @@ ends with its result, on a 2-D bowl whose minimum is 0 at (1, -2).
 - A TPE search of 30 trials beats random search's median at the same budget, over 3 seeds
   each; one TPE run is SIGKILLed mid-search and run again: no trial is asked twice and the
   budget holds (each trial one attempt, 30 in all). The studies run side by side.
-- A median-pruner study prunes at least one trial: recorded `pruned`, its job ended
+- A median-pruner study prunes at least one trial: recorded `pruned` (and mirrored so into
+  an Optuna journal, `--storage`), its job ended
   (cancelled, killed) while its steps were still to come. It is merged (`merge: auto`): on
   Slurm the trials asked in one cycle go as one job array, and the pruner cancels one task.
 """
@@ -135,10 +136,21 @@ def test_a_median_pruner_stops_trials_that_fall_behind_and_their_processes_end(b
         pruner="pruner: {kind: median, startup_trials: 2, warmup_steps: 1}\n",
         merge="auto",
     )
-    done = bed.stratctl("submit", str(path), "--poll-interval", "0.5", "-o", "json", cwd=tmp_path, timeout=240)
+    mirror = tmp_path / "search.log"
+    done = bed.stratctl(
+        "submit", str(path), "--poll-interval", "0.5", "-o", "json", "--storage", f"journal:{mirror}", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     progress = json.loads(done.stdout)
     assert progress["pruned"] >= 1 and progress["succeeded"] + progress["pruned"] == 10, progress
+    import optuna  # --storage: the search mirrored into an Optuna storage, each trial once
+    from optuna.storages.journal import JournalFileBackend
+
+    mirrored = optuna.load_study(
+        study_name=name, storage=optuna.storages.JournalStorage(JournalFileBackend(str(mirror)))
+    )
+    states = [t.state.name for t in mirrored.get_trials()]
+    assert len(states) == 10 and states.count("PRUNED") == progress["pruned"], states
     assert "pruned at step" in done.stderr
     _, rows = best(bed, path, tmp_path)
     pruned = [r for r in rows if r["state"] == "pruned"]
