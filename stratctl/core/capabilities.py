@@ -102,6 +102,14 @@ CAPABILITIES: dict[str, Capabilities] = {
                 "a study listing several partitions asks for all of them at once: Slurm starts each job in "
                 "whichever can start it first, nothing waits to be moved"
             ),
+            "--dry-run=server": (
+                "Slurm has no dry run of a submission that keeps nothing (`sbatch --test-only` only estimates a "
+                "start time); --dry-run client builds every job script"
+            ),
+            "--prometheus-url": (
+                "it reads etcd's and the Volcano scheduler's latencies, which a Slurm cluster has none of; "
+                "the loop reads Slurm's own pressure from squeue and sinfo"
+            ),
         },
         queue_option="slurm.partition",
     ),
@@ -123,6 +131,13 @@ CAPABILITIES: dict[str, Capabilities] = {
             "retries.max_retry": "use yarn.max_app_attempts",
             "--move-waiting": (
                 "a study listing several queues moves its waiting applications to the next queue without it"
+            ),
+            "--dry-run=server": (
+                "the ResourceManager has no dry run of a submission; --dry-run client builds every application"
+            ),
+            "--prometheus-url": (
+                "it reads etcd's and the Volcano scheduler's latencies, which a YARN cluster has none of; "
+                "the loop reads YARN's own pressure from the ResourceManager"
             ),
             "--in-cluster": (
                 "YARN runs a long-lived process only as an application with an application master of its own, "

@@ -380,12 +380,12 @@ def test_submit_options_a_batch_scheduler_cannot_honour_are_refused_by_name(
     result = run("submit", write(tmp_path, SLURM if backend == "slurm" else YARN), *options)
     assert result.exit_code == ExitCode.INVALID_INPUT == 2
     runs = "one sbatch job" if backend == "slurm" else "one YARN application"
-    # --move-waiting alone: why there is nothing to move (queue fallback works without it)
-    why = (
-        ("asks for all of them at once" if backend == "slurm" else "moves its waiting applications")
-        if named == "--move-waiting"
-        else rf"each attempt is {runs} run on the nodes"
-    )
+    # one option alone: its own reason (--move-waiting: why there is nothing to move)
+    why = {
+        "--move-waiting": "asks for all of them at once" if backend == "slurm" else "moves its waiting applications",
+        "--dry-run=server": "--dry-run client builds every",
+        "--prometheus-url": "etcd's and the Volcano scheduler's latencies",
+    }.get(named, rf"each attempt is {runs} run on the nodes")
     assert re.fullmatch(
         rf"error: {re.escape(named)}: backend {backend} does not support (this option|these options) "
         rf"\(.*{why}.*\); nothing was submitted\n",
