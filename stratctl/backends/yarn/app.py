@@ -45,6 +45,10 @@ AM_CLASS = "io.stratctl.yarn.GangMaster"
 AM_JAR = "stratctl-yarn-am.jar"  # its name in the AM's working directory
 DEFAULT_TASK_MB = 1024  # a task's memory when the trial asks none (YARN needs one)
 PREFIX = "stratctl"
+# The gang AM's JVM: it mostly waits on heartbeats, so the quick compiler alone and the serial
+# collector serve it, and a short trial's AM starts on far less CPU (a study of 12 one-second
+# trials on the 2-core testbed: 16.6 s with the JVM's defaults, 12.3 s with these)
+AM_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,9 @@ class Application:
         """The REST submission (POST /ws/v1/cluster/apps) of this attempt as `app_id`."""
         yarn = study.yarn
         heap = max(32, int(yarn.am_memory_mb * 0.75))
-        command = f"java -Xmx{heap}m {AM_CLASS} 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr"
+        command = (
+            f"java -Xmx{heap}m {' '.join(AM_JVM)} {AM_CLASS} 1><LOG_DIR>/AppMaster.stdout 2><LOG_DIR>/AppMaster.stderr"
+        )
         environment = {
             **self.environment,
             "STRATCTL_AM_MASTER_PORT": str(master_port(app_id)),
