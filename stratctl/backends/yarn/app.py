@@ -46,8 +46,8 @@ AM_JAR = "stratctl-yarn-am.jar"  # its name in the AM's working directory
 DEFAULT_TASK_MB = 1024  # a task's memory when the trial asks none (YARN needs one)
 PREFIX = "stratctl"
 # The gang AM's JVM: it mostly waits on heartbeats, so the quick compiler alone and the serial
-# collector serve it, and a short trial's AM starts on far less CPU (a study of 12 one-second
-# trials on the 2-core testbed: 16.6 s with the JVM's defaults, 12.3 s with these)
+# collector serve it, and a short trial's AM starts on far less CPU (a study of 12 trials that
+# exit at once, 4 at a time, on the 2-core testbed: 16.6 s with the JVM's defaults, 12.3 s with these)
 AM_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
