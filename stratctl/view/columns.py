@@ -260,7 +260,8 @@ def study_note(row: StudyRow, now: float | None = None) -> str:
     s = row.states
     if row.done:
         took = f" in {duration(row.finished - row.started)}" if row.finished and row.started else ""
-        return f"finished: {s.get('succeeded', 0)} succeeded, {s.get('failed', 0)} failed{took}"
+        pruned = f", {s['pruned']} pruned" if s.get("pruned") else ""
+        return f"finished: {s.get('succeeded', 0)} succeeded, {s.get('failed', 0)} failed{pruned}{took}"
     note = row.decision or "no decision recorded"
     if row.driver:
         note = f"driven by {row.driver}: {note}"

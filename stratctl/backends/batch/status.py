@@ -43,6 +43,12 @@ def snapshot(study: Study, scheduler: Scheduler, now: float | None = None) -> Sn
             trial_row = replace(trial_row, state=pruned, result=entry.get("result"), reason="", failures=0)
         rows.append(trial_row)
     row = replace(_study_row(study, rows), driver=driver_of(study, now))
+    unasked = max(0, (study.strategy.trials or 0) - len(rows)) if study.strategy.closed_loop else 0
+    if unasked:  # the search's budget not asked yet: waiting, and the study not done
+        waiting = TrialState.WAITING.value
+        row = replace(
+            row, trials=row.trials + unasked, states={**row.states, waiting: row.states.get(waiting, 0) + unasked}
+        )
     return Snapshot(scheduler.where, now, [row], rows)
 
 

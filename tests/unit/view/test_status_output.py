@@ -254,6 +254,8 @@ def test_a_finished_study_shows_its_outcome_not_a_decision():
     assert study_note(study, NOW) == "finished: 22 succeeded, 2 failed in 14m"
     out = statusout.text(Snapshot("ns", NOW, [study], rows), False)
     assert "decrease" not in out and "finished: 22 succeeded, 2 failed in 14m" in out
+    rows[0] = TrialRow(STUDY, "t0", "pruned", 0, created=NOW - 900, finished=NOW - 60)  # the pruner stopped one
+    assert study_note(study_row(record, rows, NOW), NOW) == "finished: 21 succeeded, 2 failed, 1 pruned in 14m"
     assert out.splitlines()[1].split()[:5] == [STUDY, "24", "22", "2", "0"]  # trials, succeeded, failed, in flight
     assert out.splitlines()[1].split()[5] == "-"  # no target once finished
 

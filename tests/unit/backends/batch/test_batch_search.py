@@ -78,6 +78,8 @@ def test_trials_are_asked_as_admitted_journalled_before_sent_and_told_with_their
         asked = Journal(output_of(loop.study)).asked()
         assert [t.name for t in asked] == loop.order == sorted({trial_of(j) for j in fake.jobs}, key=loop.order.index)
         assert loop.progress.total == 6 and loop.progress.waiting == 4
+        study_row = snapshot(loop.study, scheduler).studies[0]  # the budget not asked yet waits: not done
+        assert study_row.trials == 6 and study_row.states == {"pending": 2, "waiting": 4} and not study_row.done
         for job in fake.jobs:
             job.update(job_state="RUNNING", state_reason="None")
         finish(fake, scheduler, loop.order[0], 0.5)
@@ -95,8 +97,9 @@ def test_trials_are_asked_as_admitted_journalled_before_sent_and_told_with_their
             one_cycle(loop, pool)
     assert len(fake.jobs) == 6 and len({trial_of(j) for j in fake.jobs}) == 6
     assert loop.progress.succeeded == 6 and loop.progress.total == 6
-    rows = snapshot(loop.study, scheduler).trials
-    assert [r.trial for r in rows] == loop.order and {r.state for r in rows} == {"succeeded"}
+    shot = snapshot(loop.study, scheduler)
+    assert [r.trial for r in shot.trials] == loop.order and {r.state for r in shot.trials} == {"succeeded"}
+    assert shot.studies[0].done and shot.studies[0].trials == 6
 
 
 def test_a_loop_killed_after_asking_and_run_again_asks_no_trial_twice_and_keeps_the_budget(tmp_path):
@@ -157,8 +160,10 @@ def test_the_pruner_reads_the_reports_records_the_trial_pruned_then_cancels_its_
         states = one_cycle(loop, pool)  # its job cancelled: pruned still, never resubmitted
         assert states[bad] is TrialState.PRUNED and loop.progress.pruned == 1
     assert sum(1 for j in fake.jobs if trial_of(j) == bad) == 1
-    row = next(r for r in snapshot(loop.study, scheduler).trials if r.trial == bad)
+    shot = snapshot(loop.study, scheduler)
+    row = next(r for r in shot.trials if r.trial == bad)
     assert row.state == "pruned" and row.result == {"loss": 9.0, "step": 2}
+    assert shot.studies[0].states["pruned"] == 1
 
 
 def test_a_merged_search_sends_the_trials_asked_in_one_cycle_as_one_job_array(tmp_path):
