@@ -22,10 +22,11 @@ $(VENV)/.installed: pyproject.toml setup.py
 ## tests use (promtool, the testbed's Prometheus, the real node's containerd, runc, CNI
 ## plugins and image tools), unit tests, then end-to-end tests on the local testbed (built
 ## and started by the session fixture if needed; with its real node unless
-## STRATCTL_TESTBED_REAL_NODE=0).
+## STRATCTL_TESTBED_REAL_NODE=0). The slowest 25 tests are listed at the end: the time
+## budget of a fresh machine's run (70 minutes, cold build included) is watched from them.
 test: lint docs
 	bash testbed/packages.sh
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
