@@ -124,6 +124,7 @@ class AttemptLoop(Cycle):
                 options.pending_grace,
                 lambda: self.clock(),
                 lambda message: self.reporter.event(message),
+                lambda trial: sum(self.gangs.get(trial, ())),
             )
             self.capabilities = [*self.capabilities, moves]
         self.search: Search | None = None

@@ -5,7 +5,10 @@ queue of the study's list, in place (the same application: exactly once is untou
 `due` decides purely which attempts move where, from how long each has waited in the
 queue it is in; `QueueMoves` is the loop's capability (run/cycle.py) that asks it once a
 cycle and makes the moves through the scheduler (`Moving.move`). The bound is the loop's
-`pending_grace`, the same as Kubernetes' `--move-waiting`. Slurm needs none of it: a
+`pending_grace`, the same as Kubernetes' `--move-waiting`. An attempt moves only while the
+next queue has room for its GPUs (its headroom, read once a cycle with moves due, less
+what the moves before it took): into a queue as full as its own it would only wait there
+instead, so it keeps its place. Slurm needs none of it: a
 study's partitions go to Slurm whole (backends/slurm/script.py's `partitions`).
 """
 
@@ -70,10 +73,12 @@ class QueueMoves(Capability):
         bound: float,
         clock: Callable[[], float],
         say: Callable[[str], None],
+        gpus: Callable[[str], int] = lambda trial: 0,
     ):
         self.scheduler, self.seen, self.since, self.bound = scheduler, seen, since, bound
-        self.clock, self.say = clock, say
+        self.clock, self.say, self.gpus = clock, say, gpus
         self.arrived: dict[str, tuple[str, float]] = {}  # trial -> (the job moved, when it arrived)
+        self.kept: set[str] = set()  # trials kept where they wait, the next queue without room: said once
 
     def decided(self, decision: Decision) -> None:
         now, seen, since = self.clock(), self.seen(), self.since()
@@ -84,8 +89,20 @@ class QueueMoves(Capability):
             moved = self.arrived.get(trial)
             start = max(since[trial], moved[1]) if moved and moved[0] == attempt.job else since[trial]
             waiting[trial] = (attempt.queue, now - start)
+        rooms: dict[str, int | None] = {}  # GPUs each target may still take, read once a cycle
         for move in due(waiting, self.scheduler.queues, self.bound):
             attempt = seen[move.trial]
+            if move.target not in rooms:
+                rooms[move.target] = self._room(move.target)
+            room, need = rooms[move.target], self.gpus(move.trial)
+            if room is not None and need > room:  # it would wait there too: it keeps its place here
+                if move.trial not in self.kept:
+                    self.kept.add(move.trial)
+                    self.say(
+                        f"trial {move.trial}: waits in queue {move.source}: queue {move.target} has room for "
+                        f"{room} GPU{'s' if room != 1 else ''}, it needs {need}"
+                    )
+                continue
             try:
                 self.scheduler.move(attempt, move.target)
             except ClusterError as exc:  # it started meanwhile, or the target refused it: it waits where it is
@@ -93,7 +110,17 @@ class QueueMoves(Capability):
                 self.arrived[move.trial] = (attempt.job, now)  # asked again only after another bound
                 continue
             self.arrived[move.trial] = (attempt.job, now)
+            self.kept.discard(move.trial)
+            if room is not None:
+                rooms[move.target] = room - need
             self.say(
                 f"trial {move.trial} moved: queue {move.source} → {move.target}, "
                 f"it had waited {move.waited:.0f}s without starting"
             )
+
+    def _room(self, queue: str) -> int | None:
+        """GPUs the queue may still take (None: the scheduler does not say, or did not answer)."""
+        try:
+            return self.scheduler.room(queue)
+        except ClusterError:
+            return None

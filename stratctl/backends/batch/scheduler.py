@@ -106,6 +106,7 @@ class Moving(Protocol):
     def queues(self) -> tuple[str, ...]: ...  # the study's queues, in order
 
     def move(self, attempt: Attempt, queue: str) -> None: ...
+    def room(self, queue: str) -> int | None: ...  # GPUs the queue may still take (None: not said)
 
 
 class Searching(Protocol):

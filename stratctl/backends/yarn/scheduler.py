@@ -294,6 +294,10 @@ class YarnScheduler(StudyFiles, Counted):
         except NotFound:
             pass  # the RM forgot it: it ended
 
+    def room(self, queue: str) -> int | None:
+        """GPUs the queue may still take: its maximum effective capacity less what it uses."""
+        return headroom(queue_of(self.rm.scheduler(), queue))
+
     def move(self, attempt: Attempt, queue: str) -> None:
         """Move a waiting attempt's application to `queue` (queue fallback, batch/moves.py)."""
         self.rm.move(attempt.job, queue)

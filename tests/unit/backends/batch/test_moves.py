@@ -26,9 +26,15 @@ def test_the_rm_may_name_a_queue_by_its_path():
 class Scheduler:
     queues = QUEUES
 
-    def __init__(self, refuse=False):
+    def __init__(self, refuse=False, rooms=None):
         self.moved: list[tuple[str, str]] = []
         self.refuse = refuse
+        self.rooms = rooms or {}  # queue -> GPUs it may still take (absent: not said)
+        self.asked: list[str] = []
+
+    def room(self, queue):
+        self.asked.append(queue)
+        return self.rooms.get(queue)
 
     def move(self, attempt, queue):
         if self.refuse:
@@ -74,3 +80,25 @@ def test_a_move_the_rm_refuses_is_said_and_asked_again_only_after_another_bound(
     moves.decided(DECISION)
     moves.decided(DECISION)
     assert events == ["trial t0: not moved to queue b (the target queue is full)"]
+
+
+def test_an_application_moves_only_while_the_next_queue_has_room_for_its_gpus():
+    now = [100.0]
+    seen = {t: pending(t, "a", f"app_{i}") for i, t in enumerate(("t0", "t1", "t2"))}
+    since = dict.fromkeys(seen, 90.0)
+    gpus = {"t0": 2, "t1": 2, "t2": 1}
+    events: list[str] = []
+    scheduler = Scheduler(rooms={"b": 3})
+    moves = QueueMoves(scheduler, lambda: seen, lambda: since, 5.0, lambda: now[0], events.append, gpus.__getitem__)
+    moves.decided(DECISION)
+    assert scheduler.moved == [("app_0", "b"), ("app_2", "b")]  # 2 GPUs, then 1: t1's 2 no longer fit
+    assert scheduler.asked == ["b"]  # the room read once a cycle
+    assert events[1] == "trial t1: waits in queue a: queue b has room for 1 GPU, it needs 2"
+    now[0] = 101.0
+    moves.decided(DECISION)  # still no room: kept, and not said again
+    assert sum("waits in queue a" in e for e in events) == 1
+    scheduler.rooms["b"] = 2  # room again: it moves at once, no second bound to wait out
+    seen.update(t0=pending("t0", "b", "app_0"), t2=pending("t2", "b", "app_2"))
+    now[0] = 102.0
+    moves.decided(DECISION)
+    assert scheduler.moved[-1] == ("app_1", "b")
