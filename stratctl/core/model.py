@@ -15,6 +15,32 @@ _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+_BATCH_QUEUE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def batch_queue(value: str, what: str, limit: int = 128) -> str:
+    """A Slurm partition's or YARN queue's name: letters, digits, '_', '-' and '.' (never a
+    comma or a space, which would split a multi-partition submission)."""
+    if len(value) > limit:
+        raise invalid(
+            "name_too_long",
+            "{what} {value!r} is {n} characters; at most {limit} allowed",
+            what=what,
+            value=value,
+            n=len(value),
+            limit=limit,
+        )
+    if not _BATCH_QUEUE.match(value):
+        raise invalid(
+            "queue_name",
+            "{what} {value!r} is not a partition or queue name (letters, digits, '_', '-' and '.', "
+            "starting with a letter, digit or '_')",
+            what=what,
+            value=value,
+        )
+    return value
+
+
 def invalid(code: str, message: str, field: str | None = None, **ctx: Any) -> PydanticCustomError:
     """A validation error; `field` (dotted, relative) moves its location onto that field."""
     # Formatted here: pydantic's templating knows no `!r`. It substitutes only the keys

@@ -42,7 +42,7 @@ from stratctl.core.distributions import (  # noqa: F401 - part of the study's pu
     missing,
 )
 from stratctl.core.model import Model as _Model
-from stratctl.core.model import dns_label
+from stratctl.core.model import batch_queue, dns_label
 from stratctl.core.model import invalid as _bad
 from stratctl.core.model import parse_duration as parse_duration
 from stratctl.core.operations import (  # noqa: F401 - part of the study's public surface
@@ -128,10 +128,12 @@ class Study(_Model):
 
     @field_validator("queue", mode="before")
     @classmethod
-    def _queue(cls, v: Any) -> Any:
-        """A queue name, or a non-empty list of distinct ones (the order is the preference)."""
+    def _queue(cls, v: Any, info: ValidationInfo) -> Any:
+        """A queue name, or a non-empty list of distinct ones (the order is the preference): a
+        Volcano queue is a DNS label, a Slurm partition or YARN queue may hold '_', capitals, '.'."""
+        name_of = batch_queue if (info.context or {}).get("backend") in ("slurm", "yarn") else dns_label
         if isinstance(v, str):
-            return dns_label(v, "queue")
+            return name_of(v, "queue")
         if not isinstance(v, list) or not v:
             raise _bad("queue", "queue must be a queue name or a non-empty list of queue names")
         seen: set[str] = set()
@@ -139,7 +141,7 @@ class Study(_Model):
             if not isinstance(name, str):
                 raise _bad("queue", "queue {i}: expected a queue name, got {got!r}", field=str(i), i=i, got=name)
             try:
-                dns_label(name, "queue")
+                name_of(name, "queue")
             except PydanticCustomError as e:  # the same error, located at the entry
                 raise _bad(e.type, e.message(), field=str(i)) from None
             if name in seen:

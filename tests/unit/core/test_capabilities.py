@@ -449,3 +449,18 @@ def test_an_environment_value_the_cluster_fills_in_is_refused_where_only_literal
         "it would be dropped; give a value, or use backend kubernetes"
     )
     assert capabilities.problems(study) == []
+
+
+@pytest.mark.parametrize("backend", ["slurm", "yarn"])
+def test_a_slurm_partition_or_yarn_queue_name_may_hold_what_a_dns_label_may_not(tmp_path, backend):
+    from tests.unit.studies import load, problems
+
+    base = SLURM if backend == "slurm" else YARN
+    block = "slurm: {partition: research}\n" if backend == "slurm" else "yarn: {queue: research}\n"
+    text = base.replace(block, "").replace("name: sweep\n", "name: sweep\nqueue: [gpu_A100, cpu.long]\n")
+    assert "queue: [gpu_A100, cpu.long]" in text and block not in text
+    assert load(tmp_path, text).queues == ("gpu_A100", "cpu.long")
+    assert problems(tmp_path, text.replace("cpu.long", "'a,b'")) == [
+        "study.yaml:2:19: queue.1: queue 'a,b' is not a partition or queue name (letters, digits, '_', '-' "
+        "and '.', starting with a letter, digit or '_')"
+    ]
