@@ -13,23 +13,13 @@ from pydantic_core import PydanticCustomError
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-_BATCH_QUEUE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_BATCH_QUEUE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # a Slurm partition, a YARN queue
 
 
 def batch_queue(value: str, what: str, limit: int = 128) -> str:
     """A Slurm partition's or YARN queue's name: letters, digits, '_', '-' and '.' (never a
     comma or a space, which would split a multi-partition submission)."""
-    if len(value) > limit:
-        raise invalid(
-            "name_too_long",
-            "{what} {value!r} is {n} characters; at most {limit} allowed",
-            what=what,
-            value=value,
-            n=len(value),
-            limit=limit,
-        )
+    _within(value, what, limit)
     if not _BATCH_QUEUE.match(value):
         raise invalid(
             "queue_name",
@@ -41,15 +31,7 @@ def batch_queue(value: str, what: str, limit: int = 128) -> str:
     return value
 
 
-def invalid(code: str, message: str, field: str | None = None, **ctx: Any) -> PydanticCustomError:
-    """A validation error; `field` (dotted, relative) moves its location onto that field."""
-    # Formatted here: pydantic's templating knows no `!r`. It substitutes only the keys
-    # of its context, so braces in the values shown stay as they are.
-    text = message.format(**ctx) if ctx else message
-    return PydanticCustomError(code, text, {"field": field} if field else None)
-
-
-def dns_label(value: str, what: str, limit: int = 63) -> str:
+def _within(value: str, what: str, limit: int) -> None:
     if len(value) > limit:
         raise invalid(
             "name_too_long",
@@ -59,6 +41,18 @@ def dns_label(value: str, what: str, limit: int = 63) -> str:
             n=len(value),
             limit=limit,
         )
+
+
+def invalid(code: str, message: str, field: str | None = None, **ctx: Any) -> PydanticCustomError:
+    """A validation error; `field` (dotted, relative) moves its location onto that field."""
+    # Formatted here: pydantic's templating knows no `!r`. It substitutes only the keys
+    # of its context, so braces in the values shown stay as they are.
+    text = message.format(**ctx) if ctx else message
+    return PydanticCustomError(code, text, {"field": field} if field else None)
+
+
+def dns_label(value: str, what: str, limit: int = 63) -> str:
+    _within(value, what, limit)
     if not _DNS_LABEL.match(value):
         raise invalid(
             "dns_label",

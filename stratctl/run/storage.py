@@ -16,7 +16,7 @@ be installed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from stratctl.core.search import distributions, in_space
@@ -88,6 +88,20 @@ class StorageMirror:
             self.optuna_study.add_trial(self._frozen(name, told[name]))
             self.mirrored.add(name)
         return len(new)
+
+    def mirror(self, told: Mapping[str, Mapping[str, Any]], say: Callable[[str], None]) -> None:
+        """`sync`, as a submit loop runs it each cycle: a storage that does not answer is said
+        once per failing stretch and tried again next cycle (the cluster stays the truth)."""
+        try:
+            self.sync(told)
+        except Exception as exc:  # the storage's own error, said whole
+            if not self.failing:
+                say(f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again each cycle")
+            self.failing = True
+        else:
+            if self.failing:
+                say("--storage: mirroring again")
+            self.failing = False
 
     def _frozen(self, name: str, entry: Mapping[str, Any]) -> Any:
         TrialState = self._optuna.trial.TrialState

@@ -124,6 +124,7 @@ class Host(Protocol):
     progress: Progress
     trials: dict[str, Trial]
     order: list[str]
+    gangs: dict[str, tuple[int, ...]]  # each trial's GPUs per task
 
     def seen(self) -> dict[str, Attempt]: ...  # each trial's latest attempt, as last observed
     def call(self, fn: Callable[[], Any], mutating: bool = False) -> Any: ...  # through the loop's throttle
@@ -196,7 +197,7 @@ class Search(Capability):
         if self.study.pruner is not None:
             self._prune(states)
         if self.storage is not None:
-            self._mirror(self.storage)
+            self.storage.mirror(self.told, self.say)
         return states
 
     def unasked(self, decision: Decision) -> int:
@@ -266,7 +267,7 @@ class Search(Capability):
             trial = self.host.trials[name]
             if not self.search.report(trial, steps):
                 continue
-            spent = attempt.run_seconds(self.wall()) * attempt_gpus(self.host, name)
+            spent = attempt.run_seconds(self.wall()) * sum(self.host.gangs.get(name, ()))
             entry = self.search.prune(trial, steps, spent, self.wall())
             self.journal.tell({name: entry})  # before it is stopped: a loop that sees it ended knows why
             self.told[name] = entry
@@ -299,23 +300,3 @@ class Search(Capability):
             self.host.call(lambda: searching.prune(attempt), mutating=True)
         except ClusterError as exc:
             self.say(f"trial {attempt.trial}: pruned, but not stopped yet ({exc}); trying again")
-
-    def _mirror(self, storage: StorageMirror) -> None:
-        """Copy the told trials into the Optuna storage; a storage that does not answer is said
-        once per failing stretch and tried again next cycle."""
-        try:
-            storage.sync(self.told)
-        except Exception as exc:  # the storage's own error; the journal stays the truth
-            if not storage.failing:
-                self.say(f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again each cycle")
-            storage.failing = True
-        else:
-            if storage.failing:
-                self.say("--storage: mirroring again")
-            storage.failing = False
-
-
-def attempt_gpus(host: Host, name: str) -> int:
-    """The GPUs a trial's attempt holds, all its tasks (0 when its shape is not known)."""
-    gangs: Mapping[str, tuple[int, ...]] = getattr(host, "gangs", {})
-    return sum(gangs.get(name, ()))

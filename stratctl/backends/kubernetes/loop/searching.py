@@ -114,18 +114,8 @@ class Searching:
             self.keeper.change(TOLD_KEY, told={**self.keeper.record.told, **told})
 
     def mirror(self, storage: StorageMirror) -> None:
-        """Copy the trials that ended into the Optuna storage (`--storage`); a storage that
-        does not answer is said once per failing stretch and tried again next cycle."""
-        try:
-            storage.sync(self.keeper.record.told)
-        except Exception as exc:  # the storage's own error; the cluster stays the truth
-            if not storage.failing:
-                self.say(f"--storage: mirroring failed ({type(exc).__name__}: {exc}); trying again each cycle")
-            storage.failing = True
-        else:
-            if storage.failing:
-                self.say("--storage: mirroring again")
-            storage.failing = False
+        """Copy the trials that ended into the Optuna storage (`--storage`)."""
+        storage.mirror(self.keeper.record.told, self.say)
 
     def prune(
         self, states: dict[str, TrialState], jobs: dict[str, dict[str, Any]], pods: list[dict[str, Any]] | None
