@@ -149,9 +149,6 @@ class AttemptLoop(Cycle):
     def call(self, fn: Callable[[], Any], mutating: bool = False) -> Any:
         return self.throttle.call(fn, mutating=mutating)
 
-    def state_of(self, attempt: Attempt) -> TrialState:
-        return trial_state(attempt, self.limits, attempt.trial in given_up_of(self.scheduler))
-
     def register(self, trial: Trial) -> None:
         self.trials[trial.name] = trial
         self.order.append(trial.name)

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from stratctl.attempt import Attempt
 from stratctl.backends.batch.scheduler import Scheduler, Searching, study_directory
+from stratctl.backends.batch.trials import given_up_of, limits_of, trial_state
 from stratctl.core.space import Trial, expand
 from stratctl.core.spec import Study
 from stratctl.errors import ClusterError
@@ -128,7 +129,6 @@ class Host(Protocol):
 
     def seen(self) -> dict[str, Attempt]: ...  # each trial's latest attempt, as last observed
     def call(self, fn: Callable[[], Any], mutating: bool = False) -> Any: ...  # through the loop's throttle
-    def state_of(self, attempt: Attempt) -> TrialState: ...  # by the recovery rules
     def register(self, trial: Trial) -> None: ...  # a trial the search asked joins the loop's
 
 
@@ -165,10 +165,11 @@ class Search(Capability):
         host = self.host
         asked, self.told = self.journal.asked(), self.journal.told()
         attempts: dict[str, Attempt] = host.call(host.scheduler.attempts)
+        given_up, limits = given_up_of(host.scheduler), limits_of(self.study)
         seen: dict[str, tuple[Trial, TrialState, Mapping[str, Any] | None]] = {}
         for trial in asked:
             attempt = attempts.get(trial.name)
-            state = host.state_of(attempt) if attempt is not None else TrialState.WAITING
+            state = trial_state(attempt, limits, trial.name in given_up) if attempt is not None else TrialState.WAITING
             result = host.scheduler.result(trial.name) if state is TrialState.SUCCEEDED else None
             seen[trial.name] = (trial, state, result)
         frozen: Seen = seen
