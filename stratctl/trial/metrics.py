@@ -130,7 +130,12 @@ def parse_report_line(line: str) -> tuple[int, dict[str, float]] | None:
         data = json.loads(line[len(REPORT_MARK) :])
     except ValueError:
         return None
-    step, values = (data.get("step"), data.get("values")) if isinstance(data, dict) else (None, None)
+    return _step_values(data) if isinstance(data, dict) else None
+
+
+def _step_values(data: Mapping[str, Any]) -> tuple[int, dict[str, float]] | None:
+    """(step, its finite numeric values) of a parsed report; None when it is not one."""
+    step, values = data.get("step"), data.get("values")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(values, dict):
         return None
     numbers = {
@@ -169,15 +174,10 @@ def parse_report_record(line: str) -> tuple[int, int | None, dict[str, float]] |
         return None
     if not isinstance(data, dict):
         return None
-    step, values, rank = data.get("step"), data.get("values"), data.get("rank")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(values, dict):
+    found, rank = _step_values(data), data.get("rank")
+    if found is None:
         return None
-    numbers = {
-        str(k): float(v)
-        for k, v in values.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    }
-    return (step, rank if isinstance(rank, int) and not isinstance(rank, bool) else None, numbers) if numbers else None
+    return found[0], rank if isinstance(rank, int) and not isinstance(rank, bool) else None, found[1]
 
 
 def _post(env: Mapping[str, str], what: str, query: Mapping[str, Any], body: str, quiet: bool = False) -> bool:
