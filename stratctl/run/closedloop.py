@@ -31,7 +31,7 @@ Seen = Mapping[str, tuple[Trial, TrialState, Mapping[str, Any] | None]]  # trial
 
 def marked_trials(marks: Mapping[str, Mapping[str, Any]]) -> dict[str, Trial]:
     """Suspended trials (trial → its suspension mark), from the index and parameters their
-    marks keep (backends/kubernetes/verbs/drain.py: `identity`)."""
+    marks keep (backends/kubernetes/attempts/requeue.py: `identity`)."""
     out = {}
     for name, mark in marks.items():
         params, index = mark.get("params"), mark.get("index")

@@ -172,9 +172,9 @@ def test_drain_then_resume_a_batch_study(testbed, api, cli, studies):
 
 def test_a_preempted_batch_trial_resumes_as_its_next_attempt_and_completes(testbed, api, cli, studies):
     """Batch trials hold every GPU (8 pods each, the last 4 elastic); a high-priority gang
-    takes 8. Volcano marks the victims DisruptionTarget and deletes them; their Jobs end
-    (the pod failure policy, or on this testbed, where KWOK never fails a deleted pod, the
-    loop once the pod outlived its deletion) and the trials come back with STRATCTL_RESUME=1."""
+    takes 8. Volcano marks the victims DisruptionTarget and deletes them; the node kills
+    them (KWOK as a kubelet does: Failed, exit code 137), the pod failure policy fails their
+    Jobs, and the trials come back with STRATCTL_RESUME=1."""
     name = unique("bpre")
     nodes, _ = api.list(("v1", "Node"), label_selector="type=kwok")
     gpus = sum(int(n["status"]["allocatable"].get(GPU, "0")) for n in nodes)
@@ -208,7 +208,15 @@ def test_a_preempted_batch_trial_resumes_as_its_next_attempt_and_completes(testb
     assert all(classify(j) is TrialState.SUCCEEDED for j in latest_attempts(jobs).values())
     resumed = [j for j in jobs if int(j["metadata"]["labels"][labels.ATTEMPT]) > 0]
     assert resumed, "no trial was preempted and resumed"
+    # the gang took GPUs from running trials (they run 30 s): preempted, not waited for
+    assert placed < 30, placed
+    ended = {j["metadata"]["labels"][labels.TRIAL]: j for j in jobs if j["metadata"]["labels"][labels.ATTEMPT] == "0"}
     for job in resumed:
+        first = ended[job["metadata"]["labels"][labels.TRIAL]]
+        failed = [c for c in first["status"].get("conditions") or [] if c["type"] == "Failed" and c["status"] == "True"]
+        # ended by the pod failure policy (DisruptionTarget -> FailJob), not by the loop
+        # deleting a Job whose preempted pod never terminated
+        assert [c.get("reason") for c in failed] == ["PodFailurePolicy"], first["status"]
         env = env_of(job)
         assert env["STRATCTL_RESUME"] == "1" and env["STRATCTL_ATTEMPT"] == job["metadata"]["labels"][labels.ATTEMPT]
         assert env["STRATCTL_CHECKPOINT_DIR"] == f"/ckpt/{name}/{job['metadata']['labels'][labels.TRIAL]}"

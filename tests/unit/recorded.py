@@ -420,7 +420,8 @@ def batch_completed_job() -> dict:
 def batch_preempted_job(attempt: int = 0, annotations: dict | None = None) -> dict:
     """A pod preempted at 10:31: failed by the pod failure policy. Reason and message as the
     job controller of Kubernetes 1.35 writes them (pkg/controller/job/pod_failure_policy.go);
-    the testbed cannot produce this one (KWOK never moves a deleted pod to Failed)."""
+    the testbed's KWOK nodes kill a deleted pod as a kubelet does, so tests/e2e/test_batch.py
+    sees this reason on a real Job."""
     name = TRIAL if attempt == 0 else f"{TRIAL}-a{attempt}"
     message = f"Pod stratctl-e2e/{name}-x7k2p has condition DisruptionTarget matching FailJob rule at index 0"
     return batch_job(

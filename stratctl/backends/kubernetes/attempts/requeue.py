@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, EVENT, POD, PODGROUP
-from stratctl.backends.kubernetes.objects.jobview import Carried, carried, usage, view_of
-from stratctl.backends.kubernetes.objects.record import parse_record, record_name, suspended_of
+from stratctl.backends.kubernetes.objects.jobview import PARKED, Carried, carried, trial_of_job, usage, view_of
+from stratctl.backends.kubernetes.objects.record import parse_record, record_name, suspended_of, suspended_patch
 from stratctl.backends.kubernetes.objects.state import (
+    attempt_of,
     classify,
     classify_attempt,
     ended_at,
@@ -53,8 +54,8 @@ CLOCK_SKEW = 5.0
 # the job come by different watches, in no guaranteed order.
 SETTLE = 3.0
 # A disrupted pod still there (not terminated) this long past its deletion time: no kubelet
-# will finish it (a lost node; KWOK's fake one). A batch/v1 Job whose pod failure policy
-# waits for the pod to fail would wait forever, its other pods holding their GPUs.
+# will finish it (a lost node). A batch/v1 Job whose pod failure policy waits for the pod to
+# fail would wait forever, the pod and its gang holding their GPUs.
 STUCK_AFTER = 15.0
 
 
@@ -114,6 +115,31 @@ def pod_starts(
     except ClusterError:
         return None
     return run_starts(pods)
+
+
+def identity(job: dict[str, Any]) -> dict[str, Any]:
+    """The trial's index and parameters, as its job carries them: kept in its suspension
+    mark, so a trial a closed-loop search asked can come back once its job is gone."""
+    trial = trial_of_job(job)
+    return {"index": trial.index, "params": dict(trial.params)} if trial is not None else {}
+
+
+def mark_of(job: dict[str, Any], carry: Carried, by: str = "", state: str = "") -> dict[str, Any]:
+    """The suspension mark (objects/record.py) of a trial whose attempt `job` is ended
+    without its next one: that attempt, the totals the next carries, who ended it (`by`,
+    when not a user's `drain`), how (`state`: jobview.PARKED for a preemption) and the
+    trial's index and parameters."""
+    return {
+        "attempt": attempt_of(job),
+        "preemptions": carry.preemptions,
+        "gpu_seconds": round(carry.gpu_seconds),
+        "gpu_seconds_lost": round(carry.gpu_seconds_lost),
+        "suspensions": carry.suspensions,
+        "failures": carry.failures,
+        **({"by": by} if by else {}),
+        **({"state": state} if state else {}),
+        **identity(job),
+    }
 
 
 def carried_of_mark(mark: dict[str, Any]) -> Carried:
@@ -328,7 +354,40 @@ class Requeue:
                 if self._resubmit(action, latest.get(name), marks.get(name), views, starts):
                     states[name] = TrialState.PENDING
                     room = None if room is None else room - 1
+        self._park_stuck(latest, starts)
         return states
+
+    def _park_stuck(self, latest: dict[str, dict[str, Any]], starts: Callable[[], dict[str, Any]]) -> None:
+        """End the stuck attempts whose next attempt did not go this cycle (the study held:
+        drained, yielding to a higher-priority gang, or its cap full), marking their trials
+        in the study record first.
+
+        A stuck attempt's pods keep their GPUs until its Job goes, and a held study makes no
+        next attempt: waiting for one would keep those GPUs from the very gang the study
+        yields to, which waits for them. The mark (as `drain` writes one, its state
+        PARKED) holds the trial's place and its totals, this preemption included; the loop
+        makes the next attempt from it once the study has room. The marks go in before the
+        jobs go, as `drain`'s do: a loop that sees a job gone sees its mark."""
+        parked = {
+            name: job for name, job in latest.items() if (job.get("metadata") or {}).get("uid", "") in self._stuck
+        }
+        if not parked:
+            return
+        try:
+            cm = self.cluster.get(CONFIGMAP, record_name(self.study.name), self.study.namespace)
+        except NotFound:
+            return  # no record to hold their place: they wait for their next attempts
+        marks = suspended_of(cm)
+        for name, job in parked.items():
+            started = starts().get(job["metadata"]["uid"])
+            carry = carry_forward(job, self.clock(), TrialState.PREEMPTED, started=started)
+            marks[name] = mark_of(job, carry, state=PARKED)
+        self.cluster.patch(CONFIGMAP, record_name(self.study.name), suspended_patch(marks), self.study.namespace)
+        for job in parked.values():
+            uid = job["metadata"]["uid"]
+            why = f"{self._stuck.pop(uid)}; its trial's next attempt waits for room"
+            self._ending[uid] = (job["metadata"]["name"], why)
+        self._end_stuck()
 
     def _views(
         self, states: dict[str, TrialState], latest: dict[str, dict[str, Any]], marks: dict[str, dict[str, Any]]
@@ -350,7 +409,7 @@ class Requeue:
             if real is None:  # not decided yet whether it was preempted: holds its next attempt
                 states[name] = TrialState.RETRYING
                 continue
-            view = view_of(name, job, mark["attempt"] if mark else None, real)
+            view = view_of(name, job, mark["attempt"] if mark else None, real, mark=mark)
             views[name] = view
             states[name] = effective_state(view, self.limits)
         return views

@@ -294,14 +294,21 @@ class Submitter(Cycle):
         return self._requeue.step(states, self.latest, self.record.held, record=self.keeper.cm, room=self._room(states))
 
     def _room(self, states: dict[str, TrialState]) -> int | None:
-        """How many next attempts may go now: the last target less the trials in flight
-        (those a block still holds back aside). None before the first decision: a rerun
+        """How many next attempts may go now: as many as the last decision admits of new
+        trials (a next attempt is created like one, and queues like one): the target less
+        the trials in flight (those a block still holds back aside), within the decision's
+        room; none while it holds (yielding to a higher-priority gang: a preempted trial
+        back at once would queue behind the gang that took its GPUs) or backfills (a next
+        attempt does not say when it will end). None before the first decision: a rerun
         resumes what it finds, as the run before it would have."""
         last = self.deciding.last
         if last is None:
             return None
+        if last.hold or last.backfill is not None:
+            return 0
         queued = self.merged.queued if self.merged is not None else set()
-        return last.target - sum(1 for n, s in states.items() if s.in_flight and n not in queued)
+        free = last.target - sum(1 for n, s in states.items() if s.in_flight and n not in queued)
+        return free if last.room is None else min(free, last.room)
 
     def tally(self, states: dict[str, TrialState]) -> None:
         unasked = self.search.remaining if self.search is not None else 0  # the budget not asked yet waits too

@@ -10,8 +10,10 @@ A trial is a sequence of attempts (Volcano Jobs or batch/v1 Jobs named by
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import job_gpus
@@ -27,6 +29,9 @@ from stratctl.backends.kubernetes.objects.state import (
 )
 from stratctl.run.recovery import TrialView
 from stratctl.trialstate import TrialState
+
+if TYPE_CHECKING:
+    from stratctl.core.space import Trial
 
 
 @dataclass(frozen=True)
@@ -123,11 +128,46 @@ def _batch_usage(job: dict[str, Any], now: float, state: TrialState, started: fl
 # ------------------------------------------------------------------ the view recovery decides on
 
 
+def trial_of_job(job: dict[str, Any]) -> Trial | None:
+    """The trial a job is an attempt of, as its labels and annotations say (None when unreadable)."""
+    from stratctl.core.space import Trial  # the study model only when a trial is read: `status` loads none
+
+    meta = job.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(labels.TRIAL)
+    notes = meta.get("annotations") or {}
+    try:
+        params = json.loads(notes.get(labels.PARAMS) or "")
+        index = int(notes.get(labels.TRIAL_INDEX) or "")
+    except ValueError:
+        return None
+    if not name or not isinstance(params, dict):
+        return None
+    return Trial(index, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
+
+
+# A mark's "state" when the submit loop, not `drain`, ended the attempt: a preempted
+# attempt whose pods outlived their deletion, ended while its study was held (requeue.py).
+PARKED = TrialState.PREEMPTED.value
+
+
 def view_of(
-    trial: str, job: dict[str, Any] | None, suspended_attempt: int | None, state: TrialState | None = None
+    trial: str,
+    job: dict[str, Any] | None,
+    suspended_attempt: int | None,
+    state: TrialState | None = None,
+    mark: dict[str, Any] | None = None,
 ) -> TrialView:
     """A trial's view from its latest job (None: none in the cluster) and the record's
-    suspension mark (the attempt `drain` deleted, if any)."""
+    suspension mark (the attempt `drain` deleted, if any). A mark that says the attempt
+    was preempted (`PARKED`, with the totals it carries) makes the view a preemption."""
+    if mark is not None and mark.get("state") == PARKED and (job is None or mark["attempt"] >= attempt_of(job)):
+        return TrialView(
+            trial,
+            mark["attempt"],
+            TrialState.PREEMPTED,
+            int(mark.get("preemptions") or 0),
+            failures=int(mark.get("failures") or 0),
+        )
     if job is None:
         if suspended_attempt is None:
             return TrialView(trial, -1, TrialState.WAITING)

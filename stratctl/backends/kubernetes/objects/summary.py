@@ -18,7 +18,7 @@ from typing import Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.objects.gpus import job_gpus
-from stratctl.backends.kubernetes.objects.jobview import carried, usage, view_of
+from stratctl.backends.kubernetes.objects.jobview import PARKED, carried, usage, view_of
 from stratctl.backends.kubernetes.objects.record import (
     StudyRecord,
     api_quota_of,
@@ -155,7 +155,7 @@ def _job_row(
     told: _Told,
 ) -> TrialRow:
     """The row of a trial from its latest job."""
-    view = view_of(trial, job, mark["attempt"] if mark else None)
+    view = view_of(trial, job, mark["attempt"] if mark else None, mark=mark)
     before = carried(job)
     start = told.starts.get(job["metadata"]["uid"])
     spent = usage(job, told.now, classify(job), start)
@@ -206,13 +206,14 @@ def _job_row(
 
 def _suspended_row(study: str, trial: str, mark: dict[str, Any], order: list[str]) -> TrialRow:
     """The row of a suspended trial whose job is gone, from its mark in the study record
-    (its parameters and index too, which `drain` keeps there)."""
+    (its parameters and index too, which `drain` keeps there); preempted when the mark
+    says so (a stuck attempt the loop ended while its study was held: requeue.py)."""
     params = mark.get("params")
     index = mark.get("index")
     return TrialRow(
         study=study,
         trial=trial,
-        state=TrialState.SUSPENDED.value,
+        state=PARKED if mark.get("state") == PARKED else TrialState.SUSPENDED.value,
         attempt=mark["attempt"],
         params=in_order(params, order) if isinstance(params, dict) else {},
         index=index if isinstance(index, int) and not isinstance(index, bool) else None,

@@ -9,31 +9,14 @@ asking and creating loses only the ask, and the next one asks again.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
-from stratctl import labels
+from stratctl.backends.kubernetes.objects.jobview import trial_of_job
 from stratctl.backends.kubernetes.objects.state import classify
 from stratctl.core.space import Trial
 from stratctl.run import closedloop
 from stratctl.run.closedloop import Seen
-
-
-def trial_of_job(job: dict[str, Any]) -> Trial | None:
-    """The trial a job is an attempt of, as its labels and annotations say (None when unreadable)."""
-    meta = job.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(labels.TRIAL)
-    notes = meta.get("annotations") or {}
-    try:
-        params = json.loads(notes.get(labels.PARAMS) or "")
-        index = int(notes.get(labels.TRIAL_INDEX) or "")
-    except ValueError:
-        return None
-    if not name or not isinstance(params, dict):
-        return None
-    return Trial(index, name, MappingProxyType(params), name.rsplit("-", 1)[-1])
 
 
 class ClosedLoop(closedloop.ClosedLoop):

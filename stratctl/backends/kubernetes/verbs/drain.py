@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from stratctl import labels
 from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP, Cluster
-from stratctl.backends.kubernetes.attempts.requeue import carried_of_mark, carry_forward, pod_starts, submit_attempt
+from stratctl.backends.kubernetes.attempts.requeue import (
+    carried_of_mark,
+    carry_forward,
+    mark_of,
+    pod_starts,
+    submit_attempt,
+)
 from stratctl.backends.kubernetes.blocks.blocks import LIVE_PODS, blocks_of, index_of
 from stratctl.backends.kubernetes.objects.record import (
     BREAKER_KEY,
@@ -34,7 +40,6 @@ from stratctl.backends.kubernetes.objects.record import (
     suspended_patch,
 )
 from stratctl.backends.kubernetes.objects.state import classify, latest_attempts
-from stratctl.backends.kubernetes.search.closedloop import trial_of_job
 from stratctl.core import document
 from stratctl.errors import ClusterError, SpecConflict, StratctlError, Unreachable, UsageError
 from stratctl.run.closedloop import marked_trials
@@ -70,16 +75,7 @@ def suspend(
             starts = (pod_starts(cluster, namespace, name, BATCH_JOB) if BATCH_JOB in kinds else None) or {}
         carry = carry_forward(job, now, suspended=True, started=starts.get(job["metadata"].get("uid")))
         victims[trial] = job
-        marks[trial] = {
-            "attempt": attempt,
-            "preemptions": carry.preemptions,
-            "gpu_seconds": round(carry.gpu_seconds),
-            "gpu_seconds_lost": round(carry.gpu_seconds_lost),
-            "suspensions": carry.suspensions,
-            "failures": carry.failures,
-            **({"by": by} if by else {}),
-            **identity(job),
-        }
+        marks[trial] = mark_of(job, carry, by=by)
     held = [] if by else suspend_blocks(cluster, namespace, jobs)
     if not victims:
         return held
@@ -159,13 +155,6 @@ def drain(
             late = suspend(cluster, namespace, outcome.study, job_kinds(parse_record(cm).source), clock())
             outcome.suspended = sorted(set(outcome.suspended) | set(late))
     return outcomes
-
-
-def identity(job: dict[str, Any]) -> dict[str, Any]:
-    """The trial's index and parameters, as its job carries them: kept in its suspension
-    mark, so a trial a closed-loop search asked can come back once its job is gone."""
-    trial = trial_of_job(job)
-    return {"index": trial.index, "params": dict(trial.params)} if trial is not None else {}
 
 
 def _study_from_record(cm: dict[str, Any], namespace: str) -> tuple[Study, dict[str, Trial], Renderer]:

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from stratctl import labels
-from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, POD, PODGROUP
+from stratctl.backends.kubernetes.api.cluster import BATCH_JOB, CONFIGMAP, POD, PODGROUP
 from stratctl.backends.kubernetes.attempts.requeue import Requeue
 from stratctl.backends.kubernetes.objects.jobview import Carried, usage
-from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest, suspended_of
+from stratctl.backends.kubernetes.objects.record import StudyRecord, record_manifest, record_name, suspended_of
 from stratctl.backends.kubernetes.objects.state import (
     TrialState,
     classify,
@@ -213,10 +213,9 @@ def test_drain_accounts_a_batch_trials_gpu_time_from_its_pods(tmp_path):
     assert not [k for k in cluster.objects if k[:2] in (BATCH_JOB, PODGROUP)]  # jobs and PodGroups gone
 
 
-def test_a_batch_attempt_whose_preempted_pod_never_terminates_is_ended_and_resumed(tmp_path):
-    """A pod failure policy acts on a failed pod; a pod no kubelet finishes (a lost node, or
-    KWOK) stays Terminating, and the Job with it. 15 s past its deletion time the loop
-    resumes the trial as its next attempt and deletes the stuck one, freeing its GPUs."""
+def stuck_attempt(tmp_path):
+    """A running batch trial whose preempted pod was deleted at 10:31:00 and never
+    terminates; the Requeue step of its loop, its wall clock at 10:31:10."""
     cluster, clock = FakeCluster(), FakeClock()
     submitter, trials = make(batch_study(tmp_path), cluster, clock)
     submitter.ensure_record()
@@ -247,7 +246,14 @@ def test_a_batch_attempt_whose_preempted_pod_never_terminates_is_ended_and_resum
         clock=wall,
         signals=Signals(),
     )
-    name = trials[0].name
+    return cluster, requeue, wall, trials[0].name, job
+
+
+def test_a_batch_attempt_whose_preempted_pod_never_terminates_is_ended_and_resumed(tmp_path):
+    """A pod failure policy acts on a failed pod; a pod no kubelet finishes (a lost node)
+    stays Terminating, and the Job with it. 15 s past its deletion time the loop resumes
+    the trial as its next attempt and deletes the stuck one, freeing its GPUs."""
+    cluster, requeue, wall, name, job = stuck_attempt(tmp_path)
     assert requeue.step({name: TrialState.RUNNING}, {name: job}, drained=False) == {name: TrialState.RUNNING}
     wall.sleep(10)  # 20 s past its deletion time
     assert requeue.step({name: TrialState.RUNNING}, {name: job}, drained=False) == {name: TrialState.PENDING}
@@ -257,6 +263,36 @@ def test_a_batch_attempt_whose_preempted_pod_never_terminates_is_ended_and_resum
     notes = cluster.get(BATCH_JOB, f"{name}-a1")["metadata"]["annotations"]
     assert (notes[labels.PREEMPTIONS], notes[labels.FAILURES]) == ("1", "0")
     assert float(notes[labels.GPU_SECONDS_LOST]) == (30 * 60 + 20) * 2  # 10:01 -> 10:31:20 on 2 GPUs
+
+
+@pytest.mark.parametrize("held", ["room", "drained"])
+def test_a_stuck_attempt_of_a_held_study_is_marked_and_ended_without_waiting_for_room(tmp_path, held):
+    """The study holds its next attempts (yielding to a higher-priority gang: no room; or
+    drained), and the stuck pods hold GPUs, maybe the very ones that gang waits for. The
+    loop marks the trial preempted in the study record, deletes the stuck Job and
+    PodGroup, and makes the next attempt from the mark once there is room."""
+    cluster, requeue, wall, name, job = stuck_attempt(tmp_path)
+    wall.sleep(10)  # 20 s past its deletion time
+    room, drained = (0, "false") if held == "room" else (None, "true")
+    cluster.patch(CONFIGMAP, record_name("loop"), {"data": {"drained": drained}}, "stratctl-e2e")
+    states = requeue.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=room)
+    assert states == {name: TrialState.PREEMPTED}
+    assert not [k for k in cluster.objects if k[:2] in (BATCH_JOB, PODGROUP)]  # its GPUs freed, no next attempt
+    [mark] = suspended_of(cluster.record("loop")).values()
+    assert (mark["attempt"], mark["state"], mark["preemptions"], mark["failures"]) == (0, "preempted", 1, 0)
+    assert mark["gpu_seconds_lost"] == (30 * 60 + 20) * 2 and mark["params"] and "by" not in mark
+    if held == "drained":  # `status` of the drained study: the trial shows preempted, from its mark
+        _, rows = build(wall(), [cluster.record("loop")], {})
+        [row] = [r for r in rows if r.trial == name]
+        assert (row.state, row.attempt, row.preemptions) == ("preempted", 0, 1)
+        cluster.patch(CONFIGMAP, record_name("loop"), {"data": {"drained": "false"}}, "stratctl-e2e")
+    # a later cycle with room: the next attempt, from the mark (the old job is gone)
+    wall.sleep(5)
+    assert requeue.step({name: TrialState.PREEMPTED}, {}, drained=False) == {name: TrialState.PENDING}
+    notes = cluster.get(BATCH_JOB, f"{name}-a1")["metadata"]["annotations"]
+    assert (notes[labels.PREEMPTIONS], notes[labels.FAILURES]) == ("1", "0")
+    assert float(notes[labels.GPU_SECONDS_LOST]) == (30 * 60 + 20) * 2
+    assert [k[3] for k in cluster.objects if k[:2] == BATCH_JOB] == [f"{name}-a1"]
 
 
 def test_a_batch_study_must_not_restart_pods_on_failure(tmp_path):
