@@ -420,3 +420,47 @@ def test_while_yielding_only_trials_expected_to_end_before_the_shadow_time_are_c
     # every trial's pods carry their expected seconds, for other launchers' shadow times
     pod_meta = Renderer(submitter.study).render(trials[1])[0]["spec"]["tasks"][0]["template"]["metadata"]
     assert pod_meta["annotations"]["stratctl.io/expected-seconds"] == str(trials[1].params["layers"] * 5)
+
+
+def test_next_attempts_wait_while_the_decision_holds_as_new_trials_do(study_file):
+    """A failed trial's next attempt is created like a new trial: not while the policy
+    holds (yielding to a higher-priority gang, whose GPUs it would queue for), and as
+    soon as it lets trials in again."""
+    cluster, clock = FakeCluster(), FakeClock()
+    study = load_study(study_file("retries: {max_failures: 2}\n"))
+    trials = expand(study)[:2]
+    holding = {"from": 2, "until": 8}  # the cycles whose decision holds
+    cycles, created = [0], {}
+
+    class Policy:
+        def decide(self, observed, now):
+            cycles[0] += 1
+            created[cycles[0]] = list(cluster.creates)
+            hold = holding["from"] <= cycles[0] < holding["until"]
+            return Decision(4, hold, "yielding to higher-priority gang prod" if hold else "cap 4")
+
+    finish = iter(["Failed"] * 4)
+
+    def sleep(seconds):
+        clock.sleep(seconds)
+        cluster.advance(finish=next(finish, "Completed"))
+
+    submitter = Submitter(
+        study,
+        trials,
+        Renderer(study),
+        cluster,
+        Throttle(qps=0, burst=1, clock=clock, sleep=clock.sleep),
+        SubmitOptions(poll_interval=1, workers=1),
+        clock=clock,
+        sleep=sleep,
+        policy=Policy(),
+    )
+    progress = submitter.run()
+    assert (progress.succeeded, progress.failed) == (2, 0)
+    firsts = sorted(t.name for t in trials)
+    # both trials failed while the policy held (a cycle's recovery acts on the decision
+    # before it): no next attempt until it let trials in, then both at once
+    assert all(sorted(created[c]) == firsts for c in range(holding["from"] + 1, holding["until"] + 1)), created
+    assert len(created[holding["until"] + 1]) == 4, created
+    assert sorted(cluster.creates) == sorted(f"{t.name}{s}" for t in trials for s in ("", "-a1"))
