@@ -343,18 +343,20 @@ class Requeue:
                 read["pods"] = pod_starts(self.cluster, namespace, name, self.kind, self.signals) or {}
             return read["pods"]
 
+        given_up: set[str] = set()
         for action in next_actions(list(views.values()), self.limits, drained):
             name = action.trial
             if action.kind is Kind.GIVE_UP:
                 self._give_up(action, latest.get(name))
                 states[name] = TrialState.FAILED
+                given_up.add(name)
             elif name in self.trials:  # else a trial of another version of the study
                 if room is not None and room <= 0:
                     continue  # the cap is full: due next cycle, its place held (TrialState.owed)
                 if self._resubmit(action, latest.get(name), marks.get(name), views, starts):
                     states[name] = TrialState.PENDING
                     room = None if room is None else room - 1
-        self._park_stuck(latest, starts)
+        self._park_stuck({n: job for n, job in latest.items() if n not in given_up}, starts)
         return states
 
     def _park_stuck(self, latest: dict[str, dict[str, Any]], starts: Callable[[], dict[str, Any]]) -> None:
@@ -369,7 +371,11 @@ class Requeue:
         makes the next attempt from it once the study has room. The marks go in before the
         jobs go, as `drain`'s do: a loop that sees a job gone sees its mark."""
         parked = {
-            name: job for name, job in latest.items() if (job.get("metadata") or {}).get("uid", "") in self._stuck
+            name: job
+            for name, job in latest.items()
+            if (meta := job.get("metadata") or {}).get("uid", "") in self._stuck
+            and not (meta.get("annotations") or {}).get(labels.GIVEN_UP)  # its job says it is given up: kept
+            and not (meta.get("labels") or {}).get(labels.IN_BLOCK)  # a block's trial: the block holds its place
         }
         if not parked:
             return
@@ -401,6 +407,8 @@ class Requeue:
             mark = marks.get(name)
             if job is None and mark is None:
                 continue
+            if job is not None and mark is not None and mark.get("state") == PARKED:
+                self._end_parked(job, mark)
             if job is not None and mark is None and state not in (TrialState.PREEMPTED, TrialState.FAILED):
                 if not self._ends_stuck(job, state):
                     continue
@@ -456,6 +464,14 @@ class Requeue:
             self._ending[uid] = (job["metadata"]["name"], self._stuck.pop(uid))
             self._end_stuck()
         return True
+
+    def _end_parked(self, job: dict[str, Any], mark: dict[str, Any]) -> None:
+        """A job a PARKED mark covers is still there (the loop that marked it stopped before
+        it deleted the job): deleted next, as it would have been."""
+        uid = job["metadata"].get("uid", "")
+        if attempt_of(job) <= mark["attempt"] and uid not in self._ending:
+            why = "its trial was marked preempted (its pod never terminated) and its next attempt waits for room"
+            self._ending[uid] = (job["metadata"]["name"], why)
 
     def _end_stuck(self) -> None:
         """Delete the stuck attempts whose next attempt exists, so their pods go and free their

@@ -213,11 +213,11 @@ def test_drain_accounts_a_batch_trials_gpu_time_from_its_pods(tmp_path):
     assert not [k for k in cluster.objects if k[:2] in (BATCH_JOB, PODGROUP)]  # jobs and PodGroups gone
 
 
-def stuck_attempt(tmp_path):
+def stuck_attempt(tmp_path, extra: str = ""):
     """A running batch trial whose preempted pod was deleted at 10:31:00 and never
     terminates; the Requeue step of its loop, its wall clock at 10:31:10."""
     cluster, clock = FakeCluster(), FakeClock()
-    submitter, trials = make(batch_study(tmp_path), cluster, clock)
+    submitter, trials = make(batch_study(tmp_path, extra), cluster, clock)
     submitter.ensure_record()
     submitter.submit_trial(trials[0])
     run_jobs(cluster)
@@ -293,6 +293,31 @@ def test_a_stuck_attempt_of_a_held_study_is_marked_and_ended_without_waiting_for
     assert (notes[labels.PREEMPTIONS], notes[labels.FAILURES]) == ("1", "0")
     assert float(notes[labels.GPU_SECONDS_LOST]) == (30 * 60 + 20) * 2
     assert [k[3] for k in cluster.objects if k[:2] == BATCH_JOB] == [f"{name}-a1"]
+
+
+def test_a_stuck_job_left_by_a_loop_stopped_after_marking_its_trial_is_deleted_by_the_next(tmp_path):
+    cluster, requeue, wall, name, job = stuck_attempt(tmp_path)
+    wall.sleep(10)
+    requeue.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0)
+    mark = suspended_of(cluster.record("loop"))
+    cluster.create(job)  # as if the loop had stopped between the mark and the delete
+    fresh = Requeue(cluster, requeue.renderer, requeue.study, requeue.trials, BATCH_JOB, requeue.reporter, clock=wall)
+    assert fresh.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0) == {name: TrialState.PREEMPTED}
+    assert suspended_of(cluster.record("loop")) == mark
+    fresh.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0)
+    assert not [k for k in cluster.objects if k[:2] == BATCH_JOB]  # ended on the next cycle, no next attempt yet
+
+
+def test_a_stuck_trial_given_up_keeps_its_job_and_gets_no_mark(tmp_path):
+    """Past retries.max_preemptions the trial is given up on its job: a mark and a delete
+    would lose that (the trial would look never submitted), so its job stays."""
+    cluster, requeue, wall, name, job = stuck_attempt(tmp_path, "retries: {max_preemptions: 0}\n")
+    wall.sleep(10)
+    for _ in range(2):
+        states = requeue.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0)
+        assert states == {name: TrialState.FAILED}
+        job = cluster.get(BATCH_JOB, name)
+        assert job["metadata"]["annotations"][labels.GIVEN_UP] and not suspended_of(cluster.record("loop"))
 
 
 def test_a_batch_study_must_not_restart_pods_on_failure(tmp_path):
