@@ -251,6 +251,7 @@ class Requeue:
         self._verdicts: dict[str, TrialState] = {}  # ended job's uid -> PREEMPTED or FAILED, once decided
         self._stuck: dict[str, str] = {}  # uid of a batch job to end once its next attempt exists -> why
         self._ending: dict[str, tuple[str, str]] = {}  # uid of a batch job to delete -> (name, why)
+        self._deleted: set[str] = set()  # uids of the stuck jobs deleted (a listing may show them a while yet)
 
     def _record(self, drained: bool) -> tuple[dict[str, dict[str, Any]], bool]:
         """The suspension marks and whether the study is held (drained by a user or by the
@@ -469,7 +470,7 @@ class Requeue:
         """A job a PARKED mark covers is still there (the loop that marked it stopped before
         it deleted the job): deleted next, as it would have been."""
         uid = job["metadata"].get("uid", "")
-        if attempt_of(job) <= mark["attempt"] and uid not in self._ending:
+        if attempt_of(job) <= mark["attempt"] and uid not in self._ending and uid not in self._deleted:
             why = "its trial was marked preempted (its pod never terminated) and its next attempt waits for room"
             self._ending[uid] = (job["metadata"]["name"], why)
 
@@ -484,4 +485,5 @@ class Requeue:
                 self.reporter.event(f"job {name}: cannot delete it yet ({exc}); {why}")
                 continue
             del self._ending[uid]
+            self._deleted.add(uid)
             self.reporter.event(f"job {name} deleted: {why}")

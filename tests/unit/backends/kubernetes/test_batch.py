@@ -301,11 +301,16 @@ def test_a_stuck_job_left_by_a_loop_stopped_after_marking_its_trial_is_deleted_b
     requeue.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0)
     mark = suspended_of(cluster.record("loop"))
     cluster.create(job)  # as if the loop had stopped between the mark and the delete
-    fresh = Requeue(cluster, requeue.renderer, requeue.study, requeue.trials, BATCH_JOB, requeue.reporter, clock=wall)
+    events: list[str] = []
+    reporter = type("R", (), {"event": lambda self, m: events.append(m)})()
+    fresh = Requeue(cluster, requeue.renderer, requeue.study, requeue.trials, BATCH_JOB, reporter, clock=wall)
     assert fresh.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0) == {name: TrialState.PREEMPTED}
     assert suspended_of(cluster.record("loop")) == mark
     fresh.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0)
     assert not [k for k in cluster.objects if k[:2] == BATCH_JOB]  # ended on the next cycle, no next attempt yet
+    said = len(events)
+    fresh.step({name: TrialState.RUNNING}, {name: job}, drained=False, room=0)  # a listing that lags shows it still
+    assert len(events) == said == 1, events  # deleted and said once
 
 
 def test_a_stuck_trial_given_up_keeps_its_job_and_gets_no_mark(tmp_path):
